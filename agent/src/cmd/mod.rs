@@ -1,0 +1,9 @@
+//! One module per subcommand: each has a clap `Args` and a `run` that returns the process exit code.
+
+pub mod ladder;
+pub mod link;
+pub mod replay;
+pub mod report;
+pub mod serve;
+pub mod sim_server;
+pub mod simulate;

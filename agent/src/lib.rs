@@ -1,0 +1,63 @@
+//! The `loadshape` agent: a thin shell of adapters around `shared`.
+//!
+//! [`Cli`] is the parsed command line and [`run`] executes it, so tests can drive the whole binary in-process.
+//! Each subcommand lives in its own module under [`cmd`] with an `Args` struct and a `run` function.
+
+pub mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Replay and predict agent-shaped load on LLM servers.
+#[derive(Debug, Parser)]
+#[command(name = "loadshape", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the page, the websocket API and the run store, with the built-in emulated engine as target `sim`.
+    Serve(cmd::serve::Args),
+    /// Replay agent sessions or open/closed-loop traffic against an OpenAI-compatible server.
+    Replay(cmd::replay::Args),
+    /// Run the built-in emulated engine as an OpenAI-compatible streaming server.
+    SimServer(cmd::sim_server::Args),
+    /// Simulate a scenario file (or print the seed's report).
+    Simulate(cmd::simulate::Args),
+    /// Session ladders: statistics, solver and fitting from a production log.
+    Ladder(cmd::ladder::Args),
+    /// Encode a scenario file as a share link, or decode a link back to a scenario.
+    Link(cmd::link::Args),
+    /// Score a JSONL record file with the same module the simulator uses.
+    Report(cmd::report::Args),
+}
+
+/// Execute a parsed command line. Errors are printed once, here, with their context chain.
+pub fn run(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Simulate(args) => cmd::simulate::run(args),
+        Command::Ladder(args) => cmd::ladder::run(args),
+        Command::Link(args) => cmd::link::run(args),
+        Command::Report(args) => cmd::report::run(args),
+        Command::Serve(args) => block_on(cmd::serve::run(args)),
+        Command::Replay(args) => block_on(cmd::replay::run(args)),
+        Command::SimServer(args) => block_on(cmd::sim_server::run(args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(fut: F) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(fut)
+}

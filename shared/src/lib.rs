@@ -1,0 +1,12 @@
+//! loadshape's pure core, compiled natively (for the `loadshape` agent) and to wasm32 (for the page).
+//!
+//! Everything here is deterministic: no clocks, threads or I/O. Time comes in as a parameter, randomness from a
+//! seed stored in the [`scenario::Scenario`]. Same input, same bytes out, on native and wasm alike.
+//!
+//! Principal modules:
+//! - [`record`]: the per-request [`record::RequestRecord`] that simulated and live runs both produce.
+//! - [`version`]: the protocol and agent versions, defined once.
+
+pub mod protocol;
+pub mod record;
+pub mod version;

@@ -1,0 +1,100 @@
+//! The per-request record: one line of a live run's JSONL file, and one simulated request.
+//!
+//! Simulated and live runs produce the same type so that ONE scoring module turns either into percentiles,
+//! goodput and time series. Field names follow the seed's `agent_replay.py` records (`session inst step
+//! steps_asked base_asked ok t_submit ttft_s wall_s gen_tokens asked_tokens prompt_tokens sse_frames
+//! prompt_chars`) plus what a demanding user needs: cached tokens, per-token timing, finish reason and error.
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped whenever a field changes meaning or is removed. Readers accept older schemas they know.
+pub const RECORD_SCHEMA_VERSION: u32 = 1;
+
+/// Where the generated-token count of a record came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageSource {
+    /// `usage` arrived in its own final frame (OpenAI `stream_options.include_usage`).
+    FinalFrame,
+    /// `usage` arrived on the frame that carried `finish_reason` (llama.cpp).
+    FinishFrame,
+    /// No `usage` at all: `gen_tokens` counts content frames, which undercounts with MTP. Flagged.
+    Missing,
+    /// Produced by the simulator, which knows every count exactly.
+    #[default]
+    Simulated,
+}
+
+/// One request, simulated or live. Times are seconds; `t_submit` is seconds since the run's origin
+/// (the simulator's t = 0, or the live run's start), so records of both kinds lay over each other.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// [`RECORD_SCHEMA_VERSION`] of the writer.
+    pub schema: u32,
+    /// Session slot id (for open-loop traffic: the request index, one "session" per request).
+    pub session: u64,
+    /// Instance of the slot (respawn count).
+    pub inst: u32,
+    /// Step within the session, from 0.
+    pub step: u32,
+    /// Steps the session was asked to run.
+    pub steps_asked: u32,
+    /// Base context the session was asked to start with, tokens.
+    pub base_asked: u64,
+    /// The request completed with a streamed response and no error.
+    pub ok: bool,
+    /// Submission time, seconds since the run's origin.
+    pub t_submit: f64,
+    /// Time to first token, seconds (vLLM's TTFT: submit → first content token). `None` if none arrived.
+    pub ttft_s: Option<f64>,
+    /// Submit → last byte, seconds (vLLM's E2E latency).
+    pub wall_s: f64,
+    /// Generated tokens (from `usage.completion_tokens` when the server reports it).
+    pub gen_tokens: u64,
+    /// Output length that was forced (`max_tokens` = `min_tokens`).
+    pub asked_tokens: u64,
+    /// Prompt tokens as the server counted them (`usage.prompt_tokens`), if reported.
+    pub prompt_tokens: Option<u64>,
+    /// Prefix-cached prompt tokens (`usage.prompt_tokens_details.cached_tokens`), if reported.
+    pub cached_tokens: Option<u64>,
+    /// Prompt tokens the workload designed to be cacheable (previous prompt + reply), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub designed_cached_tokens: Option<u64>,
+    /// SSE frames that carried content.
+    pub sse_frames: u64,
+    /// Prompt length in characters.
+    pub prompt_chars: u64,
+    /// Time spent queued before the engine admitted the request, seconds (simulator only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_s: Option<f64>,
+    /// Inter-token latency summary over content frames, milliseconds (vLLM's ITL: gaps between
+    /// successive streamed chunks). `None` with fewer than two frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub itl: Option<ItlSummary>,
+    /// `finish_reason` of the last choice (`length`, `stop`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// Where `gen_tokens` came from.
+    #[serde(default)]
+    pub usage_source: UsageSource,
+    /// Error text when `ok` is false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Per-request inter-token latency summary, milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ItlSummary {
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl RequestRecord {
+    /// vLLM's TPOT for one request: (E2E − TTFT) / (output tokens − 1), milliseconds; `None` below 2 tokens.
+    pub fn tpot_ms(&self) -> Option<f64> {
+        let ttft = self.ttft_s?;
+        (self.gen_tokens > 1).then(|| (self.wall_s - ttft) * 1000.0 / (self.gen_tokens - 1) as f64)
+    }
+}
