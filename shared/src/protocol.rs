@@ -22,7 +22,11 @@ pub enum ClientMsg {
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum ServerMsg {
     /// Reply to `hello`: the agent's protocol and release.
-    Hello { id: u64, protocol: u32, agent_version: String },
+    Hello {
+        id: u64,
+        protocol: u32,
+        agent_version: String,
+    },
     /// A request could not be served; `id` is the request's id (0 when the message could not be parsed).
     Error { id: u64, code: ErrorCode, message: String },
 }
@@ -44,7 +48,11 @@ impl ServerMsg {
     /// The reply to a `hello` with protocol `client_protocol`: a hello, or a version-mismatch error.
     pub fn answer_hello(id: u64, client_protocol: u32) -> ServerMsg {
         if client_protocol == PROTOCOL_VERSION {
-            ServerMsg::Hello { id, protocol: PROTOCOL_VERSION, agent_version: LOADSHAPE_VERSION.to_string() }
+            ServerMsg::Hello {
+                id,
+                protocol: PROTOCOL_VERSION,
+                agent_version: LOADSHAPE_VERSION.to_string(),
+            }
         } else {
             ServerMsg::Error {
                 id,

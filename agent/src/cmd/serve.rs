@@ -51,13 +51,19 @@ pub struct AppState {
 /// The agent's routes over `state`, serving the page from `dist`.
 pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
     let page = ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html")));
-    Router::new().route("/ws", get(ws_handler)).fallback_service(page).with_state(state)
+    Router::new()
+        .route("/ws", get(ws_handler))
+        .fallback_service(page)
+        .with_state(state)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let token = args.token.clone().unwrap_or_else(random_token);
     if !args.listen.is_loopback() && args.token.is_none() {
-        anyhow::bail!("--listen {} is not loopback: give --token (or LOADSHAPE_TOKEN) explicitly", args.listen);
+        anyhow::bail!(
+            "--listen {} is not loopback: give --token (or LOADSHAPE_TOKEN) explicitly",
+            args.listen
+        );
     }
     if !args.dist.join("index.html").exists() {
         eprintln!(
@@ -66,17 +72,31 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     let addr = SocketAddr::new(args.listen, args.port);
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr()?;
-    let state = Arc::new(AppState { token: token.clone(), allowed_hosts: allowed_hosts(local) });
-    println!("loadshape {} serving on http://{local}/#token={token}", shared::version::LOADSHAPE_VERSION);
-    axum::serve(listener, app(state, &args.dist)).with_graceful_shutdown(shutdown_signal()).await?;
+    let state = Arc::new(AppState {
+        token: token.clone(),
+        allowed_hosts: allowed_hosts(local),
+    });
+    println!(
+        "loadshape {} serving on http://{local}/#token={token}",
+        shared::version::LOADSHAPE_VERSION
+    );
+    axum::serve(listener, app(state, &args.dist))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
     Ok(ExitCode::SUCCESS)
 }
 
 fn allowed_hosts(local: SocketAddr) -> Vec<String> {
     let port = local.port();
-    let mut hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+    let mut hosts = vec![
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+    ];
     if !local.ip().is_loopback() && !local.ip().is_unspecified() {
         hosts.push(local.to_string());
     }
@@ -98,7 +118,10 @@ fn getrandom_fill(buf: &mut [u8]) {
         return;
     }
     // Not reached on Linux; a weak fallback still differs per process and per call.
-    let seed = std::process::id() as u64 ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
     for (i, b) in buf.iter_mut().enumerate() {
         *b = (seed.rotate_left(i as u32 * 7) >> 8) as u8;
     }
@@ -113,20 +136,34 @@ struct TokenQuery {
 fn check_access(state: &AppState, headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !state.allowed_hosts.iter().any(|h| h == host) {
-        return Err((StatusCode::FORBIDDEN, format!("Host `{host}` is not this agent's address (DNS rebinding guard)"))
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!("Host `{host}` is not this agent's address (DNS rebinding guard)"),
+        )
             .into_response());
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
-        let origin_host = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")).unwrap_or("");
+        let origin_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .unwrap_or("");
         if !state.allowed_hosts.iter().any(|h| h == origin_host) {
-            return Err((StatusCode::FORBIDDEN, format!("Origin `{origin}` is not this agent's page")).into_response());
+            return Err((
+                StatusCode::FORBIDDEN,
+                format!("Origin `{origin}` is not this agent's page"),
+            )
+                .into_response());
         }
     }
     match token {
         Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => Ok(()),
         Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong token").into_response()),
-        None => Err((StatusCode::UNAUTHORIZED, "missing token: open the URL the agent printed").into_response()),
+        None => Err((
+            StatusCode::UNAUTHORIZED,
+            "missing token: open the URL the agent printed",
+        )
+            .into_response()),
     }
 }
 
@@ -143,7 +180,8 @@ async fn ws_handler(
     if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
         return refusal;
     }
-    ws.max_message_size(1 << 20).on_upgrade(move |socket| session(socket, state))
+    ws.max_message_size(1 << 20)
+        .on_upgrade(move |socket| session(socket, state))
 }
 
 async fn session(mut socket: WebSocket, _state: Arc<AppState>) {
@@ -151,7 +189,11 @@ async fn session(mut socket: WebSocket, _state: Arc<AppState>) {
         let Message::Text(text) = msg else { continue };
         let reply = match serde_json::from_str::<ClientMsg>(&text) {
             Ok(ClientMsg::Hello { id, protocol, .. }) => ServerMsg::answer_hello(id, protocol),
-            Err(e) => ServerMsg::Error { id: 0, code: ErrorCode::BadMessage, message: format!("cannot parse message: {e}") },
+            Err(e) => ServerMsg::Error {
+                id: 0,
+                code: ErrorCode::BadMessage,
+                message: format!("cannot parse message: {e}"),
+            },
         };
         let Ok(json) = serde_json::to_string(&reply) else { break };
         if socket.send(Message::Text(json.into())).await.is_err() {
