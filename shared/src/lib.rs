@@ -7,6 +7,13 @@
 //! - [`record`]: the per-request [`record::RequestRecord`] that simulated and live runs both produce.
 //! - [`version`]: the protocol and agent versions, defined once.
 
+pub mod filler;
+pub mod ladder;
+pub mod metrics;
 pub mod protocol;
+pub mod pyrand;
 pub mod record;
+pub mod scenario;
+pub mod seed_model;
 pub mod version;
+pub mod workload;

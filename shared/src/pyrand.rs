@@ -1,0 +1,265 @@
+//! Python's `random.Random(seed)`, bit-exact, for integer seeds (CPython 3.x, `Modules/_randommodule.c` and
+//! `Lib/random.py`).
+//!
+//! - Seeding: MT19937 `init_by_array` over the little-endian 32-bit words of `abs(seed)` (`[0]` for 0); the
+//!   generator itself is [`rand_mt::Mt`].
+//! - [`PyRandom::random`]: `(a >> 5, b >> 6)` → `(a·2^26 + b) / 2^53`, a 53-bit float in `[0, 1)`.
+//! - [`PyRandom::expovariate`]: `-ln(1 − random()) / lambd`.
+//! - [`PyRandom::uniform`], [`PyRandom::gauss`] (Box–Muller with the cached second value),
+//!   [`PyRandom::normalvariate`] (Kinderman–Monahan), [`PyRandom::lognormvariate`], [`PyRandom::getrandbits`],
+//!   [`PyRandom::randbelow`] / [`PyRandom::choice`] / [`PyRandom::randint`] (rejection sampling on `getrandbits`).
+//!
+//! Draws that only use `random()` and `getrandbits` are bit-exact everywhere. Those that apply `ln`, `exp`, `sin`,
+//! `cos` or `sqrt` are exact wherever Rust's and Python's math library agree, which is always for `sqrt` and the
+//! case natively on glibc (both call the same `libm`); on wasm Rust uses its own `libm`, which may rarely differ
+//! in the last bit.
+
+use std::fmt;
+
+use rand_mt::Mt;
+use serde::de::{self, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// 2^64 as the magnitude of the largest accepted seed.
+const TWO_POW_64: u128 = 1 << 64;
+
+/// An integer seed as Python's `random.Random(n)` takes it: the generator depends only on `abs(n)`.
+///
+/// Accepted in JSON as an integer in `-2^64..=2^64`, or as a float with an integral value in that range (JSON
+/// readers turn integers above `u64::MAX` into floats; `2^64` survives exactly, larger ones would not). Stored as
+/// the magnitude `abs(n)`; written back as an integer (as `1.8446744073709552e19` for exactly `2^64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct PySeed(u128);
+
+impl PySeed {
+    /// The seed `n` (any `u64`).
+    pub const fn new(n: u64) -> Self {
+        PySeed(n as u128)
+    }
+
+    /// The seed whose magnitude is `magnitude`, if it is at most 2^64.
+    pub fn from_magnitude(magnitude: u128) -> Option<Self> {
+        (magnitude <= TWO_POW_64).then_some(PySeed(magnitude))
+    }
+
+    /// `abs(n)`.
+    pub fn magnitude(self) -> u128 {
+        self.0
+    }
+
+    /// The `init_by_array` key: little-endian 32-bit words of `abs(n)`, `[0]` for zero.
+    pub fn key(self) -> Vec<u32> {
+        let mut key = Vec::with_capacity(3);
+        let mut v = self.0;
+        while v > 0 {
+            key.push(v as u32);
+            v >>= 32;
+        }
+        if key.is_empty() {
+            key.push(0);
+        }
+        key
+    }
+}
+
+impl From<u64> for PySeed {
+    fn from(n: u64) -> Self {
+        PySeed::new(n)
+    }
+}
+
+impl fmt::Display for PySeed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl Serialize for PySeed {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match u64::try_from(self.0) {
+            Ok(v) => s.serialize_u64(v),
+            // Only 2^64 itself: exactly representable as a float.
+            Err(_) => s.serialize_f64(self.0 as f64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PySeed {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SeedVisitor)
+    }
+}
+
+struct SeedVisitor;
+
+const SEED_EXPECTED: &str = "an integer seed in -2^64..=2^64";
+
+impl<'de> Visitor<'de> for SeedVisitor {
+    type Value = PySeed;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(SEED_EXPECTED)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<PySeed, E> {
+        Ok(PySeed::new(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<PySeed, E> {
+        Ok(PySeed(u128::from(v.unsigned_abs())))
+    }
+
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<PySeed, E> {
+        PySeed::from_magnitude(v).ok_or_else(|| E::custom(format!("seed must be {SEED_EXPECTED} (got {v})")))
+    }
+
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<PySeed, E> {
+        PySeed::from_magnitude(v.unsigned_abs())
+            .ok_or_else(|| E::custom(format!("seed must be {SEED_EXPECTED} (got {v})")))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<PySeed, E> {
+        let magnitude = v.abs();
+        if v.is_finite() && v.fract() == 0.0 && magnitude <= TWO_POW_64 as f64 {
+            // Integral and at most 2^64: the conversion is exact.
+            Ok(PySeed(magnitude as u128))
+        } else {
+            Err(E::custom(format!("seed must be {SEED_EXPECTED} (got {v})")))
+        }
+    }
+}
+
+/// `random.Random(seed)`: a Mersenne Twister seeded and read exactly as CPython does.
+#[derive(Clone)]
+pub struct PyRandom {
+    mt: Mt,
+    gauss_next: Option<f64>,
+}
+
+impl fmt::Debug for PyRandom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PyRandom")
+            .field("gauss_next", &self.gauss_next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// 2^-53.
+const INV_2_POW_53: f64 = 1.0 / 9_007_199_254_740_992.0;
+
+impl PyRandom {
+    /// `random.Random(seed)`.
+    pub fn new(seed: PySeed) -> Self {
+        PyRandom {
+            mt: Mt::new_with_key(seed.key()),
+            gauss_next: None,
+        }
+    }
+
+    /// `random.Random(n)` for a `u64`.
+    pub fn from_u64(n: u64) -> Self {
+        PyRandom::new(PySeed::new(n))
+    }
+
+    /// One raw 32-bit output (`genrand_uint32`).
+    #[inline]
+    pub fn next_u32(&mut self) -> u32 {
+        self.mt.next_u32()
+    }
+
+    /// `random()`: `(a >> 5, b >> 6)` → `(a·67108864 + b) / 2^53`, in `[0, 1)`.
+    #[inline]
+    pub fn random(&mut self) -> f64 {
+        let a = (self.mt.next_u32() >> 5) as f64;
+        let b = (self.mt.next_u32() >> 6) as f64;
+        (a * 67_108_864.0 + b) * INV_2_POW_53
+    }
+
+    /// `expovariate(lambd)` = `-log(1.0 - random()) / lambd` (mean `1 / lambd`).
+    #[inline]
+    pub fn expovariate(&mut self, lambd: f64) -> f64 {
+        -(1.0 - self.random()).ln() / lambd
+    }
+
+    /// `uniform(a, b)` = `a + (b - a) * random()`.
+    pub fn uniform(&mut self, a: f64, b: f64) -> f64 {
+        a + (b - a) * self.random()
+    }
+
+    /// `gauss(mu, sigma)`: Box–Muller; the second value of each pair is cached for the next call, as CPython does.
+    pub fn gauss(&mut self, mu: f64, sigma: f64) -> f64 {
+        let z = match self.gauss_next.take() {
+            Some(z) => z,
+            None => {
+                let x2pi = self.random() * std::f64::consts::TAU;
+                let g2rad = (-2.0 * (1.0 - self.random()).ln()).sqrt();
+                self.gauss_next = Some(x2pi.sin() * g2rad);
+                x2pi.cos() * g2rad
+            }
+        };
+        mu + z * sigma
+    }
+
+    /// `normalvariate(mu, sigma)`: Kinderman–Monahan ratio of uniforms, as CPython.
+    pub fn normalvariate(&mut self, mu: f64, sigma: f64) -> f64 {
+        // NV_MAGICCONST = 4 * exp(-0.5) / sqrt(2.0)
+        let magic = 4.0 * (-0.5f64).exp() / 2.0f64.sqrt();
+        loop {
+            let u1 = self.random();
+            let u2 = 1.0 - self.random();
+            let z = magic * (u1 - 0.5) / u2;
+            let zz = z * z / 4.0;
+            if zz <= -u2.ln() {
+                return mu + z * sigma;
+            }
+        }
+    }
+
+    /// `lognormvariate(mu, sigma)` = `exp(normalvariate(mu, sigma))`.
+    pub fn lognormvariate(&mut self, mu: f64, sigma: f64) -> f64 {
+        self.normalvariate(mu, sigma).exp()
+    }
+
+    /// `getrandbits(k)` for `k <= 64`: 32-bit words filled least significant first, the last one shifted down.
+    pub fn getrandbits(&mut self, k: u32) -> u64 {
+        debug_assert!(k <= 64);
+        if k == 0 {
+            return 0;
+        }
+        if k <= 32 {
+            return u64::from(self.mt.next_u32() >> (32 - k));
+        }
+        let low = u64::from(self.mt.next_u32());
+        let high = u64::from(self.mt.next_u32() >> (64 - k));
+        low | (high << 32)
+    }
+
+    /// `_randbelow(n)`: uniform in `0..n` by rejection on `getrandbits(n.bit_length())`; 0 for `n == 0`.
+    pub fn randbelow(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        let k = 64 - n.leading_zeros();
+        loop {
+            let r = self.getrandbits(k);
+            if r < n {
+                return r;
+            }
+        }
+    }
+
+    /// `randint(a, b)`: uniform in `a..=b` (`a <= b`), = `a + _randbelow(b - a + 1)`.
+    pub fn randint(&mut self, a: i64, b: i64) -> i64 {
+        let span = (b as i128 - a as i128 + 1).clamp(0, u64::MAX as i128) as u64;
+        (a as i128 + self.randbelow(span) as i128) as i64
+    }
+
+    /// `choice(seq)`: `seq[_randbelow(len(seq))]`; `None` for an empty slice (Python raises `IndexError`).
+    pub fn choice<'a, T>(&mut self, seq: &'a [T]) -> Option<&'a T> {
+        if seq.is_empty() {
+            return None;
+        }
+        let i = self.randbelow(seq.len() as u64) as usize;
+        seq.get(i)
+    }
+}
