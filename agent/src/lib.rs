@@ -4,6 +4,9 @@
 //! Each subcommand lives in its own module under [`cmd`] with an `Args` struct and a `run` function.
 
 pub mod cmd;
+pub mod replay;
+pub mod serve;
+pub mod sim_server;
 
 use std::process::ExitCode;
 

@@ -1,34 +1,157 @@
 //! The websocket protocol between the page and the agent, defined once for both sides.
 //!
-//! Every message is JSON `{"type": "...", "data": {...}}` (serde `tag`/`content`). The page sends
-//! [`ClientMsg`]s, each with a request id `id` that the agent echoes in its reply; the agent sends [`ServerMsg`]s.
-//! The first exchange is `hello`: a page whose [`PROTOCOL_VERSION`] differs from the agent's is told so and
-//! the socket is closed. See `docs/protocol.md` for an example of every message.
+//! Every message is JSON `{"type": "...", "data": {...}}` (serde `tag`/`content`). The page sends [`ClientMsg`]s,
+//! each with a request id `id` that the agent echoes in its reply; the agent sends [`ServerMsg`]s. The first
+//! exchange is `hello`: a page whose [`PROTOCOL_VERSION`] differs from the agent's gets a `version_mismatch` error.
+//!
+//! Live runs stream their records as [`ServerMsg::Record`] events numbered by `seq`: the index of the record in the
+//! run's `records.jsonl`, from 0, so a page that reconnects subscribes again `from_seq` = the last seq it saw + 1
+//! and receives every record exactly once. A page too slow to keep up is sent [`ServerMsg::Resync`] and
+//! resubscribes from its last seq; the run itself never waits for a viewer. See `docs/protocol.md`.
 
 use serde::{Deserialize, Serialize};
 
+use crate::record::RequestRecord;
 pub use crate::version::{LOADSHAPE_VERSION, PROTOCOL_VERSION};
 
 /// Messages from the page to the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", content = "data", rename_all = "snake_case")]
+#[serde(tag = "type", content = "data", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ClientMsg {
-    /// First message on a socket: the page's protocol version.
+    /// First message on a socket: the page's protocol version and a free-form client name.
     Hello { id: u64, protocol: u32, client: String },
+    /// The targets the operator configured (the page can pick among them, never supply a URL).
+    ListTargets { id: u64 },
+    /// Check a scenario without running it.
+    ValidateScenario { id: u64, scenario: serde_json::Value },
+    /// Start a live run of `scenario` against the configured target named `target`.
+    StartRun {
+        id: u64,
+        scenario: serde_json::Value,
+        target: String,
+    },
+    /// Stop a running run: no new sessions start, in-flight requests are cut, records are kept.
+    StopRun { id: u64, run_id: String },
+    /// All runs in the store, newest first.
+    ListRuns { id: u64 },
+    /// One run: its metadata, scenario, summary and every record.
+    FetchRun { id: u64, run_id: String },
+    /// Delete a finished run from the store.
+    DeleteRun { id: u64, run_id: String },
+    /// Stream a run's records from `from_seq` on (0 for all), then live as they arrive.
+    Subscribe { id: u64, run_id: String, from_seq: u64 },
+    /// Stop streaming a run to this socket.
+    Unsubscribe { id: u64, run_id: String },
 }
 
 /// Messages from the agent to the page.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum ServerMsg {
-    /// Reply to `hello`: the agent's protocol and release.
+    /// Reply to `hello`: the agent's protocol, release and limits.
     Hello {
         id: u64,
         protocol: u32,
         agent_version: String,
+        limits: Limits,
     },
+    /// Reply to `list_targets`.
+    Targets { id: u64, targets: Vec<TargetInfo> },
+    /// Reply to `validate_scenario`: `error` names what is wrong, `None` when valid.
+    Validated {
+        id: u64,
+        valid: bool,
+        error: Option<String>,
+    },
+    /// Reply to `start_run`.
+    RunStarted { id: u64, run: RunInfo },
+    /// Reply to `stop_run`; the run's final state arrives as a `run_state` event.
+    StopRequested { id: u64, run_id: String },
+    /// Reply to `list_runs`.
+    Runs { id: u64, runs: Vec<RunInfo> },
+    /// Reply to `fetch_run`.
+    Run {
+        id: u64,
+        run: RunInfo,
+        scenario: serde_json::Value,
+        summary: Option<serde_json::Value>,
+        records: Vec<RequestRecord>,
+    },
+    /// Reply to `delete_run`.
+    RunDeleted { id: u64, run_id: String },
+    /// Reply to `subscribe`: records `from_seq..` follow as `record` events.
+    Subscribed { id: u64, run_id: String, from_seq: u64 },
+    /// Reply to `unsubscribe`.
+    Unsubscribed { id: u64, run_id: String },
+    /// Event: one finished request of a run, `seq` = its index in the run's records.
+    Record {
+        run_id: String,
+        seq: u64,
+        record: RequestRecord,
+    },
+    /// Event: a run changed state (sent to its subscribers); `summary` is set once it ended.
+    RunState {
+        run_id: String,
+        run: RunInfo,
+        summary: Option<serde_json::Value>,
+    },
+    /// Event: this socket fell behind a run's stream; subscribe again from `next_seq` (nothing was skipped
+    /// in the store, only in this socket's buffer).
+    Resync { run_id: String, next_seq: u64 },
     /// A request could not be served; `id` is the request's id (0 when the message could not be parsed).
     Error { id: u64, code: ErrorCode, message: String },
+}
+
+/// Limits the agent enforces, told to the page at `hello` so it can say so before the agent refuses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub max_message_bytes: u64,
+    pub max_concurrent_runs: u32,
+    pub max_sessions_per_run: u32,
+    pub max_run_seconds: f64,
+}
+
+/// A live target as the page sees it: a name to pick and what it is. The URL is shown for information only;
+/// a run names the target, never a URL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    pub name: String,
+    /// `sim` for the built-in emulated engine, `openai` for a configured OpenAI-compatible server.
+    pub kind: String,
+    pub url: String,
+    pub model: String,
+    pub dialect: String,
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    Running,
+    /// Ran to its end.
+    Finished,
+    /// Stopped by a user.
+    Stopped,
+    /// Ended by an error (e.g. the target stopped answering); records so far are kept.
+    Failed,
+    /// The agent died while it ran; found so at the next start, with what it recorded.
+    Interrupted,
+}
+
+/// A run's metadata, as stored in its folder's `run.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub run_id: String,
+    pub target: String,
+    pub state: RunState,
+    /// Unix milliseconds.
+    pub started_ms: u64,
+    pub ended_ms: Option<u64>,
+    /// Records written so far.
+    pub records: u64,
+    /// Why the run failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Machine-readable error kinds; the `message` says what exactly was wrong.
@@ -37,31 +160,60 @@ pub enum ServerMsg {
 pub enum ErrorCode {
     BadMessage,
     VersionMismatch,
+    HelloFirst,
     UnknownTarget,
     UnknownRun,
     InvalidScenario,
     LimitExceeded,
+    RunActive,
     Internal,
 }
 
 impl ServerMsg {
     /// The reply to a `hello` with protocol `client_protocol`: a hello, or a version-mismatch error.
-    pub fn answer_hello(id: u64, client_protocol: u32) -> ServerMsg {
+    pub fn answer_hello(id: u64, client_protocol: u32, limits: Limits) -> ServerMsg {
         if client_protocol == PROTOCOL_VERSION {
             ServerMsg::Hello {
                 id,
                 protocol: PROTOCOL_VERSION,
                 agent_version: LOADSHAPE_VERSION.to_string(),
+                limits,
             }
         } else {
-            ServerMsg::Error {
+            ServerMsg::error(
                 id,
-                code: ErrorCode::VersionMismatch,
-                message: format!(
+                ErrorCode::VersionMismatch,
+                format!(
                     "protocol version mismatch: page speaks {client_protocol}, agent speaks {PROTOCOL_VERSION}; \
                      reload the page the agent serves"
                 ),
-            }
+            )
+        }
+    }
+
+    pub fn error(id: u64, code: ErrorCode, message: impl Into<String>) -> ServerMsg {
+        ServerMsg::Error {
+            id,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl ClientMsg {
+    /// The request id every client message carries.
+    pub fn id(&self) -> u64 {
+        match self {
+            ClientMsg::Hello { id, .. }
+            | ClientMsg::ListTargets { id }
+            | ClientMsg::ValidateScenario { id, .. }
+            | ClientMsg::StartRun { id, .. }
+            | ClientMsg::StopRun { id, .. }
+            | ClientMsg::ListRuns { id }
+            | ClientMsg::FetchRun { id, .. }
+            | ClientMsg::DeleteRun { id, .. }
+            | ClientMsg::Subscribe { id, .. }
+            | ClientMsg::Unsubscribe { id, .. } => *id,
         }
     }
 }

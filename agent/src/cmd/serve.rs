@@ -1,8 +1,5 @@
-//! `loadshape serve`: the page, the websocket API at `/ws`, and (as it grows) the run store.
-//!
-//! Security follows Jupyter's model for a local agent driven from a browser: bind loopback unless told
-//! otherwise, require a random token (printed in the URL) on the websocket and every API call, and refuse
-//! upgrades whose `Host` is not the agent's own (DNS rebinding) or whose `Origin` is foreign (cross-site).
+//! `loadshape serve`: the page, the websocket API at `/ws`, the run store, and the built-in emulated engine as
+//! the live target `sim`. See `crate::serve` for the security model.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -10,19 +7,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::Router;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use serde::Deserialize;
-use shared::protocol::{ClientMsg, ErrorCode, ServerMsg};
-use tower_http::services::{ServeDir, ServeFile};
+use shared::protocol::Limits;
+
+use crate::serve::driver::ReplayDriver;
+use crate::serve::store::RunStore;
+use crate::serve::{AppState, Runs, Target, allowed_hosts, app};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Port to listen on.
+    /// Port to listen on (0 picks a free one; the printed URL says which).
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
     /// Address to bind. Anything but loopback exposes the agent to the network; a token is then mandatory.
@@ -32,45 +25,58 @@ pub struct Args {
     #[arg(long, env = "LOADSHAPE_TOKEN")]
     pub token: Option<String>,
     /// Folder holding the Trunk-built page (`index.html` and its assets).
-    #[arg(long, env = "LOADSHAPE_DIST", default_value = default_dist())]
+    #[arg(long, env = "LOADSHAPE_DIST", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"))]
     pub dist: PathBuf,
-}
-
-fn default_dist() -> &'static str {
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../dist")
-}
-
-/// Shared state of one running agent.
-#[derive(Debug)]
-pub struct AppState {
-    pub token: String,
-    /// `host:port` values a request's Host (and Origin) may carry: the agent's own addresses.
-    pub allowed_hosts: Vec<String>,
-}
-
-/// The agent's routes over `state`, serving the page from `dist`.
-pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
-    let page = ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html")));
-    Router::new()
-        .route("/ws", get(ws_handler))
-        .fallback_service(page)
-        .with_state(state)
+    /// Where runs are stored (one folder per run under `runs/`).
+    #[arg(long, env = "LOADSHAPE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A live target: `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR]`, URL ending in `/v1`. Repeatable.
+    /// The built-in emulated engine is always offered as `sim`.
+    #[arg(long = "target", value_name = "NAME=URL[,...]")]
+    pub targets: Vec<String>,
+    /// Most runs active at once.
+    #[arg(long, default_value_t = 2)]
+    pub max_concurrent_runs: u32,
+    /// Most concurrent sessions (or users) a run may ask for.
+    #[arg(long, default_value_t = 256)]
+    pub max_sessions_per_run: u32,
+    /// Longest a run may last, seconds.
+    #[arg(long, default_value_t = 3600.0)]
+    pub max_run_seconds: f64,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let token = args.token.clone().unwrap_or_else(random_token);
     if !args.listen.is_loopback() && args.token.is_none() {
         anyhow::bail!(
             "--listen {} is not loopback: give --token (or LOADSHAPE_TOKEN) explicitly",
             args.listen
         );
     }
+    let token = args.token.clone().unwrap_or_else(random_token);
     if !args.dist.join("index.html").exists() {
         eprintln!(
             "warning: no page at {} (run `trunk build --release`); serving the API only",
             args.dist.display()
         );
     }
+    let mut targets = vec![sim_target()];
+    for spec in &args.targets {
+        let t = parse_target(spec)?;
+        if targets.iter().any(|o| o.name == t.name) {
+            anyhow::bail!("--target {spec}: a target named `{}` is already configured", t.name);
+        }
+        targets.push(t);
+    }
+    let data_dir = args.data_dir.clone().unwrap_or_else(default_data_dir);
+    let store = RunStore::open(&data_dir)?;
+    let limits = Limits {
+        max_message_bytes: 1 << 20,
+        max_concurrent_runs: args.max_concurrent_runs,
+        max_sessions_per_run: args.max_sessions_per_run,
+        max_run_seconds: args.max_run_seconds,
+    };
+    let runs = Arc::new(Runs::new(store, targets, limits, Arc::new(ReplayDriver)));
+
     let addr = SocketAddr::new(args.listen, args.port);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -79,140 +85,133 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let state = Arc::new(AppState {
         token: token.clone(),
         allowed_hosts: allowed_hosts(local),
+        runs: runs.clone(),
     });
+    let shown = if local.ip().is_unspecified() {
+        SocketAddr::new(Ipv4Addr::LOCALHOST.into(), local.port())
+    } else {
+        local
+    };
     println!(
-        "loadshape {} serving on http://{local}/#token={token}",
+        "loadshape {} serving the page and API",
         shared::version::LOADSHAPE_VERSION
     );
+    println!("  open http://{shown}/#token={token}");
+    println!("  runs stored in {}", runs.store.dir().display());
     axum::serve(listener, app(state, &args.dist))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
+    runs.stop_all();
     Ok(ExitCode::SUCCESS)
 }
 
-fn allowed_hosts(local: SocketAddr) -> Vec<String> {
-    let port = local.port();
-    let mut hosts = vec![
-        format!("127.0.0.1:{port}"),
-        format!("localhost:{port}"),
-        format!("[::1]:{port}"),
-    ];
-    if !local.ip().is_loopback() && !local.ip().is_unspecified() {
-        hosts.push(local.to_string());
+fn sim_target() -> Target {
+    Target {
+        name: "sim".into(),
+        url: "builtin".into(),
+        model: "sim".into(),
+        dialect: "vllm".into(),
+        api_key_env: None,
+        builtin: true,
     }
-    hosts
+}
+
+/// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR]`.
+pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
+    let (name, rest) = spec
+        .split_once('=')
+        .with_context(|| format!("--target `{spec}`: expected NAME=URL[,...]"))?;
+    let mut parts = rest.split(',');
+    let url = parts.next().unwrap_or("").trim().trim_end_matches('/').to_string();
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        anyhow::bail!("--target `{spec}`: the name must be letters, digits, - or _");
+    }
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        anyhow::bail!("--target `{spec}`: the URL must start with http:// or https:// (got `{url}`)");
+    }
+    let mut t = Target {
+        name: name.into(),
+        url,
+        model: String::new(),
+        dialect: "auto".into(),
+        api_key_env: None,
+        builtin: false,
+    };
+    for kv in parts {
+        match kv.split_once('=') {
+            Some(("model", v)) => t.model = v.into(),
+            Some(("dialect", v)) => t.dialect = v.into(),
+            Some(("api_key_env", v)) => t.api_key_env = Some(v.into()),
+            _ => anyhow::bail!("--target `{spec}`: unknown option `{kv}` (model=, dialect=, api_key_env=)"),
+        }
+    }
+    if t.name == "sim" {
+        anyhow::bail!("--target `{spec}`: the name `sim` is reserved for the built-in emulated engine");
+    }
+    Ok(t)
+}
+
+fn default_data_dir() -> PathBuf {
+    std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("loadshape")
 }
 
 /// 128 bits from the OS, hex.
 pub fn random_token() -> String {
-    let mut bytes = [0u8; 16];
-    getrandom_fill(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn getrandom_fill(buf: &mut [u8]) {
     use std::io::Read;
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom")
-        && f.read_exact(buf).is_ok()
-    {
-        return;
-    }
-    // Not reached on Linux; a weak fallback still differs per process and per call.
-    let seed = std::process::id() as u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-    for (i, b) in buf.iter_mut().enumerate() {
-        *b = (seed.rotate_left(i as u32 * 7) >> 8) as u8;
-    }
-}
-
-#[derive(Debug, Deserialize)]
-struct TokenQuery {
-    token: Option<String>,
-}
-
-/// Refuses an upgrade with a status and a plain-text reason, before any websocket exists.
-fn check_access(state: &AppState, headers: &HeaderMap, token: Option<&str>) -> Result<(), Response> {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if !state.allowed_hosts.iter().any(|h| h == host) {
-        return Err((
-            StatusCode::FORBIDDEN,
-            format!("Host `{host}` is not this agent's address (DNS rebinding guard)"),
-        )
-            .into_response());
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or("");
-        let origin_host = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .unwrap_or("");
-        if !state.allowed_hosts.iter().any(|h| h == origin_host) {
-            return Err((
-                StatusCode::FORBIDDEN,
-                format!("Origin `{origin}` is not this agent's page"),
-            )
-                .into_response());
+    let mut bytes = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !ok {
+        // Not reached on Linux; still differs per process and per call.
+        let seed = crate::serve::unique();
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (seed.rotate_left(i as u32 * 8) & 0xff) as u8;
         }
     }
-    match token {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => Ok(()),
-        Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong token").into_response()),
-        None => Err((
-            StatusCode::UNAUTHORIZED,
-            "missing token: open the URL the agent printed",
-        )
-            .into_response()),
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn ws_handler(
-    State(state): State<Arc<AppState>>,
-    Query(q): Query<TokenQuery>,
-    headers: HeaderMap,
-    ws: WebSocketUpgrade,
-) -> Response {
-    if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
-        return refusal;
-    }
-    ws.max_message_size(1 << 20)
-        .on_upgrade(move |socket| session(socket, state))
-}
-
-async fn session(mut socket: WebSocket, _state: Arc<AppState>) {
-    while let Some(Ok(msg)) = socket.recv().await {
-        let Message::Text(text) = msg else { continue };
-        let reply = match serde_json::from_str::<ClientMsg>(&text) {
-            Ok(ClientMsg::Hello { id, protocol, .. }) => ServerMsg::answer_hello(id, protocol),
-            Err(e) => ServerMsg::Error {
-                id: 0,
-                code: ErrorCode::BadMessage,
-                message: format!("cannot parse message: {e}"),
-            },
-        };
-        let Ok(json) = serde_json::to_string(&reply) else { break };
-        if socket.send(Message::Text(json.into())).await.is_err() {
-            break;
-        }
-    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    #[cfg(unix)]
     let term = async {
         if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             s.recv().await;
         }
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_targets_and_rejects_bad_ones() {
+        let t = parse_target("vllm=http://127.0.0.1:8000/v1/,model=llama,dialect=vllm,api_key_env=KEY").unwrap();
+        assert_eq!(
+            (t.name.as_str(), t.url.as_str(), t.model.as_str()),
+            ("vllm", "http://127.0.0.1:8000/v1", "llama")
+        );
+        assert_eq!(t.api_key_env.as_deref(), Some("KEY"));
+        for bad in [
+            "novalue",
+            "x=ftp://a",
+            "=http://a",
+            "sim=http://a",
+            "x=http://a,colour=red",
+        ] {
+            assert!(parse_target(bad).is_err(), "{bad} accepted");
+        }
+    }
 }

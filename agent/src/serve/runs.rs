@@ -1,0 +1,321 @@
+//! Live runs: start, stop, stream records to any number of viewers, finish into the store.
+//!
+//! Each active run has an in-memory log of its records (seq = index) behind a mutex, the append-only
+//! `records.jsonl` on disk, and a bounded `broadcast` channel of events. Appending a record writes and flushes
+//! the file line, pushes it to the log and broadcasts it under one lock; a subscriber takes the backlog and
+//! subscribes to the channel under the same lock, so it sees every record exactly once. The channel never
+//! blocks the run: a viewer that falls behind gets `Lagged` and is told to resync from its last seq.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::future::Future;
+use std::io::{BufWriter, Write};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use shared::protocol::{ErrorCode, Limits, RunInfo, RunState, ServerMsg, TargetInfo};
+use shared::record::RequestRecord;
+use tokio::sync::{broadcast, watch};
+
+use super::store::{RunStore, StoredRun};
+
+/// A live target the operator configured. The page picks one by name; it can never supply a URL.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    /// Base URL including `/v1`, e.g. `http://127.0.0.1:8000/v1`.
+    pub url: String,
+    pub model: String,
+    pub dialect: String,
+    /// Name of the environment variable holding the API key (the key itself is read when a run starts).
+    pub api_key_env: Option<String>,
+    /// The built-in emulated engine.
+    pub builtin: bool,
+}
+
+impl Target {
+    pub fn info(&self) -> TargetInfo {
+        TargetInfo {
+            name: self.name.clone(),
+            kind: if self.builtin { "sim" } else { "openai" }.into(),
+            url: self.url.clone(),
+            model: self.model.clone(),
+            dialect: self.dialect.clone(),
+        }
+    }
+}
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// What executes a run: the replay client in production, a scripted fake in tests (hyperfine's
+/// `Executor`/`MockExecutor` pattern). It pushes each finished request into `sink` and returns when the run
+/// ends, or soon after `stop` turns true.
+pub trait Driver: Send + Sync + 'static {
+    fn run(
+        &self,
+        target: Target,
+        scenario: serde_json::Value,
+        sink: RecordSink,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<anyhow::Result<()>>;
+
+    /// Checks a scenario before a run starts; `Err` names what is wrong.
+    fn validate(&self, scenario: &serde_json::Value, limits: &Limits) -> Result<(), String>;
+
+    /// Scores a finished run's records (the shared scoring module); `None` when nothing can be scored.
+    fn summarize(&self, scenario: &serde_json::Value, records: &[RequestRecord]) -> Option<serde_json::Value>;
+}
+
+struct RunLog {
+    records: Vec<RequestRecord>,
+    file: BufWriter<File>,
+}
+
+/// One active run.
+pub struct LiveRun {
+    info: Mutex<RunInfo>,
+    log: Mutex<RunLog>,
+    events: broadcast::Sender<Arc<ServerMsg>>,
+    stop: watch::Sender<bool>,
+}
+
+/// The handle a driver pushes records into.
+#[derive(Clone)]
+pub struct RecordSink {
+    run: Arc<LiveRun>,
+}
+
+impl RecordSink {
+    /// Appends one record: written and flushed to `records.jsonl`, kept for resuming viewers, broadcast live.
+    pub fn push(&self, record: RequestRecord) {
+        let run_id = self.run.info.lock().expect("run info lock").run_id.clone();
+        let mut log = self.run.log.lock().expect("run log lock");
+        let seq = log.records.len() as u64;
+        if let Ok(line) = serde_json::to_string(&record) {
+            // A failed disk write is logged, not fatal: the record still reaches viewers and the summary.
+            if let Err(e) = writeln!(log.file, "{line}").and_then(|_| log.file.flush()) {
+                tracing::error!("run {run_id}: writing record {seq}: {e}");
+            }
+        }
+        log.records.push(record.clone());
+        let _ = self
+            .run
+            .events
+            .send(Arc::new(ServerMsg::Record { run_id, seq, record }));
+        drop(log);
+        self.run.info.lock().expect("run info lock").records = seq + 1;
+    }
+}
+
+/// Where a subscriber starts: the backlog to send first, then live events.
+pub enum Subscription {
+    Live {
+        backlog: Vec<(u64, RequestRecord)>,
+        events: broadcast::Receiver<Arc<ServerMsg>>,
+    },
+    Stored(Box<StoredRun>),
+}
+
+pub struct Runs {
+    pub store: RunStore,
+    pub targets: Vec<Target>,
+    pub limits: Limits,
+    driver: Arc<dyn Driver>,
+    active: Mutex<HashMap<String, Arc<LiveRun>>>,
+}
+
+type Refusal = (ErrorCode, String);
+
+impl Runs {
+    pub fn new(store: RunStore, targets: Vec<Target>, limits: Limits, driver: Arc<dyn Driver>) -> Runs {
+        Runs {
+            store,
+            targets,
+            limits,
+            driver,
+            active: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn target_infos(&self) -> Vec<TargetInfo> {
+        self.targets.iter().map(Target::info).collect()
+    }
+
+    pub fn validate(&self, scenario: &serde_json::Value) -> Result<(), String> {
+        self.driver.validate(scenario, &self.limits)
+    }
+
+    /// Starts a run of `scenario` against the configured target `target_name`.
+    pub fn start(self: &Arc<Self>, target_name: &str, scenario: serde_json::Value) -> Result<RunInfo, Refusal> {
+        let Some(target) = self.targets.iter().find(|t| t.name == target_name).cloned() else {
+            let known: Vec<_> = self.targets.iter().map(|t| t.name.as_str()).collect();
+            return Err((
+                ErrorCode::UnknownTarget,
+                format!("unknown target `{target_name}`; the agent offers: {}", known.join(", ")),
+            ));
+        };
+        self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
+        let mut active = self.active.lock().expect("active runs lock");
+        if active.len() >= self.limits.max_concurrent_runs as usize {
+            return Err((
+                ErrorCode::LimitExceeded,
+                format!(
+                    "{} run(s) already active; the limit is {}",
+                    active.len(),
+                    self.limits.max_concurrent_runs
+                ),
+            ));
+        }
+        let info = RunInfo {
+            run_id: new_run_id(),
+            target: target.name.clone(),
+            state: RunState::Running,
+            started_ms: now_ms(),
+            ended_ms: None,
+            records: 0,
+            error: None,
+        };
+        let file = self
+            .store
+            .create(&info, &scenario)
+            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
+        let (events, _) = broadcast::channel(256);
+        let (stop, stop_rx) = watch::channel(false);
+        let run = Arc::new(LiveRun {
+            info: Mutex::new(info.clone()),
+            log: Mutex::new(RunLog {
+                records: Vec::new(),
+                file: BufWriter::new(file),
+            }),
+            events,
+            stop,
+        });
+        active.insert(info.run_id.clone(), run.clone());
+        drop(active);
+
+        let this = self.clone();
+        let fut = self
+            .driver
+            .run(target, scenario.clone(), RecordSink { run: run.clone() }, stop_rx);
+        tokio::spawn(async move {
+            let outcome = fut.await;
+            this.finish(&run, &scenario, outcome);
+        });
+        Ok(info)
+    }
+
+    fn finish(&self, run: &Arc<LiveRun>, scenario: &serde_json::Value, outcome: anyhow::Result<()>) {
+        let stopped = *run.stop.borrow();
+        let records = run.log.lock().expect("run log lock").records.clone();
+        let summary = self.driver.summarize(scenario, &records);
+        let info = {
+            let mut info = run.info.lock().expect("run info lock");
+            info.ended_ms = Some(now_ms());
+            info.records = records.len() as u64;
+            match outcome {
+                Ok(()) if stopped => info.state = RunState::Stopped,
+                Ok(()) => info.state = RunState::Finished,
+                Err(e) => {
+                    info.state = RunState::Failed;
+                    info.error = Some(format!("{e:#}"));
+                }
+            }
+            info.clone()
+        };
+        if let Some(summary) = &summary
+            && let Err(e) = self.store.write_summary(&info.run_id, summary)
+        {
+            tracing::error!("run {}: writing summary: {e:#}", info.run_id);
+        }
+        if let Err(e) = self.store.write_info(&info) {
+            tracing::error!("run {}: writing run.json: {e:#}", info.run_id);
+        }
+        self.active.lock().expect("active runs lock").remove(&info.run_id);
+        let _ = run.events.send(Arc::new(ServerMsg::RunState {
+            run_id: info.run_id.clone(),
+            run: info,
+            summary,
+        }));
+    }
+
+    pub fn stop(&self, run_id: &str) -> Result<(), Refusal> {
+        let active = self.active.lock().expect("active runs lock");
+        let run = active
+            .get(run_id)
+            .ok_or_else(|| (ErrorCode::UnknownRun, format!("no active run `{run_id}`")))?;
+        let _ = run.stop.send(true);
+        Ok(())
+    }
+
+    pub fn list(&self) -> Result<Vec<RunInfo>, Refusal> {
+        let mut runs = self.store.list().map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
+        let active = self.active.lock().expect("active runs lock");
+        for info in &mut runs {
+            if let Some(run) = active.get(&info.run_id) {
+                *info = run.info.lock().expect("run info lock").clone();
+            }
+        }
+        Ok(runs)
+    }
+
+    pub fn fetch(&self, run_id: &str) -> Result<StoredRun, Refusal> {
+        let mut stored = self
+            .store
+            .load(run_id)
+            .map_err(|e| (ErrorCode::UnknownRun, format!("{e:#}")))?;
+        if let Some(run) = self.active.lock().expect("active runs lock").get(run_id) {
+            stored.info = run.info.lock().expect("run info lock").clone();
+            stored.records = run.log.lock().expect("run log lock").records.clone();
+        }
+        Ok(stored)
+    }
+
+    pub fn delete(&self, run_id: &str) -> Result<(), Refusal> {
+        if self.active.lock().expect("active runs lock").contains_key(run_id) {
+            return Err((
+                ErrorCode::RunActive,
+                format!("run `{run_id}` is still running; stop it first"),
+            ));
+        }
+        self.store
+            .delete(run_id)
+            .map_err(|e| (ErrorCode::UnknownRun, format!("{e:#}")))
+    }
+
+    pub fn subscribe(&self, run_id: &str, from_seq: u64) -> Result<Subscription, Refusal> {
+        if let Some(run) = self.active.lock().expect("active runs lock").get(run_id).cloned() {
+            let log = run.log.lock().expect("run log lock");
+            let backlog = log
+                .records
+                .iter()
+                .enumerate()
+                .skip(from_seq as usize)
+                .map(|(i, r)| (i as u64, r.clone()))
+                .collect();
+            let events = run.events.subscribe();
+            return Ok(Subscription::Live { backlog, events });
+        }
+        self.fetch(run_id).map(|s| Subscription::Stored(Box::new(s)))
+    }
+
+    /// Stops every active run (agent shutdown) so their records are flushed and states written.
+    pub fn stop_all(&self) {
+        for run in self.active.lock().expect("active runs lock").values() {
+            let _ = run.stop.send(true);
+        }
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.active.lock().expect("active runs lock").len()
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn new_run_id() -> String {
+    format!("r{}-{:04x}", now_ms(), super::unique() & 0xffff)
+}

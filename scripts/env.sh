@@ -1,0 +1,14 @@
+# Sourced by the scripts: one place for paths and tool versions.
+# shellcheck shell=bash
+LOADSHAPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export LOADSHAPE_ROOT
+# Cargo's target dir lives outside the clone so repeated CI runs on the same machine stay warm.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/loadshape-target}"
+export PATH="$HOME/.cargo/bin:$LOADSHAPE_ROOT/tools/binaryen/node_modules/.bin:$PATH"
+TRUNK_VERSION=0.21.14
+# wasm-bindgen-cli must equal the wasm-bindgen crate in Cargo.lock.
+WASM_BINDGEN_VERSION="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' "$LOADSHAPE_ROOT/Cargo.lock")"
+export TRUNK_VERSION WASM_BINDGEN_VERSION
+# Chromium as root in a sandbox-less container, offline (TOOLCHAIN.md).
+export CHROMIUM_FLAGS="--headless --no-sandbox --disable-gpu --disable-dev-shm-usage --disable-quic --no-first-run --disable-background-networking --disable-component-update --disable-sync"
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

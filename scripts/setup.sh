@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs whatever is missing to build and test loadshape on a fresh Debian 12 + rustup machine.
+# Idempotent: a second run checks versions and installs nothing. Only package registries are used.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$LOADSHAPE_ROOT"
+
+need_apt=()
+command -v chromium >/dev/null || need_apt+=(chromium)
+command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
+command -v node >/dev/null || need_apt+=(nodejs npm)
+if ((${#need_apt[@]})); then
+  step "apt: ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+fi
+
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  step "rustup: wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+
+if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
+  step "cargo install trunk $TRUNK_VERSION (trunk 0.22 needs a newer rustc)"
+  cargo install trunk --version "$TRUNK_VERSION" --locked
+fi
+if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
+  step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (must equal Cargo.lock)"
+  # Not --locked: the CLI's own lock names a crate version the registry no longer serves.
+  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+# binaryen 132 from npm for wasm-opt: Debian's binaryen 108 builds a page that stays blank.
+if [ "$(wasm-opt --version 2>/dev/null | awk '{print $3}')" != "132" ]; then
+  step "npm: binaryen 132"
+  (cd tools/binaryen && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if [ ! -d tests/browser/node_modules/playwright-core ]; then
+  step "npm: playwright-core (drives Debian's chromium)"
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi

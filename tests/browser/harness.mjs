@@ -1,0 +1,63 @@
+// Shared by the browser suites: start a `loadshape serve` child on a free loopback port and a headless Chromium.
+//
+// run.mjs starts ONE agent for the whole suite and passes LOADSHAPE_URL (with `#token=`) to the test files;
+// a test that needs its own agent (e.g. a restart) calls startAgent() itself.
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+export const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), '../..');
+export const BIN = process.env.LOADSHAPE_BIN || path.join(ROOT, 'target/debug/loadshape');
+export const SHOTS = path.join(ROOT, 'artifacts/screenshots');
+
+/** Starts `loadshape serve` on 127.0.0.1:<free port>; resolves to { url, origin, token, child, stop }. */
+export async function startAgent(extraArgs = [], env = {}) {
+  const token = 'test-' + Math.random().toString(16).slice(2);
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'loadshape-e2e-'));
+  const child = spawn(BIN, ['serve', '--port', '0', '--token', token, '--dist', path.join(ROOT, 'dist'),
+    '--data-dir', dataDir, ...extraArgs], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (d) => { stderr += d; });
+  const url = await new Promise((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`agent did not print its URL in 30 s; stderr:\n${stderr}`)), 30000);
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/(http:\/\/127\.0\.0\.1:\d+\/#token=\S+)/);
+      if (m) { clearTimeout(timer); resolve(m[1]); }
+    });
+    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`agent exited (${code}); stderr:\n${stderr}`)); });
+  });
+  const origin = new URL(url).origin;
+  const stop = () => new Promise((resolve) => {
+    if (child.exitCode !== null) return resolve();
+    child.once('exit', resolve);
+    child.kill('SIGTERM');  // the exact child PID we spawned, never a process group
+  });
+  return { url, origin, token, child, dataDir, stop };
+}
+
+/** A headless Debian Chromium, flags as TOOLCHAIN.md says for root without a network. */
+export async function launchBrowser() {
+  // Playwright gives every launch a fresh temporary profile (the `--user-data-dir` TOOLCHAIN.md asks for).
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    headless: true,
+  });
+}
+
+/** Saves a full-page screenshot under artifacts/screenshots/NAME.png. */
+export async function screenshot(page, name) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+/** Reads `data-metric` values under `root` (a locator or the page) into { field: number|string }. */
+export async function readMetrics(root) {
+  return root.locator('[data-metric]').evaluateAll((els) => Object.fromEntries(
+    els.map((e) => [e.dataset.metric, e.dataset.value ?? e.textContent.trim()])));
+}
