@@ -1,0 +1,404 @@
+//! Agent sessions, as the seed's `agent_replay.py` runs them: a session resends a GROWING conversation.
+//!
+//! Step 0's prompt is `base + task`; step k's prompt is step k−1's prompt plus its reply (`gen_tokens[k-1]`) plus a
+//! tool output (`tool_tokens`). Between steps the session thinks (`think_s[k]`); sessions start `stagger_s` apart;
+//! with `respawn` a slot restarts its session (next instance) when one finishes; the run lasts `duration_s`, and with
+//! `drain` in-flight sessions may finish within `drain_grace_s` after it.
+//!
+//! [`SessionWorkload::plan`] draws one session instance's shape deterministically from `(seed, slot, inst)`; the
+//! live replay and the simulator both use it, so both run the same sessions. Draw semantics follow the seed:
+//! - ladder: `(base, steps) = ladder[slot % len]`;
+//! - lognormal: `base = max(4000, int(base·exp(gauss(0, spread))))`, `steps = max(2, round(steps·exp(gauss(0,
+//!   0.6·spread))))`; uniform: the same with `uniform(1 − spread, 1 + spread)` factors;
+//! - per step: `gen = max(64, int(gauss(gen, gen/2)))`, `think = max(0, gauss(think, 0.4·think))`.
+//!
+//! The per-instance stream is Python's `random.Random(seed + slot·7919 + inst·104729)` (the seed's derivation
+//! WITHOUT its content nonce: content uniqueness is the filler's job, see `shared::filler`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ladder::Ladder;
+use crate::pyrand::{PyRandom, PySeed};
+use crate::scenario::ScenarioError;
+
+/// Shape of the per-session random draw (ignored when a ladder is set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionDist {
+    /// Skewed like production's prompt distribution (median 26k, p90 65k). The seed's default.
+    #[default]
+    Lognormal,
+    /// Symmetric `uniform(1 − spread, 1 + spread)` factors.
+    Uniform,
+}
+
+/// Largest accepted token count for any single size knob (base, gen, tool, task).
+pub const MAX_TOKENS: u64 = 10_000_000;
+/// Largest accepted session slot count and step count.
+pub const MAX_SESSIONS: u32 = 1_000_000;
+pub const MAX_STEPS: u32 = 100_000;
+/// Largest accepted time knob, seconds (about 3 years).
+pub const MAX_SECONDS: f64 = 1e8;
+
+/// The seed replay's knobs. Defaults equal `agent_replay.py`'s command-line defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionWorkload {
+    /// Concurrent session slots (`--sessions`). With a ladder, the ladder's length wins (as in the seed).
+    pub sessions: u32,
+    /// Mean steps per session (`--steps`).
+    pub steps: u32,
+    /// Mean starting context per session, tokens (`--base`).
+    pub base_tokens: u64,
+    /// Mean forced generation length per step, tokens (`--gen`).
+    pub gen_tokens: u32,
+    /// Synthetic tool output appended per step, tokens (`--tool`).
+    pub tool_tokens: u32,
+    /// Mean think time between a session's steps, seconds (`--think`).
+    pub think_s: f64,
+    /// Per-session draw shape (`--dist`).
+    pub dist: SessionDist,
+    /// Per-session variation as a fraction (`--spread`).
+    pub spread: f64,
+    /// Fixed session shapes `base:steps,base:steps,...` (`--ladder`); overrides sessions/steps/base/dist/spread.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ladder: Option<Ladder>,
+    /// Restart a slot's session when it finishes (`--respawn`).
+    pub respawn: bool,
+    /// Seconds between session starts (`--stagger`).
+    pub stagger_s: f64,
+    /// Run length, seconds (`--max-seconds`): no new session starts after it.
+    pub duration_s: f64,
+    /// At `duration_s`, let in-flight sessions finish instead of cutting them (`--drain`).
+    pub drain: bool,
+    /// Hard cap on the drain, seconds (`--drain-grace`).
+    pub drain_grace_s: f64,
+    /// Tokens of the task line appended to the base ("Task: find why the loader refuses the shard ...").
+    pub task_tokens: u32,
+}
+
+impl Default for SessionWorkload {
+    fn default() -> Self {
+        Self {
+            sessions: 6,
+            steps: 12,
+            base_tokens: 22_000,
+            gen_tokens: 700,
+            tool_tokens: 900,
+            think_s: 6.0,
+            dist: SessionDist::Lognormal,
+            spread: 0.5,
+            ladder: None,
+            respawn: false,
+            stagger_s: 4.0,
+            duration_s: 900.0,
+            drain: false,
+            drain_grace_s: 420.0,
+            task_tokens: 16,
+        }
+    }
+}
+
+/// One session instance's drawn shape. `think_s[k]` is the think time AFTER step k (the seed also waits after the
+/// last step before the slot respawns), so `gen_tokens` and `think_s` both have `steps` entries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionPlan {
+    pub slot: u32,
+    pub inst: u32,
+    pub base_tokens: u64,
+    pub steps: u32,
+    pub gen_tokens: Vec<u32>,
+    pub think_s: Vec<f64>,
+    /// Tool output appended after each reply, tokens.
+    pub tool_tokens: u32,
+    /// Task line appended to the base, tokens.
+    pub task_tokens: u32,
+}
+
+impl SessionPlan {
+    /// Designed prompt length of step `k`: `base + task + Σ_{j<k} (gen_j + tool)`.
+    pub fn prompt_tokens(&self, k: u32) -> u64 {
+        let grown: u64 = self
+            .gen_tokens
+            .iter()
+            .take(k as usize)
+            .map(|&g| u64::from(g) + u64::from(self.tool_tokens))
+            .sum();
+        self.base_tokens + u64::from(self.task_tokens) + grown
+    }
+
+    /// Tokens of step `k`'s prompt that the workload designed to be cacheable: the previous prompt plus its reply
+    /// (0 for step 0; the tool output is new content).
+    pub fn designed_cached_tokens(&self, k: u32) -> u64 {
+        if k == 0 {
+            0
+        } else {
+            self.prompt_tokens(k - 1) + u64::from(self.gen_tokens.get(k as usize - 1).copied().unwrap_or(0))
+        }
+    }
+}
+
+fn err(field: &str, msg: String) -> ScenarioError {
+    ScenarioError::field(field, msg)
+}
+
+impl SessionWorkload {
+    /// Checks every knob; errors name the field under `workload.`.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        self.validate_at("workload")
+    }
+
+    /// [`Self::validate`] with the field path prefixed by `prefix` (e.g. `"replay"`).
+    pub fn validate_at(&self, prefix: &str) -> Result<(), ScenarioError> {
+        let f = |name: &str| format!("{prefix}.{name}");
+        if let Some(l) = &self.ladder {
+            l.validate().map_err(|e| err(&f("ladder"), e.to_string()))?;
+        } else {
+            if self.sessions == 0 || self.sessions > MAX_SESSIONS {
+                return Err(err(
+                    &f("sessions"),
+                    format!("must be in 1..={MAX_SESSIONS} (got {})", self.sessions),
+                ));
+            }
+            if self.steps == 0 || self.steps > MAX_STEPS {
+                return Err(err(
+                    &f("steps"),
+                    format!("must be in 1..={MAX_STEPS} (got {})", self.steps),
+                ));
+            }
+            if self.base_tokens == 0 || self.base_tokens > MAX_TOKENS {
+                return Err(err(
+                    &f("base_tokens"),
+                    format!("must be in 1..={MAX_TOKENS} (got {})", self.base_tokens),
+                ));
+            }
+            if !(self.spread.is_finite() && (0.0..=5.0).contains(&self.spread)) {
+                return Err(err(&f("spread"), format!("must be in 0..=5 (got {})", self.spread)));
+            }
+            if self.dist == SessionDist::Uniform && self.spread > 1.0 {
+                return Err(err(
+                    &f("spread"),
+                    format!("must be <= 1 with dist uniform (got {})", self.spread),
+                ));
+            }
+        }
+        if self.gen_tokens == 0 || u64::from(self.gen_tokens) > MAX_TOKENS {
+            return Err(err(
+                &f("gen_tokens"),
+                format!("must be in 1..={MAX_TOKENS} (got {})", self.gen_tokens),
+            ));
+        }
+        if u64::from(self.tool_tokens) > MAX_TOKENS {
+            return Err(err(
+                &f("tool_tokens"),
+                format!("must be <= {MAX_TOKENS} (got {})", self.tool_tokens),
+            ));
+        }
+        if u64::from(self.task_tokens) > MAX_TOKENS {
+            return Err(err(
+                &f("task_tokens"),
+                format!("must be <= {MAX_TOKENS} (got {})", self.task_tokens),
+            ));
+        }
+        for (name, v, positive) in [
+            ("think_s", self.think_s, false),
+            ("stagger_s", self.stagger_s, false),
+            ("duration_s", self.duration_s, true),
+            ("drain_grace_s", self.drain_grace_s, false),
+        ] {
+            let ok = v.is_finite() && v <= MAX_SECONDS && if positive { v > 0.0 } else { v >= 0.0 };
+            if !ok {
+                let want = if positive { "> 0" } else { ">= 0" };
+                return Err(err(
+                    &f(name),
+                    format!("must be finite, {want} and <= {MAX_SECONDS} (got {v})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Session slots that run concurrently: the ladder's length when a ladder is set, else `sessions`.
+    pub fn slot_count(&self) -> u32 {
+        match &self.ladder {
+            Some(l) if !l.rungs.is_empty() => l.rungs.len() as u32,
+            _ => self.sessions,
+        }
+    }
+
+    /// Draws instance `inst` of slot `slot`, deterministically from `(seed, slot, inst)`.
+    pub fn plan(&self, slot: u32, inst: u32, seed: u64) -> SessionPlan {
+        let key = u128::from(seed) + u128::from(slot) * 7919 + u128::from(inst) * 104_729;
+        // `key` < 2^64 + 2^32·(7919 + 104729) does not always fit PySeed's 2^64 cap; reduce mod 2^64 above it.
+        let seed = PySeed::from_magnitude(key).unwrap_or_else(|| PySeed::new(key as u64));
+        let mut rng = PyRandom::new(seed);
+        let (base_tokens, steps) = match self.ladder.as_ref().and_then(|l| l.rung_for_slot(slot as usize)) {
+            Some(rung) => (rung.base_tokens, rung.steps),
+            None => {
+                let spread = self.spread.max(0.0);
+                let (fb, fs) = match self.dist {
+                    SessionDist::Lognormal => ((rng.gauss(0.0, spread)).exp(), (rng.gauss(0.0, spread * 0.6)).exp()),
+                    SessionDist::Uniform => (
+                        rng.uniform(1.0 - spread, 1.0 + spread),
+                        rng.uniform(1.0 - spread, 1.0 + spread),
+                    ),
+                };
+                let base = (self.base_tokens as f64 * fb)
+                    .trunc()
+                    .clamp(4000.0, MAX_TOKENS as f64 * 8.0) as u64;
+                let steps = (f64::from(self.steps) * fs)
+                    .round_ties_even()
+                    .clamp(2.0, f64::from(MAX_STEPS)) as u32;
+                (base, steps)
+            }
+        };
+        let gen_mean = f64::from(self.gen_tokens);
+        let think = self.think_s.max(0.0);
+        let mut gen_tokens = Vec::with_capacity(steps as usize);
+        let mut think_s = Vec::with_capacity(steps as usize);
+        for _ in 0..steps {
+            let g = rng
+                .gauss(gen_mean, gen_mean * 0.5)
+                .trunc()
+                .clamp(64.0, MAX_TOKENS as f64);
+            gen_tokens.push(g as u32);
+            think_s.push(rng.gauss(think, think * 0.4).max(0.0));
+        }
+        SessionPlan {
+            slot,
+            inst,
+            base_tokens,
+            steps,
+            gen_tokens,
+            think_s,
+            tool_tokens: self.tool_tokens,
+            task_tokens: self.task_tokens,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_equal_the_seed_and_parse_from_empty_object() {
+        let w: SessionWorkload = serde_json::from_str("{}").expect("defaults");
+        assert_eq!(w, SessionWorkload::default());
+        assert_eq!(
+            (w.sessions, w.steps, w.base_tokens, w.gen_tokens, w.tool_tokens),
+            (6, 12, 22_000, 700, 900)
+        );
+        assert!(serde_json::from_str::<SessionWorkload>(r#"{"bogus": 1}"#).is_err());
+        w.validate().expect("defaults valid");
+    }
+
+    #[test]
+    fn plan_is_deterministic_and_depends_on_slot_inst_seed() {
+        let w = SessionWorkload::default();
+        let a = w.plan(1, 0, 42);
+        assert_eq!(a, w.plan(1, 0, 42));
+        assert_ne!(a, w.plan(2, 0, 42));
+        assert_ne!(a, w.plan(1, 1, 42));
+        assert_ne!(a, w.plan(1, 0, 43));
+        assert!(a.base_tokens >= 4000 && a.steps >= 2);
+        assert_eq!(a.gen_tokens.len(), a.steps as usize);
+        assert!(a.gen_tokens.iter().all(|&g| g >= 64));
+        assert!(a.think_s.iter().all(|&t| t >= 0.0));
+    }
+
+    #[test]
+    fn lognormal_draw_matches_python() {
+        // python3: r = random.Random(42 + 1*7919 + 0*104729);
+        //   base = max(4000, int(22000*math.exp(r.gauss(0,0.5)))); steps = max(2, int(round(12*math.exp(r.gauss(0,0.3)))))
+        //   gen = max(64, int(r.gauss(700, 350))); think = max(0.0, r.gauss(6.0, 2.4))
+        let p = SessionWorkload::default().plan(1, 0, 42);
+        assert_eq!((p.base_tokens, p.steps), PY_PLAN_1_0_42.0);
+        assert_eq!(p.gen_tokens[0], PY_PLAN_1_0_42.1);
+        assert!((p.think_s[0] - PY_PLAN_1_0_42.2).abs() < 1e-9);
+    }
+
+    const PY_PLAN_1_0_42: ((u64, u32), u32, f64) = ((13167, 12), 298, 6.957169093991879);
+
+    #[test]
+    fn ladder_picks_rung_by_slot() {
+        let w = SessionWorkload {
+            ladder: Some("3500:9, 4000:9,20500:19".parse().expect("ladder")),
+            ..Default::default()
+        };
+        w.validate().expect("valid");
+        assert_eq!(w.slot_count(), 3);
+        let p = w.plan(4, 2, 7);
+        assert_eq!((p.base_tokens, p.steps), (4000, 9));
+        assert_eq!(p.prompt_tokens(0), 4016);
+        assert_eq!(p.prompt_tokens(1), 4016 + u64::from(p.gen_tokens[0]) + 900);
+        assert_eq!(p.designed_cached_tokens(1), 4016 + u64::from(p.gen_tokens[0]));
+        assert_eq!(p.designed_cached_tokens(0), 0);
+    }
+
+    #[test]
+    fn bad_knobs_name_the_field() {
+        let cases: Vec<(SessionWorkload, &str)> = vec![
+            (
+                SessionWorkload {
+                    sessions: 0,
+                    ..Default::default()
+                },
+                "workload.sessions",
+            ),
+            (
+                SessionWorkload {
+                    think_s: f64::NAN,
+                    ..Default::default()
+                },
+                "workload.think_s",
+            ),
+            (
+                SessionWorkload {
+                    stagger_s: -1.0,
+                    ..Default::default()
+                },
+                "workload.stagger_s",
+            ),
+            (
+                SessionWorkload {
+                    duration_s: 0.0,
+                    ..Default::default()
+                },
+                "workload.duration_s",
+            ),
+            (
+                SessionWorkload {
+                    spread: -0.1,
+                    ..Default::default()
+                },
+                "workload.spread",
+            ),
+            (
+                SessionWorkload {
+                    gen_tokens: 0,
+                    ..Default::default()
+                },
+                "workload.gen_tokens",
+            ),
+            (
+                SessionWorkload {
+                    base_tokens: u64::MAX,
+                    ..Default::default()
+                },
+                "workload.base_tokens",
+            ),
+            (
+                SessionWorkload {
+                    ladder: Some(Ladder { rungs: vec![] }),
+                    ..Default::default()
+                },
+                "workload.ladder",
+            ),
+        ];
+        for (w, field) in cases {
+            let e = w.validate().expect_err(field).to_string();
+            assert!(e.starts_with(field), "{e}");
+        }
+    }
+}
