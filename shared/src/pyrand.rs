@@ -263,3 +263,43 @@ impl PyRandom {
         seq.get(i)
     }
 }
+
+/// Python's `round(x, ndigits)` for a float: the decimal with `ndigits` places nearest to the exact binary value of
+/// `x`, ties to even (`py_round(7.625, 2) == 7.62`, `py_round(2.675, 2) == 2.67` because 2.675 is stored as
+/// 2.67499999…), read back as the nearest float. Non-finite `x` is returned as is.
+///
+/// Fast path: with `y = fl(x·10^n)` and `|y| < 2^40`, `|y − x·10^n| <= ulp(y)/2 <= 2^-13`, so when `y` is farther
+/// than `2^-11` from a half-integer the exact product rounds the same way as `y`, and `round(y) / 10^n` is the
+/// correctly rounded quotient of two exact integers — the float nearest the decimal, as Python's `strtod` gives.
+/// Otherwise (near a tie, or large values) the exact value is formatted with Rust's correctly rounded, ties-to-even
+/// decimal formatting and parsed back.
+pub fn py_round(x: f64, ndigits: u32) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    let scale = match ndigits {
+        0 => 1.0,
+        1 => 10.0,
+        2 => 100.0,
+        3 => 1_000.0,
+        4 => 10_000.0,
+        5 => 100_000.0,
+        6 => 1_000_000.0,
+        _ => return py_round_exact(x, ndigits),
+    };
+    let y = x * scale;
+    if y.abs() < 1_099_511_627_776.0 {
+        let frac = y - y.floor();
+        if (frac - 0.5).abs() > 1.0 / 2048.0 {
+            return y.round() / scale;
+        }
+    }
+    py_round_exact(x, ndigits)
+}
+
+/// The slow, always-exact path of [`py_round`]: correctly rounded decimal formatting, then parsing.
+fn py_round_exact(x: f64, ndigits: u32) -> f64 {
+    let text = format!("{:.*}", ndigits as usize, x);
+    // Rust's formatting of a finite float always parses back.
+    text.parse::<f64>().unwrap_or(x)
+}
