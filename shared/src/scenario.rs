@@ -90,20 +90,17 @@ impl Scenario {
                 }
             }
         }
-        if !map.contains_key("model") {
-            return Err(ScenarioError::Parse(
-                "missing field `model` (one of \"seed\", \"engine\")".to_string(),
-            ));
-        }
-        let scenario: Scenario = serde_path_to_error::deserialize(value).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner().to_string();
-            if path == "." {
-                ScenarioError::Parse(inner)
-            } else {
-                ScenarioError::Parse(format!("{path}: {inner}"))
+        let model = map.remove("model");
+        let scenario = match model.as_ref().and_then(|m| m.as_str()) {
+            Some("seed") => Scenario::Seed(deserialize_tracked(value)?),
+            _ => {
+                let got = model.map_or_else(|| "nothing".to_string(), |m| m.to_string());
+                return Err(ScenarioError::field(
+                    "model",
+                    format!("must be one of \"seed\", \"engine\" (got {got})"),
+                ));
             }
-        })?;
+        };
         scenario.validate()?;
         Ok(scenario)
     }
@@ -130,4 +127,19 @@ impl Scenario {
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(&self.to_value()).unwrap_or_default()
     }
+}
+
+/// Deserialize one variant's body, reporting the dotted path of a bad field (`workload.num_requests: invalid type:
+/// floating point `80.5`, expected u64`). The variants are read as plain structs here because serde loses paths
+/// inside internally tagged enums.
+fn deserialize_tracked<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, ScenarioError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." {
+            ScenarioError::Parse(inner)
+        } else {
+            ScenarioError::Parse(format!("{path}: {inner}"))
+        }
+    })
 }

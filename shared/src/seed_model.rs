@@ -121,11 +121,40 @@ fn default_workload_name() -> String {
     "agent-shared-prefix".to_string()
 }
 
-/// The seed model's workloads: only the bursty trace.
+/// The seed model's workloads: only the bursty trace (`{"kind": "bursty", ...}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", rename_all = "snake_case", from = "SeedWorkloadRepr")]
 pub enum SeedWorkload {
     Bursty(BurstyWorkload),
+}
+
+/// The JSON form of [`SeedWorkload`], read as a plain struct so that errors carry the field path
+/// (`workload.num_requests`), which serde loses inside internally tagged enums.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeedWorkloadRepr {
+    kind: SeedWorkloadKind,
+    num_requests: u64,
+    seed: PySeed,
+    mean_rps: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum SeedWorkloadKind {
+    Bursty,
+}
+
+impl From<SeedWorkloadRepr> for SeedWorkload {
+    fn from(r: SeedWorkloadRepr) -> Self {
+        match r.kind {
+            SeedWorkloadKind::Bursty => SeedWorkload::Bursty(BurstyWorkload {
+                num_requests: r.num_requests,
+                seed: r.seed,
+                mean_rps: r.mean_rps,
+            }),
+        }
+    }
 }
 
 impl SeedScenario {
