@@ -9,6 +9,7 @@
 
 pub mod filler;
 pub mod ladder;
+pub mod link;
 pub mod metrics;
 pub mod protocol;
 pub mod pyrand;

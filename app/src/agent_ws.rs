@@ -1,0 +1,233 @@
+//! The websocket link to the agent that served the page (`shared::protocol`).
+//!
+//! [`AgentConn`] holds the connection state as signals the components read (`status`, the agent's version and
+//! protocol) and a sender for [`ClientMsg`]s. The connection is opened when the page URL carries a token
+//! (`#token=...` or `?token=...`), starts with `hello`, and reconnects with backoff when it drops; every
+//! reconnect sends `hello` again and lets the live panel resume its subscriptions (see [`AgentConn::on_message`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_channel::mpsc::{UnboundedSender, unbounded};
+use futures_util::{SinkExt, StreamExt};
+use gloo_net::websocket::{Message, futures::WebSocket};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+use shared::protocol::{ClientMsg, PROTOCOL_VERSION, ServerMsg};
+
+/// The connection's state, shown in the header as `data-status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The page URL has no token: the page works offline (simulation only).
+    NoToken,
+    Connecting,
+    Connected,
+    /// Lost; a reconnect is scheduled.
+    Reconnecting,
+    /// The agent refused us (version mismatch, bad token); no retry.
+    Failed,
+}
+
+impl Status {
+    /// The value of the `data-status` attribute.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::NoToken => "offline",
+            Status::Connecting => "connecting",
+            Status::Connected => "connected",
+            Status::Reconnecting => "reconnecting",
+            Status::Failed => "failed",
+        }
+    }
+
+    /// Words for the user.
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::NoToken => "no agent",
+            Status::Connecting => "connecting…",
+            Status::Connected => "agent connected",
+            Status::Reconnecting => "reconnecting…",
+            Status::Failed => "agent refused",
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(&ServerMsg) + Send + Sync>;
+type ConnectHandler = Arc<dyn Fn() + Send + Sync>;
+
+/// The page's side of the agent link. Cheap to copy (signals and stored values only).
+#[derive(Clone, Copy)]
+pub struct AgentConn {
+    pub status: RwSignal<Status>,
+    /// The last error or refusal the agent sent, for the user.
+    pub message: RwSignal<Option<String>>,
+    pub agent_version: RwSignal<Option<String>>,
+    pub agent_protocol: RwSignal<Option<u32>>,
+    next_id: StoredValue<u64>,
+    outbox: StoredValue<Option<UnboundedSender<String>>>,
+    handlers: StoredValue<Vec<Handler>>,
+    on_connect: StoredValue<Vec<ConnectHandler>>,
+    token: StoredValue<Option<String>>,
+}
+
+impl AgentConn {
+    /// A connection for the page's token; opens it at once when there is one.
+    pub fn start(token: Option<String>) -> AgentConn {
+        let conn = AgentConn {
+            status: RwSignal::new(if token.is_some() {
+                Status::Connecting
+            } else {
+                Status::NoToken
+            }),
+            message: RwSignal::new(None),
+            agent_version: RwSignal::new(None),
+            agent_protocol: RwSignal::new(None),
+            next_id: StoredValue::new(1),
+            outbox: StoredValue::new(None),
+            handlers: StoredValue::new(Vec::new()),
+            on_connect: StoredValue::new(Vec::new()),
+            token: StoredValue::new(token),
+        };
+        if conn.token.get_value().is_some() {
+            conn.connect(0);
+        }
+        conn
+    }
+
+    /// A fresh request id.
+    pub fn next_id(&self) -> u64 {
+        let id = self.next_id.get_value();
+        self.next_id.set_value(id + 1);
+        id
+    }
+
+    /// Send a message if connected; returns false (and sends nothing) otherwise.
+    pub fn send(&self, msg: &ClientMsg) -> bool {
+        let Ok(text) = serde_json::to_string(msg) else {
+            return false;
+        };
+        match self.outbox.get_value() {
+            Some(tx) if self.status.get_untracked() == Status::Connected => tx.unbounded_send(text).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Call `f` for every message the agent sends (after `hello` is handled here).
+    pub fn on_message(&self, f: impl Fn(&ServerMsg) + Send + Sync + 'static) {
+        self.handlers.update_value(|h| h.push(Arc::new(f)));
+    }
+
+    /// Call `f` after every successful handshake (first connect and each reconnect), e.g. to resume.
+    pub fn on_connect(&self, f: impl Fn() + Send + Sync + 'static) {
+        self.on_connect.update_value(|h| h.push(Arc::new(f)));
+    }
+
+    fn connect(self, attempt: u32) {
+        let Some(token) = self.token.get_value() else { return };
+        let Some(url) = crate::url::ws_url(&token) else {
+            self.fail("cannot work out the agent's address from this page's URL".to_string());
+            return;
+        };
+        self.status.set(if attempt == 0 {
+            Status::Connecting
+        } else {
+            Status::Reconnecting
+        });
+        let ws = match WebSocket::open(&url) {
+            Ok(ws) => ws,
+            Err(e) => {
+                self.message.set(Some(format!("cannot open the websocket: {e}")));
+                self.retry(attempt);
+                return;
+            }
+        };
+        let (mut write, mut read) = ws.split();
+        let (tx, mut rx) = unbounded::<String>();
+        // The write half lives in its own task for as long as the channel is open (dropping it closes the socket).
+        spawn_local(async move {
+            while let Some(text) = rx.next().await {
+                if write.send(Message::Text(text)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let hello = ClientMsg::Hello {
+            id: self.next_id(),
+            protocol: PROTOCOL_VERSION,
+            client: format!("loadshape-page/{}", shared::version::LOADSHAPE_VERSION),
+        };
+        if let Ok(text) = serde_json::to_string(&hello) {
+            let _ = tx.unbounded_send(text);
+        }
+        self.outbox.set_value(Some(tx));
+        spawn_local(async move {
+            let mut handshaken = false;
+            while let Some(frame) = read.next().await {
+                let text = match frame {
+                    Ok(Message::Text(t)) => t,
+                    Ok(Message::Bytes(b)) => String::from_utf8_lossy(&b).into_owned(),
+                    Err(e) => {
+                        self.message.set(Some(format!("connection lost: {e}")));
+                        break;
+                    }
+                };
+                let msg: ServerMsg = match serde_json::from_str(&text) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.message.set(Some(format!(
+                            "the agent sent a message this page does not understand: {e}"
+                        )));
+                        continue;
+                    }
+                };
+                match &msg {
+                    ServerMsg::Hello {
+                        protocol,
+                        agent_version,
+                        ..
+                    } => {
+                        self.agent_protocol.set(Some(*protocol));
+                        self.agent_version.set(Some(agent_version.clone()));
+                        self.status.set(Status::Connected);
+                        self.message.set(None);
+                        handshaken = true;
+                        for f in self.on_connect.get_value() {
+                            f();
+                        }
+                    }
+                    ServerMsg::Error { message, .. } if !handshaken => {
+                        self.fail(message.clone());
+                        return;
+                    }
+                    _ => {}
+                }
+                for f in self.handlers.get_value() {
+                    f(&msg);
+                }
+            }
+            self.outbox.set_value(None);
+            if self.status.get_untracked() != Status::Failed {
+                // A socket refused at the upgrade (bad token, foreign origin) closes before any hello.
+                let next = if handshaken { 0 } else { attempt + 1 };
+                if !handshaken && attempt >= 2 {
+                    self.message.set(Some(
+                        "the agent did not accept the connection (is the token in the URL still valid?)".to_string(),
+                    ));
+                }
+                self.retry(next);
+            }
+        });
+    }
+
+    fn retry(self, attempt: u32) {
+        self.status.set(Status::Reconnecting);
+        let delay_ms = (500u64 << attempt.min(5)).min(10_000);
+        set_timeout(move || self.connect(attempt + 1), Duration::from_millis(delay_ms));
+    }
+
+    fn fail(self, message: String) {
+        self.status.set(Status::Failed);
+        self.message.set(Some(message));
+        self.outbox.set_value(None);
+    }
+}

@@ -1,0 +1,319 @@
+//! Scenario controls generated from the scenario's JSON: every number a slider plus a number input with its
+//! unit, every boolean a switch, every string a text box (or a menu when the page knows its values).
+//!
+//! The set of controls depends only on the scenario's *shape* (paths and kinds of its fields), kept in a memo,
+//! so dragging a slider updates values in place and never rebuilds the form under the user's pointer.
+
+use leptos::prelude::*;
+use serde_json::{Number, Value};
+
+use crate::fields::{self, FieldSpec};
+use crate::state::Explorer;
+
+/// Keys never shown as controls: tags the page edits elsewhere (model switch, workload menu) or not at all.
+const HIDDEN: [&str; 3] = ["model", "version", "kind"];
+
+/// What kind of control a field gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Integer,
+    Float,
+    Bool,
+    Text,
+    /// Absent optional value (`null`).
+    Unset,
+}
+
+/// One editable leaf: its JSON pointer, its name and kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leaf {
+    pub pointer: String,
+    pub name: String,
+    pub kind: Kind,
+}
+
+/// A titled group of leaves (one per top-level object of the scenario, plus "General" for top-level scalars).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub key: String,
+    pub title: String,
+    pub leaves: Vec<Leaf>,
+}
+
+/// The shape of a scenario: its groups and leaves, in document order.
+pub fn shape(json: &Value) -> Vec<Group> {
+    let mut general = Group {
+        key: "general".into(),
+        title: "General".into(),
+        leaves: Vec::new(),
+    };
+    let mut groups = Vec::new();
+    if let Value::Object(map) = json {
+        for (key, value) in map {
+            if HIDDEN.contains(&key.as_str()) {
+                continue;
+            }
+            match value {
+                Value::Object(_) => {
+                    let mut g = Group {
+                        key: key.clone(),
+                        title: fields::group_title(key),
+                        leaves: Vec::new(),
+                    };
+                    collect(value, &format!("/{key}"), &mut g.leaves);
+                    groups.push(g);
+                }
+                _ => collect_leaf(key, value, &format!("/{key}"), &mut general.leaves),
+            }
+        }
+    }
+    if !general.leaves.is_empty() {
+        groups.push(general);
+    }
+    groups
+}
+
+fn collect(value: &Value, pointer: &str, out: &mut Vec<Leaf>) {
+    if let Value::Object(map) = value {
+        for (key, v) in map {
+            if HIDDEN.contains(&key.as_str()) {
+                continue;
+            }
+            let p = format!("{pointer}/{key}");
+            match v {
+                Value::Object(_) => collect(v, &p, out),
+                _ => collect_leaf(key, v, &p, out),
+            }
+        }
+    }
+}
+
+fn collect_leaf(key: &str, v: &Value, pointer: &str, out: &mut Vec<Leaf>) {
+    let kind = match v {
+        Value::Number(n) if n.is_u64() || n.is_i64() => Kind::Integer,
+        Value::Number(_) => Kind::Float,
+        Value::Bool(_) => Kind::Bool,
+        Value::String(_) => Kind::Text,
+        Value::Null => Kind::Unset,
+        // Arrays and nested structures are edited through the JSON box.
+        _ => return,
+    };
+    out.push(Leaf {
+        pointer: pointer.to_string(),
+        name: key.to_string(),
+        kind,
+    });
+}
+
+/// A JSON number of the leaf's kind.
+pub fn number_value(kind: &Kind, v: f64) -> Option<Value> {
+    match kind {
+        Kind::Integer if v >= 0.0 => Some(Value::Number(Number::from(v.round() as u64))),
+        Kind::Integer => Some(Value::Number(Number::from(v.round() as i64))),
+        _ => Number::from_f64(v).map(Value::Number),
+    }
+}
+
+/// All the scenario's controls, grouped.
+#[component]
+pub fn Controls(ex: Explorer) -> impl IntoView {
+    let shape = Memo::new(move |_| ex.json.with(shape));
+    view! {
+        <div class="controls-groups">
+            {move || {
+                shape
+                    .get()
+                    .into_iter()
+                    .map(|g| {
+                        view! {
+                            <fieldset class="group" data-group=g.key.clone()>
+                                <legend>{g.title.clone()}</legend>
+                                {g.leaves.into_iter().map(|leaf| view! { <Control ex=ex leaf=leaf/> }).collect_view()}
+                            </fieldset>
+                        }
+                    })
+                    .collect_view()
+            }}
+        </div>
+    }
+}
+
+/// One field's control.
+#[component]
+fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
+    let pointer = leaf.pointer.clone();
+    let ptr = pointer.clone();
+    let current = Memo::new(move |_| ex.json.with(|j| j.pointer(&ptr).cloned().unwrap_or(Value::Null)));
+    let known = fields::spec(&leaf.name);
+    let label = known
+        .map(|s| s.label.to_string())
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| fields::humanize(&leaf.name));
+    let help = known.map(|s| s.help).unwrap_or("");
+    let id = format!("f{}", pointer.replace('/', "-"));
+    match leaf.kind.clone() {
+        Kind::Integer | Kind::Float => {
+            let integer = leaf.kind == Kind::Integer;
+            let start = current.get_untracked().as_f64().unwrap_or(0.0);
+            let spec: FieldSpec = known.unwrap_or_else(|| fields::fallback(&leaf.name, start, integer));
+            let step = if integer { spec.step.max(1.0).round() } else { spec.step };
+            let value = move || current.get().as_f64().unwrap_or(0.0);
+            let max = move || spec.max.max(value());
+            let min = move || spec.min.min(value());
+            let kind = leaf.kind.clone();
+            let kind2 = leaf.kind.clone();
+            let p1 = pointer.clone();
+            let p2 = pointer.clone();
+            view! {
+                <div class="field" data-field=pointer.clone() title=help>
+                    <label for=id.clone()>
+                        <span class="field-label">{label}</span>
+                        <span class="field-unit">{spec.unit}</span>
+                    </label>
+                    <div class="field-inputs">
+                        <input
+                            type="range"
+                            id=id.clone()
+                            class="slider"
+                            class:hidden=spec.no_slider
+                            data-pointer=pointer.clone()
+                            min=min
+                            max=max
+                            step=step
+                            prop:value=move || value().to_string()
+                            on:input=move |ev| {
+                                if let Ok(v) = event_target_value(&ev).parse::<f64>()
+                                    && let Some(j) = number_value(&kind, v)
+                                {
+                                    ex.set_at(&p1, j);
+                                }
+                            }
+                        />
+                        <input
+                            type="number"
+                            class="num"
+                            class:wide=spec.no_slider
+                            data-pointer=pointer.clone()
+                            step="any"
+                            prop:value=move || current.get().to_string()
+                            on:change=move |ev| {
+                                if let Ok(v) = event_target_value(&ev).trim().parse::<f64>()
+                                    && let Some(j) = number_value(&kind2, v)
+                                {
+                                    ex.set_at(&p2, j);
+                                }
+                            }
+                        />
+                    </div>
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Bool => {
+            let p = pointer.clone();
+            view! {
+                <div class="field field-bool" data-field=pointer.clone() title=help>
+                    <label class="switch">
+                        <input
+                            type="checkbox"
+                            data-pointer=pointer.clone()
+                            prop:checked=move || current.get().as_bool().unwrap_or(false)
+                            on:change=move |ev| ex.set_at(&p, Value::Bool(event_target_checked(&ev)))
+                        />
+                        <span class="field-label">{label}</span>
+                    </label>
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Text => {
+            let p = pointer.clone();
+            let text = move || current.get().as_str().unwrap_or_default().to_string();
+            let input = match fields::choices(&leaf.name) {
+                Some(options) => view! {
+                    <select
+                        data-pointer=pointer.clone()
+                        prop:value=text
+                        on:change=move |ev| ex.set_at(&p, Value::String(event_target_value(&ev)))
+                    >
+                        {options.iter().map(|o| view! { <option value=*o>{*o}</option> }).collect_view()}
+                    </select>
+                }
+                .into_any(),
+                None => view! {
+                    <input
+                        type="text"
+                        data-pointer=pointer.clone()
+                        prop:value=text
+                        on:change=move |ev| ex.set_at(&p, Value::String(event_target_value(&ev)))
+                    />
+                }
+                .into_any(),
+            };
+            view! {
+                <div class="field field-text" data-field=pointer.clone() title=help>
+                    <label><span class="field-label">{label}</span></label>
+                    {input}
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Unset => {
+            let p = pointer.clone();
+            let default = known.map(|s| s.min.max(s.step)).unwrap_or(1.0);
+            view! {
+                <div class="field field-unset" data-field=pointer.clone() title=help>
+                    <label><span class="field-label">{label}</span></label>
+                    <span class="faint">"not set"</span>
+                    <button
+                        class="btn small"
+                        on:click=move |_| {
+                            if let Some(v) = Number::from_f64(default) {
+                                ex.set_at(&p, Value::Number(v));
+                            }
+                        }
+                    >
+                        "set"
+                    </button>
+                </div>
+            }
+            .into_any()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn shape_lists_every_leaf_with_its_kind() {
+        let j: Value = serde_json::json!({
+            "version": 1, "model": "seed",
+            "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
+            "profile": {"name": "baseline", "max_batch_slots": 16, "base_tpot_ms": 17.5},
+            "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0, "e2e_ms": null},
+            "closed_loop": false, "workload_name": "agent"
+        });
+        let s = shape(&j);
+        let titles: Vec<&str> = s.iter().map(|g| g.title.as_str()).collect();
+        assert_eq!(titles, ["Workload", "Engine profile", "SLOs", "General"]);
+        let w = &s[0].leaves;
+        assert_eq!(w.len(), 3, "kind is hidden: {w:?}");
+        assert_eq!(w[0].pointer, "/workload/num_requests");
+        assert_eq!(w[0].kind, Kind::Integer);
+        assert_eq!(w[2].kind, Kind::Float);
+        assert_eq!(s[2].leaves[2].kind, Kind::Unset);
+        assert_eq!(s[3].leaves[0].kind, Kind::Bool);
+    }
+
+    #[test]
+    fn numbers_keep_their_kind() {
+        assert_eq!(number_value(&Kind::Integer, 16.4), Some(serde_json::json!(16)));
+        assert_eq!(number_value(&Kind::Float, 16.4), Some(serde_json::json!(16.4)));
+        assert_eq!(number_value(&Kind::Float, f64::NAN), None);
+    }
+}

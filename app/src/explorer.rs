@@ -1,0 +1,476 @@
+//! The what-if explorer: scenario controls on the left; summary, charts and diagnostics on the right.
+
+use leptos::prelude::*;
+
+use crate::charts::{LineChart, PALETTE, Series, Threshold, cdf};
+use crate::compute::{self, Outcome, Severity};
+use crate::controls::Controls;
+use crate::metric::{Metric, unit_of};
+use crate::state::Explorer;
+
+/// Headline metrics, in display order, with their labels. A field absent from a model's summary is skipped.
+pub const HEADLINE: [(&str, &str); 16] = [
+    ("ttft_p50_ms", "TTFT p50"),
+    ("ttft_p99_ms", "TTFT p99"),
+    ("tpot_p50_ms", "TPOT p50"),
+    ("tpot_p99_ms", "TPOT p99"),
+    ("e2el_p50_ms", "E2E p50"),
+    ("e2el_p99_ms", "E2E p99"),
+    ("request_throughput_rps", "Throughput"),
+    ("output_throughput_tok_s", "Output tokens"),
+    ("raw_output_tokens_per_s", "Output tokens"),
+    ("goodput_rps", "Goodput"),
+    ("slo_goodput_rps", "Goodput"),
+    ("slo_attainment_ratio", "SLO attainment"),
+    ("session_goodput_sps", "Session goodput"),
+    ("session_attainment_ratio", "Session attainment"),
+    ("cached_share_achieved", "Cached share"),
+    ("duration_s", "Duration"),
+];
+
+/// The explorer view.
+#[component]
+pub fn ExplorerView(ex: Explorer) -> impl IntoView {
+    view! {
+        <div class="explorer">
+            <aside class="card controls">
+                <ScenarioHeader ex=ex/>
+                <Controls ex=ex/>
+                <ScenarioActions ex=ex/>
+            </aside>
+            <div class="results" data-summary="explorer">
+                <StatusLine ex=ex/>
+                <SummaryCards ex=ex/>
+                <ChartsGrid ex=ex/>
+                <Diagnostics ex=ex/>
+                <AllMetrics ex=ex/>
+            </div>
+        </div>
+    }
+}
+
+/// Model switch and presets.
+#[component]
+fn ScenarioHeader(ex: Explorer) -> impl IntoView {
+    let model = Memo::new(move |_| {
+        ex.json
+            .with(|j| j.get("model").and_then(|m| m.as_str()).unwrap_or("seed").to_string())
+    });
+    let presets = compute::presets();
+    let basis = RwSignal::new(None::<String>);
+    view! {
+        <div class="card-head">
+            <h2>"Scenario"</h2>
+            <span class="spacer"></span>
+            <div class="segmented" role="group" aria-label="model">
+                {compute::MODELS
+                    .into_iter()
+                    .map(|(id, label)| {
+                        view! {
+                            <button
+                                data-model=id
+                                class:active=move || model.get() == id
+                                on:click=move |_| {
+                                    if model.get_untracked() != id
+                                        && let Some(sc) = compute::default_for_model(id)
+                                    {
+                                        ex.set_scenario(&sc);
+                                        basis.set(None);
+                                    }
+                                }
+                            >
+                                {label}
+                            </button>
+                        }
+                    })
+                    .collect_view()}
+            </div>
+        </div>
+        <div class="preset-row">
+            <label for="preset">"Preset"</label>
+            <select
+                id="preset"
+                data-control="preset"
+                on:change=move |ev| {
+                    let name = event_target_value(&ev);
+                    if let Some(p) = compute::presets().into_iter().find(|p| p.id == name) {
+                        basis.set(Some(p.basis.clone()));
+                        ex.set_scenario(&p.scenario);
+                    }
+                }
+            >
+                <option value="" selected>"choose a preset…"</option>
+                {presets
+                    .into_iter()
+                    .map(|p| view! { <option value=p.id.clone()>{p.label.clone()}</option> })
+                    .collect_view()}
+            </select>
+        </div>
+        {move || basis.get().map(|b| view! { <p class="basis" data-basis=""><strong>"Basis: "</strong>{b}</p> })}
+    }
+}
+
+/// Copy link, pin as A, reset, and the raw JSON.
+#[component]
+fn ScenarioActions(ex: Explorer) -> impl IntoView {
+    let copied = RwSignal::new(None::<String>);
+    let json_text = RwSignal::new(String::new());
+    let json_error = RwSignal::new(None::<String>);
+    let copy = move |_| {
+        let Some(sc) = ex.scenario() else {
+            copied.set(Some("fix the scenario first".to_string()));
+            return;
+        };
+        let link = shared::link::link_url(&crate::url::page_base(), &sc);
+        if let Some(w) = web_sys::window() {
+            let _ = w.navigator().clipboard().write_text(&link);
+        }
+        copied.set(Some(link));
+    };
+    let pin = move |_| {
+        if let Some(o) = ex.outcome.get_untracked() {
+            ex.pinned.set(Some(crate::state::Pinned {
+                json: ex.json.get_untracked(),
+                outcome: o,
+            }));
+        }
+    };
+    view! {
+        <div class="actions">
+            <button class="btn primary" data-action="copy-link" on:click=copy>"Copy link"</button>
+            <button class="btn" data-action="pin" on:click=pin>"Pin as A"</button>
+            <button
+                class="btn"
+                data-action="reset"
+                on:click=move |_| ex.json.set(compute::default_scenario())
+            >
+                "Reset"
+            </button>
+        </div>
+        {move || {
+            copied
+                .get()
+                .map(|l| {
+                    view! {
+                        <div class="copied">
+                            <span class="muted">"Link copied:"</span>
+                            <input type="text" readonly data-share-link="" prop:value=l/>
+                        </div>
+                    }
+                })
+        }}
+        <details
+            class="json-box"
+            on:toggle=move |_| json_text.set(serde_json::to_string_pretty(&ex.json.get_untracked()).unwrap_or_default())
+        >
+            <summary>"Scenario JSON"</summary>
+            <textarea rows="14" data-control="scenario-json" prop:value=move || json_text.get() on:input=move |ev| json_text.set(event_target_value(&ev))></textarea>
+            <div class="actions">
+                <button
+                    class="btn small"
+                    on:click=move |_| {
+                        match shared::scenario::Scenario::from_json(&json_text.get_untracked()) {
+                            Ok(sc) => {
+                                json_error.set(None);
+                                ex.set_scenario(&sc);
+                            }
+                            Err(e) => json_error.set(Some(e.to_string())),
+                        }
+                    }
+                >
+                    "Apply"
+                </button>
+                <span class="faint">"same format as " <code>"loadshape simulate FILE"</code></span>
+            </div>
+            {move || json_error.get().map(|e| view! { <p class="callout bad">{e}</p> })}
+        </details>
+    }
+}
+
+/// Link problems, validation errors, computing state and timing.
+#[component]
+fn StatusLine(ex: Explorer) -> impl IntoView {
+    view! {
+        {move || {
+            ex.link_message
+                .get()
+                .map(|m| {
+                    view! {
+                        <div class="banner warn" data-link-error="">
+                            <span>{m}</span>
+                            <button class="btn small close" on:click=move |_| ex.link_message.set(None)>"Dismiss"</button>
+                        </div>
+                    }
+                })
+        }}
+        {move || {
+            ex.error
+                .get()
+                .map(|e| view! { <div class="banner bad" data-scenario-error="">{e}</div> })
+        }}
+        <div class="status-line">
+            <span class="computing" class:hidden=move || !ex.computing.get() data-computing="">
+                <span class="spinner"></span>
+                "computing…"
+            </span>
+            {move || {
+                ex.needs_run
+                    .get()
+                    .then(|| {
+                        view! {
+                            <span class="muted">"Large scenario: not recomputed on every edit. "</span>
+                            <button class="btn small primary" on:click=move |_| ex.run_now()>"Run"</button>
+                        }
+                    })
+            }}
+            <span class="faint" data-compute-ms=move || ex.compute_ms.get().map(|v| format!("{v:.2}")).unwrap_or_default()>
+                {move || {
+                    let o = ex.outcome.get()?;
+                    let ms = ex.compute_ms.get()?;
+                    Some(format!("{} · computed in your browser in {ms:.1} ms", o.describe))
+                }}
+            </span>
+        </div>
+    }
+}
+
+/// The headline metric cards.
+#[component]
+fn SummaryCards(ex: Explorer) -> impl IntoView {
+    let outcome = move || ex.outcome.get();
+    view! {
+        <div class="stat-grid summary" class:stale=move || ex.computing.get() || ex.error.get().is_some()>
+            {move || {
+                let Some(o) = outcome() else {
+                    return view! { <div class="muted">"computing the first result…"</div> }.into_any();
+                };
+                HEADLINE
+                    .iter()
+                    .filter(|(name, _)| o.get(name).is_some())
+                    .map(|&(name, label)| stat_card(ex, o.clone(), name, label))
+                    .collect_view()
+                    .into_any()
+            }}
+        </div>
+    }
+}
+
+fn stat_card(ex: Explorer, o: std::sync::Arc<Outcome>, name: &'static str, label: &'static str) -> impl IntoView {
+    let exact = o.exact;
+    let value = Signal::derive(move || ex.outcome.get().and_then(|o| o.get(name)));
+    let class = move || {
+        let Some(o) = ex.outcome.get() else { return "" };
+        match o.verdict(name) {
+            Some(true) => "good",
+            Some(false) => "bad",
+            None => "",
+        }
+    };
+    let unit = if name.ends_with("_ratio") || name.contains("share") {
+        ""
+    } else {
+        unit_of(name)
+    };
+    let _ = o;
+    view! {
+        <div class=move || format!("stat {}", class())>
+            <div class="label">{label}</div>
+            <div class="value"><Metric name=name value=value exact=exact/><span class="unit">{unit}</span></div>
+        </div>
+    }
+}
+
+/// Every numeric summary field not in the headline, as a table.
+#[component]
+fn AllMetrics(ex: Explorer) -> impl IntoView {
+    view! {
+        <details class="card all-metrics">
+            <summary>"All summary fields"</summary>
+            {move || {
+                let o = ex.outcome.get()?;
+                let rows = o
+                    .metrics
+                    .iter()
+                    .filter(|(k, _)| !HEADLINE.iter().any(|(h, _)| h == k))
+                    .map(|(k, v)| {
+                        let shown = crate::metric::display(k, *v, o.exact);
+                        view! {
+                            <tr>
+                                <td class="mono">{k.clone()}</td>
+                                <td><span class="metric-value" data-metric=k.clone() data-value=v.to_string()>{shown}</span></td>
+                                <td class="faint">{unit_of(k)}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view();
+                let labels = o
+                    .labels
+                    .iter()
+                    .map(|(k, v)| view! { <tr><td class="mono">{k.clone()}</td><td data-metric=k.clone()>{v.clone()}</td><td></td></tr> })
+                    .collect_view();
+                Some(view! { <table class="data"><tbody>{labels}{rows}</tbody></table> })
+            }}
+        </details>
+    }
+}
+
+/// CDFs, the sweep and the timelines.
+#[component]
+fn ChartsGrid(ex: Explorer) -> impl IntoView {
+    let ttft = Signal::derive(move || {
+        ex.outcome.get().map_or_else(Vec::new, |o| {
+            let mut s = vec![Series::steps("this scenario", PALETTE[0], cdf(&o.ttft_ms, 400))];
+            if let Some(p) = ex.pinned.get() {
+                s.push(Series::steps("pinned A", PALETTE[1], cdf(&p.outcome.ttft_ms, 400)).dashed());
+            }
+            s
+        })
+    });
+    let tpot = Signal::derive(move || {
+        ex.outcome.get().map_or_else(Vec::new, |o| {
+            let mut s = vec![Series::steps("this scenario", PALETTE[0], cdf(&o.tpot_ms, 400))];
+            if let Some(p) = ex.pinned.get() {
+                s.push(Series::steps("pinned A", PALETTE[1], cdf(&p.outcome.tpot_ms, 400)).dashed());
+            }
+            s
+        })
+    });
+    let slo_ttft = Signal::derive(move || {
+        ex.outcome.get().map_or_else(Vec::new, |o| {
+            vec![Threshold {
+                label: format!("SLO {} ms", o.slo_ttft_ms),
+                value: o.slo_ttft_ms,
+                vertical: true,
+            }]
+        })
+    });
+    let slo_tpot = Signal::derive(move || {
+        ex.outcome.get().map_or_else(Vec::new, |o| {
+            vec![Threshold {
+                label: format!("SLO {} ms", o.slo_tpot_ms),
+                value: o.slo_tpot_ms,
+                vertical: true,
+            }]
+        })
+    });
+    let sweep = Signal::derive(move || {
+        let pts = ex.sweep.get();
+        let mut pts: Vec<_> = pts.into_iter().collect();
+        pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+        vec![
+            Series::line(
+                "goodput",
+                PALETTE[2],
+                pts.iter().map(|p| (p.x, p.goodput_rps)).collect(),
+            ),
+            Series::line(
+                "throughput",
+                PALETTE[0],
+                pts.iter().map(|p| (p.x, p.throughput_rps)).collect(),
+            )
+            .dashed(),
+        ]
+    });
+    let sweep_x = Signal::derive(move || ex.outcome.get().map(|o| o.sweep_label.clone()).unwrap_or_default());
+    let current_x = Signal::derive(move || {
+        ex.outcome
+            .get()
+            .and_then(|o| o.sweep_current)
+            .map_or_else(Vec::new, |x| {
+                vec![Threshold {
+                    label: "now".to_string(),
+                    value: x,
+                    vertical: true,
+                }]
+            })
+    });
+    let running = Signal::derive(move || {
+        ex.outcome.get().map_or_else(Vec::new, |o| {
+            let t = &o.timeline;
+            vec![
+                Series::line("running", PALETTE[0], t.iter().map(|p| (p.t_s, p.running)).collect()),
+                Series::line("queued", PALETTE[1], t.iter().map(|p| (p.t_s, p.queued)).collect()),
+            ]
+        })
+    });
+    let kv = Signal::derive(move || {
+        ex.outcome.get().map_or_else(Vec::new, |o| {
+            let t = &o.timeline;
+            let mut s = Vec::new();
+            if t.iter().any(|p| p.kv_use.is_some()) {
+                s.push(Series::line(
+                    "KV use",
+                    PALETTE[3],
+                    t.iter().filter_map(|p| Some((p.t_s, p.kv_use? * 100.0))).collect(),
+                ));
+            }
+            if t.iter().any(|p| p.cache_hit.is_some()) {
+                s.push(Series::line(
+                    "cache hits",
+                    PALETTE[2],
+                    t.iter().filter_map(|p| Some((p.t_s, p.cache_hit? * 100.0))).collect(),
+                ));
+            }
+            s
+        })
+    });
+    let progress = move || {
+        let (done, total) = ex.sweep_progress.get();
+        (total > 0 && done < total).then(|| {
+            view! {
+                <div class="progress" data-sweep-progress=format!("{done}/{total}")>
+                    <div class="bar" style:width=format!("{}%", done * 100 / total.max(1))></div>
+                    <span>{format!("sweep {done}/{total}")}</span>
+                </div>
+            }
+        })
+    };
+    view! {
+        <div class="charts">
+            <LineChart id="ttft-cdf" title="TTFT distribution" x_label="TTFT (ms)" y_label="share of requests ≤ x" series=ttft thresholds=slo_ttft y_max=1.0 empty="no per-request samples"/>
+            <LineChart id="tpot-cdf" title="TPOT distribution" x_label="TPOT (ms)" y_label="share of requests ≤ x" series=tpot thresholds=slo_tpot y_max=1.0 empty="no per-request samples"/>
+            <div class="chart-wrap">
+                <LineChart id="goodput-sweep" title="Goodput vs load" x_label="" y_label="req/s" series=sweep thresholds=current_x empty="sweeping…"/>
+                <div class="chart-foot faint">{move || sweep_x.get()} {progress}</div>
+            </div>
+            <LineChart id="timeline-queue" title="Running and queued" x_label="time (s)" y_label="requests" series=running empty="this model reports no timeline"/>
+            <LineChart id="timeline-kv" title="KV cache use and hits" x_label="time (s)" y_label="%" series=kv y_max=100.0 empty="this model has no KV cache"/>
+        </div>
+    }
+}
+
+/// The diagnostics as call-outs.
+#[component]
+fn Diagnostics(ex: Explorer) -> impl IntoView {
+    view! {
+        <div class="card diagnostics">
+            <h2>"Diagnostics"</h2>
+            {move || {
+                let o = ex.outcome.get()?;
+                if o.diagnostics.is_empty() {
+                    return Some(view! { <p class="muted">"Nothing unusual in this scenario."</p> }.into_any());
+                }
+                Some(
+                    o.diagnostics
+                        .iter()
+                        .map(|d| {
+                            let class = match d.severity {
+                                Severity::Good => "callout good",
+                                Severity::Info => "callout",
+                                Severity::Warn => "callout warn",
+                                Severity::Bad => "callout bad",
+                            };
+                            view! {
+                                <div class=class data-diagnostic=d.id.clone()>
+                                    <strong>{d.title.clone()}</strong>
+                                    <span>{d.body.clone()}</span>
+                                </div>
+                            }
+                        })
+                        .collect_view()
+                        .into_any(),
+                )
+            }}
+        </div>
+    }
+}

@@ -1,0 +1,245 @@
+//! What the page knows about scenario fields: a label, a unit and a slider range per field name.
+//!
+//! The explorer builds its controls by walking the scenario's JSON, so every numeric field of every model and
+//! workload gets a slider and a number input, including fields added later. Known names get a good label and
+//! range from [`spec`]; unknown ones a range derived from their value ([`fallback`]).
+
+/// How a field is edited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FieldSpec {
+    pub label: &'static str,
+    pub unit: &'static str,
+    pub min: f64,
+    pub max: f64,
+    pub step: f64,
+    /// A seed or an id: a number input only, no slider.
+    pub no_slider: bool,
+    pub help: &'static str,
+}
+
+const fn f(label: &'static str, unit: &'static str, min: f64, max: f64, step: f64, help: &'static str) -> FieldSpec {
+    FieldSpec {
+        label,
+        unit,
+        min,
+        max,
+        step,
+        no_slider: false,
+        help,
+    }
+}
+
+/// The spec of a known field name (the last segment of its path).
+pub fn spec(name: &str) -> Option<FieldSpec> {
+    Some(match name {
+        // seed profile / engine profile
+        "prefill_tokens_per_ms" => f(
+            "Prefill speed",
+            "tok/ms",
+            1.0,
+            100.0,
+            0.5,
+            "prompt tokens processed per millisecond",
+        ),
+        "prefix_cache_hit_efficiency" => f(
+            "Prefix-cache efficiency",
+            "0–1",
+            0.0,
+            1.0,
+            0.01,
+            "share of the shared prefix served from cache",
+        ),
+        "base_tpot_ms" => f(
+            "Base TPOT",
+            "ms",
+            1.0,
+            80.0,
+            0.1,
+            "decode time per token with an empty batch",
+        ),
+        "batch_tpot_slope_ms" | "tpot_slope_ms" | "per_seq_ms" | "decode_per_seq_ms" => f(
+            "TPOT slope",
+            "ms/seq",
+            0.0,
+            3.0,
+            0.01,
+            "extra decode time per token per running sequence",
+        ),
+        "max_batch_slots" => f(
+            "Batch slots",
+            "seqs",
+            1.0,
+            128.0,
+            1.0,
+            "admission limit: sequences decoding at once",
+        ),
+        "max_num_seqs" | "max_running" => f("Max running seqs", "seqs", 1.0, 1024.0, 1.0, "vLLM max_num_seqs"),
+        "max_num_batched_tokens" | "token_budget" | "chunk_tokens" => f(
+            "Token budget / step",
+            "tok",
+            256.0,
+            32768.0,
+            256.0,
+            "chunked-prefill budget (vLLM max_num_batched_tokens)",
+        ),
+        "block_size" | "block_tokens" => f("KV block size", "tok", 1.0, 128.0, 1.0, "tokens per KV-cache block"),
+        "kv_blocks" | "kv_capacity_blocks" | "num_gpu_blocks" => f(
+            "KV capacity",
+            "blocks",
+            16.0,
+            100_000.0,
+            16.0,
+            "KV-cache blocks on the GPU",
+        ),
+        "fixed_prefill_ms" | "prefill_fixed_ms" => f("Fixed prefill cost", "ms", 0.0, 50.0, 0.5, "per prefill step"),
+        "step_overhead_ms" | "fixed_step_ms" => {
+            f("Step overhead", "ms", 0.0, 5.0, 0.01, "fixed cost of every engine step")
+        }
+        "per_context_token_ms" | "context_ms_per_token" | "decode_per_context_token_ms" => f(
+            "Context cost",
+            "ms/tok",
+            0.0,
+            0.01,
+            0.00001,
+            "decode time per context token in the batch",
+        ),
+        "prefix_caching" | "prefix_cache" => return None,
+        // SLOs
+        "ttft_ms" => f("TTFT SLO", "ms", 50.0, 10_000.0, 10.0, "time to first token target"),
+        "tpot_ms" => f("TPOT SLO", "ms", 5.0, 200.0, 1.0, "time per output token target"),
+        "e2e_ms" => f("E2E SLO", "ms", 100.0, 600_000.0, 100.0, "end-to-end latency target"),
+        // workloads
+        "num_requests" => f("Requests", "req", 1.0, 2000.0, 1.0, "requests in the trace"),
+        "mean_rps" | "rate_rps" => f("Arrival rate", "req/s", 0.1, 50.0, 0.1, "mean arrival rate"),
+        "cv" | "burstiness" => f(
+            "Burstiness",
+            "cv",
+            0.1,
+            5.0,
+            0.05,
+            "coefficient of variation of inter-arrivals",
+        ),
+        "prompt_tokens" | "input_tokens" => f("Prompt length", "tok", 1.0, 32_768.0, 1.0, "prompt tokens per request"),
+        "output_tokens" => f("Output length", "tok", 1.0, 4096.0, 1.0, "generated tokens per request"),
+        "sessions" => f(
+            "Sessions",
+            "slots",
+            1.0,
+            256.0,
+            1.0,
+            "concurrent agent sessions (slots)",
+        ),
+        "users" | "concurrency" => f("Users", "users", 1.0, 256.0, 1.0, "closed-loop users"),
+        "steps" => f("Steps / session", "steps", 1.0, 200.0, 1.0, "requests per session"),
+        "base_tokens" => f(
+            "Base context",
+            "tok",
+            0.0,
+            128_000.0,
+            256.0,
+            "context a session starts with",
+        ),
+        "gen_tokens" => f(
+            "Reply length",
+            "tok",
+            1.0,
+            4096.0,
+            1.0,
+            "generated tokens per step (forced)",
+        ),
+        "tool_tokens" => f("Tool output", "tok", 0.0, 16_000.0, 10.0, "tool output added per step"),
+        "task_tokens" => f("Task prompt", "tok", 0.0, 8192.0, 8.0, "unique task text at step 0"),
+        "think_s" => f("Think time", "s", 0.0, 60.0, 0.1, "mean pause between steps"),
+        "spread" => f("Spread", "σ", 0.0, 2.0, 0.01, "spread of the per-session draws"),
+        "stagger_s" => f("Stagger", "s", 0.0, 120.0, 0.5, "start offset between sessions"),
+        "duration_s" => f("Run length", "s", 0.0, 3600.0, 5.0, "0 = until every session ends"),
+        "drain_grace_s" => f(
+            "Drain grace",
+            "s",
+            0.0,
+            600.0,
+            1.0,
+            "time allowed to finish at the deadline",
+        ),
+        "seed" => FieldSpec {
+            no_slider: true,
+            ..f("Seed", "", 0.0, 1e9, 1.0, "random seed")
+        },
+        _ => return None,
+    })
+}
+
+/// A range for a field the page does not know: around its current value.
+pub fn fallback(name: &str, value: f64, integer: bool) -> FieldSpec {
+    let max = if value > 0.0 { value * 4.0 } else { 1.0 };
+    let step = if integer { 1.0 } else { (max / 200.0).max(1e-6) };
+    FieldSpec {
+        label: "",
+        unit: crate::metric::unit_of(name),
+        min: 0.0,
+        max,
+        step,
+        no_slider: false,
+        help: "",
+    }
+}
+
+/// A readable label from a field name: `drain_grace_s` → `Drain grace s`.
+pub fn humanize(name: &str) -> String {
+    let mut s = name.replace('_', " ");
+    if let Some(first) = s.get(0..1) {
+        let upper = first.to_uppercase();
+        s.replace_range(0..1, &upper);
+    }
+    s
+}
+
+/// The values a string field may take, when it is an enum the page knows.
+pub fn choices(name: &str) -> Option<&'static [&'static str]> {
+    match name {
+        "dist" => Some(&["lognormal", "uniform"]),
+        _ => None,
+    }
+}
+
+/// Group titles for top-level scenario keys.
+pub fn group_title(key: &str) -> String {
+    match key {
+        "workload" => "Workload".to_string(),
+        "profile" | "engine" => "Engine profile".to_string(),
+        "slo" => "SLOs".to_string(),
+        other => humanize(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn known_fields_have_sane_ranges() {
+        for name in [
+            "prefill_tokens_per_ms",
+            "max_batch_slots",
+            "ttft_ms",
+            "mean_rps",
+            "sessions",
+            "think_s",
+        ] {
+            let s = spec(name).expect(name);
+            assert!(s.min < s.max && s.step > 0.0, "{name}");
+            assert!(!s.label.is_empty() && !s.unit.is_empty(), "{name}");
+        }
+        assert!(spec("seed").is_some_and(|s| s.no_slider));
+    }
+
+    #[test]
+    fn fallback_covers_the_value() {
+        let s = fallback("weird_ms", 12.5, false);
+        assert!(s.max >= 12.5 && s.unit == "ms");
+        assert_eq!(humanize("drain_grace_s"), "Drain grace s");
+    }
+}

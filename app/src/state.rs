@@ -1,0 +1,192 @@
+//! The explorer's state: the scenario being edited (as JSON, so every field of every model is editable), the
+//! last computed [`Outcome`], the rate sweep, and the pinned scenario A for comparison.
+//!
+//! Edits go into [`Explorer::json`]; an effect debounces them ([`DEBOUNCE_MS`]), validates with
+//! `Scenario::from_value`, stores the share link in the URL fragment, computes the outcome after the browser has
+//! painted the "computing" state, then runs the goodput-vs-rate sweep one point per timer tick (so the page never
+//! freezes, and a newer edit cancels an older sweep).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use serde_json::Value;
+use shared::scenario::Scenario;
+
+use crate::compute::{self, Outcome, SweepPoint};
+
+/// Quiet time after the last edit before recomputing, milliseconds.
+pub const DEBOUNCE_MS: u64 = 90;
+
+/// Scenarios larger than this (requests or session steps) compute only when the user asks.
+pub const AUTO_RUN_LIMIT: f64 = 200_000.0;
+
+/// A scenario pinned as "A" for the compare view.
+#[derive(Debug, Clone)]
+pub struct Pinned {
+    pub json: Value,
+    pub outcome: Arc<Outcome>,
+}
+
+/// The explorer's signals. Copy: share it by value or through context.
+#[derive(Clone, Copy)]
+pub struct Explorer {
+    /// The scenario as edited, possibly invalid.
+    pub json: RwSignal<Value>,
+    /// Why `json` is not a valid scenario (names the field).
+    pub error: RwSignal<Option<String>>,
+    /// A problem with the link the page was opened with (shown once, dismissible).
+    pub link_message: RwSignal<Option<String>>,
+    pub outcome: RwSignal<Option<Arc<Outcome>>>,
+    pub computing: RwSignal<bool>,
+    /// Milliseconds the last computation took in this browser.
+    pub compute_ms: RwSignal<Option<f64>>,
+    /// The scenario is too large to recompute on every edit; waiting for "Run".
+    pub needs_run: RwSignal<bool>,
+    pub sweep: RwSignal<Vec<SweepPoint>>,
+    /// (done, total) of the running sweep.
+    pub sweep_progress: RwSignal<(usize, usize)>,
+    pub pinned: RwSignal<Option<Pinned>>,
+    generation: StoredValue<u64>,
+    debounce: StoredValue<Option<TimeoutHandle>>,
+}
+
+impl Explorer {
+    /// State for the page URL: the scenario from `#s=...` when it decodes, else the default with a message.
+    pub fn from_url() -> Explorer {
+        let (hash, search) = crate::url::location_parts();
+        let (json, message) = match crate::url::param(&hash, &search, shared::link::FRAGMENT_KEY) {
+            None => (compute::default_scenario(), None),
+            Some(payload) => match shared::link::decode(&payload) {
+                Ok(sc) => (sc.to_value(), None),
+                Err(e) => (
+                    compute::default_scenario(),
+                    Some(format!("{e}. Showing the default scenario instead.")),
+                ),
+            },
+        };
+        let ex = Explorer {
+            json: RwSignal::new(json),
+            error: RwSignal::new(None),
+            link_message: RwSignal::new(message),
+            outcome: RwSignal::new(None),
+            computing: RwSignal::new(false),
+            compute_ms: RwSignal::new(None),
+            needs_run: RwSignal::new(false),
+            sweep: RwSignal::new(Vec::new()),
+            sweep_progress: RwSignal::new((0, 0)),
+            pinned: RwSignal::new(None),
+            generation: StoredValue::new(0),
+            debounce: StoredValue::new(None),
+        };
+        Effect::new(move |prev: Option<()>| {
+            let json = ex.json.get();
+            // The first computation runs at once; later edits are debounced.
+            ex.schedule(json, if prev.is_none() { 0 } else { DEBOUNCE_MS }, false);
+        });
+        ex
+    }
+
+    /// The current scenario, when valid.
+    pub fn scenario(&self) -> Option<Scenario> {
+        Scenario::from_value(self.json.get_untracked()).ok()
+    }
+
+    /// Replace the whole scenario (presets, model switch, "use in scenario", imported files).
+    pub fn set_scenario(&self, sc: &Scenario) {
+        self.json.set(sc.to_value());
+    }
+
+    /// Set the value at a JSON pointer (`/profile/base_tpot_ms`).
+    pub fn set_at(&self, pointer: &str, value: Value) {
+        self.json.update(|j| {
+            if let Some(slot) = j.pointer_mut(pointer) {
+                *slot = value;
+            }
+        });
+    }
+
+    /// Compute now even if the scenario is large.
+    pub fn run_now(&self) {
+        self.schedule(self.json.get_untracked(), 0, true);
+    }
+
+    fn schedule(self, json: Value, delay_ms: u64, force: bool) {
+        if let Some(h) = self.debounce.get_value() {
+            h.clear();
+        }
+        let handle = set_timeout_with_handle(
+            move || self.validate_and_run(json, force),
+            Duration::from_millis(delay_ms),
+        );
+        self.debounce.set_value(handle.ok());
+    }
+
+    fn validate_and_run(self, json: Value, force: bool) {
+        let generation = self.generation.get_value() + 1;
+        self.generation.set_value(generation);
+        let sc = match Scenario::from_value(json) {
+            Ok(sc) => sc,
+            Err(e) => {
+                self.error.set(Some(e.to_string()));
+                return;
+            }
+        };
+        self.error.set(None);
+        let hash = crate::url::location_parts().0;
+        crate::url::replace_hash(&crate::url::with_param(
+            &hash,
+            shared::link::FRAGMENT_KEY,
+            Some(&shared::link::encode(&sc)),
+        ));
+        if !force && compute::size_of(&sc) > AUTO_RUN_LIMIT {
+            self.needs_run.set(true);
+            return;
+        }
+        self.needs_run.set(false);
+        self.computing.set(true);
+        // Let the browser paint "computing…" before the (synchronous) simulation runs.
+        set_timeout(
+            move || {
+                if self.generation.get_value() != generation {
+                    return;
+                }
+                let t0 = now_ms();
+                let result = compute::compute(&sc);
+                self.compute_ms.set(Some(now_ms() - t0));
+                self.computing.set(false);
+                match result {
+                    Ok(outcome) => {
+                        self.outcome.set(Some(Arc::new(outcome)));
+                        self.start_sweep(sc, generation);
+                    }
+                    Err(e) => self.error.set(Some(e)),
+                }
+            },
+            Duration::from_millis(16),
+        );
+    }
+
+    fn start_sweep(self, sc: Scenario, generation: u64) {
+        let plan = compute::sweep_plan(&sc);
+        self.sweep.set(Vec::new());
+        self.sweep_progress.set((0, plan.len()));
+        fn step(ex: Explorer, plan: Arc<Vec<Scenario>>, i: usize, generation: u64) {
+            if ex.generation.get_value() != generation || i >= plan.len() {
+                return;
+            }
+            if let Some(point) = compute::sweep_point(&plan[i]) {
+                ex.sweep.update(|s| s.push(point));
+            }
+            ex.sweep_progress.set((i + 1, plan.len()));
+            set_timeout(move || step(ex, plan, i + 1, generation), Duration::from_millis(0));
+        }
+        let plan = Arc::new(plan);
+        set_timeout(move || step(self, plan, 0, generation), Duration::from_millis(0));
+    }
+}
+
+/// `performance.now()`, milliseconds.
+pub fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
+}

@@ -1,0 +1,300 @@
+//! Share links: a whole [`Scenario`] in a URL fragment, compact and versioned.
+//!
+//! Format (version 1): the fragment key `s` holds `1.` followed by the unpadded base64url encoding of the
+//! zlib-compressed (deflate + Adler-32) compact JSON of the scenario:
+//!
+//! ```text
+//! http://127.0.0.1:8080/#s=1.eNqrVspOrVSyUkpKzFHSUcpMUbIyNDA...
+//! ```
+//!
+//! The Adler-32 checksum makes a truncated or edited link fail loudly instead of decoding to something else.
+//! The leading version number lets a later encoding coexist: a link from a newer loadshape is reported as such.
+//! Decoding parses and validates with [`Scenario::from_json`], so a link can never smuggle in a scenario the
+//! CLI would reject. The fragment may carry other keys (`#token=...&s=1....`); [`decode`] finds `s`.
+//!
+//! Principal functions: [`encode`], [`decode`], [`link_url`], and the byte-level [`pack`]/[`unpack`].
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use thiserror::Error;
+
+use crate::scenario::{Scenario, ScenarioError};
+
+/// The encoding version this build writes. It reads every version up to and including this one.
+pub const LINK_VERSION: u32 = 1;
+
+/// The URL fragment key that holds the scenario.
+pub const FRAGMENT_KEY: &str = "s";
+
+/// The base URL `loadshape link` uses when none is given (the agent's default address).
+pub const DEFAULT_BASE: &str = "http://127.0.0.1:8080/";
+
+/// A decompressed scenario larger than this is refused (a link is a few hundred bytes; this stops a zip bomb).
+pub const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Why a link could not be turned back into a scenario. Each message says what to do about it.
+#[derive(Debug, Error, PartialEq)]
+pub enum LinkError {
+    /// No `s=` payload in the text.
+    #[error("the link holds no scenario (expected `#s=1.…` in the URL)")]
+    Missing,
+    /// The payload has no `VERSION.` prefix, or the version is not a number.
+    #[error("the scenario link is malformed: expected `VERSION.DATA`, got `{0}`")]
+    Malformed(String),
+    /// The link was written by a newer loadshape.
+    #[error(
+        "the scenario link uses encoding version {found}, newer than this page understands (up to {supported}); open it with a newer loadshape"
+    )]
+    FutureVersion { found: u32, supported: u32 },
+    /// Version 0 or another version this build never wrote.
+    #[error("the scenario link uses unknown encoding version {0}")]
+    UnknownVersion(u32),
+    /// The data part is not base64url.
+    #[error("the scenario link is corrupted (not base64url: {0}); was it cut or edited?")]
+    Base64(String),
+    /// The compressed data is truncated or fails its checksum.
+    #[error("the scenario link is truncated or corrupted (decompression failed: {0}); copy the whole link again")]
+    Corrupt(String),
+    /// The decompressed data is not UTF-8.
+    #[error("the scenario link is corrupted (its content is not UTF-8 text)")]
+    NotText,
+    /// The scenario itself is invalid.
+    #[error("the scenario in the link is invalid: {0}")]
+    Scenario(#[from] ScenarioError),
+}
+
+/// Encode a scenario as a fragment payload `1.<base64url(zlib(json))>`.
+pub fn encode(scenario: &Scenario) -> String {
+    pack(&scenario.to_value().to_string())
+}
+
+/// Decode a link back into a validated scenario. Accepts a whole URL, a fragment (`#s=...`, possibly with other
+/// keys such as `token`), `s=...`, or the bare payload `1....`.
+pub fn decode(text: &str) -> Result<Scenario, LinkError> {
+    let payload = find_payload(text).ok_or(LinkError::Missing)?;
+    let json = unpack(payload)?;
+    Ok(Scenario::from_json(&json)?)
+}
+
+/// The full share URL for `scenario`: `base` (its own fragment dropped) + `#s=<payload>`.
+pub fn link_url(base: &str, scenario: &Scenario) -> String {
+    let base = base.split('#').next().unwrap_or(base);
+    format!("{base}#{FRAGMENT_KEY}={}", encode(scenario))
+}
+
+/// Byte level: compress JSON text into a versioned payload.
+pub fn pack(json: &str) -> String {
+    let compressed = miniz_oxide::deflate::compress_to_vec_zlib(json.as_bytes(), 9);
+    format!("{LINK_VERSION}.{}", URL_SAFE_NO_PAD.encode(compressed))
+}
+
+/// Byte level: a versioned payload back to JSON text. Checks version, base64url, checksum and size.
+pub fn unpack(payload: &str) -> Result<String, LinkError> {
+    let payload = payload.trim();
+    let Some((version, data)) = payload.split_once('.') else {
+        return Err(LinkError::Malformed(shorten(payload)));
+    };
+    let version: u32 = version.parse().map_err(|_| LinkError::Malformed(shorten(payload)))?;
+    if version > LINK_VERSION {
+        return Err(LinkError::FutureVersion {
+            found: version,
+            supported: LINK_VERSION,
+        });
+    }
+    if version != 1 {
+        return Err(LinkError::UnknownVersion(version));
+    }
+    // Tolerate padding a mail client or a user may have added.
+    let data = data.trim_end_matches('=');
+    let compressed = URL_SAFE_NO_PAD
+        .decode(data)
+        .map_err(|e| LinkError::Base64(e.to_string()))?;
+    let bytes = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&compressed, MAX_JSON_BYTES)
+        .map_err(|e| LinkError::Corrupt(format!("{:?}", e.status)))?;
+    String::from_utf8(bytes).map_err(|_| LinkError::NotText)
+}
+
+/// The `s` value inside a URL, fragment or query, or the text itself when it already looks like a payload.
+pub fn find_payload(text: &str) -> Option<&str> {
+    let text = text.trim();
+    let tail = match text.find('#') {
+        Some(i) => &text[i + 1..],
+        None => match text.find('?') {
+            Some(i) => &text[i + 1..],
+            None => text,
+        },
+    };
+    for part in tail.split(['&', '?', '#']) {
+        if let Some(value) = part.strip_prefix("s=") {
+            return Some(value);
+        }
+    }
+    // A bare payload: `1.xxxx` with no key.
+    let first = tail.split('.').next().unwrap_or("");
+    (!first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) && tail.contains('.')).then_some(tail)
+}
+
+fn shorten(text: &str) -> String {
+    let mut out: String = text.chars().take(24).collect();
+    if text.chars().count() > 24 {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED_FORM: &str = r#"{"model": "seed",
+        "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
+        "profile": {"name": "baseline", "prefill_tokens_per_ms": 26.0, "prefix_cache_hit_efficiency": 0.45,
+                    "base_tpot_ms": 17.5, "batch_tpot_slope_ms": 0.62, "max_batch_slots": 16},
+        "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0},
+        "closed_loop": false, "workload_name": "agent-shared-prefix"}"#;
+
+    fn seed_scenario() -> Scenario {
+        Scenario::from_json(SEED_FORM).expect("the seed form is a valid scenario")
+    }
+
+    #[test]
+    fn scenario_round_trips_through_a_link() {
+        let sc = seed_scenario();
+        let payload = encode(&sc);
+        assert!(payload.starts_with("1."), "{payload}");
+        assert!(
+            payload.len() < 400,
+            "link payload is {} chars: {payload}",
+            payload.len()
+        );
+        assert_eq!(decode(&payload).unwrap(), sc);
+        let url = link_url("http://127.0.0.1:8080/#token=secret", &sc);
+        assert!(url.starts_with("http://127.0.0.1:8080/#s=1."), "{url}");
+        assert!(!url.contains("secret"), "a share link never carries the token: {url}");
+        assert_eq!(decode(&url).unwrap(), sc);
+        assert_eq!(decode(&format!("http://h/#token=abc&s={payload}")).unwrap(), sc);
+    }
+
+    #[test]
+    fn extreme_values_round_trip_exactly() {
+        let json = SEED_FORM
+            .replace("\"seed\": 42", "\"seed\": 18446744073709551615")
+            .replace("0.45", "0.1234567890123456789")
+            .replace("8.5", "0.000001");
+        let sc = Scenario::from_json(&json).unwrap();
+        assert_eq!(decode(&encode(&sc)).unwrap(), sc);
+    }
+
+    #[test]
+    fn bad_links_give_clear_errors() {
+        let sc = seed_scenario();
+        let payload = encode(&sc);
+        assert_eq!(decode("http://127.0.0.1:8080/"), Err(LinkError::Missing));
+        let truncated = &payload[..payload.len() - 5];
+        let err = decode(truncated).unwrap_err();
+        assert!(matches!(err, LinkError::Corrupt(_) | LinkError::Base64(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("truncated") || err.to_string().contains("corrupted"),
+            "{err}"
+        );
+        let future = format!("2{}", &payload[1..]);
+        let err = decode(&future).unwrap_err();
+        assert!(err.to_string().contains("newer"), "{err}");
+        assert!(matches!(decode("#s=garbage"), Err(LinkError::Malformed(_))));
+    }
+
+    #[test]
+    fn a_link_to_an_invalid_scenario_names_the_field() {
+        let bad = SEED_FORM.replace("\"mean_rps\": 8.5", "\"mean_rps\": 0");
+        let err = decode(&pack(&bad)).unwrap_err();
+        assert!(matches!(err, LinkError::Scenario(_)), "{err:?}");
+        assert!(err.to_string().contains("mean_rps"), "{err}");
+        let unknown = SEED_FORM.replace("\"closed_loop\"", "\"surprise\": 1, \"closed_loop\"");
+        assert!(decode(&pack(&unknown)).unwrap_err().to_string().contains("surprise"));
+    }
+
+    #[test]
+    fn pack_round_trips_text() {
+        let json = r#"{"model":"seed","x":[1,2,3],"name":"ünï"}"#;
+        let payload = pack(json);
+        assert!(payload.starts_with("1."));
+        assert_eq!(unpack(&payload).unwrap(), json);
+    }
+
+    #[test]
+    fn payload_is_url_safe_and_compact() {
+        let json = "{\"a\":\"".to_string() + &"agent ".repeat(200) + "\"}";
+        let payload = pack(&json);
+        assert!(payload.len() < json.len() / 4, "{} vs {}", payload.len(), json.len());
+        assert!(
+            payload
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        );
+    }
+
+    #[test]
+    fn finds_payload_in_urls_and_fragments() {
+        assert_eq!(find_payload("http://h:1/#s=1.abc"), Some("1.abc"));
+        assert_eq!(find_payload("http://h:1/#token=xyz&s=1.abc"), Some("1.abc"));
+        assert_eq!(find_payload("http://h:1/?s=1.abc"), Some("1.abc"));
+        assert_eq!(find_payload("#s=1.abc&token=q"), Some("1.abc"));
+        assert_eq!(find_payload("1.abc"), Some("1.abc"));
+        assert_eq!(find_payload("http://h:1/#token=xyz"), None);
+        assert_eq!(find_payload(""), None);
+    }
+
+    #[test]
+    fn truncated_payload_is_an_error_not_a_panic() {
+        let payload = pack(r#"{"model":"seed","workload":{"kind":"bursty","num_requests":80}}"#);
+        for cut in 2..payload.len() {
+            let err = unpack(&payload[..cut]).expect_err("a cut payload must not decode");
+            assert!(
+                matches!(err, LinkError::Corrupt(_) | LinkError::Base64(_)),
+                "cut at {cut}: unexpected {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn flipped_character_fails_the_checksum() {
+        let payload = pack(r#"{"model":"seed","workload":{"kind":"bursty","num_requests":80}}"#);
+        let mut bytes = payload.into_bytes();
+        let i = bytes.len() - 3;
+        bytes[i] = if bytes[i] == b'A' { b'B' } else { b'A' };
+        let edited = String::from_utf8(bytes).unwrap();
+        assert!(unpack(&edited).is_err());
+    }
+
+    #[test]
+    fn future_and_unknown_versions_are_named() {
+        assert_eq!(
+            unpack("2.eJyrVgIAAAH_AAE"),
+            Err(LinkError::FutureVersion {
+                found: 2,
+                supported: LINK_VERSION
+            })
+        );
+        assert_eq!(unpack("0.xyz"), Err(LinkError::UnknownVersion(0)));
+        assert!(matches!(unpack("abc"), Err(LinkError::Malformed(_))));
+        assert!(matches!(unpack("x.abc"), Err(LinkError::Malformed(_))));
+        assert!(matches!(unpack("1.!!!"), Err(LinkError::Base64(_))));
+        let msg = unpack("9.abc").unwrap_err().to_string();
+        assert!(msg.contains("version 9"), "{msg}");
+    }
+
+    #[test]
+    fn non_utf8_content_is_refused() {
+        let compressed = miniz_oxide::deflate::compress_to_vec_zlib(&[0xff, 0xfe, 0x00], 9);
+        let payload = format!("1.{}", URL_SAFE_NO_PAD.encode(compressed));
+        assert_eq!(unpack(&payload), Err(LinkError::NotText));
+    }
+
+    #[test]
+    fn oversized_content_is_refused() {
+        let big = vec![b' '; MAX_JSON_BYTES + 10];
+        let compressed = miniz_oxide::deflate::compress_to_vec_zlib(&big, 9);
+        let payload = format!("1.{}", URL_SAFE_NO_PAD.encode(compressed));
+        assert!(matches!(unpack(&payload), Err(LinkError::Corrupt(_))));
+    }
+}
