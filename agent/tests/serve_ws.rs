@@ -1,0 +1,528 @@
+//! Websocket integration tests for `loadshape serve`: access checks, the protocol, live runs with a scripted
+//! driver, several viewers, resume after a disconnect, and the store across a restart. Loopback only.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use loadshape::serve::driver::ReplayDriver;
+use loadshape::serve::runs::{BoxFuture, Driver, RecordSink};
+use loadshape::serve::store::RunStore;
+use loadshape::serve::{AppState, Runs, Target, allowed_hosts, app};
+use shared::protocol::{ClientMsg, ErrorCode, Limits, PROTOCOL_VERSION, RunState, ServerMsg};
+use shared::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const TOKEN: &str = "secret-token";
+
+/// Emits `records` records, one every `every_ms`, stopping early when asked.
+struct ScriptedDriver {
+    records: u64,
+    every_ms: u64,
+}
+
+fn record(i: u64) -> RequestRecord {
+    RequestRecord {
+        schema: RECORD_SCHEMA_VERSION,
+        session: i % 3,
+        inst: 0,
+        step: (i / 3) as u32,
+        steps_asked: 10,
+        base_asked: 4000,
+        ok: true,
+        t_submit: i as f64 * 0.01,
+        ttft_s: Some(0.05),
+        wall_s: 0.5,
+        gen_tokens: 64,
+        asked_tokens: 64,
+        prompt_tokens: Some(4000 + i),
+        cached_tokens: Some(i),
+        designed_cached_tokens: None,
+        sse_frames: 64,
+        prompt_chars: 16000,
+        queue_s: None,
+        itl: None,
+        finish_reason: Some("length".into()),
+        usage_source: UsageSource::FinalFrame,
+        error: None,
+    }
+}
+
+impl Driver for ScriptedDriver {
+    fn run(
+        &self,
+        _target: Target,
+        _scenario: serde_json::Value,
+        sink: RecordSink,
+        mut stop: watch::Receiver<bool>,
+    ) -> BoxFuture<anyhow::Result<()>> {
+        let (n, every) = (self.records, self.every_ms);
+        Box::pin(async move {
+            for i in 0..n {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(every)) => sink.push(record(i)),
+                    _ = stop.changed() => return Ok(()),
+                }
+            }
+            Ok(())
+        })
+    }
+    fn validate(&self, scenario: &serde_json::Value, _limits: &Limits) -> Result<(), String> {
+        ReplayDriver.validate(scenario, _limits)
+    }
+    fn summarize(&self, _s: &serde_json::Value, records: &[RequestRecord]) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "completed": records.len() }))
+    }
+}
+
+struct Agent {
+    addr: std::net::SocketAddr,
+    data_dir: PathBuf,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        max_message_bytes: 64 * 1024,
+        max_concurrent_runs: 2,
+        max_sessions_per_run: 64,
+        max_run_seconds: 60.0,
+    }
+}
+
+async fn start_agent(data_dir: PathBuf, driver: Arc<dyn Driver>) -> Agent {
+    let store = RunStore::open(&data_dir).unwrap();
+    let sim = Target {
+        name: "sim".into(),
+        url: "builtin".into(),
+        model: "sim".into(),
+        dialect: "vllm".into(),
+        api_key_env: None,
+        builtin: true,
+    };
+    let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new(AppState {
+        token: TOKEN.into(),
+        allowed_hosts: allowed_hosts(addr),
+        runs,
+    });
+    let router = app(state, &data_dir.join("no-dist"));
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    Agent { addr, data_dir, server }
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadshape-ws-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+async fn connect_with(
+    addr: std::net::SocketAddr,
+    query: &str,
+    origin: Option<&str>,
+    host: Option<&str>,
+) -> Result<Ws, u16> {
+    let mut req = format!("ws://{addr}/ws{query}").into_client_request().unwrap();
+    if let Some(o) = origin {
+        req.headers_mut().insert("Origin", o.parse().unwrap());
+    }
+    if let Some(h) = host {
+        req.headers_mut().insert("Host", h.parse().unwrap());
+    }
+    match tokio_tungstenite::connect_async(req).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("unexpected websocket error: {e}"),
+    }
+}
+
+async fn connect(agent: &Agent) -> Ws {
+    let origin = format!("http://{}", agent.addr);
+    let mut ws = connect_with(agent.addr, &format!("?token={TOKEN}"), Some(&origin), None)
+        .await
+        .unwrap();
+    send(
+        &mut ws,
+        ClientMsg::Hello {
+            id: 1,
+            protocol: PROTOCOL_VERSION,
+            client: "test".into(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Hello { id: 1, protocol, .. } => assert_eq!(protocol, PROTOCOL_VERSION),
+        other => panic!("expected hello, got {other:?}"),
+    }
+    ws
+}
+
+async fn send(ws: &mut Ws, msg: ClientMsg) {
+    ws.send(Message::text(serde_json::to_string(&msg).unwrap()))
+        .await
+        .unwrap();
+}
+
+async fn recv(ws: &mut Ws) -> ServerMsg {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("no message in 10 s");
+        match msg.expect("socket closed").expect("socket error") {
+            Message::Text(t) => return serde_json::from_str(&t).expect("agent sent a message the protocol lacks"),
+            Message::Close(_) => panic!("socket closed"),
+            _ => continue,
+        }
+    }
+}
+
+async fn start_run(ws: &mut Ws, id: u64) -> String {
+    send(
+        ws,
+        ClientMsg::StartRun {
+            id,
+            scenario: serde_json::json!({"model": "engine"}),
+            target: "sim".into(),
+        },
+    )
+    .await;
+    match recv(ws).await {
+        ServerMsg::RunStarted { id: got, run } if got == id => run.run_id,
+        other => panic!("expected run_started, got {other:?}"),
+    }
+}
+
+/// Collects `record` events (asserting contiguous seqs) until the run's final `run_state`.
+async fn collect_until_end(ws: &mut Ws, mut next: u64) -> (u64, RunState) {
+    loop {
+        match recv(ws).await {
+            ServerMsg::Record { seq, .. } => {
+                assert_eq!(seq, next, "records must arrive once each, in order");
+                next += 1;
+            }
+            ServerMsg::RunState { run, .. } if run.state != RunState::Running => return (next, run.state),
+            ServerMsg::Subscribed { .. } | ServerMsg::StopRequested { .. } | ServerMsg::RunState { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn upgrade_is_refused_without_token_with_foreign_origin_or_host() {
+    let agent = start_agent(tempdir("refuse"), Arc::new(ReplayDriver)).await;
+    let own = format!("http://{}", agent.addr);
+    assert_eq!(connect_with(agent.addr, "", Some(&own), None).await.err(), Some(401));
+    assert_eq!(
+        connect_with(agent.addr, "?token=nope", Some(&own), None).await.err(),
+        Some(401)
+    );
+    let evil = Some("http://evil.example");
+    assert_eq!(
+        connect_with(agent.addr, &format!("?token={TOKEN}"), evil, None)
+            .await
+            .err(),
+        Some(403)
+    );
+    let rebound = Some("attacker.example:8080");
+    assert_eq!(
+        connect_with(agent.addr, &format!("?token={TOKEN}"), Some(&own), rebound)
+            .await
+            .err(),
+        Some(403)
+    );
+    assert!(
+        connect_with(agent.addr, &format!("?token={TOKEN}"), Some(&own), None)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn hello_first_version_check_and_clear_errors() {
+    let agent = start_agent(tempdir("hello"), Arc::new(ReplayDriver)).await;
+    let own = format!("http://{}", agent.addr);
+    let mut ws = connect_with(agent.addr, &format!("?token={TOKEN}"), Some(&own), None)
+        .await
+        .unwrap();
+    send(&mut ws, ClientMsg::ListRuns { id: 7 }).await;
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerMsg::Error {
+            id: 7,
+            code: ErrorCode::HelloFirst,
+            ..
+        }
+    ));
+    send(
+        &mut ws,
+        ClientMsg::Hello {
+            id: 8,
+            protocol: PROTOCOL_VERSION + 1,
+            client: "future".into(),
+        },
+    )
+    .await;
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerMsg::Error {
+            id: 8,
+            code: ErrorCode::VersionMismatch,
+            ..
+        }
+    ));
+    ws.send(Message::text("{not json")).await.unwrap();
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerMsg::Error {
+            code: ErrorCode::BadMessage,
+            ..
+        }
+    ));
+    ws.send(Message::text("x".repeat(100 * 1024))).await.unwrap();
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerMsg::Error {
+            code: ErrorCode::LimitExceeded,
+            ..
+        }
+    ));
+
+    let mut ws = connect(&agent).await;
+    send(&mut ws, ClientMsg::ListTargets { id: 2 }).await;
+    match recv(&mut ws).await {
+        ServerMsg::Targets { id: 2, targets } => assert_eq!(targets[0].name, "sim"),
+        other => panic!("{other:?}"),
+    }
+    let scenario = serde_json::json!({});
+    send(
+        &mut ws,
+        ClientMsg::StartRun {
+            id: 3,
+            scenario,
+            target: "http://evil.example/v1".into(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Error {
+            id: 3,
+            code: ErrorCode::UnknownTarget,
+            message,
+        } => assert!(message.contains("sim")),
+        other => panic!("{other:?}"),
+    }
+    send(
+        &mut ws,
+        ClientMsg::FetchRun {
+            id: 4,
+            run_id: "../../etc".into(),
+        },
+    )
+    .await;
+    assert!(matches!(
+        recv(&mut ws).await,
+        ServerMsg::Error {
+            id: 4,
+            code: ErrorCode::UnknownRun,
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn start_stop_two_viewers_and_export() {
+    let agent = start_agent(
+        tempdir("two"),
+        Arc::new(ScriptedDriver {
+            records: 10_000,
+            every_ms: 2,
+        }),
+    )
+    .await;
+    let mut a = connect(&agent).await;
+    let mut b = connect(&agent).await;
+    let run_id = start_run(&mut a, 10).await;
+    for ws in [&mut a, &mut b] {
+        send(
+            ws,
+            ClientMsg::Subscribe {
+                id: 11,
+                run_id: run_id.clone(),
+                from_seq: 0,
+            },
+        )
+        .await;
+    }
+    // Let some records flow, then stop.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    send(
+        &mut a,
+        ClientMsg::StopRun {
+            id: 12,
+            run_id: run_id.clone(),
+        },
+    )
+    .await;
+    let (na, state_a) = collect_until_end(&mut a, 0).await;
+    let (nb, state_b) = collect_until_end(&mut b, 0).await;
+    assert_eq!((state_a, state_b), (RunState::Stopped, RunState::Stopped));
+    assert!(na > 0 && na < 10_000, "stopped early with records ({na})");
+    assert_eq!(na, nb, "both viewers saw every record");
+
+    // The export endpoint needs the token too, and returns every record line.
+    let url = format!("http://{}/api/runs/{run_id}/records.jsonl", agent.addr);
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 401);
+    let body = client
+        .get(format!("{url}?token={TOKEN}"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body.lines().count() as u64, na);
+}
+
+#[tokio::test]
+async fn disconnect_and_resume_loses_and_duplicates_nothing() {
+    let agent = start_agent(
+        tempdir("resume"),
+        Arc::new(ScriptedDriver {
+            records: 300,
+            every_ms: 3,
+        }),
+    )
+    .await;
+    let mut ws = connect(&agent).await;
+    let run_id = start_run(&mut ws, 1).await;
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 2,
+            run_id: run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let mut next = 0;
+    while next < 40 {
+        if let ServerMsg::Record { seq, .. } = recv(&mut ws).await {
+            assert_eq!(seq, next);
+            next += 1;
+        }
+    }
+    drop(ws); // the tab closes mid-run
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut ws = connect(&agent).await;
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 3,
+            run_id: run_id.clone(),
+            from_seq: next,
+        },
+    )
+    .await;
+    let (total, state) = collect_until_end(&mut ws, next).await;
+    assert_eq!((total, state), (300, RunState::Finished));
+
+    send(
+        &mut ws,
+        ClientMsg::FetchRun {
+            id: 4,
+            run_id: run_id.clone(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Run {
+            run, records, summary, ..
+        } => {
+            assert_eq!((run.records, records.len()), (300, 300));
+            assert_eq!(summary.unwrap()["completed"], 300);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn store_survives_restart_and_runs_can_be_deleted() {
+    let dir = tempdir("restart");
+    let run_id = {
+        let agent = start_agent(
+            dir.clone(),
+            Arc::new(ScriptedDriver {
+                records: 5,
+                every_ms: 1,
+            }),
+        )
+        .await;
+        let mut ws = connect(&agent).await;
+        let run_id = start_run(&mut ws, 1).await;
+        send(
+            &mut ws,
+            ClientMsg::Subscribe {
+                id: 2,
+                run_id: run_id.clone(),
+                from_seq: 0,
+            },
+        )
+        .await;
+        collect_until_end(&mut ws, 0).await;
+        run_id
+    };
+    let agent = start_agent(dir, Arc::new(ReplayDriver)).await;
+    let mut ws = connect(&agent).await;
+    send(&mut ws, ClientMsg::ListRuns { id: 3 }).await;
+    match recv(&mut ws).await {
+        ServerMsg::Runs { runs, .. } => {
+            assert_eq!(runs.len(), 1);
+            assert_eq!(
+                (runs[0].run_id.as_str(), runs[0].state, runs[0].records),
+                (run_id.as_str(), RunState::Finished, 5)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A finished run can be re-watched from any seq.
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 4,
+            run_id: run_id.clone(),
+            from_seq: 3,
+        },
+    )
+    .await;
+    assert_eq!(collect_until_end(&mut ws, 3).await, (5, RunState::Finished));
+    send(
+        &mut ws,
+        ClientMsg::DeleteRun {
+            id: 5,
+            run_id: run_id.clone(),
+        },
+    )
+    .await;
+    assert!(matches!(recv(&mut ws).await, ServerMsg::RunDeleted { id: 5, .. }));
+    assert!(!agent.data_dir.join("runs").join(&run_id).exists());
+}

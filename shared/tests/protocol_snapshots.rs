@@ -1,0 +1,243 @@
+//! One JSON snapshot per protocol message, kept in `docs/protocol.md` so the documentation IS the snapshot:
+//! a wire change fails this test until the doc shows the new JSON. Bless with `BLESS=1 cargo test -p
+//! loadshape-shared --test protocol_snapshots`, then read the diff.
+#![cfg(not(target_arch = "wasm32"))]
+
+use shared::protocol::*;
+use shared::record::{ItlSummary, RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
+
+fn record() -> RequestRecord {
+    RequestRecord {
+        schema: RECORD_SCHEMA_VERSION,
+        session: 3,
+        inst: 1,
+        step: 4,
+        steps_asked: 9,
+        base_asked: 5000,
+        ok: true,
+        t_submit: 12.5,
+        ttft_s: Some(0.081),
+        wall_s: 10.9,
+        gen_tokens: 700,
+        asked_tokens: 700,
+        prompt_tokens: Some(15812),
+        cached_tokens: Some(13104),
+        designed_cached_tokens: Some(13109),
+        sse_frames: 700,
+        prompt_chars: 61234,
+        queue_s: None,
+        itl: Some(ItlSummary {
+            mean_ms: 15.4,
+            p50_ms: 15.1,
+            p99_ms: 22.0,
+            max_ms: 31.5,
+        }),
+        finish_reason: Some("length".into()),
+        usage_source: UsageSource::FinalFrame,
+        error: None,
+    }
+}
+
+fn run_info(state: RunState) -> RunInfo {
+    RunInfo {
+        run_id: "r1764499200000-3f2a".into(),
+        target: "sim".into(),
+        state,
+        started_ms: 1_764_499_200_000,
+        ended_ms: (state != RunState::Running).then_some(1_764_499_260_000),
+        records: 120,
+        error: None,
+    }
+}
+
+fn client_examples() -> Vec<ClientMsg> {
+    let scenario = serde_json::json!({"model": "engine", "workload": {"kind": "sessions", "sessions": 4}});
+    let run_id = "r1764499200000-3f2a".to_string();
+    vec![
+        ClientMsg::Hello {
+            id: 1,
+            protocol: PROTOCOL_VERSION,
+            client: "loadshape-page 0.1.0".into(),
+        },
+        ClientMsg::ListTargets { id: 2 },
+        ClientMsg::ValidateScenario {
+            id: 3,
+            scenario: scenario.clone(),
+        },
+        ClientMsg::StartRun {
+            id: 4,
+            scenario,
+            target: "sim".into(),
+        },
+        ClientMsg::StopRun {
+            id: 5,
+            run_id: run_id.clone(),
+        },
+        ClientMsg::ListRuns { id: 6 },
+        ClientMsg::FetchRun {
+            id: 7,
+            run_id: run_id.clone(),
+        },
+        ClientMsg::DeleteRun {
+            id: 8,
+            run_id: run_id.clone(),
+        },
+        ClientMsg::Subscribe {
+            id: 9,
+            run_id: run_id.clone(),
+            from_seq: 118,
+        },
+        ClientMsg::Unsubscribe { id: 10, run_id },
+    ]
+}
+
+fn server_examples() -> Vec<ServerMsg> {
+    let limits = Limits {
+        max_message_bytes: 1_048_576,
+        max_concurrent_runs: 2,
+        max_sessions_per_run: 256,
+        max_run_seconds: 3600.0,
+    };
+    let run_id = "r1764499200000-3f2a".to_string();
+    let summary = serde_json::json!({"completed": 120, "ttft_p50_ms": 81.0});
+    vec![
+        ServerMsg::answer_hello(1, PROTOCOL_VERSION, limits),
+        ServerMsg::Targets {
+            id: 2,
+            targets: vec![TargetInfo {
+                name: "sim".into(),
+                kind: "sim".into(),
+                url: "builtin".into(),
+                model: "sim".into(),
+                dialect: "vllm".into(),
+            }],
+        },
+        ServerMsg::Validated {
+            id: 3,
+            valid: false,
+            error: Some("workload.sessions must be >= 1 (got 0)".into()),
+        },
+        ServerMsg::RunStarted {
+            id: 4,
+            run: run_info(RunState::Running),
+        },
+        ServerMsg::StopRequested {
+            id: 5,
+            run_id: run_id.clone(),
+        },
+        ServerMsg::Runs {
+            id: 6,
+            runs: vec![run_info(RunState::Finished)],
+        },
+        ServerMsg::Run {
+            id: 7,
+            run: run_info(RunState::Finished),
+            scenario: serde_json::json!({"model": "engine"}),
+            summary: Some(summary.clone()),
+            records: vec![record()],
+        },
+        ServerMsg::RunDeleted {
+            id: 8,
+            run_id: run_id.clone(),
+        },
+        ServerMsg::Subscribed {
+            id: 9,
+            run_id: run_id.clone(),
+            from_seq: 118,
+        },
+        ServerMsg::Unsubscribed {
+            id: 10,
+            run_id: run_id.clone(),
+        },
+        ServerMsg::Record {
+            run_id: run_id.clone(),
+            seq: 118,
+            record: record(),
+        },
+        ServerMsg::RunState {
+            run_id: run_id.clone(),
+            run: run_info(RunState::Stopped),
+            summary: Some(summary),
+        },
+        ServerMsg::Resync { run_id, next_seq: 119 },
+        ServerMsg::error(
+            4,
+            ErrorCode::UnknownTarget,
+            "unknown target `gpu1`; the agent offers: sim, vllm",
+        ),
+    ]
+}
+
+/// Exhaustive over the variants, so a new message cannot be added without an example here.
+fn client_name(m: &ClientMsg) -> &'static str {
+    match m {
+        ClientMsg::Hello { .. } => "hello",
+        ClientMsg::ListTargets { .. } => "list_targets",
+        ClientMsg::ValidateScenario { .. } => "validate_scenario",
+        ClientMsg::StartRun { .. } => "start_run",
+        ClientMsg::StopRun { .. } => "stop_run",
+        ClientMsg::ListRuns { .. } => "list_runs",
+        ClientMsg::FetchRun { .. } => "fetch_run",
+        ClientMsg::DeleteRun { .. } => "delete_run",
+        ClientMsg::Subscribe { .. } => "subscribe",
+        ClientMsg::Unsubscribe { .. } => "unsubscribe",
+    }
+}
+
+fn server_name(m: &ServerMsg) -> &'static str {
+    match m {
+        ServerMsg::Hello { .. } => "hello",
+        ServerMsg::Targets { .. } => "targets",
+        ServerMsg::Validated { .. } => "validated",
+        ServerMsg::RunStarted { .. } => "run_started",
+        ServerMsg::StopRequested { .. } => "stop_requested",
+        ServerMsg::Runs { .. } => "runs",
+        ServerMsg::Run { .. } => "run",
+        ServerMsg::RunDeleted { .. } => "run_deleted",
+        ServerMsg::Subscribed { .. } => "subscribed",
+        ServerMsg::Unsubscribed { .. } => "unsubscribed",
+        ServerMsg::Record { .. } => "record",
+        ServerMsg::RunState { .. } => "run_state",
+        ServerMsg::Resync { .. } => "resync",
+        ServerMsg::Error { .. } => "error",
+    }
+}
+
+fn examples_markdown() -> String {
+    let mut out = String::from("<!-- generated by shared/tests/protocol_snapshots.rs; BLESS=1 to update -->\n");
+    out.push_str("### Page → agent (`ClientMsg`)\n\n");
+    for m in client_examples() {
+        let json = serde_json::to_string(&m).unwrap();
+        let back: ClientMsg = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m, "round trip of {}", client_name(&m));
+        out.push_str(&format!("`{}`\n```json\n{json}\n```\n", client_name(&m)));
+    }
+    out.push_str("\n### Agent → page (`ServerMsg`)\n\n");
+    for m in server_examples() {
+        let json = serde_json::to_string(&m).unwrap();
+        let back: ServerMsg = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m, "round trip of {}", server_name(&m));
+        out.push_str(&format!("`{}`\n```json\n{json}\n```\n", server_name(&m)));
+    }
+    out
+}
+
+#[test]
+fn every_message_has_an_example_in_docs_protocol_md() {
+    assert_eq!(client_examples().len(), 10, "one example per ClientMsg variant");
+    assert_eq!(server_examples().len(), 14, "one example per ServerMsg variant");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
+    let (head, _) = doc
+        .split_once("## Examples\n")
+        .expect("docs/protocol.md has an `## Examples` section");
+    let wanted = format!("{head}## Examples\n{}", examples_markdown());
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(path, &wanted).unwrap();
+    } else {
+        assert!(
+            doc == wanted,
+            "docs/protocol.md examples are stale: rerun with BLESS=1 and review the diff"
+        );
+    }
+}
