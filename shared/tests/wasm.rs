@@ -1,0 +1,27 @@
+//! Runs in headless Chromium (`cargo test -p loadshape-shared --target wasm32-unknown-unknown --test wasm`):
+//! the core computes in wasm exactly what it computes natively. The expected values are the same golden files
+//! the native tests check, so native == golden == wasm.
+#![cfg(target_arch = "wasm32")]
+
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+#[wasm_bindgen_test]
+fn seed_report_in_wasm_equals_the_python_seed_output() {
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("data/seed_scenario_sim_output.json")).expect("golden seed output");
+    assert_eq!(shared::seed_model::seed_report(), golden);
+}
+
+#[wasm_bindgen_test]
+fn ladder_statistics_in_wasm_match_the_seed_readme() {
+    use shared::ladder::stats::{Shape, Weighting, stats};
+    let ladder: shared::ladder::Ladder = shared::ladder::LADDER_PROD.parse().expect("LADDER_PROD parses");
+    let shape = Shape::new(2703, 700, 0);
+    let respawn = stats(&ladder, &shape, Weighting::Respawn).expect("respawn stats");
+    assert_eq!((respawn.median, respawn.p90), (26_015, 64_560));
+    assert_eq!(format!("{:.4}", respawn.cached_share_tokens), "0.9280");
+    let single = stats(&ladder, &shape, Weighting::Single).expect("single stats");
+    assert_eq!((single.median, single.p90), (36_030, 69_154));
+}
