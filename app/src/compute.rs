@@ -306,6 +306,45 @@ fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
     })
 }
 
+/// The explorer's scenario with its session workload using `ladder` (and the solver's shape: reply, tool output
+/// and task tokens per step). A scenario without a session workload is switched to the engine model's default
+/// session scenario first.
+pub fn with_ladder(
+    json: &Value,
+    ladder: &str,
+    options: Option<&shared::ladder::solve::SolveOptions>,
+) -> Result<Value, String> {
+    let is_sessions = json.pointer("/workload/kind").and_then(Value::as_str) == Some("sessions");
+    let mut json = if is_sessions {
+        json.clone()
+    } else {
+        default_sessions_scenario()
+            .ok_or("a ladder needs a session workload, which this build's models do not offer yet")?
+            .to_value()
+    };
+    let Some(Value::Object(w)) = json.pointer_mut("/workload") else {
+        return Err("the scenario has no workload".to_string());
+    };
+    w.insert("ladder".to_string(), Value::from(ladder));
+    if let Some(o) = options {
+        w.insert("gen_tokens".to_string(), Value::from(o.shape.reply_tokens));
+        w.insert("tool_tokens".to_string(), Value::from(o.shape.tool_tokens()));
+        w.insert("task_tokens".to_string(), Value::from(o.shape.task_tokens));
+        w.insert("sessions".to_string(), Value::from(o.slots as u64));
+        w.insert(
+            "respawn".to_string(),
+            Value::from(o.weighting == shared::ladder::stats::Weighting::Respawn),
+        );
+    }
+    Scenario::from_value(json.clone()).map_err(|e| format!("the ladder does not fit the scenario: {e}"))?;
+    Ok(json)
+}
+
+/// The engine model's default agent-session scenario, when the engine model is available.
+pub fn default_sessions_scenario() -> Option<Scenario> {
+    None
+}
+
 /// Multipliers of the current load for the sweep.
 const SWEEP: [f64; 10] = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0];
 

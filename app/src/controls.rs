@@ -8,7 +8,6 @@ use leptos::prelude::*;
 use serde_json::{Number, Value};
 
 use crate::fields::{self, FieldSpec};
-use crate::state::Explorer;
 
 /// Keys never shown as controls: tags the page edits elsewhere (model switch, workload menu) or not at all.
 const HIDDEN: [&str; 3] = ["model", "version", "kind"];
@@ -114,10 +113,23 @@ pub fn number_value(kind: &Kind, v: f64) -> Option<Value> {
     }
 }
 
-/// All the scenario's controls, grouped.
+/// Set the value at a JSON pointer (`/profile/base_tpot_ms`) of `json`; a missing last key is added.
+pub fn set_at(json: RwSignal<Value>, pointer: &str, value: Value) {
+    json.update(|j| {
+        if let Some(slot) = j.pointer_mut(pointer) {
+            *slot = value;
+        } else if let Some((parent, key)) = pointer.rsplit_once('/')
+            && let Some(Value::Object(map)) = j.pointer_mut(parent)
+        {
+            map.insert(key.to_string(), value);
+        }
+    });
+}
+
+/// All the controls of a JSON document (a scenario, solver options), grouped.
 #[component]
-pub fn Controls(ex: Explorer) -> impl IntoView {
-    let shape = Memo::new(move |_| ex.json.with(shape));
+pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
+    let shape = Memo::new(move |_| json.with(shape));
     view! {
         <div class="controls-groups">
             {move || {
@@ -128,7 +140,7 @@ pub fn Controls(ex: Explorer) -> impl IntoView {
                         view! {
                             <fieldset class="group" data-group=g.key.clone()>
                                 <legend>{g.title.clone()}</legend>
-                                {g.leaves.into_iter().map(|leaf| view! { <Control ex=ex leaf=leaf/> }).collect_view()}
+                                {g.leaves.into_iter().map(|leaf| view! { <Control json=json leaf=leaf/> }).collect_view()}
                             </fieldset>
                         }
                     })
@@ -140,10 +152,10 @@ pub fn Controls(ex: Explorer) -> impl IntoView {
 
 /// One field's control.
 #[component]
-fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
+fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
     let pointer = leaf.pointer.clone();
     let ptr = pointer.clone();
-    let current = Memo::new(move |_| ex.json.with(|j| j.pointer(&ptr).cloned().unwrap_or(Value::Null)));
+    let current = Memo::new(move |_| json.with(|j| j.pointer(&ptr).cloned().unwrap_or(Value::Null)));
     let known = fields::spec(&leaf.name);
     let label = known
         .map(|s| s.label.to_string())
@@ -185,7 +197,7 @@ fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
                                 if let Ok(v) = event_target_value(&ev).parse::<f64>()
                                     && let Some(j) = number_value(&kind, v)
                                 {
-                                    ex.set_at(&p1, j);
+                                    set_at(json, &p1, j);
                                 }
                             }
                         />
@@ -200,7 +212,7 @@ fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
                                 if let Ok(v) = event_target_value(&ev).trim().parse::<f64>()
                                     && let Some(j) = number_value(&kind2, v)
                                 {
-                                    ex.set_at(&p2, j);
+                                    set_at(json, &p2, j);
                                 }
                             }
                         />
@@ -218,7 +230,7 @@ fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
                             type="checkbox"
                             data-pointer=pointer.clone()
                             prop:checked=move || current.get().as_bool().unwrap_or(false)
-                            on:change=move |ev| ex.set_at(&p, Value::Bool(event_target_checked(&ev)))
+                            on:change=move |ev| set_at(json, &p, Value::Bool(event_target_checked(&ev)))
                         />
                         <span class="field-label">{label}</span>
                     </label>
@@ -234,7 +246,7 @@ fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
                     <select
                         data-pointer=pointer.clone()
                         prop:value=text
-                        on:change=move |ev| ex.set_at(&p, Value::String(event_target_value(&ev)))
+                        on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
                     >
                         {options.iter().map(|o| view! { <option value=*o>{*o}</option> }).collect_view()}
                     </select>
@@ -245,7 +257,7 @@ fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
                         type="text"
                         data-pointer=pointer.clone()
                         prop:value=text
-                        on:change=move |ev| ex.set_at(&p, Value::String(event_target_value(&ev)))
+                        on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
                     />
                 }
                 .into_any(),
@@ -269,7 +281,7 @@ fn Control(ex: Explorer, leaf: Leaf) -> impl IntoView {
                         class="btn small"
                         on:click=move |_| {
                             if let Some(v) = Number::from_f64(default) {
-                                ex.set_at(&p, Value::Number(v));
+                                set_at(json, &p, Value::Number(v));
                             }
                         }
                     >

@@ -35,7 +35,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
         <div class="explorer">
             <aside class="card controls">
                 <ScenarioHeader ex=ex/>
-                <Controls ex=ex/>
+                <Controls json=ex.json/>
                 <ScenarioActions ex=ex/>
             </aside>
             <div class="results" data-summary="explorer">

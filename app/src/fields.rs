@@ -161,6 +161,68 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             1.0,
             "time allowed to finish at the deadline",
         ),
+        // ladder solver
+        "median_tokens" => f(
+            "Median prompt",
+            "tok",
+            1000.0,
+            200_000.0,
+            100.0,
+            "target weighted median prompt length",
+        ),
+        "p90_tokens" => f(
+            "p90 prompt",
+            "tok",
+            1000.0,
+            400_000.0,
+            100.0,
+            "target weighted p90 prompt length",
+        ),
+        "cached_share" => f(
+            "Cached share",
+            "0–1",
+            0.0,
+            1.0,
+            0.005,
+            "target share of cached prompt tokens/requests",
+        ),
+        "growth_tokens" => f(
+            "Growth / step",
+            "tok",
+            1.0,
+            20_000.0,
+            1.0,
+            "reply + tool output added per step",
+        ),
+        "reply_tokens" => f(
+            "Reply / step",
+            "tok",
+            0.0,
+            8192.0,
+            1.0,
+            "reply tokens per step (part of the growth)",
+        ),
+        "slots" => f("Slots", "rungs", 1.0, 64.0, 1.0, "session slots = rungs of the ladder"),
+        "base_step_tokens" => f("Base step", "tok", 1.0, 10_000.0, 50.0, "bases are multiples of this"),
+        "min_base_tokens" => f("Min base", "tok", 1.0, 100_000.0, 100.0, "smallest base context"),
+        "min_steps" => f("Min steps", "steps", 1.0, 200.0, 1.0, "fewest steps of a rung"),
+        "max_steps" => f("Max steps", "steps", 1.0, 500.0, 1.0, "most steps of a rung"),
+        "max_prompt_tokens" => f(
+            "Prompt ceiling",
+            "tok",
+            1000.0,
+            1_000_000.0,
+            1000.0,
+            "the model's context",
+        ),
+        "margin_tolerance" => f(
+            "Margin tolerance",
+            "rel",
+            0.0,
+            0.2,
+            0.001,
+            "error that may be traded for margins",
+        ),
         "seed" => FieldSpec {
             no_slider: true,
             ..f("Seed", "", 0.0, 1e9, 1.0, "random seed")
@@ -198,6 +260,9 @@ pub fn humanize(name: &str) -> String {
 pub fn choices(name: &str) -> Option<&'static [&'static str]> {
     match name {
         "dist" => Some(&["lognormal", "uniform"]),
+        "cached_definition" => Some(&["tokens", "requests"]),
+        "weighting" => Some(&["respawn", "single"]),
+        "priority" => Some(&["exact", "margins"]),
         _ => None,
     }
 }
@@ -208,6 +273,7 @@ pub fn group_title(key: &str) -> String {
         "workload" => "Workload".to_string(),
         "profile" | "engine" => "Engine profile".to_string(),
         "slo" => "SLOs".to_string(),
+        "shape" => "Session shape".to_string(),
         other => humanize(other),
     }
 }

@@ -9,11 +9,14 @@
 
 pub mod agent_ws;
 pub mod charts;
+pub mod compare;
 pub mod compute;
 pub mod controls;
 pub mod explorer;
 pub mod fields;
 pub mod fmt;
+pub mod ladder_panel;
+pub mod live;
 pub mod metric;
 pub mod seed_panel;
 pub mod state;
@@ -100,12 +103,13 @@ pub fn App() -> impl IntoView {
                 <seed_panel::SeedPanel/>
             </section>
             <section class="view" id="view-compare" class:hidden=move || view.get() != View::Compare>
-                <div class="card empty">"Compare: pin a scenario as A in the explorer, then vary B."</div>
+                <compare::CompareView ex=ex/>
             </section>
             <section class="view" id="view-ladder" class:hidden=move || view.get() != View::Ladder>
-                <div class="card empty">"Ladder solver"</div>
+                <ladder_panel::LadderPanel ex=ex/>
             </section>
             <section class="view" id="view-live" class:hidden=move || view.get() != View::Live>
+                <live::LivePanel ex=ex conn=conn/>
                 <HandshakePanel conn=conn/>
             </section>
         </main>

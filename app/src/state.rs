@@ -99,11 +99,7 @@ impl Explorer {
 
     /// Set the value at a JSON pointer (`/profile/base_tpot_ms`).
     pub fn set_at(&self, pointer: &str, value: Value) {
-        self.json.update(|j| {
-            if let Some(slot) = j.pointer_mut(pointer) {
-                *slot = value;
-            }
-        });
+        crate::controls::set_at(self.json, pointer, value);
     }
 
     /// Compute now even if the scenario is large.

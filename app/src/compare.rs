@@ -1,0 +1,180 @@
+//! Compare: the pinned scenario A against the explorer's current scenario B, side by side with deltas, and their
+//! CDFs overlaid. A is pinned from the explorer ("Pin as A"); B follows every slider.
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::charts::{LineChart, PALETTE, Series, cdf};
+use crate::state::Explorer;
+
+/// Metrics where a smaller value is better (latencies); for the rest larger is better.
+fn lower_is_better(name: &str) -> bool {
+    name.ends_with("_ms") || name == "duration_s" || name == "failed"
+}
+
+/// The scenario fields that differ between A and B, as `path: a → b`.
+pub fn changed_fields(a: &Value, b: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    diff(a, b, "", &mut out);
+    out
+}
+
+fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String, String)>) {
+    match (a, b) {
+        (Value::Object(ma), Value::Object(mb)) => {
+            for (k, va) in ma {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match mb.get(k) {
+                    Some(vb) => diff(va, vb, &p, out),
+                    None => out.push((p, va.to_string(), "—".to_string())),
+                }
+            }
+            for (k, vb) in mb {
+                if !ma.contains_key(k) {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    out.push((p, "—".to_string(), vb.to_string()));
+                }
+            }
+        }
+        _ if a != b => out.push((path.to_string(), a.to_string(), b.to_string())),
+        _ => {}
+    }
+}
+
+/// The compare view.
+#[component]
+pub fn CompareView(ex: Explorer) -> impl IntoView {
+    let table = move || {
+        let a = ex.pinned.get()?;
+        let b = ex.outcome.get()?;
+        let rows = a
+            .outcome
+            .metrics
+            .iter()
+            .filter_map(|(name, va)| {
+                let vb = b.get(name)?;
+                let delta = crate::fmt::delta_pct(*va, vb);
+                let better = if (vb - va).abs() < 1e-12 {
+                    ""
+                } else if (vb < *va) == lower_is_better(name) {
+                    "delta-good"
+                } else {
+                    "delta-bad"
+                };
+                let exact = a.outcome.exact && b.exact;
+                Some(view! {
+                    <tr data-compare=name.clone()>
+                        <td class="mono">{name.clone()}</td>
+                        <td data-side="a"><span data-metric=name.clone() data-value=va.to_string()>{crate::metric::display(name, *va, exact)}</span></td>
+                        <td data-side="b"><span data-metric=name.clone() data-value=vb.to_string()>{crate::metric::display(name, vb, exact)}</span></td>
+                        <td class=better data-delta="">{delta}</td>
+                    </tr>
+                })
+            })
+            .collect_view();
+        let changes = changed_fields(&a.json, &ex.json.get());
+        let change_list = if changes.is_empty() {
+            view! { <p class="muted">"B equals A: move a slider in the explorer to vary B."</p> }.into_any()
+        } else {
+            view! {
+                <ul class="changes">
+                    {changes
+                        .into_iter()
+                        .map(|(p, va, vb)| view! { <li><code>{p}</code>" " {va} " → " <strong>{vb}</strong></li> })
+                        .collect_view()}
+                </ul>
+            }
+            .into_any()
+        };
+        Some(view! {
+            <div class="card">
+                <div class="card-head">
+                    <h2>"A vs B"</h2>
+                    <span class="muted">{format!("A: {} · B: {}", a.outcome.describe, b.describe)}</span>
+                    <span class="spacer"></span>
+                    <button class="btn small" on:click=move |_| ex.pinned.set(None)>"Unpin A"</button>
+                    <button
+                        class="btn small"
+                        on:click=move |_| {
+                            if let Some(p) = ex.pinned.get_untracked() {
+                                ex.json.set(p.json);
+                            }
+                        }
+                    >
+                        "Restore A into the explorer"
+                    </button>
+                </div>
+                <h3>"What changed"</h3>
+                {change_list}
+                <table class="data compare-table">
+                    <thead><tr><th>"metric"</th><th>"A (pinned)"</th><th>"B (explorer)"</th><th>"Δ"</th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        })
+    };
+    let ttft = Signal::derive(move || overlay(ex, |o| &o.ttft_ms));
+    let tpot = Signal::derive(move || overlay(ex, |o| &o.tpot_ms));
+    view! {
+        <Show
+            when=move || ex.pinned.get().is_some()
+            fallback=|| view! {
+                <div class="card empty">
+                    <h2>"Compare two scenarios"</h2>
+                    <p>"In the explorer, press " <strong>"Pin as A"</strong> ", then move any slider: B follows the explorer, and this view shows A and B side by side with the change of every metric."</p>
+                </div>
+            }
+        >
+            {table}
+            <div class="charts">
+                <LineChart id="compare-ttft" title="TTFT distribution, A vs B" x_label="TTFT (ms)" y_label="share ≤ x" series=ttft y_max=1.0 empty="no per-request samples for this model"/>
+                <LineChart id="compare-tpot" title="TPOT distribution, A vs B" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot y_max=1.0 empty="no per-request samples for this model"/>
+            </div>
+        </Show>
+    }
+}
+
+fn overlay(ex: Explorer, pick: fn(&crate::compute::Outcome) -> &Vec<f64>) -> Vec<Series> {
+    let mut s = Vec::new();
+    if let Some(a) = ex.pinned.get() {
+        s.push(Series::steps("A (pinned)", PALETTE[1], cdf(pick(&a.outcome), 400)).dashed());
+    }
+    if let Some(b) = ex.outcome.get() {
+        s.push(Series::steps("B (explorer)", PALETTE[0], cdf(pick(&b), 400)));
+    }
+    if s.iter().all(|x| x.points.is_empty()) {
+        return Vec::new();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn lists_changed_fields() {
+        let a = serde_json::json!({"profile": {"slots": 16, "tpot": 17.5}, "x": true});
+        let b = serde_json::json!({"profile": {"slots": 32, "tpot": 17.5}, "x": true, "y": 1});
+        let d = changed_fields(&a, &b);
+        assert_eq!(
+            d,
+            vec![
+                ("profile.slots".to_string(), "16".to_string(), "32".to_string()),
+                ("y".to_string(), "—".to_string(), "1".to_string()),
+            ]
+        );
+        assert!(lower_is_better("ttft_p99_ms") && !lower_is_better("goodput_rps"));
+    }
+}

@@ -1,0 +1,601 @@
+//! The live panel: pick one of the agent's targets, launch the explorer's scenario live, watch records stream in,
+//! stop, and overlay live against simulated CDFs; browse, reopen, export and delete past runs; import a JSONL
+//! record file. Scored with the same module as the simulator (`shared::metrics::summarize`).
+//!
+//! Records arrive as `record` events numbered by `seq`. The panel keeps the last seq it holds; after a reconnect
+//! (or a `resync`) it subscribes again from the next one, and drops any seq it already has, so nothing is lost
+//! or counted twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use leptos::prelude::*;
+use serde_json::Value;
+use shared::metrics::{Slo, Summary, summarize};
+use shared::protocol::{ClientMsg, RunInfo, RunState, ServerMsg, TargetInfo};
+use shared::record::RequestRecord;
+use shared::scenario::Scenario;
+
+use crate::agent_ws::{AgentConn, Status};
+use crate::charts::{LineChart, PALETTE, Series, cdf};
+use crate::compute::Outcome;
+use crate::state::Explorer;
+
+/// How often buffered records are moved into the charts, milliseconds.
+const FLUSH_MS: u64 = 250;
+
+/// What the panel is showing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A run of the agent (live or past).
+    Run(RunInfo),
+    /// A JSONL file imported from disk.
+    File {
+        name: String,
+        lines: usize,
+        skipped: Vec<String>,
+    },
+}
+
+/// The live panel's signals.
+#[derive(Clone, Copy)]
+pub struct Live {
+    pub targets: RwSignal<Vec<TargetInfo>>,
+    pub target: RwSignal<String>,
+    pub runs: RwSignal<Vec<RunInfo>>,
+    pub source: RwSignal<Option<Source>>,
+    pub records: RwSignal<Vec<RequestRecord>>,
+    /// The scenario of what is shown (for the SLO and the simulated overlay).
+    pub scenario: RwSignal<Option<Value>>,
+    pub message: RwSignal<Option<String>>,
+    /// Resumes after reconnects, for tests and the curious.
+    pub resumes: RwSignal<u32>,
+    /// Seq of the last record held for the watched run.
+    last_seq: StoredValue<Option<u64>>,
+    buffer: StoredValue<Vec<(u64, RequestRecord)>>,
+    flush_pending: StoredValue<bool>,
+    pending_export: StoredValue<Option<String>>,
+}
+
+impl Live {
+    fn new() -> Live {
+        Live {
+            targets: RwSignal::new(Vec::new()),
+            target: RwSignal::new(String::new()),
+            runs: RwSignal::new(Vec::new()),
+            source: RwSignal::new(None),
+            records: RwSignal::new(Vec::new()),
+            scenario: RwSignal::new(None),
+            message: RwSignal::new(None),
+            resumes: RwSignal::new(0),
+            last_seq: StoredValue::new(None),
+            buffer: StoredValue::new(Vec::new()),
+            flush_pending: StoredValue::new(false),
+            pending_export: StoredValue::new(None),
+        }
+    }
+
+    fn watched_run(&self) -> Option<String> {
+        match self.source.get_untracked() {
+            Some(Source::Run(r)) => Some(r.run_id),
+            _ => None,
+        }
+    }
+
+    fn watch(&self, run: RunInfo, scenario: Option<Value>, records: Vec<RequestRecord>) {
+        self.last_seq.set_value(records.len().checked_sub(1).map(|n| n as u64));
+        self.buffer.set_value(Vec::new());
+        self.records.set(records);
+        self.scenario.set(scenario);
+        self.source.set(Some(Source::Run(run)));
+    }
+
+    fn subscribe(&self, conn: AgentConn) {
+        let Some(run_id) = self.watched_run() else { return };
+        let from_seq = self.last_seq.get_value().map_or(0, |s| s + 1);
+        conn.send(&ClientMsg::Subscribe {
+            id: conn.next_id(),
+            run_id,
+            from_seq,
+        });
+    }
+
+    fn on_record(&self, seq: u64, record: RequestRecord) {
+        let expected = self.last_seq.get_value().map_or(0, |s| s + 1);
+        if seq < expected {
+            return; // already held (a resume overlapped)
+        }
+        self.last_seq.set_value(Some(seq));
+        self.buffer.update_value(|b| b.push((seq, record)));
+        if !self.flush_pending.get_value() {
+            self.flush_pending.set_value(true);
+            let me = *self;
+            set_timeout(move || me.flush(), Duration::from_millis(FLUSH_MS));
+        }
+    }
+
+    fn flush(&self) {
+        self.flush_pending.set_value(false);
+        let mut batch = Vec::new();
+        self.buffer.update_value(|b| std::mem::swap(b, &mut batch));
+        if !batch.is_empty() {
+            self.records.update(|r| r.extend(batch.into_iter().map(|(_, rec)| rec)));
+        }
+    }
+
+    fn handle(&self, conn: AgentConn, msg: &ServerMsg) {
+        match msg {
+            ServerMsg::Targets { targets, .. } => {
+                if self.target.get_untracked().is_empty()
+                    && let Some(t) = targets.first()
+                {
+                    self.target.set(t.name.clone());
+                }
+                self.targets.set(targets.clone());
+            }
+            ServerMsg::Runs { runs, .. } => self.runs.set(runs.clone()),
+            ServerMsg::RunStarted { run, .. } => {
+                self.message.set(None);
+                self.upsert_run(run.clone());
+                self.watch(run.clone(), self.scenario.get_untracked(), Vec::new());
+                self.subscribe(conn);
+            }
+            ServerMsg::Record { run_id, seq, record } if Some(run_id) == self.watched_run().as_ref() => {
+                self.on_record(*seq, record.clone());
+            }
+            ServerMsg::RunState { run, .. } => {
+                self.upsert_run(run.clone());
+                if Some(&run.run_id) == self.watched_run().as_ref() {
+                    self.source.set(Some(Source::Run(run.clone())));
+                }
+            }
+            ServerMsg::Resync { run_id, .. } if Some(run_id) == self.watched_run().as_ref() => {
+                self.flush();
+                self.resumes.update(|n| *n += 1);
+                self.subscribe(conn);
+            }
+            ServerMsg::Run {
+                run, scenario, records, ..
+            } => {
+                if self.pending_export.get_value().as_deref() == Some(run.run_id.as_str()) {
+                    self.pending_export.set_value(None);
+                    download_jsonl(&format!("{}.jsonl", run.run_id), records);
+                    return;
+                }
+                self.watch(run.clone(), Some(scenario.clone()), records.clone());
+                if run.state == RunState::Running {
+                    self.subscribe(conn);
+                }
+            }
+            ServerMsg::RunDeleted { run_id, .. } => {
+                self.runs.update(|rs| rs.retain(|r| &r.run_id != run_id));
+                if Some(run_id) == self.watched_run().as_ref() {
+                    self.source.set(None);
+                    self.records.set(Vec::new());
+                }
+            }
+            ServerMsg::Error { message, .. } => self.message.set(Some(message.clone())),
+            _ => {}
+        }
+    }
+
+    fn upsert_run(&self, run: RunInfo) {
+        self.runs
+            .update(|rs| match rs.iter_mut().find(|r| r.run_id == run.run_id) {
+                Some(r) => *r = run,
+                None => rs.insert(0, run),
+            });
+    }
+
+    /// Show an imported JSONL file, scored against the explorer's SLO.
+    pub fn import(&self, name: String, text: &str, scenario: Option<Value>) {
+        let (records, skipped) = parse_jsonl(text);
+        let lines = records.len();
+        self.last_seq.set_value(None);
+        self.records.set(records);
+        self.scenario.set(scenario);
+        self.source.set(Some(Source::File { name, lines, skipped }));
+    }
+}
+
+/// Parse JSONL records; blank lines are ignored, bad lines reported by number (at most 5 reported).
+pub fn parse_jsonl(text: &str) -> (Vec<RequestRecord>, Vec<String>) {
+    let mut records = Vec::new();
+    let mut skipped = Vec::new();
+    let mut bad = 0usize;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<RequestRecord>(line) {
+            Ok(r) => records.push(r),
+            Err(e) => {
+                bad += 1;
+                if skipped.len() < 5 {
+                    skipped.push(format!("line {}: {e}", i + 1));
+                }
+            }
+        }
+    }
+    if bad > skipped.len() {
+        skipped.push(format!("… {} bad lines in all", bad));
+    }
+    (records, skipped)
+}
+
+/// The SLO of a scenario JSON (`/slo`), or the default.
+pub fn slo_of(scenario: Option<&Value>) -> Slo {
+    scenario
+        .and_then(|s| s.get("slo"))
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+fn download_jsonl(name: &str, records: &[RequestRecord]) {
+    let mut text = String::new();
+    for r in records {
+        if let Ok(line) = serde_json::to_string(r) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    download(name, &text, "application/x-ndjson");
+}
+
+/// Offer `text` as a file download.
+pub fn download(name: &str, text: &str, mime: &str) {
+    use wasm_bindgen::JsCast;
+    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(text));
+    let opts = web_sys::BlobPropertyBag::new();
+    opts.set_type(mime);
+    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else {
+        return;
+    };
+    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else {
+        return;
+    };
+    if let Some(doc) = web_sys::window().and_then(|w| w.document())
+        && let Ok(el) = doc.create_element("a")
+        && let Ok(a) = el.dyn_into::<web_sys::HtmlAnchorElement>()
+    {
+        a.set_href(&url);
+        a.set_download(name);
+        a.click();
+    }
+    let _ = web_sys::Url::revoke_object_url(&url);
+}
+
+/// The live view.
+#[component]
+pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
+    let live = Live::new();
+    provide_context(live);
+    conn.on_message(move |msg| live.handle(conn, msg));
+    conn.on_connect(move || {
+        conn.send(&ClientMsg::ListTargets { id: conn.next_id() });
+        conn.send(&ClientMsg::ListRuns { id: conn.next_id() });
+        if live.watched_run().is_some() {
+            live.resumes.update(|n| *n += 1);
+            live.subscribe(conn);
+        }
+    });
+    let connected = move || conn.status.get() == Status::Connected;
+    let running = move || matches!(live.source.get(), Some(Source::Run(r)) if r.state == RunState::Running);
+
+    let launch = move |_| {
+        let Some(sc) = ex.scenario() else {
+            live.message
+                .set(Some("fix the scenario in the explorer first".to_string()));
+            return;
+        };
+        let target = live.target.get_untracked();
+        if target.is_empty() {
+            live.message.set(Some("pick a target".to_string()));
+            return;
+        }
+        let scenario = sc.to_value();
+        live.scenario.set(Some(scenario.clone()));
+        if !conn.send(&ClientMsg::StartRun {
+            id: conn.next_id(),
+            scenario,
+            target,
+        }) {
+            live.message.set(Some("not connected to the agent".to_string()));
+        }
+    };
+    let stop = move |_| {
+        if let Some(run_id) = live.watched_run() {
+            conn.send(&ClientMsg::StopRun {
+                id: conn.next_id(),
+                run_id,
+            });
+        }
+    };
+
+    // Scored with the one scoring module, throttled by the record flush.
+    let summary = Memo::new(move |_| {
+        let slo = slo_of(live.scenario.get().as_ref());
+        live.records.with(|r| (!r.is_empty()).then(|| summarize(r, &slo)))
+    });
+    // The simulated counterpart of what is shown.
+    let simulated = Memo::new(move |_| {
+        let sc = live.scenario.get()?;
+        let sc = Scenario::from_value(sc).ok()?;
+        crate::compute::compute(&sc).ok().map(Arc::new)
+    });
+
+    view! {
+        <div class="live-layout">
+            <aside class="card controls live-controls">
+                <div class="card-head"><h2>"Live run"</h2></div>
+                <Show
+                    when=connected
+                    fallback=move || view! {
+                        <p class="muted">
+                            {move || if conn.status.get() == Status::NoToken {
+                                "Open the link `loadshape serve` prints (it carries #token=…) to launch live runs. You can still import a JSONL record file below."
+                            } else {
+                                "Waiting for the agent…"
+                            }}
+                        </p>
+                    }
+                >
+                    <label class="stack">
+                        <span class="field-label">"Target"</span>
+                        <select
+                            data-control="target"
+                            prop:value=move || live.target.get()
+                            on:change=move |ev| live.target.set(event_target_value(&ev))
+                        >
+                            {move || live.targets.get().into_iter().map(|t| {
+                                let label = format!("{} — {} {}", t.name, t.kind, t.model);
+                                view! { <option value=t.name.clone()>{label}</option> }
+                            }).collect_view()}
+                        </select>
+                    </label>
+                    <p class="faint small">"Runs the explorer's current scenario. Targets are the ones the agent's operator configured."</p>
+                    <div class="actions">
+                        <button class="btn primary" data-action="launch" on:click=launch disabled=running>"Launch"</button>
+                        <button class="btn danger" data-action="stop" on:click=stop disabled=move || !running()>"Stop"</button>
+                    </div>
+                </Show>
+                {move || live.message.get().map(|m| view! { <p class="callout bad" data-live-error="">{m}</p> })}
+                <h3 class="section">"Import records"</h3>
+                <input
+                    type="file"
+                    accept=".jsonl,.json,.ndjson,text/plain"
+                    data-control="import"
+                    on:change=move |ev| {
+                        use wasm_bindgen::JsCast;
+                        let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else { return };
+                        let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
+                        let name = file.name();
+                        let scenario = ex.scenario().map(|s| s.to_value());
+                        leptos::task::spawn_local(async move {
+                            match wasm_bindgen_futures::JsFuture::from(file.text()).await {
+                                Ok(text) => live.import(name, &text.as_string().unwrap_or_default(), scenario),
+                                Err(_) => live.message.set(Some(format!("cannot read {name}"))),
+                            }
+                        });
+                    }
+                />
+                <p class="faint small">"A run's records.jsonl (one RequestRecord per line), scored against the explorer's SLOs."</p>
+                <RunHistory live=live conn=conn/>
+            </aside>
+            <div class="results" data-summary="live">
+                <SourceLine live=live/>
+                <LiveSummary summary=summary/>
+                <LiveCharts live=live simulated=simulated/>
+            </div>
+        </div>
+    }
+}
+
+#[component]
+fn SourceLine(live: Live) -> impl IntoView {
+    view! {
+        {move || match live.source.get() {
+            None => view! { <div class="card empty">"No run yet: launch one, reopen one from the history, or import a record file."</div> }.into_any(),
+            Some(Source::Run(r)) => {
+                let state = format!("{:?}", r.state).to_lowercase();
+                view! {
+                    <div class="status-line">
+                        <span class="pill" data-run-state=state.clone()>{state.clone()}</span>
+                        <span class="mono">{r.run_id.clone()}</span>
+                        <span class="muted">"on " {r.target.clone()}</span>
+                        <span class="muted" data-records=move || live.records.with(Vec::len)>{move || format!("{} records", live.records.with(Vec::len))}</span>
+                        {r.error.clone().map(|e| view! { <span class="callout bad">{e}</span> })}
+                    </div>
+                }
+                .into_any()
+            }
+            Some(Source::File { name, lines, skipped }) => view! {
+                <div class="status-line">
+                    <span class="pill">"file"</span>
+                    <span class="mono">{name}</span>
+                    <span class="muted" data-records=lines>{format!("{lines} records")}</span>
+                </div>
+                {(!skipped.is_empty()).then(|| view! {
+                    <div class="callout warn" data-import-skipped="">
+                        <strong>"Some lines were not records and were skipped"</strong>
+                        {skipped.into_iter().map(|s| view! { <div class="mono small">{s}</div> }).collect_view()}
+                    </div>
+                })}
+            }
+            .into_any(),
+        }}
+    }
+}
+
+const LIVE_HEADLINE: [(&str, &str); 10] = [
+    ("ttft_p50_ms", "TTFT p50"),
+    ("ttft_p99_ms", "TTFT p99"),
+    ("tpot_p50_ms", "TPOT p50"),
+    ("tpot_p99_ms", "TPOT p99"),
+    ("e2el_p50_ms", "E2E p50"),
+    ("request_throughput_rps", "Throughput"),
+    ("goodput_rps", "Goodput"),
+    ("slo_attainment_ratio", "SLO attainment"),
+    ("session_goodput_sps", "Session goodput"),
+    ("cached_share_achieved", "Cached share"),
+];
+
+#[component]
+fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
+    view! {
+        {move || {
+            let s = summary.get()?;
+            let v = serde_json::to_value(&s).ok()?;
+            let (metrics, _) = crate::compute::flatten(&v);
+            Some(view! {
+                <div class="stat-grid">
+                    {LIVE_HEADLINE
+                        .iter()
+                        .filter_map(|&(name, label)| {
+                            let value = metrics.iter().find(|(k, _)| k == name)?.1;
+                            let unit = if name.ends_with("_ratio") || name.contains("share") { "" } else { crate::metric::unit_of(name) };
+                            Some(view! {
+                                <div class="stat">
+                                    <div class="label">{label}</div>
+                                    <div class="value">
+                                        <span class="metric-value" data-metric=name data-value=value.to_string()>{crate::metric::display(name, value, false)}</span>
+                                        <span class="unit">{unit}</span>
+                                    </div>
+                                </div>
+                            })
+                        })
+                        .collect_view()}
+                </div>
+            })
+        }}
+    }
+}
+
+#[component]
+fn LiveCharts(live: Live, simulated: Memo<Option<Arc<Outcome>>>) -> impl IntoView {
+    let ttft = Signal::derive(move || {
+        let live_pts = live.records.with(|r| {
+            cdf(
+                &r.iter()
+                    .filter_map(|x| x.ttft_s.map(|t| t * 1000.0))
+                    .collect::<Vec<_>>(),
+                400,
+            )
+        });
+        overlay(live_pts, simulated.get().map(|o| cdf(&o.ttft_ms, 400)))
+    });
+    let tpot = Signal::derive(move || {
+        let live_pts = live
+            .records
+            .with(|r| cdf(&r.iter().filter_map(RequestRecord::tpot_ms).collect::<Vec<_>>(), 400));
+        overlay(live_pts, simulated.get().map(|o| cdf(&o.tpot_ms, 400)))
+    });
+    let progress = Signal::derive(move || {
+        let pts = live.records.with(|r| {
+            let mut done: Vec<f64> = r
+                .iter()
+                .map(|x| x.t_submit + x.wall_s)
+                .filter(|t| t.is_finite())
+                .collect();
+            done.sort_by(f64::total_cmp);
+            let stride = done.len().div_ceil(300).max(1);
+            done.iter()
+                .enumerate()
+                .step_by(stride)
+                .map(|(i, t)| (*t, (i + 1) as f64))
+                .collect::<Vec<_>>()
+        });
+        if pts.is_empty() {
+            Vec::new()
+        } else {
+            vec![Series::line("completed", PALETTE[2], pts)]
+        }
+    });
+    view! {
+        <div class="charts">
+            <LineChart id="live-ttft" title="TTFT: live vs simulated" x_label="TTFT (ms)" y_label="share ≤ x" series=ttft y_max=1.0 empty="waiting for records"/>
+            <LineChart id="live-tpot" title="TPOT: live vs simulated" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot y_max=1.0 empty="waiting for records"/>
+            <LineChart id="live-progress" title="Completed requests" x_label="time since start (s)" y_label="requests" series=progress empty="waiting for records"/>
+        </div>
+    }
+}
+
+fn overlay(live: Vec<(f64, f64)>, sim: Option<Vec<(f64, f64)>>) -> Vec<Series> {
+    let mut s = Vec::new();
+    if !live.is_empty() {
+        s.push(Series::steps("live", PALETTE[0], live));
+    }
+    if let Some(sim) = sim.filter(|p| !p.is_empty()) {
+        s.push(Series::steps("simulated", PALETTE[1], sim).dashed());
+    }
+    s
+}
+
+#[component]
+fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
+    view! {
+        <div class="history" class:hidden=move || conn.status.get() != Status::Connected>
+            <div class="card-head">
+                <h3 class="section">"Run history"</h3>
+                <span class="spacer"></span>
+                <button class="btn small" on:click=move |_| { conn.send(&ClientMsg::ListRuns { id: conn.next_id() }); }>"Refresh"</button>
+            </div>
+            <ul class="runs" data-runs=move || live.runs.with(Vec::len)>
+                {move || live.runs.get().into_iter().map(|r| {
+                    let id_open = r.run_id.clone();
+                    let id_export = r.run_id.clone();
+                    let id_delete = r.run_id.clone();
+                    let state = format!("{:?}", r.state).to_lowercase();
+                    let deletable = r.state != RunState::Running;
+                    let state_attr = state.clone();
+                    view! {
+                        <li data-run=r.run_id.clone()>
+                            <div class="run-line">
+                                <span class="pill" data-run-state=state_attr>{state}</span>
+                                <span class="mono small">{r.run_id.clone()}</span>
+                            </div>
+                            <div class="run-line faint small">{format!("{} · {} records", r.target, r.records)}</div>
+                            <div class="run-actions">
+                                <button class="btn small" on:click=move |_| { conn.send(&ClientMsg::FetchRun { id: conn.next_id(), run_id: id_open.clone() }); }>"Open"</button>
+                                <button class="btn small" on:click=move |_| {
+                                    live.pending_export.set_value(Some(id_export.clone()));
+                                    conn.send(&ClientMsg::FetchRun { id: conn.next_id(), run_id: id_export.clone() });
+                                }>"Export"</button>
+                                <button class="btn small danger" disabled=!deletable on:click=move |_| { conn.send(&ClientMsg::DeleteRun { id: conn.next_id(), run_id: id_delete.clone() }); }>"Delete"</button>
+                            </div>
+                        </li>
+                    }
+                }).collect_view()}
+            </ul>
+        </div>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn parses_jsonl_and_reports_bad_lines() {
+        let rec = r#"{"schema":1,"session":0,"inst":0,"step":0,"steps_asked":3,"base_asked":1000,"ok":true,"t_submit":0.5,"ttft_s":0.2,"wall_s":1.2,"gen_tokens":11,"asked_tokens":11,"prompt_tokens":1000,"cached_tokens":0,"sse_frames":11,"prompt_chars":4000}"#;
+        let text = format!("{rec}\n\nnot json\n{rec}\n");
+        let (records, skipped) = parse_jsonl(&text);
+        assert_eq!(records.len(), 2);
+        assert_eq!(skipped.len(), 1);
+        assert!(skipped[0].starts_with("line 3:"), "{skipped:?}");
+        let s = summarize(&records, &Slo::default());
+        assert_eq!(s.completed, 2);
+    }
+
+    #[test]
+    fn slo_comes_from_the_scenario() {
+        let sc = serde_json::json!({"slo": {"ttft_ms": 300.0, "tpot_ms": 20.0}});
+        let slo = slo_of(Some(&sc));
+        assert_eq!((slo.ttft_ms, slo.tpot_ms), (300.0, 20.0));
+        assert_eq!(slo_of(None).ttft_ms, Slo::default().ttft_ms);
+    }
+}
