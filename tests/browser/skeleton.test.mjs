@@ -18,7 +18,7 @@ test('page computes the seed comparisons in wasm exactly as the native binary do
   await page.goto(URL_WITH_TOKEN);
   for (const [name, expected] of Object.entries(native.scenario_comparisons)) {
     const card = page.locator(`[data-profile="${name}"]`).first();
-    await card.waitFor({ timeout: 20000 });
+    await card.waitFor({ state: 'attached', timeout: 20000 });
     const shown = await readMetrics(card);
     let compared = 0;
     for (const [field, value] of Object.entries(expected)) {
@@ -38,7 +38,7 @@ test('page shakes hands with the agent over the websocket', async () => {
   const version = execFileSync(BIN, ['--version'], { encoding: 'utf8' }).trim().split(/\s+/)[1];
   const page = await browser.newPage();
   await page.goto(URL_WITH_TOKEN);
-  await page.locator('[data-status="connected"]').first().waitFor({ timeout: 20000 });
+  await page.locator('[data-status="connected"]').first().waitFor({ state: 'attached', timeout: 20000 });
   const m = await readMetrics(page);
   assert.equal(m.agent_version, version);
   assert.equal(Number(m.agent_protocol), Number(m.page_protocol));
@@ -50,7 +50,7 @@ test('without the token the page says it cannot connect, and does not crash', as
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   await page.goto(URL_WITH_TOKEN.replace(/#token=.*/, '#token=wrong'));
-  await page.locator('[data-status="error"], [data-status="disconnected"]').first().waitFor({ timeout: 20000 });
+  await page.locator('[data-status="error"], [data-status="disconnected"]').first().waitFor({ state: 'attached', timeout: 20000 });
   assert.deepEqual(errors, []);
   await page.close();
 });
