@@ -1,0 +1,638 @@
+//! The streaming client: one forced-length completion over `/v1/completions` or `/v1/chat/completions`, read as SSE.
+//!
+//! [`Client::complete`] sends one request and returns an [`Outcome`]: TTFT, E2E, content frames, the server's
+//! `usage` (and where it came from: a final frame, the `finish_reason` frame, or missing), cached prompt tokens,
+//! the finish reason, an inter-token-latency summary and the error text if it failed.
+//!
+//! Definitions (vLLM's `vllm bench serve`): TTFT = submit → first content frame; E2E = submit → end of stream;
+//! ITL = gaps between successive content frames (a frame carrying several tokens, as with MTP, is one gap);
+//! output tokens = `usage.completion_tokens`, falling back to the content-frame count only when the server sent no
+//! usage (flagged `usage_source: missing`).
+//!
+//! Cost per token is kept low: frames are parsed into a borrowed struct that reads only the fields needed (the
+//! first choice's text, `finish_reason`, `usage`, an error marker), nothing is allocated per frame beyond what the SSE
+//! parser itself needs, and time is read once per frame with [`Instant`]. The stall timeout does not re-arm a timer
+//! per frame: one sleep is checked against the last frame's time when it fires.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use eventsource_stream::Eventsource as _;
+use futures_util::StreamExt as _;
+use serde::Deserialize;
+use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+use shared::record::{ItlSummary, UsageSource};
+
+use tokio_util::sync::CancellationToken;
+
+use super::dialect::{self, Dialect};
+
+/// The error text of a request cancelled because the run stopped (a signal, or the drain grace ran out).
+pub const CUT_ERROR: &str = "cut: the run stopped before this request finished";
+
+/// Which OpenAI route carries the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Endpoint {
+    /// `/v1/completions` with `prompt` (the seed's route: the prompt is sent byte for byte, no chat template).
+    #[default]
+    Completions,
+    /// `/v1/chat/completions` with one user message.
+    Chat,
+}
+
+/// Where and how to send requests.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Base URL including the API prefix, e.g. `http://127.0.0.1:8000/v1` (as the seed's `--url`).
+    pub base_url: String,
+    pub model: String,
+    pub api_key: Option<String>,
+    pub endpoint: Endpoint,
+    /// Resolved dialect (not `Auto`; see [`detect_dialect`]).
+    pub dialect: Dialect,
+    pub temperature: f64,
+    /// Whole-request limit.
+    pub timeout: Duration,
+    /// Longest allowed gap between frames (and before the first one); `None` = only the whole-request limit.
+    pub stall_timeout: Option<Duration>,
+}
+
+/// Counters shared with the progress display; bumped as frames arrive.
+#[derive(Debug, Default)]
+pub struct LiveCounters {
+    pub in_flight: AtomicU64,
+    pub content_frames: AtomicU64,
+    pub completed: AtomicU64,
+    pub failed: AtomicU64,
+    pub gen_tokens: AtomicU64,
+}
+
+/// What the server reported in `usage`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UsageCounts {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub cached_tokens: Option<u64>,
+}
+
+/// The result of one request.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub ok: bool,
+    /// When the request was handed to the connection.
+    pub submitted: Instant,
+    pub ttft: Option<Duration>,
+    /// Submit → end of stream (or failure).
+    pub wall: Duration,
+    /// Frames that carried content.
+    pub frames: u64,
+    pub usage: UsageCounts,
+    pub usage_source: UsageSource,
+    /// `usage.completion_tokens`, else the frame count.
+    pub gen_tokens: u64,
+    pub finish_reason: Option<String>,
+    pub error: Option<String>,
+    pub itl: Option<ItlSummary>,
+    /// The generated text (only when asked for: sessions append it to the conversation).
+    pub text: String,
+}
+
+/// The HTTP client, one per run; connections are pooled and reused.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    url: String,
+    cfg: Arc<ClientConfig>,
+}
+
+/// A reqwest client set up for many long-lived local streams: HTTP/1.1, no Nagle, no proxy, unbounded idle pool.
+pub fn http_client() -> anyhow::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .http1_only()
+        .tcp_nodelay(true)
+        .no_proxy()
+        .pool_max_idle_per_host(usize::MAX)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .context("building the HTTP client")
+}
+
+/// `scheme://host:port` of a URL (where `/metrics`, `/props`, `/version` and `/health` live).
+pub fn origin_of(url: &str) -> anyhow::Result<String> {
+    let parsed = reqwest::Url::parse(url).with_context(|| format!("--url {url:?} is not a URL"))?;
+    let host = parsed
+        .host_str()
+        .with_context(|| format!("--url {url:?} has no host"))?;
+    let host = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    Ok(match parsed.port() {
+        Some(port) => format!("{}://{host}:{port}", parsed.scheme()),
+        None => format!("{}://{host}", parsed.scheme()),
+    })
+}
+
+/// Ask the server which family it is (`/v1/models`, then `/props`, then `/version`).
+pub async fn detect_dialect(
+    http: &reqwest::Client,
+    base_url: &str,
+    api_key: Option<&str>,
+) -> anyhow::Result<(Dialect, String)> {
+    let origin = origin_of(base_url)?;
+    let get = |url: String| async move {
+        let mut req = http.get(&url).timeout(Duration::from_secs(5));
+        if let Some(key) = api_key {
+            req = req.bearer_auth(key);
+        }
+        match req.send().await {
+            Ok(resp) if resp.status().is_success() => resp.json::<Value>().await.ok(),
+            _ => None,
+        }
+    };
+    let models = get(format!("{}/models", base_url.trim_end_matches('/'))).await;
+    let (d, why) = dialect::detect_from(models.as_ref(), None, None);
+    if d != Dialect::Openai {
+        return Ok((d, why));
+    }
+    let props = get(format!("{origin}/props")).await;
+    let version = get(format!("{origin}/version")).await;
+    Ok(dialect::detect_from(models.as_ref(), props.as_ref(), version.as_ref()))
+}
+
+impl Client {
+    pub fn new(http: reqwest::Client, cfg: ClientConfig) -> Self {
+        let route = match cfg.endpoint {
+            Endpoint::Completions => "completions",
+            Endpoint::Chat => "chat/completions",
+        };
+        let url = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
+        Client {
+            http,
+            url,
+            cfg: Arc::new(cfg),
+        }
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    /// The JSON body for one forced-length streaming request.
+    pub fn body(&self, prompt: &str, max_tokens: u32) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), self.cfg.model.clone().into());
+        match self.cfg.endpoint {
+            Endpoint::Completions => {
+                body.insert("prompt".into(), prompt.into());
+            }
+            Endpoint::Chat => {
+                body.insert(
+                    "messages".into(),
+                    serde_json::json!([{"role": "user", "content": prompt}]),
+                );
+            }
+        }
+        self.cfg.dialect.apply_length(&mut body, max_tokens);
+        body.insert("temperature".into(), self.cfg.temperature.into());
+        body.insert("stream".into(), true.into());
+        body.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        Value::Object(body)
+    }
+
+    /// Send one request and read its stream to the end, or until `cut` is cancelled (then the outcome is a failure
+    /// with `error: "cut: …"` that keeps what arrived so far). Never panics on what the server sends.
+    pub async fn complete(
+        &self,
+        prompt: &str,
+        max_tokens: u32,
+        collect_text: bool,
+        live: &LiveCounters,
+        cut: &CancellationToken,
+    ) -> Outcome {
+        let body = self.body(prompt, max_tokens);
+        let mut req = self.http.post(&self.url).json(&body);
+        if let Some(key) = &self.cfg.api_key {
+            req = req.bearer_auth(key);
+        }
+        live.in_flight.fetch_add(1, Ordering::Relaxed);
+        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let deadline = st.submitted + self.cfg.timeout;
+        let result = tokio::select! {
+            biased;
+            r = tokio::time::timeout_at(deadline.into(), req.send()) => Some(r),
+            () = cut.cancelled() => None,
+        };
+        let outcome = match result {
+            None => st.fail(CUT_ERROR.to_string()),
+            Some(Err(_)) => st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
+            Some(Ok(Err(e))) => st.fail(format!("request failed: {}", error_chain(&e))),
+            Some(Ok(Ok(resp))) if !resp.status().is_success() => {
+                let status = resp.status();
+                let text = tokio::time::timeout_at(deadline.into(), resp.bytes()).await;
+                let detail = match text {
+                    Ok(Ok(b)) => truncate(&String::from_utf8_lossy(&b), 300),
+                    _ => String::new(),
+                };
+                st.fail(format!("HTTP {status}: {detail}"))
+            }
+            Some(Ok(Ok(resp))) => self.read_stream(resp, st, deadline, live, cut).await,
+        };
+        live.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if outcome.ok {
+            live.completed.fetch_add(1, Ordering::Relaxed);
+            live.gen_tokens.fetch_add(outcome.gen_tokens, Ordering::Relaxed);
+        } else {
+            live.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    async fn read_stream(
+        &self,
+        resp: reqwest::Response,
+        mut st: StreamState,
+        deadline: Instant,
+        live: &LiveCounters,
+        cut: &CancellationToken,
+    ) -> Outcome {
+        let mut events = resp.bytes_stream().eventsource();
+        let stall = self.cfg.stall_timeout;
+        let mut last = st.submitted;
+        let far = deadline + Duration::from_secs(3600);
+        let stall_sleep = tokio::time::sleep_until(stall.map_or(far, |s| last + s).into());
+        let total_sleep = tokio::time::sleep_until(deadline.into());
+        let cut = cut.cancelled();
+        tokio::pin!(stall_sleep, total_sleep, cut);
+        loop {
+            tokio::select! {
+                biased;
+                ev = events.next() => {
+                    let now = Instant::now();
+                    last = now;
+                    match ev {
+                        None => return st.finish_eof(),
+                        Some(Err(e)) => return st.fail(format!("stream error: {}", error_chain(&e))),
+                        Some(Ok(event)) => {
+                            if st.on_data(&event.data, now, live) {
+                                return st.finish_done();
+                            }
+                        }
+                    }
+                }
+                () = &mut stall_sleep, if stall.is_some() => {
+                    let limit = stall.unwrap_or_default();
+                    let now = Instant::now();
+                    if now.duration_since(last) >= limit {
+                        let frames = st.frames;
+                        return st.fail(format!("stall: no frame for {limit:?} (after {frames} content frames)"));
+                    }
+                    stall_sleep.as_mut().reset((last + limit).into());
+                }
+                () = &mut cut => return st.fail(CUT_ERROR.to_string()),
+                () = &mut total_sleep => {
+                    return st.fail(format!("timeout: stream not finished within {:?}", self.cfg.timeout));
+                }
+            }
+        }
+    }
+}
+
+/// Per-request bookkeeping while a stream is read.
+struct StreamState {
+    submitted: Instant,
+    first: Option<Instant>,
+    last_content: Option<Instant>,
+    frames: u64,
+    usage: Option<UsageCounts>,
+    usage_source: UsageSource,
+    finish_reason: Option<String>,
+    malformed: Option<String>,
+    stream_error: Option<String>,
+    gaps_ms: Vec<f32>,
+    text: Option<String>,
+}
+
+impl StreamState {
+    fn new(submitted: Instant, collect_text: bool, max_tokens: u32) -> Self {
+        StreamState {
+            submitted,
+            first: None,
+            last_content: None,
+            frames: 0,
+            usage: None,
+            usage_source: UsageSource::Missing,
+            finish_reason: None,
+            malformed: None,
+            stream_error: None,
+            gaps_ms: Vec::with_capacity((max_tokens as usize).min(1 << 16)),
+            text: collect_text.then(|| String::with_capacity((max_tokens as usize * 5).min(1 << 20))),
+        }
+    }
+
+    /// One SSE event's data. Returns true on `[DONE]`.
+    fn on_data(&mut self, data: &str, now: Instant, live: &LiveCounters) -> bool {
+        let data = data.trim_ascii();
+        if data.is_empty() {
+            return false;
+        }
+        if data == "[DONE]" {
+            return true;
+        }
+        let chunk: Chunk<'_> = match serde_json::from_str(data) {
+            Ok(c) => c,
+            Err(e) => {
+                if self.malformed.is_none() {
+                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(data, 120)));
+                }
+                return false;
+            }
+        };
+        if chunk.error.is_some() || chunk.object.as_deref() == Some("error") {
+            if self.stream_error.is_none() {
+                self.stream_error = Some(error_frame_text(data));
+            }
+            return false;
+        }
+        let mut finish_here = false;
+        if let Some(choice) = chunk.choices.0 {
+            let piece = choice.text.as_deref().filter(|t| !t.is_empty()).or_else(|| {
+                choice.delta.as_ref().and_then(|d| {
+                    [&d.content, &d.reasoning_content, &d.reasoning]
+                        .into_iter()
+                        .find_map(|p| p.as_deref().filter(|t| !t.is_empty()))
+                })
+            });
+            if let Some(piece) = piece {
+                self.frames += 1;
+                live.content_frames.fetch_add(1, Ordering::Relaxed);
+                match self.last_content {
+                    None => self.first = Some(now),
+                    Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
+                }
+                self.last_content = Some(now);
+                if let Some(text) = &mut self.text {
+                    text.push_str(piece);
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                finish_here = true;
+                self.finish_reason = Some(reason.into_owned());
+            }
+        }
+        if let Some(u) = chunk.usage {
+            self.usage = Some(UsageCounts {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+                cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            });
+            self.usage_source = if finish_here {
+                UsageSource::FinishFrame
+            } else {
+                UsageSource::FinalFrame
+            };
+        }
+        false
+    }
+
+    fn finish_done(self) -> Outcome {
+        self.finish(None)
+    }
+
+    fn finish_eof(self) -> Outcome {
+        let err = if self.finish_reason.is_none() {
+            Some("stream ended without finish_reason or [DONE]".to_string())
+        } else {
+            None
+        };
+        self.finish(err)
+    }
+
+    fn fail(self, error: String) -> Outcome {
+        self.finish(Some(error))
+    }
+
+    fn finish(mut self, error: Option<String>) -> Outcome {
+        let wall = self.submitted.elapsed();
+        let error = error.or(self.stream_error.take()).or(self.malformed.take());
+        let usage = self.usage.unwrap_or_default();
+        let gen_tokens = usage.completion_tokens.unwrap_or(self.frames);
+        Outcome {
+            ok: error.is_none(),
+            submitted: self.submitted,
+            ttft: self.first.map(|f| f.duration_since(self.submitted)),
+            wall,
+            frames: self.frames,
+            usage,
+            usage_source: if usage.completion_tokens.is_some() {
+                self.usage_source
+            } else {
+                UsageSource::Missing
+            },
+            gen_tokens,
+            finish_reason: self.finish_reason,
+            error,
+            itl: itl_summary(&mut self.gaps_ms),
+            text: self.text.unwrap_or_default(),
+        }
+    }
+}
+
+/// Mean, p50, p99 (nearest rank) and max of the inter-frame gaps, milliseconds; `None` with no gap.
+pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
+    if gaps_ms.is_empty() {
+        return None;
+    }
+    gaps_ms.sort_unstable_by(f32::total_cmp);
+    let n = gaps_ms.len();
+    let rank = |q: f64| gaps_ms[((q * n as f64).ceil() as usize).saturating_sub(1).min(n - 1)] as f64;
+    let mean = gaps_ms.iter().map(|&g| g as f64).sum::<f64>() / n as f64;
+    Some(ItlSummary {
+        mean_ms: mean,
+        p50_ms: rank(0.5),
+        p99_ms: rank(0.99),
+        max_ms: gaps_ms[n - 1] as f64,
+    })
+}
+
+fn error_frame_text(data: &str) -> String {
+    let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+    let msg = v
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .or_else(|| v.get("error").and_then(Value::as_str))
+        .or_else(|| v.get("message").and_then(Value::as_str))
+        .map(str::to_owned)
+        .unwrap_or_else(|| truncate(data, 200));
+    format!("error frame: {msg}")
+}
+
+/// `err: cause: cause`, the whole source chain on one line.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut src = err.source();
+    while let Some(s) = src {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        src = s.source();
+    }
+    out
+}
+
+fn truncate(s: &str, max_chars: usize) -> String {
+    match s.char_indices().nth(max_chars) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+// ---- the borrowed view of one frame: only the fields we read ----
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    choices: FirstOf<Choice<'a>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    delta: Option<Delta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+/// The first element of a JSON array (or nothing for `null`/`[]`), without allocating a `Vec`.
+struct FirstOf<T>(Option<T>);
+
+impl<T> Default for FirstOf<T> {
+    fn default() -> Self {
+        FirstOf(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for FirstOf<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = FirstOf<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of choices or null")
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(FirstOf(None))
+            }
+            fn visit_none<E>(self) -> Result<Self::Value, E> {
+                Ok(FirstOf(None))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let first = seq.next_element::<T>()?;
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(FirstOf(first))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(frames: &[&str]) -> Outcome {
+        let live = LiveCounters::default();
+        let mut st = StreamState::new(Instant::now(), true, 8);
+        for f in frames {
+            if st.on_data(f, Instant::now(), &live) {
+                return st.finish_done();
+            }
+        }
+        st.finish_eof()
+    }
+
+    #[test]
+    fn usage_in_final_frame() {
+        let o = feed(&[
+            r#"{"choices":[{"text":"a","finish_reason":null}],"usage":null}"#,
+            r#"{"choices":[{"text":" b","finish_reason":"length"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":3}}}"#,
+            "[DONE]",
+        ]);
+        assert!(o.ok, "{:?}", o.error);
+        assert_eq!(
+            (o.frames, o.gen_tokens, o.usage_source),
+            (2, 2, UsageSource::FinalFrame)
+        );
+        assert_eq!(o.usage.cached_tokens, Some(3));
+        assert_eq!(o.text, "a b");
+        assert_eq!(o.finish_reason.as_deref(), Some("length"));
+        assert!(o.itl.is_some());
+    }
+
+    #[test]
+    fn chat_delta_and_escapes() {
+        let o = feed(&[
+            r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"delta":{"content":"x\ny"}}]}"#,
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#,
+            "[DONE]",
+        ]);
+        assert!(o.ok);
+        assert_eq!(o.text, "x\ny");
+        assert_eq!(o.usage_source, UsageSource::FinishFrame);
+        assert_eq!(o.frames, 1);
+    }
+
+    #[test]
+    fn itl_nearest_rank() {
+        let mut g = vec![4.0, 1.0, 3.0, 2.0];
+        let s = itl_summary(&mut g).unwrap_or_else(|| panic!("gaps given"));
+        assert_eq!((s.p50_ms, s.p99_ms, s.max_ms, s.mean_ms), (2.0, 4.0, 4.0, 2.5));
+        assert!(itl_summary(&mut []).is_none());
+    }
+}

@@ -1,0 +1,17 @@
+//! Live replay: the streaming client, dialects, the session/open-loop runner, records, Prometheus scraping and
+//! the progress display behind `loadshape replay`.
+//!
+//! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::Outcome`]).
+//! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.
+//! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
+//!   open/closed-loop traffic from a `shared::scenario::Scenario`.
+//! - [`records`]: the JSONL record file, one `shared::record::RequestRecord` per line.
+//! - [`prom`]: `/metrics` scraping and the server-side report.
+//! - [`progress`]: the live progress line.
+
+pub mod client;
+pub mod dialect;
+pub mod progress;
+pub mod prom;
+pub mod records;
+pub mod runner;

@@ -1,0 +1,93 @@
+//! The live progress line: in-flight streams, completed/failed requests, request and token rates.
+//!
+//! Drawn with `indicatif` on stderr, redrawn a few times a second from the [`LiveCounters`] the client bumps. Off
+//! when stderr is not a terminal or with `--quiet` (then [`Progress::start`] returns a handle that does nothing).
+
+use std::io::IsTerminal as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::client::LiveCounters;
+
+/// A running progress display; [`Progress::finish`] clears it.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Start the display unless `quiet` or stderr is not a terminal.
+    pub fn start(live: Arc<LiveCounters>, quiet: bool) -> Progress {
+        if quiet || !std::io::stderr().is_terminal() {
+            return Progress { bar: None, task: None };
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").unwrap_or_else(|_| {
+                // The template is a constant; fall back to the default style rather than panic.
+                ProgressStyle::default_spinner()
+            }),
+        );
+        let b = bar.clone();
+        let task = tokio::spawn(async move {
+            let t0 = Instant::now();
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            let (mut last_t, mut last_done, mut last_frames) = (0.0f64, 0u64, 0u64);
+            let (mut rps, mut fps) = (0.0, 0.0);
+            loop {
+                tick.tick().await;
+                let t = t0.elapsed().as_secs_f64();
+                let done = live.completed.load(Ordering::Relaxed) + live.failed.load(Ordering::Relaxed);
+                let frames = live.content_frames.load(Ordering::Relaxed);
+                if t - last_t >= 1.0 {
+                    rps = (done - last_done) as f64 / (t - last_t);
+                    fps = (frames - last_frames) as f64 / (t - last_t);
+                    (last_t, last_done, last_frames) = (t, done, frames);
+                }
+                b.set_message(format!(
+                    "streams {} | done {} failed {} | {:.1} req/s | {:.0} frames/s | {} tokens",
+                    live.in_flight.load(Ordering::Relaxed),
+                    live.completed.load(Ordering::Relaxed),
+                    live.failed.load(Ordering::Relaxed),
+                    rps,
+                    fps,
+                    live.gen_tokens.load(Ordering::Relaxed),
+                ));
+                b.tick();
+            }
+        });
+        Progress {
+            bar: Some(bar),
+            task: Some(task),
+        }
+    }
+
+    /// Print a line above the progress display (or plainly to stderr when there is none).
+    pub fn println(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+
+    /// A printer that writes above the display (usable from any task).
+    pub fn printer(&self) -> Box<dyn Fn(&str) + Send + Sync> {
+        let bar = self.bar.clone();
+        Box::new(move |msg: &str| match &bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        })
+    }
+
+    pub fn finish(self) {
+        if let Some(t) = self.task {
+            t.abort();
+        }
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! Scraping the server's Prometheus `/metrics`, so each run is measured from both sides.
+//!
+//! The parser is a small one written here rather than `prometheus-parse`: we need only the sum of each metric over
+//! its label sets, for about a dozen names, and a parser that skips what it does not understand line by line (label
+//! values with escaped quotes and braces, `NaN`/`+Inf`, timestamps, exemplars after `#`) instead of rejecting a whole
+//! exposition, which is what a benchmark wants when a server adds an odd line; it also keeps the agent free of the
+//! regex and chrono dependencies that crate pulls in.
+//!
+//! Names read (whichever the server exposes):
+//! - vLLM: `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:num_requests_running`,
+//!   `vllm:num_requests_waiting`, `vllm:prefix_cache_queries[_total]`, `vllm:prefix_cache_hits[_total]`, and the
+//!   older gauge `vllm:gpu_prefix_cache_hit_rate`;
+//! - SGLang: `sglang:prompt_tokens_total`, `sglang:generation_tokens_total`, `sglang:num_running_reqs`,
+//!   `sglang:num_queue_reqs`, `sglang:cache_hit_rate`;
+//! - llama.cpp: `llamacpp:prompt_tokens_total`, `llamacpp:tokens_predicted_total`, `llamacpp:requests_processing`,
+//!   `llamacpp:requests_deferred`.
+//!
+//! [`ServerReport::from_snapshots`] turns the scrapes taken before, during and after a run into server-side prompt
+//! and generation throughput (counter deltas over the scrape interval), the prefix-cache hit rate (hits / queries
+//! over the run, or the mean of a hit-rate gauge) and running/waiting requests (mean and max over the scrapes).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+/// One sample line: metric name, labels, value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// Parse a Prometheus text exposition. Lines that do not parse are skipped (and counted in the second value).
+pub fn parse_text(text: &str) -> (Vec<Sample>, usize) {
+    let mut out = Vec::new();
+    let mut skipped = 0;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match parse_line(line) {
+            Some(s) => out.push(s),
+            None => skipped += 1,
+        }
+    }
+    (out, skipped)
+}
+
+fn parse_line(line: &str) -> Option<Sample> {
+    let bytes = line.as_bytes();
+    let name_end = bytes
+        .iter()
+        .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b':'))
+        .unwrap_or(bytes.len());
+    if name_end == 0 || bytes[0].is_ascii_digit() {
+        return None;
+    }
+    let name = &line[..name_end];
+    let mut rest = &line[name_end..];
+    let mut labels = Vec::new();
+    if let Some(after) = rest.strip_prefix('{') {
+        let (parsed, tail) = parse_labels(after)?;
+        labels = parsed;
+        rest = tail;
+    }
+    let mut fields = rest.split_ascii_whitespace();
+    let value = parse_value(fields.next()?)?;
+    Some(Sample {
+        name: name.to_string(),
+        labels,
+        value,
+    })
+}
+
+/// Labels after the `{`; returns them and the text after the closing `}`.
+fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let mut labels = Vec::new();
+    loop {
+        s = s.trim_start_matches([' ', ',']);
+        if let Some(tail) = s.strip_prefix('}') {
+            return Some((labels, tail));
+        }
+        let eq = s.find('=')?;
+        let key = s[..eq].trim().to_string();
+        s = s[eq + 1..].trim_start().strip_prefix('"')?;
+        let mut value = String::new();
+        let mut chars = s.char_indices();
+        let end = loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '"' => break i,
+                '\\' => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                c => value.push(c),
+            }
+        };
+        labels.push((key, value));
+        s = &s[end + 1..];
+    }
+}
+
+fn parse_value(v: &str) -> Option<f64> {
+    match v {
+        "NaN" => Some(f64::NAN),
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        _ => v.parse().ok(),
+    }
+}
+
+/// Sum of each metric over its label sets.
+pub fn sums(samples: &[Sample]) -> HashMap<&str, f64> {
+    let mut m: HashMap<&str, f64> = HashMap::new();
+    for s in samples {
+        if s.value.is_finite() {
+            *m.entry(s.name.as_str()).or_default() += s.value;
+        }
+    }
+    m
+}
+
+/// The serving-engine numbers of one scrape, whatever the engine calls them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// Seconds since the run's origin.
+    pub t_s: f64,
+    /// Which family's names were found (`vllm`, `sglang`, `llamacpp`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation_tokens_total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_queries_total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_cache_hits_total: Option<f64>,
+    /// A hit-rate gauge (SGLang `cache_hit_rate`, old vLLM `gpu_prefix_cache_hit_rate`), 0..1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_hit_rate: Option<f64>,
+}
+
+impl Snapshot {
+    /// Pick the known names out of one exposition.
+    pub fn from_text(t_s: f64, text: &str) -> Snapshot {
+        let (samples, _) = parse_text(text);
+        let m = sums(&samples);
+        let get = |names: &[&str]| names.iter().find_map(|n| m.get(n).copied());
+        let mut s = Snapshot {
+            t_s,
+            ..Snapshot::default()
+        };
+        if m.keys().any(|k| k.starts_with("vllm:")) {
+            s.family = Some("vllm");
+            s.prompt_tokens_total = get(&["vllm:prompt_tokens_total", "vllm:prompt_tokens"]);
+            s.generation_tokens_total = get(&["vllm:generation_tokens_total", "vllm:generation_tokens"]);
+            s.running = get(&["vllm:num_requests_running"]);
+            s.waiting = get(&["vllm:num_requests_waiting"]);
+            s.prefix_cache_queries_total = get(&["vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"]);
+            s.prefix_cache_hits_total = get(&["vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"]);
+            s.cache_hit_rate = get(&["vllm:gpu_prefix_cache_hit_rate"]);
+        } else if m.keys().any(|k| k.starts_with("sglang:")) {
+            s.family = Some("sglang");
+            s.prompt_tokens_total = get(&["sglang:prompt_tokens_total"]);
+            s.generation_tokens_total = get(&["sglang:generation_tokens_total"]);
+            s.running = get(&["sglang:num_running_reqs"]);
+            s.waiting = get(&["sglang:num_queue_reqs"]);
+            s.cache_hit_rate = get(&["sglang:cache_hit_rate"]);
+        } else if m.keys().any(|k| k.starts_with("llamacpp:")) {
+            s.family = Some("llamacpp");
+            s.prompt_tokens_total = get(&["llamacpp:prompt_tokens_total"]);
+            s.generation_tokens_total = get(&["llamacpp:tokens_predicted_total"]);
+            s.running = get(&["llamacpp:requests_processing"]);
+            s.waiting = get(&["llamacpp:requests_deferred"]);
+        }
+        s
+    }
+}
+
+/// Server-side figures over a run, from its scrapes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ServerReport {
+    pub scrapes: usize,
+    pub failed_scrapes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub family: Option<&'static str>,
+    /// Seconds between the first and the last good scrape.
+    pub window_s: f64,
+    pub prompt_tokens: Option<f64>,
+    pub generation_tokens: Option<f64>,
+    pub prompt_throughput_tok_s: Option<f64>,
+    pub generation_throughput_tok_s: Option<f64>,
+    /// Prefix-cache hits / queries over the run (counters), else the mean of a hit-rate gauge.
+    pub prefix_cache_hit_rate: Option<f64>,
+    pub running_mean: Option<f64>,
+    pub running_max: Option<f64>,
+    pub waiting_mean: Option<f64>,
+    pub waiting_max: Option<f64>,
+}
+
+impl ServerReport {
+    pub fn from_snapshots(snaps: &[Snapshot]) -> ServerReport {
+        let good: Vec<&Snapshot> = snaps.iter().filter(|s| s.error.is_none()).collect();
+        let mut r = ServerReport {
+            scrapes: snaps.len(),
+            failed_scrapes: snaps.len() - good.len(),
+            family: good.iter().find_map(|s| s.family),
+            ..ServerReport::default()
+        };
+        let (Some(first), Some(last)) = (good.first(), good.last()) else {
+            return r;
+        };
+        r.window_s = last.t_s - first.t_s;
+        let delta = |f: fn(&Snapshot) -> Option<f64>| match (f(first), f(last)) {
+            (Some(a), Some(b)) if b >= a => Some(b - a),
+            _ => None,
+        };
+        r.prompt_tokens = delta(|s| s.prompt_tokens_total);
+        r.generation_tokens = delta(|s| s.generation_tokens_total);
+        if r.window_s > 0.0 {
+            r.prompt_throughput_tok_s = r.prompt_tokens.map(|d| d / r.window_s);
+            r.generation_throughput_tok_s = r.generation_tokens.map(|d| d / r.window_s);
+        }
+        r.prefix_cache_hit_rate = match (
+            delta(|s| s.prefix_cache_hits_total),
+            delta(|s| s.prefix_cache_queries_total),
+        ) {
+            (Some(h), Some(q)) if q > 0.0 => Some(h / q),
+            _ => mean(good.iter().filter_map(|s| s.cache_hit_rate)),
+        };
+        r.running_mean = mean(good.iter().filter_map(|s| s.running));
+        r.running_max = good.iter().filter_map(|s| s.running).reduce(f64::max);
+        r.waiting_mean = mean(good.iter().filter_map(|s| s.waiting));
+        r.waiting_max = good.iter().filter_map(|s| s.waiting).reduce(f64::max);
+        r
+    }
+}
+
+fn mean(it: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = it.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// Scrapes one `/metrics` URL and keeps every snapshot.
+#[derive(Debug, Clone)]
+pub struct Scraper {
+    http: reqwest::Client,
+    url: String,
+    origin: Instant,
+    snaps: Arc<Mutex<Vec<Snapshot>>>,
+}
+
+impl Scraper {
+    pub fn new(http: reqwest::Client, url: String, origin: Instant) -> Self {
+        Scraper {
+            http,
+            url,
+            origin,
+            snaps: Arc::default(),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Take one scrape now and keep it.
+    pub async fn scrape(&self) -> Snapshot {
+        let t_s = self.origin.elapsed().as_secs_f64();
+        let got = async {
+            let resp = self.http.get(&self.url).timeout(Duration::from_secs(5)).send().await?;
+            let resp = resp.error_for_status()?;
+            resp.text().await
+        }
+        .await;
+        let snap = match got {
+            Ok(text) => Snapshot::from_text(t_s, &text),
+            Err(e) => Snapshot {
+                t_s,
+                error: Some(super::client::error_chain(&e)),
+                ..Snapshot::default()
+            },
+        };
+        self.snaps.lock().unwrap_or_else(|p| p.into_inner()).push(snap.clone());
+        snap
+    }
+
+    /// Scrape every `every` until the returned handle is aborted.
+    pub fn spawn_periodic(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                me.scrape().await;
+            }
+        })
+    }
+
+    pub fn snapshots(&self) -> Vec<Snapshot> {
+        self.snaps.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VLLM: &str = r#"# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} 1000.0
+vllm:prompt_tokens_total{engine="1",model_name="m \"q\" {x}"} 500.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 200
+vllm:num_requests_running{model_name="m"} 4
+vllm:num_requests_waiting{model_name="m"} 1 1700000000000
+vllm:prefix_cache_queries_total{model_name="m"} 1000
+vllm:prefix_cache_hits_total{model_name="m"} 900
+vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 3
+garbage line {
+"#;
+
+    #[test]
+    fn parses_vllm_exposition() {
+        let (samples, skipped) = parse_text(VLLM);
+        assert_eq!(skipped, 1);
+        assert_eq!(samples[1].labels[1].1, "m \"q\" {x}");
+        let s = Snapshot::from_text(0.0, VLLM);
+        assert_eq!(s.family, Some("vllm"));
+        assert_eq!(s.prompt_tokens_total, Some(1500.0));
+        assert_eq!((s.running, s.waiting), (Some(4.0), Some(1.0)));
+        assert_eq!(s.prefix_cache_hits_total, Some(900.0));
+    }
+
+    #[test]
+    fn sglang_and_llamacpp_names() {
+        let sg =
+            "sglang:prompt_tokens_total{model_name=\"m\"} 10\nsglang:num_queue_reqs 2\nsglang:cache_hit_rate 0.5\n";
+        let s = Snapshot::from_text(0.0, sg);
+        assert_eq!(
+            (s.family, s.waiting, s.cache_hit_rate),
+            (Some("sglang"), Some(2.0), Some(0.5))
+        );
+        let lc = "llamacpp:tokens_predicted_total 7\nllamacpp:requests_processing 1\nllamacpp:requests_deferred 0\n";
+        let s = Snapshot::from_text(0.0, lc);
+        assert_eq!(
+            (s.family, s.generation_tokens_total, s.running),
+            (Some("llamacpp"), Some(7.0), Some(1.0))
+        );
+    }
+
+    #[test]
+    fn report_from_counter_deltas() {
+        let a = Snapshot {
+            t_s: 0.0,
+            prompt_tokens_total: Some(100.0),
+            generation_tokens_total: Some(10.0),
+            prefix_cache_queries_total: Some(0.0),
+            prefix_cache_hits_total: Some(0.0),
+            running: Some(0.0),
+            ..Snapshot::default()
+        };
+        let b = Snapshot {
+            t_s: 10.0,
+            prompt_tokens_total: Some(1100.0),
+            generation_tokens_total: Some(510.0),
+            prefix_cache_queries_total: Some(1000.0),
+            prefix_cache_hits_total: Some(970.0),
+            running: Some(4.0),
+            ..Snapshot::default()
+        };
+        let failed = Snapshot {
+            t_s: 5.0,
+            error: Some("refused".into()),
+            ..Snapshot::default()
+        };
+        let r = ServerReport::from_snapshots(&[a, failed, b]);
+        assert_eq!((r.scrapes, r.failed_scrapes), (3, 1));
+        assert_eq!(r.prompt_throughput_tok_s, Some(100.0));
+        assert_eq!(r.generation_throughput_tok_s, Some(50.0));
+        assert_eq!(r.prefix_cache_hit_rate, Some(0.97));
+        assert_eq!((r.running_mean, r.running_max), (Some(2.0), Some(4.0)));
+    }
+}

@@ -1,0 +1,436 @@
+//! Running traffic: agent sessions (the seed's `agent_replay.py`) and open/closed-loop requests from a scenario.
+//!
+//! **Sessions** ([`run_sessions`]): slot `s` starts `s × stagger` after the origin and runs instances of its session
+//! one after another (with `respawn`) or once. Instance `(s, i)`'s shape comes from
+//! `shared::workload::SessionWorkload::plan(s, i, seed)` (the same draw the simulator uses); its text from
+//! `shared::filler` (structure seed + per-run nonce): `base + "\n\nTask: …\n"`, then after each step
+//! `+ reply + "\n\n[tool output]\n" + tool filler + "\n"`, exactly the seed's growth, with `think_s[k]` after step
+//! `k`. A slot whose instance completes no step counts toward its fail streak; `max_fail_streak` in a row aborts the
+//! run (exit 2), with a backoff of `min(30, 2·streak)` s between failing instances; a slot that finishes an instance
+//! in under a second waits one second (the seed's guards against hammering a dead server).
+//!
+//! **Open loop** ([`run_open_loop`]): each request is sent at its arrival time; **closed loop**
+//! ([`run_closed_loop`]): `users` workers each send the next request when their previous one ends (plus think).
+//!
+//! **Stopping** ([`Stops`]): three levels, each implying the ones before it: no new sessions (drain), no new
+//! steps/requests, and cut (in-flight requests are cancelled, each still gets its record, marked failed with
+//! `error: "cut: …"`). Every request that was started gets exactly one record line.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use shared::filler::{Filler, FillerKind};
+use shared::record::{RECORD_SCHEMA_VERSION, RequestRecord};
+use shared::workload::SessionWorkload;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::client::{Client, LiveCounters, Outcome};
+use super::records::RecordSink;
+
+/// The seed's task line, appended to every session's base context.
+pub const TASK_LINE: &str = "\n\nTask: find why the loader refuses the shard and propose a patch.\n";
+
+/// The three stop levels (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Stops {
+    pub no_new_sessions: CancellationToken,
+    pub no_new_steps: CancellationToken,
+    pub cut: CancellationToken,
+}
+
+impl Stops {
+    /// Stop starting sessions; running sessions go on (drain).
+    pub fn stop_sessions(&self) {
+        self.no_new_sessions.cancel();
+    }
+
+    /// Stop starting requests; in-flight ones finish.
+    pub fn stop_steps(&self) {
+        self.no_new_sessions.cancel();
+        self.no_new_steps.cancel();
+    }
+
+    /// Cancel everything now; in-flight requests end with a "cut" record.
+    pub fn cut(&self) {
+        self.stop_steps();
+        self.cut.cancel();
+    }
+}
+
+/// Everything the traffic tasks share.
+pub struct Ctx {
+    pub client: Client,
+    pub sink: Arc<RecordSink>,
+    pub live: Arc<LiveCounters>,
+    pub origin: Instant,
+    pub stops: Stops,
+    /// Set when the fail streak aborted the run.
+    pub aborted: AtomicBool,
+    /// Print one line above the progress display.
+    pub log: Box<dyn Fn(&str) + Send + Sync>,
+    /// Print a line per step (the seed's chatter), not only failures.
+    pub verbose: bool,
+    /// Records also kept in memory for the end-of-run summary.
+    pub kept: std::sync::Mutex<Vec<RequestRecord>>,
+    /// Requests started (each gets exactly one record).
+    pub started: AtomicU64,
+}
+
+/// Where a request sits in the workload, for its record.
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    pub session: u64,
+    pub inst: u32,
+    pub step: u32,
+    pub steps_asked: u32,
+    pub base_asked: u64,
+    pub designed_cached_tokens: Option<u64>,
+}
+
+impl Ctx {
+    /// Send one request (cut-aware), write its record, and return the outcome.
+    pub async fn request(&self, slot: Slot, prompt: &str, asked: u32, collect_text: bool) -> Outcome {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        let outcome = self
+            .client
+            .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
+            .await;
+        let rec = to_record(&outcome, self.origin, slot, asked, prompt.len() as u64);
+        if let Err(e) = self.sink.write(&rec) {
+            (self.log)(&format!("could not write a record: {e:#}"));
+        }
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
+        outcome
+    }
+}
+
+/// One record from one outcome.
+pub fn to_record(o: &Outcome, origin: Instant, slot: Slot, asked: u32, prompt_chars: u64) -> RequestRecord {
+    RequestRecord {
+        schema: RECORD_SCHEMA_VERSION,
+        session: slot.session,
+        inst: slot.inst,
+        step: slot.step,
+        steps_asked: slot.steps_asked,
+        base_asked: slot.base_asked,
+        ok: o.ok,
+        t_submit: o.submitted.saturating_duration_since(origin).as_secs_f64(),
+        ttft_s: o.ttft.map(|d| d.as_secs_f64()),
+        wall_s: o.wall.as_secs_f64(),
+        gen_tokens: o.gen_tokens,
+        asked_tokens: u64::from(asked),
+        prompt_tokens: o.usage.prompt_tokens,
+        cached_tokens: o.usage.cached_tokens,
+        designed_cached_tokens: slot.designed_cached_tokens,
+        sse_frames: o.frames,
+        prompt_chars,
+        queue_s: None,
+        itl: o.itl,
+        finish_reason: o.finish_reason.clone(),
+        usage_source: o.usage_source,
+        error: o.error.clone(),
+    }
+}
+
+/// Sleep `d`, or return early (false) when `token` is cancelled.
+async fn sleep_or(token: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(d) => true,
+        () = token.cancelled() => false,
+    }
+}
+
+/// Session settings beyond the workload itself.
+#[derive(Debug, Clone)]
+pub struct SessionRun {
+    pub workload: SessionWorkload,
+    /// Structure seed: shapes (`plan`) and filler word choice.
+    pub seed: u64,
+    /// Content nonce: makes the text unique per run.
+    pub nonce: u64,
+    pub max_fail_streak: u32,
+    /// No new instance starts after this.
+    pub deadline: Instant,
+}
+
+/// Run agent sessions until every slot is done (or the stops say so).
+pub async fn run_sessions(ctx: Arc<Ctx>, run: Arc<SessionRun>) {
+    let mut workers = JoinSet::new();
+    let slots = run.workload.slot_count();
+    for slot in 0..slots {
+        if slot > 0 {
+            let wait = Duration::from_secs_f64(run.workload.stagger_s.max(0.0));
+            if !sleep_or(&ctx.stops.no_new_sessions, wait).await {
+                break;
+            }
+        }
+        if ctx.stops.no_new_sessions.is_cancelled() || Instant::now() > run.deadline {
+            break;
+        }
+        workers.spawn(slot_worker(ctx.clone(), run.clone(), slot));
+    }
+    while workers.join_next().await.is_some() {}
+}
+
+async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
+    let mut streak = 0u32;
+    for inst in 0u32.. {
+        if ctx.stops.no_new_sessions.is_cancelled() || Instant::now() > run.deadline {
+            return;
+        }
+        let t_inst = Instant::now();
+        let done_steps = run_session(&ctx, &run, slot, inst).await;
+        if !run.workload.respawn {
+            return;
+        }
+        let progressed = done_steps > 0;
+        streak = if progressed { 0 } else { streak + 1 };
+        if streak >= run.max_fail_streak.max(1) {
+            (ctx.log)(&format!(
+                "[s{slot}] {streak} consecutive sessions made no progress -- stopping the run"
+            ));
+            ctx.aborted.store(true, Ordering::Relaxed);
+            ctx.stops.cut();
+            return;
+        }
+        let pause = if !progressed {
+            Some(Duration::from_secs_f64((2.0 * f64::from(streak)).min(30.0)))
+        } else if t_inst.elapsed() < Duration::from_secs(1) {
+            Some(Duration::from_secs(1))
+        } else {
+            None
+        };
+        if let Some(p) = pause
+            && !sleep_or(&ctx.stops.no_new_sessions, p).await
+        {
+            return;
+        }
+    }
+}
+
+/// One session instance; returns the number of steps that completed.
+async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
+    let plan = run.workload.plan(slot, inst, run.seed);
+    let mut filler = Filler::new(run.seed, run.nonce).stream(slot, inst);
+    let mut convo = filler.text(plan.base_tokens, FillerKind::for_slot(slot));
+    convo.push_str(TASK_LINE);
+    if ctx.verbose {
+        (ctx.log)(&format!(
+            "[s{slot}#{inst}] base ~{} tokens, {} steps",
+            plan.base_tokens, plan.steps
+        ));
+    }
+    let mut done = 0;
+    let mut prev_prompt_tokens: Option<u64> = None;
+    for step in 0..plan.steps {
+        if ctx.stops.no_new_steps.is_cancelled() {
+            return done;
+        }
+        let asked = plan
+            .gen_tokens
+            .get(step as usize)
+            .copied()
+            .unwrap_or(run.workload.gen_tokens);
+        // Designed cacheable part: the previous prompt plus its reply (server-counted when the server said).
+        let designed = if step == 0 {
+            Some(0)
+        } else {
+            let prev_gen = plan.gen_tokens.get(step as usize - 1).copied().map_or(0, u64::from);
+            Some(prev_prompt_tokens.unwrap_or_else(|| plan.prompt_tokens(step - 1)) + prev_gen)
+        };
+        let s = Slot {
+            session: u64::from(slot),
+            inst,
+            step,
+            steps_asked: plan.steps,
+            base_asked: plan.base_tokens,
+            designed_cached_tokens: designed,
+        };
+        let o = ctx.request(s, &convo, asked, true).await;
+        if !o.ok {
+            (ctx.log)(&format!(
+                "[s{slot}#{inst} step{step}] {}",
+                o.error
+                    .as_deref()
+                    .unwrap_or("failed")
+                    .chars()
+                    .take(160)
+                    .collect::<String>()
+            ));
+            return done;
+        }
+        done += 1;
+        prev_prompt_tokens = o.usage.prompt_tokens;
+        if ctx.verbose {
+            (ctx.log)(&format!(
+                "[s{slot}#{inst} step{step}/{}] prompt~{} gen {} ttft {} wall {:.1}s",
+                plan.steps,
+                o.usage.prompt_tokens.map_or("?".into(), |p| p.to_string()),
+                o.gen_tokens,
+                o.ttft.map_or("None".into(), |t| format!("{:.2}", t.as_secs_f64())),
+                o.wall.as_secs_f64()
+            ));
+        }
+        // The reply and a synthetic tool result both become part of the next prompt.
+        convo.push_str(&o.text);
+        convo.push_str("\n\n[tool output]\n");
+        convo.push_str(&filler.text(u64::from(plan.tool_tokens), FillerKind::Code));
+        convo.push('\n');
+        let think = plan.think_s.get(step as usize).copied().unwrap_or(0.0).max(0.0);
+        if think > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think)).await {
+            return done;
+        }
+    }
+    done
+}
+
+/// One open-loop or closed-loop request, ready to send.
+#[derive(Debug, Clone, Copy)]
+pub struct PlannedRequest {
+    /// Arrival after the origin, milliseconds (open loop only).
+    pub arrival_ms: f64,
+    pub shared_prefix_tokens: u32,
+    pub unique_prompt_tokens: u32,
+    pub output_tokens: u32,
+}
+
+/// Prompt text for open/closed-loop requests: a shared prefix (one per run, so requests share it as the workload
+/// designs) plus a unique part per request.
+#[derive(Debug, Clone)]
+pub struct PromptMaker {
+    filler: Filler,
+    shared_words: Vec<String>,
+}
+
+impl PromptMaker {
+    /// `max_shared` = the longest shared prefix any request asks for.
+    pub fn new(seed: u64, nonce: u64, max_shared: u32) -> Self {
+        let filler = Filler::new(seed, nonce);
+        let text = filler
+            .stream(u32::MAX, 0)
+            .text(u64::from(max_shared), FillerKind::Prose);
+        PromptMaker {
+            filler,
+            shared_words: text.split_whitespace().map(str::to_owned).collect(),
+        }
+    }
+
+    pub fn prompt(&self, index: u64, r: &PlannedRequest) -> String {
+        let words = FillerKind::Prose
+            .words_for_tokens(u64::from(r.shared_prefix_tokens))
+            .min(self.shared_words.len());
+        let mut p = String::new();
+        for w in &self.shared_words[..words] {
+            p.push_str(w);
+            p.push(' ');
+        }
+        let (slot, inst) = ((index & 0xffff_ffff) as u32, (index >> 32) as u32);
+        p.push_str(
+            &self
+                .filler
+                .stream(slot, inst.wrapping_add(1))
+                .text(u64::from(r.unique_prompt_tokens), FillerKind::Prose),
+        );
+        p
+    }
+}
+
+/// Fail-streak guard for request-level traffic: `limit` consecutive failures abort the run.
+struct FailStreak {
+    current: AtomicU64,
+    limit: u64,
+}
+
+impl FailStreak {
+    fn note(&self, ctx: &Ctx, ok: bool) {
+        if ok {
+            self.current.store(0, Ordering::Relaxed);
+            return;
+        }
+        let n = self.current.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.limit && !ctx.aborted.swap(true, Ordering::Relaxed) {
+            (ctx.log)(&format!("{n} consecutive requests failed -- stopping the run"));
+            ctx.stops.cut();
+        }
+    }
+}
+
+fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
+    Slot {
+        session: index,
+        inst: 0,
+        step: 0,
+        steps_asked: 1,
+        base_asked: u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens),
+        designed_cached_tokens: Some(u64::from(r.shared_prefix_tokens)),
+    }
+}
+
+/// Send each request at its arrival time. `fail_limit` consecutive failures abort the run.
+pub async fn run_open_loop(ctx: Arc<Ctx>, requests: Vec<PlannedRequest>, prompts: Arc<PromptMaker>, fail_limit: u64) {
+    let streak = Arc::new(FailStreak {
+        current: AtomicU64::new(0),
+        limit: fail_limit.max(1),
+    });
+    let mut tasks = JoinSet::new();
+    for (i, r) in requests.into_iter().enumerate() {
+        let at = ctx.origin + Duration::from_secs_f64((r.arrival_ms / 1000.0).max(0.0));
+        tokio::select! {
+            () = tokio::time::sleep_until(at.into()) => {}
+            () = ctx.stops.no_new_steps.cancelled() => break,
+        }
+        if ctx.stops.no_new_steps.is_cancelled() {
+            break;
+        }
+        let (ctx, prompts, streak) = (ctx.clone(), prompts.clone(), streak.clone());
+        tasks.spawn(async move {
+            let prompt = prompts.prompt(i as u64, &r);
+            let o = ctx
+                .request(slot_for(i as u64, &r), &prompt, r.output_tokens, false)
+                .await;
+            streak.note(&ctx, o.ok);
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// `users` workers, each sending its next request when the previous one ends, after `think_s`.
+pub async fn run_closed_loop(
+    ctx: Arc<Ctx>,
+    requests: Vec<PlannedRequest>,
+    prompts: Arc<PromptMaker>,
+    users: u32,
+    think_s: f64,
+    fail_limit: u64,
+) {
+    let streak = Arc::new(FailStreak {
+        current: AtomicU64::new(0),
+        limit: fail_limit.max(1),
+    });
+    let queue = Arc::new(std::sync::Mutex::new(requests.into_iter().enumerate()));
+    let mut tasks = JoinSet::new();
+    for _ in 0..users.max(1) {
+        let (ctx, prompts, streak, queue) = (ctx.clone(), prompts.clone(), streak.clone(), queue.clone());
+        tasks.spawn(async move {
+            loop {
+                if ctx.stops.no_new_steps.is_cancelled() {
+                    return;
+                }
+                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+                let Some((i, r)) = next else { return };
+                let prompt = prompts.prompt(i as u64, &r);
+                let o = ctx
+                    .request(slot_for(i as u64, &r), &prompt, r.output_tokens, false)
+                    .await;
+                streak.note(&ctx, o.ok);
+                if think_s > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think_s)).await {
+                    return;
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}

@@ -1,0 +1,192 @@
+//! The real-time engine driver: one tokio task owns the emulated engine, steps it, sleeps each step's duration
+//! (divided by `--speed`), and fans the step's events out to per-request channels.
+//!
+//! The engine is virtual-time: `now_ms` advances by each step's duration; when the engine is idle the clock jumps
+//! to wall time so idle periods pass. A request whose HTTP client went away (its channel closed) is cancelled in the
+//! engine at the next step.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// An event for one request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ReqEvent {
+    /// The engine admitted the request; `cached_tokens` of its prompt came from the prefix cache.
+    Admitted { cached_tokens: u64 },
+    /// `n` more output tokens were produced in the step that just ended.
+    Tokens(u32),
+    /// The request produced its last token.
+    Finished,
+}
+
+/// What one engine step did, per request id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepEvent {
+    Admitted { id: u64, cached_tokens: u64 },
+    Tokens { id: u64, n: u32 },
+    Finished { id: u64 },
+}
+
+/// A step-able iteration-level engine. Implemented by `shared::engine::Engine` (adapter) and by the built-in
+/// fallback [`super::lite::LiteEngine`].
+pub trait StepEngine: Send + 'static {
+    /// Queue a request; its prompt is `prompt_tokens` long with the given full-block chained hashes.
+    fn submit(&mut self, now_ms: f64, prompt_tokens: u32, block_hashes: Vec<u64>, output_tokens: u32) -> u64;
+    fn cancel(&mut self, id: u64);
+    /// Run one iteration starting at `now_ms`: returns its duration and events, or `None` when idle.
+    fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<StepEvent>)>;
+    /// (running, waiting) request counts.
+    fn load(&self) -> (usize, usize);
+    /// Block size the engine hashes prompts with.
+    fn block_size(&self) -> usize;
+}
+
+/// Counters exposed on `/metrics` under vLLM's names.
+#[derive(Debug, Default)]
+pub struct EngineMetrics {
+    pub prompt_tokens_total: AtomicU64,
+    pub generation_tokens_total: AtomicU64,
+    pub prefix_cache_queries_total: AtomicU64,
+    pub prefix_cache_hits_total: AtomicU64,
+    pub requests_running: AtomicU64,
+    pub requests_waiting: AtomicU64,
+    pub request_success_total: AtomicU64,
+    pub steps_total: AtomicU64,
+}
+
+/// A request handed to the engine task.
+pub struct Submission {
+    pub prompt_tokens: u32,
+    pub block_hashes: Vec<u64>,
+    pub output_tokens: u32,
+    pub events: mpsc::UnboundedSender<ReqEvent>,
+}
+
+/// Handle for submitting requests to the engine task.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::UnboundedSender<Submission>,
+    pub metrics: Arc<EngineMetrics>,
+    pub block_size: usize,
+}
+
+impl EngineHandle {
+    /// Start the engine task on the current tokio runtime.
+    pub fn spawn(engine: Box<dyn StepEngine>, speed: f64) -> EngineHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let metrics = Arc::new(EngineMetrics::default());
+        let block_size = engine.block_size();
+        tokio::spawn(drive(engine, speed, rx, metrics.clone()));
+        EngineHandle {
+            tx,
+            metrics,
+            block_size,
+        }
+    }
+
+    /// Submit a request; events arrive on the returned receiver. `None` if the engine task is gone.
+    pub fn submit(
+        &self,
+        prompt_tokens: u32,
+        block_hashes: Vec<u64>,
+        output_tokens: u32,
+    ) -> Option<mpsc::UnboundedReceiver<ReqEvent>> {
+        let (events, rx) = mpsc::unbounded_channel();
+        self.tx
+            .send(Submission {
+                prompt_tokens,
+                block_hashes,
+                output_tokens,
+                events,
+            })
+            .ok()?;
+        Some(rx)
+    }
+}
+
+async fn drive(
+    mut engine: Box<dyn StepEngine>,
+    speed: f64,
+    mut rx: mpsc::UnboundedReceiver<Submission>,
+    m: Arc<EngineMetrics>,
+) {
+    let speed = if speed.is_finite() && speed > 0.0 { speed } else { 1.0 };
+    let origin = Instant::now();
+    let mut now_ms = 0.0f64;
+    let mut sinks: HashMap<u64, (mpsc::UnboundedSender<ReqEvent>, u32)> = HashMap::new();
+    loop {
+        // Take every queued submission; block for one when idle.
+        let (running, waiting) = engine.load();
+        if running + waiting == 0 {
+            let Some(sub) = rx.recv().await else { return };
+            now_ms = now_ms.max(origin.elapsed().as_secs_f64() * 1000.0 * speed);
+            accept(&mut *engine, now_ms, sub, &mut sinks, &m);
+        }
+        while let Ok(sub) = rx.try_recv() {
+            accept(&mut *engine, now_ms, sub, &mut sinks, &m);
+        }
+        // Cancel requests nobody listens to any more.
+        sinks.retain(|&id, (tx, _)| {
+            let open = !tx.is_closed();
+            if !open {
+                engine.cancel(id);
+            }
+            open
+        });
+        let Some((duration_ms, events)) = engine.step(now_ms) else {
+            continue;
+        };
+        now_ms += duration_ms.max(0.0);
+        m.steps_total.fetch_add(1, Ordering::Relaxed);
+        let wake = origin + Duration::from_secs_f64((now_ms / speed / 1000.0).max(0.0));
+        tokio::time::sleep_until(wake).await;
+        for ev in events {
+            match ev {
+                StepEvent::Admitted { id, cached_tokens } => {
+                    m.prefix_cache_hits_total.fetch_add(cached_tokens, Ordering::Relaxed);
+                    if let Some((tx, _)) = sinks.get(&id) {
+                        let _ = tx.send(ReqEvent::Admitted { cached_tokens });
+                    }
+                }
+                StepEvent::Tokens { id, n } => {
+                    m.generation_tokens_total.fetch_add(u64::from(n), Ordering::Relaxed);
+                    if let Some((tx, _)) = sinks.get(&id) {
+                        let _ = tx.send(ReqEvent::Tokens(n));
+                    }
+                }
+                StepEvent::Finished { id } => {
+                    if let Some((tx, _)) = sinks.remove(&id) {
+                        m.request_success_total.fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(ReqEvent::Finished);
+                    }
+                }
+            }
+        }
+        let (running, waiting) = engine.load();
+        m.requests_running.store(running as u64, Ordering::Relaxed);
+        m.requests_waiting.store(waiting as u64, Ordering::Relaxed);
+    }
+}
+
+fn accept(
+    engine: &mut dyn StepEngine,
+    now_ms: f64,
+    sub: Submission,
+    sinks: &mut HashMap<u64, (mpsc::UnboundedSender<ReqEvent>, u32)>,
+    m: &EngineMetrics,
+) {
+    m.prompt_tokens_total
+        .fetch_add(u64::from(sub.prompt_tokens), Ordering::Relaxed);
+    m.prefix_cache_queries_total
+        .fetch_add(u64::from(sub.prompt_tokens), Ordering::Relaxed);
+    let id = engine.submit(now_ms, sub.prompt_tokens, sub.block_hashes, sub.output_tokens);
+    sinks.insert(id, (sub.events, sub.output_tokens));
+    let (running, waiting) = engine.load();
+    m.requests_running.store(running as u64, Ordering::Relaxed);
+    m.requests_waiting.store(waiting as u64, Ordering::Relaxed);
+}

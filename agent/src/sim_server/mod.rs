@@ -1,0 +1,582 @@
+//! `loadshape sim-server`: the built-in emulated engine as an OpenAI-compatible streaming server.
+//!
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (streaming SSE or one JSON answer), `GET /v1/models`,
+//! `GET /health`, `GET /version`, `GET /metrics` (vLLM's metric names). One tokio task steps the emulated engine in
+//! real time ([`engine`]): each step's duration is slept (divided by `speed`) and the step's tokens are fanned out to
+//! the requests' streams. Prompts are tokenized by a documented deterministic rule ([`tokenize`]) and their full
+//! blocks hashed, so the prefix cache is real: a resent conversation hits it, a new nonce does not.
+//!
+//! Length control as vLLM: `max_tokens` (or `max_completion_tokens`, or llama.cpp's `n_predict`), `min_tokens`,
+//! `ignore_eos` (TabbyAPI's `ban_eos_token` too). A request whose length is not forced stops at `natural_len` tokens
+//! when one is configured (the emulated EOS), else at `max_tokens`.
+//!
+//! Embedding: [`router`] builds the axum `Router` (call it inside a tokio runtime: it starts the engine task) and
+//! [`serve`] runs it on a listener; `loadshape serve` mounts it as target `sim`.
+
+pub mod engine;
+pub mod lite;
+pub mod tokenize;
+
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use engine::{EngineHandle, ReqEvent, StepEngine};
+use lite::{LiteEngine, LiteProfile};
+
+/// Fault injection, for tests of clients.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    /// Answer 503 to every request after the first N.
+    pub fail_after: Option<u64>,
+    /// Answer 500 to this fraction of requests (deterministic in the request number and `seed`).
+    pub error_rate: f64,
+    /// Pause the stream for `stall_ms` once N tokens have been sent.
+    pub stall_after_tokens: Option<u32>,
+    pub stall_ms: u64,
+    /// Close the connection mid-stream once N tokens have been sent.
+    pub drop_after_tokens: Option<u32>,
+}
+
+/// Which engine model the server emulates.
+pub enum EngineChoice {
+    Lite(LiteProfile),
+    /// Any step-able engine (e.g. `shared::engine::Engine` behind an adapter), built when the router starts.
+    Custom(Box<dyn Fn() -> Box<dyn StepEngine> + Send + Sync>),
+}
+
+impl std::fmt::Debug for EngineChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineChoice::Lite(p) => f.debug_tuple("Lite").field(p).finish(),
+            EngineChoice::Custom(_) => f.write_str("Custom"),
+        }
+    }
+}
+
+/// Everything the server needs.
+#[derive(Debug)]
+pub struct Config {
+    /// The model id served on `/v1/models` (requests may name any model).
+    pub model: String,
+    pub engine: EngineChoice,
+    /// Emulated time runs this many times faster than wall time.
+    pub speed: f64,
+    /// Tokens packed into one SSE frame (MTP-like); 1 = one token per frame.
+    pub tokens_per_frame: u32,
+    /// Output length of a request whose length is not forced; `None` = `max_tokens`.
+    pub natural_len: Option<u32>,
+    pub faults: Faults,
+    pub seed: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model: "sim".into(),
+            engine: EngineChoice::Lite(LiteProfile::default()),
+            speed: 1.0,
+            tokens_per_frame: 1,
+            natural_len: None,
+            faults: Faults::default(),
+            seed: 0,
+        }
+    }
+}
+
+struct AppState {
+    model: String,
+    model_json: String,
+    tokens_per_frame: u32,
+    natural_len: Option<u32>,
+    faults: Faults,
+    seed: u64,
+    engine: EngineHandle,
+    requests: AtomicU64,
+    rejected: AtomicU64,
+}
+
+/// The server's routes. Must be called inside a tokio runtime (it starts the engine task).
+pub fn router(config: Config) -> Router {
+    let engine: Box<dyn StepEngine> = match config.engine {
+        EngineChoice::Lite(p) => Box::new(LiteEngine::new(p)),
+        EngineChoice::Custom(make) => make(),
+    };
+    let state = Arc::new(AppState {
+        model_json: serde_json::to_string(&config.model).unwrap_or_else(|_| "\"sim\"".into()),
+        model: config.model,
+        tokens_per_frame: config.tokens_per_frame.max(1),
+        natural_len: config.natural_len,
+        faults: config.faults,
+        seed: config.seed,
+        engine: EngineHandle::spawn(engine, config.speed),
+        requests: AtomicU64::new(0),
+        rejected: AtomicU64::new(0),
+    });
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route(
+            "/version",
+            get(|| async { axum::Json(json!({"version": concat!("loadshape-sim ", env!("CARGO_PKG_VERSION"))})) }),
+        )
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+/// Serve [`router`] on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(config))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct GenBody {
+    prompt: Option<Value>,
+    messages: Option<Vec<Value>>,
+    max_tokens: Option<u64>,
+    max_completion_tokens: Option<u64>,
+    n_predict: Option<i64>,
+    min_tokens: Option<u64>,
+    ignore_eos: Option<bool>,
+    ban_eos_token: Option<bool>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Completions,
+    Chat,
+}
+
+/// Largest output length accepted.
+const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
+
+async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    generate(st, Kind::Completions, body).await
+}
+
+async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    generate(st, Kind::Chat, body).await
+}
+
+fn error_response(status: StatusCode, message: &str) -> Response {
+    let body =
+        json!({"object": "error", "error": {"message": message, "type": "sim_server_error", "code": status.as_u16()}});
+    (status, axum::Json(body)).into_response()
+}
+
+fn prompt_text(kind: Kind, body: &GenBody) -> Result<String, String> {
+    match kind {
+        Kind::Completions => match &body.prompt {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+                Ok(items[0].as_str().unwrap_or_default().to_string())
+            }
+            Some(_) => Err("prompt must be a string (or a one-element array of strings)".into()),
+            None => Err("prompt is required".into()),
+        },
+        Kind::Chat => {
+            let msgs = body.messages.as_ref().ok_or("messages is required")?;
+            let mut text = String::new();
+            for m in msgs {
+                match m.get("content") {
+                    Some(Value::String(s)) => text.push_str(s),
+                    Some(Value::Array(parts)) => {
+                        for p in parts {
+                            if let Some(t) = p.get("text").and_then(Value::as_str) {
+                                text.push_str(t);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                text.push('\n');
+            }
+            Ok(text)
+        }
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
+    let n = st.requests.fetch_add(1, Ordering::Relaxed) + 1;
+    if let Some(limit) = st.faults.fail_after
+        && n > limit
+    {
+        st.rejected.fetch_add(1, Ordering::Relaxed);
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("sim-server is failing every request after {limit} (--fail-after)"),
+        );
+    }
+    if st.faults.error_rate > 0.0 {
+        let u = (splitmix(st.seed ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d)) >> 11) as f64 / (1u64 << 53) as f64;
+        if u < st.faults.error_rate {
+            st.rejected.fetch_add(1, Ordering::Relaxed);
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "sim-server injected error (--error-rate)",
+            );
+        }
+    }
+    let body: GenBody = match serde_json::from_slice(&raw) {
+        Ok(b) => b,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, &format!("invalid JSON body: {e}")),
+    };
+    let text = match prompt_text(kind, &body) {
+        Ok(t) => t,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, &e),
+    };
+    let default_max = if kind == Kind::Chat { 256 } else { 16 };
+    let n_predict = body.n_predict.filter(|&v| v > 0).map(|v| v as u64);
+    let max = body
+        .max_tokens
+        .or(body.max_completion_tokens)
+        .or(n_predict)
+        .unwrap_or(default_max);
+    if max == 0 || max > MAX_OUTPUT_TOKENS {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            &format!("max_tokens must be in 1..={MAX_OUTPUT_TOKENS} (got {max})"),
+        );
+    }
+    let min = body.min_tokens.unwrap_or(0).min(max);
+    let forced = body.ignore_eos.unwrap_or(false) || body.ban_eos_token.unwrap_or(false) || min >= max;
+    let out_tokens = if forced {
+        max
+    } else {
+        st.natural_len.map_or(max, |nl| u64::from(nl).clamp(min.max(1), max))
+    };
+    let finish_reason = if out_tokens == max { "length" } else { "stop" };
+    let out_tokens = out_tokens as u32;
+
+    let tokens = tokenize::tokenize(&text);
+    let prompt_tokens = tokens.len().min(u32::MAX as usize) as u32;
+    let blocks = tokenize::block_hashes(&tokens, st.engine.block_size);
+    drop(tokens);
+    let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
+    };
+    let include_usage = body
+        .stream_options
+        .as_ref()
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false);
+    let g = Gen {
+        st: st.clone(),
+        rx,
+        kind,
+        req: n,
+        prompt_tokens,
+        cached: 0,
+        out_tokens,
+        sent: 0,
+        pending: 0,
+        finish_reason,
+        include_usage,
+        stalled: false,
+        phase: Phase::Tokens,
+    };
+    if body.stream.unwrap_or(false) {
+        let stream = futures_util::stream::unfold(g, |mut g| async move {
+            let item = g.next_frame().await?;
+            Some((item, g))
+        });
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header(header::CACHE_CONTROL, "no-cache")
+            .body(Body::from_stream(stream))
+            .unwrap_or_else(|_| error_response(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
+    } else {
+        g.whole().await
+    }
+}
+
+#[derive(PartialEq)]
+enum Phase {
+    Tokens,
+    Usage,
+    Done,
+    End,
+}
+
+/// One response being produced from the engine's events.
+struct Gen {
+    st: Arc<AppState>,
+    rx: mpsc::UnboundedReceiver<ReqEvent>,
+    kind: Kind,
+    req: u64,
+    prompt_tokens: u32,
+    cached: u64,
+    out_tokens: u32,
+    sent: u32,
+    pending: u32,
+    finish_reason: &'static str,
+    include_usage: bool,
+    stalled: bool,
+    phase: Phase,
+}
+
+impl Gen {
+    fn object(&self) -> &'static str {
+        match self.kind {
+            Kind::Completions => "text_completion",
+            Kind::Chat => "chat.completion.chunk",
+        }
+    }
+
+    fn usage_json(&self) -> String {
+        format!(
+            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            self.prompt_tokens,
+            self.sent,
+            u64::from(self.prompt_tokens) + u64::from(self.sent),
+            self.cached
+        )
+    }
+
+    /// One SSE frame carrying tokens `sent..sent+n`.
+    fn token_frame(&self, n: u32, last: bool) -> Bytes {
+        let mut text = String::with_capacity(n as usize * 8);
+        for i in self.sent..self.sent + n {
+            text.push_str(tokenize::gen_token(self.req, i));
+        }
+        let finish = if last {
+            format!("\"{}\"", self.finish_reason)
+        } else {
+            "null".into()
+        };
+        let mut out = String::with_capacity(text.len() + 200);
+        let _ = match self.kind {
+            Kind::Completions => write!(
+                out,
+                r#"data: {{"id":"cmpl-{}","object":"text_completion","created":0,"model":{},"choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
+                self.req, self.st.model_json, text, finish
+            ),
+            Kind::Chat => write!(
+                out,
+                r#"data: {{"id":"chatcmpl-{}","object":"chat.completion.chunk","created":0,"model":{},"choices":[{{"index":0,"delta":{{"content":"{}"}},"logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
+                self.req, self.st.model_json, text, finish
+            ),
+        };
+        out.push_str("\n\n");
+        Bytes::from(out)
+    }
+
+    /// The next piece of the SSE body; `None` at the end.
+    async fn next_frame(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        loop {
+            match self.phase {
+                Phase::End => return None,
+                Phase::Done => {
+                    self.phase = Phase::End;
+                    return Some(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+                }
+                Phase::Usage => {
+                    self.phase = Phase::Done;
+                    if self.include_usage {
+                        let frame = format!(
+                            "data: {{\"id\":\"cmpl-{}\",\"object\":\"{}\",\"created\":0,\"model\":{},\"choices\":[],\"usage\":{}}}\n\n",
+                            self.req,
+                            self.object(),
+                            self.st.model_json,
+                            self.usage_json()
+                        );
+                        return Some(Ok(Bytes::from(frame)));
+                    }
+                }
+                Phase::Tokens => {
+                    let ev = self.rx.recv().await;
+                    match ev {
+                        None => {
+                            self.phase = Phase::End;
+                            return Some(Err(std::io::Error::other("engine dropped the request")));
+                        }
+                        Some(ReqEvent::Admitted { cached_tokens }) => {
+                            self.cached = cached_tokens;
+                            if self.kind == Kind::Chat {
+                                let frame = format!(
+                                    "data: {{\"id\":\"chatcmpl-{}\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
+                                    self.req, self.st.model_json
+                                );
+                                return Some(Ok(Bytes::from(frame)));
+                            }
+                        }
+                        Some(ReqEvent::Finished) => {
+                            if self.pending > 0 {
+                                let frame = self.token_frame(self.pending, true);
+                                self.sent += self.pending;
+                                self.pending = 0;
+                                self.phase = Phase::Usage;
+                                return Some(Ok(frame));
+                            }
+                            self.phase = Phase::Usage;
+                        }
+                        Some(ReqEvent::Tokens(n)) => {
+                            self.pending += n;
+                            let last = self.sent + self.pending >= self.out_tokens;
+                            if self.pending < self.st.tokens_per_frame && !last {
+                                continue;
+                            }
+                            let f = &self.st.faults;
+                            let after = self.sent + self.pending;
+                            if let Some(d) = f.drop_after_tokens
+                                && after > d
+                            {
+                                self.phase = Phase::End;
+                                return Some(Err(std::io::Error::other(
+                                    "sim-server dropped the connection (--drop-after-tokens)",
+                                )));
+                            }
+                            if let Some(s) = f.stall_after_tokens
+                                && after > s
+                                && !self.stalled
+                            {
+                                self.stalled = true;
+                                tokio::time::sleep(Duration::from_millis(f.stall_ms)).await;
+                            }
+                            let frame = self.token_frame(self.pending, last);
+                            self.sent += self.pending;
+                            self.pending = 0;
+                            return Some(Ok(frame));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A non-streaming answer: wait for the whole output.
+    async fn whole(mut self) -> Response {
+        while let Some(ev) = self.rx.recv().await {
+            match ev {
+                ReqEvent::Admitted { cached_tokens } => self.cached = cached_tokens,
+                ReqEvent::Tokens(n) => self.pending += n,
+                ReqEvent::Finished => break,
+            }
+        }
+        let text: String = (0..self.pending).map(|i| tokenize::gen_token(self.req, i)).collect();
+        self.sent = self.pending;
+        let usage: Value = serde_json::from_str(&self.usage_json()).unwrap_or(Value::Null);
+        let body = match self.kind {
+            Kind::Completions => json!({
+                "id": format!("cmpl-{}", self.req), "object": "text_completion", "created": 0, "model": self.st.model,
+                "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": self.finish_reason}],
+                "usage": usage,
+            }),
+            Kind::Chat => json!({
+                "id": format!("chatcmpl-{}", self.req), "object": "chat.completion", "created": 0, "model": self.st.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
+                "usage": usage,
+            }),
+        };
+        axum::Json(body).into_response()
+    }
+}
+
+async fn models(State(st): State<Arc<AppState>>) -> impl IntoResponse {
+    axum::Json(json!({
+        "object": "list",
+        "data": [{"id": st.model, "object": "model", "created": 0, "owned_by": "loadshape-sim (vllm-compatible)"}],
+    }))
+}
+
+async fn metrics(State(st): State<Arc<AppState>>) -> Result<impl IntoResponse, Infallible> {
+    let m = &st.engine.metrics;
+    let label = format!("model_name={}", st.model_json);
+    let mut out = String::with_capacity(2048);
+    let mut put = |name: &str, kind: &str, help: &str, v: u64| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{{label}}} {v}");
+    };
+    let r = Ordering::Relaxed;
+    put(
+        "vllm:prompt_tokens_total",
+        "counter",
+        "Number of prefill tokens processed.",
+        m.prompt_tokens_total.load(r),
+    );
+    put(
+        "vllm:generation_tokens_total",
+        "counter",
+        "Number of generation tokens processed.",
+        m.generation_tokens_total.load(r),
+    );
+    put(
+        "vllm:num_requests_running",
+        "gauge",
+        "Number of requests in model execution batches.",
+        m.requests_running.load(r),
+    );
+    put(
+        "vllm:num_requests_waiting",
+        "gauge",
+        "Number of requests waiting to be processed.",
+        m.requests_waiting.load(r),
+    );
+    put(
+        "vllm:prefix_cache_queries_total",
+        "counter",
+        "Prefix cache queries, in tokens.",
+        m.prefix_cache_queries_total.load(r),
+    );
+    put(
+        "vllm:prefix_cache_hits_total",
+        "counter",
+        "Prefix cache hits, in tokens.",
+        m.prefix_cache_hits_total.load(r),
+    );
+    put(
+        "vllm:request_success_total",
+        "counter",
+        "Count of successfully processed requests.",
+        m.request_success_total.load(r),
+    );
+    put(
+        "loadshape_sim:requests_rejected_total",
+        "counter",
+        "Requests answered with an injected error.",
+        st.rejected.load(r),
+    );
+    put(
+        "loadshape_sim:engine_steps_total",
+        "counter",
+        "Engine iterations run.",
+        m.steps_total.load(r),
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))
+}
