@@ -1,0 +1,136 @@
+//! Black-box tests of `loadshape simulate`: the built binary, run as a user runs it.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
+const SEED_FORM: &str = include_str!("../../examples/seed-baseline.json");
+const SEED_OUTPUT: &str = include_str!("../../shared/tests/data/seed_scenario_sim_output.json");
+
+fn simulate(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("simulate")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run loadshape");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write stdin");
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().expect("wait")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn seed_report_equals_the_seed_output() {
+    let o = simulate(&["--seed-report"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let want: serde_json::Value = serde_json::from_str(SEED_OUTPUT).expect("JSON");
+    assert_eq!(got, want);
+    assert_eq!(
+        stdout(&o),
+        SEED_OUTPUT,
+        "byte for byte, as `print(json.dumps(report, indent=2))`"
+    );
+}
+
+#[test]
+fn json_output_has_exactly_the_seed_summary_fields() {
+    let o = simulate(&["--json", "../examples/seed-baseline.json"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let want: serde_json::Value = serde_json::from_str(SEED_OUTPUT).expect("JSON");
+    assert_eq!(got, want["scenario_comparisons"]["baseline"]);
+    assert_eq!(got["total_requests"], serde_json::json!(80), "integers stay integers");
+}
+
+#[test]
+fn reads_stdin_with_dash() {
+    let o = simulate(&["-", "--json"], Some(SEED_FORM));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(got["duration_s"], serde_json::json!(22.912));
+}
+
+#[test]
+fn closed_loop_matches_the_seed_diagnostic() {
+    let text = SEED_FORM
+        .replace("\"closed_loop\": false", "\"closed_loop\": true")
+        .replace("agent-shared-prefix", "closed-loop-illusion");
+    let o = simulate(&["--json", "-"], Some(&text));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let want: serde_json::Value = serde_json::from_str(SEED_OUTPUT).expect("JSON");
+    assert_eq!(got, want["diagnostics"]["closed_loop_baseline"]);
+}
+
+#[test]
+fn table_output_is_readable() {
+    let o = simulate(&["../examples/seed-baseline.json"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("TTFT p50 / p99") && text.contains("3915.16 / 10235.3 ms"),
+        "{text}"
+    );
+    assert!(text.contains("16.25 %"), "{text}");
+}
+
+#[test]
+fn bad_input_fails_naming_the_field() {
+    let cases = [
+        (
+            SEED_FORM.replace("\"mean_rps\": 8.5", "\"mean_rps\": 0"),
+            "workload.mean_rps must be > 0 (got 0)",
+        ),
+        (
+            SEED_FORM.replace("\"mean_rps\": 8.5", "\"mean_rps\": -3"),
+            "workload.mean_rps must be > 0 (got -3)",
+        ),
+        (
+            SEED_FORM.replace("\"max_batch_slots\": 16", "\"max_batch_slots\": 0"),
+            "profile.max_batch_slots",
+        ),
+        (
+            SEED_FORM.replace("\"prefill_tokens_per_ms\": 26.0", "\"prefill_tokens_per_ms\": 0"),
+            "prefill_tokens_per_ms",
+        ),
+        (
+            SEED_FORM.replace("\"num_requests\": 80", "\"num_requests\": 0"),
+            "workload.num_requests",
+        ),
+        (SEED_FORM.replace("\"closed_loop\"", "\"closed_lop\""), "closed_lop"),
+        ("not json".to_string(), "invalid scenario"),
+    ];
+    for (text, want) in cases {
+        let o = simulate(&["-", "--json"], Some(&text));
+        assert!(!o.status.success(), "accepted: {text}");
+        assert!(stderr(&o).contains(want), "{want:?} not in {:?}", stderr(&o));
+        assert!(stdout(&o).is_empty());
+    }
+}
+
+#[test]
+fn missing_file_and_missing_argument_fail() {
+    let o = simulate(&["/nonexistent/scenario.json"], None);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/nonexistent/scenario.json"), "{}", stderr(&o));
+    let o = simulate(&[], None);
+    assert!(!o.status.success());
+}
