@@ -145,12 +145,17 @@ fn err(field: &str, msg: String) -> ScenarioError {
 impl SessionWorkload {
     /// Checks every knob; errors name the field under `workload.`.
     pub fn validate(&self) -> Result<(), ScenarioError> {
-        self.validate_at("workload")
+        self.validate_fields().map_err(|e| e.within("workload"))
     }
 
     /// [`Self::validate`] with the field path prefixed by `prefix` (e.g. `"replay"`).
     pub fn validate_at(&self, prefix: &str) -> Result<(), ScenarioError> {
-        let f = |name: &str| format!("{prefix}.{name}");
+        self.validate_fields().map_err(|e| e.within(prefix))
+    }
+
+    /// [`Self::validate`] with relative field paths (`sessions`).
+    pub fn validate_fields(&self) -> Result<(), ScenarioError> {
+        let f = |name: &str| name.to_string();
         if let Some(l) = &self.ladder {
             l.validate().map_err(|e| err(&f("ladder"), e.to_string()))?;
         } else {

@@ -1,0 +1,923 @@
+//! The iteration-level engine: vLLM v1's scheduler over the block-counted KV cache of [`super::kv`].
+//!
+//! Each step: running requests first, in admission order (a decoding sequence takes 1 token of the budget, a
+//! prefilling one a chunk of up to the remaining budget); if the KV cache cannot hold a running request's new
+//! tokens, the most recently admitted running request is preempted (its blocks freed, cached ones kept in the
+//! prefix cache; it goes back to the front of the queue and recomputes). Then, if nothing was preempted, waiting
+//! requests are admitted FCFS while `max_num_seqs`, the token budget and the KV cache allow; each admission looks up
+//! the prefix cache (hits are capped at `prompt − 1` tokens, as vLLM always computes the last token). A prefill that
+//! completes samples the first token in the same step; a decoding sequence computes one token and samples the next.
+//!
+//! Between events (an admission, a prefill chunk, a finish, an arrival, the KV cache filling up) every step is a
+//! pure-decode step of the same batch whose duration grows linearly with context, so [`Engine::advance`] executes
+//! such a stretch in closed form: O(running) per event, not per token.
+
+use std::collections::VecDeque;
+
+use super::kv::{Kv, NONE};
+use super::profile::EngineProfile;
+
+/// A request's id, stable while it is known to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct ReqId(pub u64);
+
+impl ReqId {
+    fn new(idx: u32, generation: u32) -> Self {
+        ReqId((u64::from(generation) << 32) | u64::from(idx))
+    }
+    fn idx(self) -> u32 {
+        self.0 as u32
+    }
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Free,
+    Waiting,
+    Running,
+    Done,
+}
+
+/// Why a request's prompt tokens missed the prefix cache, tokens (see [`super::diagnostics::CacheMisses`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct MissSplit {
+    pub cold: u64,
+    pub evicted_idle: u64,
+    pub evicted_queued: u64,
+    pub other: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Req {
+    pub generation: u32,
+    pub state: State,
+    pub chain: u32,
+    pub prompt: u32,
+    pub output: u32,
+    /// Tokens to prefill before the next token (prompt, plus generated tokens after a preemption).
+    pub p_eff: u32,
+    /// Tokens with KV computed.
+    pub t: u32,
+    pub generated: u32,
+    /// Blocks held that are not part of a chain's cached prefix.
+    pub private: u64,
+    pub arrival_ms: f64,
+    pub admit_ms: f64,
+    pub first_token_ms: f64,
+    pub last_token_ms: f64,
+    pub finish_ms: f64,
+    pub cached_tokens: u32,
+    pub reach_at_arrival: u32,
+    pub miss: MissSplit,
+    pub preemptions: u32,
+    pub recomputed_tokens: u64,
+    /// Global step-log index of the first step after the current decode run began.
+    pub itl_from: u64,
+    /// Closed decode runs `[from, to)` and the long gaps across preemptions (rare; empty otherwise).
+    pub itl_runs: Vec<(u64, u64)>,
+    pub itl_gaps: Vec<f64>,
+    /// Caller's cookie.
+    pub tag: u64,
+    pub release_chain: bool,
+    /// Tokens emitted in the last step this request was scheduled in.
+    pub last_emit: u32,
+}
+
+/// One stretch of identical pure-decode steps (or a single step): durations `a, a + b, …, a + b·(k−1)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LogEntry {
+    pub a: f64,
+    pub b: f64,
+    pub k: u64,
+}
+
+/// A scheduled entry of the current step.
+#[derive(Debug, Clone, Copy)]
+struct Sched {
+    idx: u32,
+    tokens: u32,
+    prefill: bool,
+}
+
+/// What happened to one request in one step (see [`Step`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum StepEvent {
+    /// Admitted for the first time; `cached_tokens` of its prompt hit the prefix cache.
+    Admitted {
+        id: ReqId,
+        cached_tokens: u32,
+        queue_ms: f64,
+    },
+    /// `tokens` output tokens were emitted at the end of the step.
+    Tokens { id: ReqId, tokens: u32 },
+    /// Preempted for lack of KV space; it will recompute.
+    Preempted { id: ReqId },
+    /// Generated all its output tokens.
+    Finished { id: ReqId, generated: u32 },
+}
+
+/// One engine iteration.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Step {
+    pub start_ms: f64,
+    pub duration_ms: f64,
+    /// Sequences in the batch.
+    pub batch: u32,
+    /// Prefill tokens in the batch.
+    pub prefill_tokens: u32,
+    pub events: Vec<StepEvent>,
+}
+
+/// Outcome of one [`Engine::advance`] call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Advance {
+    pub steps: u64,
+    pub end_ms: f64,
+}
+
+/// The engine. Create with [`Engine::new`]; drive with [`Engine::submit`] and [`Engine::step`].
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(crate) p: EngineProfile,
+    pub(crate) kv: Kv,
+    bs: u32,
+    model_len: u64,
+    pub(crate) reqs: Vec<Req>,
+    free_reqs: Vec<u32>,
+    pub(crate) waiting: VecDeque<u32>,
+    pub(crate) running: Vec<u32>,
+    pub(crate) now_ms: f64,
+    sched: Vec<Sched>,
+    pub(crate) admitted: Vec<u32>,
+    pub(crate) preempted: Vec<u32>,
+    pub(crate) finished: Vec<u32>,
+    pub(crate) log: VecDeque<LogEntry>,
+    pub(crate) log_base: u64,
+    /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::PromptBlocks`]).
+    hashes: std::collections::HashMap<u64, (u32, u32), BuildIdHasher>,
+    pub(crate) stats: EngineStats,
+}
+
+/// Counters over the engine's life.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct EngineStats {
+    pub steps: u64,
+    pub preemptions: u64,
+    pub recomputed_tokens: u64,
+    /// Σ over steps of decoding sequences × duration (for the time-weighted mean batch).
+    pub batch_time_ms: f64,
+    pub busy_ms: f64,
+    pub max_running: u32,
+    /// Σ over decode steps of (Σcontext / batch) × duration, for the mean decode context.
+    pub ctx_time: f64,
+    pub decode_time_ms: f64,
+}
+
+/// Identity hasher for keys that are already hashes.
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct IdHasher(u64);
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+pub(crate) type BuildIdHasher = std::hash::BuildHasherDefault<IdHasher>;
+
+#[inline]
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+impl Engine {
+    /// An idle engine at time 0. The profile should be validated ([`EngineProfile::validate`]); `new` clamps
+    /// degenerate values instead of panicking.
+    pub fn new(profile: EngineProfile) -> Self {
+        let bs = profile.block_size.max(1);
+        let model_len = profile.model_len().max(2);
+        let caching = profile.enable_prefix_caching;
+        Engine {
+            kv: Kv::new(profile.num_kv_blocks.max(1), caching),
+            p: profile,
+            bs,
+            model_len,
+            reqs: Vec::new(),
+            free_reqs: Vec::new(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            now_ms: 0.0,
+            sched: Vec::new(),
+            admitted: Vec::new(),
+            preempted: Vec::new(),
+            finished: Vec::new(),
+            log: VecDeque::new(),
+            log_base: 0,
+            hashes: Default::default(),
+            stats: EngineStats::default(),
+        }
+    }
+
+    pub fn profile(&self) -> &EngineProfile {
+        &self.p
+    }
+
+    /// Engine time, milliseconds: the end of the last step (or the last idle jump).
+    pub fn now_ms(&self) -> f64 {
+        self.now_ms
+    }
+
+    /// Requests running / waiting.
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// KV blocks referenced by running requests, and the capacity.
+    pub fn kv_blocks_used(&self) -> u64 {
+        self.kv.used_by_running()
+    }
+    pub fn kv_capacity(&self) -> u64 {
+        self.kv.capacity
+    }
+    /// KV blocks holding anything (running requests' blocks plus cached unreferenced ones).
+    pub fn kv_blocks_resident(&self) -> u64 {
+        self.kv.resident + self.kv.private
+    }
+
+    pub(crate) fn new_chain(&mut self, parent: u32, parent_blocks: u32) -> u32 {
+        self.kv.new_chain(parent, parent_blocks, u32::MAX)
+    }
+
+    /// Does a request of this size fit the engine at all?
+    pub(crate) fn fits(&self, prompt: u32, output: u32) -> bool {
+        prompt >= 1 && output >= 1 && u64::from(prompt) + u64::from(output) <= self.model_len
+    }
+
+    /// Queue a request whose content is chain `chain` (already created), arriving at `now_ms`.
+    /// The caller guarantees [`Self::fits`].
+    pub(crate) fn submit_chain(
+        &mut self,
+        now_ms: f64,
+        chain: u32,
+        prompt: u32,
+        output: u32,
+        tag: u64,
+        release_chain: bool,
+    ) -> ReqId {
+        let reach = self.kv.reach(chain);
+        let req = Req {
+            generation: 0,
+            state: State::Waiting,
+            chain,
+            prompt,
+            output,
+            p_eff: prompt,
+            t: 0,
+            generated: 0,
+            private: 0,
+            arrival_ms: now_ms,
+            admit_ms: f64::NAN,
+            first_token_ms: f64::NAN,
+            last_token_ms: f64::NAN,
+            finish_ms: f64::NAN,
+            cached_tokens: 0,
+            reach_at_arrival: reach,
+            miss: MissSplit::default(),
+            preemptions: 0,
+            recomputed_tokens: 0,
+            itl_from: 0,
+            itl_runs: Vec::new(),
+            itl_gaps: Vec::new(),
+            tag,
+            release_chain,
+            last_emit: 0,
+        };
+        let idx = if let Some(i) = self.free_reqs.pop() {
+            let generation = self.reqs[i as usize].generation.wrapping_add(1);
+            self.reqs[i as usize] = Req { generation, ..req };
+            i
+        } else {
+            self.reqs.push(req);
+            (self.reqs.len() - 1) as u32
+        };
+        self.waiting.push_back(idx);
+        ReqId::new(idx, self.reqs[idx as usize].generation)
+    }
+
+    /// Queue a request given as chained block hashes (see [`super::PromptBlocks`]). Hashes past the prompt's
+    /// full blocks may describe the output the caller will stream, so that a later prompt resending it hits.
+    /// A request that can never fit (`prompt + output > max_model_len`, or empty) is returned as finished with
+    /// zero tokens at the next [`Self::step`].
+    pub fn submit(&mut self, now_ms: f64, prompt: super::PromptBlocks, output_tokens: u32) -> ReqId {
+        let n = prompt.block_hashes.len();
+        // Longest known prefix of the hash chain.
+        let mut known = 0usize;
+        let mut at: Option<(u32, u32)> = None;
+        while known < n {
+            match self.hashes.get(&prompt.block_hashes[known]) {
+                Some(&(c, j)) if (self.kv.chains[c as usize].offset + j) as usize == known => {
+                    at = Some((c, j));
+                    known += 1;
+                }
+                _ => break,
+            }
+        }
+        let chain = match at {
+            Some((c, j)) if known == n => {
+                if j + 1 == self.kv.chains[c as usize].limit {
+                    c
+                } else {
+                    // The prompt ends inside a longer known chain: what this request generates has no identity.
+                    self.kv.new_chain(c, j + 1, 0)
+                }
+            }
+            Some((c, j)) => {
+                // New content after a known prefix: a child chain (chains are never extended in place, so a
+                // request's own output can never be mistaken for someone else's content).
+                let nc = self.kv.new_chain(c, j + 1, (n - known) as u32);
+                for (i, h) in prompt.block_hashes[known..].iter().enumerate() {
+                    self.hashes.entry(*h).or_insert((nc, i as u32));
+                }
+                nc
+            }
+            None => {
+                let nc = self.kv.new_chain(NONE, 0, n as u32);
+                for (i, h) in prompt.block_hashes.iter().enumerate() {
+                    self.hashes.entry(*h).or_insert((nc, i as u32));
+                }
+                nc
+            }
+        };
+        if !self.fits(prompt.tokens, output_tokens) {
+            let id = self.submit_chain(now_ms, chain, prompt.tokens.max(1), output_tokens.max(1), 0, false);
+            self.waiting.pop_back();
+            let r = &mut self.reqs[id.idx() as usize];
+            r.state = State::Done;
+            r.output = 0;
+            r.finish_ms = now_ms;
+            self.finished.push(id.idx());
+            return id;
+        }
+        self.submit_chain(now_ms, chain, prompt.tokens, output_tokens, 0, false)
+    }
+
+    fn lookup(&self, id: ReqId) -> Option<u32> {
+        let r = self.reqs.get(id.idx() as usize)?;
+        (r.generation == id.generation() && r.state != State::Free).then_some(id.idx())
+    }
+
+    /// Drop a request (waiting or running); its blocks are freed, cached ones stay cached. Returns whether it was
+    /// known and unfinished.
+    pub fn cancel(&mut self, id: ReqId) -> bool {
+        let Some(idx) = self.lookup(id) else { return false };
+        match self.reqs[idx as usize].state {
+            State::Waiting => {
+                self.waiting.retain(|&q| q != idx);
+            }
+            State::Running => {
+                self.running.retain(|&q| q != idx);
+                self.release_blocks(idx);
+            }
+            _ => return false,
+        }
+        self.reqs[idx as usize].state = State::Done;
+        self.forget(idx);
+        true
+    }
+
+    /// Free a finished request's slot (the simulator calls this after reading it).
+    pub(crate) fn forget(&mut self, idx: u32) {
+        let r = &mut self.reqs[idx as usize];
+        if r.state == State::Free {
+            return;
+        }
+        r.state = State::Free;
+        r.itl_runs.clear();
+        r.itl_gaps.clear();
+        if r.release_chain {
+            let c = r.chain;
+            self.kv.release(c);
+        }
+        self.free_reqs.push(idx);
+    }
+
+    fn release_blocks(&mut self, idx: u32) {
+        let (chain, private) = {
+            let r = &mut self.reqs[idx as usize];
+            let p = r.private;
+            r.private = 0;
+            (r.chain, p)
+        };
+        self.kv.private -= private;
+        self.kv.unpin(chain);
+    }
+
+    fn preempt(&mut self, idx: u32) {
+        self.release_blocks(idx);
+        let log_end = self.log_end();
+        let now = self.now_ms;
+        let r = &mut self.reqs[idx as usize];
+        r.state = State::Waiting;
+        r.preemptions += 1;
+        r.recomputed_tokens += u64::from(r.t);
+        if r.generated > 0 {
+            r.itl_runs.push((r.itl_from, log_end));
+            r.p_eff = r.prompt + r.generated;
+            let _ = now;
+        }
+        let lost = u64::from(r.t);
+        r.t = 0;
+        self.stats.preemptions += 1;
+        self.stats.recomputed_tokens += lost;
+        self.waiting.push_front(idx);
+        self.preempted.push(idx);
+    }
+
+    #[inline]
+    fn log_end(&self) -> u64 {
+        self.log_base + self.log.len() as u64
+    }
+
+    /// Blocks needed to hold `t` tokens.
+    #[inline]
+    fn blocks(&self, t: u32) -> u64 {
+        ceil_div(u64::from(t), u64::from(self.bs))
+    }
+
+    /// Schedule one step at `self.now_ms`. Returns (duration, Σcontext, prefill tokens, decoders).
+    fn schedule(&mut self) -> (f64, f64, u32, u32) {
+        self.sched.clear();
+        self.admitted.clear();
+        self.preempted.clear();
+        let mut budget = self.p.max_num_batched_tokens;
+        let mut i = 0;
+        while i < self.running.len() {
+            let idx = self.running[i];
+            let (t, p_eff) = {
+                let r = &self.reqs[idx as usize];
+                (r.t, r.p_eff)
+            };
+            let prefill = t < p_eff;
+            let tokens = if prefill {
+                (p_eff - t).min(budget)
+            } else {
+                1.min(budget)
+            };
+            if tokens == 0 {
+                i += 1;
+                continue;
+            }
+            let need = self.blocks(t + tokens) - self.blocks(t);
+            let mut self_preempted = false;
+            while !self.kv.alloc(need) {
+                let Some(victim) = self.running.pop() else { break };
+                self.preempt(victim);
+                if victim == idx {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                break;
+            }
+            self.reqs[idx as usize].private += need;
+            self.sched.push(Sched { idx, tokens, prefill });
+            budget -= tokens;
+            i += 1;
+        }
+        if self.preempted.is_empty() {
+            while let Some(&idx) = self.waiting.front() {
+                if self.running.len() >= self.p.max_num_seqs as usize || budget == 0 {
+                    break;
+                }
+                let (chain, p_eff, first) = {
+                    let r = &self.reqs[idx as usize];
+                    (r.chain, r.p_eff, r.admit_ms.is_nan())
+                };
+                let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
+                let max_hit = (p_eff - 1) / self.bs;
+                let hit_blocks = reach.min(max_hit);
+                let hit = hit_blocks * self.bs;
+                let tokens = (p_eff - hit).min(budget);
+                let need = self.blocks(hit + tokens) - u64::from(hit_blocks);
+                let pinned_loss = self.kv.lineage_evictable(chain);
+                if need > self.kv.available() - pinned_loss {
+                    break;
+                }
+                self.kv.pin(chain);
+                if !self.kv.alloc(need) {
+                    self.kv.unpin(chain);
+                    break;
+                }
+                self.waiting.pop_front();
+                let now = self.now_ms;
+                let ever = self.kv.ever(chain);
+                let r = &mut self.reqs[idx as usize];
+                r.state = State::Running;
+                r.t = hit;
+                r.private = need;
+                if first {
+                    r.admit_ms = now;
+                    r.cached_tokens = hit;
+                    r.miss = classify(r, hit_blocks, reach, ever, self.bs);
+                } else {
+                    // A resumed request: what it recomputes beyond its hit was computed before.
+                    r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
+                    self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
+                }
+                self.running.push(idx);
+                self.admitted.push(idx);
+                self.sched.push(Sched {
+                    idx,
+                    tokens,
+                    prefill: true,
+                });
+                budget -= tokens;
+            }
+        }
+        let mut ctx = 0u64;
+        let mut prefill_tokens = 0u32;
+        let mut decoders = 0u32;
+        for s in &self.sched {
+            ctx += u64::from(self.reqs[s.idx as usize].t);
+            if s.prefill {
+                prefill_tokens += s.tokens;
+            } else {
+                decoders += 1;
+            }
+        }
+        let n = self.sched.len() as f64;
+        let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
+        if prefill_tokens > 0 {
+            d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
+        }
+        (d, ctx as f64, prefill_tokens, decoders)
+    }
+
+    /// Blocks needed by the scheduled decoders for steps 2..=k (step 1 is already allocated).
+    fn extra_blocks(&self, k: u64) -> u64 {
+        let bs = u64::from(self.bs);
+        self.sched
+            .iter()
+            .map(|s| {
+                let t = u64::from(self.reqs[s.idx as usize].t);
+                ceil_div(t + k, bs) - ceil_div(t + 1, bs)
+            })
+            .sum()
+    }
+
+    /// Run one step, or a closed-form stretch of up to `max_steps` identical pure-decode steps that ends with the
+    /// first step ending at or after `until_ms` (pass `f64::INFINITY` for no bound). `None` when idle.
+    pub(crate) fn advance(&mut self, max_steps: u64, until_ms: f64) -> Option<Advance> {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            return None;
+        }
+        let (d1, ctx, prefill_tokens, decoders) = self.schedule();
+        if self.sched.is_empty() {
+            return None;
+        }
+        let n = self.sched.len() as u64;
+        let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
+        let b = if pure { self.p.per_ctx_token_ms * n as f64 } else { 0.0 };
+        let mut k = 1u64;
+        if pure && max_steps > 1 {
+            // Steps until the first finish.
+            let mut kmax = max_steps;
+            for s in &self.sched {
+                let r = &self.reqs[s.idx as usize];
+                kmax = kmax.min(u64::from(r.output - r.generated));
+            }
+            // Steps until the step that contains `until_ms` ends.
+            let span = until_ms - self.now_ms;
+            if span.is_finite() {
+                let ks = steps_to_cover(d1, b, span);
+                kmax = kmax.min(ks.max(1));
+            }
+            // Steps the KV cache can hold.
+            if kmax > 1 {
+                let avail = self.kv.available();
+                if self.extra_blocks(kmax) > avail {
+                    let (mut lo, mut hi) = (1u64, kmax);
+                    while lo < hi {
+                        let mid = lo + (hi - lo).div_ceil(2);
+                        if self.extra_blocks(mid) <= avail {
+                            lo = mid
+                        } else {
+                            hi = mid - 1
+                        }
+                    }
+                    kmax = lo;
+                }
+            }
+            k = kmax.max(1);
+        }
+        let kf = k as f64;
+        let duration = kf * d1 + b * kf * (kf - 1.0) / 2.0;
+        let start = self.now_ms;
+        let end = start + duration;
+        if k > 1 {
+            let extra = self.extra_blocks(k);
+            // Cannot fail: checked above.
+            let _ = self.kv.alloc(extra);
+        }
+        self.log.push_back(LogEntry { a: d1, b, k });
+        let log_end = self.log_end();
+        self.stats.steps += k;
+        self.stats.busy_ms += duration;
+        if decoders > 0 {
+            self.stats.batch_time_ms += f64::from(decoders) * duration;
+            self.stats.decode_time_ms += duration;
+            // Mean context per decoding sequence over the stretch (context grows by 1 per step).
+            self.stats.ctx_time += (ctx / n as f64 + (kf - 1.0) / 2.0) * duration;
+        }
+        let bs = u64::from(self.bs);
+        self.finished.clear();
+        for si in 0..self.sched.len() {
+            let Sched { idx, tokens, prefill } = self.sched[si];
+            let (chain, old_t) = {
+                let r = &self.reqs[idx as usize];
+                (r.chain, r.t)
+            };
+            let adv = if prefill { tokens } else { k as u32 };
+            let new_t = old_t + adv;
+            if !prefill && k > 1 {
+                let extra = ceil_div(u64::from(new_t), bs) - ceil_div(u64::from(old_t) + 1, bs);
+                self.reqs[idx as usize].private += extra;
+            }
+            let conv = self
+                .kv
+                .fill(chain, (u64::from(old_t) / bs) as u32, (u64::from(new_t) / bs) as u32);
+            let r = &mut self.reqs[idx as usize];
+            r.private -= conv;
+            r.t = new_t;
+            let emitted = if prefill { u32::from(new_t == r.p_eff) } else { k as u32 };
+            r.last_emit = emitted;
+            if emitted > 0 {
+                if r.generated == 0 {
+                    r.first_token_ms = end;
+                    r.itl_from = log_end;
+                } else if prefill {
+                    // Resumed after a preemption: one long gap.
+                    r.itl_gaps.push(end - r.last_token_ms);
+                    r.itl_from = log_end;
+                }
+                r.generated += emitted;
+                r.last_token_ms = end;
+                if r.generated >= r.output {
+                    r.state = State::Done;
+                    r.finish_ms = end;
+                    r.itl_runs.push((r.itl_from, log_end));
+                    self.finished.push(idx);
+                }
+            }
+        }
+        if !self.finished.is_empty() {
+            for fi in 0..self.finished.len() {
+                let idx = self.finished[fi];
+                self.release_blocks(idx);
+            }
+            let reqs = &self.reqs;
+            self.running.retain(|&q| reqs[q as usize].state == State::Running);
+        }
+        self.now_ms = end;
+        self.stats.max_running = self.stats.max_running.max(self.running.len() as u32);
+        self.trim_log();
+        Some(Advance { steps: k, end_ms: end })
+    }
+
+    /// Drop step-log entries no running request still needs.
+    fn trim_log(&mut self) {
+        if self.log.len() < 4096 {
+            return;
+        }
+        let mut keep = self.log_end();
+        for &q in self.running.iter().chain(self.waiting.iter()) {
+            let r = &self.reqs[q as usize];
+            if r.generated > 0 {
+                keep = keep.min(r.itl_from);
+                if let Some(&(a, _)) = r.itl_runs.first() {
+                    keep = keep.min(a);
+                }
+            }
+        }
+        for &q in &self.finished {
+            let r = &self.reqs[q as usize];
+            if let Some(&(a, _)) = r.itl_runs.first() {
+                keep = keep.min(a);
+            }
+        }
+        while self.log_base < keep && !self.log.is_empty() {
+            self.log.pop_front();
+            self.log_base += 1;
+        }
+    }
+
+    /// Inter-token latency summary of a finished request (`None` below two output tokens).
+    /// Within a stretch of identical decode steps the gaps grow linearly; quantiles interpolate inside a stretch.
+    pub(crate) fn itl_summary(
+        &self,
+        idx: u32,
+        scratch: &mut Vec<(f64, f64, u64)>,
+    ) -> Option<crate::record::ItlSummary> {
+        let r = &self.reqs[idx as usize];
+        if r.generated < 2 {
+            return None;
+        }
+        scratch.clear();
+        for &(from, to) in &r.itl_runs {
+            for g in from.max(self.log_base)..to {
+                let e = self.log[(g - self.log_base) as usize];
+                scratch.push((e.a, e.a + e.b * (e.k as f64 - 1.0), e.k));
+            }
+        }
+        for &g in &r.itl_gaps {
+            scratch.push((g, g, 1));
+        }
+        let count: u64 = scratch.iter().map(|e| e.2).sum();
+        if count == 0 {
+            return None;
+        }
+        let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
+        let max_ms = scratch.iter().map(|e| e.1).fold(f64::MIN, f64::max);
+        scratch.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let q = |scratch: &[(f64, f64, u64)], q: f64| {
+            let rank = crate::metrics::nearest_rank_index(count as usize, q) as u64;
+            let mut acc = 0;
+            for &(lo, hi, k) in scratch {
+                if rank < acc + k {
+                    let i = rank - acc;
+                    return if k > 1 {
+                        lo + (hi - lo) * i as f64 / (k - 1) as f64
+                    } else {
+                        lo
+                    };
+                }
+                acc += k;
+            }
+            max_ms
+        };
+        Some(crate::record::ItlSummary {
+            mean_ms,
+            p50_ms: q(scratch, 0.5),
+            p99_ms: q(scratch, 0.99),
+            max_ms,
+        })
+    }
+
+    /// One engine iteration at `now_ms` (the engine never runs ahead of the caller's clock: a step starts at
+    /// `max(now_ms, end of the previous step)`). `None` when there is nothing to do.
+    pub fn step(&mut self, now_ms: f64) -> Option<Step> {
+        if now_ms > self.now_ms {
+            self.now_ms = now_ms;
+        }
+        let mut events = Vec::new();
+        // Requests rejected at submission.
+        let rejected: Vec<u32> = self.finished.drain(..).collect();
+        for idx in rejected {
+            let id = ReqId::new(idx, self.reqs[idx as usize].generation);
+            events.push(StepEvent::Finished { id, generated: 0 });
+            self.forget(idx);
+        }
+        let start = self.now_ms;
+        let Some(adv) = self.advance(1, f64::INFINITY) else {
+            return (!events.is_empty()).then_some(Step {
+                start_ms: start,
+                duration_ms: 0.0,
+                batch: 0,
+                prefill_tokens: 0,
+                events,
+            });
+        };
+        let prefill_tokens: u32 = self.sched.iter().filter(|s| s.prefill).map(|s| s.tokens).sum();
+        for &q in &self.admitted {
+            let r = &self.reqs[q as usize];
+            if r.admit_ms == start && r.preemptions == 0 {
+                events.push(StepEvent::Admitted {
+                    id: ReqId::new(q, r.generation),
+                    cached_tokens: r.cached_tokens,
+                    queue_ms: r.admit_ms - r.arrival_ms,
+                });
+            }
+        }
+        for &q in &self.preempted {
+            events.push(StepEvent::Preempted {
+                id: ReqId::new(q, self.reqs[q as usize].generation),
+            });
+        }
+        for s in &self.sched {
+            let r = &self.reqs[s.idx as usize];
+            if r.last_emit > 0 {
+                events.push(StepEvent::Tokens {
+                    id: ReqId::new(s.idx, r.generation),
+                    tokens: r.last_emit,
+                });
+            }
+        }
+        let finished: Vec<u32> = self.finished.drain(..).collect();
+        for idx in finished {
+            let r = &self.reqs[idx as usize];
+            events.push(StepEvent::Finished {
+                id: ReqId::new(idx, r.generation),
+                generated: r.generated,
+            });
+            self.forget(idx);
+        }
+        Some(Step {
+            start_ms: start,
+            duration_ms: adv.end_ms - start,
+            batch: self.sched.len() as u32,
+            prefill_tokens,
+            events,
+        })
+    }
+
+    /// Jump an idle engine's clock forward.
+    pub(crate) fn idle_until(&mut self, t_ms: f64) {
+        if t_ms > self.now_ms {
+            self.now_ms = t_ms;
+        }
+    }
+}
+
+/// Split a first admission's missed prompt tokens by cause. `reach` is the lineage's resident prefix at admission,
+/// `r.reach_at_arrival` at submission, `ever` the blocks ever computed along it.
+fn classify(r: &Req, hit_blocks: u32, reach: u32, ever: u32, bs: u32) -> MissSplit {
+    let p = u64::from(r.p_eff);
+    let hit = u64::from(hit_blocks) * u64::from(bs);
+    let max_hit_blocks = (r.p_eff - 1) / bs;
+    let ever_c = ever.min(max_hit_blocks);
+    let arrival_c = r.reach_at_arrival.min(ever_c);
+    let reach_c = reach.min(ever_c);
+    let mut m = MissSplit::default();
+    if ever_c > hit_blocks {
+        // Blocks computed once and lost: before the request arrived (idle) or while it queued.
+        let idle_lost = ever_c.saturating_sub(arrival_c.max(hit_blocks));
+        let queued_lost = arrival_c.saturating_sub(reach_c.max(hit_blocks));
+        m.evicted_idle = u64::from(idle_lost) * u64::from(bs);
+        m.evicted_queued = u64::from(queued_lost) * u64::from(bs);
+    }
+    // Tokens past everything ever computed (as full blocks, or the partial tail) are new content.
+    let ever_tokens = u64::from(ever) * u64::from(bs);
+    m.cold = p.saturating_sub(ever_tokens.max(hit));
+    let missed = p - hit;
+    m.other = missed.saturating_sub(m.cold + m.evicted_idle + m.evicted_queued);
+    m
+}
+
+/// Smallest k ≥ 1 such that k steps of durations `a, a + b, …` cover `span` milliseconds.
+fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
+    if span <= a {
+        return 1;
+    }
+    let k = if b <= 0.0 {
+        (span / a).ceil()
+    } else {
+        // k·a + b·k(k−1)/2 ≥ span  ⇔  (b/2)k² + (a − b/2)k − span ≥ 0
+        let (qa, qb) = (b / 2.0, a - b / 2.0);
+        ((-qb + (qb * qb + 4.0 * qa * span).sqrt()) / (2.0 * qa)).ceil()
+    };
+    let mut k = if k.is_finite() && k >= 1.0 {
+        k.min(1e15) as u64
+    } else {
+        1
+    };
+    // Correct rounding at the boundary.
+    let covers = |k: u64| {
+        let kf = k as f64;
+        kf * a + b * kf * (kf - 1.0) / 2.0 >= span
+    };
+    while k > 1 && covers(k - 1) {
+        k -= 1;
+    }
+    while !covers(k) {
+        k += 1;
+    }
+    k
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_to_cover_is_exact() {
+        assert_eq!(steps_to_cover(10.0, 0.0, 5.0), 1);
+        assert_eq!(steps_to_cover(10.0, 0.0, 10.0), 1);
+        assert_eq!(steps_to_cover(10.0, 0.0, 10.5), 2);
+        assert_eq!(steps_to_cover(10.0, 1.0, 21.0), 2);
+        assert_eq!(steps_to_cover(10.0, 1.0, 21.5), 3);
+    }
+}

@@ -1,0 +1,397 @@
+//! The KV cache and its prefix cache, counted in blocks.
+//!
+//! Prompt content is a tree of **chains**. A chain is a run of blocks whose identity is fixed (block `i` of chain
+//! `c` always holds the same tokens, like a chained block hash in vLLM); a chain may hang off a prefix of a parent
+//! chain (a shared system prompt, or a conversation that forked). Because eviction in vLLM's automatic prefix
+//! caching frees a request's blocks tail first (the free queue receives them in reverse order) and a block can only
+//! be hit if every block before it is hit, the resident blocks of a chain are always a PREFIX: one counter `r` per
+//! chain says everything. This keeps every operation O(1) per chain instead of O(blocks):
+//!
+//! - lookup: [`Kv::reach`], the number of leading blocks of a lineage that are resident;
+//! - pin / unpin: a chain used by a running request is pinned (not evictable); when its last user leaves it goes
+//!   to the tail of the LRU list of unpinned chains (child before parent, as vLLM frees blocks in reverse);
+//! - eviction: [`Kv::evict`] takes blocks from the tail end of the least recently used chain;
+//! - fill: a request that computes the block right after a chain's resident prefix extends it ([`Kv::fill`]);
+//!   any other computed block (a duplicate of content another request is writing, or content without identity)
+//!   stays private to its request and is freed when the request ends.
+//!
+//! Blocks in use = Σ chain `r` (cached, pinned or not) + Σ private blocks of running requests ≤ capacity.
+
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// One chain of content blocks.
+#[derive(Debug, Clone)]
+pub(crate) struct Chain {
+    /// Parent chain, or [`NONE`].
+    pub parent: u32,
+    /// Global block index of this chain's block 0 (the parent blocks that precede it).
+    pub offset: u32,
+    /// Resident blocks (a prefix of the chain).
+    pub r: u32,
+    /// Blocks with a known identity; computed blocks at or past it stay private. `u32::MAX` for synthetic content.
+    pub limit: u32,
+    /// High-water mark of blocks ever computed, local.
+    pub ever: u32,
+    /// Running requests that use this chain (directly or as an ancestor).
+    pub pins: u32,
+    pub lru_prev: u32,
+    pub lru_next: u32,
+    pub in_lru: bool,
+    /// Still referenced by the caller (a released chain is recycled once empty and unpinned).
+    pub alive: bool,
+    /// Child chains hanging off this one (a chain with children is never recycled).
+    pub children: u32,
+}
+
+/// Blocks and chains.
+#[derive(Debug, Clone)]
+pub(crate) struct Kv {
+    pub capacity: u64,
+    pub caching: bool,
+    pub chains: Vec<Chain>,
+    free_chains: Vec<u32>,
+    lru_head: u32,
+    lru_tail: u32,
+    /// Σ r over all chains.
+    pub resident: u64,
+    /// Σ r over unpinned chains (those in the LRU list).
+    pub evictable: u64,
+    /// Σ private blocks of running requests.
+    pub private: u64,
+    /// Blocks evicted so far.
+    pub evicted_blocks: u64,
+}
+
+impl Kv {
+    pub fn new(capacity: u64, caching: bool) -> Self {
+        Kv {
+            capacity,
+            caching,
+            chains: Vec::new(),
+            free_chains: Vec::new(),
+            lru_head: NONE,
+            lru_tail: NONE,
+            resident: 0,
+            evictable: 0,
+            private: 0,
+            evicted_blocks: 0,
+        }
+    }
+
+    /// Blocks neither resident nor private.
+    #[inline]
+    pub fn free(&self) -> u64 {
+        self.capacity - self.resident - self.private
+    }
+
+    /// Blocks an allocation could get (free + evictable).
+    #[inline]
+    pub fn available(&self) -> u64 {
+        self.free() + self.evictable
+    }
+
+    /// Blocks referenced by running requests (pinned chain blocks + private): vLLM's KV cache usage.
+    #[inline]
+    pub fn used_by_running(&self) -> u64 {
+        self.resident - self.evictable + self.private
+    }
+
+    /// A new chain hanging off the first `parent_blocks` blocks of `parent` (or a root chain for [`NONE`]).
+    pub fn new_chain(&mut self, parent: u32, parent_blocks: u32, limit: u32) -> u32 {
+        let offset = if parent == NONE {
+            0
+        } else {
+            self.chains[parent as usize].children += 1;
+            self.chains[parent as usize].offset.saturating_add(parent_blocks)
+        };
+        let c = Chain {
+            parent,
+            offset,
+            r: 0,
+            limit,
+            ever: 0,
+            pins: 0,
+            lru_prev: NONE,
+            lru_next: NONE,
+            in_lru: false,
+            alive: true,
+            children: 0,
+        };
+        if let Some(id) = self.free_chains.pop() {
+            self.chains[id as usize] = c;
+            id
+        } else {
+            self.chains.push(c);
+            (self.chains.len() - 1) as u32
+        }
+    }
+
+    /// The caller will not reference `c` again (it may still be hit through nothing: its blocks linger in the LRU
+    /// list like any freed blocks until evicted).
+    pub fn release(&mut self, c: u32) {
+        self.chains[c as usize].alive = false;
+        self.maybe_recycle(c);
+    }
+
+    fn maybe_recycle(&mut self, c: u32) {
+        let ch = &self.chains[c as usize];
+        if !ch.alive && ch.r == 0 && ch.pins == 0 && ch.children == 0 {
+            let parent = ch.parent;
+            self.free_chains.push(c);
+            if parent != NONE {
+                self.chains[parent as usize].children -= 1;
+                self.maybe_recycle(parent);
+            }
+        }
+    }
+
+    /// Leading global blocks of `c`'s lineage that are resident.
+    pub fn reach(&self, c: u32) -> u32 {
+        self.lineage_max(c, |ch| ch.r)
+    }
+
+    /// Walk the lineage from the root: the furthest global block reached by `f(chain)` local blocks per chain,
+    /// stopping where a chain does not cover the offset of the next.
+    fn lineage_max(&self, c: u32, f: impl Fn(&Chain) -> u32) -> u32 {
+        // Find the deepest ancestor whose coverage reaches the offset of its child, walking up iteratively:
+        // the answer for c is offset(c) + f(c) if every ancestor covers its child's offset, else the first gap.
+        let mut stack: [u32; 64] = [NONE; 64];
+        let mut depth = 0usize;
+        let mut x = c;
+        let mut truncated = false;
+        while x != NONE {
+            if depth == stack.len() {
+                truncated = true;
+                break;
+            }
+            stack[depth] = x;
+            depth += 1;
+            x = self.chains[x as usize].parent;
+        }
+        if truncated {
+            // Very deep lineages (more than 64 forks) fall back to recursion-free slow walk.
+            return self.lineage_max_slow(c, &f);
+        }
+        let mut reach = 0u32;
+        for i in (0..depth).rev() {
+            let ch = &self.chains[stack[i] as usize];
+            if reach < ch.offset {
+                return reach;
+            }
+            reach = ch.offset.saturating_add(f(ch));
+        }
+        reach
+    }
+
+    fn lineage_max_slow(&self, c: u32, f: &impl Fn(&Chain) -> u32) -> u32 {
+        let mut lineage = Vec::new();
+        let mut x = c;
+        while x != NONE {
+            lineage.push(x);
+            x = self.chains[x as usize].parent;
+        }
+        let mut reach = 0u32;
+        for &y in lineage.iter().rev() {
+            let ch = &self.chains[y as usize];
+            if reach < ch.offset {
+                return reach;
+            }
+            reach = ch.offset.saturating_add(f(ch));
+        }
+        reach
+    }
+
+    /// High-water mark of global blocks ever computed along `c`'s lineage (contiguous from 0).
+    pub fn ever(&self, c: u32) -> u32 {
+        self.lineage_max(c, |ch| ch.ever)
+    }
+
+    /// Resident blocks of `c`'s lineage that sit in the LRU list (would stop being evictable if pinned).
+    pub fn lineage_evictable(&self, mut c: u32) -> u64 {
+        let mut n = 0;
+        while c != NONE {
+            let ch = &self.chains[c as usize];
+            if ch.in_lru {
+                n += u64::from(ch.r);
+            }
+            c = ch.parent;
+        }
+        n
+    }
+
+    pub fn pin(&mut self, mut c: u32) {
+        while c != NONE {
+            if self.chains[c as usize].in_lru {
+                self.lru_remove(c);
+            }
+            let ch = &mut self.chains[c as usize];
+            ch.pins += 1;
+            c = ch.parent;
+        }
+    }
+
+    pub fn unpin(&mut self, mut c: u32) {
+        while c != NONE {
+            let ch = &mut self.chains[c as usize];
+            ch.pins -= 1;
+            let parent = ch.parent;
+            if ch.pins == 0 {
+                if ch.r > 0 {
+                    self.lru_push_tail(c);
+                } else {
+                    self.maybe_recycle(c);
+                }
+            }
+            c = parent;
+        }
+    }
+
+    fn lru_remove(&mut self, c: u32) {
+        let (prev, next, r) = {
+            let ch = &self.chains[c as usize];
+            (ch.lru_prev, ch.lru_next, ch.r)
+        };
+        if prev == NONE {
+            self.lru_head = next;
+        } else {
+            self.chains[prev as usize].lru_next = next;
+        }
+        if next == NONE {
+            self.lru_tail = prev;
+        } else {
+            self.chains[next as usize].lru_prev = prev;
+        }
+        let ch = &mut self.chains[c as usize];
+        ch.in_lru = false;
+        ch.lru_prev = NONE;
+        ch.lru_next = NONE;
+        self.evictable -= u64::from(r);
+    }
+
+    fn lru_push_tail(&mut self, c: u32) {
+        let tail = self.lru_tail;
+        {
+            let ch = &mut self.chains[c as usize];
+            ch.in_lru = true;
+            ch.lru_prev = tail;
+            ch.lru_next = NONE;
+        }
+        if tail == NONE {
+            self.lru_head = c;
+        } else {
+            self.chains[tail as usize].lru_next = c;
+        }
+        self.lru_tail = c;
+        self.evictable += u64::from(self.chains[c as usize].r);
+    }
+
+    /// Evict `n` unpinned blocks, least recently used chain first, each chain from its tail. Returns the number
+    /// actually evicted (less than `n` only if fewer are evictable).
+    pub fn evict(&mut self, mut n: u64) -> u64 {
+        let mut done = 0;
+        while n > 0 && self.lru_head != NONE {
+            let h = self.lru_head;
+            let take = n.min(u64::from(self.chains[h as usize].r));
+            self.chains[h as usize].r -= take as u32;
+            self.resident -= take;
+            self.evictable -= take;
+            self.evicted_blocks += take;
+            n -= take;
+            done += take;
+            if self.chains[h as usize].r == 0 {
+                self.lru_remove(h);
+                self.maybe_recycle(h);
+            }
+        }
+        done
+    }
+
+    /// Make `n` blocks free, evicting if needed; `false` (and nothing changed) if impossible.
+    pub fn alloc(&mut self, n: u64) -> bool {
+        if n > self.available() {
+            return false;
+        }
+        let free = self.free();
+        if free < n {
+            self.evict(n - free);
+        }
+        self.private += n;
+        true
+    }
+
+    /// A request on chain `c` computed the global blocks `[g0, g1)` (already allocated as private). Blocks that
+    /// extend the resident prefix of their chain become cached; returns how many (they leave `private`).
+    pub fn fill(&mut self, c: u32, g0: u32, g1: u32) -> u64 {
+        if g0 >= g1 {
+            return 0;
+        }
+        let mut converted = 0u64;
+        let mut x = c;
+        let mut hi = g1;
+        while x != NONE {
+            let caching = self.caching;
+            let ch = &mut self.chains[x as usize];
+            let off = ch.offset;
+            let lo = g0.max(off);
+            if lo < hi {
+                let (a, b) = (lo - off, hi - off);
+                ch.ever = ch.ever.max(b);
+                let b2 = b.min(ch.limit);
+                if caching && a <= ch.r && ch.r < b2 {
+                    converted += u64::from(b2 - ch.r);
+                    ch.r = b2;
+                }
+            }
+            if g0 >= off {
+                break;
+            }
+            hi = off;
+            x = ch.parent;
+        }
+        self.resident += converted;
+        self.private -= converted;
+        converted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_reach_evict_tail_first() {
+        let mut kv = Kv::new(100, true);
+        let s = kv.new_chain(NONE, 0, u32::MAX);
+        let a = kv.new_chain(s, 4, u32::MAX);
+        kv.pin(a);
+        assert!(kv.alloc(10));
+        assert_eq!(kv.fill(a, 0, 10), 10);
+        assert_eq!((kv.chains[s as usize].r, kv.chains[a as usize].r), (4, 6));
+        assert_eq!(kv.reach(a), 10);
+        kv.unpin(a);
+        assert_eq!(kv.evictable, 10);
+        // The child was freed first, so it is evicted first, from its tail.
+        assert_eq!(kv.evict(3), 3);
+        assert_eq!(kv.reach(a), 7);
+        assert_eq!(kv.evict(4), 4);
+        assert_eq!(kv.reach(a), 3);
+        assert_eq!(kv.chains[a as usize].r, 0);
+        assert_eq!(kv.ever(a), 10);
+        assert_eq!(kv.resident, 3);
+    }
+
+    #[test]
+    fn alloc_fails_without_change_when_full() {
+        let mut kv = Kv::new(8, true);
+        let c = kv.new_chain(NONE, 0, u32::MAX);
+        kv.pin(c);
+        assert!(kv.alloc(8));
+        assert!(!kv.alloc(1));
+        assert_eq!(kv.free(), 0);
+        assert_eq!(kv.fill(c, 0, 8), 8);
+        assert_eq!(kv.private, 0);
+        kv.unpin(c);
+        assert!(kv.alloc(5));
+        assert_eq!(kv.reach(c), 3);
+    }
+}

@@ -1,0 +1,160 @@
+//! [`EngineProfile`]: the coefficients and limits of one vLLM-like serving engine.
+//!
+//! Step time (DistServe's fitted form, plus a prefill term):
+//! `step_ms = step_fixed_ms + per_seq_ms·seqs + per_ctx_token_ms·Σcontext + [prefill_fixed_ms + prefill_tokens /
+//! prefill_tokens_per_ms if the step carries prefill]`, where `seqs` counts every sequence scheduled in the step and
+//! `Σcontext` sums their KV context (tokens already computed) at the start of the step.
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::ScenarioError;
+
+/// Largest accepted KV capacity, blocks.
+pub const MAX_KV_BLOCKS: u64 = 100_000_000;
+/// Largest accepted block size, tokens.
+pub const MAX_BLOCK_SIZE: u32 = 4096;
+/// Largest accepted `max_num_seqs`.
+pub const MAX_NUM_SEQS: u32 = 65_536;
+/// Largest accepted `max_num_batched_tokens` and `max_model_len`, tokens.
+pub const MAX_TOKENS: u64 = 100_000_000;
+
+fn yes() -> bool {
+    true
+}
+
+/// One engine: limits (vLLM's names) and step-time coefficients.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineProfile {
+    /// Short name (`llama-3-8b-h100`).
+    pub name: String,
+    /// Where the numbers come from (measured, derived or estimated; with sources).
+    #[serde(default)]
+    pub basis: String,
+    /// KV cache block size, tokens (vLLM `--block-size`, default 16).
+    pub block_size: u32,
+    /// KV cache capacity, blocks.
+    pub num_kv_blocks: u64,
+    /// Most sequences running at once (vLLM `--max-num-seqs`).
+    pub max_num_seqs: u32,
+    /// Token budget per step, prefill chunks plus one per decoding sequence (vLLM `--max-num-batched-tokens`).
+    pub max_num_batched_tokens: u32,
+    /// Longest prompt + output accepted, tokens; longer requests fail at submission. Default: the whole KV cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
+    /// Fixed cost of every step, milliseconds (the TPOT floor at batch 1).
+    pub step_fixed_ms: f64,
+    /// Cost per scheduled sequence per step, milliseconds.
+    pub per_seq_ms: f64,
+    /// Cost per context token of every scheduled sequence per step, milliseconds (KV reads).
+    pub per_ctx_token_ms: f64,
+    /// Prefill throughput, tokens per millisecond.
+    pub prefill_tokens_per_ms: f64,
+    /// Extra fixed cost of a step that carries prefill tokens, milliseconds.
+    #[serde(default)]
+    pub prefill_fixed_ms: f64,
+    /// Automatic prefix caching (vLLM `--enable-prefix-caching`, on by default in v1).
+    #[serde(default = "yes")]
+    pub enable_prefix_caching: bool,
+}
+
+impl EngineProfile {
+    /// `max_model_len`, or the KV capacity in tokens.
+    pub fn model_len(&self) -> u64 {
+        self.max_model_len
+            .unwrap_or(self.num_kv_blocks * u64::from(self.block_size))
+    }
+
+    /// Step time of a pure-decode step with `batch` sequences of `mean_context` tokens each, milliseconds.
+    pub fn decode_step_ms(&self, batch: f64, mean_context: f64) -> f64 {
+        self.step_fixed_ms + self.per_seq_ms * batch + self.per_ctx_token_ms * batch * mean_context
+    }
+
+    /// Field paths are relative (`block_size`); see [`ScenarioError::within`].
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        let f = ScenarioError::field;
+        if self.block_size == 0 || self.block_size > MAX_BLOCK_SIZE {
+            return Err(f(
+                "block_size",
+                format!("must be in 1..={MAX_BLOCK_SIZE} (got {})", self.block_size),
+            ));
+        }
+        if self.num_kv_blocks == 0 || self.num_kv_blocks > MAX_KV_BLOCKS {
+            return Err(f(
+                "num_kv_blocks",
+                format!("must be in 1..={MAX_KV_BLOCKS} (got {})", self.num_kv_blocks),
+            ));
+        }
+        if self.max_num_seqs == 0 || self.max_num_seqs > MAX_NUM_SEQS {
+            return Err(f(
+                "max_num_seqs",
+                format!("must be in 1..={MAX_NUM_SEQS} (got {})", self.max_num_seqs),
+            ));
+        }
+        if self.max_num_batched_tokens < self.max_num_seqs || u64::from(self.max_num_batched_tokens) > MAX_TOKENS {
+            return Err(f(
+                "max_num_batched_tokens",
+                format!(
+                    "must be >= max_num_seqs ({}) and <= {MAX_TOKENS} (got {})",
+                    self.max_num_seqs, self.max_num_batched_tokens
+                ),
+            ));
+        }
+        let cap_tokens = self.num_kv_blocks * u64::from(self.block_size);
+        if cap_tokens > MAX_TOKENS * 100 {
+            return Err(f(
+                "num_kv_blocks",
+                format!("KV capacity of {cap_tokens} tokens is absurd"),
+            ));
+        }
+        if let Some(len) = self.max_model_len
+            && (len < 2 || len > cap_tokens.min(MAX_TOKENS))
+        {
+            return Err(f(
+                "max_model_len",
+                format!(
+                    "must be in 2..={} (the KV capacity in tokens) (got {len})",
+                    cap_tokens.min(MAX_TOKENS)
+                ),
+            ));
+        }
+        if self.max_model_len.is_none() && cap_tokens < 2 {
+            return Err(f(
+                "num_kv_blocks",
+                format!("KV capacity of {cap_tokens} tokens cannot hold a request"),
+            ));
+        }
+        for (name, v) in [
+            ("step_fixed_ms", self.step_fixed_ms),
+            ("per_seq_ms", self.per_seq_ms),
+            ("per_ctx_token_ms", self.per_ctx_token_ms),
+            ("prefill_fixed_ms", self.prefill_fixed_ms),
+        ] {
+            if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+                return Err(f(
+                    name,
+                    format!("must be a finite number in 0..=1e6 milliseconds (got {v})"),
+                ));
+            }
+        }
+        if self.step_fixed_ms + self.per_seq_ms <= 0.0 {
+            return Err(f(
+                "step_fixed_ms",
+                format!(
+                    "step_fixed_ms + per_seq_ms must be > 0 so that a step takes time (got {} + {})",
+                    self.step_fixed_ms, self.per_seq_ms
+                ),
+            ));
+        }
+        if !(self.prefill_tokens_per_ms.is_finite()
+            && self.prefill_tokens_per_ms > 0.0
+            && self.prefill_tokens_per_ms <= 1e9)
+        {
+            return Err(f(
+                "prefill_tokens_per_ms",
+                format!("must be > 0 and finite (got {})", self.prefill_tokens_per_ms),
+            ));
+        }
+        Ok(())
+    }
+}

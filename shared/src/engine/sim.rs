@@ -1,0 +1,671 @@
+//! The virtual-time driver: feeds a workload into the [`Engine`], event by event, and turns finished requests into
+//! [`RequestRecord`]s.
+//!
+//! Session semantics follow the seed's `agent_replay.py`: slot `s` starts at `s · stagger_s`; a step is sent when
+//! the previous one finished plus its think time; after the last step the session thinks once more, then (with
+//! `respawn`) the slot starts its next instance, never before 1 s after the previous instance started; no instance
+//! starts after `duration_s`; no step is sent after the stop time (`duration_s`, or `duration_s + drain_grace_s`
+//! with `drain`); requests already sent always complete. A session whose step fails (a request that cannot fit
+//! the engine) ends; a slot that fails three instances in a row without progress aborts the run, and backs off
+//! `min(30, 2·streak)` s between them, as the seed does.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use super::EngineScenario;
+use super::TimelinePoint;
+use super::core::{Engine, EngineStats};
+use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
+use super::kv::NONE;
+use super::profile::EngineProfile;
+use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
+use crate::seed_model::build_agent_trace;
+use crate::workload::{GenRequest, RequestStream, SessionPlan, SessionWorkload, Workload};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The workload as described.
+    AsGiven,
+    /// An open-loop workload's requests sent one at a time, each when the previous completes (from t = 0).
+    OneAtATime,
+}
+
+pub(crate) struct RunOut {
+    pub records: Vec<RequestRecord>,
+    pub timeline: Vec<TimelinePoint>,
+    pub kv_thrash: KvThrash,
+    pub misses: CacheMisses,
+    pub stats: EngineStats,
+}
+
+/// A timed driver event, ordered by time then insertion.
+#[derive(Debug, Clone, Copy)]
+struct Ev {
+    t_ms: f64,
+    seq: u64,
+    slot: u32,
+    start_instance: bool,
+}
+impl PartialEq for Ev {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Ev {}
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ev {
+    // Reversed: BinaryHeap is a max-heap and we pop the earliest.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.t_ms.total_cmp(&self.t_ms).then(o.seq.cmp(&self.seq))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    inst: u32,
+    plan: Option<SessionPlan>,
+    chain: u32,
+    step: u32,
+    prompt: u64,
+    ok_steps: u32,
+    inst_start_ms: f64,
+    fail_streak: u32,
+}
+
+enum Source {
+    Open {
+        reqs: std::iter::Peekable<Box<dyn Iterator<Item = GenRequest>>>,
+        shared: u32,
+    },
+    Closed {
+        reqs: Box<dyn Iterator<Item = GenRequest>>,
+        think_ms: f64,
+        shared: u32,
+    },
+    Sessions {
+        w: SessionWorkload,
+        slots: Vec<Slot>,
+        deadline_ms: f64,
+        stop_ms: f64,
+        aborted: bool,
+    },
+}
+
+struct Timeline {
+    points: Vec<TimelinePoint>,
+    dt_ms: f64,
+    next_ms: f64,
+    hit: u64,
+    prompt: u64,
+}
+
+impl Timeline {
+    const MAX: usize = 2048;
+
+    fn new(est_ms: f64) -> Self {
+        let dt = (est_ms / 1024.0).max(1.0);
+        Timeline {
+            points: Vec::new(),
+            dt_ms: dt,
+            next_ms: 0.0,
+            hit: 0,
+            prompt: 0,
+        }
+    }
+
+    fn sample(&mut self, eng: &Engine) {
+        let now = eng.now_ms();
+        if now < self.next_ms {
+            return;
+        }
+        self.points.push(TimelinePoint {
+            t_s: now / 1000.0,
+            running: eng.running() as u32,
+            queued: eng.waiting() as u32,
+            kv_blocks_used: eng.kv_blocks_used(),
+            kv_capacity: eng.kv_capacity(),
+            cache_hit_tokens: self.hit,
+            prompt_tokens: self.prompt,
+        });
+        self.hit = 0;
+        self.prompt = 0;
+        self.next_ms = now + self.dt_ms;
+        if self.points.len() > Self::MAX {
+            // Halve the resolution: merge pairs (state from the later point, counters summed).
+            self.dt_ms *= 2.0;
+            let old = std::mem::take(&mut self.points);
+            let mut it = old.into_iter();
+            while let Some(a) = it.next() {
+                match it.next() {
+                    Some(b) => self.points.push(TimelinePoint {
+                        cache_hit_tokens: a.cache_hit_tokens + b.cache_hit_tokens,
+                        prompt_tokens: a.prompt_tokens + b.prompt_tokens,
+                        ..b
+                    }),
+                    None => self.points.push(a),
+                }
+            }
+        }
+    }
+}
+
+struct Driver {
+    eng: Engine,
+    records: Vec<RequestRecord>,
+    misses: CacheMisses,
+    timeline: Timeline,
+    peak_kv: u64,
+    scratch: Vec<(f64, f64, u64)>,
+    heap: BinaryHeap<Ev>,
+    seq: u64,
+    seed: u64,
+    /// Requests that failed at submission this round: (record index, time).
+    failed_now: Vec<(usize, f64)>,
+}
+
+/// Record fields known at submission.
+struct Meta {
+    session: u64,
+    inst: u32,
+    step: u32,
+    steps_asked: u32,
+    base_asked: u64,
+    designed_cached: u64,
+}
+
+impl Driver {
+    fn push_ev(&mut self, t_ms: f64, slot: u32, start_instance: bool) {
+        self.seq += 1;
+        self.heap.push(Ev {
+            t_ms,
+            seq: self.seq,
+            slot,
+            start_instance,
+        });
+    }
+
+    /// Send one request; returns its record index. A request that cannot fit fails at once (see `failed_now`).
+    fn submit(&mut self, t_ms: f64, chain: u32, prompt: u64, output: u32, release: bool, m: Meta) -> usize {
+        let idx = self.records.len();
+        let fits = prompt <= u64::from(u32::MAX) && self.eng.fits(prompt as u32, output);
+        self.records.push(RequestRecord {
+            schema: RECORD_SCHEMA_VERSION,
+            session: m.session,
+            inst: m.inst,
+            step: m.step,
+            steps_asked: m.steps_asked,
+            base_asked: m.base_asked,
+            ok: false,
+            t_submit: t_ms / 1000.0,
+            ttft_s: None,
+            wall_s: 0.0,
+            gen_tokens: 0,
+            asked_tokens: u64::from(output),
+            prompt_tokens: Some(prompt),
+            cached_tokens: None,
+            designed_cached_tokens: Some(m.designed_cached),
+            sse_frames: 0,
+            prompt_chars: 0,
+            queue_s: None,
+            itl: None,
+            finish_reason: None,
+            usage_source: UsageSource::Simulated,
+            error: None,
+        });
+        if fits {
+            self.eng
+                .submit_chain(t_ms, chain, prompt as u32, output, idx as u64, release);
+        } else {
+            self.records[idx].error = Some(format!(
+                "prompt {prompt} + output {output} tokens exceed max_model_len {}",
+                self.eng.profile().model_len()
+            ));
+            if release {
+                self.eng.kv.release(chain);
+            }
+            self.failed_now.push((idx, t_ms));
+        }
+        idx
+    }
+
+    /// Fill the records of requests the last advance finished; returns (record index, finish time) pairs.
+    fn collect_finished(&mut self, out: &mut Vec<(usize, f64)>) {
+        out.clear();
+        for fi in 0..self.eng.finished.len() {
+            let idx = self.eng.finished[fi];
+            let itl = self.eng.itl_summary(idx, &mut self.scratch);
+            let r = &self.eng.reqs[idx as usize];
+            let ri = r.tag as usize;
+            let rec = &mut self.records[ri];
+            rec.ok = true;
+            rec.ttft_s = Some((r.first_token_ms - r.arrival_ms) / 1000.0);
+            rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
+            rec.gen_tokens = u64::from(r.generated);
+            rec.sse_frames = u64::from(r.generated);
+            rec.cached_tokens = Some(u64::from(r.cached_tokens));
+            rec.queue_s = Some((r.admit_ms - r.arrival_ms) / 1000.0);
+            rec.itl = itl;
+            rec.finish_reason = Some("length".to_string());
+            let m = &mut self.misses;
+            let prompt = u64::from(r.prompt);
+            m.prompt_tokens += prompt;
+            m.cached_tokens += u64::from(r.cached_tokens);
+            m.designed_cached_tokens += rec.designed_cached_tokens.unwrap_or(0);
+            m.missed_tokens += prompt - u64::from(r.cached_tokens);
+            if rec.step == 0 {
+                m.cold_first_step_tokens += r.miss.cold;
+            } else {
+                m.new_content_tokens += r.miss.cold;
+            }
+            m.evicted_think_tokens += r.miss.evicted_idle;
+            m.capacity_tokens += r.miss.evicted_queued;
+            m.other_tokens += r.miss.other;
+            out.push((ri, r.finish_ms));
+        }
+        for fi in 0..self.eng.finished.len() {
+            let idx = self.eng.finished[fi];
+            self.eng.forget(idx);
+        }
+        self.eng.finished.clear();
+    }
+}
+
+fn open_requests(w: &Workload, seed: u64) -> Option<Box<dyn Iterator<Item = GenRequest>>> {
+    match w {
+        Workload::Bursty(b) => Some(Box::new(build_agent_trace(b).into_iter().map(|t| GenRequest {
+            arrival_ms: t.arrival_ms,
+            shared_prefix_tokens: t.shared_prefix_tokens,
+            unique_prompt_tokens: t.unique_prompt_tokens,
+            output_tokens: t.output_tokens,
+        }))),
+        Workload::Poisson(p) => Some(Box::new(RequestStream::poisson(p, seed))),
+        Workload::Gamma(g) => Some(Box::new(RequestStream::gamma(g, seed))),
+        _ => None,
+    }
+}
+
+fn estimate_ms(w: &Workload) -> f64 {
+    match w {
+        Workload::Bursty(b) => b.num_requests as f64 / b.mean_rps * 1000.0,
+        Workload::Poisson(p) => p.num_requests as f64 / p.rate_rps * 1000.0,
+        Workload::Gamma(g) => g.num_requests as f64 / g.rate_rps * 1000.0,
+        Workload::Sessions(s) => (s.duration_s + if s.drain { s.drain_grace_s } else { 0.0 }) * 1000.0,
+        Workload::ClosedLoop(c) => c.num_requests as f64 * 1000.0 / f64::from(c.users),
+    }
+}
+
+/// Run `sc`'s workload through an engine with `profile`.
+pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode) -> RunOut {
+    let mut d = Driver {
+        eng: Engine::new(profile.clone()),
+        records: Vec::new(),
+        misses: CacheMisses::default(),
+        timeline: Timeline::new(estimate_ms(&sc.workload)),
+        peak_kv: 0,
+        scratch: Vec::new(),
+        heap: BinaryHeap::new(),
+        seq: 0,
+        seed: sc.seed,
+        failed_now: Vec::new(),
+    };
+    let bs = profile.block_size.max(1);
+    let mut src = match (&sc.workload, mode) {
+        (Workload::Sessions(w), _) => {
+            let slots = w.slot_count();
+            let deadline_ms = w.duration_s * 1000.0;
+            let stop_ms = if w.drain {
+                deadline_ms + w.drain_grace_s * 1000.0
+            } else {
+                deadline_ms
+            };
+            for s in 0..slots {
+                let t = f64::from(s) * w.stagger_s * 1000.0;
+                if t <= deadline_ms {
+                    d.push_ev(t, s, true);
+                }
+            }
+            let slot = Slot {
+                inst: 0,
+                plan: None,
+                chain: NONE,
+                step: 0,
+                prompt: 0,
+                ok_steps: 0,
+                inst_start_ms: 0.0,
+                fail_streak: 0,
+            };
+            Source::Sessions {
+                w: w.clone(),
+                slots: vec![slot; slots as usize],
+                deadline_ms,
+                stop_ms,
+                aborted: false,
+            }
+        }
+        (Workload::ClosedLoop(c), _) => {
+            let reqs: Box<dyn Iterator<Item = GenRequest>> = Box::new(RequestStream::closed(c, sc.seed));
+            for u in 0..c.users.min(c.num_requests.min(u64::from(u32::MAX)) as u32) {
+                d.push_ev(0.0, u, false);
+            }
+            Source::Closed {
+                reqs,
+                think_ms: c.think_s * 1000.0,
+                shared: c.shared_prefix_tokens,
+            }
+        }
+        (w, Mode::AsGiven) => {
+            let reqs = open_requests(w, sc.seed).unwrap_or_else(|| Box::new(std::iter::empty()));
+            let shared = shared_of(w);
+            Source::Open {
+                reqs: reqs.peekable(),
+                shared,
+            }
+        }
+        (w, Mode::OneAtATime) => {
+            let reqs = open_requests(w, sc.seed).unwrap_or_else(|| Box::new(std::iter::empty()));
+            d.push_ev(0.0, 0, false);
+            Source::Closed {
+                reqs,
+                think_ms: 0.0,
+                shared: shared_of(w),
+            }
+        }
+    };
+    if let Source::Open { reqs, .. } = &mut src
+        && let Some(first) = reqs.peek()
+    {
+        let t = first.arrival_ms;
+        d.push_ev(t, 0, false);
+    }
+    // One common system prompt for every request with a shared prefix.
+    let shared_chain = d.eng.new_chain(NONE, 0);
+    let mut open_idx: u64 = 0;
+    let mut finished: Vec<(usize, f64)> = Vec::new();
+
+    loop {
+        // Send everything due by the engine's clock.
+        let now = d.eng.now_ms();
+        loop {
+            let next = next_time(&d);
+            let Some(t) = next else { break };
+            if t > now {
+                break;
+            }
+            dispatch(&mut src, &mut d, shared_chain, bs, &mut open_idx);
+            // Submission failures complete at once.
+            while let Some((ri, t_fail)) = d.failed_now.pop() {
+                on_done(&mut src, &mut d, ri, t_fail, false);
+            }
+        }
+        let until = next_time(&d).unwrap_or(f64::INFINITY);
+        let step_start = d.eng.now_ms();
+        match d.eng.advance(u64::MAX, until) {
+            Some(_) => {
+                for &q in &d.eng.admitted {
+                    let r = &d.eng.reqs[q as usize];
+                    if r.admit_ms >= step_start && r.preemptions == 0 {
+                        d.timeline.hit += u64::from(r.cached_tokens);
+                        d.timeline.prompt += u64::from(r.prompt);
+                    }
+                }
+                d.peak_kv = d.peak_kv.max(d.eng.kv_blocks_used());
+                d.collect_finished(&mut finished);
+                for &(ri, t) in &finished {
+                    on_done(&mut src, &mut d, ri, t, true);
+                }
+                while let Some((ri, t_fail)) = d.failed_now.pop() {
+                    on_done(&mut src, &mut d, ri, t_fail, false);
+                }
+                d.timeline.sample(&d.eng);
+            }
+            None => {
+                if until.is_infinite() {
+                    break;
+                }
+                d.eng.idle_until(until);
+                d.timeline.sample(&d.eng);
+            }
+        }
+    }
+    let stats = d.eng.stats;
+    RunOut {
+        kv_thrash: KvThrash {
+            preemptions: stats.preemptions,
+            recomputed_tokens: stats.recomputed_tokens,
+            evicted_blocks: d.eng.kv.evicted_blocks,
+            peak_kv_blocks_used: d.peak_kv,
+            kv_capacity_blocks: d.eng.kv_capacity(),
+        },
+        records: d.records,
+        timeline: d.timeline.points,
+        misses: d.misses,
+        stats,
+    }
+}
+
+fn shared_of(w: &Workload) -> u32 {
+    match w {
+        Workload::Poisson(p) => p.shared_prefix_tokens,
+        Workload::Gamma(g) => g.shared_prefix_tokens,
+        Workload::ClosedLoop(c) => c.shared_prefix_tokens,
+        // Bursty: per request, from the trace.
+        _ => 0,
+    }
+}
+
+/// Every source keeps its next event in the heap (an open-loop source: exactly its next arrival).
+fn next_time(d: &Driver) -> Option<f64> {
+    d.heap.peek().map(|e| e.t_ms)
+}
+
+/// Handle the earliest due event.
+fn dispatch(src: &mut Source, d: &mut Driver, shared_chain: u32, bs: u32, open_idx: &mut u64) {
+    let Some(ev) = d.heap.pop() else { return };
+    match src {
+        Source::Open { reqs, shared } => {
+            // The heap holds exactly one event: the next arrival.
+            if let Some(g) = reqs.next() {
+                let sh = if *shared > 0 { *shared } else { g.shared_prefix_tokens };
+                send_gen(d, ev.t_ms, g, sh, shared_chain, bs, *open_idx);
+                *open_idx += 1;
+            }
+            if let Some(n) = reqs.peek() {
+                let t = n.arrival_ms.max(ev.t_ms);
+                d.push_ev(t, 0, false);
+            }
+        }
+        Source::Closed { reqs, shared, .. } => {
+            if let Some(g) = reqs.next() {
+                let sh = if *shared > 0 { *shared } else { g.shared_prefix_tokens };
+                let ri = send_gen(d, ev.t_ms, g, sh, shared_chain, bs, *open_idx);
+                *open_idx += 1;
+                // Remember which user sent it: the record's session field holds the request index; the user is
+                // recovered from the event slot through `inst`.
+                d.records[ri].inst = ev.slot;
+            }
+        }
+        Source::Sessions {
+            w,
+            slots,
+            deadline_ms,
+            stop_ms,
+            aborted,
+        } => {
+            let s = ev.slot as usize;
+            if *aborted {
+                return;
+            }
+            if ev.start_instance {
+                if ev.t_ms > *deadline_ms {
+                    return;
+                }
+                let slot = &mut slots[s];
+                let plan = w.plan(ev.slot, slot.inst, d.seed);
+                slot.chain = d.eng.new_chain(NONE, 0);
+                slot.step = 0;
+                slot.prompt = plan.base_tokens + u64::from(plan.task_tokens);
+                slot.ok_steps = 0;
+                slot.inst_start_ms = ev.t_ms;
+                slot.plan = Some(plan);
+            } else if ev.t_ms >= *stop_ms {
+                end_instance(d, &mut slots[s]);
+                return;
+            }
+            let slot = &slots[s];
+            let Some(plan) = &slot.plan else { return };
+            let k = slot.step;
+            let designed = if k == 0 {
+                0
+            } else {
+                slot.prompt - u64::from(plan.tool_tokens)
+            };
+            let m = Meta {
+                session: u64::from(ev.slot),
+                inst: slot.inst,
+                step: k,
+                steps_asked: plan.steps,
+                base_asked: plan.base_tokens,
+                designed_cached: designed,
+            };
+            let gen_t = plan.gen_tokens[k as usize];
+            let (chain, prompt) = (slot.chain, slot.prompt);
+            d.submit(ev.t_ms, chain, prompt, gen_t, false, m);
+        }
+    }
+}
+
+fn send_gen(d: &mut Driver, t_ms: f64, g: GenRequest, shared: u32, shared_chain: u32, bs: u32, i: u64) -> usize {
+    let chain = if shared > 0 {
+        d.eng.new_chain(shared_chain, shared / bs)
+    } else {
+        d.eng.new_chain(NONE, 0)
+    };
+    let prompt = u64::from(shared) + u64::from(g.unique_prompt_tokens);
+    let m = Meta {
+        session: i,
+        inst: 0,
+        step: 0,
+        steps_asked: 1,
+        base_asked: u64::from(shared),
+        designed_cached: u64::from(shared),
+    };
+    d.submit(t_ms, chain, prompt, g.output_tokens, true, m)
+}
+
+fn end_instance(d: &mut Driver, slot: &mut Slot) {
+    if slot.chain != NONE {
+        d.eng.kv.release(slot.chain);
+        slot.chain = NONE;
+    }
+    slot.plan = None;
+}
+
+/// A request finished (or failed at submission) at `t_ms`: schedule what its sender does next.
+fn on_done(src: &mut Source, d: &mut Driver, ri: usize, t_ms: f64, ok: bool) {
+    match src {
+        Source::Open { .. } => {}
+        Source::Closed { think_ms, .. } => {
+            let user = d.records[ri].inst;
+            d.records[ri].inst = 0;
+            let t = t_ms + *think_ms;
+            d.push_ev(t, user, false);
+        }
+        Source::Sessions {
+            w,
+            slots,
+            deadline_ms,
+            stop_ms,
+            aborted,
+        } => {
+            let s = d.records[ri].session as usize;
+            let slot = &mut slots[s];
+            let Some(plan) = &slot.plan else { return };
+            let mut next_start: Option<f64> = None;
+            if ok {
+                slot.ok_steps += 1;
+                let k = slot.step as usize;
+                let t_next = t_ms + plan.think_s[k] * 1000.0;
+                slot.prompt += u64::from(plan.gen_tokens[k]) + u64::from(plan.tool_tokens);
+                slot.step += 1;
+                if slot.step < plan.steps {
+                    if t_next < *stop_ms && !*aborted {
+                        d.push_ev(t_next, s as u32, false);
+                    } else {
+                        end_instance(d, slot);
+                    }
+                    return;
+                }
+                // Completed: the session thinks once more, then the slot may respawn.
+                end_instance(d, slot);
+                slot.fail_streak = 0;
+                if w.respawn && t_next < *stop_ms {
+                    let min_start = slot.inst_start_ms + 1000.0;
+                    next_start = Some(if t_next < min_start { t_next + 1000.0 } else { t_next });
+                }
+            } else {
+                let progressed = slot.ok_steps > 0;
+                end_instance(d, slot);
+                if !w.respawn {
+                    return;
+                }
+                slot.fail_streak = if progressed { 0 } else { slot.fail_streak + 1 };
+                if slot.fail_streak >= 3 {
+                    *aborted = true;
+                    return;
+                }
+                next_start = Some(if progressed {
+                    t_ms
+                } else {
+                    t_ms + (2.0 * f64::from(slot.fail_streak)).min(30.0) * 1000.0
+                });
+            }
+            if let Some(t) = next_start
+                && t <= *deadline_ms
+                && t < *stop_ms
+                && !*aborted
+            {
+                slot.inst += 1;
+                d.push_ev(t, s as u32, true);
+            }
+        }
+    }
+}
+
+/// The overbatched diagnostic from the run's decode statistics.
+pub(crate) fn overbatched(sc: &EngineScenario, out: &RunOut) -> Overbatched {
+    let p = &sc.profile;
+    let st = &out.stats;
+    let mean_ctx = if st.decode_time_ms > 0.0 {
+        st.ctx_time / st.decode_time_ms
+    } else {
+        0.0
+    };
+    let mean_batch = if st.decode_time_ms > 0.0 {
+        st.batch_time_ms / st.decode_time_ms
+    } else {
+        0.0
+    };
+    let slope = p.per_seq_ms + p.per_ctx_token_ms * mean_ctx;
+    let slo = sc.slo.tpot_ms;
+    let limit = if p.step_fixed_ms + slope > slo {
+        Some(0)
+    } else if slope <= 0.0 {
+        None
+    } else {
+        Some(((slo - p.step_fixed_ms) / slope).floor().min(f64::from(u32::MAX)) as u32)
+    };
+    Overbatched {
+        tpot_slo_ms: slo,
+        mean_decode_context_tokens: mean_ctx,
+        slo_batch_limit: limit,
+        tpot_at_max_num_seqs_ms: p.decode_step_ms(f64::from(p.max_num_seqs), mean_ctx),
+        max_num_seqs: p.max_num_seqs,
+        mean_decode_batch: mean_batch,
+        max_running: st.max_running,
+        overbatched: limit.is_some_and(|l| l < p.max_num_seqs),
+    }
+}
