@@ -59,7 +59,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.dist.display()
         );
     }
-    let mut targets = vec![sim_target()];
+    // The built-in emulated engine, in-process on its own loopback port, is always target `sim`.
+    let sim_listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .await
+        .context("binding the sim target")?;
+    let sim_url = format!("http://{}/v1", sim_listener.local_addr()?);
+    tokio::spawn(async move {
+        let config = crate::sim_server::Config::default();
+        if let Err(e) = crate::sim_server::serve(sim_listener, config, std::future::pending()).await {
+            tracing::error!("built-in sim target stopped: {e}");
+        }
+    });
+    let mut targets = vec![sim_target(sim_url)];
     for spec in &args.targets {
         let t = parse_target(spec)?;
         if targets.iter().any(|o| o.name == t.name) {
@@ -105,10 +116,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn sim_target() -> Target {
+fn sim_target(url: String) -> Target {
     Target {
         name: "sim".into(),
-        url: "builtin".into(),
+        url,
         model: "sim".into(),
         dialect: "vllm".into(),
         api_key_env: None,
