@@ -14,6 +14,7 @@
 //! string `"3500:9,4000:9"`. Whitespace around entries is allowed, and empty entries (`"3500:9,"`) are skipped, as
 //! the seed did.
 
+pub mod solve;
 pub mod stats;
 
 use std::fmt;
@@ -21,6 +22,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use solve::{CachedDefinition, Priority, Solution, SolveError, SolveOptions, solve};
 pub use stats::{LadderStats, Margins, Shape, StatsError, Weighting, stats};
 
 /// The ladder the seed hand-solved against production (median 26,032, p90 64,648) for G = 2,703, reply 700,
