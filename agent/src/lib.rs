@@ -40,6 +40,7 @@ pub enum Command {
 
 /// Execute a parsed command line. Errors are printed once, here, with their context chain.
 pub fn run(cli: Cli) -> ExitCode {
+    init_logging();
     let result = match cli.command {
         Command::Simulate(args) => cmd::simulate::run(args),
         Command::Ladder(args) => cmd::ladder::run(args),
@@ -63,4 +64,14 @@ fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(fut: F) -
         .enable_all()
         .build()?
         .block_on(fut)
+}
+
+/// Logs go to stderr; `LOADSHAPE_LOG` (e.g. `info`, `loadshape=debug`) picks the level, `warn` by default.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOADSHAPE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
