@@ -17,10 +17,21 @@
 //!
 //! **Failed requests** (`ok == false`) are counted in [`Summary::failed`] and never scored: they add no latency
 //! samples, no tokens and no goodput, but they count as misses in the attainment ratios.
+//!
+//! **Duration** is first submit → last completion over all records (`max(t_submit + wall_s) − min(t_submit)`),
+//! the span vLLM's `benchmark_duration` measures; every rate is per second of it.
+//!
+//! **Sessions** are `(session, inst)` pairs: an agent session, or one request of open-loop traffic. A session is
+//! *good* when every one of its records completed and met every SLO.
+//!
+//! [`timeline`] bins the same records into time series (running and queued requests, submissions, completions,
+//! output tokens) for charts.
+
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{ItlSummary, RequestRecord};
+use crate::record::RequestRecord;
 use crate::scenario::ScenarioError;
 
 /// Service-level objectives a request must meet to count toward goodput (vLLM's `--goodput ttft:… tpot:… e2el:…`).
@@ -116,32 +127,41 @@ pub struct Summary {
     /// `(total_input_tokens + total_output_tokens) / duration_s`.
     pub total_token_throughput_tok_s: f64,
 
+    /// TTFT (submit → first token, vLLM `ttft`) over completed requests that saw a token: mean and nearest-rank
+    /// p50/p90/p95/p99, ms; 0 without samples.
     pub ttft_mean_ms: f64,
     pub ttft_p50_ms: f64,
     pub ttft_p90_ms: f64,
     pub ttft_p95_ms: f64,
     pub ttft_p99_ms: f64,
 
+    /// TPOT = (E2E − TTFT) / (output tokens − 1) per completed request with ≥ 2 output tokens (vLLM `tpot`,
+    /// excluding the first token): mean and nearest-rank percentiles across requests, ms; 0 without samples.
     pub tpot_mean_ms: f64,
     pub tpot_p50_ms: f64,
     pub tpot_p90_ms: f64,
     pub tpot_p95_ms: f64,
     pub tpot_p99_ms: f64,
 
-    /// ITL statistics; `None` when no record carries an [`ItlSummary`].
+    /// ITL (gap between successive streamed chunks, vLLM `itl`). Records carry a per-request summary, not every
+    /// gap, so: mean = Σ(mean_i · gaps_i) / Σ gaps_i (exactly the mean over all gaps), and the percentiles are the
+    /// gap-weighted nearest-rank percentiles of the per-request means (vLLM pools individual gaps; the two agree
+    /// when decoding is steady within a request). `gaps_i = sse_frames − 1`. `None` when no record has ITL.
     pub itl_mean_ms: Option<f64>,
     pub itl_p50_ms: Option<f64>,
     pub itl_p90_ms: Option<f64>,
     pub itl_p95_ms: Option<f64>,
     pub itl_p99_ms: Option<f64>,
 
+    /// E2E latency (submit → last byte, vLLM `e2el`) over completed requests: mean and percentiles, ms.
     pub e2el_mean_ms: f64,
     pub e2el_p50_ms: f64,
     pub e2el_p90_ms: f64,
     pub e2el_p95_ms: f64,
     pub e2el_p99_ms: f64,
 
-    /// Queue-wait statistics; `None` when no record carries `queue_s` (live runs).
+    /// Queue wait (submit → admission by the engine) over completed requests that carry `queue_s`: mean and
+    /// percentiles, ms. `None` when none does (live runs cannot see it).
     pub queue_mean_ms: Option<f64>,
     pub queue_p50_ms: Option<f64>,
     pub queue_p90_ms: Option<f64>,
@@ -168,28 +188,41 @@ pub struct Summary {
     pub step0_cached_share: Option<f64>,
 }
 
-/// Score records against SLOs. See the module docs for each definition.
+/// Score records against SLOs. See the module docs and each [`Summary`] field for the definitions.
 pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let mut s = Summary::default();
     if records.is_empty() {
         return s;
     }
-    let mut ttft = Vec::new();
-    let mut tpot = Vec::new();
-    let mut e2el = Vec::new();
+    let mut ttft = Vec::with_capacity(records.len());
+    let mut tpot = Vec::with_capacity(records.len());
+    let mut e2el = Vec::with_capacity(records.len());
     let mut queue = Vec::new();
-    let mut itl: Vec<&ItlSummary> = Vec::new();
+    // Per-request mean ITL and its weight (the number of gaps).
+    let mut itl: Vec<(f64, f64)> = Vec::new();
     let mut good = 0u64;
     let mut start = f64::INFINITY;
     let mut end = f64::NEG_INFINITY;
+    let mut sessions: HashMap<(u64, u32), bool> = HashMap::new();
+    let mut by_step: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut achieved = CachedShare::default();
+    let mut designed = CachedShare::default();
+    let mut step0 = CachedShare::default();
     for r in records {
         start = start.min(r.t_submit);
         end = end.max(r.t_submit + r.wall_s);
+        let met = r.ok && slo.met_by(r);
+        let session_good = sessions.entry((r.session, r.inst)).or_insert(true);
+        *session_good &= met;
+        let step = by_step.entry(r.step).or_insert((0, 0));
+        step.0 += 1;
+        step.1 += u64::from(met);
         if !r.ok {
             s.failed += 1;
             continue;
         }
         s.completed += 1;
+        good += u64::from(met);
         s.total_output_tokens += r.gen_tokens;
         s.total_input_tokens += r.prompt_tokens.unwrap_or(0);
         if let Some(t) = r.ttft_s {
@@ -203,10 +236,18 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
             queue.push(q * 1000.0);
         }
         if let Some(i) = &r.itl {
-            itl.push(i);
+            itl.push((i.mean_ms, r.sse_frames.saturating_sub(1).max(1) as f64));
         }
-        if slo.met_by(r) {
-            good += 1;
+        if let Some(prompt) = r.prompt_tokens {
+            if let Some(cached) = r.cached_tokens {
+                achieved.add(cached, prompt);
+                if r.step == 0 {
+                    step0.add(cached, prompt);
+                }
+            }
+            if let Some(d) = r.designed_cached_tokens {
+                designed.add(d, prompt);
+            }
         }
     }
     s.duration_s = (end - start).max(0.0);
@@ -217,40 +258,78 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     s.goodput_rps = per_s(good as f64);
     s.slo_attainment_ratio = good as f64 / records.len() as f64;
 
-    let st = Stats::of(&mut ttft);
+    s.sessions = sessions.len() as u64;
+    let good_sessions = sessions.values().filter(|g| **g).count() as f64;
+    s.session_goodput_sps = per_s(good_sessions);
+    s.session_attainment_ratio = good_sessions / sessions.len() as f64;
+    s.attainment_by_step = by_step
+        .into_iter()
+        .map(|(step, (requests, met))| StepAttainment {
+            step,
+            requests,
+            met,
+            ratio: met as f64 / requests as f64,
+        })
+        .collect();
+    s.cached_share_achieved = achieved.share();
+    s.cached_share_designed = designed.share();
+    s.step0_cached_share = step0.share();
+
     (
         s.ttft_mean_ms,
         s.ttft_p50_ms,
         s.ttft_p90_ms,
         s.ttft_p95_ms,
         s.ttft_p99_ms,
-    ) = st.tuple();
-    let st = Stats::of(&mut tpot);
+    ) = Stats::of(&mut ttft).tuple();
     (
         s.tpot_mean_ms,
         s.tpot_p50_ms,
         s.tpot_p90_ms,
         s.tpot_p95_ms,
         s.tpot_p99_ms,
-    ) = st.tuple();
-    let st = Stats::of(&mut e2el);
+    ) = Stats::of(&mut tpot).tuple();
     (
         s.e2el_mean_ms,
         s.e2el_p50_ms,
         s.e2el_p90_ms,
         s.e2el_p95_ms,
         s.e2el_p99_ms,
-    ) = st.tuple();
+    ) = Stats::of(&mut e2el).tuple();
     if !queue.is_empty() {
         let st = Stats::of(&mut queue);
-        s.queue_mean_ms = Some(st.mean);
-        s.queue_p50_ms = Some(st.p50);
-        s.queue_p90_ms = Some(st.p90);
-        s.queue_p95_ms = Some(st.p95);
-        s.queue_p99_ms = Some(st.p99);
+        (
+            s.queue_mean_ms,
+            s.queue_p50_ms,
+            s.queue_p90_ms,
+            s.queue_p95_ms,
+            s.queue_p99_ms,
+        ) = (Some(st.mean), Some(st.p50), Some(st.p90), Some(st.p95), Some(st.p99));
     }
-    let _ = itl;
+    if !itl.is_empty() {
+        let st = Stats::weighted(&mut itl);
+        (s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p95_ms, s.itl_p99_ms) =
+            (Some(st.mean), Some(st.p50), Some(st.p90), Some(st.p95), Some(st.p99));
+    }
     s
+}
+
+/// Running sums for a cached share: Σ cached / Σ prompt.
+#[derive(Debug, Default, Clone, Copy)]
+struct CachedShare {
+    cached: u64,
+    prompt: u64,
+}
+
+impl CachedShare {
+    fn add(&mut self, cached: u64, prompt: u64) {
+        self.cached += cached;
+        self.prompt += prompt;
+    }
+
+    fn share(self) -> Option<f64> {
+        (self.prompt > 0).then(|| self.cached as f64 / self.prompt as f64)
+    }
 }
 
 /// Mean and nearest-rank percentiles of one metric.
@@ -280,6 +359,36 @@ impl Stats {
         }
     }
 
+    /// Weighted mean and weighted nearest-rank percentiles of `(value, weight)` pairs (weights > 0): the
+    /// `q`-quantile is the smallest value whose cumulative weight reaches `q · Σ weight` — with unit weights the
+    /// same sample as [`percentile_sorted`]. Sorts `samples` in place.
+    fn weighted(samples: &mut [(f64, f64)]) -> Stats {
+        if samples.is_empty() {
+            return Stats::default();
+        }
+        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let total: f64 = samples.iter().map(|(_, w)| w).sum();
+        let mean = samples.iter().map(|(v, w)| v * w).sum::<f64>() / total;
+        let pick = |q: f64| {
+            let target = q * total;
+            let mut cum = 0.0;
+            for (v, w) in samples.iter() {
+                cum += w;
+                if cum >= target {
+                    return *v;
+                }
+            }
+            samples[samples.len() - 1].0
+        };
+        Stats {
+            mean,
+            p50: pick(0.50),
+            p90: pick(0.90),
+            p95: pick(0.95),
+            p99: pick(0.99),
+        }
+    }
+
     fn tuple(self) -> (f64, f64, f64, f64, f64) {
         (self.mean, self.p50, self.p90, self.p95, self.p99)
     }
@@ -298,4 +407,101 @@ pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
 pub fn nearest_rank_index(n: usize, q: f64) -> usize {
     let pos = (q * n as f64).ceil() - 1.0;
     if pos <= 0.0 { 0 } else { (pos as usize).min(n - 1) }
+}
+
+/// The most bins [`timeline`] returns; a finer `bin_s` is widened to fit.
+pub const MAX_TIMELINE_BINS: usize = 100_000;
+
+/// One time bin of [`timeline`]: what happened in `[t_s, t_s + bin_s)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TimelineBin {
+    /// Bin start, seconds since the run's origin.
+    pub t_s: f64,
+    /// Time-averaged number of requests running in the bin (admitted and not finished; for records without
+    /// `queue_s`, i.e. live runs, from submit to finish: in flight).
+    pub running: f64,
+    /// Time-averaged number of requests queued (submitted, not yet admitted: `t_submit .. t_submit + queue_s`).
+    pub queued: f64,
+    /// Requests submitted in the bin.
+    pub submitted: u64,
+    /// Requests that completed (`ok`) in the bin.
+    pub completed: u64,
+    /// Requests that failed in the bin.
+    pub failed: u64,
+    /// Output tokens of the requests that completed in the bin.
+    pub output_tokens: u64,
+}
+
+/// Bin records into a time series for charts: bins of `bin_s` seconds from `min(0, first submit)` to the last
+/// completion. Occupancy (`running`, `queued`) is the exact time average over each bin (the integral of the count
+/// divided by `bin_s`), so it is independent of where events fall inside a bin. Returns no bins for no records or a
+/// `bin_s` that is not a positive number; widens `bin_s` so that at most [`MAX_TIMELINE_BINS`] bins come back.
+pub fn timeline(records: &[RequestRecord], bin_s: f64) -> Vec<TimelineBin> {
+    if records.is_empty() || !(bin_s.is_finite() && bin_s > 0.0) {
+        return Vec::new();
+    }
+    let t0 = records.iter().map(|r| r.t_submit).fold(0.0f64, f64::min);
+    let t_end = records
+        .iter()
+        .map(|r| r.t_submit + r.wall_s.max(0.0))
+        .fold(t0, f64::max);
+    if !(t0.is_finite() && t_end.is_finite()) {
+        return Vec::new();
+    }
+    let span = t_end - t0;
+    let mut bin_s = bin_s;
+    if span / bin_s >= MAX_TIMELINE_BINS as f64 {
+        bin_s = span / (MAX_TIMELINE_BINS - 1) as f64;
+    }
+    let n_bins = ((span / bin_s).floor() as usize + 1).min(MAX_TIMELINE_BINS);
+    let index = |t: f64| (((t - t0) / bin_s).floor().max(0.0) as usize).min(n_bins - 1);
+
+    let mut bins: Vec<TimelineBin> = (0..n_bins)
+        .map(|i| TimelineBin {
+            t_s: t0 + i as f64 * bin_s,
+            ..TimelineBin::default()
+        })
+        .collect();
+    // Occupancy: partial overlaps added directly, whole bins through a difference array.
+    let mut running_full = vec![0.0f64; n_bins + 1];
+    let mut queued_full = vec![0.0f64; n_bins + 1];
+    let mut running_part = vec![0.0f64; n_bins];
+    let mut queued_part = vec![0.0f64; n_bins];
+    let add_interval = |a: f64, b: f64, full: &mut [f64], part: &mut [f64]| {
+        if b <= a {
+            return;
+        }
+        let (i0, i1) = (index(a), index(b));
+        if i0 == i1 {
+            part[i0] += b - a;
+        } else {
+            part[i0] += t0 + (i0 + 1) as f64 * bin_s - a;
+            part[i1] += b - (t0 + i1 as f64 * bin_s);
+            full[i0 + 1] += 1.0;
+            full[i1] -= 1.0;
+        }
+    };
+    for r in records {
+        let submit = r.t_submit;
+        let end = r.t_submit + r.wall_s.max(0.0);
+        let admit = (submit + r.queue_s.unwrap_or(0.0).max(0.0)).min(end);
+        add_interval(submit, admit, &mut queued_full, &mut queued_part);
+        add_interval(admit, end, &mut running_full, &mut running_part);
+        bins[index(submit)].submitted += 1;
+        let done = &mut bins[index(end)];
+        if r.ok {
+            done.completed += 1;
+            done.output_tokens += r.gen_tokens;
+        } else {
+            done.failed += 1;
+        }
+    }
+    let (mut running_count, mut queued_count) = (0.0, 0.0);
+    for (i, bin) in bins.iter_mut().enumerate() {
+        running_count += running_full[i];
+        queued_count += queued_full[i];
+        bin.running = running_count + running_part[i] / bin_s;
+        bin.queued = queued_count + queued_part[i] / bin_s;
+    }
+    bins
 }

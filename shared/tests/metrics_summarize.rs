@@ -1,0 +1,243 @@
+//! `shared::metrics` on small hand-built record sets whose every figure is computed by hand in the comments.
+
+use shared::metrics::{Slo, StepAttainment, nearest_rank_index, percentile_sorted, summarize, timeline};
+use shared::record::{ItlSummary, RequestRecord, UsageSource};
+
+/// A completed request: submitted at `t`, first token after `ttft` s, done after `wall` s, `gen` tokens.
+fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -> RequestRecord {
+    RequestRecord {
+        schema: 1,
+        session,
+        inst: 0,
+        step,
+        steps_asked: 2,
+        base_asked: 1000,
+        ok: true,
+        t_submit: t,
+        ttft_s: Some(ttft),
+        wall_s: wall,
+        gen_tokens,
+        asked_tokens: gen_tokens,
+        prompt_tokens: None,
+        cached_tokens: None,
+        designed_cached_tokens: None,
+        sse_frames: gen_tokens,
+        prompt_chars: 0,
+        queue_s: None,
+        itl: None,
+        finish_reason: Some("length".to_string()),
+        usage_source: UsageSource::Simulated,
+        error: None,
+    }
+}
+
+fn failed(session: u64, step: u32, t: f64, wall: f64) -> RequestRecord {
+    RequestRecord {
+        ok: false,
+        ttft_s: None,
+        gen_tokens: 0,
+        error: Some("reset".to_string()),
+        ..rec(session, step, t, 0.0, wall, 0)
+    }
+}
+
+const SLO: Slo = Slo {
+    ttft_ms: 500.0,
+    tpot_ms: 50.0,
+    e2e_ms: None,
+};
+
+#[test]
+fn nearest_rank_is_the_seeds_definition() {
+    // ceil(q·n) − 1, clamped.
+    assert_eq!(nearest_rank_index(1, 0.99), 0);
+    assert_eq!(nearest_rank_index(4, 0.5), 1);
+    assert_eq!(nearest_rank_index(5, 0.5), 2);
+    assert_eq!(nearest_rank_index(80, 0.99), 79);
+    assert_eq!(nearest_rank_index(100, 0.99), 98);
+    assert_eq!(nearest_rank_index(10, 0.0), 0);
+    let v = [1.0, 2.0, 3.0, 4.0];
+    assert_eq!(percentile_sorted(&v, 0.5), 2.0);
+    assert_eq!(percentile_sorted(&v, 0.9), 4.0);
+    assert_eq!(percentile_sorted(&[], 0.5), 0.0);
+}
+
+#[test]
+fn latency_throughput_and_goodput_by_hand() {
+    // Session 0: step 0 at t=0: TTFT 0.1 s, E2E 1.1 s, 11 tokens → TPOT (1.1−0.1)/10 = 100 ms (misses TPOT 50).
+    //            step 1 at t=2: TTFT 0.2 s, E2E 0.7 s, 11 tokens → TPOT 50 ms (meets: <=).
+    // Session 1: step 0 at t=1: TTFT 0.6 s (misses TTFT), E2E 1.0, 5 tokens → TPOT 100 ms.
+    //            step 1 at t=3: TTFT 0.3 s, E2E 0.3 s, 1 token → no TPOT sample; counts as 0 for goodput → meets.
+    // Session 2: step 0 at t=0.5: failed after 0.5 s.
+    let records = vec![
+        rec(0, 0, 0.0, 0.1, 1.1, 11),
+        rec(0, 1, 2.0, 0.2, 0.7, 11),
+        rec(1, 0, 1.0, 0.6, 1.0, 5),
+        rec(1, 1, 3.0, 0.3, 0.3, 1),
+        failed(2, 0, 0.5, 0.5),
+    ];
+    let s = summarize(&records, &SLO);
+    assert_eq!((s.completed, s.failed), (4, 1));
+    // Duration: first submit 0 → last completion max(1.1, 2.7, 2.0, 3.3, 1.0) = 3.3 s.
+    assert!((s.duration_s - 3.3).abs() < 1e-12);
+    assert_eq!(s.total_output_tokens, 28);
+    assert!((s.request_throughput_rps - 4.0 / 3.3).abs() < 1e-12);
+    assert!((s.output_throughput_tok_s - 28.0 / 3.3).abs() < 1e-12);
+    // TTFT samples (ms) sorted: 100, 200, 300, 600 → mean 300, p50 index 1 = 200, p90/p95/p99 index 3 = 600.
+    assert!((s.ttft_mean_ms - 300.0).abs() < 1e-9);
+    assert!((s.ttft_p50_ms - 200.0).abs() < 1e-9);
+    assert!((s.ttft_p90_ms - 600.0).abs() < 1e-9);
+    assert!((s.ttft_p99_ms - 600.0).abs() < 1e-9);
+    // TPOT samples: 100, 50, 100 (the 1-token request has none) → sorted 50, 100, 100; mean 250/3; p50 index 1.
+    assert!((s.tpot_mean_ms - 250.0 / 3.0).abs() < 1e-9);
+    assert!((s.tpot_p50_ms - 100.0).abs() < 1e-9);
+    // E2E: 300, 700, 1000, 1100 → p50 = 700, p99 = 1100.
+    assert!((s.e2el_p50_ms - 700.0).abs() < 1e-9);
+    assert!((s.e2el_p99_ms - 1100.0).abs() < 1e-9);
+    assert_eq!(s.queue_p50_ms, None);
+    assert_eq!(s.itl_mean_ms, None);
+    // Good requests: (0,1) and (1,1) → goodput 2 / 3.3; attainment 2 of 5 records.
+    assert!((s.goodput_rps - 2.0 / 3.3).abs() < 1e-12);
+    assert!((s.slo_attainment_ratio - 0.4).abs() < 1e-12);
+    // Sessions: 0 (step 0 missed), 1 (step 0 missed), 2 (failed) → none good.
+    assert_eq!(s.sessions, 3);
+    assert_eq!(s.session_goodput_sps, 0.0);
+    assert_eq!(s.session_attainment_ratio, 0.0);
+    assert_eq!(
+        s.attainment_by_step,
+        vec![
+            StepAttainment {
+                step: 0,
+                requests: 3,
+                met: 0,
+                ratio: 0.0
+            },
+            StepAttainment {
+                step: 1,
+                requests: 2,
+                met: 2,
+                ratio: 1.0
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_session_is_good_only_if_every_step_is() {
+    // Session 0: both steps meet the SLOs. Session 1: step 1 misses TTFT. Session 0 inst 1 (respawn): good.
+    let mut respawn = rec(0, 0, 5.0, 0.1, 0.2, 3);
+    respawn.inst = 1;
+    // TPOT (0.5 − 0.1) / 10 = 40 ms; the respawn's (0.2 − 0.1) / 2 = 50 ms (meets: <=).
+    let records = vec![
+        rec(0, 0, 0.0, 0.1, 0.5, 11),
+        rec(0, 1, 1.0, 0.1, 0.5, 11),
+        rec(1, 0, 0.0, 0.1, 0.5, 11),
+        rec(1, 1, 1.0, 0.9, 1.0, 11),
+        respawn,
+    ];
+    let s = summarize(&records, &SLO);
+    // Duration 0 → 5.2 s. Good sessions: (0,0) and (0,1) → 2 of 3.
+    assert_eq!(s.sessions, 3);
+    assert!((s.session_attainment_ratio - 2.0 / 3.0).abs() < 1e-12);
+    assert!((s.session_goodput_sps - 2.0 / 5.2).abs() < 1e-12);
+    // An E2E target of 400 ms fails every 500 ms request: only the respawned one (200 ms) stays good.
+    let strict = Slo {
+        e2e_ms: Some(400.0),
+        ..SLO
+    };
+    let s = summarize(&records, &strict);
+    assert!((s.session_attainment_ratio - 1.0 / 3.0).abs() < 1e-12);
+    assert!((s.slo_attainment_ratio - 0.2).abs() < 1e-12);
+}
+
+#[test]
+fn cached_shares_designed_achieved_and_step0() {
+    let mut a = rec(0, 0, 0.0, 0.1, 0.5, 5);
+    (a.prompt_tokens, a.cached_tokens, a.designed_cached_tokens) = (Some(1000), Some(0), Some(0));
+    let mut b = rec(0, 1, 1.0, 0.1, 0.5, 5);
+    (b.prompt_tokens, b.cached_tokens, b.designed_cached_tokens) = (Some(2000), Some(1500), Some(1900));
+    let mut c = rec(1, 0, 0.0, 0.1, 0.5, 5);
+    (c.prompt_tokens, c.cached_tokens, c.designed_cached_tokens) = (Some(1000), Some(512), None);
+    // No usage detail: ignored by the shares.
+    let d = rec(1, 1, 1.0, 0.1, 0.5, 5);
+    let s = summarize(&[a, b, c, d], &SLO);
+    // Achieved: (0 + 1500 + 512) / (1000 + 2000 + 1000) = 2012 / 4000.
+    assert_eq!(s.cached_share_achieved, Some(2012.0 / 4000.0));
+    // Designed: (0 + 1900) / (1000 + 2000).
+    assert_eq!(s.cached_share_designed, Some(1900.0 / 3000.0));
+    // Step 0: (0 + 512) / (1000 + 1000).
+    assert_eq!(s.step0_cached_share, Some(512.0 / 2000.0));
+    assert_eq!(s.total_input_tokens, 4000);
+}
+
+#[test]
+fn queue_and_itl() {
+    let mut a = rec(0, 0, 0.0, 0.1, 0.5, 11);
+    a.queue_s = Some(0.02);
+    a.itl = Some(ItlSummary {
+        mean_ms: 40.0,
+        p50_ms: 40.0,
+        p99_ms: 45.0,
+        max_ms: 50.0,
+    });
+    let mut b = rec(1, 0, 0.0, 0.1, 0.5, 31);
+    b.queue_s = Some(0.0);
+    b.itl = Some(ItlSummary {
+        mean_ms: 10.0,
+        p50_ms: 10.0,
+        p99_ms: 12.0,
+        max_ms: 15.0,
+    });
+    let s = summarize(&[a, b], &SLO);
+    // Queue samples 0, 20 ms → mean 10, p50 index 0 = 0, p99 = 20.
+    assert_eq!(s.queue_mean_ms, Some(10.0));
+    assert_eq!(s.queue_p50_ms, Some(0.0));
+    assert_eq!(s.queue_p99_ms, Some(20.0));
+    // ITL: 10 gaps at 40 ms and 30 gaps at 10 ms → mean (400 + 300) / 40 = 17.5; weighted p50 (20 of 40) = 10,
+    // p90 (36 of 40: cumulative 30 at 10 ms, 40 at 40 ms) = 40.
+    assert_eq!(s.itl_mean_ms, Some(17.5));
+    assert_eq!(s.itl_p50_ms, Some(10.0));
+    assert_eq!(s.itl_p90_ms, Some(40.0));
+}
+
+#[test]
+fn empty_input_is_all_zero() {
+    let s = summarize(&[], &SLO);
+    assert_eq!((s.completed, s.failed, s.sessions), (0, 0, 0));
+    assert_eq!(s.duration_s, 0.0);
+    assert!(timeline(&[], 1.0).is_empty());
+}
+
+#[test]
+fn timeline_time_averages_by_hand() {
+    // A: submit 0.0, queued 0.5 s, running 0.5 → 2.5 (wall 2.5). B: submit 1.0, no queue, running 1.0 → 1.5.
+    let mut a = rec(0, 0, 0.0, 0.6, 2.5, 10);
+    a.queue_s = Some(0.5);
+    let b = rec(1, 0, 1.0, 0.1, 0.5, 4);
+    let bins = timeline(&[a, b], 1.0);
+    // Span 0 → 2.5: bins [0,1), [1,2), [2,3).
+    assert_eq!(bins.len(), 3);
+    assert_eq!(bins.iter().map(|b| b.t_s).collect::<Vec<_>>(), vec![0.0, 1.0, 2.0]);
+    // Queued: A for 0.5 of bin 0.
+    assert_eq!(bins.iter().map(|b| b.queued).collect::<Vec<_>>(), vec![0.5, 0.0, 0.0]);
+    // Running: bin 0: A 0.5; bin 1: A 1.0 + B 0.5; bin 2: A 0.5.
+    assert_eq!(bins.iter().map(|b| b.running).collect::<Vec<_>>(), vec![0.5, 1.5, 0.5]);
+    assert_eq!(bins.iter().map(|b| b.submitted).collect::<Vec<_>>(), vec![1, 1, 0]);
+    assert_eq!(bins.iter().map(|b| b.completed).collect::<Vec<_>>(), vec![0, 1, 1]);
+    assert_eq!(bins.iter().map(|b| b.output_tokens).collect::<Vec<_>>(), vec![0, 4, 10]);
+}
+
+#[test]
+fn timeline_long_interval_and_bin_cap() {
+    // One request running 0 → 10 s with 1 s bins: 1.0 in every bin of the span.
+    let a = rec(0, 0, 0.0, 0.1, 10.0, 10);
+    let bins = timeline(&[a.clone()], 1.0);
+    assert_eq!(bins.len(), 11);
+    for b in &bins[..10] {
+        assert!((b.running - 1.0).abs() < 1e-12, "{b:?}");
+    }
+    assert_eq!(bins[10].running, 0.0);
+    assert!(timeline(&[a.clone()], 0.0).is_empty());
+    assert!(timeline(&[a.clone()], f64::NAN).is_empty());
+    assert!(timeline(&[a], 1e-9).len() <= shared::metrics::MAX_TIMELINE_BINS);
+}
