@@ -14,6 +14,7 @@
 //! string `"3500:9,4000:9"`. Whitespace around entries is allowed, and empty entries (`"3500:9,"`) are skipped, as
 //! the seed did.
 
+pub mod fit;
 pub mod solve;
 pub mod stats;
 
@@ -22,6 +23,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+pub use fit::{FitError, FitTargets, LogRow, ParsedLog, fit_targets, parse_log};
 pub use solve::{CachedDefinition, Priority, Solution, SolveError, SolveOptions, solve};
 pub use stats::{LadderStats, Margins, Shape, StatsError, Weighting, stats};
 
