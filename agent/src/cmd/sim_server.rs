@@ -1,13 +1,14 @@
 //! `loadshape sim-server`: the built-in emulated engine as an OpenAI-compatible streaming server.
 //!
-//! Run with `loadshape sim-server --port 8000` and point any OpenAI client (or `loadshape replay`) at
-//! `http://127.0.0.1:8000/v1`. See `docs/replay.md` for the tokenization rule and the fault-injection flags.
+//! Run with `loadshape sim-server --port 8000 [--profile llama-3-8b-1xh100]` and point any OpenAI client (or
+//! `loadshape replay`) at `http://127.0.0.1:8000/v1`. See `docs/replay.md` for the tokenization rule, the engine
+//! and the fault-injection flags.
 
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use shared::engine::presets;
 
-use crate::sim_server::lite::LiteProfile;
 use crate::sim_server::{self, Config, EngineChoice, Faults};
 
 #[derive(Debug, clap::Args)]
@@ -21,6 +22,27 @@ pub struct Args {
     /// Model id served on /v1/models.
     #[arg(long, default_value = "sim")]
     pub model: String,
+    /// Engine preset to emulate (see `--profile list`).
+    #[arg(long, default_value = "llama-3-8b-1xh100")]
+    pub profile: String,
+    /// Override the preset's prefill speed, tokens per ms.
+    #[arg(long)]
+    pub prefill_tok_per_ms: Option<f64>,
+    /// Override the preset's fixed step time, ms (the TPOT floor at batch 1).
+    #[arg(long)]
+    pub step_fixed_ms: Option<f64>,
+    /// Override the preset's step time per running sequence, ms.
+    #[arg(long)]
+    pub per_seq_ms: Option<f64>,
+    /// Override the preset's sequence limit (vLLM --max-num-seqs).
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// Override the preset's KV cache size, blocks.
+    #[arg(long)]
+    pub num_kv_blocks: Option<u64>,
+    /// Turn automatic prefix caching off.
+    #[arg(long)]
+    pub no_prefix_caching: bool,
     /// Emulated time runs this many times faster than wall time.
     #[arg(long, default_value_t = 1.0)]
     pub speed: f64,
@@ -30,24 +52,6 @@ pub struct Args {
     /// Output length of requests whose length is not forced (no ignore_eos / min_tokens): the emulated EOS.
     #[arg(long)]
     pub natural_len: Option<u32>,
-    /// Prefill speed of the emulated engine, tokens per ms.
-    #[arg(long, default_value_t = LiteProfile::default().prefill_tokens_per_ms)]
-    pub prefill_tok_per_ms: f64,
-    /// Decode step time with an empty batch, ms.
-    #[arg(long, default_value_t = LiteProfile::default().base_tpot_ms)]
-    pub base_tpot_ms: f64,
-    /// Added step time per running sequence, ms.
-    #[arg(long, default_value_t = LiteProfile::default().batch_tpot_slope_ms)]
-    pub tpot_slope_ms: f64,
-    /// Most sequences decoding at once.
-    #[arg(long, default_value_t = LiteProfile::default().max_batch_slots)]
-    pub max_batch_slots: usize,
-    /// Tokens per prefix-cache block.
-    #[arg(long, default_value_t = LiteProfile::default().block_size)]
-    pub block_size: usize,
-    /// Prefix-cache capacity, blocks.
-    #[arg(long, default_value_t = LiteProfile::default().cache_blocks)]
-    pub cache_blocks: usize,
     /// Fault injection: answer 503 to every request after the first N.
     #[arg(long)]
     pub fail_after: Option<u64>,
@@ -70,31 +74,38 @@ pub struct Args {
 impl Args {
     /// Validate and turn the flags into a server [`Config`].
     pub fn config(&self) -> anyhow::Result<Config> {
-        let positive = |name: &str, v: f64| {
-            anyhow::ensure!(v.is_finite() && v > 0.0, "--{name} must be > 0 (got {v})");
-            Ok(())
+        let names = || {
+            presets::all()
+                .into_iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         };
-        positive("speed", self.speed)?;
-        positive("prefill-tok-per-ms", self.prefill_tok_per_ms)?;
+        let mut profile = presets::by_name(&self.profile)
+            .with_context(|| format!("--profile {:?} is not a preset (one of: {})", self.profile, names()))?;
+        if let Some(v) = self.prefill_tok_per_ms {
+            profile.prefill_tokens_per_ms = v;
+        }
+        if let Some(v) = self.step_fixed_ms {
+            profile.step_fixed_ms = v;
+        }
+        if let Some(v) = self.per_seq_ms {
+            profile.per_seq_ms = v;
+        }
+        if let Some(v) = self.max_num_seqs {
+            profile.max_num_seqs = v;
+        }
+        if let Some(v) = self.num_kv_blocks {
+            profile.num_kv_blocks = v;
+        }
+        if self.no_prefix_caching {
+            profile.enable_prefix_caching = false;
+        }
+        profile.validate().map_err(|e| anyhow::anyhow!("profile: {e}"))?;
         anyhow::ensure!(
-            self.base_tpot_ms.is_finite() && self.base_tpot_ms >= 0.0,
-            "--base-tpot-ms must be >= 0 (got {})",
-            self.base_tpot_ms
-        );
-        anyhow::ensure!(
-            self.tpot_slope_ms.is_finite() && self.tpot_slope_ms >= 0.0,
-            "--tpot-slope-ms must be >= 0 (got {})",
-            self.tpot_slope_ms
-        );
-        anyhow::ensure!(
-            self.max_batch_slots >= 1,
-            "--max-batch-slots must be >= 1 (got {})",
-            self.max_batch_slots
-        );
-        anyhow::ensure!(
-            self.block_size >= 1,
-            "--block-size must be >= 1 (got {})",
-            self.block_size
+            self.speed.is_finite() && self.speed > 0.0,
+            "--speed must be > 0 (got {})",
+            self.speed
         );
         anyhow::ensure!(
             self.tokens_per_frame >= 1,
@@ -108,14 +119,7 @@ impl Args {
         );
         Ok(Config {
             model: self.model.clone(),
-            engine: EngineChoice::Lite(LiteProfile {
-                prefill_tokens_per_ms: self.prefill_tok_per_ms,
-                base_tpot_ms: self.base_tpot_ms,
-                batch_tpot_slope_ms: self.tpot_slope_ms,
-                max_batch_slots: self.max_batch_slots,
-                block_size: self.block_size,
-                cache_blocks: self.cache_blocks,
-            }),
+            engine: EngineChoice::Profile(profile),
             speed: self.speed,
             tokens_per_frame: self.tokens_per_frame,
             natural_len: self.natural_len,
@@ -132,15 +136,35 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.profile == "list" {
+        for p in presets::all() {
+            println!("{:<28} {}", p.name, p.basis);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = args.config()?;
     let addr = format!("{}:{}", args.host, args.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    println!("loadshape sim-server listening on http://{local} (OpenAI base URL http://{local}/v1)");
+    println!(
+        "loadshape sim-server ({}) listening on http://{local} (OpenAI base URL http://{local}/v1)",
+        args.profile
+    );
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
     };
     sim_server::serve(listener, config, shutdown).await.context("serving")?;
     Ok(ExitCode::SUCCESS)

@@ -32,8 +32,8 @@ pub enum StepEvent {
     Finished { id: u64 },
 }
 
-/// A step-able iteration-level engine. Implemented by `shared::engine::Engine` (adapter) and by the built-in
-/// fallback [`super::lite::LiteEngine`].
+/// A step-able iteration-level engine: `shared::engine::Engine` behind [`super::shared_engine::SharedEngine`],
+/// or a scripted engine in tests.
 pub trait StepEngine: Send + 'static {
     /// Queue a request; its prompt is `prompt_tokens` long with the given full-block chained hashes.
     fn submit(&mut self, now_ms: f64, prompt_tokens: u32, block_hashes: Vec<u64>, output_tokens: u32) -> u64;

@@ -14,7 +14,7 @@
 //! [`serve`] runs it on a listener; `loadshape serve` mounts it as target `sim`.
 
 pub mod engine;
-pub mod lite;
+pub mod shared_engine;
 pub mod tokenize;
 
 use std::convert::Infallible;
@@ -35,7 +35,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use engine::{EngineHandle, ReqEvent, StepEngine};
-use lite::{LiteEngine, LiteProfile};
+use shared::engine::EngineProfile;
+use shared_engine::SharedEngine;
 
 /// Fault injection, for tests of clients.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,18 +54,24 @@ pub struct Faults {
 
 /// Which engine model the server emulates.
 pub enum EngineChoice {
-    Lite(LiteProfile),
-    /// Any step-able engine (e.g. `shared::engine::Engine` behind an adapter), built when the router starts.
+    /// `shared::engine::Engine` with this profile (the simulator's engine).
+    Profile(EngineProfile),
+    /// Any step-able engine, built when the router starts (tests use this to script an engine).
     Custom(Box<dyn Fn() -> Box<dyn StepEngine> + Send + Sync>),
 }
 
 impl std::fmt::Debug for EngineChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            EngineChoice::Lite(p) => f.debug_tuple("Lite").field(p).finish(),
+            EngineChoice::Profile(p) => f.debug_tuple("Profile").field(&p.name).finish(),
             EngineChoice::Custom(_) => f.write_str("Custom"),
         }
     }
+}
+
+/// The default emulated engine: the Llama-3-8B on one H100 preset.
+pub fn default_profile() -> EngineProfile {
+    shared::engine::presets::llama3_8b_h100()
 }
 
 /// Everything the server needs.
@@ -87,7 +94,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             model: "sim".into(),
-            engine: EngineChoice::Lite(LiteProfile::default()),
+            engine: EngineChoice::Profile(default_profile()),
             speed: 1.0,
             tokens_per_frame: 1,
             natural_len: None,
@@ -112,7 +119,7 @@ struct AppState {
 /// The server's routes. Must be called inside a tokio runtime (it starts the engine task).
 pub fn router(config: Config) -> Router {
     let engine: Box<dyn StepEngine> = match config.engine {
-        EngineChoice::Lite(p) => Box::new(LiteEngine::new(p)),
+        EngineChoice::Profile(p) => Box::new(SharedEngine::new(p)),
         EngineChoice::Custom(make) => make(),
     };
     let state = Arc::new(AppState {
@@ -285,9 +292,12 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     let finish_reason = if out_tokens == max { "length" } else { "stop" };
     let out_tokens = out_tokens as u32;
 
-    let tokens = tokenize::tokenize(&text);
+    // Prompt tokens, then the output's tokens (known in advance), hashed into blocks: a later prompt that resends
+    // this prompt and its reply hits the cache for both, as in vLLM.
+    let mut tokens = tokenize::tokenize(&text);
     let prompt_tokens = tokens.len().min(u32::MAX as usize) as u32;
-    let blocks = tokenize::block_hashes(&tokens, st.engine.block_size);
+    tokens.extend((0..out_tokens).map(|i| tokenize::gen_token_id(n, i)));
+    let blocks = shared::engine::PromptBlocks::from_tokens(&tokens, st.engine.block_size as u32).block_hashes;
     drop(tokens);
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
@@ -438,6 +448,11 @@ impl Gen {
                             }
                         }
                         Some(ReqEvent::Finished) => {
+                            if self.sent + self.pending == 0 && self.out_tokens > 0 {
+                                self.phase = Phase::Done;
+                                let frame = "data: {\"object\":\"error\",\"error\":{\"message\":\"the request does not fit the emulated engine (prompt + output exceed max_model_len or the KV cache)\",\"type\":\"BadRequestError\",\"code\":400}}\n\n";
+                                return Some(Ok(Bytes::from_static(frame.as_bytes())));
+                            }
                             if self.pending > 0 {
                                 let frame = self.token_frame(self.pending, true);
                                 self.sent += self.pending;
@@ -565,6 +580,12 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Result<impl IntoResponse, I
         "counter",
         "Count of successfully processed requests.",
         m.request_success_total.load(r),
+    );
+    put(
+        "loadshape_sim:requests_received_total",
+        "counter",
+        "Generation requests received (including rejected ones).",
+        st.requests.load(r),
     );
     put(
         "loadshape_sim:requests_rejected_total",

@@ -7,9 +7,11 @@
 //! word and 2.4 per code word (a real BPE tokenizer gives 1.125 and 1.80), so `usage.prompt_tokens` is of the same
 //! order as the designed size but not equal to it; the cached SHARE is what the rule keeps honest.
 //!
-//! Each token's id is a 32-bit FNV-1a hash of its bytes. The prompt's full blocks of `block_size` tokens are
-//! chained-hashed (each block's hash covers all tokens before it, as vLLM's prefix cache does), so two prompts
-//! share cached blocks exactly as far as they share a token prefix.
+//! Each token's id is a 32-bit FNV-1a hash of its bytes. The full blocks of `block_size` tokens are chained-hashed
+//! with `shared::engine::PromptBlocks::from_tokens` (each block's hash covers all tokens before it, as vLLM's
+//! prefix cache does), so two prompts share cached blocks exactly as far as they share a token prefix. The hashes
+//! also cover the output the server will stream (its tokens are known in advance), so, as in vLLM, the next
+//! prompt that resends prompt + reply hits the cache for both.
 //!
 //! Generated text is a sequence of `" word"` tokens from a small vocabulary, so a reply re-sent inside the next
 //! prompt tokenizes back to exactly the same number of tokens.
@@ -68,21 +70,6 @@ fn for_each_piece(text: &str, mut f: impl FnMut(&str)) {
     }
 }
 
-/// Chained hashes of the full `block_size`-token blocks of `tokens` (a partial last block is not cacheable).
-pub fn block_hashes(tokens: &[u32], block_size: usize) -> Vec<u64> {
-    let bs = block_size.max(1);
-    let mut out = Vec::with_capacity(tokens.len() / bs);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for block in tokens.chunks_exact(bs) {
-        for &t in block {
-            h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3);
-            h ^= h >> 29;
-        }
-        out.push(h);
-    }
-    out
-}
-
 /// The generated vocabulary: plain lowercase words, each emitted with a leading space.
 pub const VOCAB: [&str; 16] = [
     " the",
@@ -102,6 +89,11 @@ pub const VOCAB: [&str; 16] = [
     " index",
     " returns",
 ];
+
+/// Token id of generated token `i` of request `req` (what [`tokenize`] gives for its text).
+pub fn gen_token_id(req: u64, i: u32) -> u32 {
+    fnv1a(gen_token(req, i).trim_start().as_bytes())
+}
 
 /// Text of generated token `i` of request `req` (deterministic).
 pub fn gen_token(req: u64, i: u32) -> &'static str {
@@ -128,6 +120,8 @@ mod tests {
     fn generated_text_round_trips() {
         let text: String = (0..50).map(|i| gen_token(7, i)).collect();
         assert_eq!(count_tokens(&text), 50);
+        let ids: Vec<u32> = (0..50).map(|i| gen_token_id(7, i)).collect();
+        assert_eq!(tokenize(&text), ids);
     }
 
     #[test]
@@ -135,7 +129,8 @@ mod tests {
         let a = tokenize(&"x y z ".repeat(20)); // 60 tokens
         let mut b = a.clone();
         b[40] ^= 1;
-        let (ha, hb) = (block_hashes(&a, 16), block_hashes(&b, 16));
+        let blocks = |t: &[u32]| shared::engine::PromptBlocks::from_tokens(t, 16).block_hashes;
+        let (ha, hb) = (blocks(&a), blocks(&b));
         assert_eq!(ha.len(), 3);
         assert_eq!(ha[..2], hb[..2]);
         assert_ne!(ha[2], hb[2]);
