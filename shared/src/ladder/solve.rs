@@ -765,7 +765,7 @@ fn add_notes(o: &SolveOptions, sol: &mut Solution) {
             ));
         }
     }
-    if sol.min_margin < 0.005 {
+    if sol.min_margin < 0.001 {
         sol.notes.push(format!(
             "the fit is fragile: a percentile moves if the cumulative share shifts by {:.3} percentage points \
              (try --prefer-margins)",
