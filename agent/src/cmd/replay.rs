@@ -259,6 +259,7 @@ fn from_scenario(path: &Path, a: &Args, nonce: u64) -> anyhow::Result<(Traffic, 
             let shared::seed_model::SeedWorkload::Bursty(b) = &s.workload;
             (Workload::Bursty(b.clone()), a.seed.unwrap_or(0), s.slo, s.closed_loop)
         }
+        Scenario::Engine(e) => (e.workload.clone(), a.seed.unwrap_or(e.seed), e.slo, false),
         _ => anyhow::bail!("{}: this scenario model cannot be replayed live", path.display()),
     };
     let traffic = match &workload {

@@ -1,0 +1,300 @@
+//! `loadshape sim-server`'s HTTP surface through `router()` with `tower::ServiceExt::oneshot`: routes, streaming
+//! frames and usage, MTP-like packing, length control, the prefix cache, metrics, and each injected fault.
+
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode};
+use loadshape::sim_server::{Config, Faults, router, tokenize};
+use serde_json::{Value, json};
+use tower::ServiceExt as _;
+
+fn fast() -> Config {
+    Config {
+        speed: 50.0,
+        ..Config::default()
+    }
+}
+
+async fn call(app: &axum::Router, path: &str, body: Value) -> (StatusCode, Result<String, String>) {
+    let req = Request::post(path)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let resp = app.clone().oneshot(req).await.unwrap_or_else(|e| match e {});
+    let status = resp.status();
+    let bytes = to_bytes(resp.into_body(), 1 << 24).await;
+    (
+        status,
+        bytes
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| e.to_string()),
+    )
+}
+
+async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {
+    let req = Request::get(path).body(Body::empty()).unwrap_or_else(|e| panic!("{e}"));
+    let resp = app.clone().oneshot(req).await.unwrap_or_else(|e| match e {});
+    let status = resp.status();
+    let b = to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
+    (status, String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The JSON payloads of an SSE body, and whether it ended with [DONE].
+fn frames(body: &str) -> (Vec<Value>, bool) {
+    let mut out = Vec::new();
+    let mut done = false;
+    for line in body.lines() {
+        if let Some(d) = line.strip_prefix("data: ") {
+            if d == "[DONE]" {
+                done = true;
+            } else {
+                out.push(serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")));
+            }
+        }
+    }
+    (out, done)
+}
+
+fn stream_req(prompt: &str, max: u32) -> Value {
+    json!({"model": "sim", "prompt": prompt, "max_tokens": max, "min_tokens": max, "stream": true,
+           "stream_options": {"include_usage": true}})
+}
+
+#[tokio::test]
+async fn routes_answer() {
+    let app = router(fast());
+    let (s, models) = get(&app, "/v1/models").await;
+    assert_eq!(s, StatusCode::OK);
+    let v: Value = serde_json::from_str(&models).unwrap_or_default();
+    assert_eq!(v["data"][0]["id"], "sim");
+    assert_eq!(get(&app, "/health").await.0, StatusCode::OK);
+    assert!(get(&app, "/version").await.1.contains("loadshape-sim"));
+    let (_, metrics) = get(&app, "/metrics").await;
+    for name in [
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
+}
+
+#[tokio::test]
+async fn stream_frames_usage_and_packing() {
+    let app = router(Config {
+        tokens_per_frame: 4,
+        ..fast()
+    });
+    let prompt = "def resolve(self, name): return entry.load()";
+    let (s, body) = call(&app, "/v1/completions", stream_req(prompt, 10)).await;
+    assert_eq!(s, StatusCode::OK);
+    let (fr, done) = frames(&body.unwrap_or_else(|e| panic!("{e}")));
+    assert!(done);
+    let texts: Vec<&str> = fr.iter().filter_map(|f| f["choices"][0]["text"].as_str()).collect();
+    assert_eq!(texts.len(), 3, "10 tokens packed 4 per frame: {texts:?}");
+    assert_eq!(tokenize::count_tokens(&texts.concat()), 10);
+    assert_eq!(fr[2]["choices"][0]["finish_reason"], "length");
+    let usage = &fr[3]["usage"];
+    assert_eq!(usage["completion_tokens"], 10);
+    assert_eq!(usage["prompt_tokens"], tokenize::count_tokens(prompt) as u64);
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+#[tokio::test]
+async fn chat_stream_and_non_stream() {
+    let app = router(fast());
+    let req = json!({"model": "sim", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 3,
+                     "ignore_eos": true, "stream": true});
+    let (_, body) = call(&app, "/v1/chat/completions", req).await;
+    let (fr, done) = frames(&body.unwrap_or_default());
+    assert!(done);
+    assert_eq!(fr[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(
+        fr.iter()
+            .filter(|f| f["choices"][0]["delta"]["content"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty()))
+            .count(),
+        3
+    );
+    assert!(
+        fr.iter().all(|f| f.get("usage").is_none_or(Value::is_null)),
+        "no usage without include_usage"
+    );
+    let (s, body) = call(&app, "/v1/completions", json!({"prompt": "a b c", "max_tokens": 4})).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body.unwrap_or_default()).unwrap_or_default();
+    assert_eq!(v["usage"]["completion_tokens"], 4);
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+}
+
+#[tokio::test]
+async fn length_is_forced_only_when_asked() {
+    let app = router(Config {
+        natural_len: Some(5),
+        ..fast()
+    });
+    let unforced = json!({"prompt": "x", "max_tokens": 20, "stream": false});
+    let v: Value =
+        serde_json::from_str(&call(&app, "/v1/completions", unforced).await.1.unwrap_or_default()).unwrap_or_default();
+    assert_eq!(
+        (
+            v["usage"]["completion_tokens"].as_u64(),
+            v["choices"][0]["finish_reason"].as_str()
+        ),
+        (Some(5), Some("stop"))
+    );
+    for forced in [
+        json!({"prompt": "x", "max_tokens": 20, "ignore_eos": true}),
+        json!({"prompt": "x", "max_tokens": 20, "min_tokens": 20}),
+        json!({"prompt": "x", "n_predict": 20, "ignore_eos": true}),
+        json!({"prompt": "x", "max_tokens": 20, "ban_eos_token": true}),
+    ] {
+        let v: Value = serde_json::from_str(
+            &call(&app, "/v1/completions", forced.clone())
+                .await
+                .1
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        assert_eq!(v["usage"]["completion_tokens"], 20, "{forced}");
+    }
+}
+
+#[tokio::test]
+async fn resent_prompt_and_reply_hit_the_prefix_cache() {
+    let app = router(fast());
+    let prompt = "the loader should verify every shard before the model is placed ".repeat(20);
+    let (_, body) = call(
+        &app,
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": 32, "ignore_eos": true}),
+    )
+    .await;
+    let first: Value = serde_json::from_str(&body.unwrap_or_default()).unwrap_or_default();
+    let reply = first["choices"][0]["text"].as_str().unwrap_or_default().to_string();
+    let next = format!("{prompt}{reply} tool output here");
+    let (_, body) = call(
+        &app,
+        "/v1/completions",
+        json!({"prompt": next, "max_tokens": 8, "ignore_eos": true}),
+    )
+    .await;
+    let second: Value = serde_json::from_str(&body.unwrap_or_default()).unwrap_or_default();
+    let pt = second["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    let designed = first["usage"]["prompt_tokens"].as_u64().unwrap_or(0) + 32;
+    assert!(
+        cached + 16 > designed && cached <= pt,
+        "prompt+reply cached: {cached} of {pt}, designed {designed}"
+    );
+    let (_, metrics) = get(&app, "/metrics").await;
+    assert!(
+        metrics.contains(&format!("vllm:prefix_cache_hits_total{{model_name=\"sim\"}} {cached}")),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn bad_requests_are_400() {
+    let app = router(fast());
+    let req = Request::post("/v1/completions")
+        .body(Body::from("{nope"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        app.clone().oneshot(req).await.unwrap_or_else(|e| match e {}).status(),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(&app, "/v1/completions", json!({"prompt": "x", "max_tokens": 0}))
+            .await
+            .0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(&app, "/v1/completions", json!({"max_tokens": 3})).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        call(&app, "/v1/chat/completions", json!({"prompt": "x"})).await.0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn fault_fail_after_and_error_rate() {
+    let app = router(Config {
+        faults: Faults {
+            fail_after: Some(1),
+            ..Faults::default()
+        },
+        ..fast()
+    });
+    assert_eq!(
+        call(&app, "/v1/completions", stream_req("x", 2)).await.0,
+        StatusCode::OK
+    );
+    let (s, body) = call(&app, "/v1/completions", stream_req("x", 2)).await;
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(body.unwrap_or_default().contains("--fail-after"));
+    let app = router(Config {
+        faults: Faults {
+            error_rate: 1.0,
+            ..Faults::default()
+        },
+        ..fast()
+    });
+    assert_eq!(
+        call(&app, "/v1/completions", stream_req("x", 2)).await.0,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    // A rate of 0.5 fails some and passes some, deterministically.
+    let app = router(Config {
+        faults: Faults {
+            error_rate: 0.5,
+            ..Faults::default()
+        },
+        ..fast()
+    });
+    let mut codes = Vec::new();
+    for _ in 0..20 {
+        codes.push(
+            call(&app, "/v1/completions", json!({"prompt": "x", "max_tokens": 1}))
+                .await
+                .0,
+        );
+    }
+    assert!(codes.contains(&StatusCode::OK) && codes.contains(&StatusCode::INTERNAL_SERVER_ERROR));
+}
+
+#[tokio::test]
+async fn fault_stall_and_drop() {
+    let app = router(Config {
+        faults: Faults {
+            stall_after_tokens: Some(2),
+            stall_ms: 400,
+            ..Faults::default()
+        },
+        ..fast()
+    });
+    let t0 = Instant::now();
+    let (_, body) = call(&app, "/v1/completions", stream_req("x", 4)).await;
+    assert!(t0.elapsed() >= Duration::from_millis(400));
+    assert!(frames(&body.unwrap_or_default()).1, "a stalled stream still completes");
+    let app = router(Config {
+        faults: Faults {
+            drop_after_tokens: Some(2),
+            ..Faults::default()
+        },
+        ..fast()
+    });
+    let (s, body) = call(&app, "/v1/completions", stream_req("x", 6)).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.is_err(), "the body must end in an error, not a clean [DONE]");
+}
