@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# CPU per streamed token and client-added timing error of `loadshape replay`, beside the peerbench floor client
+# (and the seed), on peerbench's mock server. A copy of peerbench's run_all.sh with `loadshape` added as a client;
+# peerbench itself (../shared/peerbench) stays untouched: it is copied to $PEERBENCH (default $HOME/peerbench).
+#
+#   bash scripts/bench_replay.sh                         # CLIENTS="floor loadshape" CONCS="64 256" PACED_CONCS="64 256"
+#   CLIENTS="seed floor loadshape" REPEAT=2 bash scripts/bench_replay.sh
+#   STREAMS=1024 bash scripts/bench_replay.sh            # + one loadshape run at 1,024 concurrent streams
+#
+# loadshape runs a closed-loop scenario (scripts/bench/closed_loop.json with users/num_requests filled in): fixed
+# 32-token prompts and 256 output tokens, like the floor client. Results: $PEERBENCH/$RESULTS/summary.md.
+set -u
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PB="${PEERBENCH:-$HOME/peerbench}"
+SRC="${PEERBENCH_SRC:-$ROOT/../shared/peerbench}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/loadshape-target}"
+LS_BIN="${LOADSHAPE_BIN:-$CARGO_TARGET_DIR/release/loadshape}"
+if [ ! -d "$PB" ]; then cp -r "$SRC" "$PB" && chmod -R u+w "$PB"; fi
+(cd "$ROOT" && cargo build --release -q -p loadshape) || { echo "loadshape release build failed"; exit 1; }
+cd "$PB"
+ulimit -n 20000
+PORT=${PORT:-8000}
+RESULTS=${RESULTS:-results}
+CLIENTS=${CLIENTS:-"floor loadshape"}
+CONCS=${CONCS:-"64 256"}
+PACED_CONCS=${PACED_CONCS:-"64 256"}
+ITL_MS=${ITL_MS:-5}
+REPEAT=${REPEAT:-1}
+SEED="${SEED_CLIENT:-$ROOT/../shared/seeds/agent_replay.py}"
+BASE=http://127.0.0.1:$PORT
+mkdir -p "$RESULTS"/client logs configs
+CMDLOG="$RESULTS/commands.txt"
+
+(cd mockserver && cargo build --release -q) || { echo "mock server build failed"; exit 1; }
+# measure.py needs psutil: a small venv unless the system python has it.
+if python3 -c 'import psutil' 2> /dev/null; then PY=python3; else
+  [ -x venvs/tools/bin/python ] || { python3 -m venv venvs/tools && venvs/tools/bin/pip install -q psutil; }
+  PY=venvs/tools/bin/python
+fi
+
+SERVER_PID=""
+start_server() {  # itl_ms label
+  ./mockserver/target/release/mockserver --port "$PORT" --itl-ms "$1" > "$RESULTS/client/$2.server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 50); do curl -sf "$BASE/health" > /dev/null && return 0; sleep 0.1; done
+  echo "mock server did not come up"; return 1
+}
+stop_server() {
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2> /dev/null; wait "$SERVER_PID" 2> /dev/null; SERVER_PID=""; fi
+}
+trap stop_server EXIT INT TERM
+
+nreq() { case $1 in 1) echo 2000 ;; 1024) echo 8192 ;; *) echo 6000 ;; esac; }
+seed_steps() { case $1 in 1) echo 200 ;; 16) echo 60 ;; 64) echo 30 ;; 256) echo 10 ;; 1024) echo 4 ;; *) echo 10 ;; esac; }
+
+scenario() {  # users nreq -> path of a closed-loop scenario file
+  local f="configs/loadshape_c$1_n$2.json"
+  sed -e "s/\"users\": 0/\"users\": $1/" -e "s/\"num_requests\": 0/\"num_requests\": $2/" \
+    "$ROOT/scripts/bench/closed_loop.json" > "$f"
+  echo "$f"
+}
+
+client_cmd() {  # client conc nreq label -> prints argv, one per line
+  local cl=$1 c=$2 n=$3 label=$4
+  case $cl in
+    seed)
+      local s; s=$(seed_steps "$c")
+      printf '%s\n' python3 "$SEED" --url "$BASE/v1" --model mock-model --out "$RESULTS/client/$label.jsonl" \
+        --sessions "$c" --steps "$s" --think 0 --stagger 0 --gen 256 --tool 10 --base 100 --spread 0 \
+        --max-seconds 300 ;;
+    floor)
+      printf '%s\n' mockserver/target/release/floorclient --addr "127.0.0.1:$PORT" --concurrency "$c" \
+        --requests "$n" --max-tokens 256 ;;
+    loadshape)  # full per-request records, usage, ITL summaries, scraping off (the mock has no /metrics)
+      printf '%s\n' "$LS_BIN" replay --url "$BASE/v1" --model mock-model --dialect vllm --quiet \
+        --metrics-url none --scenario "$(scenario "$c" "$n")" --out "$RESULTS/client/$label.jsonl" ;;
+  esac
+}
+
+run_one() {  # client conc itl_ms nreq label
+  local cl=$1 c=$2 itl=$3 n=$4 label=$5
+  rm -f "$RESULTS/client/$label".*
+  start_server "$itl" "$label" || return 1
+  mapfile -t argv < <(client_cmd "$cl" "$c" "$n" "$label")
+  printf '%s itl=%sms: %s\n' "$label" "$itl" "${argv[*]}" >> "$CMDLOG"
+  echo "== $label (itl ${itl} ms)"
+  $PY tools/measure.py --label "$label" --server "$BASE" --timeout 400 \
+    --out "$RESULTS/$label.json" --log "$RESULTS/client/$label.log" -- "${argv[@]}"
+  stop_server
+  sleep 1
+}
+
+: > "$CMDLOG"
+for r in $(seq "$REPEAT"); do
+  sfx=""; [ "$REPEAT" -gt 1 ] && sfx="_r$r"
+  if [ -z "${SKIP_ZERO:-}" ]; then
+    for cl in $CLIENTS; do for c in $CONCS; do
+      run_one "$cl" "$c" 0 "$(nreq "$c")" "${cl}_c${c}_itl0$sfx"
+    done; done
+  fi
+  if [ -z "${SKIP_PACED:-}" ]; then
+    for cl in $CLIENTS; do for c in $PACED_CONCS; do
+      n=$(( c == 64 ? 2000 : 4000 ))
+      run_one "$cl" "$c" "$ITL_MS" "$n" "${cl}_c${c}_itl${ITL_MS}$sfx"
+    done; done
+  fi
+done
+if [ -n "${STREAMS:-}" ]; then
+  run_one loadshape "$STREAMS" "$ITL_MS" "$((STREAMS * 4))" "loadshape_c${STREAMS}_itl${ITL_MS}"
+fi
+# loadshape's own numbers (TTFT/TPOT/ITL from its records, the same scoring module as everything else).
+for f in "$RESULTS"/client/loadshape_*.jsonl; do
+  [ -f "$f" ] || continue
+  echo "== $(basename "$f" .jsonl): $("$LS_BIN" report "$f" --json | $PY -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("completed %d failed %d ttft mean %.3f p99 %.3f ms; tpot mean %.4f ms; itl p99 %s ms" % (s["completed"], s["failed"], s["ttft_mean_ms"], s["ttft_p99_ms"], s["tpot_mean_ms"], s["itl_p99_ms"]))')"
+done
+$PY tools/summarize.py "$RESULTS"
+echo "summary: $PB/$RESULTS/summary.md"
