@@ -46,11 +46,14 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     }
     anyhow::ensure!(!recs.is_empty(), "{} holds no record", a.file.display());
     let summary = metrics::summarize(&recs, &slo);
-    let server: Option<ServerReport> = None;
     let side = super::replay::sidecar(&a.file, "server.json");
     let server_json = std::fs::read(&side)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let server: Option<ServerReport> = server_json
+        .as_ref()
+        .and_then(|v| v.get("report"))
+        .and_then(|r| serde_json::from_value(r.clone()).ok());
     if a.json {
         let checks = Checks::of(&recs);
         let out = serde_json::json!({
@@ -64,13 +67,6 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!("{}", render(&recs, &summary, &slo, server.as_ref()));
-        if let Some(r) = server_json.as_ref().and_then(|v| v.get("report")) {
-            println!(
-                "server side ({}): {}",
-                side.display(),
-                serde_json::to_string(r).unwrap_or_default()
-            );
-        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -225,7 +221,7 @@ pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&Se
     if let Some(r) = server {
         head(
             &mut o,
-            &format!(" Server side (/metrics: {}) ", r.family.unwrap_or("unknown")),
+            &format!(" Server side (/metrics: {}) ", r.family.as_deref().unwrap_or("unknown")),
         );
         line(
             &mut o,

@@ -190,12 +190,13 @@ impl Snapshot {
 }
 
 /// Server-side figures over a run, from its scrapes.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ServerReport {
     pub scrapes: usize,
     pub failed_scrapes: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub family: Option<&'static str>,
+    pub family: Option<String>,
     /// Seconds between the first and the last good scrape.
     pub window_s: f64,
     pub prompt_tokens: Option<f64>,
@@ -216,7 +217,7 @@ impl ServerReport {
         let mut r = ServerReport {
             scrapes: snaps.len(),
             failed_scrapes: snaps.len() - good.len(),
-            family: good.iter().find_map(|s| s.family),
+            family: good.iter().find_map(|s| s.family).map(str::to_owned),
             ..ServerReport::default()
         };
         let (Some(first), Some(last)) = (good.first(), good.last()) else {
