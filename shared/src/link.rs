@@ -50,7 +50,7 @@ pub enum LinkError {
     #[error("the scenario link uses unknown encoding version {0}")]
     UnknownVersion(u32),
     /// The data part is not base64url.
-    #[error("the scenario link is corrupted (not base64url: {0}); was it cut or edited?")]
+    #[error("the scenario link is truncated or corrupted (not valid base64url: {0}); copy the whole link again")]
     Base64(String),
     /// The compressed data is truncated or fails its checksum.
     #[error("the scenario link is truncated or corrupted (decompression failed: {0}); copy the whole link again")]

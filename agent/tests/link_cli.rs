@@ -1,0 +1,111 @@
+//! Black-box tests of `loadshape link`: encode a scenario file, decode the link back, and refuse bad links
+//! with a message and a non-zero exit.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const SEED_FORM: &str = r#"{"model": "seed",
+ "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
+ "profile": {"name": "baseline", "prefill_tokens_per_ms": 26.0, "prefix_cache_hit_efficiency": 0.45,
+             "base_tpot_ms": 17.5, "batch_tpot_slope_ms": 0.62, "max_batch_slots": 16},
+ "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0},
+ "closed_loop": false, "workload_name": "agent-shared-prefix"}"#;
+
+fn loadshape(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loadshape"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run loadshape");
+    if let Some(text) = stdin
+        && let Some(mut pipe) = child.stdin.take()
+    {
+        pipe.write_all(text.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("wait for loadshape")
+}
+
+fn scenario_file(dir: &std::path::Path, body: &str) -> String {
+    let path = dir.join("scenario.json");
+    std::fs::write(&path, body).expect("write scenario");
+    path.to_string_lossy().into_owned()
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadshape-link-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn encodes_a_file_and_decodes_it_back() {
+    let dir = tempdir("roundtrip");
+    let file = scenario_file(&dir, SEED_FORM);
+    let out = loadshape(&["link", &file], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let link = stdout(&out);
+    assert!(link.starts_with("http://127.0.0.1:8080/#s=1."), "{link}");
+
+    let out = loadshape(&["link", "--decode", &link], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decoded: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("decode prints JSON");
+    let mut original: serde_json::Value = serde_json::from_str(SEED_FORM).unwrap();
+    original["version"] = serde_json::json!(1);
+    assert_eq!(decoded, original);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn base_option_and_stdin() {
+    let out = loadshape(&["link", "-", "--base", "http://gpu-host:9000/page"], Some(SEED_FORM));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let link = stdout(&out);
+    assert!(link.starts_with("http://gpu-host:9000/page#s=1."), "{link}");
+    // A decoded link encodes to the same link again.
+    let out = loadshape(&["link", "--decode", &link], None);
+    let again = loadshape(
+        &["link", "-", "--base", "http://gpu-host:9000/page"],
+        Some(&stdout(&out)),
+    );
+    assert_eq!(stdout(&again), link);
+}
+
+#[test]
+fn bad_links_fail_with_a_message() {
+    let dir = tempdir("bad");
+    let file = scenario_file(&dir, SEED_FORM);
+    let link = stdout(&loadshape(&["link", &file], None));
+    let cases = [
+        (link[..link.len() - 6].to_string(), "truncated"),
+        (link.replace("#s=1.", "#s=7."), "newer"),
+        ("http://127.0.0.1:8080/#s=nonsense".to_string(), "malformed"),
+        ("http://127.0.0.1:8080/".to_string(), "no scenario"),
+    ];
+    for (bad, expect) in cases {
+        let out = loadshape(&["link", "--decode", &bad], None);
+        assert!(!out.status.success(), "{bad} decoded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{bad}: expected `{expect}` in: {err}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn invalid_scenario_file_names_the_field() {
+    let dir = tempdir("invalid");
+    let file = scenario_file(
+        &dir,
+        &SEED_FORM.replace("\"max_batch_slots\": 16", "\"max_batch_slots\": 0"),
+    );
+    let out = loadshape(&["link", &file], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_batch_slots"), "{err}");
+    std::fs::remove_dir_all(dir).ok();
+}
