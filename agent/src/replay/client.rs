@@ -9,9 +9,11 @@
 //! output tokens = `usage.completion_tokens`, falling back to the content-frame count only when the server sent no
 //! usage (flagged `usage_source: missing`).
 //!
-//! Cost per token is kept low: frames are parsed into a borrowed struct that reads only the fields needed (the
-//! first choice's text, `finish_reason`, `usage`, an error marker), nothing is allocated per frame beyond what the SSE
-//! parser itself needs, and time is read once per frame with [`Instant`]. The stall timeout does not re-arm a timer
+//! Cost per token is kept low: the SSE framing is `sse-stream` (one linear pass over each chunk; `eventsource-stream`
+//! re-copies the rest of its buffer after every line, quadratic when a read holds many frames), frames are parsed
+//! into a borrowed struct that reads only the fields needed (the first choice's text, `finish_reason`, `usage`, an
+//! error marker), nothing is allocated per frame beyond the parser's data string, and time is read once per frame
+//! with [`Instant`]. The stall timeout does not re-arm a timer
 //! per frame: one sleep is checked against the last frame's time when it fires.
 
 use std::borrow::Cow;
@@ -22,7 +24,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use eventsource_stream::Eventsource as _;
 use futures_util::StreamExt as _;
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
@@ -264,7 +265,7 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
-        let mut events = resp.bytes_stream().eventsource();
+        let mut events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
         let stall = self.cfg.stall_timeout;
         let mut last = st.submitted;
         let far = deadline + Duration::from_secs(3600);
@@ -282,7 +283,9 @@ impl Client {
                         None => return st.finish_eof(),
                         Some(Err(e)) => return st.fail(format!("stream error: {}", error_chain(&e))),
                         Some(Ok(event)) => {
-                            if st.on_data(&event.data, now, live) {
+                            if let Some(data) = &event.data
+                                && st.on_data(data, now, live)
+                            {
                                 return st.finish_done();
                             }
                         }
