@@ -454,3 +454,67 @@ async fn report_names_malformed_lines() {
     assert!(err.contains("bad.jsonl:3: malformed record"), "{err}");
     assert!(String::from_utf8_lossy(&rep.stdout).contains("Successful requests:                        2"));
 }
+
+fn engine_scenario(workload: serde_json::Value) -> String {
+    serde_json::json!({
+        "model": "engine", "seed": 11, "counterfactuals": false, "workload": workload,
+        "profile": {"name": "p", "block_size": 16, "num_kv_blocks": 20000, "max_num_seqs": 64,
+                    "max_num_batched_tokens": 8192, "step_fixed_ms": 5.0, "per_seq_ms": 0.01,
+                    "per_ctx_token_ms": 0.0, "prefill_tokens_per_ms": 30.0},
+        "slo": {"ttft_ms": 800.0, "tpot_ms": 50.0}
+    })
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_open_and_closed_loop_run_live() {
+    let s = sim(fast()).await;
+    let cases = [
+        (
+            "poisson",
+            serde_json::json!({"kind": "poisson", "num_requests": 12, "rate_rps": 20.0,
+                "prompt": {"dist": "fixed", "tokens": 300}, "output": {"dist": "uniform", "min": 8, "max": 24},
+                "shared_prefix_tokens": 256}),
+        ),
+        (
+            "closed",
+            serde_json::json!({"kind": "closed_loop", "users": 3, "num_requests": 9, "think_s": 0.01,
+                "prompt": {"dist": "fixed", "tokens": 100}, "output": {"dist": "fixed", "tokens": 16},
+                "shared_prefix_tokens": 0}),
+        ),
+    ];
+    for (name, workload) in cases {
+        let scen = tmp(&format!("{name}.json"));
+        std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
+        let out = tmp(&format!("{name}.jsonl"));
+        let out_s = out.to_string_lossy().to_string();
+        let scen_s = scen.to_string_lossy().to_string();
+        let (code, stdout, stderr) = replay(&[
+            "--url",
+            &s.base,
+            "--out",
+            &out_s,
+            "--scenario",
+            &scen_s,
+            "--quiet",
+            "--metrics-url",
+            "none",
+        ])
+        .await;
+        assert_eq!(code, 0, "{name}: {stderr}");
+        let recs = records(&out);
+        let n = if name == "poisson" { 12 } else { 9 };
+        assert_eq!(recs.len(), n, "{name}");
+        assert!(recs.iter().all(|r| r.ok && r.gen_tokens == r.asked_tokens), "{name}");
+        assert!(
+            stdout.contains("TTFT <= 800 ms"),
+            "the scenario's SLO is used: {stdout}"
+        );
+        if name == "poisson" {
+            // Requests share the run's 256-token prefix: after the first, they hit the cache.
+            let hits = recs.iter().filter(|r| r.cached_tokens.unwrap_or(0) >= 200).count();
+            assert!(hits >= n - 2, "shared prefix cached: {hits} of {n}");
+            assert!(recs.windows(2).any(|w| w[0].t_submit != w[1].t_submit));
+        }
+    }
+}

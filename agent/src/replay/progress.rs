@@ -35,26 +35,25 @@ impl Progress {
         let task = tokio::spawn(async move {
             let t0 = Instant::now();
             let mut tick = tokio::time::interval(Duration::from_millis(250));
-            let (mut last_t, mut last_done, mut last_frames) = (0.0f64, 0u64, 0u64);
-            let (mut rps, mut fps) = (0.0, 0.0);
+            let (mut last_t, mut last_done, mut last_frames, mut last_tok) = (0.0f64, 0u64, 0u64, 0u64);
+            let (mut rps, mut fps, mut tps) = (0.0, 0.0, 0.0);
             loop {
                 tick.tick().await;
                 let t = t0.elapsed().as_secs_f64();
                 let done = live.completed.load(Ordering::Relaxed) + live.failed.load(Ordering::Relaxed);
                 let frames = live.content_frames.load(Ordering::Relaxed);
-                if t - last_t >= 1.0 {
+                let tok = live.gen_tokens.load(Ordering::Relaxed);
+                if t - last_t >= 2.0 {
                     rps = (done - last_done) as f64 / (t - last_t);
                     fps = (frames - last_frames) as f64 / (t - last_t);
-                    (last_t, last_done, last_frames) = (t, done, frames);
+                    tps = (tok - last_tok) as f64 / (t - last_t);
+                    (last_t, last_done, last_frames, last_tok) = (t, done, frames, tok);
                 }
                 b.set_message(format!(
-                    "streams {} | done {} failed {} | {:.1} req/s | {:.0} frames/s | {} tokens",
+                    "streams {} | done {} failed {} | {rps:.1} req/s | {tps:.0} tok/s (usage) | {fps:.0} frames/s",
                     live.in_flight.load(Ordering::Relaxed),
                     live.completed.load(Ordering::Relaxed),
                     live.failed.load(Ordering::Relaxed),
-                    rps,
-                    fps,
-                    live.gen_tokens.load(Ordering::Relaxed),
                 ));
                 b.tick();
             }
