@@ -136,6 +136,10 @@ pub struct Args {
     /// TPOT target for goodput, ms (default: the scenario's, else 35).
     #[arg(long)]
     pub tpot_slo_ms: Option<f64>,
+    /// Runtime threads that drive the streams: 1 = one thread (cheapest per token), N = a pool of N,
+    /// 0 = the process's shared runtime.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// No progress display.
     #[arg(long, short)]
     pub quiet: bool,
@@ -294,6 +298,35 @@ fn from_scenario(path: &Path, a: &Args, nonce: u64) -> anyhow::Result<(Traffic, 
 }
 
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.threads == 0 {
+        return run_here(a).await;
+    }
+    // A runtime of our own on dedicated threads: with one thread (the default) every stream is polled on one
+    // core with no cross-thread wake-ups, the cheapest way to read many slow streams.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let threads = a.threads;
+    std::thread::Builder::new()
+        .name("loadshape-replay".into())
+        .spawn(move || {
+            let rt = if threads == 1 {
+                tokio::runtime::Builder::new_current_thread().enable_all().build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .enable_all()
+                    .build()
+            };
+            let result = match rt {
+                Ok(rt) => rt.block_on(run_here(a)),
+                Err(e) => Err(anyhow::anyhow!("building the replay runtime: {e}")),
+            };
+            let _ = tx.send(result);
+        })
+        .context("starting the replay thread")?;
+    rx.await.context("the replay thread ended without a result")?
+}
+
+async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     let warn = |m: &str| eprintln!("{m}");
     check_positive("timeout", a.timeout)?;
     check_nonneg("stall-timeout", a.stall_timeout)?;
