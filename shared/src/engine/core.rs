@@ -76,6 +76,8 @@ pub(crate) struct Req {
     pub recomputed_tokens: u64,
     /// Global step-log index of the first step after the current decode run began.
     pub itl_from: u64,
+    /// End of the last decode run (set at finish).
+    pub itl_to: u64,
     /// Closed decode runs `[from, to)` and the long gaps across preemptions (rare; empty otherwise).
     pub itl_runs: Vec<(u64, u64)>,
     pub itl_gaps: Vec<f64>,
@@ -299,6 +301,7 @@ impl Engine {
             preemptions: 0,
             recomputed_tokens: 0,
             itl_from: 0,
+            itl_to: 0,
             itl_runs: Vec::new(),
             itl_gaps: Vec::new(),
             tag,
@@ -679,7 +682,7 @@ impl Engine {
                 if r.generated >= r.output {
                     r.state = State::Done;
                     r.finish_ms = end;
-                    r.itl_runs.push((r.itl_from, log_end));
+                    r.itl_to = log_end;
                     self.finished.push(idx);
                 }
             }
@@ -715,6 +718,7 @@ impl Engine {
         }
         for &q in &self.finished {
             let r = &self.reqs[q as usize];
+            keep = keep.min(r.itl_from);
             if let Some(&(a, _)) = r.itl_runs.first() {
                 keep = keep.min(a);
             }
@@ -737,13 +741,18 @@ impl Engine {
             return None;
         }
         scratch.clear();
-        for &(from, to) in &r.itl_runs {
+        let mut max_ms = f64::MIN;
+        let last = (r.itl_from, r.itl_to);
+        for &(from, to) in r.itl_runs.iter().chain(std::iter::once(&last)) {
             for g in from.max(self.log_base)..to {
                 let e = self.log[(g - self.log_base) as usize];
-                scratch.push((e.a, e.a + e.b * (e.k as f64 - 1.0), e.k));
+                let hi = e.a + e.b * (e.k as f64 - 1.0);
+                max_ms = max_ms.max(hi);
+                scratch.push((e.a, hi, e.k));
             }
         }
         for &g in &r.itl_gaps {
+            max_ms = max_ms.max(g);
             scratch.push((g, g, 1));
         }
         let count: u64 = scratch.iter().map(|e| e.2).sum();
@@ -751,28 +760,13 @@ impl Engine {
             return None;
         }
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
-        let max_ms = scratch.iter().map(|e| e.1).fold(f64::MIN, f64::max);
-        scratch.sort_by(|x, y| x.0.total_cmp(&y.0));
-        let q = |scratch: &[(f64, f64, u64)], q: f64| {
-            let rank = crate::metrics::nearest_rank_index(count as usize, q) as u64;
-            let mut acc = 0;
-            for &(lo, hi, k) in scratch {
-                if rank < acc + k {
-                    let i = rank - acc;
-                    return if k > 1 {
-                        lo + (hi - lo) * i as f64 / (k - 1) as f64
-                    } else {
-                        lo
-                    };
-                }
-                acc += k;
-            }
-            max_ms
-        };
+        let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
+        let p50_ms = weighted_select(scratch, rank(0.5));
+        let p99_ms = weighted_select(scratch, rank(0.99));
         Some(crate::record::ItlSummary {
             mean_ms,
-            p50_ms: q(scratch, 0.5),
-            p99_ms: q(scratch, 0.99),
+            p50_ms,
+            p99_ms,
             max_ms,
         })
     }
@@ -875,6 +869,43 @@ fn classify(r: &Req, hit_blocks: u32, reach: u32, ever: u32, bs: u32) -> MissSpl
     let missed = p - hit;
     m.other = missed.saturating_sub(m.cold + m.evicted_idle + m.evicted_queued);
     m
+}
+
+/// The value of rank `rank` (0-based) among stretches `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`,
+/// ordering stretches by `lo` and interpolating inside one. Expected O(n) (weighted quickselect).
+fn weighted_select(v: &mut [(f64, f64, u64)], mut rank: u64) -> f64 {
+    let value_in = |e: (f64, f64, u64), i: u64| {
+        if e.2 > 1 {
+            e.0 + (e.1 - e.0) * i as f64 / (e.2 - 1) as f64
+        } else {
+            e.0
+        }
+    };
+    let mut v = v;
+    loop {
+        if v.len() <= 16 {
+            v.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+            let mut acc = 0;
+            for &e in v.iter() {
+                if rank < acc + e.2 {
+                    return value_in(e, rank - acc);
+                }
+                acc += e.2;
+            }
+            return v.last().map_or(0.0, |e| e.1);
+        }
+        let mid = v.len() / 2;
+        let (left, pivot, right) = v.select_nth_unstable_by(mid, |x, y| x.0.total_cmp(&y.0));
+        let wl: u64 = left.iter().map(|e| e.2).sum();
+        if rank < wl {
+            v = left;
+        } else if rank < wl + pivot.2 {
+            return value_in(*pivot, rank - wl);
+        } else {
+            rank -= wl + pivot.2;
+            v = right;
+        }
+    }
 }
 
 /// Smallest k ≥ 1 such that k steps of durations `a, a + b, …` cover `span` milliseconds.

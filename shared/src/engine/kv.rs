@@ -8,8 +8,10 @@
 //! chain says everything. This keeps every operation O(1) per chain instead of O(blocks):
 //!
 //! - lookup: [`Kv::reach`], the number of leading blocks of a lineage that are resident;
-//! - pin / unpin: a chain used by a running request is pinned (not evictable); when its last user leaves it goes
-//!   to the tail of the LRU list of unpinned chains (child before parent, as vLLM frees blocks in reverse);
+//! - pin / unpin: the blocks a running request uses are pinned (not evictable): all of its own chain, and the prefix
+//!   of each ancestor up to where the lineage forks. A chain's unpinned tail blocks are evictable; a chain enters
+//!   the tail of the LRU list when blocks of it become evictable (child before parent, as vLLM frees blocks in
+//!   reverse) and keeps its place while only its head is in use;
 //! - eviction: [`Kv::evict`] takes blocks from the tail end of the least recently used chain;
 //! - fill: a request that computes the block right after a chain's resident prefix extends it ([`Kv::fill`]);
 //!   any other computed block (a duplicate of content another request is writing, or content without identity)
@@ -34,6 +36,12 @@ pub(crate) struct Chain {
     pub ever: u32,
     /// Running requests that use this chain (directly or as an ancestor).
     pub pins: u32,
+    /// Running requests whose own chain this is (they use, and grow, all of it).
+    pub pin_full: u32,
+    /// Requests that use only a prefix of this chain (through a child): (local blocks, count).
+    pub partial: Vec<(u32, u32)>,
+    /// Blocks of this chain currently counted as evictable.
+    pub ev: u32,
     pub lru_prev: u32,
     pub lru_next: u32,
     pub in_lru: bool,
@@ -41,6 +49,12 @@ pub(crate) struct Chain {
     pub alive: bool,
     /// Child chains hanging off this one (a chain with children is never recycled).
     pub children: u32,
+    /// Back on the free list.
+    pub freed: bool,
+}
+
+fn max_partial(partial: &[(u32, u32)]) -> u32 {
+    partial.iter().map(|e| e.0).max().unwrap_or(0)
 }
 
 /// Blocks and chains.
@@ -111,11 +125,15 @@ impl Kv {
             limit,
             ever: 0,
             pins: 0,
+            pin_full: 0,
+            partial: Vec::new(),
+            ev: 0,
             lru_prev: NONE,
             lru_next: NONE,
             in_lru: false,
             alive: true,
             children: 0,
+            freed: false,
         };
         if let Some(id) = self.free_chains.pop() {
             self.chains[id as usize] = c;
@@ -134,9 +152,13 @@ impl Kv {
     }
 
     fn maybe_recycle(&mut self, c: u32) {
+        if self.chains[c as usize].alive {
+            return;
+        }
         let ch = &self.chains[c as usize];
-        if !ch.alive && ch.r == 0 && ch.pins == 0 && ch.children == 0 {
+        if !ch.freed && ch.r == 0 && ch.pins == 0 && ch.children == 0 && !ch.in_lru {
             let parent = ch.parent;
+            self.chains[c as usize].freed = true;
             self.free_chains.push(c);
             if parent != NONE {
                 self.chains[parent as usize].children -= 1;
@@ -206,50 +228,101 @@ impl Kv {
         self.lineage_max(c, |ch| ch.ever)
     }
 
-    /// Resident blocks of `c`'s lineage that sit in the LRU list (would stop being evictable if pinned).
-    pub fn lineage_evictable(&self, mut c: u32) -> u64 {
-        let mut n = 0;
-        while c != NONE {
-            let ch = &self.chains[c as usize];
-            if ch.in_lru {
-                n += u64::from(ch.r);
+    /// Blocks that would stop being evictable if a request on chain `c` were admitted (see [`Self::pin`]).
+    pub fn lineage_evictable(&self, c: u32) -> u64 {
+        let mut n = 0u64;
+        let mut x = c;
+        let mut need = u32::MAX;
+        while x != NONE {
+            let ch = &self.chains[x as usize];
+            let after = if need == u32::MAX || ch.pin_full > 0 {
+                0
+            } else {
+                ch.r.saturating_sub(need.max(max_partial(&ch.partial)))
+            };
+            n += u64::from(ch.ev.saturating_sub(after));
+            if ch.parent == NONE {
+                break;
             }
-            c = ch.parent;
+            need = ch.offset - self.chains[ch.parent as usize].offset;
+            x = ch.parent;
         }
         n
     }
 
-    pub fn pin(&mut self, mut c: u32) {
-        while c != NONE {
-            if self.chains[c as usize].in_lru {
-                self.lru_remove(c);
+    /// A request on chain `c` starts using it: all of `c`, and of each ancestor the prefix its lineage uses.
+    pub fn pin(&mut self, c: u32) {
+        self.pin_walk(c, true);
+    }
+
+    /// The reverse of [`Self::pin`].
+    pub fn unpin(&mut self, c: u32) {
+        self.pin_walk(c, false);
+    }
+
+    fn pin_walk(&mut self, c: u32, add: bool) {
+        let mut x = c;
+        let mut need = u32::MAX;
+        while x != NONE {
+            let parent = {
+                let ch = &mut self.chains[x as usize];
+                if add {
+                    ch.pins += 1;
+                } else {
+                    ch.pins -= 1;
+                }
+                if need == u32::MAX {
+                    if add {
+                        ch.pin_full += 1;
+                    } else {
+                        ch.pin_full -= 1;
+                    }
+                } else if add {
+                    match ch.partial.iter_mut().find(|e| e.0 == need) {
+                        Some(e) => e.1 += 1,
+                        None => ch.partial.push((need, 1)),
+                    }
+                } else if let Some(i) = ch.partial.iter().position(|e| e.0 == need) {
+                    ch.partial[i].1 -= 1;
+                    if ch.partial[i].1 == 0 {
+                        ch.partial.swap_remove(i);
+                    }
+                }
+                ch.parent
+            };
+            if parent != NONE {
+                need = self.chains[x as usize].offset - self.chains[parent as usize].offset;
             }
-            let ch = &mut self.chains[c as usize];
-            ch.pins += 1;
-            c = ch.parent;
+            self.refresh(x);
+            x = parent;
         }
     }
 
-    pub fn unpin(&mut self, mut c: u32) {
-        while c != NONE {
-            let ch = &mut self.chains[c as usize];
-            ch.pins -= 1;
-            let parent = ch.parent;
-            if ch.pins == 0 {
-                if ch.r > 0 {
-                    self.lru_push_tail(c);
-                } else {
-                    self.maybe_recycle(c);
-                }
-            }
-            c = parent;
+    /// Recount chain `x`'s evictable blocks and its place in the LRU list (after its `r` or pins changed).
+    fn refresh(&mut self, x: u32) {
+        let (e, old, in_lru) = {
+            let ch = &self.chains[x as usize];
+            let e = if ch.pin_full > 0 {
+                0
+            } else {
+                ch.r.saturating_sub(max_partial(&ch.partial))
+            };
+            (e, ch.ev, ch.in_lru)
+        };
+        self.evictable = self.evictable + u64::from(e) - u64::from(old);
+        self.chains[x as usize].ev = e;
+        if e > 0 && !in_lru {
+            self.lru_push_tail(x);
+        } else if e == 0 && in_lru {
+            self.lru_remove(x);
         }
+        self.maybe_recycle(x);
     }
 
     fn lru_remove(&mut self, c: u32) {
-        let (prev, next, r) = {
+        let (prev, next) = {
             let ch = &self.chains[c as usize];
-            (ch.lru_prev, ch.lru_next, ch.r)
+            (ch.lru_prev, ch.lru_next)
         };
         if prev == NONE {
             self.lru_head = next;
@@ -265,7 +338,6 @@ impl Kv {
         ch.in_lru = false;
         ch.lru_prev = NONE;
         ch.lru_next = NONE;
-        self.evictable -= u64::from(r);
     }
 
     fn lru_push_tail(&mut self, c: u32) {
@@ -282,7 +354,6 @@ impl Kv {
             self.chains[tail as usize].lru_next = c;
         }
         self.lru_tail = c;
-        self.evictable += u64::from(self.chains[c as usize].r);
     }
 
     /// Evict `n` unpinned blocks, least recently used chain first, each chain from its tail. Returns the number
@@ -291,17 +362,13 @@ impl Kv {
         let mut done = 0;
         while n > 0 && self.lru_head != NONE {
             let h = self.lru_head;
-            let take = n.min(u64::from(self.chains[h as usize].r));
+            let take = n.min(u64::from(self.chains[h as usize].ev));
             self.chains[h as usize].r -= take as u32;
             self.resident -= take;
-            self.evictable -= take;
             self.evicted_blocks += take;
             n -= take;
             done += take;
-            if self.chains[h as usize].r == 0 {
-                self.lru_remove(h);
-                self.maybe_recycle(h);
-            }
+            self.refresh(h);
         }
         done
     }
@@ -329,6 +396,7 @@ impl Kv {
         let mut x = c;
         let mut hi = g1;
         while x != NONE {
+            let mut touched = false;
             let caching = self.caching;
             let ch = &mut self.chains[x as usize];
             let off = ch.offset;
@@ -340,13 +408,18 @@ impl Kv {
                 if caching && a <= ch.r && ch.r < b2 {
                     converted += u64::from(b2 - ch.r);
                     ch.r = b2;
+                    touched = true;
                 }
             }
-            if g0 >= off {
+            let (done, parent) = (g0 >= off, ch.parent);
+            if touched {
+                self.refresh(x);
+            }
+            if done {
                 break;
             }
-            hi = off;
-            x = ch.parent;
+            hi = hi.min(off);
+            x = parent;
         }
         self.resident += converted;
         self.private -= converted;

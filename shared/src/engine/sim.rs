@@ -249,7 +249,6 @@ impl Driver {
             rec.cached_tokens = Some(u64::from(r.cached_tokens));
             rec.queue_s = Some((r.admit_ms - r.arrival_ms) / 1000.0);
             rec.itl = itl;
-            rec.finish_reason = Some("length".to_string());
             let m = &mut self.misses;
             let prompt = u64::from(r.prompt);
             m.prompt_tokens += prompt;

@@ -1,0 +1,50 @@
+//! Speed of the engine model on the example scenarios (a plain `--release` bench, not a timed test).
+//!
+//! Run with: `cargo bench -p loadshape-shared --bench engine_sessions [-- FILE...]`
+//! Default files: examples/engine-sessions-1m.json and examples/engine-10k.json. Prints, per file, the
+//! request count and the wall time of `engine::simulate` (three runs, median), single-threaded.
+
+use std::time::Instant;
+
+use shared::engine::{EngineScenario, simulate};
+
+fn load(path: &str) -> EngineScenario {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    if let Some(m) = v.as_object_mut() {
+        m.remove("model");
+        m.remove("version");
+    }
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[allow(clippy::disallowed_methods)]
+fn main() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let files = if args.is_empty() {
+        vec![
+            format!("{root}/examples/engine-sessions-1m.json"),
+            format!("{root}/examples/engine-10k.json"),
+        ]
+    } else {
+        args
+    };
+    for f in files {
+        let sc = load(&f);
+        let mut times = Vec::new();
+        let mut n = 0;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let r = simulate(&sc).unwrap_or_else(|e| panic!("{f}: {e}"));
+            times.push(t0.elapsed().as_secs_f64());
+            n = r.records.len();
+            std::hint::black_box(&r);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{f}: {n} requests, simulate median {:.3} s (runs {:.3} / {:.3} / {:.3} s)",
+            times[1], times[0], times[1], times[2]
+        );
+    }
+}
