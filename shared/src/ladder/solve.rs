@@ -261,16 +261,20 @@ const EPS: f64 = 1e-9;
 const GAP_QUANTUM: f64 = 1e-4;
 /// Margin differences below this are ties in margins mode.
 const MARGIN_QUANTUM: f64 = 1e-4;
-/// In margins mode, margins wider than this (2 percentage points of weight) are all "wide".
-const MARGIN_CAP: f64 = 0.02;
+/// In margins mode, margins wider than this (0.5 percentage points of weight) are all "wide".
+const MARGIN_CAP: f64 = 0.005;
 /// Most (base, steps) options scanned per slot; a finer grid is thinned evenly.
 const MAX_OPTIONS: usize = 12_000;
 /// Candidate values examined per target.
 const CANDIDATES_PER_TARGET: usize = 6;
 /// (median, p90) pairs solved in margins mode.
 const MARGIN_PAIRS: usize = 8;
+/// Neighbourhood moves reach this many grid bases either way (full passes reach every base).
+const NEIGHBOUR_BASES: usize = 24;
+/// Most pair-move passes at the end of a pair's search.
+const PAIR_PASSES: usize = 12;
 /// Perturb-and-descend rounds per pair.
-const ROUNDS: usize = 24;
+const ROUNDS: usize = 8;
 
 /// One rung's contribution to the running sums.
 #[derive(Debug, Clone, Copy, Default)]
@@ -369,12 +373,12 @@ impl Problem<'_> {
             .fold(Contrib::default(), |acc, (_, &j)| acc + self.contrib(j))
     }
 
-    /// Options near `j`: the same steps at every base, the same base at every step count, and a small window.
+    /// Options near `j`: the same steps at nearby bases, the same base at every step count, and a small window.
     fn neighbours(&self, j: usize, out: &mut Vec<usize>) {
         out.clear();
         let ns = self.steps.len();
         let (bi, ni) = (j / ns, j % ns);
-        for b in 0..self.bases.len() {
+        for b in bi.saturating_sub(NEIGHBOUR_BASES)..(bi + NEIGHBOUR_BASES + 1).min(self.bases.len()) {
             out.push(b * ns + ni);
         }
         for n in 0..ns {
@@ -431,13 +435,53 @@ impl Problem<'_> {
         }
     }
 
+    /// Pair moves under the strict score: slot `i` takes another step count on its base and slot `j` answers
+    /// with the best option of its neighbourhood. Moving weight across a percentile in one slot usually needs
+    /// another slot to compensate, which single-slot descent cannot do. Applies the best improving pair.
+    fn pair_sweep(&self, sel: &mut [usize], best_key: &mut Key, buf: &mut Vec<usize>) -> bool {
+        let ns = self.steps.len();
+        let mut found: Option<(usize, usize, usize, usize)> = None;
+        for j in 0..sel.len() {
+            self.neighbours(sel[j], buf);
+            for i in (0..sel.len()).filter(|&i| i != j) {
+                let rest = sel
+                    .iter()
+                    .enumerate()
+                    .filter(|&(k, _)| k != i && k != j)
+                    .fold(Contrib::default(), |acc, (_, &o)| acc + self.contrib(o));
+                let row = sel[i] / ns * ns;
+                for oi in (row..row + ns).filter(|&oi| oi != sel[i]) {
+                    let Some(ci) = self.opts[oi] else { continue };
+                    let ri = rest + ci;
+                    for &oj in buf.iter() {
+                        if let Some(cj) = self.opts[oj]
+                            && let Some(k) = self.key_below(&(ri + cj), Score::Strict, best_key.0[0])
+                            && k < *best_key
+                        {
+                            *best_key = k;
+                            found = Some((i, oi, j, oj));
+                        }
+                    }
+                }
+            }
+        }
+        match found {
+            Some((i, oi, j, oj)) => {
+                sel[i] = oi;
+                sel[j] = oj;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Penalty continuation (λ growing, neighbourhood moves only) and then the strict objective (confirmed by
     /// full passes).
-    fn optimize(&self, sel: &mut [usize]) -> Key {
+    fn optimize(&self, sel: &mut [usize], full: bool) -> Key {
         for l in [0.25, 2.0, 16.0] {
             self.descend(sel, Score::Penalty(l), false);
         }
-        self.descend(sel, Score::Strict, true)
+        self.descend(sel, Score::Strict, full)
     }
 }
 
@@ -609,7 +653,7 @@ fn solve_pair(o: &SolveOptions, vm: u64, vp: u64, bm: u64, bp: u64) -> Vec<Rung>
     ];
     let mut best: Option<(Vec<usize>, Key)> = None;
     for sel in &mut starts {
-        let k = p.optimize(sel);
+        let k = p.optimize(sel, true);
         if best.as_ref().is_none_or(|(_, bk)| k < *bk) {
             best = Some((sel.clone(), k));
         }
@@ -633,11 +677,21 @@ fn solve_pair(o: &SolveOptions, vm: u64, vp: u64, bm: u64, bp: u64) -> Vec<Rung>
                 sel[i] = p.valid[rng.below(p.valid.len())];
             }
         }
-        let k = p.optimize(&mut sel);
+        let k = p.optimize(&mut sel, false);
         if k < best_key {
             best_key = k;
             best_sel = sel;
         }
+    }
+    // The perturbation rounds move within neighbourhoods only; a final full descent confirms the winner, then
+    // pair moves and descents alternate while they improve.
+    let mut key = p.descend(&mut best_sel, Score::Strict, true);
+    let mut buf = Vec::new();
+    for _ in 0..PAIR_PASSES {
+        if !p.pair_sweep(&mut best_sel, &mut key, &mut buf) {
+            break;
+        }
+        key = p.descend(&mut best_sel, Score::Strict, true);
     }
     let ns = p.steps.len();
     let mut rungs: Vec<Rung> = best_sel
