@@ -1,8 +1,29 @@
+//! The example engine scenarios parse as `Scenario`s and run; a session run reports what the page shows.
+
 use shared::engine::{EngineScenario, presets, simulate};
+use shared::scenario::Scenario;
 use shared::workload::{SessionWorkload, Workload};
 
 #[test]
-fn smoke_sessions() {
+fn example_scenarios_parse_and_the_small_one_runs() {
+    for name in ["engine-10k.json", "engine-sessions-1m.json"] {
+        let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("example exists");
+        let sc = Scenario::from_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let Scenario::Engine(engine) = sc else {
+            panic!("{name} is not an engine scenario")
+        };
+        if name == "engine-10k.json" {
+            let r = simulate(&engine).expect("runs");
+            assert_eq!(r.records.len(), 10_000);
+            assert!(r.records.iter().all(|x| x.ok));
+            assert!(r.summary.completed == 10_000);
+        }
+    }
+}
+
+#[test]
+fn default_sessions_on_a_preset() {
     let sc = EngineScenario {
         workload: Workload::Sessions(SessionWorkload::default()),
         profile: presets::llama3_8b_h100(),
@@ -11,10 +32,42 @@ fn smoke_sessions() {
         counterfactuals: true,
     };
     let r = simulate(&sc).expect("ok");
-    println!("{}", serde_json::to_string_pretty(&r.summary).unwrap());
-    println!("{}", serde_json::to_string_pretty(&r.diagnostics).unwrap());
-    for rec in r.records.iter().take(15) {
-        println!("{}", serde_json::to_string(rec).unwrap());
-    }
-    println!("timeline {}", r.timeline.len());
+    // Six sessions, each of its drawn number of steps, all completed (no respawn).
+    let expected: u64 = (0..6)
+        .map(|s| u64::from(SessionWorkload::default().plan(s, 0, 1).steps))
+        .sum();
+    assert_eq!(r.records.len() as u64, expected);
+    assert!(r.records.iter().all(|x| x.ok && x.itl.is_some()));
+    let m = &r.diagnostics.cache_misses;
+    // Sessions resend their conversation: most prompt tokens hit.
+    assert!(m.cached_tokens as f64 / m.prompt_tokens as f64 > 0.85, "{m:?}");
+    assert!(r.diagnostics.cache_off.is_some());
+    assert!(r.diagnostics.closed_loop_illusion.is_none());
+    assert!(!r.timeline.is_empty());
+}
+
+/// The seed's bursty trace through the engine: the common system prompt is computed once and then hit by every
+/// request that follows (the hit rate is an output), and the closed-loop replay of the same trace hides queueing.
+#[test]
+fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
+    let w: shared::seed_model::BurstyWorkload =
+        serde_json::from_str(r#"{"num_requests": 400, "seed": 42, "mean_rps": 40.0}"#).expect("bursty");
+    let sc = EngineScenario {
+        workload: Workload::Bursty(w),
+        profile: presets::laptop_demo(),
+        slo: Default::default(),
+        seed: 0,
+        counterfactuals: true,
+    };
+    let r = simulate(&sc).expect("ok");
+    let m = &r.diagnostics.cache_misses;
+    assert!(
+        m.cached_tokens > 0 && m.cached_tokens <= m.designed_cached_tokens,
+        "{m:?}"
+    );
+    assert!(r.records[1..].iter().any(|x| x.cached_tokens.unwrap_or(0) >= 2048));
+    let cl = r.diagnostics.closed_loop_illusion.expect("open-loop workload");
+    assert!(cl.open_ttft_p99_ms > cl.closed_ttft_p99_ms, "{cl:?}");
+    let off = r.diagnostics.cache_off.expect("counterfactual");
+    assert!(off.ttft_p50_ms > off.cache_on_ttft_p50_ms, "{off:?}");
 }

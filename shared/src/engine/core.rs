@@ -147,6 +147,8 @@ pub struct Engine {
     pub(crate) p: EngineProfile,
     pub(crate) kv: Kv,
     bs: u32,
+    /// `log2(bs)` when the block size is a power of two (divisions become shifts), else `u32::MAX`.
+    bs_shift: u32,
     model_len: u64,
     pub(crate) reqs: Vec<Req>,
     free_reqs: Vec<u32>,
@@ -197,11 +199,6 @@ impl std::hash::Hasher for IdHasher {
 }
 pub(crate) type BuildIdHasher = std::hash::BuildHasherDefault<IdHasher>;
 
-#[inline]
-fn ceil_div(a: u64, b: u64) -> u64 {
-    a.div_ceil(b)
-}
-
 impl Engine {
     /// An idle engine at time 0. The profile should be validated ([`EngineProfile::validate`]); `new` clamps
     /// degenerate values instead of panicking.
@@ -213,6 +210,11 @@ impl Engine {
             kv: Kv::new(profile.num_kv_blocks.max(1), caching),
             p: profile,
             bs,
+            bs_shift: if bs.is_power_of_two() {
+                bs.trailing_zeros()
+            } else {
+                u32::MAX
+            },
             model_len,
             reqs: Vec::new(),
             free_reqs: Vec::new(),
@@ -457,7 +459,23 @@ impl Engine {
     /// Blocks needed to hold `t` tokens.
     #[inline]
     fn blocks(&self, t: u32) -> u64 {
-        ceil_div(u64::from(t), u64::from(self.bs))
+        self.ceil_bs(u64::from(t))
+    }
+
+    /// `x / block_size`.
+    #[inline]
+    fn div_bs(&self, x: u64) -> u64 {
+        if self.bs_shift != u32::MAX {
+            x >> self.bs_shift
+        } else {
+            x / u64::from(self.bs)
+        }
+    }
+
+    /// `ceil(x / block_size)`.
+    #[inline]
+    fn ceil_bs(&self, x: u64) -> u64 {
+        self.div_bs(x + u64::from(self.bs) - 1)
     }
 
     /// Schedule one step at `self.now_ms`. Returns (duration, Σcontext, prefill tokens, decoders).
@@ -572,12 +590,11 @@ impl Engine {
 
     /// Blocks needed by the scheduled decoders for steps 2..=k (step 1 is already allocated).
     fn extra_blocks(&self, k: u64) -> u64 {
-        let bs = u64::from(self.bs);
         self.sched
             .iter()
             .map(|s| {
                 let t = u64::from(self.reqs[s.idx as usize].t);
-                ceil_div(t + k, bs) - ceil_div(t + 1, bs)
+                self.ceil_bs(t + k) - self.ceil_bs(t + 1)
             })
             .sum()
     }
@@ -646,7 +663,6 @@ impl Engine {
             // Mean context per decoding sequence over the stretch (context grows by 1 per step).
             self.stats.ctx_time += (ctx / n as f64 + (kf - 1.0) / 2.0) * duration;
         }
-        let bs = u64::from(self.bs);
         self.finished.clear();
         for si in 0..self.sched.len() {
             let Sched { idx, tokens, prefill } = self.sched[si];
@@ -657,12 +673,14 @@ impl Engine {
             let adv = if prefill { tokens } else { k as u32 };
             let new_t = old_t + adv;
             if !prefill && k > 1 {
-                let extra = ceil_div(u64::from(new_t), bs) - ceil_div(u64::from(old_t) + 1, bs);
+                let extra = self.ceil_bs(u64::from(new_t)) - self.ceil_bs(u64::from(old_t) + 1);
                 self.reqs[idx as usize].private += extra;
             }
-            let conv = self
-                .kv
-                .fill(chain, (u64::from(old_t) / bs) as u32, (u64::from(new_t) / bs) as u32);
+            let conv = self.kv.fill(
+                chain,
+                self.div_bs(u64::from(old_t)) as u32,
+                self.div_bs(u64::from(new_t)) as u32,
+            );
             let r = &mut self.reqs[idx as usize];
             r.private -= conv;
             r.t = new_t;
@@ -761,8 +779,14 @@ impl Engine {
         }
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
         let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
-        let p50_ms = weighted_select(scratch, rank(0.5));
-        let p99_ms = weighted_select(scratch, rank(0.99));
+        let (r50, r99) = (rank(0.5), rank(0.99));
+        let (p50_ms, p99_ms) = if scratch.len() <= 48 {
+            // Small: one sort, one scan for both ranks.
+            scratch.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+            (weighted_select(scratch, r50), weighted_select(scratch, r99))
+        } else {
+            (weighted_select(scratch, r50), weighted_select(scratch, r99))
+        };
         Some(crate::record::ItlSummary {
             mean_ms,
             p50_ms,
@@ -883,8 +907,10 @@ fn weighted_select(v: &mut [(f64, f64, u64)], mut rank: u64) -> f64 {
     };
     let mut v = v;
     loop {
-        if v.len() <= 16 {
-            v.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+        if v.len() <= 48 {
+            if !v.is_sorted_by(|x, y| x.0 <= y.0) {
+                v.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+            }
             let mut acc = 0;
             for &e in v.iter() {
                 if rank < acc + e.2 {
