@@ -196,3 +196,31 @@ fn cache_off_counterfactual_is_slower() {
     let off = r.diagnostics.cache_off.expect("counterfactual");
     assert!(off.ttft_p50_ms > 2.0 * off.cache_on_ttft_p50_ms, "{off:?}");
 }
+
+/// One request alone: TTFT is the prefill step (10 + 100/10 = 20 ms), every later token one 10 ms decode step.
+#[test]
+fn lone_request_timing_is_the_step_model() {
+    let sc = EngineScenario {
+        workload: Workload::Poisson(PoissonWorkload {
+            num_requests: 1,
+            rate_rps: 1.0,
+            prompt: LengthDist::Fixed { tokens: 100 },
+            output: LengthDist::Fixed { tokens: 9 },
+            shared_prefix_tokens: 0,
+        }),
+        profile: single_server(),
+        slo: Slo::default(),
+        seed: 1,
+        counterfactuals: false,
+    };
+    let r = simulate(&sc).expect("valid");
+    let rec = &r.records[0];
+    assert!((rec.ttft_s.expect("ttft") - 0.020).abs() < 1e-9);
+    assert!((rec.wall_s - 0.100).abs() < 1e-9);
+    assert!((rec.tpot_ms().expect("tpot") - 10.0).abs() < 1e-9);
+    let itl = rec.itl.expect("itl");
+    for v in [itl.mean_ms, itl.p50_ms, itl.p99_ms, itl.max_ms] {
+        assert!((v - 10.0).abs() < 1e-9, "{itl:?}");
+    }
+    assert_eq!(rec.queue_s, Some(0.0));
+}

@@ -503,7 +503,7 @@ impl Engine {
             }
             let need = self.blocks(t + tokens) - self.blocks(t);
             let mut self_preempted = false;
-            while !self.kv.alloc(need) {
+            while need > 0 && !self.kv.alloc(need) {
                 let Some(victim) = self.running.pop() else { break };
                 self.preempt(victim);
                 if victim == idx {
@@ -613,6 +613,7 @@ impl Engine {
         let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
         let b = if pure { self.p.per_ctx_token_ms * n as f64 } else { 0.0 };
         let mut k = 1u64;
+        let mut extra_at_k: Option<(u64, u64)> = None;
         if pure && max_steps > 1 {
             // Steps until the first finish.
             let mut kmax = max_steps;
@@ -629,7 +630,9 @@ impl Engine {
             // Steps the KV cache can hold.
             if kmax > 1 {
                 let avail = self.kv.available();
-                if self.extra_blocks(kmax) > avail {
+                let at_max = self.extra_blocks(kmax);
+                extra_at_k = Some((kmax, at_max));
+                if at_max > avail {
                     let (mut lo, mut hi) = (1u64, kmax);
                     while lo < hi {
                         let mid = lo + (hi - lo).div_ceil(2);
@@ -649,7 +652,10 @@ impl Engine {
         let start = self.now_ms;
         let end = start + duration;
         if k > 1 {
-            let extra = self.extra_blocks(k);
+            let extra = match extra_at_k {
+                Some((kk, e)) if kk == k => e,
+                _ => self.extra_blocks(k),
+            };
             // Cannot fail: checked above.
             let _ = self.kv.alloc(extra);
         }
