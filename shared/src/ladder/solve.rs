@@ -272,7 +272,9 @@ const MARGIN_PAIRS: usize = 8;
 /// Neighbourhood moves reach this many grid bases either way (full passes reach every base).
 const NEIGHBOUR_BASES: usize = 24;
 /// Most pair-move passes at the end of a pair's search.
-const PAIR_PASSES: usize = 12;
+const PAIR_PASSES: usize = 8;
+/// In a pair move the answering slot may move this many grid bases either way.
+const PAIR_BASES: usize = 8;
 /// Perturb-and-descend rounds per pair.
 const ROUNDS: usize = 8;
 
@@ -442,7 +444,13 @@ impl Problem<'_> {
         let ns = self.steps.len();
         let mut found: Option<(usize, usize, usize, usize)> = None;
         for j in 0..sel.len() {
-            self.neighbours(sel[j], buf);
+            // The answering slot: any step count on its base, or its step count on a nearby base.
+            buf.clear();
+            let (bj, nj) = (sel[j] / ns, sel[j] % ns);
+            buf.extend((0..ns).map(|n| bj * ns + n));
+            let near = bj.saturating_sub(PAIR_BASES)..(bj + PAIR_BASES + 1).min(self.bases.len());
+            buf.extend(near.filter(|&b| b != bj).map(|b| b * ns + nj));
+            buf.retain(|&k| self.opts[k].is_some());
             for i in (0..sel.len()).filter(|&i| i != j) {
                 let rest = sel
                     .iter()
