@@ -14,21 +14,30 @@
 //!    on cumulative shares hold: `F(v_m − 1) < ½ ≤ F(v_m)` and `F(v_p − 1) < 0.9 ≤ F(v_p)`. Each rung contributes
 //!    an O(1)-computable amount to those four shares and to the cached-token sums, so a candidate ladder is scored
 //!    in O(1) from running sums — no sorting.
-//! 3. **Local search.** Coordinate descent over the slots — each pass replaces one slot by the best of all
-//!    `(base, steps)` options given the others — with a lexicographic objective: constraint violation, then the
-//!    cached-share gap, then the narrowest margin (or margins before cached share with [`Priority::Margins`]).
-//!    It starts from several structured ladders and is then perturbed (a fixed-seed generator reassigns two slots)
-//!    and re-descended a fixed number of times, keeping the best. Everything is deterministic.
+//! 3. **Local search.** Coordinate descent over the slots — each pass replaces one slot by the best option given
+//!    the others — with a lexicographic objective: constraint violation, then the cached-share gap, then the
+//!    narrowest margin (or margins, capped at 0.5 percentage points, before cached share with
+//!    [`Priority::Margins`]). Descents first run with a penalty (gap + λ·violation, λ growing) so they can pass
+//!    through infeasible ladders, then strictly. Passes scan a neighbourhood of each slot's option; a full pass
+//!    over every option confirms a local optimum. The search starts from three structured ladders, is perturbed
+//!    by a fixed-seed generator (two slots reassigned) and re-descended a fixed number of times, and ends with
+//!    *pair moves* — one slot takes another step count, a second slot answers — because moving weight across a
+//!    percentile in one slot usually needs another slot to compensate. Everything is deterministic.
 //! 4. **Verification.** The winner's statistics are recomputed with the exact [`stats`] (integer weights); only a
 //!    ladder whose exact percentiles equal the pair counts as a hit.
 //!
 //! In [`Priority::Exact`] mode the first pair (closest values) that admits a ladder wins. In
-//! [`Priority::Margins`] mode every pair within `margin_tolerance` of the targets is solved, and the widest
-//! margins win (ties: cached-share gap, then error).
+//! [`Priority::Margins`] mode the 8 closest pairs within `margin_tolerance` of the targets are solved, and the
+//! widest margins win (capped as above; ties: cached-share gap, then error).
 //!
 //! A cached-share target that no ladder found reaches is reported in [`Solution::notes`], with the best value
-//! reached. (Under `respawn` each slot pays one full prefill per pass plus the tool output of every later step,
-//! which bounds the token share well below 97 % for production's median and p90.)
+//! reached (the best this search found: it is a heuristic, not a proof of optimality).
+//!
+//! (Under `respawn` each slot pays one full prefill per pass plus the tool output of every later step, which
+//! bounds the token share well below 97 % for production's median and p90 and a 128k context.)
+//!
+//! Cost: `benches/ladder_solve.rs` (`cargo bench -p loadshape-shared --bench ladder_solve`) times it; one pair is
+//! tens of milliseconds natively. The grid is thinned evenly to at most 12,000 (base, steps) options per slot.
 
 use std::fmt;
 use std::str::FromStr;
