@@ -1,7 +1,7 @@
 //! Speed of the engine model on the example scenarios (a plain `--release` bench, not a timed test).
 //!
 //! Run with: `cargo bench -p loadshape-shared --bench engine_sessions [-- FILE...]`
-//! Default files: examples/engine-sessions-1m.json and examples/engine-10k.json. Prints, per file, the
+//! Default files: examples/engine-sessions-1m.json, engine-sessions-10k.json, engine-10k.json. Prints, per file, the
 //! request count and the wall time of `engine::simulate` (three runs, median), single-threaded.
 
 use std::time::Instant;
@@ -35,6 +35,7 @@ fn main() {
     let files = if args.is_empty() {
         vec![
             format!("{root}/examples/engine-sessions-1m.json"),
+            format!("{root}/examples/engine-sessions-10k.json"),
             format!("{root}/examples/engine-10k.json"),
         ]
     } else {

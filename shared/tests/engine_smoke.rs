@@ -6,7 +6,7 @@ use shared::workload::{SessionWorkload, Workload};
 
 #[test]
 fn example_scenarios_parse_and_the_small_one_runs() {
-    for name in ["engine-10k.json", "engine-sessions-1m.json"] {
+    for name in ["engine-sessions-10k.json", "engine-10k.json", "engine-sessions-1m.json"] {
         let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).expect("example exists");
         let sc = Scenario::from_json(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
