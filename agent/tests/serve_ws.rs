@@ -73,7 +73,7 @@ impl Driver for ScriptedDriver {
         })
     }
     fn validate(&self, scenario: &serde_json::Value, _limits: &Limits) -> Result<(), String> {
-        ReplayDriver.validate(scenario, _limits)
+        ReplayDriver::default().validate(scenario, _limits)
     }
     fn summarize(&self, _s: &serde_json::Value, records: &[RequestRecord]) -> Option<serde_json::Value> {
         Some(serde_json::json!({ "completed": records.len() }))
@@ -200,7 +200,7 @@ async fn start_run(ws: &mut Ws, id: u64) -> String {
         ws,
         ClientMsg::StartRun {
             id,
-            scenario: serde_json::json!({"model": "engine"}),
+            scenario: serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap(),
             target: "sim".into(),
         },
     )
@@ -228,7 +228,7 @@ async fn collect_until_end(ws: &mut Ws, mut next: u64) -> (u64, RunState) {
 
 #[tokio::test]
 async fn upgrade_is_refused_without_token_with_foreign_origin_or_host() {
-    let agent = start_agent(tempdir("refuse"), Arc::new(ReplayDriver)).await;
+    let agent = start_agent(tempdir("refuse"), Arc::new(ReplayDriver::default())).await;
     let own = format!("http://{}", agent.addr);
     assert_eq!(connect_with(agent.addr, "", Some(&own), None).await.err(), Some(401));
     assert_eq!(
@@ -258,7 +258,7 @@ async fn upgrade_is_refused_without_token_with_foreign_origin_or_host() {
 
 #[tokio::test]
 async fn hello_first_version_check_and_clear_errors() {
-    let agent = start_agent(tempdir("hello"), Arc::new(ReplayDriver)).await;
+    let agent = start_agent(tempdir("hello"), Arc::new(ReplayDriver::default())).await;
     let own = format!("http://{}", agent.addr);
     let mut ws = connect_with(agent.addr, &format!("?token={TOKEN}"), Some(&own), None)
         .await
@@ -491,7 +491,7 @@ async fn store_survives_restart_and_runs_can_be_deleted() {
         collect_until_end(&mut ws, 0).await;
         run_id
     };
-    let agent = start_agent(dir, Arc::new(ReplayDriver)).await;
+    let agent = start_agent(dir, Arc::new(ReplayDriver::default())).await;
     let mut ws = connect(&agent).await;
     send(&mut ws, ClientMsg::ListRuns { id: 3 }).await;
     match recv(&mut ws).await {
@@ -525,4 +525,129 @@ async fn store_survives_restart_and_runs_can_be_deleted() {
     .await;
     assert!(matches!(recv(&mut ws).await, ServerMsg::RunDeleted { id: 5, .. }));
     assert!(!agent.data_dir.join("runs").join(&run_id).exists());
+}
+
+/// The real driver against the real emulated engine: a small session scenario from start to summary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_run_against_the_sim_target_from_start_to_summary() {
+    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
+    let config = loadshape::sim_server::Config {
+        speed: 20.0,
+        ..Default::default()
+    };
+    tokio::spawn(loadshape::sim_server::serve(
+        sim_listener,
+        config,
+        std::future::pending(),
+    ));
+
+    let dir = tempdir("live");
+    let store = RunStore::open(&dir).unwrap();
+    let sim = Target {
+        name: "sim".into(),
+        url: sim_url,
+        model: "sim".into(),
+        dialect: "vllm".into(),
+        api_key_env: None,
+        builtin: true,
+    };
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(30.0),
+    });
+    let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new(AppState {
+        token: TOKEN.into(),
+        allowed_hosts: allowed_hosts(addr),
+        runs,
+    });
+    let router = app(state, &dir.join("no-dist"));
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let agent = Agent {
+        addr,
+        data_dir: dir,
+        server,
+    };
+
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "sessions", "sessions": 2, "steps": 3, "base_tokens": 4000, "gen_tokens": 32,
+                     "tool_tokens": 64, "think_s": 0.05, "stagger_s": 0.05, "spread": 0.0, "duration_s": 20.0,
+                     "drain": true},
+        "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
+                    "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1,
+                    "per_ctx_token_ms": 0.00001, "prefill_tokens_per_ms": 40.0, "prefill_fixed_ms": 1.0},
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
+        "seed": 3,
+        "counterfactuals": false
+    });
+    let mut ws = connect(&agent).await;
+    send(
+        &mut ws,
+        ClientMsg::ValidateScenario {
+            id: 1,
+            scenario: scenario.clone(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Validated { valid: true, .. } => {}
+        other => panic!("scenario should be valid: {other:?}"),
+    }
+    send(
+        &mut ws,
+        ClientMsg::StartRun {
+            id: 2,
+            scenario,
+            target: "sim".into(),
+        },
+    )
+    .await;
+    let run_id = match recv(&mut ws).await {
+        ServerMsg::RunStarted { run, .. } => run.run_id,
+        other => panic!("{other:?}"),
+    };
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 3,
+            run_id: run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let (n, state) = collect_until_end(&mut ws, 0).await;
+    assert_eq!(state, RunState::Finished);
+    assert_eq!(n, 6, "2 sessions × 3 steps, each recorded once");
+    send(
+        &mut ws,
+        ClientMsg::FetchRun {
+            id: 4,
+            run_id: run_id.clone(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Run { records, summary, .. } => {
+            assert_eq!(records.len(), 6);
+            assert!(
+                records.iter().all(|r| r.ok && r.gen_tokens == r.asked_tokens),
+                "{records:?}"
+            );
+            // Steps after the first hit the emulated prefix cache.
+            assert!(
+                records
+                    .iter()
+                    .filter(|r| r.step > 0)
+                    .all(|r| r.cached_tokens.unwrap_or(0) > 0)
+            );
+            let summary = summary.expect("summary");
+            assert_eq!(summary["completed"], 6);
+        }
+        other => panic!("{other:?}"),
+    }
+    let lines = std::fs::read_to_string(agent.data_dir.join("runs").join(&run_id).join("records.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 6, "records.jsonl holds each record exactly once");
 }

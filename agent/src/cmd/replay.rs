@@ -146,6 +146,39 @@ pub struct Args {
     /// Print a line per step, as the seed does.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Set by an embedding program (`loadshape serve`), never on the command line.
+    #[arg(skip)]
+    pub hooks: Hooks,
+}
+
+/// How a program that embeds a replay (`loadshape serve`) watches and stops it.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Called with each record right after its line is written.
+    pub on_record: Option<crate::replay::records::RecordObserver>,
+    /// Turning true acts like a first SIGINT: stop starting work, cut in-flight requests (records are kept).
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("on_record", &self.on_record.is_some())
+            .field("stop", &self.stop)
+            .finish()
+    }
+}
+
+/// Waits until `stop` turns true; never resolves without a receiver (or after its sender is gone).
+async fn stop_requested(stop: &mut Option<tokio::sync::watch::Receiver<bool>>) {
+    match stop {
+        Some(rx) => {
+            if rx.wait_for(|v| *v).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 /// What the run sends, resolved from flags or a scenario.
@@ -420,7 +453,8 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
             stall_timeout: (a.stall_timeout > 0.0).then(|| Duration::from_secs_f64(a.stall_timeout)),
         },
     );
-    let sink = Arc::new(RecordSink::create(&a.out, a.append)?);
+    let sink = Arc::new(RecordSink::create(&a.out, a.append)?.with_observer(a.hooks.on_record.clone()));
+    let mut external_stop = a.hooks.stop.clone();
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), a.quiet);
     let stops = Stops::default();
@@ -516,6 +550,11 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
                     stops.stop_steps();
                 }
                 grace_at.get_or_insert(tokio::time::Instant::now() + grace);
+            }
+            () = stop_requested(&mut external_stop), if interrupted.is_none() => {
+                interrupted = Some(("stop requested", 0));
+                log("stop requested: in-flight requests are cut and recorded");
+                stops.cut();
             }
             sig = signals.recv() => {
                 if interrupted.is_some() {

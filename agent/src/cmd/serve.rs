@@ -86,7 +86,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_sessions_per_run: args.max_sessions_per_run,
         max_run_seconds: args.max_run_seconds,
     };
-    let runs = Arc::new(Runs::new(store, targets, limits, Arc::new(ReplayDriver)));
+    let runs = Arc::new(Runs::new(
+        store,
+        targets,
+        limits,
+        Arc::new(ReplayDriver {
+            max_run_seconds: Some(args.max_run_seconds),
+        }),
+    ));
 
     let addr = SocketAddr::new(args.listen, args.port);
     let listener = tokio::net::TcpListener::bind(addr)

@@ -14,12 +14,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::Context as _;
 use shared::record::RequestRecord;
 
+/// Called with each record right after its line is written (e.g. `loadshape serve` streaming a run to pages).
+pub type RecordObserver = std::sync::Arc<dyn Fn(&RequestRecord) + Send + Sync>;
+
 /// A record file open for writing, shared by every session task.
-#[derive(Debug)]
 pub struct RecordSink {
     path: PathBuf,
     file: Mutex<File>,
     written: AtomicU64,
+    observer: Option<RecordObserver>,
+}
+
+impl std::fmt::Debug for RecordSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordSink")
+            .field("path", &self.path)
+            .field("written", &self.written)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RecordSink {
@@ -39,7 +51,14 @@ impl RecordSink {
             path: path.to_path_buf(),
             file: Mutex::new(file),
             written: AtomicU64::new(0),
+            observer: None,
         })
+    }
+
+    /// Also hand every written record to `observer`.
+    pub fn with_observer(mut self, observer: Option<RecordObserver>) -> Self {
+        self.observer = observer;
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -61,6 +80,10 @@ impl RecordSink {
         file.flush()
             .with_context(|| format!("flushing {}", self.path.display()))?;
         self.written.fetch_add(1, Ordering::Relaxed);
+        drop(file);
+        if let Some(observe) = &self.observer {
+            observe(rec);
+        }
         Ok(())
     }
 

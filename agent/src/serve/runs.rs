@@ -64,11 +64,18 @@ pub trait Driver: Send + Sync + 'static {
 
     /// Scores a finished run's records (the shared scoring module); `None` when nothing can be scored.
     fn summarize(&self, scenario: &serde_json::Value, records: &[RequestRecord]) -> Option<serde_json::Value>;
+
+    /// True when the driver writes `records.jsonl` itself (the replay client writes and flushes each line as a
+    /// request ends); the sink then only keeps and broadcasts records.
+    fn writes_records(&self) -> bool {
+        false
+    }
 }
 
 struct RunLog {
     records: Vec<RequestRecord>,
-    file: BufWriter<File>,
+    /// `None` when the driver writes the file itself.
+    file: Option<BufWriter<File>>,
 }
 
 /// One active run.
@@ -83,17 +90,30 @@ pub struct LiveRun {
 #[derive(Clone)]
 pub struct RecordSink {
     run: Arc<LiveRun>,
+    records_path: std::path::PathBuf,
 }
 
 impl RecordSink {
+    /// The run's `records.jsonl` (for drivers that write it themselves).
+    pub fn records_path(&self) -> &std::path::Path {
+        &self.records_path
+    }
+
+    /// The run's folder in the store.
+    pub fn run_dir(&self) -> &std::path::Path {
+        self.records_path.parent().unwrap_or(&self.records_path)
+    }
+
     /// Appends one record: written and flushed to `records.jsonl`, kept for resuming viewers, broadcast live.
     pub fn push(&self, record: RequestRecord) {
         let run_id = self.run.info.lock().expect("run info lock").run_id.clone();
         let mut log = self.run.log.lock().expect("run log lock");
         let seq = log.records.len() as u64;
-        if let Ok(line) = serde_json::to_string(&record) {
+        if let Some(file) = &mut log.file
+            && let Ok(line) = serde_json::to_string(&record)
+        {
             // A failed disk write is logged, not fatal: the record still reaches viewers and the summary.
-            if let Err(e) = writeln!(log.file, "{line}").and_then(|_| log.file.flush()) {
+            if let Err(e) = writeln!(file, "{line}").and_then(|_| file.flush()) {
                 tracing::error!("run {run_id}: writing record {seq}: {e}");
             }
         }
@@ -179,13 +199,18 @@ impl Runs {
             .store
             .create(&info, &scenario)
             .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
+        let file = (!self.driver.writes_records()).then(|| BufWriter::new(file));
+        let records_path = self
+            .store
+            .records_path(&info.run_id)
+            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
         let (events, _) = broadcast::channel(256);
         let (stop, stop_rx) = watch::channel(false);
         let run = Arc::new(LiveRun {
             info: Mutex::new(info.clone()),
             log: Mutex::new(RunLog {
                 records: Vec::new(),
-                file: BufWriter::new(file),
+                file,
             }),
             events,
             stop,
@@ -194,9 +219,15 @@ impl Runs {
         drop(active);
 
         let this = self.clone();
-        let fut = self
-            .driver
-            .run(target, scenario.clone(), RecordSink { run: run.clone() }, stop_rx);
+        let fut = self.driver.run(
+            target,
+            scenario.clone(),
+            RecordSink {
+                run: run.clone(),
+                records_path,
+            },
+            stop_rx,
+        );
         tokio::spawn(async move {
             let outcome = fut.await;
             this.finish(&run, &scenario, outcome);
