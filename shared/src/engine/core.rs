@@ -1,4 +1,4 @@
-//! The iteration-level engine: vLLM v1's scheduler over the block-counted KV cache of [`super::kv`].
+//! The iteration-level engine: vLLM v1's scheduler over the block-counted KV cache of `kv`.
 //!
 //! Each step: running requests first, in admission order (a decoding sequence takes 1 token of the budget, a
 //! prefilling one a chunk of up to the remaining budget); if the KV cache cannot hold a running request's new
@@ -9,7 +9,7 @@
 //! completes samples the first token in the same step; a decoding sequence computes one token and samples the next.
 //!
 //! Between events (an admission, a prefill chunk, a finish, an arrival, the KV cache filling up) every step is a
-//! pure-decode step of the same batch whose duration grows linearly with context, so [`Engine::advance`] executes
+//! pure-decode step of the same batch whose duration grows linearly with context, so `Engine::advance` executes
 //! such a stretch in closed form: O(running) per event, not per token.
 
 use std::collections::VecDeque;

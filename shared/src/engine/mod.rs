@@ -4,11 +4,21 @@
 //! - [`EngineProfile`] ([`profile`]): limits (block size, KV blocks, `max_num_seqs`, `max_num_batched_tokens`) and
 //!   the step-time coefficients (DistServe's form: fixed + per sequence + per context token, plus prefill).
 //! - [`Engine`] ([`core`]): continuous batching with chunked prefill, KV blocks with preemption (recompute), and
-//!   automatic prefix caching over chained block content with LRU eviction ([`kv`]). Step-able in real time
+//!   automatic prefix caching over chained block content with LRU eviction (`kv`). Step-able in real time
 //!   ([`Engine::submit`], [`Engine::step`], [`Engine::cancel`]) for the emulated server.
 //! - [`simulate`]: runs an [`EngineScenario`]'s workload through the engine in virtual time and returns per-request
 //!   [`RequestRecord`]s scored by [`metrics::summarize`], a [`TimelinePoint`] series and [`Diagnostics`].
 //! - [`presets`]: engine profiles for the hardware rows of `PRESETS.md`, each with its basis.
+//!
+//! Cost: O(running) per event (an arrival, an admission or prefill chunk, a finish, the KV cache filling up), not
+//! per token: stretches of identical pure-decode steps run in closed form. A request's ITL summary costs
+//! O(events during its life). Measured with `cargo bench -p loadshape-shared --bench engine_sessions`.
+//!
+//! Known simplifications: a chain that is in use is pinned as a whole (an ancestor only up to the fork); evicting a
+//! chain takes its tail first, so resident blocks are always a prefix (vLLM frees a request's blocks in reverse
+//! order, so this is its usual state too); content that a concurrent request is still computing is recomputed,
+//! not shared; requests already sent always complete (no client timeout). The hash index behind
+//! [`Engine::submit`] grows with the distinct content seen (fine for a live emulation, not for days of traffic).
 
 pub mod core;
 pub mod diagnostics;
