@@ -289,9 +289,20 @@ pub fn py_round(x: f64, ndigits: u32) -> f64 {
     };
     let y = x * scale;
     if y.abs() < 1_099_511_627_776.0 {
-        let frac = y - y.floor();
-        if (frac - 0.5).abs() > 1.0 / 2048.0 {
-            return y.round() / scale;
+        // Integer conversions instead of floor/round, which are library calls on baseline x86-64.
+        let whole = y as i64; // toward zero
+        let frac = y - whole as f64; // exact: |y| < 2^40
+        let away = frac.abs();
+        if (away - 0.5).abs() > 1.0 / 2048.0 {
+            let rounded = if away > 0.5 {
+                whole + if frac > 0.0 { 1 } else { -1 }
+            } else {
+                whole
+            };
+            if rounded == 0 {
+                return 0.0f64.copysign(x); // round(-0.001, 2) == -0.0
+            }
+            return rounded as f64 / scale;
         }
     }
     py_round_exact(x, ndigits)

@@ -2,6 +2,7 @@
 //!
 //! A scenario file is JSON, internally tagged on `"model"`:
 //! - `"seed"`: [`crate::seed_model::SeedScenario`], the seed simulator's model exactly;
+//! - `"engine"`: [`crate::engine::EngineScenario`], the iteration-level engine model.
 //!
 //! An optional top-level `"version"` (default 1) guards the format: a file written by a newer loadshape is rejected
 //! with a message saying so instead of being misread. Unknown fields are rejected, naming the field.
@@ -11,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::engine::EngineScenario;
 use crate::seed_model::SeedScenario;
 
 /// The scenario format version this build writes and the newest it reads.
@@ -60,6 +62,8 @@ impl ScenarioError {
 pub enum Scenario {
     /// The seed simulator's model, reproduced exactly.
     Seed(SeedScenario),
+    /// The iteration-level engine model: continuous batching, KV blocks, prefix cache over block hashes.
+    Engine(EngineScenario),
 }
 
 impl Scenario {
@@ -93,6 +97,7 @@ impl Scenario {
         let model = map.remove("model");
         let scenario = match model.as_ref().and_then(|m| m.as_str()) {
             Some("seed") => Scenario::Seed(deserialize_tracked(value)?),
+            Some("engine") => Scenario::Engine(deserialize_tracked(value)?),
             _ => {
                 let got = model.map_or_else(|| "nothing".to_string(), |m| m.to_string());
                 return Err(ScenarioError::field(
@@ -109,6 +114,7 @@ impl Scenario {
     pub fn validate(&self) -> Result<(), ScenarioError> {
         match self {
             Scenario::Seed(s) => s.validate(),
+            Scenario::Engine(s) => s.validate(),
         }
     }
 

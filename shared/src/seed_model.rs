@@ -10,8 +10,7 @@
 //! Principal types: [`SeedScenario`], [`BurstyWorkload`], [`SeedProfile`], [`TraceRequest`], [`SeedSummary`].
 
 use std::borrow::Cow;
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
@@ -243,13 +242,21 @@ struct TraceItem {
     output_tokens: u32,
 }
 
+/// Arrivals are drawn this many at a time, in a loop of their own: the draws (a `log` each) do not depend on one
+/// another, so apart from the simulation's own dependency chain they pipeline well.
+const ARRIVAL_CHUNK: usize = 256;
+
 /// The seed's trace, generated lazily: `build_agent_trace` step by step.
 struct BurstyTrace {
     rng: PyRandom,
     lambd: f64,
+    /// Index of the next request to yield.
     idx: u64,
     n: u64,
     current_ms: f64,
+    /// Rounded arrivals of requests `idx - pos .. idx - pos + arrivals.len()`.
+    arrivals: Vec<f64>,
+    pos: usize,
 }
 
 impl BurstyTrace {
@@ -260,6 +267,21 @@ impl BurstyTrace {
             idx: 0,
             n: w.num_requests,
             current_ms: 0.0,
+            arrivals: Vec::with_capacity(ARRIVAL_CHUNK),
+            pos: 0,
+        }
+    }
+
+    /// Draw the arrivals of the next chunk of requests, starting at `self.idx`.
+    fn refill(&mut self) {
+        self.arrivals.clear();
+        self.pos = 0;
+        let count = (self.n - self.idx).min(ARRIVAL_CHUNK as u64);
+        for idx in self.idx..self.idx + count {
+            // Bursty gamma-like arrivals: short inter-arrival gaps for indices 2..=6 of every 10, lulls otherwise.
+            let burst_factor = if matches!(idx % 10, 2..=6) { 0.32 } else { 1.55 };
+            self.current_ms += self.rng.expovariate(self.lambd) * burst_factor;
+            self.arrivals.push(py_round(self.current_ms, 2));
         }
     }
 }
@@ -272,13 +294,15 @@ impl Iterator for BurstyTrace {
         if self.idx >= self.n {
             return None;
         }
+        if self.pos == self.arrivals.len() {
+            self.refill();
+        }
         let idx = self.idx;
+        let arrival_ms = *self.arrivals.get(self.pos)?;
         self.idx += 1;
-        // Bursty gamma-like arrivals: short inter-arrival gaps for indices 2..=6 of every 10, lulls otherwise.
-        let burst_factor = if matches!(idx % 10, 2..=6) { 0.32 } else { 1.55 };
-        self.current_ms += self.rng.expovariate(self.lambd) * burst_factor;
+        self.pos += 1;
         Some(TraceItem {
-            arrival_ms: py_round(self.current_ms, 2),
+            arrival_ms,
             shared_prefix_tokens: if !idx.is_multiple_of(4) { 3072 } else { 2048 },
             unique_prompt_tokens: 256 + (idx % 5) as u32 * 64,
             output_tokens: 96 + (idx % 4) as u32 * 32,
@@ -358,24 +382,6 @@ pub fn evaluate_trace(
     Ok(summary)
 }
 
-/// A completion time ordered by `f64::total_cmp` (the model never produces NaN from finite inputs).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Completion(f64);
-
-impl Eq for Completion {}
-
-impl PartialOrd for Completion {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Completion {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
-    }
-}
-
 /// Python's `max(a, b)`: `b` only if `b > a`.
 #[inline]
 fn py_max(a: f64, b: f64) -> f64 {
@@ -386,8 +392,13 @@ fn py_max(a: f64, b: f64) -> f64 {
 ///
 /// The seed keeps a list of completion times and, per request, sorts the ones after the arrival (`occupied`), admits
 /// at `occupied[len - slots]` when full, and drops the ones at or before admission. That list never holds more than
-/// `max_batch_slots` entries, so "full" means exactly `slots` entries and the admission time is the earliest of them:
-/// a min-heap gives the same times in O(log slots) per request.
+/// `max_batch_slots` entries (after the drop at most `slots - 1` are left, then one is added), so "full" means
+/// exactly `slots` entries and the admission time is the earliest of them. Here the list is kept sorted in a deque:
+/// drops come off the front, and a new completion, usually among the latest, is placed by scanning from the back.
+///
+/// TPOT takes one value per batch size, so its samples are kept as counts per batch size; the percentiles over
+/// those counts are the same samples the seed's sorted list holds at the nearest-rank index. TTFT samples are kept
+/// unrounded and only the two selected ones are rounded: `round(·, 2)` is monotone, so that is the same value.
 fn evaluate_items(
     trace: impl Iterator<Item = TraceItem>,
     profile: &SeedProfile,
@@ -396,11 +407,13 @@ fn evaluate_items(
     tpot_slo_ms: f64,
     closed_loop: bool,
 ) -> Result<SeedSummary, ScenarioError> {
-    let slots = usize::try_from(profile.max_batch_slots).unwrap_or(usize::MAX);
     let (n_hint, _) = trace.size_hint();
-    let mut active: BinaryHeap<Reverse<Completion>> = BinaryHeap::with_capacity(slots.min(n_hint) + 1);
+    let slots = usize::try_from(profile.max_batch_slots).unwrap_or(usize::MAX);
+    // The batch size never exceeds the number of requests.
+    let max_batch = slots.min(n_hint.max(1));
+    let mut active: VecDeque<f64> = VecDeque::with_capacity(max_batch + 1);
     let mut ttft_samples: Vec<f64> = Vec::with_capacity(n_hint);
-    let mut tpot_samples: Vec<f64> = Vec::with_capacity(n_hint);
+    let mut batch_counts: Vec<u64> = vec![0; max_batch + 1];
     let mut prefill_free_at_ms = 0.0f64;
     let mut slo_passed: u64 = 0;
     let mut total_output_tokens: u64 = 0;
@@ -408,6 +421,7 @@ fn evaluate_items(
     let mut last_completion_ms = 0.0f64;
     let mut total: u64 = 0;
     let uncached_fraction = 1.0 - profile.prefix_cache_hit_efficiency;
+    let tpot_of = |active_batch: usize| profile.base_tpot_ms + profile.batch_tpot_slope_ms * active_batch as f64;
 
     for req in trace {
         total += 1;
@@ -418,20 +432,16 @@ fn evaluate_items(
             req.arrival_ms
         };
         // occupied = completions after the arrival.
-        while let Some(Reverse(Completion(t))) = active.peek()
-            && *t <= effective_arrival_ms
-        {
-            active.pop();
+        while active.front().is_some_and(|&t| t <= effective_arrival_ms) {
+            active.pop_front();
         }
         let mut admitted_at_ms = effective_arrival_ms;
         if active.len() >= slots
-            && let Some(Reverse(Completion(earliest))) = active.peek()
+            && let Some(&earliest) = active.front()
         {
-            admitted_at_ms = *earliest;
-            while let Some(Reverse(Completion(t))) = active.peek()
-                && *t <= admitted_at_ms
-            {
-                active.pop();
+            admitted_at_ms = earliest;
+            while active.front().is_some_and(|&t| t <= admitted_at_ms) {
+                active.pop_front();
             }
         }
         let active_batch = slots.min(active.len() + 1);
@@ -443,14 +453,18 @@ fn evaluate_items(
         let ttft_ms = queue_wait_ms + prefill_ms;
         prefill_free_at_ms = effective_arrival_ms + ttft_ms;
 
-        let tpot_ms = profile.base_tpot_ms + profile.batch_tpot_slope_ms * active_batch as f64;
+        let tpot_ms = tpot_of(active_batch);
         let decode_ms = (f64::from(req.output_tokens) - 1.0) * tpot_ms;
         let completion_ms = effective_arrival_ms + ttft_ms + decode_ms;
-        active.push(Reverse(Completion(completion_ms)));
+        insert_sorted(&mut active, completion_ms);
         last_completion_ms = py_max(last_completion_ms, completion_ms);
 
-        ttft_samples.push(py_round(ttft_ms, 2));
-        tpot_samples.push(py_round(tpot_ms, 2));
+        // The seed stores round(ttft, 2); rounding is monotone, so the nearest-rank sample of the rounded list is
+        // the rounded nearest-rank sample of this one (rounded below), one rounding per percentile, not per request.
+        ttft_samples.push(ttft_ms);
+        if let Some(count) = batch_counts.get_mut(active_batch) {
+            *count += 1;
+        }
         total_output_tokens += u64::from(req.output_tokens);
         if ttft_ms <= ttft_slo_ms && tpot_ms <= tpot_slo_ms {
             slo_passed += 1;
@@ -468,8 +482,27 @@ fn evaluate_items(
         (last_completion_ms - if closed_loop { 0.0 } else { first_arrival_ms }) / 1000.0,
     );
     let (ttft_p50, ttft_p99) = p50_p99(&mut ttft_samples);
-    let (tpot_p50, tpot_p99) = p50_p99(&mut tpot_samples);
+    let (ttft_p50, ttft_p99) = (py_round(ttft_p50, 2), py_round(ttft_p99, 2));
+    let mut tpot_counts: Vec<(f64, u64)> = batch_counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(b, c)| (py_round(tpot_of(b), 2), *c))
+        .collect();
+    tpot_counts.sort_by(|a, b| a.0.total_cmp(&b.0));
     let n = total as f64;
+    let tpot_at = |q: f64| {
+        let index = nearest_rank_index(usize::try_from(total).unwrap_or(usize::MAX), q) as u64;
+        let mut seen = 0u64;
+        for &(v, c) in &tpot_counts {
+            seen += c;
+            if seen > index {
+                return v;
+            }
+        }
+        0.0
+    };
+    let (tpot_p50, tpot_p99) = (tpot_at(0.50), tpot_at(0.99));
     Ok(SeedSummary {
         engine: profile.name.to_string(),
         workload: workload_name.to_string(),
@@ -484,6 +517,25 @@ fn evaluate_items(
         slo_goodput_rps: py_round(slo_passed as f64 / duration_s, 3),
         slo_attainment_ratio: py_round(slo_passed as f64 / n, 4),
     })
+}
+
+/// Insert `t` into ascending `sorted`, after any equal values. New completions are usually among the latest, so
+/// the place is found by scanning back a few entries, else by binary search.
+#[inline]
+fn insert_sorted(sorted: &mut VecDeque<f64>, t: f64) {
+    let len = sorted.len();
+    if sorted.back().is_none_or(|&last| last <= t) {
+        sorted.push_back(t);
+        return;
+    }
+    for k in 1..len.min(4) {
+        if sorted[len - 1 - k] <= t {
+            sorted.insert(len - k, t);
+            return;
+        }
+    }
+    let at = sorted.partition_point(|&x| x <= t);
+    sorted.insert(at, t);
 }
 
 /// The seed's nearest-rank p50 and p99 of `samples` (reordered in place): selection instead of a full sort, which

@@ -231,13 +231,13 @@ fn timeline_time_averages_by_hand() {
 fn timeline_long_interval_and_bin_cap() {
     // One request running 0 → 10 s with 1 s bins: 1.0 in every bin of the span.
     let a = rec(0, 0, 0.0, 0.1, 10.0, 10);
-    let bins = timeline(&[a.clone()], 1.0);
+    let bins = timeline(std::slice::from_ref(&a), 1.0);
     assert_eq!(bins.len(), 11);
     for b in &bins[..10] {
         assert!((b.running - 1.0).abs() < 1e-12, "{b:?}");
     }
     assert_eq!(bins[10].running, 0.0);
-    assert!(timeline(&[a.clone()], 0.0).is_empty());
-    assert!(timeline(&[a.clone()], f64::NAN).is_empty());
+    assert!(timeline(std::slice::from_ref(&a), 0.0).is_empty());
+    assert!(timeline(std::slice::from_ref(&a), f64::NAN).is_empty());
     assert!(timeline(&[a], 1e-9).len() <= shared::metrics::MAX_TIMELINE_BINS);
 }

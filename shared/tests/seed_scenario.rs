@@ -25,7 +25,6 @@ fn err(text: &str) -> String {
 
 #[test]
 fn the_issue_seed_form_parses_and_evaluates_like_the_seed() {
-    #[allow(irrefutable_let_patterns)]
     let Scenario::Seed(s) = Scenario::from_json(SEED_FORM).unwrap() else {
         panic!("not a seed scenario")
     };
@@ -144,7 +143,6 @@ fn not_json_or_no_model_is_a_clear_error() {
 fn the_seed_accepts_any_finite_efficiency_and_slo() {
     for eff in [0.0, 1.0, 1.5, -0.5] {
         let s = Scenario::from_json(&with("profile.prefix_cache_hit_efficiency", eff.into())).unwrap();
-        #[allow(irrefutable_let_patterns)]
         let Scenario::Seed(s) = s else { unreachable!() };
         assert!(evaluate(&s).is_ok(), "efficiency {eff}");
     }
@@ -154,7 +152,6 @@ fn the_seed_accepts_any_finite_efficiency_and_slo() {
 #[test]
 fn overflowing_coefficients_are_an_error_not_infinity() {
     let s = Scenario::from_json(&with("profile.base_tpot_ms", 1e307.into())).unwrap();
-    #[allow(irrefutable_let_patterns)]
     let Scenario::Seed(s) = s else { unreachable!() };
     let msg = evaluate(&s).unwrap_err().to_string();
     assert!(msg.contains("not finite"), "{msg}");

@@ -2,7 +2,9 @@
 //!
 //! - `loadshape simulate --seed-report` prints the seed simulator's whole report (`scenario_sim.py`'s output).
 //! - `loadshape simulate FILE` (`-` for stdin) prints a readable summary; `--json` prints machine output: for
-//!   `"model": "seed"` exactly the seed's summary fields (`engine`, `workload`, `total_requests`, `duration_s`, …).
+//!   `"model": "seed"` exactly the seed's summary fields (`engine`, `workload`, `total_requests`, `duration_s`, …);
+//!   for `"model": "engine"` `{"summary": …, "diagnostics": …}` (plus `"timeline"` with `--timeline`).
+//! - `--records PATH` writes the engine model's per-request records as JSONL (what `loadshape report` reads).
 //!
 //! Bad input exits non-zero with a message naming the field (`workload.mean_rps must be > 0 (got 0)`).
 
@@ -11,6 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use shared::engine::{self, EngineReport};
 use shared::scenario::Scenario;
 use shared::seed_model::{self, SeedSummary};
 
@@ -25,6 +28,12 @@ pub struct Args {
     /// Machine-readable JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Engine model: also print the time series (running, queued, KV use, cache hits) in the JSON output.
+    #[arg(long, requires = "json")]
+    pub timeline: bool,
+    /// Engine model: write the per-request records to this JSONL file.
+    #[arg(long, value_name = "PATH")]
+    pub records: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -39,11 +48,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let scenario = Scenario::from_json(&text).with_context(|| format!("invalid scenario in {source}"))?;
     match scenario {
         Scenario::Seed(s) => {
+            if args.records.is_some() {
+                anyhow::bail!("--records needs \"model\": \"engine\"; the seed model keeps no per-request records");
+            }
             let summary = seed_model::evaluate(&s).with_context(|| format!("cannot simulate {source}"))?;
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
                 print!("{}", seed_table(&summary, s.closed_loop));
+            }
+        }
+        Scenario::Engine(s) => {
+            let report = engine::simulate(&s).with_context(|| format!("cannot simulate {source}"))?;
+            if let Some(path) = &args.records {
+                write_records(path, &report).with_context(|| format!("writing records to {}", path.display()))?;
+            }
+            if args.json {
+                let mut out = serde_json::json!({"summary": report.summary, "diagnostics": report.diagnostics});
+                if args.timeline {
+                    out["timeline"] = serde_json::to_value(&report.timeline)?;
+                }
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                print!("{}", engine_table(&report));
             }
         }
     }
@@ -86,6 +113,153 @@ fn seed_table(s: &SeedSummary, closed_loop: bool) -> String {
     let mut out = String::new();
     for (k, v) in &rows {
         out.push_str(&format!("{k:<18}{v}\n"));
+    }
+    out
+}
+
+/// One JSON record per line.
+fn write_records(path: &PathBuf, report: &EngineReport) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for r in &report.records {
+        serde_json::to_writer(&mut out, r)?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn ms(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), ms)
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{:.1} %", v * 100.0))
+}
+
+/// A readable summary of an engine-model run: latencies, throughput, goodput, cache and diagnostics.
+fn engine_table(r: &EngineReport) -> String {
+    let s = &r.summary;
+    let d = &r.diagnostics;
+    let mut out = String::new();
+    let mut row = |k: &str, v: String| out.push_str(&format!("{k:<22}{v}\n"));
+    row("model", "engine".to_string());
+    row("requests", format!("{} completed, {} failed", s.completed, s.failed));
+    row("duration", format!("{:.3} s", s.duration_s));
+    row("", "mean / p50 / p90 / p99 ms".to_string());
+    row(
+        "TTFT",
+        [s.ttft_mean_ms, s.ttft_p50_ms, s.ttft_p90_ms, s.ttft_p99_ms]
+            .map(ms)
+            .join(" / "),
+    );
+    row(
+        "TPOT",
+        [s.tpot_mean_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p99_ms]
+            .map(ms)
+            .join(" / "),
+    );
+    row(
+        "ITL",
+        [s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p99_ms]
+            .map(opt_ms)
+            .join(" / "),
+    );
+    row(
+        "E2E",
+        [s.e2el_mean_ms, s.e2el_p50_ms, s.e2el_p90_ms, s.e2el_p99_ms]
+            .map(ms)
+            .join(" / "),
+    );
+    row(
+        "queue",
+        [s.queue_mean_ms, s.queue_p50_ms, s.queue_p90_ms, s.queue_p99_ms]
+            .map(opt_ms)
+            .join(" / "),
+    );
+    row("requests/s", format!("{:.3}", s.request_throughput_rps));
+    row("output tokens/s", format!("{:.1}", s.output_throughput_tok_s));
+    row("total tokens/s", format!("{:.1}", s.total_token_throughput_tok_s));
+    row(
+        "goodput",
+        format!(
+            "{:.3} req/s ({:.1} % of requests)",
+            s.goodput_rps,
+            s.slo_attainment_ratio * 100.0
+        ),
+    );
+    row(
+        "session goodput",
+        format!(
+            "{:.4} sessions/s ({:.1} % of {} sessions)",
+            s.session_goodput_sps,
+            s.session_attainment_ratio * 100.0,
+            s.sessions
+        ),
+    );
+    row(
+        "cached share",
+        format!(
+            "achieved {}, designed {}, step 0 {}",
+            pct(s.cached_share_achieved),
+            pct(s.cached_share_designed),
+            pct(s.step0_cached_share)
+        ),
+    );
+    let m = &d.cache_misses;
+    row(
+        "cache misses (tokens)",
+        format!(
+            "{} missed: cold first step {}, new content {}, evicted while idle {}, capacity {}, other {}",
+            m.missed_tokens,
+            m.cold_first_step_tokens,
+            m.new_content_tokens,
+            m.evicted_think_tokens,
+            m.capacity_tokens,
+            m.other_tokens
+        ),
+    );
+    let o = &d.overbatched;
+    row(
+        "overbatched",
+        format!(
+            "{}: TPOT SLO {} ms holds up to batch {}, max_num_seqs {} gives {:.1} ms",
+            if o.overbatched { "yes" } else { "no" },
+            o.tpot_slo_ms,
+            o.slo_batch_limit.map_or_else(|| "any".to_string(), |b| b.to_string()),
+            o.max_num_seqs,
+            o.tpot_at_max_num_seqs_ms
+        ),
+    );
+    let k = &d.kv_thrash;
+    row(
+        "KV",
+        format!(
+            "{} preemptions, {} recomputed tokens, {} evicted blocks, peak {} of {} blocks",
+            k.preemptions, k.recomputed_tokens, k.evicted_blocks, k.peak_kv_blocks_used, k.kv_capacity_blocks
+        ),
+    );
+    if let Some(c) = &d.closed_loop_illusion {
+        row(
+            "closed-loop illusion",
+            format!(
+                "TTFT p99 open {:.1} ms vs closed {:.1} ms ({:.1}x)",
+                c.open_ttft_p99_ms, c.closed_ttft_p99_ms, c.ttft_p99_ratio
+            ),
+        );
+    }
+    if let Some(c) = &d.cache_off {
+        row(
+            "cache off",
+            format!(
+                "TTFT p50 {:.1} ms (on: {:.1}), output {:.1} tok/s (on: {:.1})",
+                c.ttft_p50_ms, c.cache_on_ttft_p50_ms, c.output_throughput_tok_s, c.cache_on_output_throughput_tok_s
+            ),
+        );
     }
     out
 }
