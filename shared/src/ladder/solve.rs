@@ -282,6 +282,8 @@ const MARGIN_PAIRS: usize = 8;
 const NEIGHBOUR_BASES: usize = 24;
 /// Most pair-move passes at the end of a pair's search.
 const PAIR_PASSES: usize = 8;
+/// In a pair move the moving slot changes its step count by at most this many grid steps.
+const PAIR_STEPS: usize = 8;
 /// In a pair move the answering slot may move this many grid bases either way.
 const PAIR_BASES: usize = 8;
 /// Perturb-and-descend rounds per pair.
@@ -446,7 +448,7 @@ impl Problem<'_> {
         }
     }
 
-    /// Pair moves under the strict score: slot `i` takes another step count on its base and slot `j` answers
+    /// Pair moves under the strict score: slot `i` takes a nearby step count on its base and slot `j` answers
     /// with the best option of its neighbourhood. Moving weight across a percentile in one slot usually needs
     /// another slot to compensate, which single-slot descent cannot do. Applies the best improving pair.
     fn pair_sweep(&self, sel: &mut [usize], best_key: &mut Key, buf: &mut Vec<usize>) -> bool {
@@ -466,8 +468,9 @@ impl Problem<'_> {
                     .enumerate()
                     .filter(|&(k, _)| k != i && k != j)
                     .fold(Contrib::default(), |acc, (_, &o)| acc + self.contrib(o));
-                let row = sel[i] / ns * ns;
-                for oi in (row..row + ns).filter(|&oi| oi != sel[i]) {
+                let (row, ni) = (sel[i] / ns * ns, sel[i] % ns);
+                let steps = ni.saturating_sub(PAIR_STEPS)..(ni + PAIR_STEPS + 1).min(ns);
+                for oi in steps.map(|n| row + n).filter(|&oi| oi != sel[i]) {
                     let Some(ci) = self.opts[oi] else { continue };
                     let ri = rest + ci;
                     for &oj in buf.iter() {
@@ -670,7 +673,7 @@ fn solve_pair(o: &SolveOptions, vm: u64, vp: u64, bm: u64, bp: u64) -> Vec<Rung>
     ];
     let mut best: Option<(Vec<usize>, Key)> = None;
     for sel in &mut starts {
-        let k = p.optimize(sel, true);
+        let k = p.optimize(sel, false);
         if best.as_ref().is_none_or(|(_, bk)| k < *bk) {
             best = Some((sel.clone(), k));
         }
@@ -708,8 +711,9 @@ fn solve_pair(o: &SolveOptions, vm: u64, vp: u64, bm: u64, bp: u64) -> Vec<Rung>
         if !p.pair_sweep(&mut best_sel, &mut key, &mut buf) {
             break;
         }
-        key = p.descend(&mut best_sel, Score::Strict, true);
+        key = p.descend(&mut best_sel, Score::Strict, false);
     }
+    p.descend(&mut best_sel, Score::Strict, true);
     let ns = p.steps.len();
     let mut rungs: Vec<Rung> = best_sel
         .iter()
