@@ -20,12 +20,13 @@ use shared::protocol::{ClientMsg, PROTOCOL_VERSION, ServerMsg};
 pub enum Status {
     /// The page URL has no token: the page works offline (simulation only).
     NoToken,
+    /// First attempt in progress.
     Connecting,
     Connected,
-    /// Lost; a reconnect is scheduled.
-    Reconnecting,
-    /// The agent refused us (version mismatch, bad token); no retry.
-    Failed,
+    /// Was connected, lost the socket; reconnecting with backoff.
+    Disconnected,
+    /// The agent refused us (bad token, foreign origin, version mismatch) or cannot be reached.
+    Error,
 }
 
 impl Status {
@@ -35,8 +36,8 @@ impl Status {
             Status::NoToken => "offline",
             Status::Connecting => "connecting",
             Status::Connected => "connected",
-            Status::Reconnecting => "reconnecting",
-            Status::Failed => "failed",
+            Status::Disconnected => "disconnected",
+            Status::Error => "error",
         }
     }
 
@@ -46,8 +47,8 @@ impl Status {
             Status::NoToken => "no agent",
             Status::Connecting => "connecting…",
             Status::Connected => "agent connected",
-            Status::Reconnecting => "reconnecting…",
-            Status::Failed => "agent refused",
+            Status::Disconnected => "reconnecting…",
+            Status::Error => "agent unreachable",
         }
     }
 }
@@ -68,6 +69,8 @@ pub struct AgentConn {
     handlers: StoredValue<Vec<Handler>>,
     on_connect: StoredValue<Vec<ConnectHandler>>,
     token: StoredValue<Option<String>>,
+    /// A refusal that retrying cannot fix (protocol version mismatch).
+    fatal: StoredValue<bool>,
 }
 
 impl AgentConn {
@@ -87,6 +90,7 @@ impl AgentConn {
             handlers: StoredValue::new(Vec::new()),
             on_connect: StoredValue::new(Vec::new()),
             token: StoredValue::new(token),
+            fatal: StoredValue::new(false),
         };
         if conn.token.get_value().is_some() {
             conn.connect(0);
@@ -128,16 +132,12 @@ impl AgentConn {
             self.fail("cannot work out the agent's address from this page's URL".to_string());
             return;
         };
-        self.status.set(if attempt == 0 {
-            Status::Connecting
-        } else {
-            Status::Reconnecting
-        });
         let ws = match WebSocket::open(&url) {
             Ok(ws) => ws,
             Err(e) => {
+                self.status.set(Status::Error);
                 self.message.set(Some(format!("cannot open the websocket: {e}")));
-                self.retry(attempt);
+                self.retry(attempt + 1);
                 return;
             }
         };
@@ -206,27 +206,33 @@ impl AgentConn {
                 }
             }
             self.outbox.set_value(None);
-            if self.status.get_untracked() != Status::Failed {
-                // A socket refused at the upgrade (bad token, foreign origin) closes before any hello.
-                let next = if handshaken { 0 } else { attempt + 1 };
-                if !handshaken && attempt >= 2 {
-                    self.message.set(Some(
-                        "the agent did not accept the connection (is the token in the URL still valid?)".to_string(),
-                    ));
-                }
-                self.retry(next);
+            if self.fatal.get_value() {
+                return;
+            }
+            if handshaken {
+                self.status.set(Status::Disconnected);
+                self.retry(0);
+            } else {
+                // A socket refused at the upgrade (bad token, foreign origin, wrong host) closes before any hello.
+                self.status.set(Status::Error);
+                self.message.set(Some(
+                    "the agent did not accept the connection: is the token in the URL still valid? \
+                     (retrying in the background)"
+                        .to_string(),
+                ));
+                self.retry(attempt + 1);
             }
         });
     }
 
     fn retry(self, attempt: u32) {
-        self.status.set(Status::Reconnecting);
         let delay_ms = (500u64 << attempt.min(5)).min(10_000);
-        set_timeout(move || self.connect(attempt + 1), Duration::from_millis(delay_ms));
+        set_timeout(move || self.connect(attempt), Duration::from_millis(delay_ms));
     }
 
     fn fail(self, message: String) {
-        self.status.set(Status::Failed);
+        self.fatal.set_value(true);
+        self.status.set(Status::Error);
         self.message.set(Some(message));
         self.outbox.set_value(None);
     }

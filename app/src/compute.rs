@@ -4,12 +4,67 @@
 //! module only reshapes results for display (flat metric lists, CDF samples, call-outs) and builds derived
 //! scenarios (the rate sweep, the closed-loop counterfactual) that it hands back to `shared`.
 
-use serde_json::Value;
+use serde_json::{Value, json};
+use shared::engine::{self, EngineReport, EngineScenario};
 use shared::scenario::Scenario;
 use shared::seed_model::{self, SeedScenario};
 
 /// The models the page offers: (`model` tag, label).
-pub const MODELS: [(&str, &str); 1] = [("seed", "Seed model")];
+pub const MODELS: [(&str, &str); 2] = [("seed", "Seed model"), ("engine", "Engine model")];
+
+/// The workload kinds of the engine model, with labels.
+pub const WORKLOAD_KINDS: [(&str, &str); 5] = [
+    ("sessions", "Agent sessions"),
+    ("bursty", "Bursty trace (seed)"),
+    ("poisson", "Poisson arrivals"),
+    ("gamma", "Gamma arrivals"),
+    ("closed_loop", "Closed-loop users"),
+];
+
+/// A default workload of each kind (the session defaults are the seed replay's, shortened to 20 minutes).
+pub fn default_workload(kind: &str) -> Option<Value> {
+    Some(match kind {
+        "sessions" => json!({"kind": "sessions", "sessions": 8, "steps": 12, "base_tokens": 22000, "gen_tokens": 700,
+            "tool_tokens": 2020, "think_s": 6.0, "dist": "lognormal", "spread": 0.5, "respawn": false,
+            "stagger_s": 4.0, "duration_s": 1200.0, "drain": false, "drain_grace_s": 420.0, "task_tokens": 16}),
+        "bursty" => json!({"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5}),
+        "poisson" => json!({"kind": "poisson", "num_requests": 500, "rate_rps": 4.0,
+            "prompt": {"dist": "lognormal", "median": 2048, "sigma": 0.6}, "output": {"dist": "fixed", "tokens": 256},
+            "shared_prefix_tokens": 1024}),
+        "gamma" => json!({"kind": "gamma", "num_requests": 500, "rate_rps": 4.0, "cv": 2.0,
+            "prompt": {"dist": "lognormal", "median": 2048, "sigma": 0.6}, "output": {"dist": "fixed", "tokens": 256},
+            "shared_prefix_tokens": 1024}),
+        "closed_loop" => json!({"kind": "closed_loop", "users": 8, "num_requests": 400, "think_s": 0.0,
+            "prompt": {"dist": "fixed", "tokens": 2048}, "output": {"dist": "fixed", "tokens": 256},
+            "shared_prefix_tokens": 1024}),
+        _ => return None,
+    })
+}
+
+/// A default length distribution of each shape, centred on `typical` tokens.
+pub fn default_length(dist: &str, typical: f64) -> Option<Value> {
+    let t = typical.round().max(1.0) as u64;
+    Some(match dist {
+        "fixed" => json!({"dist": "fixed", "tokens": t}),
+        "uniform" => json!({"dist": "uniform", "min": (t / 2).max(1), "max": t + t / 2}),
+        "lognormal" => json!({"dist": "lognormal", "median": t, "sigma": 0.5}),
+        _ => return None,
+    })
+}
+
+/// The engine model's default scenario: agent sessions on a Llama-3-8B / H100 profile.
+pub fn default_engine_scenario() -> Option<Scenario> {
+    let profile = serde_json::to_value(engine::presets::llama3_8b_h100()).ok()?;
+    Scenario::from_value(json!({
+        "model": "engine",
+        "workload": default_workload("sessions")?,
+        "profile": profile,
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0},
+        "seed": 42,
+        "counterfactuals": true,
+    }))
+    .ok()
+}
 
 /// How loud a diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,8 +155,13 @@ impl Outcome {
     }
 }
 
+/// Named numbers of a summary, in order.
+pub type NumericFields = Vec<(String, f64)>;
+/// Named texts of a summary, in order.
+pub type TextFields = Vec<(String, String)>;
+
 /// Numeric and text fields of a flat serde summary, in order (arrays and nested objects skipped).
-pub fn flatten(summary: &Value) -> (Vec<(String, f64)>, Vec<(String, String)>) {
+pub fn flatten(summary: &Value) -> (NumericFields, TextFields) {
     let mut nums = Vec::new();
     let mut texts = Vec::new();
     if let Value::Object(map) = summary {
@@ -142,8 +202,22 @@ pub fn default_scenario() -> Value {
 pub fn default_for_model(model: &str) -> Option<Scenario> {
     match model {
         "seed" => seed_scenario_with(seed_model::SEED_PROFILES[0].clone()),
+        "engine" => default_engine_scenario(),
         _ => None,
     }
+}
+
+/// What a preset changes.
+#[derive(Debug, Clone)]
+pub enum PresetKind {
+    /// Replaces the whole scenario.
+    Scenario(Box<Scenario>),
+    /// Replaces the engine profile (switching to the engine model if needed).
+    EngineProfile(Value),
+    /// Replaces the workload of an engine-model scenario (switching to the engine model if needed).
+    Workload(Value),
+    /// Replaces the SLOs.
+    Slo(Value),
 }
 
 /// A named preset with where its numbers come from.
@@ -152,7 +226,30 @@ pub struct Preset {
     pub id: String,
     pub label: String,
     pub basis: String,
-    pub scenario: Scenario,
+    pub kind: PresetKind,
+}
+
+impl Preset {
+    /// The scenario after applying this preset to `current`.
+    pub fn apply(&self, current: &Value) -> Option<Scenario> {
+        let engine_base = || {
+            if current.get("model").and_then(Value::as_str) == Some("engine") {
+                Some(current.clone())
+            } else {
+                default_engine_scenario().map(|s| s.to_value())
+            }
+        };
+        let replace = |mut base: Value, key: &str, v: &Value| {
+            base[key] = v.clone();
+            Scenario::from_value(base).ok()
+        };
+        match &self.kind {
+            PresetKind::Scenario(s) => Some((**s).clone()),
+            PresetKind::EngineProfile(p) => replace(engine_base()?, "profile", p),
+            PresetKind::Workload(w) => replace(engine_base()?, "workload", w),
+            PresetKind::Slo(slo) => replace(current.clone(), "slo", slo),
+        }
+    }
 }
 
 /// All presets: the seed's profiles and diagnostics, then the engine presets.
@@ -166,7 +263,7 @@ pub fn presets() -> Vec<Preset> {
                 basis: "the seed's profile (scenario_sim.py): assumed coefficients, not measurements; \
                         trace of 80 bursty requests at 8.5 rps, seed 42"
                     .to_string(),
-                scenario: sc,
+                kind: PresetKind::Scenario(Box::new(sc)),
             });
         }
     }
@@ -177,7 +274,96 @@ pub fn presets() -> Vec<Preset> {
             id: "seed:overbatched_unbounded".to_string(),
             label: "Seed · overbatched (48 slots, 15 rps)".to_string(),
             basis: "the seed's over-batched diagnostic: 48 slots keep TTFT low but push TPOT past its SLO".to_string(),
-            scenario: Scenario::Seed(s),
+            kind: PresetKind::Scenario(Box::new(Scenario::Seed(s))),
+        });
+    }
+    for p in engine::presets::all() {
+        if let Ok(v) = serde_json::to_value(&p) {
+            out.push(Preset {
+                id: format!("engine:{}", p.name),
+                label: format!("Engine · {}", p.name),
+                basis: p.basis.clone(),
+                kind: PresetKind::EngineProfile(v),
+            });
+        }
+    }
+    let workloads = [
+        (
+            "prod-ladder",
+            "Workload · production ladder (seed 002)",
+            "the seed's LADDER_PROD, solved for production (median 26,032 / p90 64,648 prompt tokens, 97 % cached): \
+             10 respawning slots, reply 700 + tool output 2,020 tokens per step",
+            json!({"kind": "sessions", "sessions": 10, "steps": 12, "base_tokens": 22000, "gen_tokens": 700,
+                "tool_tokens": 2020, "think_s": 6.0, "dist": "lognormal", "spread": 0.5,
+                "ladder": shared::ladder::LADDER_PROD, "respawn": true, "stagger_s": 4.0, "duration_s": 1800.0,
+                "drain": true, "drain_grace_s": 420.0, "task_tokens": 16}),
+        ),
+        (
+            "agentic-coding",
+            "Workload · agentic coding (SWE-bench-like)",
+            "PRESETS.md: sessions of 8–15 calls, 1–3k-token inputs, 50–300 ms tool gaps",
+            json!({"kind": "sessions", "sessions": 16, "steps": 12, "base_tokens": 2000, "gen_tokens": 300,
+                "tool_tokens": 1200, "think_s": 0.175, "dist": "uniform", "spread": 0.25, "respawn": false,
+                "stagger_s": 0.5, "duration_s": 1800.0, "drain": false, "drain_grace_s": 60.0, "task_tokens": 16}),
+        ),
+        (
+            "chat",
+            "Workload · chat 256/256",
+            "PRESETS.md: the classic benchmark shape, 256 prompt / 256 output tokens, Poisson arrivals",
+            json!({"kind": "poisson", "num_requests": 1000, "rate_rps": 10.0,
+                "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 256},
+                "shared_prefix_tokens": 0}),
+        ),
+        (
+            "summarization",
+            "Workload · summarization 4,096/512",
+            "PRESETS.md: long prompts, medium outputs, Poisson arrivals",
+            json!({"kind": "poisson", "num_requests": 500, "rate_rps": 2.0,
+                "prompt": {"dist": "fixed", "tokens": 4096}, "output": {"dist": "fixed", "tokens": 512},
+                "shared_prefix_tokens": 0}),
+        ),
+        (
+            "long-prefix",
+            "Workload · long shared prefix",
+            "PRESETS.md: 5 turns on a 6.5–10k-token prefix, 128-token turns and outputs",
+            json!({"kind": "sessions", "sessions": 16, "steps": 5, "base_tokens": 8000, "gen_tokens": 128,
+                "tool_tokens": 128, "think_s": 2.0, "dist": "uniform", "spread": 0.2, "respawn": false,
+                "stagger_s": 1.0, "duration_s": 1800.0, "drain": false, "drain_grace_s": 60.0, "task_tokens": 16}),
+        ),
+    ];
+    for (id, label, basis, w) in workloads {
+        out.push(Preset {
+            id: format!("workload:{id}"),
+            label: label.to_string(),
+            basis: basis.to_string(),
+            kind: PresetKind::Workload(w),
+        });
+    }
+    for (id, label, basis, slo) in [
+        (
+            "seed",
+            "SLO · seed (TTFT 500 ms, TPOT 35 ms)",
+            "the seed's SLOs",
+            json!({"ttft_ms": 500.0, "tpot_ms": 35.0}),
+        ),
+        (
+            "distserve",
+            "SLO · DistServe (TTFT 200 ms, TPOT 100 ms)",
+            "DistServe's example SLOs (judged at 90 % attainment)",
+            json!({"ttft_ms": 200.0, "tpot_ms": 100.0}),
+        ),
+        (
+            "vidur",
+            "SLO · Vidur search (TTFT 2 s, TPOT 200 ms)",
+            "Vidur's search constraints (TTFT p90 < 2 s, TBT p99 < 200 ms)",
+            json!({"ttft_ms": 2000.0, "tpot_ms": 200.0}),
+        ),
+    ] {
+        out.push(Preset {
+            id: format!("slo:{id}"),
+            label: label.to_string(),
+            basis: basis.to_string(),
+            kind: PresetKind::Slo(slo),
         });
     }
     out
@@ -190,10 +376,29 @@ fn set_seed_rate(s: &mut SeedScenario, rps: f64) {
 
 /// The work a scenario represents (requests or session steps), to decide whether to compute on every edit.
 pub fn size_of(sc: &Scenario) -> f64 {
+    use shared::workload::Workload;
     match sc {
         Scenario::Seed(s) => {
             let seed_model::SeedWorkload::Bursty(w) = &s.workload;
             w.num_requests as f64
+        }
+        Scenario::Engine(e) => {
+            let runs = if e.counterfactuals { 2.0 } else { 1.0 };
+            runs * match &e.workload {
+                Workload::Bursty(w) => w.num_requests as f64,
+                Workload::Poisson(w) => w.num_requests as f64,
+                Workload::Gamma(w) => w.num_requests as f64,
+                Workload::ClosedLoop(w) => w.num_requests as f64,
+                Workload::Sessions(w) => {
+                    let one = f64::from(w.sessions) * f64::from(w.steps);
+                    let passes = if w.respawn && w.duration_s > 0.0 {
+                        (w.duration_s / (f64::from(w.steps) * (w.think_s + 1.0)).max(1.0)).max(1.0)
+                    } else {
+                        1.0
+                    };
+                    one * passes
+                }
+            }
         }
     }
 }
@@ -202,7 +407,192 @@ pub fn size_of(sc: &Scenario) -> f64 {
 pub fn compute(sc: &Scenario) -> Result<Outcome, String> {
     match sc {
         Scenario::Seed(s) => compute_seed(s),
+        Scenario::Engine(e) => compute_engine(e),
     }
+}
+
+fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
+    let report = engine::simulate(e).map_err(|err| err.to_string())?;
+    let value = serde_json::to_value(&report.summary).map_err(|err| err.to_string())?;
+    let (metrics, labels) = flatten(&value);
+    let ttft_ms = report
+        .records
+        .iter()
+        .filter_map(|r| r.ttft_s.map(|t| t * 1000.0))
+        .collect();
+    let tpot_ms = report.records.iter().filter_map(|r| r.tpot_ms()).collect();
+    let timeline = report
+        .timeline
+        .iter()
+        .map(|p| TimelineRow {
+            t_s: p.t_s,
+            running: f64::from(p.running),
+            queued: f64::from(p.queued),
+            kv_use: (p.kv_capacity > 0).then(|| p.kv_blocks_used as f64 / p.kv_capacity as f64),
+            cache_hit: (p.prompt_tokens > 0).then(|| p.cache_hit_tokens as f64 / p.prompt_tokens as f64),
+        })
+        .collect();
+    let (sweep_label, sweep_current) = load_field(&e.workload).map_or((String::new(), None), |(name, v)| {
+        (format!("x: {name} (0.25×–4× the current value)"), Some(v))
+    });
+    Ok(Outcome {
+        metrics,
+        labels,
+        exact: false,
+        ttft_ms,
+        tpot_ms,
+        timeline,
+        diagnostics: engine_callouts(e, &report),
+        slo_ttft_ms: e.slo.ttft_ms,
+        slo_tpot_ms: e.slo.tpot_ms,
+        sweep_label,
+        sweep_current,
+        describe: format!(
+            "{} requests · engine model · {} workload",
+            report.summary.completed + report.summary.failed,
+            e.workload.kind()
+        ),
+    })
+}
+
+/// The workload field that sets its load, for the sweep's axis: (label, value).
+fn load_field(w: &shared::workload::Workload) -> Option<(&'static str, f64)> {
+    use shared::workload::Workload;
+    Some(match w {
+        Workload::Bursty(w) => ("mean arrival rate (req/s)", w.mean_rps),
+        Workload::Poisson(w) => ("arrival rate (req/s)", w.rate_rps),
+        Workload::Gamma(w) => ("arrival rate (req/s)", w.rate_rps),
+        Workload::Sessions(w) => ("concurrent sessions", f64::from(w.sessions)),
+        Workload::ClosedLoop(w) => ("closed-loop users", f64::from(w.users)),
+    })
+}
+
+fn tokens(n: u64) -> String {
+    crate::fmt::num(n as f64)
+}
+
+/// The engine model's diagnostics as call-outs with their numbers.
+fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
+    let d = &r.diagnostics;
+    let mut out = Vec::new();
+    let o = &d.overbatched;
+    let limit = match o.slo_batch_limit {
+        Some(0) => "even one decoding sequence misses it".to_string(),
+        Some(b) => format!("it allows at most {b} decoding sequences"),
+        None => "no batch size crosses it".to_string(),
+    };
+    out.push(Callout {
+        id: "overbatched".to_string(),
+        severity: if o.overbatched { Severity::Bad } else { Severity::Good },
+        title: if o.overbatched {
+            "Over-batched".to_string()
+        } else {
+            "Batch size within the TPOT SLO".to_string()
+        },
+        body: format!(
+            "TPOT SLO {} ms: at the run's mean decode context of {} tokens {limit}; max_num_seqs {} would give \
+             {:.1} ms per token. Mean decode batch {:.1}, peak running {}.",
+            o.tpot_slo_ms,
+            crate::fmt::num(o.mean_decode_context_tokens),
+            o.max_num_seqs,
+            o.tpot_at_max_num_seqs_ms,
+            o.mean_decode_batch,
+            o.max_running
+        ),
+    });
+    let m = &d.cache_misses;
+    if m.prompt_tokens > 0 {
+        let share = |n: u64| crate::fmt::pct(n as f64 / m.prompt_tokens as f64);
+        out.push(Callout {
+            id: "cache_misses".to_string(),
+            severity: if m.missed_tokens > m.designed_cached_tokens.saturating_sub(m.cached_tokens).max(1) * 2 {
+                Severity::Warn
+            } else {
+                Severity::Info
+            },
+            title: "Why prompt tokens missed the prefix cache".to_string(),
+            body: format!(
+                "{} of {} prompt tokens were cached ({}; designed cacheable: {}). Missed {}: cold first steps {}, \
+                 new content (tool output, task) {}, evicted during think time {}, evicted for capacity {}, other {}.",
+                tokens(m.cached_tokens),
+                tokens(m.prompt_tokens),
+                share(m.cached_tokens),
+                share(m.designed_cached_tokens),
+                tokens(m.missed_tokens),
+                tokens(m.cold_first_step_tokens),
+                tokens(m.new_content_tokens),
+                tokens(m.evicted_think_tokens),
+                tokens(m.capacity_tokens),
+                tokens(m.other_tokens)
+            ),
+        });
+    }
+    let k = &d.kv_thrash;
+    if k.preemptions > 0 || k.evicted_blocks > 0 {
+        out.push(Callout {
+            id: "kv_thrash".to_string(),
+            severity: if k.preemptions > 0 {
+                Severity::Bad
+            } else {
+                Severity::Info
+            },
+            title: if k.preemptions > 0 {
+                "KV thrash: preemptions".to_string()
+            } else {
+                "KV evictions".to_string()
+            },
+            body: format!(
+                "{} preemptions recomputed {} tokens; {} cached blocks were evicted to make room. Peak KV use {} of \
+                 {} blocks ({}).",
+                k.preemptions,
+                tokens(k.recomputed_tokens),
+                tokens(k.evicted_blocks),
+                tokens(k.peak_kv_blocks_used),
+                tokens(k.kv_capacity_blocks),
+                crate::fmt::pct(k.peak_kv_blocks_used as f64 / k.kv_capacity_blocks.max(1) as f64)
+            ),
+        });
+    }
+    if let Some(c) = &d.closed_loop_illusion {
+        out.push(Callout {
+            id: "closed_loop_illusion".to_string(),
+            severity: if c.ttft_p99_ratio > 2.0 {
+                Severity::Warn
+            } else {
+                Severity::Info
+            },
+            title: "Closed-loop illusion".to_string(),
+            body: format!(
+                "Open loop: TTFT p50 {} ms, p99 {} ms at {} req/s. The same requests one at a time (closed loop): \
+                 TTFT p50 {} ms, p99 {} ms at {} req/s — the tail is {:.1}× worse once requests arrive on their own.",
+                crate::fmt::num(c.open_ttft_p50_ms),
+                crate::fmt::num(c.open_ttft_p99_ms),
+                crate::fmt::num(c.open_request_throughput_rps),
+                crate::fmt::num(c.closed_ttft_p50_ms),
+                crate::fmt::num(c.closed_ttft_p99_ms),
+                crate::fmt::num(c.closed_request_throughput_rps),
+                c.ttft_p99_ratio
+            ),
+        });
+    }
+    if let Some(c) = &d.cache_off {
+        out.push(Callout {
+            id: "cache_off".to_string(),
+            severity: Severity::Info,
+            title: "Without prefix caching".to_string(),
+            body: format!(
+                "Turning the prefix cache off: TTFT p50 {} → {} ms, p99 {} → {} ms; output {} → {} tok/s.",
+                crate::fmt::num(c.cache_on_ttft_p50_ms),
+                crate::fmt::num(c.ttft_p50_ms),
+                crate::fmt::num(c.cache_on_ttft_p99_ms),
+                crate::fmt::num(c.ttft_p99_ms),
+                crate::fmt::num(c.cache_on_output_throughput_tok_s),
+                crate::fmt::num(c.output_throughput_tok_s)
+            ),
+        });
+    }
+    let _ = e;
+    out
 }
 
 fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
@@ -340,9 +730,9 @@ pub fn with_ladder(
     Ok(json)
 }
 
-/// The engine model's default agent-session scenario, when the engine model is available.
+/// The engine model's default agent-session scenario.
 pub fn default_sessions_scenario() -> Option<Scenario> {
-    None
+    default_engine_scenario()
 }
 
 /// Multipliers of the current load for the sweep.
@@ -385,6 +775,10 @@ pub fn sweep_plan(sc: &Scenario) -> Vec<Scenario> {
         if let Some(slot) = j.pointer_mut(&format!("/workload/{field}")) {
             *slot = if integer { Value::from(x as u64) } else { Value::from(x) };
         }
+        // Sweep points skip the counterfactual runs: only goodput and throughput are drawn.
+        if j.get("counterfactuals").is_some() {
+            j["counterfactuals"] = Value::Bool(false);
+        }
         if let Ok(s) = Scenario::from_value(j) {
             out.push(s);
         }
@@ -405,6 +799,14 @@ pub fn sweep_point(sc: &Scenario) -> Option<SweepPoint> {
                 x,
                 goodput_rps: r.slo_goodput_rps,
                 throughput_rps: r.request_throughput_rps,
+            })
+        }
+        Scenario::Engine(e) => {
+            let r = engine::simulate(e).ok()?;
+            Some(SweepPoint {
+                x,
+                goodput_rps: r.summary.goodput_rps,
+                throughput_rps: r.summary.request_throughput_rps,
             })
         }
     }
@@ -448,6 +850,29 @@ mod tests {
         let o = compute(&sc).expect("computes");
         assert_eq!(o.get("ttft_p50_ms"), Some(3915.16));
         assert!(o.diagnostics.iter().any(|d| d.id == "closed_loop_illusion"));
+    }
+
+    #[test]
+    fn every_default_and_preset_is_valid() {
+        for (kind, _) in WORKLOAD_KINDS {
+            let mut j = default_engine_scenario().expect("engine default").to_value();
+            j["workload"] = default_workload(kind).expect(kind);
+            Scenario::from_value(j).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        }
+        let current = default_scenario();
+        for p in presets() {
+            assert!(p.apply(&current).is_some(), "preset {} does not apply", p.id);
+            assert!(!p.basis.is_empty(), "{}", p.id);
+        }
+    }
+
+    #[test]
+    fn engine_default_computes_with_samples_and_callouts() {
+        let sc = default_engine_scenario().unwrap();
+        let o = compute(&sc).expect("computes");
+        assert!(o.get("ttft_p50_ms").is_some() && o.get("goodput_rps").is_some());
+        assert!(!o.ttft_ms.is_empty() && !o.timeline.is_empty());
+        assert!(o.diagnostics.iter().any(|d| d.id == "overbatched"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde_json::{Number, Value};
 use crate::fields::{self, FieldSpec};
 
 /// Keys never shown as controls: tags the page edits elsewhere (model switch, workload menu) or not at all.
-const HIDDEN: [&str; 3] = ["model", "version", "kind"];
+const HIDDEN: [&str; 4] = ["model", "version", "kind", "basis"];
 
 /// What kind of control a field gets.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +68,21 @@ pub fn shape(json: &Value) -> Vec<Group> {
     }
     if !general.leaves.is_empty() {
         groups.push(general);
+    }
+    // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
+    let rank = |k: &str| {
+        ["workload", "profile", "slo", "shape"]
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or(9)
+    };
+    groups.sort_by_key(|g| rank(&g.key));
+    for g in &mut groups {
+        g.leaves.sort_by_key(|l| match l.kind {
+            Kind::Text => 0,
+            Kind::Bool => 2,
+            _ => 1,
+        });
     }
     groups
 }
@@ -209,9 +224,13 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             step="any"
                             prop:value=move || current.get().to_string()
                             on:change=move |ev| {
-                                if let Ok(v) = event_target_value(&ev).trim().parse::<f64>()
-                                    && let Some(j) = number_value(&kind2, v)
-                                {
+                                let text = event_target_value(&ev);
+                                let text = text.trim();
+                                // Integers (seeds up to 2^64) parse exactly; everything else as a float.
+                                let exact = (kind2 == Kind::Integer)
+                                    .then(|| text.parse::<u64>().ok().map(Value::from))
+                                    .flatten();
+                                if let Some(j) = exact.or_else(|| text.parse::<f64>().ok().and_then(|v| number_value(&kind2, v))) {
                                     set_at(json, &p2, j);
                                 }
                             }
@@ -234,6 +253,36 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                         />
                         <span class="field-label">{label}</span>
                     </label>
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Text if leaf.name == "dist" && !leaf.pointer.starts_with("/workload/dist") => {
+            // A length distribution's shape: switching it replaces the distribution with one of the new shape
+            // around the current typical value.
+            let parent = pointer.rsplit_once('/').map(|(p, _)| p.to_string()).unwrap_or_default();
+            let text = move || current.get().as_str().unwrap_or_default().to_string();
+            view! {
+                <div class="field field-text" data-field=pointer.clone() title="shape of the length distribution">
+                    <label><span class="field-label">{format!("{} shape", fields::humanize(parent.rsplit('/').next().unwrap_or("")))}</span></label>
+                    <select
+                        data-pointer=pointer.clone()
+                        prop:value=text
+                        on:change=move |ev| {
+                            let typical = json.with(|j| {
+                                let d = j.pointer(&parent);
+                                ["tokens", "median", "max"]
+                                    .iter()
+                                    .find_map(|k| d.and_then(|d| d.get(*k)).and_then(Value::as_f64))
+                                    .unwrap_or(256.0)
+                            });
+                            if let Some(v) = crate::compute::default_length(&event_target_value(&ev), typical) {
+                                set_at(json, &parent, v);
+                            }
+                        }
+                    >
+                        {["fixed", "uniform", "lognormal"].map(|o| view! { <option value=o>{o}</option> }).into_iter().collect_view()}
+                    </select>
                 </div>
             }
             .into_any()
@@ -272,7 +321,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
         }
         Kind::Unset => {
             let p = pointer.clone();
-            let default = known.map(|s| s.min.max(s.step)).unwrap_or(1.0);
+            let default = fields::unset_default(&leaf.name);
             view! {
                 <div class="field field-unset" data-field=pointer.clone() title=help>
                     <label><span class="field-label">{label}</span></label>
@@ -313,13 +362,15 @@ mod tests {
         let s = shape(&j);
         let titles: Vec<&str> = s.iter().map(|g| g.title.as_str()).collect();
         assert_eq!(titles, ["Workload", "Engine profile", "SLOs", "General"]);
+        assert_eq!(s[1].leaves[0].name, "name", "text fields first");
         let w = &s[0].leaves;
         assert_eq!(w.len(), 3, "kind is hidden: {w:?}");
-        assert_eq!(w[0].pointer, "/workload/num_requests");
-        assert_eq!(w[0].kind, Kind::Integer);
-        assert_eq!(w[2].kind, Kind::Float);
-        assert_eq!(s[2].leaves[2].kind, Kind::Unset);
-        assert_eq!(s[3].leaves[0].kind, Kind::Bool);
+        assert_eq!(w[0].pointer, "/workload/mean_rps");
+        assert_eq!(w[0].kind, Kind::Float);
+        assert_eq!(w[1].kind, Kind::Integer);
+        assert_eq!(s[2].leaves[0].kind, Kind::Unset);
+        assert_eq!(s[3].leaves[0].kind, Kind::Text);
+        assert_eq!(s[3].leaves[1].kind, Kind::Bool);
     }
 
     #[test]

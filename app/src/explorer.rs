@@ -38,7 +38,11 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <Controls json=ex.json/>
                 <ScenarioActions ex=ex/>
             </aside>
-            <div class="results" data-summary="explorer">
+            <div
+                class="results"
+                data-summary="explorer"
+                data-first-result-ms=move || ex.first_result_ms.get().map(|v| format!("{v:.0}")).unwrap_or_default()
+            >
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
                 <ChartsGrid ex=ex/>
@@ -93,9 +97,11 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                 data-control="preset"
                 on:change=move |ev| {
                     let name = event_target_value(&ev);
-                    if let Some(p) = compute::presets().into_iter().find(|p| p.id == name) {
-                        basis.set(Some(p.basis.clone()));
-                        ex.set_scenario(&p.scenario);
+                    if let Some(p) = compute::presets().into_iter().find(|p| p.id == name)
+                        && let Some(sc) = p.apply(&ex.json.get_untracked())
+                    {
+                        basis.set(Some(format!("{}: {}", p.label, p.basis)));
+                        ex.set_scenario(&sc);
                     }
                 }
             >
@@ -106,6 +112,28 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                     .collect_view()}
             </select>
         </div>
+        <Show when=move || model.get() == "engine">
+            <div class="preset-row">
+                <label for="workload-kind">"Workload"</label>
+                <select
+                    id="workload-kind"
+                    data-control="workload-kind"
+                    prop:value=move || {
+                        ex.json.with(|j| j.pointer("/workload/kind").and_then(|k| k.as_str()).unwrap_or("").to_string())
+                    }
+                    on:change=move |ev| {
+                        if let Some(w) = compute::default_workload(&event_target_value(&ev)) {
+                            ex.set_at("/workload", w);
+                        }
+                    }
+                >
+                    {compute::WORKLOAD_KINDS
+                        .into_iter()
+                        .map(|(id, label)| view! { <option value=id>{label}</option> })
+                        .collect_view()}
+                </select>
+            </div>
+        </Show>
         {move || basis.get().map(|b| view! { <p class="basis" data-basis=""><strong>"Basis: "</strong>{b}</p> })}
     }
 }
@@ -414,6 +442,8 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
             s
         })
     });
+    let has_samples = move || ex.outcome.with(|o| o.as_ref().is_some_and(|o| !o.ttft_ms.is_empty()));
+    let has_timeline = move || ex.outcome.with(|o| o.as_ref().is_some_and(|o| !o.timeline.is_empty()));
     let progress = move || {
         let (done, total) = ex.sweep_progress.get();
         (total > 0 && done < total).then(|| {
@@ -427,14 +457,30 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
     };
     view! {
         <div class="charts">
-            <LineChart id="ttft-cdf" title="TTFT distribution" x_label="TTFT (ms)" y_label="share of requests ≤ x" series=ttft thresholds=slo_ttft y_max=1.0 empty="no per-request samples"/>
-            <LineChart id="tpot-cdf" title="TPOT distribution" x_label="TPOT (ms)" y_label="share of requests ≤ x" series=tpot thresholds=slo_tpot y_max=1.0 empty="no per-request samples"/>
+            <div class="chart-wrap" class:hidden=move || !has_samples()>
+                <LineChart id="ttft-cdf" title="TTFT distribution" x_label="TTFT (ms)" y_label="share of requests ≤ x" series=ttft thresholds=slo_ttft y_max=1.0 empty="no per-request samples"/>
+            </div>
+            <div class="chart-wrap" class:hidden=move || !has_samples()>
+                <LineChart id="tpot-cdf" title="TPOT distribution" x_label="TPOT (ms)" y_label="share of requests ≤ x" series=tpot thresholds=slo_tpot y_max=1.0 empty="no per-request samples"/>
+            </div>
             <div class="chart-wrap">
                 <LineChart id="goodput-sweep" title="Goodput vs load" x_label="" y_label="req/s" series=sweep thresholds=current_x empty="sweeping…"/>
                 <div class="chart-foot faint">{move || sweep_x.get()} {progress}</div>
             </div>
-            <LineChart id="timeline-queue" title="Running and queued" x_label="time (s)" y_label="requests" series=running empty="this model reports no timeline"/>
-            <LineChart id="timeline-kv" title="KV cache use and hits" x_label="time (s)" y_label="%" series=kv y_max=100.0 empty="this model has no KV cache"/>
+            <div class="card model-note" class:hidden=has_samples>
+                <h2>"The seed model reports percentiles only"</h2>
+                <p class="muted">
+                    "It has no per-request records, KV cache or timeline. Switch to the "
+                    <strong>"Engine model"</strong>
+                    " for TTFT/TPOT distributions, running/queued and KV timelines, and cache diagnostics."
+                </p>
+            </div>
+            <div class="chart-wrap" class:hidden=move || !has_timeline()>
+                <LineChart id="timeline-queue" title="Running and queued" x_label="time (s)" y_label="requests" series=running empty="this model reports no timeline"/>
+            </div>
+            <div class="chart-wrap" class:hidden=move || !has_timeline()>
+                <LineChart id="timeline-kv" title="KV cache use and hits" x_label="time (s)" y_label="%" series=kv y_max=100.0 empty="this model has no KV cache"/>
+            </div>
         </div>
     }
 }

@@ -57,7 +57,7 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             0.1,
             "decode time per token with an empty batch",
         ),
-        "batch_tpot_slope_ms" | "tpot_slope_ms" | "per_seq_ms" | "decode_per_seq_ms" => f(
+        "batch_tpot_slope_ms" | "tpot_slope_ms" | "decode_per_seq_ms" => f(
             "TPOT slope",
             "ms/seq",
             0.0,
@@ -83,7 +83,7 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             "chunked-prefill budget (vLLM max_num_batched_tokens)",
         ),
         "block_size" | "block_tokens" => f("KV block size", "tok", 1.0, 128.0, 1.0, "tokens per KV-cache block"),
-        "kv_blocks" | "kv_capacity_blocks" | "num_gpu_blocks" => f(
+        "kv_blocks" | "kv_capacity_blocks" | "num_gpu_blocks" | "kv_capacity" => f(
             "KV capacity",
             "blocks",
             16.0,
@@ -91,11 +91,49 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             16.0,
             "KV-cache blocks on the GPU",
         ),
+        "max_model_len" => f(
+            "Max model length",
+            "tok",
+            1024.0,
+            1_048_576.0,
+            1024.0,
+            "longest prompt + output accepted",
+        ),
+        "step_fixed_ms" => f(
+            "Step floor",
+            "ms",
+            0.0,
+            60.0,
+            0.1,
+            "fixed time of every engine step (decode floor)",
+        ),
+        "per_seq_ms" => f(
+            "Per-sequence cost",
+            "ms/seq",
+            0.0,
+            2.0,
+            0.005,
+            "step time added per running sequence",
+        ),
+        "per_ctx_token_ms" => f(
+            "Context cost",
+            "ms/tok",
+            0.0,
+            0.001,
+            0.000001,
+            "step time per context token in the batch",
+        ),
+        "num_kv_blocks" => f(
+            "KV capacity",
+            "blocks",
+            16.0,
+            200_000.0,
+            16.0,
+            "KV-cache blocks on the GPU(s)",
+        ),
         "fixed_prefill_ms" | "prefill_fixed_ms" => f("Fixed prefill cost", "ms", 0.0, 50.0, 0.5, "per prefill step"),
-        "step_overhead_ms" | "fixed_step_ms" => {
-            f("Step overhead", "ms", 0.0, 5.0, 0.01, "fixed cost of every engine step")
-        }
-        "per_context_token_ms" | "context_ms_per_token" | "decode_per_context_token_ms" => f(
+        "step_overhead_ms" => f("Step overhead", "ms", 0.0, 5.0, 0.01, "fixed cost of every engine step"),
+        "per_context_token_ms" | "decode_per_context_token_ms" => f(
             "Context cost",
             "ms/tok",
             0.0,
@@ -229,6 +267,15 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
         },
         _ => return None,
     })
+}
+
+/// The value an absent optional field gets when the user sets it.
+pub fn unset_default(name: &str) -> f64 {
+    match name {
+        "e2e_ms" => 30_000.0,
+        "max_model_len" | "max_prompt_tokens" => 131_072.0,
+        _ => spec(name).map_or(1.0, |s| s.min.max(s.step)),
+    }
 }
 
 /// A range for a field the page does not know: around its current value.

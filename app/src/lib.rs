@@ -115,7 +115,7 @@ pub fn App() -> impl IntoView {
         </main>
         <footer class="foot">
             <span>"loadshape " {shared::version::LOADSHAPE_VERSION}</span>
-            <span>"protocol " <span data-metric="protocol_version">{shared::version::PROTOCOL_VERSION}</span></span>
+            <span>"protocol " <span data-metric="page_protocol">{shared::version::PROTOCOL_VERSION}</span></span>
             <span>"all simulation runs in your browser (wasm); nothing leaves this page unless you launch a live run"</span>
         </footer>
     }

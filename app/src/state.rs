@@ -47,6 +47,8 @@ pub struct Explorer {
     /// (done, total) of the running sweep.
     pub sweep_progress: RwSignal<(usize, usize)>,
     pub pinned: RwSignal<Option<Pinned>>,
+    /// `performance.now()` when the first result was shown (time to an interactive page), milliseconds.
+    pub first_result_ms: RwSignal<Option<f64>>,
     generation: StoredValue<u64>,
     debounce: StoredValue<Option<TimeoutHandle>>,
 }
@@ -76,6 +78,7 @@ impl Explorer {
             sweep: RwSignal::new(Vec::new()),
             sweep_progress: RwSignal::new((0, 0)),
             pinned: RwSignal::new(None),
+            first_result_ms: RwSignal::new(None),
             generation: StoredValue::new(0),
             debounce: StoredValue::new(None),
         };
@@ -154,6 +157,9 @@ impl Explorer {
                 match result {
                     Ok(outcome) => {
                         self.outcome.set(Some(Arc::new(outcome)));
+                        if self.first_result_ms.get_untracked().is_none() {
+                            self.first_result_ms.set(Some(now_ms()));
+                        }
                         self.start_sweep(sc, generation);
                     }
                     Err(e) => self.error.set(Some(e)),

@@ -129,9 +129,9 @@ pub fn find_payload(text: &str) -> Option<&str> {
             return Some(value);
         }
     }
-    // A bare payload: `1.xxxx` with no key.
-    let first = tail.split('.').next().unwrap_or("");
-    (!first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) && tail.contains('.')).then_some(tail)
+    // A bare payload (`1.xxxx`, or garbage to be reported as malformed): text that is not a URL or a fragment.
+    let is_url = text.contains("://") || text.contains('#') || text.contains('?') || text.contains('=');
+    (!is_url && !text.is_empty()).then_some(text)
 }
 
 fn shorten(text: &str) -> String {
@@ -240,6 +240,7 @@ mod tests {
         assert_eq!(find_payload("http://h:1/?s=1.abc"), Some("1.abc"));
         assert_eq!(find_payload("#s=1.abc&token=q"), Some("1.abc"));
         assert_eq!(find_payload("1.abc"), Some("1.abc"));
+        assert_eq!(find_payload("not-a-link"), Some("not-a-link"));
         assert_eq!(find_payload("http://h:1/#token=xyz"), None);
         assert_eq!(find_payload(""), None);
     }

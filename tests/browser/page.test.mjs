@@ -1,0 +1,262 @@
+// The page against the real agent (issue 7): sliders give the native CLI's numbers, share links restore exactly the
+// CLI's numbers, a malformed link shows a message, a live run against `sim` streams records and draws the overlay,
+// and screenshots at 1280×800 and 390×844 land in artifacts/screenshots/.
+// Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { BIN, ROOT, launchBrowser, readMetrics, screenshot } from './harness.mjs';
+
+const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
+const TOKEN = new URL(URL_WITH_TOKEN).hash.replace(/^#/, '').split('&').find((p) => p.startsWith('token='))?.slice(6);
+const ORIGIN = new URL(URL_WITH_TOKEN).origin;
+const tmp = mkdtempSync(path.join(tmpdir(), 'loadshape-page-'));
+const SEED = JSON.parse(readFileSync(path.join(ROOT, 'examples/seed-baseline.json'), 'utf8'));
+const EXPLORER = '[data-summary="explorer"]';
+
+let browser;
+before(async () => { browser = await launchBrowser(); });
+after(async () => { await browser?.close(); });
+
+/** `loadshape simulate --json` of a scenario object, parsed. */
+function simulate(scenario, name) {
+  const file = path.join(tmp, `${name}.json`);
+  writeFileSync(file, JSON.stringify(scenario));
+  return JSON.parse(execFileSync(BIN, ['simulate', '--json', file], { encoding: 'utf8' }));
+}
+
+/** The CLI's share link for a scenario object, pointing at this agent. */
+function shareLink(scenario, name) {
+  const file = path.join(tmp, `${name}-link.json`);
+  writeFileSync(file, JSON.stringify(scenario));
+  return execFileSync(BIN, ['link', file, '--base', `${ORIGIN}/`], { encoding: 'utf8' }).trim();
+}
+
+/** Numeric fields of a CLI summary (the seed form prints the seed's fields at the top level; the engine form
+ * may nest them under `summary`). */
+function numericFields(out) {
+  const src = out.summary && typeof out.summary === 'object' ? out.summary : out;
+  return Object.fromEntries(Object.entries(src).filter(([, v]) => typeof v === 'number'));
+}
+
+async function newPage(viewport = { width: 1280, height: 800 }) {
+  const page = await browser.newPage({ viewport });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.errors = errors;
+  return page;
+}
+
+/** Wait until the explorer shows `field` with a value different from `previous` (or any value). */
+async function waitMetric(page, field, previous) {
+  const loc = page.locator(`${EXPLORER} [data-metric="${field}"]`).first();
+  await loc.waitFor({ timeout: 20000 });
+  await page.waitForFunction(([sel, prev]) => {
+    const v = document.querySelector(sel)?.dataset.value;
+    return v !== undefined && v !== '' && v !== prev;
+  }, [`${EXPLORER} [data-metric="${field}"]`, previous ?? null], { timeout: 20000 });
+  return loc.getAttribute('data-value');
+}
+
+function assertSameNumbers(shown, expected, what) {
+  let compared = 0;
+  for (const [field, value] of Object.entries(expected)) {
+    if (!(field in shown)) continue;
+    assert.equal(Number(shown[field]), value, `${what}: ${field} on the page vs the CLI`);
+    compared += 1;
+  }
+  assert.ok(compared >= 8, `${what}: only ${compared} fields compared (${Object.keys(shown).join(', ')})`);
+}
+
+test('moving a slider gives the numbers the native CLI computes', async () => {
+  const page = await newPage();
+  await page.goto(URL_WITH_TOKEN);
+  const before = await waitMetric(page, 'ttft_p50_ms');
+  const slider = page.locator('input[type=range][data-pointer="/profile/max_batch_slots"]');
+  await slider.evaluate((el) => {
+    el.value = '8';
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  await waitMetric(page, 'ttft_p50_ms', before);
+  const shown = await readMetrics(page.locator(EXPLORER));
+  const expected = numericFields(simulate({ ...SEED, profile: { ...SEED.profile, max_batch_slots: 8 } }, 'slots8'));
+  assertSameNumbers(shown, expected, 'max_batch_slots = 8');
+  assert.equal(await page.locator('input[type=number][data-pointer="/profile/max_batch_slots"]').inputValue(), '8');
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
+test('a share link made by the CLI opens with exactly the CLI numbers and every control restored', async () => {
+  const scenario = {
+    ...SEED,
+    workload: { kind: 'bursty', num_requests: 300, seed: 1234567, mean_rps: 5.5 },
+    profile: { ...SEED.profile, name: 'linked', prefill_tokens_per_ms: 31.5, max_batch_slots: 24 },
+    slo: { ttft_ms: 350, tpot_ms: 30 },
+  };
+  const link = shareLink(scenario, 'linked');
+  assert.match(link, /#s=1\./);
+  const page = await newPage();
+  await page.goto(link.replace('#s=', `#token=${TOKEN}&s=`));
+  await waitMetric(page, 'slo_goodput_rps');
+  const shown = await readMetrics(page.locator(EXPLORER));
+  assertSameNumbers(shown, numericFields(simulate(scenario, 'linked')), 'linked scenario');
+  for (const [pointer, value] of [['/workload/num_requests', '300'], ['/workload/seed', '1234567'],
+    ['/workload/mean_rps', '5.5'], ['/profile/prefill_tokens_per_ms', '31.5'], ['/slo/ttft_ms', '350']]) {
+    assert.equal(Number(await page.locator(`input[type=number][data-pointer="${pointer}"]`).inputValue()), Number(value),
+      `control ${pointer}`);
+  }
+  await page.locator('[data-action="copy-link"]').click();
+  const copied = await page.locator('[data-share-link]').inputValue();
+  assert.ok(!copied.includes('token'), 'a copied link never carries the token');
+  const decoded = JSON.parse(execFileSync(BIN, ['link', '--decode', copied], { encoding: 'utf8' }));
+  assert.deepEqual(decoded.profile, scenario.profile, 'the copied link decodes to the same scenario');
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
+test('engine model: a CLI link opens with exactly the CLI numbers (wasm vs native)', async (t) => {
+  const example = engineExample();
+  if (!example) {
+    t.skip('no engine-model scenario in examples/ yet');
+    return;
+  }
+  const scenario = structuredClone(example);
+  if (scenario.workload.kind === 'sessions') Object.assign(scenario.workload, { sessions: 6, steps: 6, respawn: false });
+  else if ('num_requests' in scenario.workload) scenario.workload.num_requests = Math.min(scenario.workload.num_requests, 400);
+  const page = await newPage();
+  await page.goto(shareLink(scenario, 'engine').replace('#s=', `#token=${TOKEN}&s=`));
+  await waitMetric(page, 'ttft_p99_ms');
+  const shown = await readMetrics(page.locator(EXPLORER));
+  assertSameNumbers(shown, numericFields(simulate(scenario, 'engine')), 'engine scenario');
+  await page.locator('figure[data-chart="ttft-cdf"] path[data-series]').first().waitFor({ timeout: 20000 });
+  await screenshot(page, 'page-engine-1280x800');
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
+test('a malformed, truncated or future-version link shows a message and the default scenario', async () => {
+  const good = shareLink(SEED, 'seed');
+  const payload = good.split('#s=')[1];
+  const defaults = numericFields(simulate(SEED, 'default'));
+  for (const [bad, words] of [
+    [`s=${payload.slice(0, -8)}`, /truncated|corrupted/],
+    [`s=7${payload.slice(1)}`, /newer/],
+    ['s=not-a-link', /malformed/],
+  ]) {
+    const page = await newPage();
+    await page.goto(`${ORIGIN}/#token=${TOKEN}&${bad}`);
+    const msg = page.locator('[data-link-error]');
+    await msg.waitFor({ timeout: 20000 });
+    assert.match(await msg.innerText(), words, bad);
+    await waitMetric(page, 'ttft_p50_ms');
+    assertSameNumbers(await readMetrics(page.locator(EXPLORER)), defaults, `default after ${bad}`);
+    assert.deepEqual(page.errors, [], bad);
+    await page.close();
+  }
+});
+
+test('screenshots at 1280×800 and 390×844 with no overflow on a phone', async () => {
+  const wide = await newPage();
+  await wide.goto(URL_WITH_TOKEN);
+  await waitMetric(wide, 'ttft_p50_ms');
+  await wide.locator('[data-status="connected"]').first().waitFor({ timeout: 20000 });
+  await wide.waitForFunction(() => !document.querySelector('[data-sweep-progress]'), null, { timeout: 20000 });
+  await wide.screenshot({ path: path.join(ROOT, 'artifacts/screenshots/page-explorer-1280x800.png') });
+  await screenshot(wide, 'page-explorer-1280x800-full');
+  await wide.locator('[data-action="pin"]').click();
+  await wide.locator('input[type=range][data-pointer="/profile/max_batch_slots"]').evaluate((el) => {
+    el.value = '24';
+    el.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  await wide.locator('[data-view="compare"]').click();
+  await wide.locator('[data-compare="ttft_p50_ms"]').waitFor({ timeout: 20000 });
+  await screenshot(wide, 'page-compare-1280x800');
+  await wide.locator('[data-view="ladder"]').click();
+  await wide.locator('[data-action="solve"]').click();
+  await wide.locator('[data-metric="ladder"]').waitFor({ timeout: 60000 });
+  await screenshot(wide, 'page-ladder-1280x800');
+  assert.deepEqual(wide.errors, []);
+  await wide.close();
+
+  const phone = await newPage({ width: 390, height: 844 });
+  await phone.goto(URL_WITH_TOKEN);
+  await waitMetric(phone, 'ttft_p50_ms');
+  await screenshot(phone, 'page-explorer-390x844');
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 1, `the page is ${overflow}px wider than a 390px phone`);
+  assert.deepEqual(phone.errors, []);
+  await phone.close();
+});
+
+test('budget: wasm bundle size and time to the first computed result (measured, written to artifacts/)', async () => {
+  const dist = path.join(ROOT, 'dist');
+  const wasm = readdirSync(dist).filter((f) => f.endsWith('.wasm'));
+  assert.equal(wasm.length, 1, `one wasm file in dist/ (${wasm.join(', ')})`);
+  const bytes = readFileSync(path.join(dist, wasm[0]));
+  const { gzipSync } = await import('node:zlib');
+  const gzip = gzipSync(bytes, { level: 9 }).length;
+  const page = await newPage();
+  const runs = [];
+  for (let i = 0; i < 3; i += 1) {
+    await page.goto(`${ORIGIN}/?fresh=${i}`, { waitUntil: 'commit' });
+    await waitMetric(page, 'ttft_p50_ms');
+    // From navigation start to the explorer's first computed number (the page is interactive from then on),
+    // as the page itself records it (performance.now() when the first result was set).
+    runs.push(Number(await page.locator(EXPLORER).getAttribute('data-first-result-ms')));
+  }
+  const budget = { wasm_bytes: bytes.length, wasm_gzip_bytes: gzip, first_result_ms: runs.map((v) => Math.round(v)) };
+  mkdirSync(path.join(ROOT, 'artifacts'), { recursive: true });
+  writeFileSync(path.join(ROOT, 'artifacts/page-budget.json'), JSON.stringify(budget, null, 2));
+  console.log(`page budget: ${JSON.stringify(budget)}`);
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
+/** The first engine-model scenario in examples/ (a session one when `sessions`), if the engine model has landed. */
+function engineExample(sessions = false) {
+  for (const f of readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.json')).sort()) {
+    try {
+      const s = JSON.parse(readFileSync(path.join(ROOT, 'examples', f), 'utf8'));
+      if (s.model === 'engine' && (!sessions || s.workload?.kind === 'sessions')) return s;
+    } catch { /* not a scenario */ }
+  }
+  return null;
+}
+const engineSessionExample = () => engineExample(true);
+
+test('a live run against the sim target streams records and overlays live vs simulated', async (t) => {
+  const example = engineSessionExample();
+  if (!example) {
+    t.skip('no engine-model session scenario in examples/ yet');
+    return;
+  }
+  // Keep it short: a few sessions of a few steps.
+  const scenario = structuredClone(example);
+  Object.assign(scenario.workload, { sessions: 3, steps: 3, respawn: false, think_s: 0.05, stagger_s: 0.1, base_tokens: 2000, gen_tokens: 64, tool_tokens: 200 });
+  delete scenario.workload.ladder;
+  const page = await newPage();
+  await page.goto(shareLink(scenario, 'live').replace('#s=', `#token=${TOKEN}&s=`));
+  await waitMetric(page, 'ttft_p50_ms');
+  await page.locator('[data-view="live"]').click();
+  await page.locator('[data-status="connected"]').first().waitFor({ timeout: 20000 });
+  const target = page.locator('select[data-control="target"]');
+  await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
+    .some((o) => o.value === 'sim'), null, { timeout: 20000 });
+  await target.selectOption('sim');
+  await page.locator('[data-action="launch"]').click();
+  await page.waitForFunction(() => Number(document.querySelector('[data-summary="live"] [data-records]')
+    ?.getAttribute('data-records') ?? 0) > 0, null, { timeout: 60000 });
+  await page.locator('[data-summary="live"] [data-run-state="finished"], [data-summary="live"] [data-run-state="stopped"]')
+    .first().waitFor({ timeout: 120000 });
+  await page.locator('figure[data-chart="live-ttft"] path[data-series="live"]').waitFor({ timeout: 20000 });
+  await page.locator('figure[data-chart="live-ttft"] path[data-series="simulated"]').waitFor({ timeout: 20000 });
+  const live = await readMetrics(page.locator('[data-summary="live"]'));
+  assert.ok(Number(live.ttft_p50_ms) > 0, `live TTFT p50 shown (${JSON.stringify(live)})`);
+  await screenshot(page, 'page-live-1280x800');
+  assert.equal(await page.locator('ul.runs li').count() > 0, true, 'the run is in the history');
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
