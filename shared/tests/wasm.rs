@@ -25,3 +25,11 @@ fn ladder_statistics_in_wasm_match_the_seed_readme() {
     let single = stats(&ladder, &shape, Weighting::Single).expect("single stats");
     assert_eq!((single.median, single.p90), (36_030, 69_154));
 }
+
+#[path = "common/golden.rs"]
+mod golden_common;
+
+#[wasm_bindgen_test]
+fn engine_report_in_wasm_is_identical_to_native() {
+    assert_eq!(golden_common::engine_golden(), include_str!("data/engine_golden.json"));
+}
