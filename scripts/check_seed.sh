@@ -12,3 +12,4 @@ fi
 export SEED_DIR
 cargo build --locked -p loadshape
 python3 scripts/check_seed_equivalence.py --cases "${SEED_CASES:-300}" --bin "$CARGO_TARGET_DIR/debug/loadshape"
+LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" bash tests/seed_client_compat.sh
