@@ -34,6 +34,10 @@ pub struct Args {
     /// The built-in emulated engine is always offered as `sim`.
     #[arg(long = "target", value_name = "NAME=URL[,...]")]
     pub targets: Vec<String>,
+    /// A TOML file of targets: `[[target]]` tables with `name`, `url`, and optional `model`, `dialect`,
+    /// `api_key_env` (see docs/serve.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Most runs active at once.
     #[arg(long, default_value_t = 2)]
     pub max_concurrent_runs: u32,
@@ -71,10 +75,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     });
     let mut targets = vec![sim_target(sim_url)];
+    let mut configured = Vec::new();
+    if let Some(path) = &args.config {
+        configured.extend(read_config(path)?);
+    }
     for spec in &args.targets {
-        let t = parse_target(spec)?;
+        configured.push(parse_target(spec)?);
+    }
+    for t in configured {
         if targets.iter().any(|o| o.name == t.name) {
-            anyhow::bail!("--target {spec}: a target named `{}` is already configured", t.name);
+            anyhow::bail!("target `{}` is configured twice", t.name);
         }
         targets.push(t);
     }
@@ -171,6 +181,48 @@ pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
         anyhow::bail!("--target `{spec}`: the name `sim` is reserved for the built-in emulated engine");
     }
     Ok(t)
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    target: Vec<TargetEntry>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetEntry {
+    name: String,
+    url: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    dialect: Option<String>,
+    #[serde(default)]
+    api_key_env: Option<String>,
+}
+
+/// Reads `[[target]]` tables from a TOML file; each is checked as a `--target` would be.
+pub fn read_config(path: &std::path::Path) -> anyhow::Result<Vec<Target>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let file: ConfigFile = toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    file.target
+        .into_iter()
+        .map(|e| {
+            let mut spec = format!("{}={}", e.name, e.url);
+            for (k, v) in [
+                ("model", e.model),
+                ("dialect", e.dialect),
+                ("api_key_env", e.api_key_env),
+            ] {
+                if let Some(v) = v {
+                    spec.push_str(&format!(",{k}={v}"));
+                }
+            }
+            parse_target(&spec).with_context(|| format!("{}: target `{}`", path.display(), e.name))
+        })
+        .collect()
 }
 
 fn default_data_dir() -> PathBuf {
