@@ -32,7 +32,7 @@ fn sse(items: Vec<Result<Bytes, std::io::Error>>) -> Response {
 }
 
 /// The `model` field of the request names the canned case.
-async fn canned(body: Bytes) -> Response {
+async fn canned(headers: axum::http::HeaderMap, body: Bytes) -> Response {
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
     let case = v["model"].as_str().unwrap_or_default().to_string();
     match case.as_str() {
@@ -73,7 +73,13 @@ async fn canned(body: Bytes) -> Response {
         }
         "echo" => {
             // One frame whose text is the request body, so a test can read what the client sent.
-            let text = serde_json::to_string(&String::from_utf8_lossy(&body)).unwrap_or_default();
+            let mut sent: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let auth = headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            sent["_authorization"] = auth.into();
+            let text = serde_json::to_string(&sent.to_string()).unwrap_or_default();
             let frame = format!(
                 "data: {{\"choices\":[{{\"index\":0,\"text\":{text},\"finish_reason\":\"length\"}}]}}\n\ndata: [DONE]\n\n"
             );
@@ -290,6 +296,10 @@ async fn request_body_per_dialect() {
             .await;
         assert!(o.ok, "{dialect}: {:?}", o.error);
         let sent: serde_json::Value = serde_json::from_str(&o.text).unwrap_or_else(|e| panic!("{e}: {}", o.text));
+        assert_eq!(
+            sent["_authorization"], "Bearer k",
+            "--api-key is sent as a bearer token"
+        );
         assert_eq!(sent["max_tokens"], 5, "{dialect}");
         assert_eq!(sent["stream"], true);
         assert_eq!(sent["stream_options"]["include_usage"], true);

@@ -268,11 +268,13 @@ impl Client {
         let mut events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
         let stall = self.cfg.stall_timeout;
         let mut last = st.submitted;
-        let far = deadline + Duration::from_secs(3600);
-        let stall_sleep = tokio::time::sleep_until(stall.map_or(far, |s| last + s).into());
-        let total_sleep = tokio::time::sleep_until(deadline.into());
+        // ONE timer for both limits, armed at the earlier of (last frame + stall) and the whole-request deadline.
+        // It is not re-armed per frame: when it fires early (frames kept coming), it is moved to the new
+        // last + stall. Each wake-up of this loop therefore polls a single timer.
+        let next_check = |last: Instant| stall.map_or(deadline, |s| (last + s).min(deadline));
+        let timer = tokio::time::sleep_until(next_check(last).into());
         let cut = cut.cancelled();
-        tokio::pin!(stall_sleep, total_sleep, cut);
+        tokio::pin!(timer, cut);
         loop {
             tokio::select! {
                 biased;
@@ -291,18 +293,19 @@ impl Client {
                         }
                     }
                 }
-                () = &mut stall_sleep, if stall.is_some() => {
-                    let limit = stall.unwrap_or_default();
+                () = &mut cut => return st.fail(CUT_ERROR.to_string()),
+                () = &mut timer => {
                     let now = Instant::now();
-                    if now.duration_since(last) >= limit {
+                    if now >= deadline {
+                        return st.fail(format!("timeout: stream not finished within {:?}", self.cfg.timeout));
+                    }
+                    if let Some(limit) = stall
+                        && now.duration_since(last) >= limit
+                    {
                         let frames = st.frames;
                         return st.fail(format!("stall: no frame for {limit:?} (after {frames} content frames)"));
                     }
-                    stall_sleep.as_mut().reset((last + limit).into());
-                }
-                () = &mut cut => return st.fail(CUT_ERROR.to_string()),
-                () = &mut total_sleep => {
-                    return st.fail(format!("timeout: stream not finished within {:?}", self.cfg.timeout));
+                    timer.as_mut().reset(next_check(last).into());
                 }
             }
         }
