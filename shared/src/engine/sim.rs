@@ -287,6 +287,27 @@ fn open_requests(w: &Workload, seed: u64) -> Option<Box<dyn Iterator<Item = GenR
     }
 }
 
+/// Requests the workload will send (an estimate for sessions), to size the record vector once.
+fn expected_requests(w: &Workload) -> usize {
+    let n = match w {
+        Workload::Bursty(b) => b.num_requests as f64,
+        Workload::Poisson(p) => p.num_requests as f64,
+        Workload::Gamma(g) => g.num_requests as f64,
+        Workload::ClosedLoop(c) => c.num_requests as f64,
+        // A step takes its think time plus its generation (assumed >= 10 ms per token).
+        Workload::Sessions(s) => {
+            let step_s = s.think_s + f64::from(s.gen_tokens) * 0.01 + 0.5;
+            let by_time = f64::from(s.slot_count()) * (s.duration_s / step_s + 1.0);
+            if s.respawn {
+                by_time
+            } else {
+                by_time.min(f64::from(s.slot_count()) * f64::from(s.steps) * 3.0)
+            }
+        }
+    };
+    n.clamp(0.0, 2_000_000.0) as usize
+}
+
 fn estimate_ms(w: &Workload) -> f64 {
     match w {
         Workload::Bursty(b) => b.num_requests as f64 / b.mean_rps * 1000.0,
@@ -301,7 +322,7 @@ fn estimate_ms(w: &Workload) -> f64 {
 pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode) -> RunOut {
     let mut d = Driver {
         eng: Engine::new(profile.clone()),
-        records: Vec::new(),
+        records: Vec::with_capacity(expected_requests(&sc.workload)),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
         peak_kv: 0,
