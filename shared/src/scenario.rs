@@ -57,6 +57,10 @@ impl ScenarioError {
 }
 
 /// One experiment: workload + engine profile + SLOs + model choice + seed.
+///
+/// Read scenarios with [`Scenario::from_json`] / [`Scenario::from_value`] and write them with
+/// [`Scenario::to_value`] / [`Scenario::to_json_pretty`]: those handle `"version"`, validate, and report field
+/// paths. The derived serde impls see only the tagged body (no `"version"`, no validation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "model", rename_all = "snake_case")]
 pub enum Scenario {

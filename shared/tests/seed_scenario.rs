@@ -156,3 +156,15 @@ fn overflowing_coefficients_are_an_error_not_infinity() {
     let msg = evaluate(&s).unwrap_err().to_string();
     assert!(msg.contains("not finite"), "{msg}");
 }
+
+#[test]
+fn engine_scenarios_round_trip_too() {
+    let text = include_str!("../../examples/engine-10k.json");
+    let s = Scenario::from_json(text).unwrap();
+    assert!(matches!(s, Scenario::Engine(_)));
+    assert_eq!(Scenario::from_json(&s.to_json_pretty()).unwrap(), s);
+    // Field paths reach into the engine model's structs as well.
+    let bad = text.replace("\"block_size\": 16", "\"block_size\": 16.5");
+    let msg = err(&bad);
+    assert!(msg.contains("profile.block_size"), "{msg}");
+}
