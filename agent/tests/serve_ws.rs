@@ -651,3 +651,121 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
     let lines = std::fs::read_to_string(agent.data_dir.join("runs").join(&run_id).join("records.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 6, "records.jsonl holds each record exactly once");
 }
+
+/// Waits 300 ms (for a viewer to subscribe), pushes 3,000 records at once, waits 300 ms more.
+struct BurstDriver;
+
+impl Driver for BurstDriver {
+    fn run(
+        &self,
+        _target: Target,
+        _scenario: serde_json::Value,
+        sink: RecordSink,
+        _stop: watch::Receiver<bool>,
+    ) -> BoxFuture<anyhow::Result<()>> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            for i in 0..3000 {
+                sink.push(record(i));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok(())
+        })
+    }
+    fn validate(&self, _scenario: &serde_json::Value, _limits: &Limits) -> Result<(), String> {
+        Ok(())
+    }
+    fn summarize(&self, _s: &serde_json::Value, _records: &[RequestRecord]) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// A page that stops reading is told to resync; the run itself never waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
+    use loadshape::serve::ws;
+    let dir = tempdir("slow");
+    let sim = Target {
+        name: "sim".into(),
+        url: "builtin".into(),
+        model: "sim".into(),
+        dialect: "vllm".into(),
+        api_key_env: None,
+        builtin: true,
+    };
+    let runs = Arc::new(Runs::new(
+        RunStore::open(&dir).unwrap(),
+        vec![sim],
+        limits(),
+        Arc::new(BurstDriver),
+    ));
+
+    let (in_tx, in_rx) = tokio::sync::mpsc::channel::<String>(16);
+    let incoming = Box::pin(futures_util::stream::unfold(in_rx, |mut rx| async move {
+        rx.recv().await.map(|m| (m, rx))
+    }));
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let outgoing = Box::pin(tokio_util::sync::PollSender::new(out_tx));
+    tokio::spawn(ws::session(incoming, outgoing, runs.clone()));
+
+    let msg = |m: ClientMsg| serde_json::to_string(&m).unwrap();
+    in_tx
+        .send(msg(ClientMsg::Hello {
+            id: 1,
+            protocol: PROTOCOL_VERSION,
+            client: "slow".into(),
+        }))
+        .await
+        .unwrap();
+    let scenario = serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap();
+    in_tx
+        .send(msg(ClientMsg::StartRun {
+            id: 2,
+            scenario,
+            target: "sim".into(),
+        }))
+        .await
+        .unwrap();
+    let mut run_id = String::new();
+    while run_id.is_empty() {
+        if let ServerMsg::RunStarted { run, .. } = serde_json::from_str(&out_rx.recv().await.unwrap()).unwrap() {
+            run_id = run.run_id;
+        }
+    }
+    in_tx
+        .send(msg(ClientMsg::Subscribe {
+            id: 3,
+            run_id: run_id.clone(),
+            from_seq: 0,
+        }))
+        .await
+        .unwrap();
+    // The page stalls while the run produces far more than the socket's buffers hold.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut next = 0;
+    let resync_at = loop {
+        let text = tokio::time::timeout(Duration::from_secs(10), out_rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        match serde_json::from_str::<ServerMsg>(&text).unwrap() {
+            ServerMsg::Record { seq, .. } => {
+                assert_eq!(seq, next);
+                next += 1;
+            }
+            ServerMsg::Resync { next_seq, .. } => break next_seq,
+            ServerMsg::Subscribed { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(resync_at, next, "resync points at the first record this page missed");
+    // The run went on at full speed meanwhile and ends with every record in the store.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while runs.active_count() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the run stalled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stored = runs.fetch(&run_id).map_err(|e| e.1).unwrap();
+    assert_eq!(stored.records.len(), 3000);
+    assert!(resync_at < 3000);
+}
