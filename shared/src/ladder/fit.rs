@@ -153,11 +153,10 @@ impl FitTargets {
     }
 }
 
-/// Nearest-rank percentile of a sorted slice: index `ceil(q·n) − 1`, clamped.
-fn nearest_rank(sorted: &[u64], num: usize, den: usize) -> u64 {
-    let n = sorted.len();
-    let idx = (num * n).div_ceil(den).clamp(1, n) - 1;
-    sorted[idx]
+/// Nearest-rank percentile of a non-empty sorted slice: index `ceil(q·n) − 1`, clamped — the one definition in
+/// [`crate::metrics::nearest_rank_index`].
+fn nearest_rank(sorted: &[u64], q: f64) -> u64 {
+    sorted[crate::metrics::nearest_rank_index(sorted.len(), q)]
 }
 
 /// Derive targets from a parsed log. With bad rows present this fails (listing them) unless `skip_bad`.
@@ -226,8 +225,8 @@ pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitErr
         requests: rows.len(),
         skipped_rows: log.bad.len(),
         failed_rows: log.failed.len(),
-        median_tokens: nearest_rank(&prompts, 1, 2),
-        p90_tokens: nearest_rank(&prompts, 9, 10),
+        median_tokens: nearest_rank(&prompts, 0.5),
+        p90_tokens: nearest_rank(&prompts, 0.9),
         mean_prompt_tokens: prompts.iter().sum::<u64>() as f64 / prompts.len() as f64,
         cached_share_tokens,
         cached_share_requests,
@@ -235,9 +234,9 @@ pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitErr
         mean_concurrency,
         window_s,
         sessions: (!by_session.is_empty()).then_some(by_session.len()),
-        growth_tokens: (!diffs.is_empty()).then(|| nearest_rank(&diffs, 1, 2)),
+        growth_tokens: (!diffs.is_empty()).then(|| nearest_rank(&diffs, 0.5)),
         growth_pairs: diffs.len(),
-        reply_tokens: (!replies.is_empty()).then(|| nearest_rank(&replies, 1, 2)),
+        reply_tokens: (!replies.is_empty()).then(|| nearest_rank(&replies, 0.5)),
     })
 }
 
@@ -610,9 +609,9 @@ mod tests {
     #[test]
     fn nearest_rank_matches_the_seed() {
         let v: Vec<u64> = (1..=10).collect();
-        assert_eq!(nearest_rank(&v, 1, 2), 5);
-        assert_eq!(nearest_rank(&v, 9, 10), 9);
-        assert_eq!(nearest_rank(&[7], 9, 10), 7);
+        assert_eq!(nearest_rank(&v, 0.5), 5);
+        assert_eq!(nearest_rank(&v, 0.9), 9);
+        assert_eq!(nearest_rank(&[7], 0.9), 7);
     }
 
     #[test]
