@@ -27,8 +27,20 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
 fn main() {
     let cases: Vec<(&str, SolveOptions)> = vec![
         ("prod (seed constraints)", SolveOptions::prod()),
-        ("prod, prefer margins", SolveOptions { priority: Priority::Margins, ..SolveOptions::prod() }),
-        ("prod, single weighting", SolveOptions { weighting: Weighting::Single, ..SolveOptions::prod() }),
+        (
+            "prod, prefer margins",
+            SolveOptions {
+                priority: Priority::Margins,
+                ..SolveOptions::prod()
+            },
+        ),
+        (
+            "prod, single weighting",
+            SolveOptions {
+                weighting: Weighting::Single,
+                ..SolveOptions::prod()
+            },
+        ),
         (
             "prod, cached by requests 0.95",
             SolveOptions {
@@ -39,12 +51,29 @@ fn main() {
         ),
         (
             "15k/40k, 90 %",
-            SolveOptions { median_tokens: 15_000, p90_tokens: 40_000, cached_share: 0.9, ..SolveOptions::prod() },
+            SolveOptions {
+                median_tokens: 15_000,
+                p90_tokens: 40_000,
+                cached_share: 0.9,
+                ..SolveOptions::prod()
+            },
         ),
-        ("50k/90k", SolveOptions { median_tokens: 50_000, p90_tokens: 90_000, ..SolveOptions::prod() }),
+        (
+            "50k/90k",
+            SolveOptions {
+                median_tokens: 50_000,
+                p90_tokens: 90_000,
+                ..SolveOptions::prod()
+            },
+        ),
         (
             "16 slots, base step 100",
-            SolveOptions { slots: 16, base_step_tokens: 100, min_base_tokens: 1_000, ..SolveOptions::prod() },
+            SolveOptions {
+                slots: 16,
+                base_step_tokens: 100,
+                min_base_tokens: 1_000,
+                ..SolveOptions::prod()
+            },
         ),
     ];
     println!("{:<32} {:>10}  result", "solve", "median");
@@ -64,6 +93,8 @@ fn main() {
         );
     }
     let ladder = Ladder::prod();
-    let (t, _) = time(2001, || stats(&ladder, &Shape::PROD, Weighting::Respawn).expect("stats"));
+    let (t, _) = time(2001, || {
+        stats(&ladder, &Shape::PROD, Weighting::Respawn).expect("stats")
+    });
     println!("{:<32} {:>8.2}µs", "stats(LADDER_PROD)", t.as_secs_f64() * 1e6);
 }
