@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("give a scenario FILE (or `-` for stdin), or --seed-report");
     };
     let (text, source) = read_input(&path)?;
-    let scenario = Scenario::from_json(&text).with_context(|| format!("invalid scenario in {source}"))?;
+    let scenario = Scenario::from_json(&text).with_context(|| source.clone())?;
     match scenario {
         Scenario::Seed(s) => {
             if args.records.is_some() {
