@@ -71,15 +71,20 @@ pub struct Constraints {
     /// Bases are min-base + j × base-step.
     #[arg(long, value_name = "B", default_value_t = 500)]
     pub base_step: u64,
+    /// Smallest base context, tokens.
     #[arg(long, value_name = "X", default_value_t = 3500)]
     pub min_base: u64,
+    /// Fewest steps a rung may have.
     #[arg(long, value_name = "A", default_value_t = 2)]
     pub min_steps: u32,
+    /// Most steps a rung may have.
     #[arg(long, value_name = "B", default_value_t = 40)]
     pub max_steps: u32,
     /// No prompt may exceed this (the model's context). Default: max(131072, 2 × p90 target).
     #[arg(long, value_name = "TOKENS")]
     pub max_prompt: Option<u64>,
+    /// How the ladder will be replayed: `respawn` (slots restart; each request of slot i weighs 1/n_i) or
+    /// `single` (one pass).
     #[arg(long, default_value = "respawn")]
     pub weighting: Weighting,
     /// Which cached share the target means: `tokens` (cached prompt tokens) or `requests` (non-first steps).
