@@ -453,6 +453,14 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
             stall_timeout: (a.stall_timeout > 0.0).then(|| Duration::from_secs_f64(a.stall_timeout)),
         },
     );
+    // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
+    // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
+    let expected_streams = match &traffic {
+        Traffic::Sessions(r) => r.workload.slot_count() as usize,
+        Traffic::Closed { users, .. } => *users as usize,
+        Traffic::Open(reqs) => reqs.len().min(64),
+    };
+    warm_pool(&http, &a.url, a.api_key.as_deref(), expected_streams.min(2048)).await;
     let sink = Arc::new(RecordSink::create(&a.out, a.append)?.with_observer(a.hooks.on_record.clone()));
     let mut external_stop = a.hooks.stop.clone();
     let live = Arc::new(LiveCounters::default());
@@ -646,6 +654,23 @@ pub fn sidecar(out: &Path, suffix: &str) -> PathBuf {
     s.push(".");
     s.push(suffix);
     PathBuf::from(s)
+}
+
+/// `n` concurrent `GET /models` so the pool holds `n` open connections; failures are ignored.
+async fn warm_pool(http: &reqwest::Client, base: &str, key: Option<&str>, n: usize) {
+    let url = format!("{}/models", base.trim_end_matches('/'));
+    let one = |_| {
+        let mut req = http.get(&url).timeout(Duration::from_secs(5));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        async move {
+            if let Ok(resp) = req.send().await {
+                let _ = resp.bytes().await;
+            }
+        }
+    };
+    futures_util::future::join_all((0..n).map(one)).await;
 }
 
 async fn first_model(http: &reqwest::Client, base: &str, key: Option<&str>) -> anyhow::Result<String> {
