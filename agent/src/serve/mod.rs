@@ -72,12 +72,15 @@ struct TokenQuery {
     token: Option<String>,
 }
 
+/// A refused request: its status and a plain-text reason.
+pub type Refusal = (StatusCode, String);
+
 /// Checks Host, Origin and token; refuses with a status and a plain-text reason before anything else happens.
-pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Response> {
+pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Refusal> {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
     if !state.allowed_hosts.iter().any(|h| h == host) {
         let reason = format!("Host `{host}` is not this agent's address (DNS rebinding guard)");
-        return Err((StatusCode::FORBIDDEN, reason).into_response());
+        return Err((StatusCode::FORBIDDEN, reason));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("");
@@ -89,8 +92,7 @@ pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&
             return Err((
                 StatusCode::FORBIDDEN,
                 format!("Origin `{origin}` is not this agent's page"),
-            )
-                .into_response());
+            ));
         }
     }
     let bearer = headers
@@ -99,12 +101,11 @@ pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&
         .and_then(|h| h.strip_prefix("Bearer "));
     match query_token.or(bearer) {
         Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => Ok(()),
-        Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong token").into_response()),
+        Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong token".into())),
         None => Err((
             StatusCode::UNAUTHORIZED,
-            "missing token: open the URL the agent printed",
-        )
-            .into_response()),
+            "missing token: open the URL the agent printed".into(),
+        )),
     }
 }
 
@@ -119,7 +120,7 @@ async fn ws_handler(
     ws: WebSocketUpgrade,
 ) -> Response {
     if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
-        return refusal;
+        return refusal.into_response();
     }
     // Frames above 4× the protocol limit are refused by the socket layer; between the two limits the session
     // answers with a `limit_exceeded` error naming the sizes.
@@ -147,7 +148,7 @@ async fn export_records(
     headers: HeaderMap,
 ) -> Response {
     if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
-        return refusal;
+        return refusal.into_response();
     }
     let path = match state.runs.store.records_path(&run_id) {
         Ok(p) if p.parent().is_some_and(|d| d.join("run.json").exists()) => p,
