@@ -71,17 +71,21 @@ pub fn shape(json: &Value) -> Vec<Group> {
     }
     // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
     let rank = |k: &str| {
-        ["workload", "profile", "slo", "shape"]
+        ["workload", "profile", "slo", "general", "shape"]
             .iter()
             .position(|x| *x == k)
             .unwrap_or(9)
     };
     groups.sort_by_key(|g| rank(&g.key));
     for g in &mut groups {
+        // In "General" (the solver's targets, a scenario's seed) numbers lead; elsewhere names and menus do.
+        let text_first = g.key != "general";
         g.leaves.sort_by_key(|l| match l.kind {
-            Kind::Text => 0,
+            Kind::Text if text_first => 0,
+            Kind::Text => 1,
             Kind::Bool => 2,
-            _ => 1,
+            _ if text_first => 1,
+            _ => 0,
         });
     }
     groups
@@ -370,7 +374,7 @@ mod tests {
         assert_eq!(w[1].kind, Kind::Integer);
         assert_eq!(s[2].leaves[0].kind, Kind::Unset);
         assert_eq!(s[3].leaves[0].kind, Kind::Text);
-        assert_eq!(s[3].leaves[1].kind, Kind::Bool);
+        assert_eq!(s[3].leaves[1].kind, Kind::Bool, "switches last");
     }
 
     #[test]
