@@ -134,7 +134,7 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
             }
         >
             {table}
-            <div class="charts">
+            <div class="charts" class:hidden=move || ttft.get().is_empty() && tpot.get().is_empty()>
                 <LineChart id="compare-ttft" title="TTFT distribution, A vs B" x_label="TTFT (ms)" y_label="share ≤ x" series=ttft y_max=1.0 empty="no per-request samples for this model"/>
                 <LineChart id="compare-tpot" title="TPOT distribution, A vs B" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot y_max=1.0 empty="no per-request samples for this model"/>
             </div>
