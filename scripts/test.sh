@@ -29,6 +29,8 @@ run "unit and integration tests (native)" cargo test --locked
 run "wasm-bindgen tests in headless Chromium" env CHROMEDRIVER=/usr/bin/chromedriver \
   WASM_BINDGEN_TEST_WEBDRIVER_JSON="$webdriver_json" \
   cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*'
+run "page unit tests (wasm32, headless Chromium)" env CHROMEDRIVER=/usr/bin/chromedriver \
+  WASM_BINDGEN_TEST_WEBDRIVER_JSON="$webdriver_json" cargo test -p loadshape-app --target $WASM --locked --lib
 run "trunk build --release --offline" trunk build --release --offline
 run "seed equivalence (python seed vs loadshape simulate)" bash scripts/check_seed.sh
 run "browser end-to-end (agent + page in headless Chromium)" \
