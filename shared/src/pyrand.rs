@@ -150,8 +150,23 @@ const INV_2_POW_53: f64 = 1.0 / 9_007_199_254_740_992.0;
 impl PyRandom {
     /// `random.Random(seed)`.
     pub fn new(seed: PySeed) -> Self {
+        PyRandom::from_u128(seed.magnitude())
+    }
+
+    /// `random.Random(n)` for any non-negative `n` below 2^128 (Python accepts any int; loadshape's session
+    /// plans seed with `seed + slot·7919 + inst·104729`, which may pass 2^64). Seeding allocates nothing:
+    /// `rand_mt` clones its key iterator once per state word, so the key is a borrowed slice.
+    pub fn from_u128(n: u128) -> Self {
+        let mut key = [0u32; 4];
+        let mut len = 0;
+        let mut v = n;
+        while v > 0 {
+            key[len] = v as u32;
+            len += 1;
+            v >>= 32;
+        }
         PyRandom {
-            mt: Mt::new_with_key(seed.key()),
+            mt: Mt::new_with_key(key[..len.max(1)].iter().copied()),
             gauss_next: None,
         }
     }

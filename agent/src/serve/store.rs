@@ -10,7 +10,7 @@
 //! `interrupted`, keeping every record it wrote.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
@@ -147,23 +147,15 @@ impl RunStore {
     }
 }
 
-/// Reads a JSONL record file, skipping (and logging) lines that do not parse.
+/// Reads a run's records (the replay's reader), logging lines that do not parse (e.g. a half-written last line
+/// after a crash); a run that wrote nothing yet has none.
 pub fn read_records(path: &Path) -> anyhow::Result<Vec<RequestRecord>> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
-    };
-    let mut records = Vec::new();
-    for (n, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        match serde_json::from_str(&line) {
-            Ok(r) => records.push(r),
-            Err(e) => tracing::warn!("{}:{}: skipping malformed record: {e}", path.display(), n + 1),
-        }
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let (records, bad) = crate::replay::records::read_records(path)?;
+    for b in bad {
+        tracing::warn!("{}:{}: skipping malformed record: {}", path.display(), b.line, b.error);
     }
     Ok(records)
 }
