@@ -103,14 +103,7 @@ fn limits() -> Limits {
 
 async fn start_agent(data_dir: PathBuf, driver: Arc<dyn Driver>) -> Agent {
     let store = RunStore::open(&data_dir).unwrap();
-    let sim = Target {
-        name: "sim".into(),
-        url: "builtin".into(),
-        model: "sim".into(),
-        dialect: "vllm".into(),
-        api_key_env: None,
-        builtin: true,
-    };
+    let sim = Target::sim("builtin");
     let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -544,14 +537,7 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
 
     let dir = tempdir("live");
     let store = RunStore::open(&dir).unwrap();
-    let sim = Target {
-        name: "sim".into(),
-        url: sim_url,
-        model: "sim".into(),
-        dialect: "vllm".into(),
-        api_key_env: None,
-        builtin: true,
-    };
+    let sim = Target::sim(sim_url);
     let driver = Arc::new(ReplayDriver {
         max_run_seconds: Some(30.0),
     });
@@ -685,14 +671,7 @@ impl Driver for BurstDriver {
 async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
     use loadshape::serve::ws;
     let dir = tempdir("slow");
-    let sim = Target {
-        name: "sim".into(),
-        url: "builtin".into(),
-        model: "sim".into(),
-        dialect: "vllm".into(),
-        api_key_env: None,
-        builtin: true,
-    };
+    let sim = Target::sim("builtin");
     let runs = Arc::new(Runs::new(
         RunStore::open(&dir).unwrap(),
         vec![sim],

@@ -74,7 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             tracing::error!("built-in sim target stopped: {e}");
         }
     });
-    let mut targets = vec![sim_target(sim_url)];
+    let mut targets = vec![Target::sim(sim_url)];
     let mut configured = Vec::new();
     if let Some(path) = &args.config {
         configured.extend(read_config(path)?);
@@ -131,17 +131,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await?;
     runs.stop_all();
     Ok(ExitCode::SUCCESS)
-}
-
-fn sim_target(url: String) -> Target {
-    Target {
-        name: "sim".into(),
-        url,
-        model: "sim".into(),
-        dialect: "vllm".into(),
-        api_key_env: None,
-        builtin: true,
-    }
 }
 
 /// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR]`.

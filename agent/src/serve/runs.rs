@@ -34,6 +34,18 @@ pub struct Target {
 }
 
 impl Target {
+    /// The built-in emulated engine, target `sim`, served at `url` (its `/v1` base).
+    pub fn sim(url: impl Into<String>) -> Target {
+        Target {
+            name: "sim".into(),
+            url: url.into(),
+            model: "sim".into(),
+            dialect: "vllm".into(),
+            api_key_env: None,
+            builtin: true,
+        }
+    }
+
     pub fn info(&self) -> TargetInfo {
         TargetInfo {
             name: self.name.clone(),
