@@ -115,6 +115,14 @@ impl Scenario {
     }
 
     /// Check every field; the first bad one is reported.
+    /// The service-level objectives goodput and attainment are scored against.
+    pub fn slo(&self) -> crate::metrics::Slo {
+        match self {
+            Scenario::Seed(s) => s.slo,
+            Scenario::Engine(e) => e.slo,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), ScenarioError> {
         match self {
             Scenario::Seed(s) => s.validate(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use shared::metrics::{Slo, summarize};
+use shared::metrics::summarize;
 use shared::protocol::Limits;
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
@@ -39,13 +39,6 @@ fn concurrency(scenario: &Scenario) -> u32 {
             Workload::ClosedLoop(c) => c.users,
             _ => 0,
         },
-    }
-}
-
-fn slo_of(scenario: &Scenario) -> Slo {
-    match scenario {
-        Scenario::Seed(s) => s.slo,
-        Scenario::Engine(e) => e.slo,
     }
 }
 
@@ -113,7 +106,7 @@ impl Driver for ReplayDriver {
 
     fn summarize(&self, scenario: &serde_json::Value, records: &[RequestRecord]) -> Option<serde_json::Value> {
         let slo = Scenario::from_value(scenario.clone())
-            .map(|s| slo_of(&s))
+            .map(|s| s.slo())
             .unwrap_or_default();
         serde_json::to_value(summarize(records, &slo)).ok()
     }
