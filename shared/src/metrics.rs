@@ -27,7 +27,7 @@
 //! [`timeline`] bins the same records into time series (running and queued requests, submissions, completions,
 //! output tokens) for charts.
 
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -203,8 +203,8 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let mut good = 0u64;
     let mut start = f64::INFINITY;
     let mut end = f64::NEG_INFINITY;
-    let mut sessions: HashMap<(u64, u32), bool> = HashMap::new();
-    let mut by_step: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut sessions: FxHashMap<(u64, u32), bool> = FxHashMap::default();
+    let mut by_step: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
     let mut achieved = CachedShare::default();
     let mut designed = CachedShare::default();
     let mut step0 = CachedShare::default();
@@ -262,6 +262,8 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let good_sessions = sessions.values().filter(|g| **g).count() as f64;
     s.session_goodput_sps = per_s(good_sessions);
     s.session_attainment_ratio = good_sessions / sessions.len() as f64;
+    let mut by_step: Vec<(u32, (u64, u64))> = by_step.into_iter().collect();
+    by_step.sort_unstable_by_key(|e| e.0);
     s.attainment_by_step = by_step
         .into_iter()
         .map(|(step, (requests, met))| StepAttainment {
@@ -343,32 +345,34 @@ struct Stats {
 }
 
 impl Stats {
-    /// Sorts `samples` in place; all zeros when empty (as vLLM reports).
+    /// Mean (summed in the given order) and nearest-rank percentiles by selection: O(n), not a sort. Reorders
+    /// `samples`; all zeros when empty (as vLLM reports).
     fn of(samples: &mut [f64]) -> Stats {
         if samples.is_empty() {
             return Stats::default();
         }
-        samples.sort_by(f64::total_cmp);
-        let mean = samples.iter().sum::<f64>() / samples.len() as f64;
+        let n = samples.len();
+        let mean = samples.iter().sum::<f64>() / n as f64;
+        let [p50, p90, p95, p99] = select_ranks(samples, QUANTILES.map(|q| nearest_rank_index(n, q)));
         Stats {
             mean,
-            p50: percentile_sorted(samples, 0.50),
-            p90: percentile_sorted(samples, 0.90),
-            p95: percentile_sorted(samples, 0.95),
-            p99: percentile_sorted(samples, 0.99),
+            p50,
+            p90,
+            p95,
+            p99,
         }
     }
 
     /// Weighted mean and weighted nearest-rank percentiles of `(value, weight)` pairs (weights > 0): the
     /// `q`-quantile is the smallest value whose cumulative weight reaches `q · Σ weight` — with unit weights the
-    /// same sample as [`percentile_sorted`]. Sorts `samples` in place.
+    /// same sample as [`percentile_sorted`]. Reorders `samples`.
     fn weighted(samples: &mut [(f64, f64)]) -> Stats {
         if samples.is_empty() {
             return Stats::default();
         }
-        samples.sort_by(|a, b| a.0.total_cmp(&b.0));
         let total: f64 = samples.iter().map(|(_, w)| w).sum();
         let mean = samples.iter().map(|(v, w)| v * w).sum::<f64>() / total;
+        samples.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
         let pick = |q: f64| {
             let target = q * total;
             let mut cum = 0.0;
@@ -392,6 +396,33 @@ impl Stats {
     fn tuple(self) -> (f64, f64, f64, f64, f64) {
         (self.mean, self.p50, self.p90, self.p95, self.p99)
     }
+}
+
+/// The quantiles every [`Summary`] metric reports.
+const QUANTILES: [f64; 4] = [0.50, 0.90, 0.95, 0.99];
+
+/// The values at ascending 0-based ranks `ranks` (each `< samples.len()`), as if `samples` were sorted: successive
+/// `select_nth_unstable` calls, each on what lies above the previous rank. Reorders `samples`.
+fn select_ranks<const K: usize>(samples: &mut [f64], ranks: [usize; K]) -> [f64; K] {
+    let mut out = [0.0; K];
+    let mut base = 0;
+    let mut rest = samples;
+    let mut last: Option<(usize, f64)> = None;
+    for (slot, &rank) in out.iter_mut().zip(&ranks) {
+        if let Some((r, v)) = last
+            && rank <= r
+        {
+            debug_assert_eq!(rank, r, "ranks must ascend");
+            *slot = v;
+            continue;
+        }
+        let (_, v, above) = rest.select_nth_unstable_by(rank - base, f64::total_cmp);
+        *slot = *v;
+        last = Some((rank, *v));
+        base = rank + 1;
+        rest = above;
+    }
+    out
 }
 
 /// Nearest-rank percentile of ascending `sorted`: the element at `ceil(q·n) − 1`, clamped to `[0, n − 1]`;
@@ -504,4 +535,38 @@ pub fn timeline(records: &[RequestRecord], bin_s: f64) -> Vec<TimelineBin> {
         bin.queued = queued_count + queued_part[i] / bin_s;
     }
     bins
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Selection gives exactly what sorting gives, for every size and with ties and repeated ranks.
+    #[test]
+    fn select_ranks_equals_sorted_indexing() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in 1..300usize {
+            let samples: Vec<f64> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Few distinct values, so ties are common.
+                    (x % 17) as f64 * 0.5 - 3.0
+                })
+                .collect();
+            let mut sorted = samples.clone();
+            sorted.sort_by(f64::total_cmp);
+            let ranks = QUANTILES.map(|q| nearest_rank_index(n, q));
+            let mut work = samples.clone();
+            let got = select_ranks(&mut work, ranks);
+            let want = ranks.map(|r| sorted[r]);
+            assert_eq!(got, want, "n = {n}");
+            let st = Stats::of(&mut samples.clone());
+            assert_eq!(
+                [st.p50, st.p90, st.p95, st.p99],
+                QUANTILES.map(|q| percentile_sorted(&sorted, q))
+            );
+        }
+    }
 }

@@ -1,8 +1,13 @@
 //! Python's `random.Random(seed)`, bit-exact, for integer seeds (CPython 3.x, `Modules/_randommodule.c` and
 //! `Lib/random.py`).
 //!
-//! - Seeding: MT19937 `init_by_array` over the little-endian 32-bit words of `abs(seed)` (`[0]` for 0); the
-//!   generator itself is [`rand_mt::Mt`].
+//! - Seeding: MT19937 `init_by_array` over the little-endian 32-bit words of `abs(seed)` (`[0]` for 0).
+//!   The generator is [`Mt19937`] below, not `rand_mt::Mt` (kept as the reference it is tested against): session
+//!   plans seed a fresh generator per session and draw only a few dozen words from it, so seeding dominates.
+//!   Here `init_genrand(19650218)`, the fixed start of every `init_by_array`, is computed at compile time, and
+//!   the twist is applied one word at a time as words are drawn instead of 624 at once (the same sequence:
+//!   word `i` of a new block depends only on words already twisted in place, or not yet touched). This made the
+//!   1M-request session benchmark's seeding about half as expensive.
 //! - [`PyRandom::random`]: `(a >> 5, b >> 6)` → `(a·2^26 + b) / 2^53`, a 53-bit float in `[0, 1)`.
 //! - [`PyRandom::expovariate`]: `-ln(1 − random()) / lambd`.
 //! - [`PyRandom::uniform`], [`PyRandom::gauss`] (Box–Muller with the cached second value),
@@ -16,7 +21,6 @@
 
 use std::fmt;
 
-use rand_mt::Mt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -129,10 +133,92 @@ impl<'de> Visitor<'de> for SeedVisitor {
     }
 }
 
+const N: usize = 624;
+const M: usize = 397;
+
+/// `init_genrand(19650218)`: the state every `init_by_array` starts from.
+const INIT_19650218: [u32; N] = {
+    let mut s = [0u32; N];
+    s[0] = 19_650_218;
+    let mut i = 1;
+    while i < N {
+        s[i] = 1_812_433_253u32
+            .wrapping_mul(s[i - 1] ^ (s[i - 1] >> 30))
+            .wrapping_add(i as u32);
+        i += 1;
+    }
+    s
+};
+
+/// MT19937 (Matsumoto & Nishimura's reference `genrand_int32`), seeded by `init_by_array`, twisting lazily.
+#[derive(Clone)]
+struct Mt19937 {
+    state: [u32; N],
+    /// Next word to twist and output; `N` right after seeding (a new block starts at 0).
+    idx: usize,
+}
+
+impl Mt19937 {
+    /// `init_by_array(key)` for a key of 1 to 4 words (a `u128`), as straight passes over the state: the
+    /// reference's index `i` runs 1..N, wraps to 1 (word 0 taking the last word), and does one more step, in each
+    /// of its two loops.
+    fn from_key(key: &[u32]) -> Self {
+        debug_assert!((1..=4).contains(&key.len()));
+        let mix1 = |w: u32, prev: u32, add: u32| (w ^ (prev ^ (prev >> 30)).wrapping_mul(1_664_525)).wrapping_add(add);
+        let mix2 = |w: u32, prev: u32, i: u32| (w ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i);
+        let len = key.len();
+        let mut mt = INIT_19650218;
+        let mut j = 0usize;
+        let mut prev = mt[0];
+        for w in mt[1..].iter_mut() {
+            prev = mix1(*w, prev, key[j].wrapping_add(j as u32));
+            *w = prev;
+            j = if j + 1 == len { 0 } else { j + 1 };
+        }
+        mt[0] = prev;
+        mt[1] = mix1(mt[1], mt[0], key[j].wrapping_add(j as u32));
+        prev = mt[1];
+        for (i, w) in (2u32..).zip(mt[2..].iter_mut()) {
+            prev = mix2(*w, prev, i);
+            *w = prev;
+        }
+        mt[0] = prev;
+        mt[1] = mix2(mt[1], mt[0], 1);
+        mt[0] = 0x8000_0000;
+        Mt19937 { state: mt, idx: N }
+    }
+
+    /// `genrand_int32`. Twisting word `i` in place reads word `i + 1` (not yet twisted; for the last word, word 0,
+    /// already twisted) and word `i + M` (not yet twisted below `N − M`, twisted above): exactly what the
+    /// reference's block twist reads.
+    #[inline]
+    fn next_u32(&mut self) -> u32 {
+        if self.idx >= N {
+            self.idx = 0;
+        }
+        let i = self.idx;
+        let next = if i + 1 < N { i + 1 } else { 0 };
+        let far = if i < N - M { i + M } else { i + M - N };
+        let y = (self.state[i] & 0x8000_0000) | (self.state[next] & 0x7fff_ffff);
+        let mut v = self.state[far] ^ (y >> 1);
+        if y & 1 != 0 {
+            v ^= 0x9908_b0df;
+        }
+        self.state[i] = v;
+        self.idx = i + 1;
+        // Tempering.
+        let mut x = v;
+        x ^= x >> 11;
+        x ^= (x << 7) & 0x9d2c_5680;
+        x ^= (x << 15) & 0xefc6_0000;
+        x ^ (x >> 18)
+    }
+}
+
 /// `random.Random(seed)`: a Mersenne Twister seeded and read exactly as CPython does.
 #[derive(Clone)]
 pub struct PyRandom {
-    mt: Mt,
+    mt: Mt19937,
     gauss_next: Option<f64>,
 }
 
@@ -154,8 +240,7 @@ impl PyRandom {
     }
 
     /// `random.Random(n)` for any non-negative `n` below 2^128 (Python accepts any int; loadshape's session
-    /// plans seed with `seed + slot·7919 + inst·104729`, which may pass 2^64). Seeding allocates nothing:
-    /// `rand_mt` clones its key iterator once per state word, so the key is a borrowed slice.
+    /// plans seed with `seed + slot·7919 + inst·104729`, which may pass 2^64). Seeding allocates nothing.
     pub fn from_u128(n: u128) -> Self {
         let mut key = [0u32; 4];
         let mut len = 0;
@@ -166,7 +251,7 @@ impl PyRandom {
             v >>= 32;
         }
         PyRandom {
-            mt: Mt::new_with_key(key[..len.max(1)].iter().copied()),
+            mt: Mt19937::from_key(&key[..len.max(1)]),
             gauss_next: None,
         }
     }
@@ -328,4 +413,29 @@ fn py_round_exact(x: f64, ndigits: u32) -> f64 {
     let text = format!("{:.*}", ndigits as usize, x);
     // Rust's formatting of a finite float always parses back.
     text.parse::<f64>().unwrap_or(x)
+}
+
+#[cfg(test)]
+mod mt_tests {
+    use super::*;
+
+    /// The lazy-twist generator equals `rand_mt` (the maintained reference) word for word, across several blocks,
+    /// for keys of every length the seeds produce.
+    #[test]
+    fn equals_rand_mt() {
+        for key in [
+            &[0u32][..],
+            &[42],
+            &[u32::MAX],
+            &[5489, 1],
+            &[1, 2, 3],
+            &[0xdead_beef, 0, 7, 0x8000_0000],
+        ] {
+            let mut ours = Mt19937::from_key(key);
+            let mut reference = rand_mt::Mt::new_with_key(key.iter().copied());
+            for n in 0..3 * N + 5 {
+                assert_eq!(ours.next_u32(), reference.next_u32(), "key {key:?}, word {n}");
+            }
+        }
+    }
 }

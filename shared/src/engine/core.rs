@@ -88,13 +88,9 @@ pub(crate) struct Req {
     pub last_emit: u32,
 }
 
-/// One stretch of identical pure-decode steps (or a single step): durations `a, a + b, …, a + b·(k−1)`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LogEntry {
-    pub a: f64,
-    pub b: f64,
-    pub k: u64,
-}
+/// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
+/// (`a, a + b, …, a + b·(k−1)`), as the tuple `(lo, hi, k)` the ITL quantiles read.
+pub(crate) type LogEntry = (f64, f64, u64);
 
 /// A scheduled entry of the current step.
 #[derive(Debug, Clone, Copy)]
@@ -159,8 +155,10 @@ pub struct Engine {
     pub(crate) admitted: Vec<u32>,
     pub(crate) preempted: Vec<u32>,
     pub(crate) finished: Vec<u32>,
-    pub(crate) log: VecDeque<LogEntry>,
+    /// Step log from global index `log_base` on; trimmed when it has doubled since the last trim.
+    pub(crate) log: Vec<LogEntry>,
     pub(crate) log_base: u64,
+    log_trim_at: usize,
     /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::PromptBlocks`]).
     hashes: std::collections::HashMap<u64, (u32, u32), BuildIdHasher>,
     pub(crate) stats: EngineStats,
@@ -225,8 +223,9 @@ impl Engine {
             admitted: Vec::new(),
             preempted: Vec::new(),
             finished: Vec::new(),
-            log: VecDeque::new(),
+            log: Vec::new(),
             log_base: 0,
+            log_trim_at: LOG_TRIM_MIN,
             hashes: Default::default(),
             stats: EngineStats::default(),
         }
@@ -659,7 +658,7 @@ impl Engine {
             // Cannot fail: checked above.
             let _ = self.kv.alloc(extra);
         }
-        self.log.push_back(LogEntry { a: d1, b, k });
+        self.log.push((d1, d1 + b * (kf - 1.0), k));
         let log_end = self.log_end();
         self.stats.steps += k;
         self.stats.busy_ms += duration;
@@ -725,32 +724,31 @@ impl Engine {
         Some(Advance { steps: k, end_ms: end })
     }
 
-    /// Drop step-log entries no running request still needs.
+    /// Drop step-log entries no running request still needs. Runs when the log has doubled since the last trim
+    /// (amortized O(1) per step even while a long request holds the log's head).
     fn trim_log(&mut self) {
-        if self.log.len() < 4096 {
+        if self.log.len() < self.log_trim_at {
             return;
         }
         let mut keep = self.log_end();
-        for &q in self.running.iter().chain(self.waiting.iter()) {
+        for &q in self
+            .running
+            .iter()
+            .chain(self.waiting.iter())
+            .chain(self.finished.iter())
+        {
             let r = &self.reqs[q as usize];
-            if r.generated > 0 {
+            if r.generated > 0 || r.state == State::Done {
                 keep = keep.min(r.itl_from);
                 if let Some(&(a, _)) = r.itl_runs.first() {
                     keep = keep.min(a);
                 }
             }
         }
-        for &q in &self.finished {
-            let r = &self.reqs[q as usize];
-            keep = keep.min(r.itl_from);
-            if let Some(&(a, _)) = r.itl_runs.first() {
-                keep = keep.min(a);
-            }
-        }
-        while self.log_base < keep && !self.log.is_empty() {
-            self.log.pop_front();
-            self.log_base += 1;
-        }
+        let drop = (keep.saturating_sub(self.log_base) as usize).min(self.log.len());
+        self.log.drain(..drop);
+        self.log_base += drop as u64;
+        self.log_trim_at = (2 * self.log.len()).max(LOG_TRIM_MIN);
     }
 
     /// Inter-token latency summary of a finished request (`None` below two output tokens).
@@ -768,11 +766,12 @@ impl Engine {
         let mut max_ms = f64::MIN;
         let last = (r.itl_from, r.itl_to);
         for &(from, to) in r.itl_runs.iter().chain(std::iter::once(&last)) {
-            for g in from.max(self.log_base)..to {
-                let e = self.log[(g - self.log_base) as usize];
-                let hi = e.a + e.b * (e.k as f64 - 1.0);
-                max_ms = max_ms.max(hi);
-                scratch.push((e.a, hi, e.k));
+            let lo = (from.max(self.log_base) - self.log_base) as usize;
+            let hi = (to.max(self.log_base) - self.log_base) as usize;
+            if lo < hi {
+                let part = &self.log[lo..hi];
+                max_ms = part.iter().fold(max_ms, |m, e| m.max(e.1));
+                scratch.extend_from_slice(part);
             }
         }
         for &g in &r.itl_gaps {
@@ -786,10 +785,33 @@ impl Engine {
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
         let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
         let (r50, r99) = (rank(0.5), rank(0.99));
-        let (p50_ms, p99_ms) = if scratch.len() <= 48 {
-            // Small: one sort, one scan for both ranks.
-            scratch.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
-            (weighted_select(scratch, r50), weighted_select(scratch, r99))
+        let (p50_ms, p99_ms) = if scratch.len() <= SMALL_ITL {
+            // Small (the usual case): sort u64 keys, then one scan for both ranks. A key is `lo`'s bits (lo ≥ 0,
+            // so they order like it) with the lowest 6 replaced by the stretch's position: stretches whose first
+            // durations differ by less than 2^-46 relative are taken in log order. Integer keys keep the order
+            // identical natively and in wasm, and sort several times faster than tuples.
+            let mut keys = [0u64; SMALL_ITL];
+            let keys = &mut keys[..scratch.len()];
+            for (i, (k, e)) in keys.iter_mut().zip(scratch.iter()).enumerate() {
+                *k = (e.0.to_bits() & !POS_MASK) | i as u64;
+            }
+            keys.sort_unstable();
+            let mut acc = 0;
+            let mut out = [f64::NAN; 2];
+            let mut want = 0;
+            let ranks = [r50, r99];
+            for &k in keys.iter() {
+                let e = scratch[(k & POS_MASK) as usize];
+                while want < 2 && ranks[want] < acc + e.2 {
+                    out[want] = value_in(e, ranks[want] - acc);
+                    want += 1;
+                }
+                if want == 2 {
+                    break;
+                }
+                acc += e.2;
+            }
+            (out[0], out[1])
         } else {
             (weighted_select(scratch, r50), weighted_select(scratch, r99))
         };
@@ -901,16 +923,26 @@ fn classify(r: &Req, hit_blocks: u32, reach: u32, ever: u32, bs: u32) -> MissSpl
     m
 }
 
+/// Log length below which [`Engine::trim_log`] does nothing.
+const LOG_TRIM_MIN: usize = 4096;
+
+/// Stretches per request up to which [`Engine::itl_summary`] sorts packed keys; the position takes the low bits.
+const SMALL_ITL: usize = 64;
+const POS_MASK: u64 = SMALL_ITL as u64 - 1;
+
+/// Value `i` (0-based) of a stretch `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`.
+#[inline]
+fn value_in(e: (f64, f64, u64), i: u64) -> f64 {
+    if e.2 > 1 {
+        e.0 + (e.1 - e.0) * i as f64 / (e.2 - 1) as f64
+    } else {
+        e.0
+    }
+}
+
 /// The value of rank `rank` (0-based) among stretches `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`,
 /// ordering stretches by `lo` and interpolating inside one. Expected O(n) (weighted quickselect).
 fn weighted_select(v: &mut [(f64, f64, u64)], mut rank: u64) -> f64 {
-    let value_in = |e: (f64, f64, u64), i: u64| {
-        if e.2 > 1 {
-            e.0 + (e.1 - e.0) * i as f64 / (e.2 - 1) as f64
-        } else {
-            e.0
-        }
-    };
     let mut v = v;
     loop {
         if v.len() <= 48 {

@@ -299,6 +299,7 @@ impl Kv {
     }
 
     /// Recount chain `x`'s evictable blocks and its place in the LRU list (after its `r` or pins changed).
+    #[inline]
     fn refresh(&mut self, x: u32) {
         let (e, old, in_lru) = {
             let ch = &self.chains[x as usize];
@@ -309,6 +310,10 @@ impl Kv {
             };
             (e, ch.ev, ch.in_lru)
         };
+        if e == old && in_lru == (e > 0) && self.chains[x as usize].alive {
+            // Nothing to recount (a pinned chain growing as its request computes): the common case.
+            return;
+        }
         self.evictable = self.evictable + u64::from(e) - u64::from(old);
         self.chains[x as usize].ev = e;
         if e > 0 && !in_lru {
