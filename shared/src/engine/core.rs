@@ -471,6 +471,16 @@ impl Engine {
         }
     }
 
+    /// `t mod block_size`.
+    #[inline]
+    fn rem_bs(&self, t: u32) -> u32 {
+        if self.bs_shift != u32::MAX {
+            t & (self.bs - 1)
+        } else {
+            t % self.bs
+        }
+    }
+
     /// `ceil(x / block_size)`.
     #[inline]
     fn ceil_bs(&self, x: u64) -> u64 {
@@ -500,7 +510,12 @@ impl Engine {
                 i += 1;
                 continue;
             }
-            let need = self.blocks(t + tokens) - self.blocks(t);
+            let need = if prefill {
+                self.blocks(t + tokens) - self.blocks(t)
+            } else {
+                // One more token needs a new block exactly when the last one is full.
+                u64::from(self.rem_bs(t) == 0)
+            };
             let mut self_preempted = false;
             while need > 0 && !self.kv.alloc(need) {
                 let Some(victim) = self.running.pop() else { break };
@@ -681,11 +696,12 @@ impl Engine {
                 let extra = self.ceil_bs(u64::from(new_t)) - self.ceil_bs(u64::from(old_t) + 1);
                 self.reqs[idx as usize].private += extra;
             }
-            let conv = self.kv.fill(
-                chain,
+            let (g0, g1) = (
                 self.div_bs(u64::from(old_t)) as u32,
                 self.div_bs(u64::from(new_t)) as u32,
             );
+            // Only a step that completes a block can extend the chain's cached prefix.
+            let conv = if g0 < g1 { self.kv.fill(chain, g0, g1) } else { 0 };
             let r = &mut self.reqs[idx as usize];
             r.private -= conv;
             r.t = new_t;
@@ -757,6 +773,7 @@ impl Engine {
         &self,
         idx: u32,
         scratch: &mut Vec<(f64, f64, u64)>,
+        keys: &mut Vec<u64>,
     ) -> Option<crate::record::ItlSummary> {
         let r = &self.reqs[idx as usize];
         if r.generated < 2 {
@@ -785,33 +802,8 @@ impl Engine {
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
         let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
         let (r50, r99) = (rank(0.5), rank(0.99));
-        let (p50_ms, p99_ms) = if scratch.len() <= SMALL_ITL {
-            // Small (the usual case): sort u64 keys, then one scan for both ranks. A key is `lo`'s bits (lo ≥ 0,
-            // so they order like it) with the lowest 6 replaced by the stretch's position: stretches whose first
-            // durations differ by less than 2^-46 relative are taken in log order. Integer keys keep the order
-            // identical natively and in wasm, and sort several times faster than tuples.
-            let mut keys = [0u64; SMALL_ITL];
-            let keys = &mut keys[..scratch.len()];
-            for (i, (k, e)) in keys.iter_mut().zip(scratch.iter()).enumerate() {
-                *k = (e.0.to_bits() & !POS_MASK) | i as u64;
-            }
-            keys.sort_unstable();
-            let mut acc = 0;
-            let mut out = [f64::NAN; 2];
-            let mut want = 0;
-            let ranks = [r50, r99];
-            for &k in keys.iter() {
-                let e = scratch[(k & POS_MASK) as usize];
-                while want < 2 && ranks[want] < acc + e.2 {
-                    out[want] = value_in(e, ranks[want] - acc);
-                    want += 1;
-                }
-                if want == 2 {
-                    break;
-                }
-                acc += e.2;
-            }
-            (out[0], out[1])
+        let (p50_ms, p99_ms) = if scratch.len() <= PACKED_ITL_MAX {
+            packed_quantiles(scratch, keys, [r50, r99])
         } else {
             (weighted_select(scratch, r50), weighted_select(scratch, r99))
         };
@@ -926,9 +918,42 @@ fn classify(r: &Req, hit_blocks: u32, reach: u32, ever: u32, bs: u32) -> MissSpl
 /// Log length below which [`Engine::trim_log`] does nothing.
 const LOG_TRIM_MIN: usize = 4096;
 
-/// Stretches per request up to which [`Engine::itl_summary`] sorts packed keys; the position takes the low bits.
-const SMALL_ITL: usize = 64;
-const POS_MASK: u64 = SMALL_ITL as u64 - 1;
+/// Stretches per request up to which [`Engine::itl_summary`] sorts packed keys (the position takes at most 16 of
+/// the 52 mantissa bits); longer lives use the exact weighted selection.
+const PACKED_ITL_MAX: usize = 1 << 16;
+
+/// Values at ascending ranks `ranks` among stretches `(lo, hi, k)` (ordered by `lo`, interpolated inside one), by
+/// one sort of u64 keys and one scan. A key is `lo`'s bits (lo ≥ 0, so they order like it) with the lowest
+/// `pos_bits` replaced by the stretch's position: stretches whose first durations differ by less than
+/// 2^(pos_bits − 52) relative (≤ 1.5e-11) are taken in log order. Integer keys keep the order identical natively
+/// and in wasm, and sort several times faster than tuples (a request that ran beside 60 others has hundreds of
+/// stretches). `v.len()` must be at most [`PACKED_ITL_MAX`].
+fn packed_quantiles(v: &[(f64, f64, u64)], keys: &mut Vec<u64>, ranks: [u64; 2]) -> (f64, f64) {
+    let pos_bits = usize::BITS - v.len().saturating_sub(1).leading_zeros();
+    let pos_mask = (1u64 << pos_bits) - 1;
+    keys.clear();
+    keys.extend(
+        v.iter()
+            .enumerate()
+            .map(|(i, e)| (e.0.to_bits() & !pos_mask) | i as u64),
+    );
+    keys.sort_unstable();
+    let mut acc = 0;
+    let mut out = [f64::NAN; 2];
+    let mut want = 0;
+    for &k in keys.iter() {
+        let e = v[(k & pos_mask) as usize];
+        while want < 2 && ranks[want] < acc + e.2 {
+            out[want] = value_in(e, ranks[want] - acc);
+            want += 1;
+        }
+        if want == 2 {
+            break;
+        }
+        acc += e.2;
+    }
+    (out[0], out[1])
+}
 
 /// Value `i` (0-based) of a stretch `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`.
 #[inline]
@@ -1006,6 +1031,36 @@ fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The packed-key sort picks what the exact weighted selection picks (distinct first durations).
+    #[test]
+    fn packed_quantiles_equal_weighted_select() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut keys = Vec::new();
+        for n in [1usize, 2, 5, 17, 64, 65, 300, 2000] {
+            let v: Vec<(f64, f64, u64)> = (0..n)
+                .map(|i| {
+                    let lo = 5.0 + (next() % 100_000) as f64 * 1e-3 + i as f64 * 1e-7;
+                    let k = 1 + next() % 50;
+                    (lo, lo + (next() % 100) as f64 * 1e-4, k)
+                })
+                .collect();
+            let count: u64 = v.iter().map(|e| e.2).sum();
+            let ranks = [0.5, 0.99].map(|q| crate::metrics::nearest_rank_index(count as usize, q) as u64);
+            let got = packed_quantiles(&v, &mut keys, ranks);
+            let want = (
+                weighted_select(&mut v.clone(), ranks[0]),
+                weighted_select(&mut v.clone(), ranks[1]),
+            );
+            assert_eq!(got, want, "n = {n}");
+        }
+    }
 
     #[test]
     fn steps_to_cover_is_exact() {

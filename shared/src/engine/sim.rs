@@ -74,6 +74,8 @@ struct Slot {
     ok_steps: u32,
     inst_start_ms: f64,
     fail_streak: u32,
+    /// Plans of the slot's next instances, drawn four at a time (last = next).
+    upcoming: Vec<SessionPlan>,
 }
 
 enum Source {
@@ -160,6 +162,7 @@ struct Driver {
     timeline: Timeline,
     peak_kv: u64,
     scratch: Vec<(f64, f64, u64)>,
+    keys: Vec<u64>,
     heap: BinaryHeap<Ev>,
     seq: u64,
     seed: u64,
@@ -237,7 +240,7 @@ impl Driver {
         out.clear();
         for fi in 0..self.eng.finished.len() {
             let idx = self.eng.finished[fi];
-            let itl = self.eng.itl_summary(idx, &mut self.scratch);
+            let itl = self.eng.itl_summary(idx, &mut self.scratch, &mut self.keys);
             let r = &self.eng.reqs[idx as usize];
             let ri = r.tag as usize;
             let rec = &mut self.records[ri];
@@ -327,6 +330,7 @@ pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode) -> R
         timeline: Timeline::new(estimate_ms(&sc.workload)),
         peak_kv: 0,
         scratch: Vec::new(),
+        keys: Vec::new(),
         heap: BinaryHeap::new(),
         seq: 0,
         seed: sc.seed,
@@ -357,6 +361,7 @@ pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode) -> R
                 ok_steps: 0,
                 inst_start_ms: 0.0,
                 fail_streak: 0,
+                upcoming: Vec::new(),
             };
             Source::Sessions {
                 w: w.clone(),
@@ -524,7 +529,14 @@ fn dispatch(src: &mut Source, d: &mut Driver, shared_chain: u32, bs: u32, open_i
                     return;
                 }
                 let slot = &mut slots[s];
-                let plan = w.plan(ev.slot, slot.inst, d.seed);
+                let plan = match slot.upcoming.pop() {
+                    Some(p) if p.inst == slot.inst => p,
+                    _ => {
+                        let [p, rest @ ..] = w.plans4(ev.slot, slot.inst, d.seed);
+                        slot.upcoming = rest.into_iter().rev().collect();
+                        p
+                    }
+                };
                 slot.chain = d.eng.new_chain(NONE, 0);
                 slot.step = 0;
                 slot.prompt = plan.base_tokens + u64::from(plan.task_tokens);

@@ -233,8 +233,23 @@ impl SessionWorkload {
 
     /// Draws instance `inst` of slot `slot`, deterministically from `(seed, slot, inst)`.
     pub fn plan(&self, slot: u32, inst: u32, seed: u64) -> SessionPlan {
-        let key = u128::from(seed) + u128::from(slot) * 7919 + u128::from(inst) * 104_729;
-        let mut rng = PyRandom::from_u128(key);
+        self.draw(&mut PyRandom::from_u128(plan_key(slot, inst, seed)), slot, inst)
+    }
+
+    /// The plans of instances `first_inst .. first_inst + 4` of `slot`: equal to four [`Self::plan`] calls, with
+    /// the generators seeded side by side (the simulator's per-session cost is mostly seeding).
+    pub fn plans4(&self, slot: u32, first_inst: u32, seed: u64) -> [SessionPlan; 4] {
+        let insts: [u32; 4] = std::array::from_fn(|i| first_inst.saturating_add(i as u32));
+        let mut rngs = PyRandom::from_u128s(insts.map(|inst| plan_key(slot, inst, seed)));
+        let mut i = 0;
+        rngs.each_mut().map(|rng| {
+            let p = self.draw(rng, slot, insts[i]);
+            i += 1;
+            p
+        })
+    }
+
+    fn draw(&self, rng: &mut PyRandom, slot: u32, inst: u32) -> SessionPlan {
         let (base_tokens, steps) = match self.ladder.as_ref().and_then(|l| l.rung_for_slot(slot as usize)) {
             Some(rung) => (rung.base_tokens, rung.steps),
             None => {
@@ -280,9 +295,25 @@ impl SessionWorkload {
     }
 }
 
+/// The seed's per-session generator seed: `seed + slot·7919 + inst·104729` (may pass 2^64).
+fn plan_key(slot: u32, inst: u32, seed: u64) -> u128 {
+    u128::from(seed) + u128::from(slot) * 7919 + u128::from(inst) * 104_729
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plans4_equals_plan() {
+        let w = SessionWorkload::default();
+        for (slot, inst, seed) in [(0, 0, 42), (3, 9, 7), (1, 5, u64::MAX)] {
+            let four = w.plans4(slot, inst, seed);
+            for (i, p) in four.iter().enumerate() {
+                assert_eq!(*p, w.plan(slot, inst + i as u32, seed));
+            }
+        }
+    }
 
     #[test]
     fn defaults_equal_the_seed_and_parse_from_empty_object() {
