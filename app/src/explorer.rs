@@ -218,6 +218,22 @@ fn ScenarioActions(ex: Explorer) -> impl IntoView {
 /// Link problems, validation errors, computing state and timing.
 #[component]
 fn StatusLine(ex: Explorer) -> impl IntoView {
+    // Seconds since the running computation was asked for, refreshed while it runs (the page stays live).
+    let elapsed = RwSignal::new(None::<f64>);
+    if let Ok(handle) = set_interval_with_handle(
+        move || {
+            let since = ex.computing_since.get_untracked();
+            let shown = since
+                .map(|t0| (crate::state::now_ms() - t0) / 1000.0)
+                .filter(|s| *s >= 0.5);
+            if shown.is_some() || elapsed.get_untracked().is_some() {
+                elapsed.set(shown);
+            }
+        },
+        std::time::Duration::from_millis(100),
+    ) {
+        on_cleanup(move || handle.clear());
+    }
     view! {
         {move || {
             ex.link_message
@@ -240,6 +256,8 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
             <span class="computing" class:hidden=move || !ex.computing.get() data-computing="">
                 <span class="spinner"></span>
                 "computing…"
+                {move || elapsed.get().map(|s| format!(" {s:.1} s"))}
+                {move || (crate::offload::mode() == "worker").then_some(" (in the background: the page stays usable)")}
             </span>
             {move || {
                 ex.needs_run
@@ -251,11 +269,16 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                         }
                     })
             }}
-            <span class="faint" data-compute-ms=move || ex.compute_ms.get().map(|v| format!("{v:.2}")).unwrap_or_default()>
+            <span
+                class="faint"
+                data-compute-ms=move || ex.compute_ms.get().map(|v| format!("{v:.2}")).unwrap_or_default()
+                data-computed-in=move || ex.computed_in.get().unwrap_or_default()
+            >
                 {move || {
                     let o = ex.outcome.get()?;
                     let ms = ex.compute_ms.get()?;
-                    Some(format!("{} · computed in your browser in {ms:.1} ms", o.describe))
+                    let place = if ex.computed_in.get() == Some("worker") { " (background worker)" } else { "" };
+                    Some(format!("{} · computed in your browser{place} in {ms:.1} ms", o.describe))
                 }}
             </span>
         </div>

@@ -6,6 +6,8 @@
 //! - [`agent_ws::AgentConn`]: the websocket to the agent (`#token=...` in the page URL), with `data-status`.
 //! - [`seed_panel::SeedPanel`]: the seed model's three profiles, computed in wasm, each in `data-profile="<name>"`.
 //! - [`metric::Metric`]: one summary value, rendered with `data-metric="<field name>"` and `data-value`.
+//! - [`offload`]: runs the simulations in a Web Worker (the same wasm module, see [`worker`] and [`wire`]), so
+//!   large runs never freeze the page; the main thread computes when no worker can start.
 
 pub mod agent_ws;
 pub mod charts;
@@ -18,9 +20,12 @@ pub mod fmt;
 pub mod ladder_panel;
 pub mod live;
 pub mod metric;
+pub mod offload;
 pub mod seed_panel;
 pub mod state;
 pub mod url;
+pub mod wire;
+pub mod worker;
 
 #[cfg(all(test, target_arch = "wasm32"))]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);

@@ -19,7 +19,9 @@ use shared::scenario::Scenario;
 use crate::agent_ws::{AgentConn, Status};
 use crate::charts::{LineChart, PALETTE, Series, cdf};
 use crate::compute::Outcome;
+use crate::offload::{self, Lane};
 use crate::state::Explorer;
+use crate::wire::{Done, Job};
 
 /// How often buffered records are moved into the charts, milliseconds.
 const FLUSH_MS: u64 = 250;
@@ -318,11 +320,25 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         let slo = slo_of(live.scenario.get().as_ref());
         live.records.with(|r| (!r.is_empty()).then(|| summarize(r, &slo)))
     });
-    // The simulated counterpart of what is shown.
-    let simulated = Memo::new(move |_| {
-        let sc = live.scenario.get()?;
-        let sc = Scenario::from_value(sc).ok()?;
-        crate::compute::compute(&sc).ok().map(Arc::new)
+    // The simulated counterpart of what is shown, computed off the main thread like the explorer's.
+    let simulated = RwSignal::new(None::<Arc<Outcome>>);
+    let sim_generation = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        let generation = sim_generation.get_value() + 1;
+        sim_generation.set_value(generation);
+        offload::supersede(Lane::Live, generation);
+        simulated.set(None);
+        let Some(sc) = live.scenario.get().and_then(|v| Scenario::from_value(v).ok()) else {
+            return;
+        };
+        let size = crate::compute::size_of(&sc);
+        offload::submit(Lane::Live, generation, size, Job::Compute(sc.to_value()), move |f| {
+            if sim_generation.get_value() == generation
+                && let Done::Outcome(Ok(o)) = f.done
+            {
+                simulated.set(Some(Arc::new(o)));
+            }
+        });
     });
 
     view! {
@@ -473,7 +489,7 @@ fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
 }
 
 #[component]
-fn LiveCharts(live: Live, simulated: Memo<Option<Arc<Outcome>>>) -> impl IntoView {
+fn LiveCharts(live: Live, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl IntoView {
     let ttft = Signal::derive(move || {
         let live_pts = live.records.with(|r| {
             cdf(

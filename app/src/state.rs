@@ -2,9 +2,9 @@
 //! last computed [`Outcome`], the rate sweep, and the pinned scenario A for comparison.
 //!
 //! Edits go into [`Explorer::json`]; an effect debounces them ([`DEBOUNCE_MS`]), validates with
-//! `Scenario::from_value`, stores the share link in the URL fragment, computes the outcome after the browser has
-//! painted the "computing" state, then runs the goodput-vs-rate sweep one point per timer tick (so the page never
-//! freezes, and a newer edit cancels an older sweep).
+//! `Scenario::from_value`, stores the share link in the URL fragment, and hands the computation to
+//! [`crate::offload`] (a Web Worker, so the page never freezes), then the goodput-vs-rate sweep one point per job.
+//! Every edit is a new generation: results of older generations are dropped, and their queued jobs never run.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +14,8 @@ use serde_json::Value;
 use shared::scenario::Scenario;
 
 use crate::compute::{self, Outcome, SweepPoint};
+use crate::offload::{self, Lane};
+use crate::wire::{Done, Job};
 
 /// Quiet time after the last edit before recomputing, milliseconds.
 pub const DEBOUNCE_MS: u64 = 90;
@@ -39,6 +41,10 @@ pub struct Explorer {
     pub link_message: RwSignal<Option<String>>,
     pub outcome: RwSignal<Option<Arc<Outcome>>>,
     pub computing: RwSignal<bool>,
+    /// `performance.now()` when the running computation was asked for.
+    pub computing_since: RwSignal<Option<f64>>,
+    /// Where the last result was computed: `worker` or `main` (the main thread).
+    pub computed_in: RwSignal<Option<&'static str>>,
     /// Milliseconds the last computation took in this browser.
     pub compute_ms: RwSignal<Option<f64>>,
     /// The scenario is too large to recompute on every edit; waiting for "Run".
@@ -73,6 +79,8 @@ impl Explorer {
             link_message: RwSignal::new(message),
             outcome: RwSignal::new(None),
             computing: RwSignal::new(false),
+            computing_since: RwSignal::new(None),
+            computed_in: RwSignal::new(None),
             compute_ms: RwSignal::new(None),
             needs_run: RwSignal::new(false),
             sweep: RwSignal::new(Vec::new()),
@@ -124,10 +132,13 @@ impl Explorer {
     fn validate_and_run(self, json: Value, force: bool) {
         let generation = self.generation.get_value() + 1;
         self.generation.set_value(generation);
+        // Whatever the old edits asked for is outdated now (their results are never shown).
+        offload::supersede(Lane::Explorer, generation);
         let sc = match Scenario::from_value(json) {
             Ok(sc) => sc,
             Err(e) => {
                 self.error.set(Some(e.to_string()));
+                self.computing.set(false);
                 return;
             }
         };
@@ -138,34 +149,40 @@ impl Explorer {
             shared::link::FRAGMENT_KEY,
             Some(&shared::link::encode(&sc)),
         ));
-        if !force && compute::size_of(&sc) > AUTO_RUN_LIMIT {
+        let size = compute::size_of(&sc);
+        if !force && size > AUTO_RUN_LIMIT {
             self.needs_run.set(true);
+            self.computing.set(false);
             return;
         }
         self.needs_run.set(false);
         self.computing.set(true);
-        // Let the browser paint "computing…" before the (synchronous) simulation runs.
-        set_timeout(
-            move || {
+        self.computing_since.set(Some(now_ms()));
+        offload::submit(
+            Lane::Explorer,
+            generation,
+            size,
+            Job::Compute(sc.to_value()),
+            move |f| {
                 if self.generation.get_value() != generation {
                     return;
                 }
-                let t0 = now_ms();
-                let result = compute::compute(&sc);
-                self.compute_ms.set(Some(now_ms() - t0));
+                self.compute_ms.set(Some(f.ms));
+                self.computed_in.set(Some(if f.in_worker { "worker" } else { "main" }));
                 self.computing.set(false);
-                match result {
-                    Ok(outcome) => {
+                self.computing_since.set(None);
+                match f.done {
+                    Done::Outcome(Ok(outcome)) => {
                         self.outcome.set(Some(Arc::new(outcome)));
                         if self.first_result_ms.get_untracked().is_none() {
                             self.first_result_ms.set(Some(now_ms()));
                         }
                         self.start_sweep(sc, generation);
                     }
-                    Err(e) => self.error.set(Some(e)),
+                    Done::Outcome(Err(e)) => self.error.set(Some(e)),
+                    Done::Point(_) => {}
                 }
             },
-            Duration::from_millis(16),
         );
     }
 
@@ -173,18 +190,25 @@ impl Explorer {
         let plan = compute::sweep_plan(&sc);
         self.sweep.set(Vec::new());
         self.sweep_progress.set((0, plan.len()));
-        fn step(ex: Explorer, plan: Arc<Vec<Scenario>>, i: usize, generation: u64) {
+        // One point per job: a newer edit overtakes the rest of the sweep after at most one point.
+        fn step(ex: Explorer, plan: Arc<Vec<(f64, Value)>>, i: usize, generation: u64) {
             if ex.generation.get_value() != generation || i >= plan.len() {
                 return;
             }
-            if let Some(point) = compute::sweep_point(&plan[i]) {
-                ex.sweep.update(|s| s.push(point));
-            }
-            ex.sweep_progress.set((i + 1, plan.len()));
-            set_timeout(move || step(ex, plan, i + 1, generation), Duration::from_millis(0));
+            let (size, json) = plan[i].clone();
+            offload::submit(Lane::Explorer, generation, size, Job::SweepPoint(json), move |f| {
+                if ex.generation.get_value() != generation {
+                    return;
+                }
+                if let Done::Point(Some(point)) = f.done {
+                    ex.sweep.update(|s| s.push(point));
+                }
+                ex.sweep_progress.set((i + 1, plan.len()));
+                step(ex, plan, i + 1, generation);
+            });
         }
-        let plan = Arc::new(plan);
-        set_timeout(move || step(self, plan, 0, generation), Duration::from_millis(0));
+        let plan: Vec<(f64, Value)> = plan.iter().map(|s| (compute::size_of(s), s.to_value())).collect();
+        step(self, Arc::new(plan), 0, generation);
     }
 }
 
