@@ -209,8 +209,13 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let mut designed = CachedShare::default();
     let mut step0 = CachedShare::default();
     for r in records {
-        start = start.min(r.t_submit);
-        end = end.max(r.t_submit + r.wall_s);
+        // Comparisons, not `f64::min`/`max` (libm calls in wasm); NaN is skipped either way.
+        if r.t_submit < start {
+            start = r.t_submit;
+        }
+        if r.t_submit + r.wall_s > end {
+            end = r.t_submit + r.wall_s;
+        }
         let met = r.ok && slo.met_by(r);
         let session_good = sessions.entry((r.session, r.inst)).or_insert(true);
         *session_good &= met;

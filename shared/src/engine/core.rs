@@ -98,6 +98,11 @@ struct Sched {
     idx: u32,
     tokens: u32,
     prefill: bool,
+    /// The request's computed tokens, chain and output tokens still to generate, as scheduled (copied here so the
+    /// passes over the batch read one small array, not the request table).
+    t: u32,
+    chain: u32,
+    left: u32,
 }
 
 /// What happened to one request in one step (see [`Step`]).
@@ -496,9 +501,9 @@ impl Engine {
         let mut i = 0;
         while i < self.running.len() {
             let idx = self.running[i];
-            let (t, p_eff) = {
+            let (t, p_eff, chain, left) = {
                 let r = &self.reqs[idx as usize];
-                (r.t, r.p_eff)
+                (r.t, r.p_eff, r.chain, r.output - r.generated)
             };
             let prefill = t < p_eff;
             let tokens = if prefill {
@@ -529,7 +534,14 @@ impl Engine {
                 break;
             }
             self.reqs[idx as usize].private += need;
-            self.sched.push(Sched { idx, tokens, prefill });
+            self.sched.push(Sched {
+                idx,
+                tokens,
+                prefill,
+                t,
+                chain,
+                left,
+            });
             budget -= tokens;
             i += 1;
         }
@@ -573,12 +585,16 @@ impl Engine {
                     r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
                     self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
                 }
+                let left = r.output - r.generated;
                 self.running.push(idx);
                 self.admitted.push(idx);
                 self.sched.push(Sched {
                     idx,
                     tokens,
                     prefill: true,
+                    t: hit,
+                    chain,
+                    left,
                 });
                 budget -= tokens;
             }
@@ -587,7 +603,7 @@ impl Engine {
         let mut prefill_tokens = 0u32;
         let mut decoders = 0u32;
         for s in &self.sched {
-            ctx += u64::from(self.reqs[s.idx as usize].t);
+            ctx += u64::from(s.t);
             if s.prefill {
                 prefill_tokens += s.tokens;
             } else {
@@ -607,7 +623,7 @@ impl Engine {
         self.sched
             .iter()
             .map(|s| {
-                let t = u64::from(self.reqs[s.idx as usize].t);
+                let t = u64::from(s.t);
                 self.ceil_bs(t + k) - self.ceil_bs(t + 1)
             })
             .sum()
@@ -632,8 +648,7 @@ impl Engine {
             // Steps until the first finish.
             let mut kmax = max_steps;
             for s in &self.sched {
-                let r = &self.reqs[s.idx as usize];
-                kmax = kmax.min(u64::from(r.output - r.generated));
+                kmax = kmax.min(u64::from(s.left));
             }
             // Steps until the step that contains `until_ms` ends.
             let span = until_ms - self.now_ms;
@@ -685,11 +700,14 @@ impl Engine {
         }
         self.finished.clear();
         for si in 0..self.sched.len() {
-            let Sched { idx, tokens, prefill } = self.sched[si];
-            let (chain, old_t) = {
-                let r = &self.reqs[idx as usize];
-                (r.chain, r.t)
-            };
+            let Sched {
+                idx,
+                tokens,
+                prefill,
+                t: old_t,
+                chain,
+                ..
+            } = self.sched[si];
             let adv = if prefill { tokens } else { k as u32 };
             let new_t = old_t + adv;
             if !prefill && k > 1 {
@@ -787,12 +805,15 @@ impl Engine {
             let hi = (to.max(self.log_base) - self.log_base) as usize;
             if lo < hi {
                 let part = &self.log[lo..hi];
-                max_ms = part.iter().fold(max_ms, |m, e| m.max(e.1));
+                // Comparisons, not `f64::max` (a libm call in wasm).
+                max_ms = part.iter().fold(max_ms, |m, e| if e.1 > m { e.1 } else { m });
                 scratch.extend_from_slice(part);
             }
         }
         for &g in &r.itl_gaps {
-            max_ms = max_ms.max(g);
+            if g > max_ms {
+                max_ms = g;
+            }
             scratch.push((g, g, 1));
         }
         let count: u64 = scratch.iter().map(|e| e.2).sum();
@@ -1010,7 +1031,7 @@ fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
         ((-qb + (qb * qb + 4.0 * qa * span).sqrt()) / (2.0 * qa)).ceil()
     };
     let mut k = if k.is_finite() && k >= 1.0 {
-        k.min(1e15) as u64
+        if k < 1e15 { k as u64 } else { 1_000_000_000_000_000 }
     } else {
         1
     };
