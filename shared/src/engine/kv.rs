@@ -174,7 +174,26 @@ impl Kv {
 
     /// Walk the lineage from the root: the furthest global block reached by `f(chain)` local blocks per chain,
     /// stopping where a chain does not cover the offset of the next.
+    #[inline]
     fn lineage_max(&self, c: u32, f: impl Fn(&Chain) -> u32) -> u32 {
+        // Fast paths: a root chain (a session) or a child of a root (a request after a shared prefix).
+        let ch = &self.chains[c as usize];
+        if ch.parent == NONE {
+            return if ch.offset > 0 { 0 } else { f(ch) };
+        }
+        let parent = &self.chains[ch.parent as usize];
+        if parent.parent == NONE {
+            let reach = if parent.offset > 0 { 0 } else { f(parent) };
+            return if reach < ch.offset {
+                reach
+            } else {
+                ch.offset.saturating_add(f(ch))
+            };
+        }
+        self.lineage_max_deep(c, f)
+    }
+
+    fn lineage_max_deep(&self, c: u32, f: impl Fn(&Chain) -> u32) -> u32 {
         // Find the deepest ancestor whose coverage reaches the offset of its child, walking up iteratively:
         // the answer for c is offset(c) + f(c) if every ancestor covers its child's offset, else the first gap.
         let mut stack: [u32; 64] = [NONE; 64];
