@@ -436,7 +436,9 @@ impl Kv {
                 }
             }
             let (done, parent) = (g0 >= off, ch.parent);
-            if touched {
+            // A chain its own running request pins whole stays out of the LRU list: nothing to recount.
+            let pinned_whole = ch.pin_full > 0 && ch.ev == 0 && !ch.in_lru && ch.alive;
+            if touched && !pinned_whole {
                 self.refresh(x);
             }
             if done {
