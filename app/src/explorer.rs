@@ -196,6 +196,7 @@ fn ScenarioActions(ex: Explorer) -> impl IntoView {
             <div class="actions">
                 <button
                     class="btn small"
+                    data-action="apply-json"
                     on:click=move |_| {
                         match shared::scenario::Scenario::from_json(&json_text.get_untracked()) {
                             Ok(sc) => {

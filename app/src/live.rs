@@ -56,7 +56,6 @@ pub struct Live {
     last_seq: StoredValue<Option<u64>>,
     buffer: StoredValue<Vec<(u64, RequestRecord)>>,
     flush_pending: StoredValue<bool>,
-    pending_export: StoredValue<Option<String>>,
 }
 
 impl Live {
@@ -73,7 +72,6 @@ impl Live {
             last_seq: StoredValue::new(None),
             buffer: StoredValue::new(Vec::new()),
             flush_pending: StoredValue::new(false),
-            pending_export: StoredValue::new(None),
         }
     }
 
@@ -159,11 +157,6 @@ impl Live {
             ServerMsg::Run {
                 run, scenario, records, ..
             } => {
-                if self.pending_export.get_value().as_deref() == Some(run.run_id.as_str()) {
-                    self.pending_export.set_value(None);
-                    download_jsonl(&format!("{}.jsonl", run.run_id), records);
-                    return;
-                }
                 self.watch(run.clone(), Some(scenario.clone()), records.clone());
                 if run.state == RunState::Running {
                     self.subscribe(conn);
@@ -234,38 +227,26 @@ pub fn slo_of(scenario: Option<&Value>) -> Slo {
         .unwrap_or_default()
 }
 
-fn download_jsonl(name: &str, records: &[RequestRecord]) {
-    let mut text = String::new();
-    for r in records {
-        if let Ok(line) = serde_json::to_string(r) {
-            text.push_str(&line);
-            text.push('\n');
-        }
-    }
-    download(name, &text, "application/x-ndjson");
-}
-
-/// Offer `text` as a file download.
-pub fn download(name: &str, text: &str, mime: &str) {
+/// Download a run's records exactly as the agent stored them (its export API, same origin, token in the query).
+///
+/// Not re-serialized from the page's copy: serde_json's default float parser can be one unit in the last place
+/// off for 17-digit numbers, so a page-made file would not be byte-identical to the agent's.
+fn export_run(run_id: &str) {
     use wasm_bindgen::JsCast;
-    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(text));
-    let opts = web_sys::BlobPropertyBag::new();
-    opts.set_type(mime);
-    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else {
-        return;
-    };
-    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else {
-        return;
-    };
+    let Some(token) = crate::url::token() else { return };
+    let href = format!(
+        "/api/runs/{}/records.jsonl?token={}",
+        js_sys::encode_uri_component(run_id),
+        js_sys::encode_uri_component(&token)
+    );
     if let Some(doc) = web_sys::window().and_then(|w| w.document())
         && let Ok(el) = doc.create_element("a")
         && let Ok(a) = el.dyn_into::<web_sys::HtmlAnchorElement>()
     {
-        a.set_href(&url);
-        a.set_download(name);
+        a.set_href(&href);
+        a.set_download(&format!("{run_id}.jsonl"));
         a.click();
     }
-    let _ = web_sys::Url::revoke_object_url(&url);
 }
 
 /// The live view.
@@ -420,7 +401,13 @@ fn SourceLine(live: Live) -> impl IntoView {
                         <span class="pill" data-run-state=state.clone()>{state.clone()}</span>
                         <span class="mono">{r.run_id.clone()}</span>
                         <span class="muted">"on " {r.target.clone()}</span>
-                        <span class="muted" data-records=move || live.records.with(Vec::len)>{move || format!("{} records", live.records.with(Vec::len))}</span>
+                        <span
+                            class="muted"
+                            data-records=move || live.records.with(Vec::len)
+                            data-resumes=move || live.resumes.get()
+                        >
+                            {move || format!("{} records", live.records.with(Vec::len))}
+                        </span>
                         {r.error.clone().map(|e| view! { <span class="callout bad">{e}</span> })}
                     </div>
                 }
@@ -555,7 +542,7 @@ fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
             <div class="card-head">
                 <h3 class="section">"Run history"</h3>
                 <span class="spacer"></span>
-                <button class="btn small" on:click=move |_| { conn.send(&ClientMsg::ListRuns { id: conn.next_id() }); }>"Refresh"</button>
+                <button class="btn small" data-action="refresh-runs" on:click=move |_| { conn.send(&ClientMsg::ListRuns { id: conn.next_id() }); }>"Refresh"</button>
             </div>
             <ul class="runs" data-runs=move || live.runs.with(Vec::len)>
                 {move || live.runs.get().into_iter().map(|r| {
@@ -573,12 +560,9 @@ fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
                             </div>
                             <div class="run-line faint small">{format!("{} · {} records", r.target, r.records)}</div>
                             <div class="run-actions">
-                                <button class="btn small" on:click=move |_| { conn.send(&ClientMsg::FetchRun { id: conn.next_id(), run_id: id_open.clone() }); }>"Open"</button>
-                                <button class="btn small" on:click=move |_| {
-                                    live.pending_export.set_value(Some(id_export.clone()));
-                                    conn.send(&ClientMsg::FetchRun { id: conn.next_id(), run_id: id_export.clone() });
-                                }>"Export"</button>
-                                <button class="btn small danger" disabled=!deletable on:click=move |_| { conn.send(&ClientMsg::DeleteRun { id: conn.next_id(), run_id: id_delete.clone() }); }>"Delete"</button>
+                                <button class="btn small" data-action="open-run" on:click=move |_| { conn.send(&ClientMsg::FetchRun { id: conn.next_id(), run_id: id_open.clone() }); }>"Open"</button>
+                                <button class="btn small" data-action="export-run" on:click=move |_| export_run(&id_export)>"Export"</button>
+                                <button class="btn small danger" data-action="delete-run" disabled=!deletable on:click=move |_| { conn.send(&ClientMsg::DeleteRun { id: conn.next_id(), run_id: id_delete.clone() }); }>"Delete"</button>
                             </div>
                         </li>
                     }

@@ -2,8 +2,9 @@
 //
 // run.mjs starts ONE agent for the whole suite and passes LOADSHAPE_URL (with `#token=`) to the test files;
 // a test that needs its own agent (e.g. a restart) calls startAgent() itself.
-import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync } from 'node:fs';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -60,4 +61,46 @@ export async function screenshot(page, name) {
 export async function readMetrics(root) {
   return root.locator('[data-metric]').evaluateAll((els) => Object.fromEntries(
     els.map((e) => [e.dataset.metric, e.dataset.value ?? e.textContent.trim()])));
+}
+
+// ---- The CLI as the reference: what the page shows must equal what `loadshape` computes natively. ----
+const scratch = mkdtempSync(path.join(tmpdir(), 'loadshape-cli-'));
+
+/** Runs `loadshape ARGS...`; resolves to its stdout. */
+export function cli(args) {
+  return execFileSync(BIN, args, { encoding: 'utf8', maxBuffer: 256 << 20 });
+}
+
+/** Writes `text` to a scratch file named NAME and returns its path. */
+export function scratchFile(name, text) {
+  const file = path.join(scratch, name);
+  writeFileSync(file, text);
+  return file;
+}
+
+/** `loadshape simulate --json` of a scenario object, parsed. */
+export function simulate(scenario, name) {
+  return JSON.parse(cli(['simulate', '--json', scratchFile(`${name}.json`, JSON.stringify(scenario))]));
+}
+
+/** The CLI's share link for a scenario object, pointing at `origin`. */
+export function shareLink(scenario, name, origin) {
+  return cli(['link', scratchFile(`${name}-link.json`, JSON.stringify(scenario)), '--base', `${origin}/`]).trim();
+}
+
+/** Numeric fields of a CLI summary (the seed form prints them at the top level; the engine form under `summary`). */
+export function numericFields(out) {
+  const src = out.summary && typeof out.summary === 'object' ? out.summary : out;
+  return Object.fromEntries(Object.entries(src).filter(([, v]) => typeof v === 'number'));
+}
+
+/** Every field both sides have is equal (exactly: the page's `data-value` is Rust's round-trip form). */
+export function assertSameNumbers(shown, expected, what, atLeast = 8) {
+  let compared = 0;
+  for (const [field, value] of Object.entries(expected)) {
+    if (!(field in shown)) continue;
+    assert.equal(Number(shown[field]), value, `${what}: ${field} on the page vs the CLI`);
+    compared += 1;
+  }
+  assert.ok(compared >= atLeast, `${what}: only ${compared} fields compared (${Object.keys(shown).join(', ')})`);
 }

@@ -1,0 +1,163 @@
+// Never freeze (issue 7, item 3): a large run is computed in the page's Web Worker while the main thread stays
+// responsive; its numbers equal the native CLI's; an edit during a run supersedes it (the stale result is never
+// shown). The same measurement with the worker switched off (`?worker=off`, the main-thread fallback) must see
+// the freeze: that is what shows the measurement can fail.
+// Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, simulate } from './harness.mjs';
+
+const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
+const EXPLORER = '[data-summary="explorer"]';
+// 10,000 Poisson requests plus the two counterfactual runs: about a second of wasm, several in a debug CLI.
+const LARGE = { ...JSON.parse(readFileSync(path.join(ROOT, 'examples/engine-10k.json'), 'utf8')), counterfactuals: true };
+// A frame gap above this while a run computes is a visible freeze.
+const MAX_GAP_MS = 250;
+
+let browser;
+before(async () => { browser = await launchBrowser(); });
+after(async () => { await browser?.close(); });
+
+/** Installed in the page before the large run: timer ticks (every 5 ms asked) and animation frames while the
+ * explorer shows "computing…", and (when `click`) one click on the Ladder tab 30 ms after "computing…" appears. */
+function installMonitor(click) {
+  const m = { gaps: [], frames: 0, sawComputing: false, click: null, values: [] };
+  const computingEl = () => document.querySelector('[data-summary="explorer"] [data-computing]');
+  const computing = () => { const el = computingEl(); return !!el && !el.classList.contains('hidden'); };
+  let last = performance.now();
+  let lastComputing = computing();
+  const tick = () => {
+    const now = performance.now();
+    if (lastComputing) m.gaps.push(now - last);
+    last = now;
+    lastComputing = computing();
+    setTimeout(tick, 5);
+  };
+  setTimeout(tick, 5);
+  const frame = () => { if (computing()) m.frames += 1; requestAnimationFrame(frame); };
+  requestAnimationFrame(frame);
+  const ladder = document.getElementById('view-ladder');
+  new MutationObserver(() => {
+    if (m.click && m.click.handledAt === undefined && !ladder.classList.contains('hidden')) {
+      m.click.handledAt = performance.now();
+      m.click.whileComputing = computing();
+    }
+  }).observe(ladder, { attributes: true, attributeFilter: ['class'] });
+  new MutationObserver(() => {
+    if (!computing() || m.sawComputing) return;
+    m.sawComputing = true;
+    if (click) setTimeout(() => {
+      m.click = { at: performance.now() };
+      document.querySelector('[data-view="ladder"]').click();
+    }, 30);
+  }).observe(computingEl(), { attributes: true, attributeFilter: ['class'] });
+  // Every TTFT p50 the explorer ever shows from now on.
+  new MutationObserver(() => {
+    const v = document.querySelector('[data-summary="explorer"] [data-metric="ttft_p50_ms"]')?.dataset.value;
+    if (v && m.values[m.values.length - 1] !== v) m.values.push(v);
+  }).observe(document.querySelector('[data-summary="explorer"]'), { attributes: true, subtree: true, childList: true });
+  window.__monitor = m;
+}
+
+async function openPage(url) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.errors = errors;
+  await page.goto(url);
+  await page.locator(`${EXPLORER} [data-metric="ttft_p50_ms"]`).first().waitFor({ timeout: 30000 });
+  await page.waitForFunction(() => !document.querySelector('[data-sweep-progress]'), null, { timeout: 60000 });
+  return page;
+}
+
+/** Puts a scenario into the explorer through its "Scenario JSON" box, as a user would paste one. */
+async function applyScenario(page, scenario) {
+  const box = page.locator('details.json-box');
+  if (!(await box.evaluate((d) => d.open))) await box.locator('summary').click();
+  await page.locator('[data-control="scenario-json"]').fill(JSON.stringify(scenario));
+  await page.locator('[data-action="apply-json"]').click();
+}
+
+/** Waits for the explorer to show `expectedP50` as TTFT p50, then reads where and how long it computed. */
+async function waitResult(page, expectedP50) {
+  await page.waitForFunction(([sel, v]) => document.querySelector(sel)?.dataset.value === v
+    && document.querySelector('[data-summary="explorer"] [data-computing]')?.classList.contains('hidden'),
+  [`${EXPLORER} [data-metric="ttft_p50_ms"]`, String(expectedP50)], { timeout: 120000 });
+  const status = page.locator(`${EXPLORER} [data-computed-in]`);
+  return { where: await status.getAttribute('data-computed-in'), ms: Number(await status.getAttribute('data-compute-ms')) };
+}
+
+async function largeRun(url) {
+  const page = await openPage(url);
+  const expected = numericFields(simulate(LARGE, 'large'));
+  await page.evaluate(installMonitor, true);
+  await applyScenario(page, LARGE);
+  const result = await waitResult(page, expected.ttft_p50_ms);
+  await page.locator('[data-view="explorer"]').click();
+  assertSameNumbers(await readMetrics(page.locator(EXPLORER)), expected, `large run (${result.where})`);
+  const m = await page.evaluate(() => window.__monitor);
+  const stats = {
+    where: result.where,
+    compute_ms: Math.round(result.ms),
+    max_gap_ms: Math.round(Math.max(0, ...m.gaps)),
+    ticks_while_computing: m.gaps.length,
+    frames_while_computing: m.frames,
+    click_latency_ms: m.click?.handledAt === undefined ? null : Math.round(m.click.handledAt - m.click.at),
+    click_while_computing: m.click?.whileComputing ?? null,
+  };
+  assert.deepEqual(page.errors, []);
+  await page.close();
+  return stats;
+}
+
+const measured = {};
+
+test('a large run computes in the Web Worker: the page stays responsive and shows exactly the CLI numbers', async () => {
+  const s = await largeRun(URL_WITH_TOKEN);
+  measured.worker = s;
+  console.log(`worker: ${JSON.stringify(s)}`);
+  assert.equal(s.where, 'worker', 'computed in the background worker');
+  assert.ok(s.compute_ms > 2 * MAX_GAP_MS, `the run is long enough to show a freeze (${s.compute_ms} ms)`);
+  assert.equal(s.click_while_computing, true, 'a click on a tab was handled while the run was computing');
+  assert.ok(s.click_latency_ms < MAX_GAP_MS, `the click was handled within ${s.click_latency_ms} ms`);
+  assert.ok(s.max_gap_ms < MAX_GAP_MS, `longest main-thread stall while computing: ${s.max_gap_ms} ms`);
+  assert.ok(s.frames_while_computing >= 5, `frames painted while computing: ${s.frames_while_computing}`);
+});
+
+test('control: with the worker off (main-thread fallback) the same measurement sees the freeze', async () => {
+  const url = new URL(URL_WITH_TOKEN);
+  url.search = '?worker=off';
+  const s = await largeRun(url.toString());
+  measured.main_thread = s;
+  console.log(`main thread: ${JSON.stringify(s)}`);
+  assert.equal(s.where, 'main', 'computed on the main thread');
+  assert.ok(s.max_gap_ms >= 0.8 * s.compute_ms, `the stall (${s.max_gap_ms} ms) covers the run (${s.compute_ms} ms)`);
+  assert.notEqual(s.click_while_computing, true, 'the click could only be handled after the run');
+  mkdirSync(path.join(ROOT, 'artifacts'), { recursive: true });
+  writeFileSync(path.join(ROOT, 'artifacts/page-responsiveness.json'), JSON.stringify(measured, null, 2));
+});
+
+test('an edit during a large run supersedes it: the stale result is never shown', async () => {
+  const page = await openPage(URL_WITH_TOKEN);
+  const newer = { ...LARGE, counterfactuals: false, workload: { ...LARGE.workload, rate_rps: 10 } };
+  const stale = numericFields(simulate(LARGE, 'large'));
+  const expected = numericFields(simulate(newer, 'newer'));
+  assert.notEqual(stale.ttft_p50_ms, expected.ttft_p50_ms);
+  await page.evaluate(installMonitor, false);
+  await applyScenario(page, LARGE);
+  await page.waitForFunction(() => window.__monitor.sawComputing, null, { timeout: 30000 });
+  await page.waitForTimeout(150);
+  await applyScenario(page, newer);
+  const result = await waitResult(page, expected.ttft_p50_ms);
+  assert.equal(result.where, 'worker');
+  assertSameNumbers(await readMetrics(page.locator(EXPLORER)), expected, 'the newer scenario');
+  // Let the sweep of the newer scenario run too: nothing of the superseded run may appear later either.
+  await page.waitForFunction(() => !document.querySelector('[data-sweep-progress]'), null, { timeout: 120000 });
+  const shown = await page.evaluate(() => window.__monitor.values);
+  assert.ok(!shown.includes(String(stale.ttft_p50_ms)), `the superseded run's TTFT p50 was shown: ${shown}`);
+  assert.equal(shown[shown.length - 1], String(expected.ttft_p50_ms));
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
