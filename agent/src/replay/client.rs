@@ -9,22 +9,27 @@
 //! output tokens = `usage.completion_tokens`, falling back to the content-frame count only when the server sent no
 //! usage (flagged `usage_source: missing`).
 //!
-//! Cost per token is kept low: the SSE framing is `sse-stream` (one linear pass over each chunk; `eventsource-stream`
-//! re-copies the rest of its buffer after every line, quadratic when a read holds many frames), frames are parsed
-//! into a borrowed struct that reads only the fields needed (the first choice's text, `finish_reason`, `usage`, an
-//! error marker), nothing is allocated per frame beyond the parser's data string, and time is read once per frame
-//! with [`Instant`]. The stall timeout does not re-arm a timer
-//! per frame: one sleep is checked against the last frame's time when it fires.
+//! Cost per token is kept low (measured with `scripts/bench_replay.sh`, see docs/replay.md): the body's chunks are
+//! read straight from the response ([`reqwest::Response::chunk`], no stream adapters), SSE events are cut out of
+//! each chunk in place by [`super::sse::SseDecoder`] (no copy, no allocation per event), each event is parsed from
+//! those bytes into a borrowed struct that reads only the fields needed (the first choice's text,
+//! `finish_reason`, `usage`, an error marker; strings are borrowed unless they hold escapes), and time is read once
+//! per chunk with [`Instant`] (events that arrive in one read arrive at the same time). The stall timeout does not
+//! re-arm a timer per frame: one sleep is checked against the last frame's time when it fires; and neither it nor the
+//! cut token is polled on a frame's wake-up, only after one of them woke the task.
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future as _;
 use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures_util::StreamExt as _;
+use futures_util::task::AtomicWaker;
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde_json::{Map, Value};
@@ -33,6 +38,7 @@ use shared::record::{ItlSummary, UsageSource};
 use tokio_util::sync::CancellationToken;
 
 use super::dialect::{self, Dialect};
+use super::sse::SseDecoder;
 
 /// The error text of a request cancelled because the run stopped (a signal, or the drain grace ran out).
 pub const CUT_ERROR: &str = "cut: the run stopped before this request finished";
@@ -259,13 +265,13 @@ impl Client {
 
     async fn read_stream(
         &self,
-        resp: reqwest::Response,
+        mut resp: reqwest::Response,
         mut st: StreamState,
         deadline: Instant,
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
-        let mut events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
+        let mut sse = SseDecoder::new();
         let stall = self.cfg.stall_timeout;
         let mut last = st.submitted;
         // ONE timer for both limits, armed at the earlier of (last frame + stall) and the whole-request deadline.
@@ -275,26 +281,44 @@ impl Client {
         let timer = tokio::time::sleep_until(next_check(last).into());
         let cut = cut.cancelled();
         tokio::pin!(timer, cut);
+        // The cut token and the timer are polled only after one of them woke the task (`Alarm`), not on every
+        // wake-up a frame causes: most wake-ups then poll the body alone.
+        let alarm = Arc::new(Alarm::default());
+        let alarm_waker = Waker::from(alarm.clone());
         loop {
-            tokio::select! {
-                biased;
-                ev = events.next() => {
-                    let now = Instant::now();
-                    last = now;
-                    match ev {
-                        None => return st.finish_eof(),
-                        Some(Err(e)) => return st.fail(format!("stream error: {}", error_chain(&e))),
-                        Some(Ok(event)) => {
-                            if let Some(data) = &event.data
-                                && st.on_data(data, now, live)
-                            {
-                                return st.finish_done();
-                            }
-                        }
+            let step = std::future::poll_fn(|cx| {
+                if let Poll::Ready(chunk) = std::pin::pin!(resp.chunk()).poll(cx) {
+                    return Poll::Ready(Step::Chunk(chunk));
+                }
+                alarm.task.register(cx.waker());
+                if alarm.fired.swap(false, Ordering::AcqRel) {
+                    let mut acx = Context::from_waker(&alarm_waker);
+                    if cut.as_mut().poll(&mut acx).is_ready() {
+                        return Poll::Ready(Step::Cut);
+                    }
+                    if timer.as_mut().poll(&mut acx).is_ready() {
+                        return Poll::Ready(Step::Timer);
                     }
                 }
-                () = &mut cut => return st.fail(CUT_ERROR.to_string()),
-                () = &mut timer => {
+                Poll::Pending
+            })
+            .await;
+            match step {
+                Step::Chunk(Ok(Some(bytes))) => {
+                    let now = Instant::now();
+                    last = now;
+                    let frames_before = st.frames;
+                    let flow = sse.feed(&bytes, |data| st.on_data(data, now));
+                    live.content_frames
+                        .fetch_add(st.frames - frames_before, Ordering::Relaxed);
+                    if flow.is_break() {
+                        return st.finish_done();
+                    }
+                }
+                Step::Chunk(Ok(None)) => return st.finish_eof(),
+                Step::Chunk(Err(e)) => return st.fail(format!("stream error: {}", error_chain(&e))),
+                Step::Cut => return st.fail(CUT_ERROR.to_string()),
+                Step::Timer => {
                     let now = Instant::now();
                     if now >= deadline {
                         return st.fail(format!("timeout: stream not finished within {:?}", self.cfg.timeout));
@@ -306,9 +330,45 @@ impl Client {
                         return st.fail(format!("stall: no frame for {limit:?} (after {frames} content frames)"));
                     }
                     timer.as_mut().reset(next_check(last).into());
+                    // Poll the re-armed timer once so it is registered with the alarm's waker again.
+                    alarm.fired.store(true, Ordering::Release);
                 }
             }
         }
+    }
+}
+
+/// What woke a stream's loop.
+enum Step {
+    Chunk(reqwest::Result<Option<bytes::Bytes>>),
+    Cut,
+    Timer,
+}
+
+/// The waker given to a stream's cut token and timer: it notes that one of them fired, then wakes the task.
+struct Alarm {
+    fired: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Default for Alarm {
+    fn default() -> Self {
+        // Fired at first, so the first poll registers the cut token and the timer.
+        Alarm {
+            fired: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Wake for Alarm {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
     }
 }
 
@@ -344,42 +404,47 @@ impl StreamState {
         }
     }
 
-    /// One SSE event's data. Returns true on `[DONE]`.
-    fn on_data(&mut self, data: &str, now: Instant, live: &LiveCounters) -> bool {
+    /// One SSE event's data. Breaks on `[DONE]`.
+    fn on_data(&mut self, data: &[u8], now: Instant) -> ControlFlow<()> {
         let data = data.trim_ascii();
         if data.is_empty() {
-            return false;
+            return ControlFlow::Continue(());
         }
-        if data == "[DONE]" {
-            return true;
+        if data == b"[DONE]" {
+            return ControlFlow::Break(());
         }
-        let chunk: Chunk<'_> = match serde_json::from_str(data) {
+        let chunk: Chunk<'_> = match serde_json::from_slice(data) {
             Ok(c) => c,
             Err(e) => {
                 if self.malformed.is_none() {
-                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(data, 120)));
+                    let text = String::from_utf8_lossy(data);
+                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(&text, 120)));
                 }
-                return false;
+                return ControlFlow::Continue(());
             }
         };
-        if chunk.error.is_some() || chunk.object.as_deref() == Some("error") {
+        if chunk.error.is_some() || chunk.object.as_ref().is_some_and(|o| o.0 == "error") {
             if self.stream_error.is_none() {
                 self.stream_error = Some(error_frame_text(data));
             }
-            return false;
+            return ControlFlow::Continue(());
         }
         let mut finish_here = false;
         if let Some(choice) = chunk.choices.0 {
-            let piece = choice.text.as_deref().filter(|t| !t.is_empty()).or_else(|| {
-                choice.delta.as_ref().and_then(|d| {
-                    [&d.content, &d.reasoning_content, &d.reasoning]
-                        .into_iter()
-                        .find_map(|p| p.as_deref().filter(|t| !t.is_empty()))
-                })
-            });
+            let piece = choice
+                .text
+                .as_ref()
+                .map(|t| &*t.0)
+                .filter(|t| !t.is_empty())
+                .or_else(|| {
+                    choice.delta.as_ref().and_then(|d| {
+                        [&d.content, &d.reasoning_content, &d.reasoning]
+                            .into_iter()
+                            .find_map(|p| p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty()))
+                    })
+                });
             if let Some(piece) = piece {
                 self.frames += 1;
-                live.content_frames.fetch_add(1, Ordering::Relaxed);
                 match self.last_content {
                     None => self.first = Some(now),
                     Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
@@ -391,7 +456,7 @@ impl StreamState {
             }
             if let Some(reason) = choice.finish_reason {
                 finish_here = true;
-                self.finish_reason = Some(reason.into_owned());
+                self.finish_reason = Some(reason.0.into_owned());
             }
         }
         if let Some(u) = chunk.usage {
@@ -406,7 +471,7 @@ impl StreamState {
                 UsageSource::FinalFrame
             };
         }
-        false
+        ControlFlow::Continue(())
     }
 
     fn finish_done(self) -> Outcome {
@@ -469,15 +534,15 @@ pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
     })
 }
 
-fn error_frame_text(data: &str) -> String {
-    let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+fn error_frame_text(data: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
     let msg = v
         .pointer("/error/message")
         .and_then(Value::as_str)
         .or_else(|| v.get("error").and_then(Value::as_str))
         .or_else(|| v.get("message").and_then(Value::as_str))
         .map(str::to_owned)
-        .unwrap_or_else(|| truncate(data, 200));
+        .unwrap_or_else(|| truncate(&String::from_utf8_lossy(data), 200));
     format!("error frame: {msg}")
 }
 
@@ -514,27 +579,27 @@ struct Chunk<'a> {
     #[serde(default)]
     error: Option<IgnoredAny>,
     #[serde(borrow, default)]
-    object: Option<Cow<'a, str>>,
+    object: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
 struct Choice<'a> {
     #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+    text: Option<Text<'a>>,
     #[serde(borrow, default)]
     delta: Option<Delta<'a>>,
     #[serde(borrow, default)]
-    finish_reason: Option<Cow<'a, str>>,
+    finish_reason: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
 struct Delta<'a> {
     #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
+    content: Option<Text<'a>>,
     #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
+    reasoning_content: Option<Text<'a>>,
     #[serde(borrow, default)]
-    reasoning: Option<Cow<'a, str>>,
+    reasoning: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -551,6 +616,32 @@ struct Usage {
 struct Details {
     #[serde(default)]
     cached_tokens: Option<u64>,
+}
+
+/// A JSON string borrowed from the frame unless it holds escapes. (`Option<Cow<'a, str>>` with `#[serde(borrow)]`
+/// does not borrow: serde only borrows a bare `Cow`, so every text piece would be a fresh `String`.)
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(PhantomData))
+    }
 }
 
 /// The first element of a JSON array (or nothing for `null`/`[]`), without allocating a `Vec`.
@@ -591,10 +682,9 @@ mod tests {
     use super::*;
 
     fn feed(frames: &[&str]) -> Outcome {
-        let live = LiveCounters::default();
         let mut st = StreamState::new(Instant::now(), true, 8);
         for f in frames {
-            if st.on_data(f, Instant::now(), &live) {
+            if st.on_data(f.as_bytes(), Instant::now()).is_break() {
                 return st.finish_done();
             }
         }

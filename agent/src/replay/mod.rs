@@ -6,6 +6,7 @@
 //! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
 //!   open/closed-loop traffic from a `shared::scenario::Scenario`.
 //! - [`records`]: the JSONL record file, one `shared::record::RequestRecord` per line.
+//! - [`sse`]: the `text/event-stream` decoder (zero-copy; checked against the `sse-stream` crate in its tests).
 //! - [`prom`]: `/metrics` scraping and the server-side report.
 //! - [`progress`]: the live progress line.
 
@@ -15,3 +16,4 @@ pub mod progress;
 pub mod prom;
 pub mod records;
 pub mod runner;
+pub mod sse;
