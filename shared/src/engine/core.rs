@@ -498,6 +498,10 @@ impl Engine {
         self.admitted.clear();
         self.preempted.clear();
         let mut budget = self.p.max_num_batched_tokens;
+        // Σ context, prefill tokens and decoders of the batch, summed as it is built.
+        let mut ctx = 0u64;
+        let mut prefill_tokens = 0u32;
+        let mut decoders = 0u32;
         let mut i = 0;
         while i < self.running.len() {
             let idx = self.running[i];
@@ -534,6 +538,12 @@ impl Engine {
                 break;
             }
             self.reqs[idx as usize].private += need;
+            ctx += u64::from(t);
+            if prefill {
+                prefill_tokens += tokens;
+            } else {
+                decoders += 1;
+            }
             self.sched.push(Sched {
                 idx,
                 tokens,
@@ -586,6 +596,8 @@ impl Engine {
                     self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
                 }
                 let left = r.output - r.generated;
+                ctx += u64::from(hit);
+                prefill_tokens += tokens;
                 self.running.push(idx);
                 self.admitted.push(idx);
                 self.sched.push(Sched {
@@ -597,17 +609,6 @@ impl Engine {
                     left,
                 });
                 budget -= tokens;
-            }
-        }
-        let mut ctx = 0u64;
-        let mut prefill_tokens = 0u32;
-        let mut decoders = 0u32;
-        for s in &self.sched {
-            ctx += u64::from(s.t);
-            if s.prefill {
-                prefill_tokens += s.tokens;
-            } else {
-                decoders += 1;
             }
         }
         let n = self.sched.len() as f64;
@@ -797,36 +798,42 @@ impl Engine {
         if r.generated < 2 {
             return None;
         }
-        scratch.clear();
-        let mut max_ms = f64::MIN;
         let last = (r.itl_from, r.itl_to);
-        for &(from, to) in r.itl_runs.iter().chain(std::iter::once(&last)) {
+        let span = |(from, to): (u64, u64)| {
             let lo = (from.max(self.log_base) - self.log_base) as usize;
             let hi = (to.max(self.log_base) - self.log_base) as usize;
-            if lo < hi {
-                let part = &self.log[lo..hi];
-                // Comparisons, not `f64::max` (a libm call in wasm).
-                max_ms = part.iter().fold(max_ms, |m, e| if e.1 > m { e.1 } else { m });
-                scratch.extend_from_slice(part);
+            &self.log[lo.min(hi)..hi]
+        };
+        // The usual life (never preempted) is one slice of the log, read in place; otherwise gather the pieces.
+        let stretches: &[LogEntry] = if r.itl_runs.is_empty() && r.itl_gaps.is_empty() {
+            span(last)
+        } else {
+            scratch.clear();
+            for &run in r.itl_runs.iter().chain(std::iter::once(&last)) {
+                scratch.extend_from_slice(span(run));
+            }
+            scratch.extend(r.itl_gaps.iter().map(|&g| (g, g, 1)));
+            scratch
+        };
+        let (mut count, mut max_ms) = (0u64, f64::MIN);
+        for e in stretches {
+            count += e.2;
+            // A comparison, not `f64::max` (a libm call in wasm).
+            if e.1 > max_ms {
+                max_ms = e.1;
             }
         }
-        for &g in &r.itl_gaps {
-            if g > max_ms {
-                max_ms = g;
-            }
-            scratch.push((g, g, 1));
-        }
-        let count: u64 = scratch.iter().map(|e| e.2).sum();
         if count == 0 {
             return None;
         }
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
         let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
         let (r50, r99) = (rank(0.5), rank(0.99));
-        let (p50_ms, p99_ms) = if scratch.len() <= PACKED_ITL_MAX {
-            packed_quantiles(scratch, keys, [r50, r99])
+        let (p50_ms, p99_ms) = if stretches.len() <= PACKED_ITL_MAX {
+            packed_quantiles(stretches, keys, [r50, r99])
         } else {
-            (weighted_select(scratch, r50), weighted_select(scratch, r99))
+            let mut v = stretches.to_vec();
+            (weighted_select(&mut v, r50), weighted_select(&mut v, r99))
         };
         Some(crate::record::ItlSummary {
             mean_ms,
