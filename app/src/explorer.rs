@@ -258,7 +258,8 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                 <span class="spinner"></span>
                 "computing…"
                 {move || elapsed.get().map(|s| format!(" {s:.1} s"))}
-                {move || (crate::offload::mode() == "worker").then_some(" (in the background: the page stays usable)")}
+                // Re-read whenever "computing" changes: where the next run goes is known only then.
+                {move || (ex.computing.get() && crate::offload::mode() == "worker").then_some(" (in the background: the page stays usable)")}
             </span>
             {move || {
                 ex.needs_run

@@ -7,7 +7,8 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, shareLink, simulate } from './harness.mjs';
+import { ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, screenshot, shareLink, simulate }
+  from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const TOKEN = process.env.LOADSHAPE_TOKEN;
@@ -170,7 +171,10 @@ test('an edit during a large run supersedes it: the stale result is never shown'
   await page.evaluate(installMonitor, false);
   await applyScenario(page, LARGE);
   await page.waitForFunction(() => window.__monitor.sawComputing, null, { timeout: 30000 });
-  await page.waitForTimeout(150);
+  // "computing… N s (in the background…)" shows once a run takes over half a second.
+  await page.locator(`${EXPLORER} [data-computing]`, { hasText: 'background' }).waitFor({ timeout: 5000 });
+  await page.waitForTimeout(400);
+  await screenshot(page, 'page-computing-1280x800');
   await applyScenario(page, newer);
   const result = await waitResult(page, expected.ttft_p50_ms);
   assert.equal(result.where, 'worker');
