@@ -4,7 +4,7 @@
 # peerbench itself (../shared/peerbench) stays untouched: it is copied to $PEERBENCH (default $HOME/peerbench).
 #
 #   bash scripts/bench_replay.sh                         # CLIENTS="floor loadshape" CONCS="64 256" PACED_CONCS="64 256"
-#   CLIENTS="seed floor loadshape" REPEAT=2 bash scripts/bench_replay.sh
+#   CLIENTS="seed floor loadshape" REPEAT=3 bash scripts/bench_replay.sh   # medians of 3 in $RESULTS/medians.md
 #   STREAMS=1024 bash scripts/bench_replay.sh            # + one loadshape run at 1,024 concurrent streams
 #
 # loadshape runs a closed-loop scenario (scripts/bench/closed_loop.json with users/num_requests filled in): fixed
@@ -114,4 +114,6 @@ for f in "$RESULTS"/client/loadshape_*.jsonl; do
   echo "== $(basename "$f" .jsonl): $("$LS_BIN" report "$f" --json | $PY -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("completed %d failed %d ttft mean %.3f p99 %.3f ms; tpot mean %.4f ms; itl p99 %s ms" % (s["completed"], s["failed"], s["ttft_mean_ms"], s["ttft_p99_ms"], s["tpot_mean_ms"], s["itl_p99_ms"]))')"
 done
 $PY tools/summarize.py "$RESULTS"
-echo "summary: $PB/$RESULTS/summary.md"
+# Medians over the repeats, loadshape / floor ratios and the paced TTFT figures (scripts/bench/medians.py).
+$PY "$ROOT/scripts/bench/medians.py" "$RESULTS" | tee "$RESULTS/medians.md"
+echo "summary: $PB/$RESULTS/summary.md; medians: $PB/$RESULTS/medians.md"

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Medians over REPEAT runs of scripts/bench_replay.sh: CPU per 1M streamed tokens (measure.py's in-stream + post-run
+figure, start-up excluded) for the floor client and loadshape, their ratio, and the TTFT each reports at the paced
+cells (the mock server's true TTFT is ~0, so the measured TTFT is the error the client and the machine add).
+
+    python3 scripts/bench/medians.py RESULTS_DIR > RESULTS_DIR/medians.md
+
+Per cell it prints every run's figure (in run order), the median, and loadshape / floor as the ratio of the medians
+and the median of the per-round ratios (round r of each client ran back to back, so the paired ratio sees the
+same machine load). `other CPU` is what the rest of the machine used during the run (measure.py), in cores.
+TTFT: the floor prints its mean; loadshape's mean / p50 / p99 are nearest-rank over its own records' `ttft_s`.
+"""
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+
+def pct(xs, q):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[max(0, min(len(xs) - 1, math.ceil(q * len(xs)) - 1))]
+
+
+def fmt(x, d=2):
+    return "–" if x is None else f"{x:.{d}f}"
+
+
+def floor_ttft(res, label):
+    try:
+        for line in open(os.path.join(res, "client", label + ".log")):
+            line = line.strip()
+            if line.startswith("{") and "mean_ttft_ms" in line:
+                return {"mean": json.loads(line)["mean_ttft_ms"]}
+    except OSError:
+        pass
+    return None
+
+
+def loadshape_ttft(res, label):
+    path = os.path.join(res, "client", label + ".jsonl")
+    if not os.path.exists(path):
+        return None
+    t = []
+    for line in open(path):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("ok") and r.get("ttft_s") is not None:
+            t.append(r["ttft_s"] * 1000.0)
+    if not t:
+        return None
+    return {"mean": statistics.mean(t), "p50": pct(t, 0.5), "p99": pct(t, 0.99), "n": len(t)}
+
+
+def main():
+    res = sys.argv[1] if len(sys.argv) > 1 else "results"
+    cells = {}
+    for f in sorted(glob.glob(os.path.join(res, "*.json"))):
+        if f.endswith("summary.json"):
+            continue
+        r = json.load(open(f))
+        mo = re.match(r"(\w+?)_c(\d+)_itl([\d.]+)(?:_r(\d+))?$", r.get("label", ""))
+        if not mo:
+            continue
+        client, conc, itl, rnd = mo.group(1), int(mo.group(2)), float(mo.group(3)), int(mo.group(4) or 1)
+        cpu = r.get("marginal_cpu_s_per_1M_tokens") or r.get("total_cpu_s_per_1M_tokens")
+        ttft = floor_ttft(res, r["label"]) if client == "floor" else loadshape_ttft(res, r["label"])
+        cells.setdefault((conc, itl), {}).setdefault(client, {})[rnd] = {
+            "cpu": cpu, "rc": r.get("rc"), "other": (r.get("other_cpu_s") or 0) / max(r.get("wall_s") or 1, 1e-9),
+            "ttft": ttft, "requests": r.get("server_completed_streams"),
+        }
+    print("| case | floor CPU-s/1M tok (runs; median) | loadshape (runs; median) | ratio of medians | "
+          "median paired ratio | other CPU (cores) |")
+    print("|---|---|---|---:|---:|---|")
+    for (conc, itl) in sorted(cells, key=lambda k: (k[1] > 0, k[0])):
+        c = cells[(conc, itl)]
+        fl, ls = c.get("floor", {}), c.get("loadshape", {})
+        fv = [fl[k]["cpu"] for k in sorted(fl) if fl[k]["cpu"]]
+        lv = [ls[k]["cpu"] for k in sorted(ls) if ls[k]["cpu"]]
+        fm = statistics.median(fv) if fv else None
+        lm = statistics.median(lv) if lv else None
+        paired = [ls[k]["cpu"] / fl[k]["cpu"] for k in sorted(ls) if k in fl and ls[k]["cpu"] and fl[k]["cpu"]]
+        other = [v["other"] for d in (fl, ls) for v in d.values()]
+        name = f"{'zero delay' if itl == 0 else f'{itl:g} ms pacing'}, c={conc}"
+        print(f"| {name} | {' / '.join(fmt(x, 1) for x in fv) or '–'}; **{fmt(fm, 1)}** | "
+              f"{' / '.join(fmt(x, 1) for x in lv) or '–'}; **{fmt(lm, 1)}** | "
+              f"{fmt(lm / fm) if fm and lm else '–'} | {fmt(statistics.median(paired)) if paired else '–'} | "
+              f"{fmt(min(other), 1) if other else '–'}–{fmt(max(other), 1) if other else '–'} |")
+    print()
+    print("| paced case | floor mean TTFT ms (runs) | loadshape mean TTFT ms (runs) | loadshape p50 | "
+          "loadshape p99 (runs; median) |")
+    print("|---|---|---|---|---|")
+    for (conc, itl) in sorted(k for k in cells if k[1] > 0):
+        c = cells[(conc, itl)]
+        fl, ls = c.get("floor", {}), c.get("loadshape", {})
+        ft = [fl[k]["ttft"]["mean"] for k in sorted(fl) if fl[k]["ttft"]]
+        lt = [ls[k]["ttft"] for k in sorted(ls) if ls[k]["ttft"]]
+        p99 = [t["p99"] for t in lt]
+        print(f"| {itl:g} ms, c={conc} | {' / '.join(fmt(x, 1) for x in ft) or '–'} | "
+              f"{' / '.join(fmt(t['mean'], 1) for t in lt) or '–'} | {' / '.join(fmt(t['p50'], 1) for t in lt) or '–'} | "
+              f"{' / '.join(fmt(x, 1) for x in p99) or '–'}; **{fmt(statistics.median(p99), 1) if p99 else '–'}** |")
+
+
+if __name__ == "__main__":
+    main()
