@@ -225,6 +225,11 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
+        // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
+        // handed back to the pool by a task of its own; letting it run first means this request finds it idle
+        // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
+        // connection per worker, likewise starts its clock once its connection is ready.
+        tokio::task::yield_now().await;
         let body = self.body(prompt, max_tokens);
         let mut req = self.http.post(&self.url).json(&body);
         if let Some(key) = &self.cfg.api_key {
