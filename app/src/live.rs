@@ -305,7 +305,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     let simulated = RwSignal::new(None::<Arc<Outcome>>);
     let sim_generation = StoredValue::new(0u64);
     Effect::new(move |_| {
-        let generation = sim_generation.get_value() + 1;
+        let generation = offload::new_generation();
         sim_generation.set_value(generation);
         offload::supersede(Lane::Live, generation);
         simulated.set(None);
@@ -314,7 +314,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         };
         let size = crate::compute::size_of(&sc);
         offload::submit(Lane::Live, generation, size, Job::Compute(sc.to_value()), move |f| {
-            if sim_generation.get_value() == generation
+            if sim_generation.try_get_value() == Some(generation)
                 && let Done::Outcome(Ok(o)) = f.done
             {
                 simulated.set(Some(Arc::new(o)));

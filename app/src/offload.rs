@@ -104,6 +104,19 @@ thread_local! {
     });
 }
 
+thread_local! {
+    static GENERATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A generation number for a new request, larger than every earlier one on this page (whichever component
+/// asks), so [`supersede`] can compare generations across components that come and go.
+pub fn new_generation() -> u64 {
+    GENERATIONS.with(|g| {
+        g.set(g.get() + 1);
+        g.get()
+    })
+}
+
 /// `?worker=off` (or `#worker=off`) keeps every computation on the main thread, for comparison.
 fn worker_allowed() -> bool {
     let (hash, search) = crate::url::location_parts();
@@ -272,7 +285,8 @@ fn pump() {
     }
 }
 
-/// Deliver job `id`'s result (unless outdated) and start the next job.
+/// Start the next job, then deliver job `id`'s result (unless outdated). The next job starts first, so a
+/// callback that fails (e.g. its component is gone) cannot stall the queue.
 fn finish(id: u32, done: Done, ms: f64, in_worker: bool) {
     let deliver = POOL.with_borrow_mut(|p| match p.in_flight.take() {
         Some((job, _)) if job.id == id => (!is_stale(p, &job)).then_some(job.callback),
@@ -281,10 +295,10 @@ fn finish(id: u32, done: Done, ms: f64, in_worker: bool) {
             None
         }
     });
+    pump();
     if let Some(callback) = deliver {
         callback(Finished { done, ms, in_worker });
     }
-    pump();
 }
 
 /// The worker failed: fail its job (if any), drop the worker, and go on (on the main thread after repeated
@@ -302,6 +316,7 @@ fn crashed(why: &str) {
         p.stop_worker(next);
         p.in_flight.take()
     });
+    pump();
     if let Some((job, _)) = failed {
         let done = job
             .job
@@ -315,7 +330,6 @@ fn crashed(why: &str) {
             });
         }
     }
-    pump();
 }
 
 /// The JS glue and wasm URLs of this page's module, from Trunk's preload links.

@@ -130,7 +130,11 @@ impl Explorer {
     }
 
     fn validate_and_run(self, json: Value, force: bool) {
-        let generation = self.generation.get_value() + 1;
+        // The explorer may be gone (unmounted) by the time a timer or a result arrives: then do nothing.
+        if self.generation.try_get_value().is_none() {
+            return;
+        }
+        let generation = offload::new_generation();
         self.generation.set_value(generation);
         // Whatever the old edits asked for is outdated now (their results are never shown).
         offload::supersede(Lane::Explorer, generation);
@@ -164,7 +168,7 @@ impl Explorer {
             size,
             Job::Compute(sc.to_value()),
             move |f| {
-                if self.generation.get_value() != generation {
+                if self.generation.try_get_value() != Some(generation) {
                     return;
                 }
                 self.compute_ms.set(Some(f.ms));
@@ -192,12 +196,12 @@ impl Explorer {
         self.sweep_progress.set((0, plan.len()));
         // One point per job: a newer edit overtakes the rest of the sweep after at most one point.
         fn step(ex: Explorer, plan: Arc<Vec<(f64, Value)>>, i: usize, generation: u64) {
-            if ex.generation.get_value() != generation || i >= plan.len() {
+            if ex.generation.try_get_value() != Some(generation) || i >= plan.len() {
                 return;
             }
             let (size, json) = plan[i].clone();
             offload::submit(Lane::Explorer, generation, size, Job::SweepPoint(json), move |f| {
-                if ex.generation.get_value() != generation {
+                if ex.generation.try_get_value() != Some(generation) {
                     return;
                 }
                 if let Done::Point(Some(point)) = f.done {
