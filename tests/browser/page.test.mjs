@@ -5,15 +5,15 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { BIN, ROOT, launchBrowser, readMetrics, screenshot } from './harness.mjs';
+import {
+  BIN, ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, screenshot, shareLink as cliLink, simulate,
+} from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const TOKEN = new URL(URL_WITH_TOKEN).hash.replace(/^#/, '').split('&').find((p) => p.startsWith('token='))?.slice(6);
 const ORIGIN = new URL(URL_WITH_TOKEN).origin;
-const tmp = mkdtempSync(path.join(tmpdir(), 'loadshape-page-'));
 const SEED = JSON.parse(readFileSync(path.join(ROOT, 'examples/seed-baseline.json'), 'utf8'));
 const EXPLORER = '[data-summary="explorer"]';
 
@@ -21,26 +21,8 @@ let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser?.close(); });
 
-/** `loadshape simulate --json` of a scenario object, parsed. */
-function simulate(scenario, name) {
-  const file = path.join(tmp, `${name}.json`);
-  writeFileSync(file, JSON.stringify(scenario));
-  return JSON.parse(execFileSync(BIN, ['simulate', '--json', file], { encoding: 'utf8' }));
-}
-
 /** The CLI's share link for a scenario object, pointing at this agent. */
-function shareLink(scenario, name) {
-  const file = path.join(tmp, `${name}-link.json`);
-  writeFileSync(file, JSON.stringify(scenario));
-  return execFileSync(BIN, ['link', file, '--base', `${ORIGIN}/`], { encoding: 'utf8' }).trim();
-}
-
-/** Numeric fields of a CLI summary (the seed form prints the seed's fields at the top level; the engine form
- * may nest them under `summary`). */
-function numericFields(out) {
-  const src = out.summary && typeof out.summary === 'object' ? out.summary : out;
-  return Object.fromEntries(Object.entries(src).filter(([, v]) => typeof v === 'number'));
-}
+const shareLink = (scenario, name) => cliLink(scenario, name, ORIGIN);
 
 async function newPage(viewport = { width: 1280, height: 800 }) {
   const page = await browser.newPage({ viewport });
@@ -59,16 +41,6 @@ async function waitMetric(page, field, previous) {
     return v !== undefined && v !== '' && v !== prev;
   }, [`${EXPLORER} [data-metric="${field}"]`, previous ?? null], { timeout: 20000 });
   return loc.getAttribute('data-value');
-}
-
-function assertSameNumbers(shown, expected, what) {
-  let compared = 0;
-  for (const [field, value] of Object.entries(expected)) {
-    if (!(field in shown)) continue;
-    assert.equal(Number(shown[field]), value, `${what}: ${field} on the page vs the CLI`);
-    compared += 1;
-  }
-  assert.ok(compared >= 8, `${what}: only ${compared} fields compared (${Object.keys(shown).join(', ')})`);
 }
 
 test('moving a slider gives the numbers the native CLI computes', async () => {
