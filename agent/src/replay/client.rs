@@ -432,7 +432,12 @@ impl StreamState {
         if data == b"[DONE]" {
             return ControlFlow::Break(());
         }
-        let chunk: Chunk<'_> = match serde_json::from_slice(data) {
+        // One UTF-8 check of the whole frame, then the `&str` parser (which does not check each string again):
+        // cheaper than `from_slice`, which validates every string it borrows one by one.
+        let parsed = std::str::from_utf8(data)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<Chunk<'_>>(text).map_err(|e| e.to_string()));
+        let chunk = match parsed {
             Ok(c) => c,
             Err(e) => {
                 if self.malformed.is_none() {
@@ -750,6 +755,21 @@ mod tests {
         assert_eq!(o.text, "x\ny");
         assert_eq!(o.usage_source, UsageSource::FinishFrame);
         assert_eq!(o.frames, 1);
+    }
+
+    #[test]
+    fn a_frame_that_is_not_utf8_is_malformed() {
+        let mut st = StreamState::new(Instant::now(), false, 4);
+        let flow = st.on_data(b"{\"choices\":[{\"text\":\"\xff\"}]}", Instant::now());
+        assert!(flow.is_continue());
+        let o = st.finish_done();
+        assert!(!o.ok);
+        assert!(
+            o.error.as_deref().is_some_and(|e| e.contains("malformed SSE frame")),
+            "{:?}",
+            o.error
+        );
+        assert_eq!(o.frames, 0);
     }
 
     #[test]
