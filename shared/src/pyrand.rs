@@ -4,7 +4,7 @@
 //! - Seeding: MT19937 `init_by_array` over the little-endian 32-bit words of `abs(seed)` (`[0]` for 0).
 //!   The generator is [`Mt19937`] below, not `rand_mt::Mt` (kept as the reference it is tested against): session
 //!   plans seed a fresh generator per session and draw only a few dozen words from it, so seeding dominates.
-//!   Here `init_genrand(19650218)`, the fixed start of every `init_by_array`, is computed at compile time, and
+//!   Here `init_genrand(19650218)`, the fixed start of every `init_by_array`, is computed once per process, and
 //!   the twist is applied one word at a time as words are drawn instead of 624 at once (the same sequence:
 //!   word `i` of a new block depends only on words already twisted in place, or not yet touched). This made the
 //!   1M-request session benchmark's seeding about half as expensive.
@@ -149,19 +149,18 @@ fn key_words(n: u128) -> ([u32; 4], usize) {
 const N: usize = 624;
 const M: usize = 397;
 
-/// `init_genrand(19650218)`: the state every `init_by_array` starts from.
-const INIT_19650218: [u32; N] = {
+/// `init_genrand(19650218)`: the state every `init_by_array` starts from. Computed once per process on first use
+/// rather than at compile time: as a constant it would put 2.5 KB of incompressible words into the page's wasm.
+static INIT_19650218: std::sync::LazyLock<[u32; N]> = std::sync::LazyLock::new(|| {
     let mut s = [0u32; N];
     s[0] = 19_650_218;
-    let mut i = 1;
-    while i < N {
+    for i in 1..N {
         s[i] = 1_812_433_253u32
             .wrapping_mul(s[i - 1] ^ (s[i - 1] >> 30))
             .wrapping_add(i as u32);
-        i += 1;
     }
     s
-};
+});
 
 /// MT19937 (Matsumoto & Nishimura's reference `genrand_int32`), seeded by `init_by_array`, twisting lazily.
 #[derive(Clone)]
@@ -193,8 +192,9 @@ impl Mt19937 {
         // `key[j] + j`, per lane, for j in 0..len.
         let add: [[u32; 4]; L] =
             std::array::from_fn(|l| std::array::from_fn(|j| keys[l].get(j).map_or(0, |&k| k.wrapping_add(j as u32))));
-        let mut mts = [INIT_19650218; L];
-        let mut prev = [INIT_19650218[0]; L];
+        let init = *INIT_19650218;
+        let mut mts = [init; L];
+        let mut prev = [init[0]; L];
         let mut j = 0usize;
         for i in 1..N {
             for l in 0..L {
