@@ -1,0 +1,52 @@
+// Measures the page's own "computed in your browser in X ms" figure for scenario files (not a test: a benchmark).
+//   LOADSHAPE_BIN=target/debug/loadshape node tests/browser/measure_compute.mjs [FILE...] [--runs N]
+// For each file: opens the CLI's share link in headless Chromium, then moves the TTFT-SLO slider N times (default
+// 15; an SLO edit recomputes the whole scenario) and prints the page's data-compute-ms for the first computation
+// (a cold page: V8 runs new wasm in its baseline tier first) and the median and minimum of the recomputations
+// (what a user dragging a slider sees). Needs dist/ built (trunk build --release).
+import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { BIN, ROOT, launchBrowser, startAgent } from './harness.mjs';
+
+const args = process.argv.slice(2);
+const runsAt = args.indexOf('--runs');
+const runs = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 15;
+const files = args.length ? args : [path.join(ROOT, 'examples/engine-sessions-10k.json')];
+const agent = await startAgent();
+const browser = await launchBrowser();
+try {
+  for (const file of files) {
+    const link = execFileSync(BIN, ['link', file], { encoding: 'utf8' }).trim();
+    const fragment = link.slice(link.indexOf('#') + 1);
+    const times = [];
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    await page.goto(`${agent.origin}/#token=${agent.token}&${fragment}`);
+    const run = page.getByRole('button', { name: 'Run', exact: true });
+    const cell = page.locator('[data-compute-ms]:not([data-compute-ms=""])').first();
+    await Promise.race([cell.waitFor({ timeout: 120000 }), run.waitFor({ timeout: 120000 }).then(() => run.click())]);
+    await cell.waitFor({ timeout: 120000 });
+    let last = await cell.getAttribute('data-compute-ms');
+    const first = Number(last);
+    const slider = page.locator('input[type=range][data-pointer="/slo/ttft_ms"]');
+    for (let i = 0; i < runs; i += 1) {
+      await slider.evaluate((el, v) => {
+        el.value = String(v);
+        el.dispatchEvent(new Event('input', { bubbles: true }));
+      }, 400 + 10 * (i % 2 ? i : -i));
+      await page.waitForFunction((prev) => {
+        const el = document.querySelector('[data-compute-ms]');
+        return el && el.getAttribute('data-compute-ms') && el.getAttribute('data-compute-ms') !== prev
+          && !document.querySelector('[data-computing]:not(.hidden)');
+      }, last, { timeout: 120000 });
+      last = await cell.getAttribute('data-compute-ms');
+      times.push(Number(last));
+    }
+    const where = await page.locator('[data-computed-in]').first().getAttribute('data-computed-in').catch(() => '?');
+    await page.close();
+    times.sort((a, b) => a - b);
+    console.log(`${path.basename(file)} (in the ${where}): first ${first.toFixed(1)} ms; recomputations median ${times[runs >> 1].toFixed(1)} ms, min ${times[0].toFixed(1)} ms (${times.map((t) => t.toFixed(1)).join(', ')})`);
+  }
+} finally {
+  await browser.close();
+  await agent.stop();
+}
