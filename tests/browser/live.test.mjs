@@ -166,7 +166,7 @@ test('a network drop during a live run: the page reconnects, resumes, and ends w
   }
 });
 
-test('run history: export a run, import the file (bad lines reported), delete the run', async () => {
+test('run history: export a run, import the file (bad lines reported), reopen the run, delete it', async () => {
   const page = await newPage();
   const scenario = liveScenario({ sessions: 3, steps: 3, think_s: 0.05 });
   const runId = await launch(page, scenario, 'history');
@@ -204,6 +204,14 @@ test('run history: export a run, import the file (bad lines reported), delete th
   await page.locator('[data-import-skipped]').waitFor({ timeout: 20000 });
   assert.match(await page.locator('[data-import-skipped]').innerText(), /line 2:/);
   assert.equal(await recordsShown(page), agentRecords.length);
+
+  // Reopen: the run from the history replaces the imported file, with every record, scored as `report` does.
+  await item.locator('[data-action="open-run"]').click();
+  await page.locator(`${LIVE} .status-line .mono`, { hasText: runId }).waitFor({ timeout: 20000 });
+  await page.locator(`${LIVE} .status-line [data-run-state="finished"]`).waitFor({ timeout: 20000 });
+  for (let i = 0; i < 100 && (await recordsShown(page)) !== agentRecords.length; i += 1) await page.waitForTimeout(100);
+  assert.equal(await recordsShown(page), agentRecords.length, 'the reopened run shows every record');
+  assertSameSummary(await readMetrics(page.locator(LIVE)), report(file, scenario), 'reopened run');
 
   // Delete: gone from the history, from the agent's store, and after a reload.
   await item.locator('[data-action="delete-run"]').click();

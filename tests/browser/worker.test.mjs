@@ -173,9 +173,12 @@ test('an edit during a large run supersedes it: the stale result is never shown'
   await page.waitForFunction(() => window.__monitor.sawComputing, null, { timeout: 30000 });
   // "computing… N s (in the background…)" shows once a run takes over half a second.
   await page.locator(`${EXPLORER} [data-computing]`, { hasText: 'background' }).waitFor({ timeout: 5000 });
-  await page.waitForTimeout(400);
-  await screenshot(page, 'page-computing-1280x800');
+  // Edit at once: the large run must still be going (it takes ≈ 1–2 s, and the engine keeps getting faster).
+  const beforeEdit = await page.evaluate(() => window.__monitor.values.slice());
+  assert.ok(!beforeEdit.includes(String(stale.ttft_p50_ms)),
+    'precondition: the large run ended before the edit could supersede it (make LARGE larger)');
   await applyScenario(page, newer);
+  await screenshot(page, 'page-computing-1280x800');
   const result = await waitResult(page, expected.ttft_p50_ms);
   assert.equal(result.where, 'worker');
   assertSameNumbers(await readMetrics(page.locator(EXPLORER)), expected, 'the newer scenario');
