@@ -1,15 +1,14 @@
 //! Black-box tests of `loadshape ladder`: run the binary, read its output, and recompute what it claims.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 use shared::ladder::{Ladder, Shape, Weighting, stats};
 
+mod common;
+
 fn loadshape(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loadshape"))
-        .args(args)
-        .output()
-        .expect("run loadshape")
+    common::loadshape(args, None)
 }
 
 fn json_of(args: &[&str]) -> Value {

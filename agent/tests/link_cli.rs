@@ -1,31 +1,12 @@
 //! Black-box tests of `loadshape link`: encode a scenario file, decode the link back, and refuse bad links
 //! with a message and a non-zero exit.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-const SEED_FORM: &str = r#"{"model": "seed",
- "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
- "profile": {"name": "baseline", "prefill_tokens_per_ms": 26.0, "prefix_cache_hit_efficiency": 0.45,
-             "base_tpot_ms": 17.5, "batch_tpot_slope_ms": 0.62, "max_batch_slots": 16},
- "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0},
- "closed_loop": false, "workload_name": "agent-shared-prefix"}"#;
+mod common;
+use common::loadshape;
 
-fn loadshape(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_loadshape"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run loadshape");
-    if let Some(text) = stdin
-        && let Some(mut pipe) = child.stdin.take()
-    {
-        pipe.write_all(text.as_bytes()).expect("write stdin");
-    }
-    child.wait_with_output().expect("wait for loadshape")
-}
+const SEED_FORM: &str = include_str!("../../examples/seed-baseline.json");
 
 fn scenario_file(dir: &std::path::Path, body: &str) -> String {
     let path = dir.join("scenario.json");

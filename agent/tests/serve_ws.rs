@@ -102,8 +102,12 @@ fn limits() -> Limits {
 }
 
 async fn start_agent(data_dir: PathBuf, driver: Arc<dyn Driver>) -> Agent {
+    start_agent_with(data_dir, Target::sim("builtin"), driver).await
+}
+
+/// An agent whose one target is `sim`.
+async fn start_agent_with(data_dir: PathBuf, sim: Target, driver: Arc<dyn Driver>) -> Agent {
     let store = RunStore::open(&data_dir).unwrap();
-    let sim = Target::sim("builtin");
     let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -535,27 +539,10 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
         std::future::pending(),
     ));
 
-    let dir = tempdir("live");
-    let store = RunStore::open(&dir).unwrap();
-    let sim = Target::sim(sim_url);
     let driver = Arc::new(ReplayDriver {
         max_run_seconds: Some(30.0),
     });
-    let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = Arc::new(AppState {
-        token: TOKEN.into(),
-        allowed_hosts: allowed_hosts(addr),
-        runs,
-    });
-    let router = app(state, &dir.join("no-dist"));
-    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    let agent = Agent {
-        addr,
-        data_dir: dir,
-        server,
-    };
+    let agent = start_agent_with(tempdir("live"), Target::sim(sim_url), driver).await;
 
     let scenario = serde_json::json!({
         "model": "engine",

@@ -1,31 +1,15 @@
 //! Black-box tests of `loadshape simulate`: the built binary, run as a user runs it.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
+mod common;
+
 const SEED_FORM: &str = include_str!("../../examples/seed-baseline.json");
 const SEED_OUTPUT: &str = include_str!("../../shared/tests/data/seed_scenario_sim_output.json");
 
 fn simulate(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(BIN)
-        .arg("simulate")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run loadshape");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(text.as_bytes())
-            .expect("write stdin");
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().expect("wait")
+    let args: Vec<&str> = std::iter::once("simulate").chain(args.iter().copied()).collect();
+    common::loadshape(&args, stdin)
 }
 
 fn stdout(o: &Output) -> String {

@@ -146,12 +146,7 @@ fn shorten(text: &str) -> String {
 mod tests {
     use super::*;
 
-    const SEED_FORM: &str = r#"{"model": "seed",
-        "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
-        "profile": {"name": "baseline", "prefill_tokens_per_ms": 26.0, "prefix_cache_hit_efficiency": 0.45,
-                    "base_tpot_ms": 17.5, "batch_tpot_slope_ms": 0.62, "max_batch_slots": 16},
-        "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0},
-        "closed_loop": false, "workload_name": "agent-shared-prefix"}"#;
+    const SEED_FORM: &str = include_str!("../../examples/seed-baseline.json");
 
     fn seed_scenario() -> Scenario {
         Scenario::from_json(SEED_FORM).expect("the seed form is a valid scenario")

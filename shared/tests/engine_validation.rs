@@ -24,6 +24,23 @@ fn single_server() -> EngineProfile {
     }
 }
 
+/// Poisson arrivals of fixed 100-token prompts into [`single_server`].
+fn single_server_poisson(num_requests: u64, rate_rps: f64, output: LengthDist, seed: u64) -> EngineScenario {
+    EngineScenario {
+        workload: Workload::Poisson(PoissonWorkload {
+            num_requests,
+            rate_rps,
+            prompt: LengthDist::Fixed { tokens: 100 },
+            output,
+            shared_prefix_tokens: 0,
+        }),
+        profile: single_server(),
+        slo: Slo::default(),
+        seed,
+        counterfactuals: false,
+    }
+}
+
 fn mean_queue_ms(sc: &EngineScenario) -> (f64, usize) {
     let r = simulate(sc).expect("valid scenario");
     let q: Vec<f64> = r
@@ -38,19 +55,7 @@ fn mean_queue_ms(sc: &EngineScenario) -> (f64, usize) {
 /// Wq = λS² / (2(1 − ρ)) = 116.7 ms. Tolerance 5 % over 200,000 requests.
 #[test]
 fn md1_mean_wait_matches_pollaczek_khinchine() {
-    let sc = EngineScenario {
-        workload: Workload::Poisson(PoissonWorkload {
-            num_requests: 200_000,
-            rate_rps: 7.0,
-            prompt: LengthDist::Fixed { tokens: 100 },
-            output: LengthDist::Fixed { tokens: 9 },
-            shared_prefix_tokens: 0,
-        }),
-        profile: single_server(),
-        slo: Slo::default(),
-        seed: 11,
-        counterfactuals: false,
-    };
+    let sc = single_server_poisson(200_000, 7.0, LengthDist::Fixed { tokens: 9 }, 11);
     let (lambda, s) = (7.0 / 1000.0, 100.0);
     let rho = lambda * s;
     let expected = lambda * s * s / (2.0 * (1.0 - rho));
@@ -67,19 +72,7 @@ fn md1_mean_wait_matches_pollaczek_khinchine() {
 /// Wq = λE[S²] / (2(1 − ρ)) = 144.7 ms. Tolerance 5 % over 200,000 requests.
 #[test]
 fn mg1_mean_wait_matches_pollaczek_khinchine() {
-    let sc = EngineScenario {
-        workload: Workload::Poisson(PoissonWorkload {
-            num_requests: 200_000,
-            rate_rps: 7.0,
-            prompt: LengthDist::Fixed { tokens: 100 },
-            output: LengthDist::Uniform { min: 1, max: 17 },
-            shared_prefix_tokens: 0,
-        }),
-        profile: single_server(),
-        slo: Slo::default(),
-        seed: 5,
-        counterfactuals: false,
-    };
+    let sc = single_server_poisson(200_000, 7.0, LengthDist::Uniform { min: 1, max: 17 }, 5);
     let lambda = 7.0 / 1000.0;
     let expected = lambda * 12_400.0 / (2.0 * (1.0 - lambda * 100.0));
     let (got, _) = mean_queue_ms(&sc);
@@ -200,19 +193,7 @@ fn cache_off_counterfactual_is_slower() {
 /// One request alone: TTFT is the prefill step (10 + 100/10 = 20 ms), every later token one 10 ms decode step.
 #[test]
 fn lone_request_timing_is_the_step_model() {
-    let sc = EngineScenario {
-        workload: Workload::Poisson(PoissonWorkload {
-            num_requests: 1,
-            rate_rps: 1.0,
-            prompt: LengthDist::Fixed { tokens: 100 },
-            output: LengthDist::Fixed { tokens: 9 },
-            shared_prefix_tokens: 0,
-        }),
-        profile: single_server(),
-        slo: Slo::default(),
-        seed: 1,
-        counterfactuals: false,
-    };
+    let sc = single_server_poisson(1, 1.0, LengthDist::Fixed { tokens: 9 }, 1);
     let r = simulate(&sc).expect("valid");
     let rec = &r.records[0];
     assert!((rec.ttft_s.expect("ttft") - 0.020).abs() < 1e-9);
