@@ -53,16 +53,8 @@ impl PySeed {
 
     /// The `init_by_array` key: little-endian 32-bit words of `abs(n)`, `[0]` for zero.
     pub fn key(self) -> Vec<u32> {
-        let mut key = Vec::with_capacity(3);
-        let mut v = self.0;
-        while v > 0 {
-            key.push(v as u32);
-            v >>= 32;
-        }
-        if key.is_empty() {
-            key.push(0);
-        }
-        key
+        let (words, len) = key_words(self.0);
+        words[..len].to_vec()
     }
 }
 

@@ -320,6 +320,16 @@ impl Kv {
     /// Recount chain `x`'s evictable blocks and its place in the LRU list (after its `r` or pins changed).
     #[inline]
     fn refresh(&mut self, x: u32) {
+        let ch = &self.chains[x as usize];
+        if ch.pin_full > 0 && ch.ev == 0 && !ch.in_lru && ch.alive {
+            // Pinned whole by its own running request (the hot case: a request computing its chain): not
+            // evictable before or after, nothing to recount.
+            return;
+        }
+        self.recount(x);
+    }
+
+    fn recount(&mut self, x: u32) {
         let (e, old, in_lru) = {
             let ch = &self.chains[x as usize];
             let e = if ch.pin_full > 0 {
@@ -436,9 +446,7 @@ impl Kv {
                 }
             }
             let (done, parent) = (g0 >= off, ch.parent);
-            // A chain its own running request pins whole stays out of the LRU list: nothing to recount.
-            let pinned_whole = ch.pin_full > 0 && ch.ev == 0 && !ch.in_lru && ch.alive;
-            if touched && !pinned_whole {
+            if touched {
                 self.refresh(x);
             }
             if done {

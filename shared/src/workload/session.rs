@@ -241,12 +241,7 @@ impl SessionWorkload {
     pub fn plans4(&self, slot: u32, first_inst: u32, seed: u64) -> [SessionPlan; 4] {
         let insts: [u32; 4] = std::array::from_fn(|i| first_inst.saturating_add(i as u32));
         let mut rngs = PyRandom::from_u128s(insts.map(|inst| plan_key(slot, inst, seed)));
-        let mut i = 0;
-        rngs.each_mut().map(|rng| {
-            let p = self.draw(rng, slot, insts[i]);
-            i += 1;
-            p
-        })
+        std::array::from_fn(|i| self.draw(&mut rngs[i], slot, insts[i]))
     }
 
     fn draw(&self, rng: &mut PyRandom, slot: u32, inst: u32) -> SessionPlan {
