@@ -548,7 +548,7 @@ pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
         return None;
     }
     let n = gaps_ms.len();
-    let rank = |q: f64| ((q * n as f64).ceil() as usize).saturating_sub(1).min(n - 1);
+    let rank = |q: f64| shared::metrics::nearest_rank_index(n, q);
     let (i50, i99) = (rank(0.5), rank(0.99));
     let mean = gaps_ms.iter().map(|&g| g as f64).sum::<f64>() / n as f64;
     let max = gaps_ms.iter().copied().fold(f32::NEG_INFINITY, f32::max);
