@@ -10,7 +10,8 @@
 //!
 //! Between events (an admission, a prefill chunk, a finish, an arrival, the KV cache filling up) every step is a
 //! pure-decode step of the same batch whose duration grows linearly with context, so `Engine::advance` executes
-//! such a stretch in closed form: O(running) per event, not per token.
+//! such a stretch in closed form, not token by token. Decoders that nothing else depends on are advanced as a group
+//! ([`Lazy`]), so a stretch costs O(1) plus the requests that finish or need attention, not O(running).
 
 use std::collections::VecDeque;
 
@@ -86,6 +87,12 @@ pub(crate) struct Req {
     pub release_chain: bool,
     /// Tokens emitted in the last step this request was scheduled in.
     pub last_emit: u32,
+    /// Admission order among running requests (the order of `Engine::running`).
+    pub seq: u64,
+    /// Advanced lazily (see [`Lazy`]): `t`, `generated`, `private` and `last_token_ms` hold their values at decode
+    /// step `lz_d0` of the lazy clock.
+    pub lazy: bool,
+    pub lz_d0: u64,
 }
 
 /// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
@@ -135,6 +142,42 @@ pub struct Step {
     pub events: Vec<StepEvent>,
 }
 
+/// Decoders advanced together in O(1) per step instead of one by one.
+///
+/// A running request that is decoding, and whose chain no other running request uses, takes exactly one token in
+/// every step for as long as every running request is served in full (the token budget covers the batch) and the
+/// KV cache has room: then its context grows by one per step, and nothing else about it matters to the batch
+/// until it finishes. Such a request is *lazy*: it keeps its state as of lazy decode step `lz_d0`, and the batch
+/// is summarized here: how many, Σ context, how many sit at each position inside a block (to count the blocks a
+/// stretch of steps needs), and a min-heap of the lazy step at which each finishes. Its blocks are filled into its
+/// chain when it is brought up to date ([`Engine::materialize`]): at its finish, or for everyone when a step cannot
+/// serve the batch in full (a token budget or KV shortfall, which may preempt), when a request is cancelled, when
+/// a request whose lineage holds a lazy request's chain arrives or is admitted, and in [`Engine::step`]. Until
+/// then only the split of blocks between cached and private differs, which nothing reads (the KV cache reports
+/// their sum), so the engine's results are exactly those of advancing every request in every step.
+#[derive(Debug, Clone, Default)]
+struct Lazy {
+    /// Lazy decode steps so far (steps in which every lazy request took one token).
+    d: u64,
+    /// Lazy requests.
+    n: u64,
+    /// Σ (t at anchor − anchor step), wrapping: Σ context now is `sum_off + n·d`.
+    sum_off: u64,
+    /// Lazy requests by `(t at anchor − anchor step) mod block_size`: at step `d` their context sits at
+    /// `(class + d) mod block_size` inside its last block.
+    cnt: Vec<u64>,
+    /// (lazy step at which it finishes, request); stale entries are skipped.
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>>,
+    /// Upper bound of the admission order of lazy requests.
+    max_seq: u64,
+    /// End and length of the last stretch lazy requests took part in.
+    last_end: f64,
+    last_k: u64,
+}
+
+/// Block sizes up to which decoders may be lazy (a stretch's block count is O(block size)).
+const LAZY_MAX_BS: u32 = 64;
+
 /// Outcome of one [`Engine::advance`] call.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Advance {
@@ -155,6 +198,14 @@ pub struct Engine {
     free_reqs: Vec<u32>,
     pub(crate) waiting: VecDeque<u32>,
     pub(crate) running: Vec<u32>,
+    /// The running requests that are not lazy, in the same order.
+    eager: Vec<u32>,
+    lz: Lazy,
+    /// Whether decoders may become lazy (tests turn it off to compare against step-by-step accounting).
+    pub(crate) lazy_ok: bool,
+    next_seq: u64,
+    /// Scratch for the lazy schedule: (request, tokens, blocks needed).
+    plan: Vec<(u32, u32, u64)>,
     pub(crate) now_ms: f64,
     sched: Vec<Sched>,
     pub(crate) admitted: Vec<u32>,
@@ -223,6 +274,18 @@ impl Engine {
             free_reqs: Vec::new(),
             waiting: VecDeque::new(),
             running: Vec::new(),
+            eager: Vec::new(),
+            lz: Lazy {
+                cnt: if bs <= LAZY_MAX_BS {
+                    vec![0; bs as usize]
+                } else {
+                    Vec::new()
+                },
+                ..Lazy::default()
+            },
+            lazy_ok: true,
+            next_seq: 0,
+            plan: Vec::new(),
             now_ms: 0.0,
             sched: Vec::new(),
             admitted: Vec::new(),
@@ -285,6 +348,7 @@ impl Engine {
         tag: u64,
         release_chain: bool,
     ) -> ReqId {
+        self.wait_on(chain, true);
         let reach = self.kv.reach(chain);
         let req = Req {
             generation: 0,
@@ -313,6 +377,9 @@ impl Engine {
             tag,
             release_chain,
             last_emit: 0,
+            seq: 0,
+            lazy: false,
+            lz_d0: 0,
         };
         let idx = if let Some(i) = self.free_reqs.pop() {
             let generation = self.reqs[i as usize].generation.wrapping_add(1);
@@ -395,9 +462,13 @@ impl Engine {
         match self.reqs[idx as usize].state {
             State::Waiting => {
                 self.waiting.retain(|&q| q != idx);
+                let chain = self.reqs[idx as usize].chain;
+                self.wait_on(chain, false);
             }
             State::Running => {
+                self.materialize_all();
                 self.running.retain(|&q| q != idx);
+                self.eager.retain(|&q| q != idx);
                 self.release_blocks(idx);
             }
             _ => return false,
@@ -435,6 +506,12 @@ impl Engine {
     }
 
     fn preempt(&mut self, idx: u32) {
+        // Only the full schedule preempts, and it runs with no lazy requests: `eager` is `running`.
+        if self.eager.last() == Some(&idx) {
+            self.eager.pop();
+        } else {
+            self.eager.retain(|&q| q != idx);
+        }
         self.release_blocks(idx);
         let log_end = self.log_end();
         let now = self.now_ms;
@@ -449,10 +526,12 @@ impl Engine {
         }
         let lost = u64::from(r.t);
         r.t = 0;
+        let chain = r.chain;
         self.stats.preemptions += 1;
         self.stats.recomputed_tokens += lost;
         self.waiting.push_front(idx);
         self.preempted.push(idx);
+        self.wait_on(chain, true);
     }
 
     #[inline]
@@ -486,6 +565,16 @@ impl Engine {
         }
     }
 
+    /// `x mod block_size`.
+    #[inline]
+    fn mod_bs(&self, x: u64) -> u64 {
+        if self.bs_shift != u32::MAX {
+            x & u64::from(self.bs - 1)
+        } else {
+            x % u64::from(self.bs)
+        }
+    }
+
     /// `ceil(x / block_size)`.
     #[inline]
     fn ceil_bs(&self, x: u64) -> u64 {
@@ -502,8 +591,14 @@ impl Engine {
         let mut ctx = 0u64;
         let mut prefill_tokens = 0u32;
         let mut decoders = 0u32;
+        if self.lz.n > 0 {
+            match self.schedule_lazy(budget) {
+                Some((b, c, p, d)) => (budget, ctx, prefill_tokens, decoders) = (b, c, p, d),
+                None => self.materialize_all(),
+            }
+        }
         let mut i = 0;
-        while i < self.running.len() {
+        while self.lz.n == 0 && i < self.running.len() {
             let idx = self.running[i];
             let (t, p_eff, chain, left) = {
                 let r = &self.reqs[idx as usize];
@@ -580,10 +675,14 @@ impl Engine {
                     break;
                 }
                 self.waiting.pop_front();
+                self.wait_on(chain, false);
                 let now = self.now_ms;
                 let ever = self.kv.ever(chain);
+                let seq = self.next_seq;
+                self.next_seq += 1;
                 let r = &mut self.reqs[idx as usize];
                 r.state = State::Running;
+                r.seq = seq;
                 r.t = hit;
                 r.private = need;
                 if first {
@@ -599,6 +698,7 @@ impl Engine {
                 ctx += u64::from(hit);
                 prefill_tokens += tokens;
                 self.running.push(idx);
+                self.eager.push(idx);
                 self.admitted.push(idx);
                 self.sched.push(Sched {
                     idx,
@@ -611,7 +711,7 @@ impl Engine {
                 budget -= tokens;
             }
         }
-        let n = self.sched.len() as f64;
+        let n = (self.sched.len() as u64 + self.lz.n) as f64;
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
         if prefill_tokens > 0 {
             d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
@@ -621,13 +721,213 @@ impl Engine {
 
     /// Blocks needed by the scheduled decoders for steps 2..=k (step 1 is already allocated).
     fn extra_blocks(&self, k: u64) -> u64 {
-        self.sched
+        let eager: u64 = self
+            .sched
             .iter()
             .map(|s| {
                 let t = u64::from(s.t);
                 self.ceil_bs(t + k) - self.ceil_bs(t + 1)
             })
-            .sum()
+            .sum();
+        eager + self.lazy_extra_blocks(k)
+    }
+
+    /// [`Self::extra_blocks`] of the lazy requests: the count depends only on where each context sits in its
+    /// last block, so it is summed over block positions, not requests.
+    fn lazy_extra_blocks(&self, k: u64) -> u64 {
+        if self.lz.n == 0 {
+            return 0;
+        }
+        let dm = self.mod_bs(self.lz.d);
+        let mut sum = 0;
+        for (c, &m) in self.lz.cnt.iter().enumerate() {
+            if m > 0 {
+                let pos = self.mod_bs(c as u64 + dm);
+                sum += m * (self.ceil_bs(pos + k) - self.ceil_bs(pos + 1));
+            }
+        }
+        sum
+    }
+
+    /// The class of a lazy request anchored with context `t0` at lazy step `d0` (see [`Lazy::cnt`]).
+    fn lazy_class(&self, t0: u32, d0: u64) -> usize {
+        let bs = u64::from(self.bs);
+        self.mod_bs(self.mod_bs(u64::from(t0)) + bs - self.mod_bs(d0)) as usize
+    }
+
+    /// The running part of a step while some requests are lazy: eager requests one by one (as the full schedule
+    /// does), lazy ones as a whole. `None`, with nothing changed, when the step might not serve every lazy request
+    /// in full (an eager request before one of them would be cut short by the token budget) or the KV cache cannot
+    /// hold the batch's new blocks (the full schedule would preempt): the caller then brings every request up to
+    /// date and schedules them one by one. When every allocation fits, allocating their sum at once leaves the KV
+    /// cache exactly as allocating them in turn would.
+    fn schedule_lazy(&mut self, budget: u32) -> Option<(u32, u64, u32, u32)> {
+        let n = u32::try_from(self.lz.n).ok()?;
+        let mut budget = budget.checked_sub(n)?;
+        let d = self.lz.d;
+        // Lazy requests whose last block is full need a new one.
+        let mut need_total = self.lz.cnt[self.mod_bs(u64::from(self.bs) - self.mod_bs(d)) as usize];
+        self.plan.clear();
+        for i in 0..self.eager.len() {
+            let idx = self.eager[i];
+            let r = &self.reqs[idx as usize];
+            let (t, p_eff) = (r.t, r.p_eff);
+            let want = if t < p_eff { p_eff - t } else { 1 };
+            let tokens = want.min(budget);
+            if tokens < want && r.seq < self.lz.max_seq {
+                return None;
+            }
+            if tokens == 0 {
+                continue;
+            }
+            let need = if t < p_eff {
+                self.blocks(t + tokens) - self.blocks(t)
+            } else {
+                u64::from(self.rem_bs(t) == 0)
+            };
+            need_total += need;
+            self.plan.push((idx, tokens, need));
+            budget -= tokens;
+        }
+        if need_total > self.kv.available() {
+            return None;
+        }
+        // Cannot fail: checked just above.
+        let _ = self.kv.alloc(need_total);
+        let mut ctx = self.lz.sum_off.wrapping_add(self.lz.n.wrapping_mul(d));
+        let (mut prefill_tokens, mut decoders) = (0u32, n);
+        for pi in 0..self.plan.len() {
+            let (idx, tokens, need) = self.plan[pi];
+            let r = &mut self.reqs[idx as usize];
+            r.private += need;
+            let prefill = r.t < r.p_eff;
+            ctx += u64::from(r.t);
+            if prefill {
+                prefill_tokens += tokens;
+            } else {
+                decoders += 1;
+            }
+            self.sched.push(Sched {
+                idx,
+                tokens,
+                prefill,
+                t: r.t,
+                chain: r.chain,
+                left: r.output - r.generated,
+            });
+        }
+        Some((budget, ctx, prefill_tokens, decoders))
+    }
+
+    /// Can running request `idx` become lazy? A decoder with tokens still to generate whose chain no other running
+    /// or waiting request uses.
+    fn lazy_eligible(&self, idx: u32) -> bool {
+        let r = &self.reqs[idx as usize];
+        if r.state != State::Running || r.t < r.p_eff || r.generated == 0 || r.generated >= r.output {
+            return false;
+        }
+        let ch = &self.kv.chains[r.chain as usize];
+        ch.pin_full == 1 && ch.pins == 1 && ch.waiting == 0
+    }
+
+    fn join_lazy(&mut self, idx: u32) {
+        let d = self.lz.d;
+        let class = self.lazy_class(self.reqs[idx as usize].t, d);
+        let r = &mut self.reqs[idx as usize];
+        r.lazy = true;
+        r.lz_d0 = d;
+        let lz = &mut self.lz;
+        lz.n += 1;
+        lz.sum_off = lz.sum_off.wrapping_add(u64::from(r.t).wrapping_sub(d));
+        lz.cnt[class] += 1;
+        lz.heap
+            .push(std::cmp::Reverse((d + u64::from(r.output - r.generated), idx)));
+        lz.max_seq = lz.max_seq.max(r.seq);
+        self.kv.chains[r.chain as usize].lazy = true;
+    }
+
+    /// Whether heap entry `(at, idx)` is a lazy request that finishes at lazy step `at`.
+    fn lazy_entry_live(&self, at: u64, idx: u32) -> bool {
+        let r = &self.reqs[idx as usize];
+        r.lazy && r.state == State::Running && r.lz_d0 + u64::from(r.output - r.generated) == at
+    }
+
+    /// The lazy step at which the next lazy request finishes (stale heap entries are dropped on the way).
+    fn lazy_next_finish(&mut self) -> u64 {
+        while let Some(&std::cmp::Reverse((at, idx))) = self.lz.heap.peek() {
+            if self.lazy_entry_live(at, idx) {
+                return at;
+            }
+            self.lz.heap.pop();
+        }
+        u64::MAX
+    }
+
+    /// Bring lazy request `idx` up to date (it leaves the lazy set): its context, tokens and blocks as if it had
+    /// been advanced step by step, and the blocks it completed filled into its chain.
+    fn materialize(&mut self, idx: u32) {
+        let (t0, d0, chain) = {
+            let r = &self.reqs[idx as usize];
+            (r.t, r.lz_d0, r.chain)
+        };
+        let class = self.lazy_class(t0, d0);
+        let lz = &mut self.lz;
+        lz.n -= 1;
+        lz.sum_off = lz.sum_off.wrapping_sub(u64::from(t0).wrapping_sub(d0));
+        lz.cnt[class] -= 1;
+        self.kv.chains[chain as usize].lazy = false;
+        let delta = (self.lz.d - d0) as u32;
+        self.reqs[idx as usize].lazy = false;
+        if delta == 0 {
+            return;
+        }
+        let new_t = t0 + delta;
+        let grown = self.blocks(new_t) - self.blocks(t0);
+        let (g0, g1) = (self.div_bs(u64::from(t0)) as u32, self.div_bs(u64::from(new_t)) as u32);
+        let conv = if g0 < g1 { self.kv.fill(chain, g0, g1) } else { 0 };
+        let r = &mut self.reqs[idx as usize];
+        r.private = r.private + grown - conv;
+        r.t = new_t;
+        r.generated += delta;
+        r.last_token_ms = self.lz.last_end;
+        r.last_emit = self.lz.last_k as u32;
+    }
+
+    /// Bring every lazy request up to date: afterwards every running request is eager.
+    fn materialize_all(&mut self) {
+        if self.lz.n == 0 {
+            return;
+        }
+        for i in 0..self.running.len() {
+            let idx = self.running[i];
+            if self.reqs[idx as usize].lazy {
+                self.materialize(idx);
+            }
+        }
+        self.lz.heap.clear();
+        self.lz.max_seq = 0;
+        self.eager.clone_from(&self.running);
+    }
+
+    /// A request on `chain` starts (`add`) or stops waiting: counted on each chain of its lineage, so that no
+    /// request it could read becomes lazy while it waits. One that starts waiting and finds a lazy chain in its
+    /// lineage (whose blocks it will look up) has every request brought up to date first.
+    fn wait_on(&mut self, chain: u32, add: bool) {
+        let mut x = chain;
+        let mut lazy = false;
+        while x != NONE {
+            let ch = &mut self.kv.chains[x as usize];
+            if add {
+                ch.waiting += 1;
+            } else {
+                ch.waiting -= 1;
+            }
+            lazy |= ch.lazy;
+            x = ch.parent;
+        }
+        if lazy && add {
+            self.materialize_all();
+        }
     }
 
     /// Run one step, or a closed-form stretch of up to `max_steps` identical pure-decode steps that ends with the
@@ -636,11 +936,14 @@ impl Engine {
         if self.running.is_empty() && self.waiting.is_empty() {
             return None;
         }
+        if max_steps <= 1 {
+            self.materialize_all();
+        }
         let (d1, ctx, prefill_tokens, decoders) = self.schedule();
-        if self.sched.is_empty() {
+        if self.sched.is_empty() && self.lz.n == 0 {
             return None;
         }
-        let n = self.sched.len() as u64;
+        let n = self.sched.len() as u64 + self.lz.n;
         let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
         let b = if pure { self.p.per_ctx_token_ms * n as f64 } else { 0.0 };
         let mut k = 1u64;
@@ -650,6 +953,9 @@ impl Engine {
             let mut kmax = max_steps;
             for s in &self.sched {
                 kmax = kmax.min(u64::from(s.left));
+            }
+            if self.lz.n > 0 {
+                kmax = kmax.min(self.lazy_next_finish() - self.lz.d);
             }
             // Steps until the step that contains `until_ms` ends.
             let span = until_ms - self.now_ms;
@@ -745,6 +1051,32 @@ impl Engine {
                 }
             }
         }
+        if self.lz.n > 0 {
+            self.lz.d += k;
+            self.lz.last_end = end;
+            self.lz.last_k = k;
+            let eager_done = self.finished.len();
+            while let Some(&std::cmp::Reverse((at, idx))) = self.lz.heap.peek() {
+                if at > self.lz.d {
+                    break;
+                }
+                self.lz.heap.pop();
+                if !self.lazy_entry_live(at, idx) {
+                    continue;
+                }
+                self.materialize(idx);
+                let r = &mut self.reqs[idx as usize];
+                r.state = State::Done;
+                r.finish_ms = end;
+                r.itl_to = log_end;
+                self.finished.push(idx);
+            }
+            if self.finished.len() > eager_done && self.finished.len() > 1 {
+                // In admission order, as a step-by-step pass over the batch finds them.
+                let reqs = &self.reqs;
+                self.finished.sort_unstable_by_key(|&q| reqs[q as usize].seq);
+            }
+        }
         if !self.finished.is_empty() {
             for fi in 0..self.finished.len() {
                 let idx = self.finished[fi];
@@ -752,6 +1084,18 @@ impl Engine {
             }
             let reqs = &self.reqs;
             self.running.retain(|&q| reqs[q as usize].state == State::Running);
+            self.eager.retain(|&q| reqs[q as usize].state == State::Running);
+        }
+        if max_steps > 1 && self.lazy_ok && !self.lz.cnt.is_empty() {
+            let mut eager = std::mem::take(&mut self.eager);
+            eager.retain(|&idx| {
+                let join = self.lazy_eligible(idx);
+                if join {
+                    self.join_lazy(idx);
+                }
+                !join
+            });
+            self.eager = eager;
         }
         self.now_ms = end;
         self.stats.max_running = self.stats.max_running.max(self.running.len() as u32);
@@ -846,6 +1190,7 @@ impl Engine {
     /// One engine iteration at `now_ms` (the engine never runs ahead of the caller's clock: a step starts at
     /// `max(now_ms, end of the previous step)`). `None` when there is nothing to do.
     pub fn step(&mut self, now_ms: f64) -> Option<Step> {
+        self.materialize_all();
         if now_ms > self.now_ms {
             self.now_ms = now_ms;
         }
@@ -1088,6 +1433,65 @@ mod tests {
             );
             assert_eq!(got, want, "n = {n}");
         }
+    }
+
+    /// A request that arrives on the chain of a running lazy request (here: a fork of its conversation that
+    /// includes part of the reply being generated) must see that reply's blocks as cached, exactly as with
+    /// step-by-step accounting, and that request must not become lazy again while the fork waits.
+    #[test]
+    fn a_fork_of_a_lazy_request_sees_its_blocks() {
+        fn drive(lazy: bool) -> Vec<(u32, f64, f64, u32)> {
+            let mut e = Engine::new(EngineProfile {
+                name: "p".into(),
+                basis: "test".into(),
+                block_size: 16,
+                num_kv_blocks: 10_000,
+                // Two slots: the fork waits until `other` finishes, while `a` decodes on.
+                max_num_seqs: 2,
+                max_num_batched_tokens: 2048,
+                max_model_len: None,
+                step_fixed_ms: 5.0,
+                per_seq_ms: 0.1,
+                per_ctx_token_ms: 0.001,
+                prefill_tokens_per_ms: 20.0,
+                prefill_fixed_ms: 1.0,
+                enable_prefix_caching: true,
+            });
+            e.lazy_ok = lazy;
+            let a = e.new_chain(NONE, 0);
+            let other = e.new_chain(NONE, 0);
+            e.submit_chain(0.0, a, 160, 400, 0, false);
+            e.submit_chain(0.0, other, 64, 300, 1, false);
+            let mut done = Vec::new();
+            let mut until = 50.0;
+            let mut forked = false;
+            while let Some(adv) = e.advance(u64::MAX, until) {
+                if !forked && e.now_ms() >= 600.0 {
+                    // `a` holds 160 prompt tokens and ≥ 100 of its 400 reply tokens. The fork resends 30 blocks of
+                    // it (the sim-server's clients may know a reply's content ahead, as its block hashes): by the
+                    // time `other` finishes and the fork is admitted, `a` has computed them.
+                    let fork = e.new_chain(a, 30);
+                    e.submit_chain(e.now_ms(), fork, 30 * 16 + 40, 50, 2, false);
+                    forked = true;
+                }
+                for &q in &e.finished {
+                    let r = &e.reqs[q as usize];
+                    done.push((r.cached_tokens, r.first_token_ms, r.finish_ms, r.generated));
+                }
+                let fin: Vec<u32> = e.finished.drain(..).collect();
+                for q in fin {
+                    e.forget(q);
+                }
+                until = adv.end_ms + 37.0;
+            }
+            done
+        }
+        let lazy = drive(true);
+        assert_eq!(lazy.len(), 3);
+        // The fork hit the prompt's 10 blocks and the reply's blocks computed by its admission.
+        let fork = lazy.iter().find(|d| d.3 == 50).expect("the fork finished");
+        assert!(fork.0 > 10 * 16, "{lazy:?}");
+        assert_eq!(lazy, drive(false));
     }
 
     #[test]

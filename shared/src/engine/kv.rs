@@ -51,6 +51,10 @@ pub(crate) struct Chain {
     pub children: u32,
     /// Back on the free list.
     pub freed: bool,
+    /// Kept by the engine: its own running request is lazy (see `core::Lazy`), so its blocks are not filled yet.
+    pub lazy: bool,
+    /// Kept by the engine: waiting requests whose lineage holds this chain.
+    pub waiting: u32,
 }
 
 fn max_partial(partial: &[(u32, u32)]) -> u32 {
@@ -134,6 +138,8 @@ impl Kv {
             alive: true,
             children: 0,
             freed: false,
+            lazy: false,
+            waiting: 0,
         };
         if let Some(id) = self.free_chains.pop() {
             self.chains[id as usize] = c;

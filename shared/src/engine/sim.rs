@@ -323,8 +323,15 @@ fn estimate_ms(w: &Workload) -> f64 {
 
 /// Run `sc`'s workload through an engine with `profile`.
 pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode) -> RunOut {
+    run_with(sc, profile, mode, true)
+}
+
+/// [`run`], with lazy decoders allowed or not (see `core::Lazy`; the results must not differ).
+fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool) -> RunOut {
+    let mut eng = Engine::new(profile.clone());
+    eng.lazy_ok = lazy;
     let mut d = Driver {
-        eng: Engine::new(profile.clone()),
+        eng,
         records: Vec::with_capacity(expected_requests(&sc.workload)),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
@@ -699,5 +706,112 @@ pub(crate) fn overbatched(sc: &EngineScenario, out: &RunOut) -> Overbatched {
         mean_decode_batch: mean_batch,
         max_running: st.max_running,
         overbatched: limit.is_some_and(|l| l < p.max_num_seqs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Slo;
+    use crate::workload::{ClosedLoopWorkload, LengthDist, PoissonWorkload, SessionWorkload};
+    use proptest::prelude::*;
+
+    fn scenario(w: Workload, bs: u32, kv: u64, seqs: u32, budget: u32, caching: bool, seed: u64) -> EngineScenario {
+        EngineScenario {
+            workload: w,
+            profile: EngineProfile {
+                name: "p".into(),
+                basis: "test".into(),
+                block_size: bs,
+                num_kv_blocks: kv,
+                max_num_seqs: seqs,
+                max_num_batched_tokens: budget,
+                max_model_len: None,
+                step_fixed_ms: 5.0,
+                per_seq_ms: 0.1,
+                per_ctx_token_ms: 0.0001,
+                prefill_tokens_per_ms: 20.0,
+                prefill_fixed_ms: 1.0,
+                enable_prefix_caching: caching,
+            },
+            slo: Slo {
+                ttft_ms: 500.0,
+                tpot_ms: 50.0,
+                e2e_ms: None,
+            },
+            seed,
+            counterfactuals: false,
+        }
+    }
+
+    /// Everything a run produces, compared exactly.
+    fn digest(o: &RunOut) -> String {
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            o.records, o.timeline, o.kv_thrash, o.misses, o.stats
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        /// Lazy decoders are bookkeeping only: every record, timeline point and counter equals step-by-step
+        /// accounting, with KV pressure (preemption), token budgets that cut prefills short, shared prefixes,
+        /// block sizes that are not powers of two and ones too large to be lazy, and closed-loop users whose
+        /// equal-length requests finish in the same step (the order they finish in decides who sends what next).
+        #[test]
+        fn lazy_decoders_change_nothing(
+            kind in 0u8..3,
+            n in 1u64..250,
+            rate in 1.0f64..40.0,
+            out in 1u32..400,
+            shared in 0u32..1500,
+            bs in prop_oneof![Just(1u32), Just(3), Just(16), Just(64), Just(65)],
+            kv_tokens in 2_000u64..200_000,
+            seqs in 1u32..64,
+            budget in 64u32..4096,
+            caching in any::<bool>(),
+            seed in any::<u64>(),
+        ) {
+            let w = if kind == 2 {
+                Workload::ClosedLoop(ClosedLoopWorkload {
+                    users: (n % 24 + 2) as u32,
+                    num_requests: n * 2,
+                    think_s: 0.0,
+                    prompt: LengthDist::Uniform { min: 1, max: 600 },
+                    output: LengthDist::Fixed { tokens: out },
+                    shared_prefix_tokens: shared,
+                })
+            } else if kind == 1 {
+                Workload::Sessions(SessionWorkload {
+                    sessions: (n % 40 + 1) as u32,
+                    steps: 4,
+                    base_tokens: 2000 + u64::from(shared),
+                    // Replies are drawn at or above 64 tokens: a mean of 64 makes half of them exactly 64.
+                    gen_tokens: if out < 200 { 64 } else { out },
+                    tool_tokens: 300,
+                    // No think time and no stagger: sessions whose replies are equally long finish in the same
+                    // step and send their next steps at the same moment, in the order they finished.
+                    think_s: if rate < 10.0 { 0.0 } else { rate / 10.0 },
+                    respawn: true,
+                    duration_s: 60.0,
+                    stagger_s: if rate < 20.0 { 0.0 } else { 1.0 },
+                    ..Default::default()
+                })
+            } else {
+                Workload::Poisson(PoissonWorkload {
+                    num_requests: n,
+                    rate_rps: rate,
+                    prompt: LengthDist::Uniform { min: 1, max: 3000 },
+                    output: LengthDist::Uniform { min: 1, max: out },
+                    shared_prefix_tokens: shared,
+                })
+            };
+            let kv = (kv_tokens / u64::from(bs)).max(1);
+            let sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
+            prop_assume!(sc.validate().is_ok());
+            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true);
+            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false);
+            prop_assert_eq!(digest(&lazy), digest(&eager));
+        }
     }
 }
