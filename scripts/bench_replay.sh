@@ -31,7 +31,13 @@ BASE=http://127.0.0.1:$PORT
 mkdir -p "$RESULTS"/client logs configs
 CMDLOG="$RESULTS/commands.txt"
 
-(cd mockserver && cargo build --release -q) || { echo "mock server build failed"; exit 1; }
+# The floor client prints only its mean TTFT; a small patch (scripts/bench/floorclient_ttft.patch) adds its p50/p90/
+# p99/max (one f64 per request, collected after the stream ends) so the floor's tail can be shown beside loadshape's.
+# Applied to the writable copy only, once.
+if ! grep -q "loadshape bench patch" mockserver/src/bin/floorclient.rs; then
+  patch -s -p1 < "$ROOT/scripts/bench/floorclient_ttft.patch" || { echo "floorclient patch failed"; exit 1; }
+fi
+(cd mockserver && CARGO_TARGET_DIR=target cargo build --release -q) || { echo "mock server build failed"; exit 1; }
 # measure.py needs psutil: a small venv unless the system python has it.
 if python3 -c 'import psutil' 2> /dev/null; then PY=python3; else
   [ -x venvs/tools/bin/python ] || { python3 -m venv venvs/tools && venvs/tools/bin/pip install -q psutil; }

@@ -8,7 +8,8 @@ cells (the mock server's true TTFT is ~0, so the measured TTFT is the error the 
 Per cell it prints every run's figure (in run order), the median, and loadshape / floor as the ratio of the medians
 and the median of the per-round ratios (round r of each client ran back to back, so the paired ratio sees the
 same machine load). `other CPU` is what the rest of the machine used during the run (measure.py), in cores.
-TTFT: the floor prints its mean; loadshape's mean / p50 / p99 are nearest-rank over its own records' `ttft_s`.
+TTFT: the floor prints its mean and (patched by bench_replay.sh) its nearest-rank p50 / p99; loadshape's mean / p50 /
+p99 are nearest-rank over its own records' `ttft_s`. `p99 ratio` = loadshape p99 / floor p99 per round, median.
 """
 import glob
 import json
@@ -35,7 +36,9 @@ def floor_ttft(res, label):
         for line in open(os.path.join(res, "client", label + ".log")):
             line = line.strip()
             if line.startswith("{") and "mean_ttft_ms" in line:
-                return {"mean": json.loads(line)["mean_ttft_ms"]}
+                r = json.loads(line)
+                # p50/p99 only with scripts/bench/floorclient_ttft.patch applied (bench_replay.sh applies it).
+                return {"mean": r["mean_ttft_ms"], "p50": r.get("median_ttft_ms"), "p99": r.get("p99_ttft_ms")}
     except OSError:
         pass
     return None
@@ -93,18 +96,26 @@ def main():
               f"{fmt(lm / fm) if fm and lm else '–'} | {fmt(statistics.median(paired)) if paired else '–'} | "
               f"{fmt(min(other), 1) if other else '–'}–{fmt(max(other), 1) if other else '–'} |")
     print()
-    print("| paced case | floor mean TTFT ms (runs) | loadshape mean TTFT ms (runs) | loadshape p50 | "
-          "loadshape p99 (runs; median) |")
-    print("|---|---|---|---|---|")
+    print("| paced case | floor mean TTFT ms (runs) | floor p50 | floor p99 (runs; median) | "
+          "loadshape mean TTFT ms (runs) | loadshape p50 | loadshape p99 (runs; median) | p99 ratio (median paired) | "
+          "other CPU, cores (floor / loadshape per round) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (conc, itl) in sorted(k for k in cells if k[1] > 0):
         c = cells[(conc, itl)]
         fl, ls = c.get("floor", {}), c.get("loadshape", {})
-        ft = [fl[k]["ttft"]["mean"] for k in sorted(fl) if fl[k]["ttft"]]
+        ft = [fl[k]["ttft"] for k in sorted(fl) if fl[k]["ttft"]]
         lt = [ls[k]["ttft"] for k in sorted(ls) if ls[k]["ttft"]]
         p99 = [t["p99"] for t in lt]
-        print(f"| {itl:g} ms, c={conc} | {' / '.join(fmt(x, 1) for x in ft) or '–'} | "
-              f"{' / '.join(fmt(t['mean'], 1) for t in lt) or '–'} | {' / '.join(fmt(t['p50'], 1) for t in lt) or '–'} | "
-              f"{' / '.join(fmt(x, 1) for x in p99) or '–'}; **{fmt(statistics.median(p99), 1) if p99 else '–'}** |")
+        fp99 = [t["p99"] for t in ft if t.get("p99") is not None]
+        paired = [ls[k]["ttft"]["p99"] / fl[k]["ttft"]["p99"] for k in sorted(ls)
+                  if k in fl and ls[k]["ttft"] and fl[k]["ttft"] and fl[k]["ttft"].get("p99")]
+        runs = lambda xs, key: " / ".join(fmt(t.get(key), 1) for t in xs) or "–"
+        med = lambda xs: fmt(statistics.median(xs), 1) if xs else "–"
+        other = " / ".join(f"{c[cl][k]['other']:.1f}" for k in sorted(ls) for cl in ("floor", "loadshape")
+                           if cl in c and k in c[cl])
+        print(f"| {itl:g} ms, c={conc} | {runs(ft, 'mean')} | {runs(ft, 'p50')} | {runs(ft, 'p99')}; **{med(fp99)}** | "
+              f"{runs(lt, 'mean')} | {runs(lt, 'p50')} | {runs(lt, 'p99')}; **{med(p99)}** | "
+              f"{fmt(statistics.median(paired)) if paired else '–'} | {other or '–'} |")
 
 
 if __name__ == "__main__":
