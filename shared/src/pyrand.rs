@@ -174,41 +174,42 @@ impl Mt19937 {
     /// seeding four costs little more than seeding one. Written as straight passes over the state: the
     /// reference's index `i` runs 1..N, wraps to 1 (word 0 taking the last word), and does one more step, in
     /// each of its two loops.
-    // Indexing by `i` across lanes is the point: the L chains advance together.
+    // Indexing by `i` is the reference's loop, kept visible.
     #[allow(clippy::needless_range_loop)]
     fn from_keys<const L: usize>(keys: [&[u32]; L]) -> [Self; L] {
         let len = keys[0].len();
         debug_assert!((1..=4).contains(&len) && keys.iter().all(|k| k.len() == len));
-        let mix1 = |w: u32, prev: u32, add: u32| (w ^ (prev ^ (prev >> 30)).wrapping_mul(1_664_525)).wrapping_add(add);
-        let mix2 = |w: u32, prev: u32, i: u32| (w ^ (prev ^ (prev >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i);
+        // Each lane's words side by side (`mts[i][l]` is word i of lane l), so one pass over i updates all lanes
+        // with the same operations on adjacent words, which the compiler turns into vector instructions.
+        let mix1 = |w: [u32; L], prev: [u32; L], add: [u32; L]| -> [u32; L] {
+            std::array::from_fn(|l| (w[l] ^ (prev[l] ^ (prev[l] >> 30)).wrapping_mul(1_664_525)).wrapping_add(add[l]))
+        };
+        let mix2 = |w: [u32; L], prev: [u32; L], i: u32| -> [u32; L] {
+            std::array::from_fn(|l| (w[l] ^ (prev[l] ^ (prev[l] >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i))
+        };
         // `key[j] + j`, per lane, for j in 0..len.
-        let add: [[u32; 4]; L] =
-            std::array::from_fn(|l| std::array::from_fn(|j| keys[l].get(j).map_or(0, |&k| k.wrapping_add(j as u32))));
-        let init = *INIT_19650218;
-        let mut mts = [init; L];
-        let mut prev = [init[0]; L];
+        let add: [[u32; L]; 4] =
+            std::array::from_fn(|j| std::array::from_fn(|l| keys[l].get(j).map_or(0, |&k| k.wrapping_add(j as u32))));
+        let init = &*INIT_19650218;
+        let mut mts: [[u32; L]; N] = std::array::from_fn(|i| [init[i]; L]);
+        let mut prev = mts[0];
         let mut j = 0usize;
         for i in 1..N {
-            for l in 0..L {
-                prev[l] = mix1(mts[l][i], prev[l], add[l][j]);
-                mts[l][i] = prev[l];
-            }
+            prev = mix1(mts[i], prev, add[j]);
+            mts[i] = prev;
             j = if j + 1 == len { 0 } else { j + 1 };
         }
-        for l in 0..L {
-            mts[l][0] = prev[l];
-            prev[l] = mix1(mts[l][1], mts[l][0], add[l][j]);
-            mts[l][1] = prev[l];
-        }
+        mts[0] = prev;
+        prev = mix1(mts[1], mts[0], add[j]);
+        mts[1] = prev;
         for i in 2..N {
-            for l in 0..L {
-                prev[l] = mix2(mts[l][i], prev[l], i as u32);
-                mts[l][i] = prev[l];
-            }
+            prev = mix2(mts[i], prev, i as u32);
+            mts[i] = prev;
         }
-        mts.map(|mut mt| {
+        std::array::from_fn(|l| {
+            let mut mt: [u32; N] = std::array::from_fn(|i| mts[i][l]);
             mt[0] = mt[N - 1];
-            mt[1] = mix2(mt[1], mt[0], 1);
+            mt[1] = (mt[1] ^ (mt[0] ^ (mt[0] >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(1);
             mt[0] = 0x8000_0000;
             Mt19937 { state: mt, idx: N }
         })

@@ -738,15 +738,18 @@ impl Engine {
         if self.lz.n == 0 {
             return 0;
         }
-        let dm = self.mod_bs(self.lz.d);
-        let mut sum = 0;
-        for (c, &m) in self.lz.cnt.iter().enumerate() {
-            if m > 0 {
-                let pos = self.mod_bs(c as u64 + dm);
-                sum += m * (self.ceil_bs(pos + k) - self.ceil_bs(pos + 1));
-            }
+        // A context at position `pos` in its last block (0 ≤ pos < bs) needs ceil((pos + k)/bs) − 1 =
+        // ⌊(pos + k − 1)/bs⌋ more blocks; with k − 1 = q·bs + ρ that is q, plus one where pos ≥ bs − ρ.
+        let bs = u64::from(self.bs);
+        let q = self.div_bs(k - 1);
+        let rho = self.mod_bs(k - 1);
+        // Classes whose position is in [bs − ρ, bs): ρ consecutive classes (cyclically) from the one at bs − ρ.
+        let first = self.mod_bs(2 * bs - rho - self.mod_bs(self.lz.d));
+        let mut over = 0;
+        for i in 0..rho {
+            over += self.lz.cnt[self.mod_bs(first + i) as usize];
         }
-        sum
+        q * self.lz.n + over
     }
 
     /// The class of a lazy request anchored with context `t0` at lazy step `d0` (see [`Lazy::cnt`]).
@@ -1051,11 +1054,15 @@ impl Engine {
                 }
             }
         }
+        // What finished so far was scheduled one by one: eager requests, in admission order.
+        let eager_done = self.finished.len();
+        if eager_done > 0 {
+            remove_ordered(&mut self.eager, &self.finished);
+        }
         if self.lz.n > 0 {
             self.lz.d += k;
             self.lz.last_end = end;
             self.lz.last_k = k;
-            let eager_done = self.finished.len();
             while let Some(&std::cmp::Reverse((at, idx))) = self.lz.heap.peek() {
                 if at > self.lz.d {
                     break;
@@ -1082,9 +1089,8 @@ impl Engine {
                 let idx = self.finished[fi];
                 self.release_blocks(idx);
             }
-            let reqs = &self.reqs;
-            self.running.retain(|&q| reqs[q as usize].state == State::Running);
-            self.eager.retain(|&q| reqs[q as usize].state == State::Running);
+            // `finished` is in admission order, as `running` is: removed in one pass, without looking requests up.
+            remove_ordered(&mut self.running, &self.finished);
         }
         if max_steps > 1 && self.lazy_ok && !self.lz.cnt.is_empty() {
             let mut eager = std::mem::take(&mut self.eager);
@@ -1261,6 +1267,20 @@ impl Engine {
             self.now_ms = t_ms;
         }
     }
+}
+
+/// Remove from `list` the elements of `gone`, all of which appear in `list`, in the same relative order.
+fn remove_ordered(list: &mut Vec<u32>, gone: &[u32]) {
+    let mut g = 0;
+    list.retain(|&q| {
+        if g < gone.len() && gone[g] == q {
+            g += 1;
+            false
+        } else {
+            true
+        }
+    });
+    debug_assert_eq!(g, gone.len(), "remove_ordered: not a subsequence");
 }
 
 /// Split a first admission's missed prompt tokens by cause. `reach` is the lineage's resident prefix at admission,
