@@ -197,9 +197,9 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let mut ttft = Vec::with_capacity(records.len());
     let mut tpot = Vec::with_capacity(records.len());
     let mut e2el = Vec::with_capacity(records.len());
-    let mut queue = Vec::new();
+    let mut queue = Vec::with_capacity(records.len());
     // Per-request mean ITL and its weight (the number of gaps).
-    let mut itl: Vec<(f64, f64)> = Vec::new();
+    let mut itl: Vec<(f64, u64)> = Vec::with_capacity(records.len());
     let mut good = 0u64;
     let mut start = f64::INFINITY;
     let mut end = f64::NEG_INFINITY;
@@ -241,7 +241,7 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
             queue.push(q * 1000.0);
         }
         if let Some(i) = &r.itl {
-            itl.push((i.mean_ms, r.sse_frames.saturating_sub(1).max(1) as f64));
+            itl.push((i.mean_ms, r.sse_frames.saturating_sub(1).max(1)));
         }
         if let Some(prompt) = r.prompt_tokens {
             if let Some(cached) = r.cached_tokens {
@@ -368,33 +368,26 @@ impl Stats {
         }
     }
 
-    /// Weighted mean and weighted nearest-rank percentiles of `(value, weight)` pairs (weights > 0): the
-    /// `q`-quantile is the smallest value whose cumulative weight reaches `q · Σ weight` — with unit weights the
-    /// same sample as [`percentile_sorted`]. Reorders `samples`.
-    fn weighted(samples: &mut [(f64, f64)]) -> Stats {
+    /// Weighted mean and weighted nearest-rank percentiles of `(value, weight)` pairs (weights ≥ 1): the
+    /// `q`-quantile is the smallest value whose cumulative weight (in ascending order of value) reaches
+    /// `q · Σ weight` — with unit weights the same sample as [`percentile_sorted`]. Found by selection, not a sort:
+    /// with integer weights (exact in `f64` below 2^53) "cumulative weight reaches the target" is "the weight unit
+    /// numbered ⌈target⌉ lies in this sample", a weighted rank. Reorders `samples`.
+    fn weighted(samples: &mut [(f64, u64)]) -> Stats {
         if samples.is_empty() {
             return Stats::default();
         }
-        let total: f64 = samples.iter().map(|(_, w)| w).sum();
-        let mean = samples.iter().map(|(v, w)| v * w).sum::<f64>() / total;
-        samples.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
-        let pick = |q: f64| {
-            let target = q * total;
-            let mut cum = 0.0;
-            for (v, w) in samples.iter() {
-                cum += w;
-                if cum >= target {
-                    return *v;
-                }
-            }
-            samples[samples.len() - 1].0
-        };
+        let total: u64 = samples.iter().map(|&(_, w)| w).sum();
+        let total_f = total as f64;
+        let mean = samples.iter().map(|&(v, w)| v * w as f64).sum::<f64>() / total_f;
+        let rank = |q: f64| ((q * total_f).ceil().max(1.0) as u64).min(total) - 1;
+        let [p50, p90, p95, p99] = weighted_ranks(samples, QUANTILES.map(rank));
         Stats {
             mean,
-            p50: pick(0.50),
-            p90: pick(0.90),
-            p95: pick(0.95),
-            p99: pick(0.99),
+            p50,
+            p90,
+            p95,
+            p99,
         }
     }
 
@@ -426,6 +419,51 @@ fn select_ranks<const K: usize>(samples: &mut [f64], ranks: [usize; K]) -> [f64;
         last = Some((rank, *v));
         base = rank + 1;
         rest = above;
+    }
+    out
+}
+
+/// The values at 0-based weighted ranks `ranks` (ascending; each below Σ weight) among `(value, weight)` pairs, as
+/// if each pair were `weight` copies of its value in ascending order: one partition per level, each side entered
+/// only for the ranks it holds (expected O(n) for all four). Reorders `samples`.
+fn weighted_ranks<const K: usize>(samples: &mut [(f64, u64)], ranks: [u64; K]) -> [f64; K] {
+    let mut out = [0.0; K];
+    // A part still to search: its samples, the index of its first weight unit, and the ranks [lo, hi) it holds.
+    type Part<'a> = (&'a mut [(f64, u64)], u64, usize, usize);
+    let mut todo: Vec<Part> = vec![(samples, 0, 0, K)];
+    while let Some((v, base, lo, hi)) = todo.pop() {
+        if v.len() <= 32 {
+            v.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+            let mut acc = base;
+            let mut i = lo;
+            for &(x, w) in v.iter() {
+                acc += w;
+                while i < hi && ranks[i] < acc {
+                    out[i] = x;
+                    i += 1;
+                }
+            }
+            // Only past the total weight (not by the contract): the largest value.
+            for o in &mut out[i..hi] {
+                *o = v.last().map_or(0.0, |e| e.0);
+            }
+            continue;
+        }
+        let mid = v.len() / 2;
+        let (left, pivot, right) = v.select_nth_unstable_by(mid, |a, b| a.0.total_cmp(&b.0));
+        let wl: u64 = left.iter().map(|e| e.1).sum();
+        let (p_lo, p_hi) = (base + wl, base + wl + pivot.1);
+        let split_l = lo + ranks[lo..hi].iter().take_while(|&&r| r < p_lo).count();
+        let split_r = split_l + ranks[split_l..hi].iter().take_while(|&&r| r < p_hi).count();
+        for o in &mut out[split_l..split_r] {
+            *o = pivot.0;
+        }
+        if split_l > lo {
+            todo.push((left, base, lo, split_l));
+        }
+        if hi > split_r {
+            todo.push((right, p_hi, split_r, hi));
+        }
     }
     out
 }
@@ -545,6 +583,46 @@ pub fn timeline(records: &[RequestRecord], bin_s: f64) -> Vec<TimelineBin> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The weighted percentiles by selection equal the definition computed by sorting and accumulating `f64`
+    /// weights (the former implementation), for every size, with ties and weights from 1 to thousands.
+    #[test]
+    fn weighted_selection_equals_sorted_accumulation() {
+        fn by_sort(samples: &[(f64, u64)], q: f64) -> f64 {
+            let mut v: Vec<(f64, f64)> = samples.iter().map(|&(x, w)| (x, w as f64)).collect();
+            let total: f64 = v.iter().map(|e| e.1).sum();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let target = q * total;
+            let mut cum = 0.0;
+            for (x, w) in &v {
+                cum += w;
+                if cum >= target {
+                    return *x;
+                }
+            }
+            v[v.len() - 1].0
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in (1..200usize).chain([1000, 5000]) {
+            let heavy = n % 3 == 0;
+            let samples: Vec<(f64, u64)> = (0..n)
+                .map(|_| {
+                    let v = (next() % 23) as f64 * 0.25 + 1.0;
+                    let w = if heavy { 1 + next() % 3000 } else { 1 + next() % 4 };
+                    (v, w)
+                })
+                .collect();
+            let st = Stats::weighted(&mut samples.clone());
+            let want = QUANTILES.map(|q| by_sort(&samples, q));
+            assert_eq!([st.p50, st.p90, st.p95, st.p99], want, "n = {n}");
+        }
+    }
 
     /// Selection gives exactly what sorting gives, for every size and with ties and repeated ranks.
     #[test]

@@ -1180,7 +1180,7 @@ impl Engine {
         let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
         let (r50, r99) = (rank(0.5), rank(0.99));
         let (p50_ms, p99_ms) = if stretches.len() <= PACKED_ITL_MAX {
-            packed_quantiles(stretches, keys, [r50, r99])
+            packed_quantiles(stretches, keys, count, [r50, r99])
         } else {
             let mut v = stretches.to_vec();
             (weighted_select(&mut v, r50), weighted_select(&mut v, r99))
@@ -1320,8 +1320,9 @@ const PACKED_ITL_MAX: usize = 1 << 16;
 /// `pos_bits` replaced by the stretch's position: stretches whose first durations differ by less than
 /// 2^(pos_bits − 52) relative (≤ 1.5e-11) are taken in log order. Integer keys keep the order identical natively
 /// and in wasm, and sort several times faster than tuples (a request that ran beside 60 others has hundreds of
-/// stretches). `v.len()` must be at most [`PACKED_ITL_MAX`].
-fn packed_quantiles(v: &[(f64, f64, u64)], keys: &mut Vec<u64>, ranks: [u64; 2]) -> (f64, f64) {
+/// stretches). `v.len()` must be at most [`PACKED_ITL_MAX`]; `count` is Σ k. The lower rank is found scanning up
+/// from the smallest key, the upper one scanning down from the largest (a p99 is a few stretches from the top).
+fn packed_quantiles(v: &[(f64, f64, u64)], keys: &mut Vec<u64>, count: u64, ranks: [u64; 2]) -> (f64, f64) {
     let pos_bits = usize::BITS - v.len().saturating_sub(1).leading_zeros();
     let pos_mask = (1u64 << pos_bits) - 1;
     keys.clear();
@@ -1331,21 +1332,29 @@ fn packed_quantiles(v: &[(f64, f64, u64)], keys: &mut Vec<u64>, ranks: [u64; 2])
             .map(|(i, e)| (e.0.to_bits() & !pos_mask) | i as u64),
     );
     keys.sort_unstable();
+    let at = |k: u64| v[(k & pos_mask) as usize];
+    let mut out = (f64::NAN, f64::NAN);
     let mut acc = 0;
-    let mut out = [f64::NAN; 2];
-    let mut want = 0;
     for &k in keys.iter() {
-        let e = v[(k & pos_mask) as usize];
-        while want < 2 && ranks[want] < acc + e.2 {
-            out[want] = value_in(e, ranks[want] - acc);
-            want += 1;
-        }
-        if want == 2 {
+        let e = at(k);
+        if ranks[0] < acc + e.2 {
+            out.0 = value_in(e, ranks[0] - acc);
             break;
         }
         acc += e.2;
     }
-    (out[0], out[1])
+    // From the top: `below` is the weight of everything before the stretch in ascending order.
+    let mut above = 0;
+    for &k in keys.iter().rev() {
+        let e = at(k);
+        let below = count - above - e.2;
+        if ranks[1] >= below {
+            out.1 = value_in(e, ranks[1] - below);
+            break;
+        }
+        above += e.2;
+    }
+    out
 }
 
 /// Value `i` (0-based) of a stretch `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`.
@@ -1446,7 +1455,7 @@ mod tests {
                 .collect();
             let count: u64 = v.iter().map(|e| e.2).sum();
             let ranks = [0.5, 0.99].map(|q| crate::metrics::nearest_rank_index(count as usize, q) as u64);
-            let got = packed_quantiles(&v, &mut keys, ranks);
+            let got = packed_quantiles(&v, &mut keys, count, ranks);
             let want = (
                 weighted_select(&mut v.clone(), ranks[0]),
                 weighted_select(&mut v.clone(), ranks[1]),
