@@ -461,7 +461,9 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         Traffic::Open(reqs) => reqs.len().min(64),
     };
     warm_pool(&http, &a.url, a.api_key.as_deref(), expected_streams.min(2048)).await;
-    let sink = Arc::new(RecordSink::create(&a.out, a.append)?.with_observer(a.hooks.on_record.clone()));
+    // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
+    // streams only hands each one over.
+    let sink = Arc::new(RecordSink::create(&a.out, a.append, true, a.hooks.on_record.clone())?);
     let mut external_stop = a.hooks.stop.clone();
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), a.quiet);
@@ -475,7 +477,6 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         aborted: AtomicBool::new(false),
         log: progress.printer(),
         verbose: a.verbose,
-        kept: std::sync::Mutex::new(Vec::new()),
         started: AtomicU64::new(0),
     });
 
@@ -607,15 +608,17 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    sink.sync()?;
-
-    let records = std::mem::take(&mut *ctx.kept.lock().unwrap_or_else(|p| p.into_inner()));
+    let finished = sink.finish()?;
+    if let Some(e) = &finished.error {
+        eprintln!("loadshape replay: {e}");
+    }
+    let records = finished.records;
     let summary = metrics::summarize(&records, &slo);
     println!("{}", super::report::render(&records, &summary, &slo, server.as_ref()));
     let started = ctx.started.load(Ordering::Relaxed);
     let meta = json!({
         "url": a.url, "model": model, "dialect": dialect, "endpoint": a.endpoint, "seed": seed, "nonce": nonce,
-        "shape": shape, "wall_s": wall, "requests_started": started, "records_written": sink.written(),
+        "shape": shape, "wall_s": wall, "requests_started": started, "records_written": finished.written,
         "interrupted": interrupted.map(|s| s.0), "aborted": ctx.aborted.load(Ordering::Relaxed),
         "slo": slo, "summary": summary, "server": server,
         "loadshape_version": shared::version::LOADSHAPE_VERSION,
@@ -626,7 +629,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!(
         "loadshape replay: {wall:.0} s wall, {started} requests started, {} records in {}",
-        sink.written(),
+        finished.written,
         sink.path().display()
     );
     if ctx.aborted.load(Ordering::Relaxed) {

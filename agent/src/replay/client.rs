@@ -112,10 +112,24 @@ pub struct Outcome {
 }
 
 /// The HTTP client, one per run; connections are pooled and reused.
+///
+/// Everything about a request that does not change from one request to the next is prepared once here: the parsed
+/// URL, the headers (content type, the API key) and the constant parts of the JSON body, so that a request costs
+/// the prompt's escaping and reqwest's own work only (measured: the URL parse, the `serde_json::Value` body and its
+/// drop were a quarter of the client's per-request CPU, which is spent on the thread that reads the streams).
 #[derive(Debug, Clone)]
 pub struct Client {
     http: reqwest::Client,
-    url: String,
+    /// The endpoint's URL, or why it is not one (the request then fails with that text).
+    url: Result<reqwest::Url, String>,
+    /// Content type and authorization, or why the API key is not a valid header value.
+    headers: Result<reqwest::header::HeaderMap, String>,
+    /// The body up to the prompt's JSON string: `{"model":…,"prompt":` (or the chat message's `"content":`).
+    body_head: Vec<u8>,
+    /// After the prompt's string: the rest of the chat message (empty for completions).
+    body_after_prompt: &'static [u8],
+    /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
+    body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
 }
 
@@ -127,8 +141,27 @@ pub fn http_client() -> anyhow::Result<reqwest::Client> {
         .no_proxy()
         .pool_max_idle_per_host(usize::MAX)
         .pool_idle_timeout(Duration::from_secs(90))
+        // No retries: a retried request would be timed as one, and its first attempt would be lost. reqwest's
+        // default retries HTTP/2 protocol NACKs only (HTTP/1 here) but clones every request to be able to; with a
+        // budget of 0 retries it clones nothing.
+        .retry(reqwest::retry::never().max_retries_per_request(0))
         .build()
         .context("building the HTTP client")
+}
+
+/// The headers every request carries: `content-type: application/json` and, with an API key, `authorization:
+/// Bearer …` (marked sensitive, so it is never printed).
+fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
+    use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
+    let mut h = HeaderMap::with_capacity(2);
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Some(key) = api_key {
+        let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| "the API key holds characters an HTTP header cannot carry".to_string())?;
+        v.set_sensitive(true);
+        h.insert(AUTHORIZATION, v);
+    }
+    Ok(h)
 }
 
 /// `scheme://host:port` of a URL (where `/metrics`, `/props`, `/version` and `/health` live).
@@ -181,10 +214,33 @@ impl Client {
             Endpoint::Completions => "completions",
             Endpoint::Chat => "chat/completions",
         };
-        let url = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
+        let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
+        let url = reqwest::Url::parse(&url_text).map_err(|e| format!("invalid URL {url_text:?}: {e}"));
+        let headers = request_headers(cfg.api_key.as_deref());
+        let mut body_head = Vec::with_capacity(64 + cfg.model.len());
+        body_head.extend_from_slice(b"{\"model\":");
+        // Serializing a `&str` or an `f64` into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut body_head, cfg.model.as_str());
+        let body_after_prompt: &'static [u8] = match cfg.endpoint {
+            Endpoint::Completions => {
+                body_head.extend_from_slice(b",\"prompt\":");
+                b""
+            }
+            Endpoint::Chat => {
+                body_head.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
+                b"}]"
+            }
+        };
+        let mut body_tail = b",\"temperature\":".to_vec();
+        let _ = serde_json::to_writer(&mut body_tail, &cfg.temperature);
+        body_tail.extend_from_slice(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
         Client {
             http,
             url,
+            headers,
+            body_head,
+            body_after_prompt,
+            body_tail,
             cfg: Arc::new(cfg),
         }
     }
@@ -193,7 +249,31 @@ impl Client {
         &self.cfg
     }
 
-    /// The JSON body for one forced-length streaming request.
+    /// The JSON body of one forced-length streaming request, as sent: the prepared constant parts around the
+    /// prompt's JSON string and the dialect's length fields. The same object as [`Client::body`] (tested).
+    pub fn body_bytes(&self, prompt: &str, max_tokens: u32) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.body_head.len() + prompt.len() + prompt.len() / 16 + 160);
+        out.extend_from_slice(&self.body_head);
+        // Serializing a `&str` into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, prompt);
+        out.extend_from_slice(self.body_after_prompt);
+        self.cfg.dialect.write_length(&mut out, max_tokens);
+        out.extend_from_slice(&self.body_tail);
+        out
+    }
+
+    /// One request, ready to send (or why it cannot be: a bad URL or API key, reported as the request's error).
+    fn request(&self, prompt: &str, max_tokens: u32) -> Result<reqwest::Request, String> {
+        let url = self.url.as_ref().map_err(Clone::clone)?.clone();
+        let headers = self.headers.as_ref().map_err(Clone::clone)?.clone();
+        let mut req = reqwest::Request::new(reqwest::Method::POST, url);
+        *req.headers_mut() = headers;
+        *req.body_mut() = Some(reqwest::Body::from(self.body_bytes(prompt, max_tokens)));
+        Ok(req)
+    }
+
+    /// The JSON body for one forced-length streaming request, as a `Value` (the reference [`Client::body_bytes`]
+    /// is tested against).
     pub fn body(&self, prompt: &str, max_tokens: u32) -> Value {
         let mut body = Map::new();
         body.insert("model".into(), self.cfg.model.clone().into());
@@ -230,20 +310,46 @@ impl Client {
         // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
         // connection per worker, likewise starts its clock once its connection is ready.
         tokio::task::yield_now().await;
-        let body = self.body(prompt, max_tokens);
-        let mut req = self.http.post(&self.url).json(&body);
-        if let Some(key) = &self.cfg.api_key {
-            req = req.bearer_auth(key);
-        }
+        // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
+        // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
+        // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
+        // first content frame — the write, the server, the read and the wait for this task's turn — is TTFT.
+        let pending = self.request(prompt, max_tokens).map(|req| self.http.execute(req));
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         let st = StreamState::new(Instant::now(), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
-        let result = tokio::select! {
-            biased;
-            r = tokio::time::timeout_at(deadline.into(), req.send()) => Some(r),
-            () = cut.cancelled() => None,
+        let result = match pending {
+            Ok(pending) => tokio::select! {
+                biased;
+                r = tokio::time::timeout_at(deadline.into(), pending) => Ok(Some(r)),
+                () = cut.cancelled() => Ok(None),
+            },
+            Err(e) => Err(e),
         };
         let outcome = match result {
+            Err(e) => st.fail(format!("request failed: {e}")),
+            Ok(result) => self.on_response(result, st, deadline, live, cut).await,
+        };
+        live.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if outcome.ok {
+            live.completed.fetch_add(1, Ordering::Relaxed);
+            live.gen_tokens.fetch_add(outcome.gen_tokens, Ordering::Relaxed);
+        } else {
+            live.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    /// The response (or the error, timeout or cut that came instead), read to the end.
+    async fn on_response(
+        &self,
+        result: Option<Result<reqwest::Result<reqwest::Response>, tokio::time::error::Elapsed>>,
+        st: StreamState,
+        deadline: Instant,
+        live: &LiveCounters,
+        cut: &CancellationToken,
+    ) -> Outcome {
+        match result {
             None => st.fail(CUT_ERROR.to_string()),
             Some(Err(_)) => st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
             Some(Ok(Err(e))) => st.fail(format!("request failed: {}", error_chain(&e))),
@@ -257,15 +363,7 @@ impl Client {
                 st.fail(format!("HTTP {status}: {detail}"))
             }
             Some(Ok(Ok(resp))) => self.read_stream(resp, st, deadline, live, cut).await,
-        };
-        live.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if outcome.ok {
-            live.completed.fetch_add(1, Ordering::Relaxed);
-            live.gen_tokens.fetch_add(outcome.gen_tokens, Ordering::Relaxed);
-        } else {
-            live.failed.fetch_add(1, Ordering::Relaxed);
         }
-        outcome
     }
 
     async fn read_stream(
@@ -770,6 +868,75 @@ mod tests {
             o.error
         );
         assert_eq!(o.frames, 0);
+    }
+
+    #[test]
+    fn body_bytes_is_the_reference_body() {
+        let prompts = [
+            "",
+            "plain words",
+            "quotes \" and \\ backslashes, tabs\t, newlines\n\r, control \u{1} \u{1f}, unicode é 漢字 🦀, </script>",
+        ];
+        for endpoint in [Endpoint::Completions, Endpoint::Chat] {
+            for dialect in [
+                Dialect::Vllm,
+                Dialect::Sglang,
+                Dialect::Tabbyapi,
+                Dialect::Llamacpp,
+                Dialect::Openai,
+            ] {
+                for (model, temperature) in [("m", 0.6), ("org/\"odd\" model", 0.0), ("x", 1e-7)] {
+                    let http = http_client().unwrap_or_else(|e| panic!("{e}"));
+                    let c = Client::new(
+                        http,
+                        ClientConfig {
+                            base_url: "http://127.0.0.1:9/v1/".into(),
+                            model: model.into(),
+                            api_key: Some("sk-1".into()),
+                            endpoint,
+                            dialect,
+                            temperature,
+                            timeout: Duration::from_secs(1),
+                            stall_timeout: None,
+                        },
+                    );
+                    for p in prompts {
+                        for n in [1, 700, u32::MAX] {
+                            let bytes = c.body_bytes(p, n);
+                            let parsed: Value = serde_json::from_slice(&bytes)
+                                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
+                            assert_eq!(parsed, c.body(p, n), "{endpoint:?} {dialect:?} {model:?} {p:?} {n}");
+                        }
+                    }
+                    let req = c.request("p", 3).unwrap_or_else(|e| panic!("{e}"));
+                    assert_eq!(
+                        req.url().as_str(),
+                        match endpoint {
+                            Endpoint::Completions => "http://127.0.0.1:9/v1/completions",
+                            Endpoint::Chat => "http://127.0.0.1:9/v1/chat/completions",
+                        }
+                    );
+                    assert_eq!(req.headers()["content-type"], "application/json");
+                    assert_eq!(req.headers()["authorization"], "Bearer sk-1");
+                    assert!(req.headers()["authorization"].is_sensitive());
+                }
+            }
+        }
+        // A key that cannot be a header value fails the request with a message, not a panic.
+        let c = Client::new(
+            http_client().unwrap_or_else(|e| panic!("{e}")),
+            ClientConfig {
+                base_url: "http://127.0.0.1:9/v1".into(),
+                model: "m".into(),
+                api_key: Some("bad\nkey".into()),
+                endpoint: Endpoint::Completions,
+                dialect: Dialect::Vllm,
+                temperature: 0.0,
+                timeout: Duration::from_secs(1),
+                stall_timeout: None,
+            },
+        );
+        assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
     }
 
     #[test]

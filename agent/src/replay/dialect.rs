@@ -84,6 +84,20 @@ impl Dialect {
             Dialect::Openai | Dialect::Auto => {}
         }
     }
+
+    /// The same fields as [`Dialect::apply_length`], written as JSON object members (each with its leading comma)
+    /// straight into a request body being built as bytes.
+    pub fn write_length(self, out: &mut Vec<u8>, tokens: u32) {
+        use std::io::Write as _;
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, ",\"max_tokens\":{tokens}");
+        let _ = match self {
+            Dialect::Vllm | Dialect::Sglang => write!(out, ",\"min_tokens\":{tokens},\"ignore_eos\":true"),
+            Dialect::Tabbyapi => write!(out, ",\"min_tokens\":{tokens},\"ban_eos_token\":true"),
+            Dialect::Llamacpp => write!(out, ",\"n_predict\":{tokens},\"ignore_eos\":true"),
+            Dialect::Openai | Dialect::Auto => Ok(()),
+        };
+    }
 }
 
 impl fmt::Display for Dialect {

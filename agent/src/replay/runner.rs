@@ -72,8 +72,6 @@ pub struct Ctx {
     pub log: Box<dyn Fn(&str) + Send + Sync>,
     /// Print a line per step (the seed's chatter), not only failures.
     pub verbose: bool,
-    /// Records also kept in memory for the end-of-run summary.
-    pub kept: std::sync::Mutex<Vec<RequestRecord>>,
     /// Requests started (each gets exactly one record).
     pub started: AtomicU64,
 }
@@ -90,7 +88,7 @@ pub struct Slot {
 }
 
 impl Ctx {
-    /// Send one request (cut-aware), write its record, and return the outcome.
+    /// Send one request (cut-aware), hand its record to the writer, and return the outcome.
     pub async fn request(&self, slot: Slot, prompt: &str, asked: u32, collect_text: bool) -> Outcome {
         self.started.fetch_add(1, Ordering::Relaxed);
         let outcome = self
@@ -98,10 +96,9 @@ impl Ctx {
             .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
             .await;
         let rec = to_record(&outcome, self.origin, slot, asked, prompt.len() as u64);
-        if let Err(e) = self.sink.write(&rec) {
+        if let Err(e) = self.sink.submit(rec) {
             (self.log)(&format!("could not write a record: {e:#}"));
         }
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
         outcome
     }
 }
