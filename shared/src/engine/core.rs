@@ -868,6 +868,7 @@ impl Engine {
 
     /// Bring lazy request `idx` up to date (it leaves the lazy set): its context, tokens and blocks as if it had
     /// been advanced step by step, and the blocks it completed filled into its chain.
+    #[inline(never)]
     fn materialize(&mut self, idx: u32) {
         let (t0, d0, chain) = {
             let r = &self.reqs[idx as usize];
@@ -897,10 +898,17 @@ impl Engine {
     }
 
     /// Bring every lazy request up to date: afterwards every running request is eager.
+    #[inline]
     fn materialize_all(&mut self) {
-        if self.lz.n == 0 {
-            return;
+        if self.lz.n > 0 {
+            self.materialize_all_now();
         }
+    }
+
+    /// [`Self::materialize_all`]'s work: rare, and reached from several places, so kept out of line.
+    #[cold]
+    #[inline(never)]
+    fn materialize_all_now(&mut self) {
         for i in 0..self.running.len() {
             let idx = self.running[i];
             if self.reqs[idx as usize].lazy {
@@ -915,6 +923,7 @@ impl Engine {
     /// A request on `chain` starts (`add`) or stops waiting: counted on each chain of its lineage, so that no
     /// request it could read becomes lazy while it waits. One that starts waiting and finds a lazy chain in its
     /// lineage (whose blocks it will look up) has every request brought up to date first.
+    #[inline(never)]
     fn wait_on(&mut self, chain: u32, add: bool) {
         let mut x = chain;
         let mut lazy = false;
