@@ -10,6 +10,9 @@ and the median of the per-round ratios (round r of each client ran back to back,
 same machine load). `other CPU` is what the rest of the machine used during the run (measure.py), in cores.
 TTFT: the floor prints its mean and (patched by bench_replay.sh) its nearest-rank p50 / p99; loadshape's mean / p50 /
 p99 are nearest-rank over its own records' `ttft_s`. `p99 ratio` = loadshape p99 / floor p99 per round, median.
+`p99 after 2C`: over the requests after the first 2 x concurrency (by start time). A closed loop at concurrency C
+starts C requests at the same instant and they stay in step for a while, so the first two waves are a start-up
+burst that decides the p99 of a 4,000-request run at C=256 (10 % of its requests); the rest is the steady state.
 """
 import glob
 import json
@@ -38,13 +41,14 @@ def floor_ttft(res, label):
             if line.startswith("{") and "mean_ttft_ms" in line:
                 r = json.loads(line)
                 # p50/p99 only with scripts/bench/floorclient_ttft.patch applied (bench_replay.sh applies it).
-                return {"mean": r["mean_ttft_ms"], "p50": r.get("median_ttft_ms"), "p99": r.get("p99_ttft_ms")}
+                return {"mean": r["mean_ttft_ms"], "p50": r.get("median_ttft_ms"), "p99": r.get("p99_ttft_ms"),
+                        "p99s": r.get("p99_ttft_after_2c_ms")}
     except OSError:
         pass
     return None
 
 
-def loadshape_ttft(res, label):
+def loadshape_ttft(res, label, conc):
     path = os.path.join(res, "client", label + ".jsonl")
     if not os.path.exists(path):
         return None
@@ -55,10 +59,13 @@ def loadshape_ttft(res, label):
         except ValueError:
             continue
         if r.get("ok") and r.get("ttft_s") is not None:
-            t.append(r["ttft_s"] * 1000.0)
+            t.append((r["t_submit"], r["ttft_s"] * 1000.0))
     if not t:
         return None
-    return {"mean": statistics.mean(t), "p50": pct(t, 0.5), "p99": pct(t, 0.99), "n": len(t)}
+    t.sort()
+    steady = [x for _, x in t[2 * conc:]]
+    t = [x for _, x in t]
+    return {"mean": statistics.mean(t), "p50": pct(t, 0.5), "p99": pct(t, 0.99), "p99s": pct(steady, 0.99), "n": len(t)}
 
 
 def main():
@@ -73,7 +80,7 @@ def main():
             continue
         client, conc, itl, rnd = mo.group(1), int(mo.group(2)), float(mo.group(3)), int(mo.group(4) or 1)
         cpu = r.get("marginal_cpu_s_per_1M_tokens") or r.get("total_cpu_s_per_1M_tokens")
-        ttft = floor_ttft(res, r["label"]) if client == "floor" else loadshape_ttft(res, r["label"])
+        ttft = floor_ttft(res, r["label"]) if client == "floor" else loadshape_ttft(res, r["label"], conc)
         cells.setdefault((conc, itl), {}).setdefault(client, {})[rnd] = {
             "cpu": cpu, "rc": r.get("rc"), "other": (r.get("other_cpu_s") or 0) / max(r.get("wall_s") or 1, 1e-9),
             "ttft": ttft, "requests": r.get("server_completed_streams"),
@@ -96,10 +103,10 @@ def main():
               f"{fmt(lm / fm) if fm and lm else '–'} | {fmt(statistics.median(paired)) if paired else '–'} | "
               f"{fmt(min(other), 1) if other else '–'}–{fmt(max(other), 1) if other else '–'} |")
     print()
-    print("| paced case | floor mean TTFT ms (runs) | floor p50 | floor p99 (runs; median) | "
-          "loadshape mean TTFT ms (runs) | loadshape p50 | loadshape p99 (runs; median) | p99 ratio (median paired) | "
-          "other CPU, cores (floor / loadshape per round) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| paced case | floor mean TTFT ms (runs) | floor p50 | floor p99 (runs; median) | floor p99 after 2C | "
+          "loadshape mean TTFT ms (runs) | loadshape p50 | loadshape p99 (runs; median) | loadshape p99 after 2C | "
+          "p99 ratio (median paired) | other CPU, cores (floor / loadshape per round) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (conc, itl) in sorted(k for k in cells if k[1] > 0):
         c = cells[(conc, itl)]
         fl, ls = c.get("floor", {}), c.get("loadshape", {})
@@ -107,6 +114,8 @@ def main():
         lt = [ls[k]["ttft"] for k in sorted(ls) if ls[k]["ttft"]]
         p99 = [t["p99"] for t in lt]
         fp99 = [t["p99"] for t in ft if t.get("p99") is not None]
+        fp99s = [t["p99s"] for t in ft if t.get("p99s") is not None]
+        lp99s = [t["p99s"] for t in lt if t.get("p99s") is not None]
         paired = [ls[k]["ttft"]["p99"] / fl[k]["ttft"]["p99"] for k in sorted(ls)
                   if k in fl and ls[k]["ttft"] and fl[k]["ttft"] and fl[k]["ttft"].get("p99")]
         runs = lambda xs, key: " / ".join(fmt(t.get(key), 1) for t in xs) or "–"
@@ -114,7 +123,9 @@ def main():
         other = " / ".join(f"{c[cl][k]['other']:.1f}" for k in sorted(ls) for cl in ("floor", "loadshape")
                            if cl in c and k in c[cl])
         print(f"| {itl:g} ms, c={conc} | {runs(ft, 'mean')} | {runs(ft, 'p50')} | {runs(ft, 'p99')}; **{med(fp99)}** | "
+              f"{runs(ft, 'p99s')}; **{med(fp99s)}** | "
               f"{runs(lt, 'mean')} | {runs(lt, 'p50')} | {runs(lt, 'p99')}; **{med(p99)}** | "
+              f"{runs(lt, 'p99s')}; **{med(lp99s)}** | "
               f"{fmt(statistics.median(paired)) if paired else '–'} | {other or '–'} |")
 
 
