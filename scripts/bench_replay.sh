@@ -7,6 +7,7 @@
 #   CLIENTS="seed floor loadshape" REPEAT=3 bash scripts/bench_replay.sh   # medians of 3 in $RESULTS/medians.md
 #   STREAMS=1024 bash scripts/bench_replay.sh            # + one loadshape run at 1,024 concurrent streams
 #   RT=1 ...                                             # paced runs at real-time priority (see below)
+#   LS_ARGS="--threads 2" ...                            # extra arguments for loadshape replay
 #
 # loadshape runs a closed-loop scenario (scripts/bench/closed_loop.json with users/num_requests filled in): fixed
 # 32-token prompts and 256 output tokens, like the floor client. Results: $PEERBENCH/$RESULTS/summary.md.
@@ -90,7 +91,9 @@ client_cmd() {  # client conc nreq label -> prints argv, one per line
         --requests "$n" --max-tokens 256 ;;
     loadshape)  # full per-request records, usage, ITL summaries, scraping off (the mock has no /metrics)
       printf '%s\n' "$LS_BIN" replay --url "$BASE/v1" --model mock-model --dialect vllm --quiet \
-        --metrics-url none --scenario "$(scenario "$c" "$n")" --out "$RESULTS/client/$label.jsonl" ;;
+        --metrics-url none --scenario "$(scenario "$c" "$n")" --out "$RESULTS/client/$label.jsonl"
+      # shellcheck disable=SC2086
+      [ -n "${LS_ARGS:-}" ] && printf '%s\n' ${LS_ARGS} ;;
   esac
 }
 
