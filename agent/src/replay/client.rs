@@ -305,16 +305,19 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
+        // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
+        // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
+        // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
+        // first content frame — the write, the server, the read and the wait for this task's turn — is TTFT.
+        // Building it before the scheduler pass below also means that when many requests start at once (a closed
+        // loop's first wave), their hand-offs to the connections follow each other closely instead of each one
+        // waiting for the next one's building.
+        let pending = self.request(prompt, max_tokens).map(|req| self.http.execute(req));
         // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
         // handed back to the pool by a task of its own; letting it run first means this request finds it idle
         // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
         // connection per worker, likewise starts its clock once its connection is ready.
         tokio::task::yield_now().await;
-        // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
-        // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
-        // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
-        // first content frame — the write, the server, the read and the wait for this task's turn — is TTFT.
-        let pending = self.request(prompt, max_tokens).map(|req| self.http.execute(req));
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         let st = StreamState::new(Instant::now(), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
