@@ -127,14 +127,17 @@ impl WordRng for rand_mt::Mt {
     }
 }
 
-/// The corpus as the seed used it: `corpus.split()`.
-fn corpus_vec(kind: FillerKind) -> Vec<&'static str> {
+/// The corpus as the seed used it: `corpus.split()`, split once per process (replay draws filler for every
+/// request).
+fn corpus_vec(kind: FillerKind) -> &'static [&'static str] {
+    static PROSE_WORDS: std::sync::LazyLock<Vec<&'static str>> =
+        std::sync::LazyLock::new(|| PROSE.split_whitespace().collect());
+    static CODE_WORDS: std::sync::LazyLock<Vec<&'static str>> =
+        std::sync::LazyLock::new(|| CODE.split_whitespace().collect());
     match kind {
-        FillerKind::Prose => PROSE,
-        FillerKind::Code => CODE,
+        FillerKind::Prose => &PROSE_WORDS,
+        FillerKind::Code => &CODE_WORDS,
     }
-    .split_whitespace()
-    .collect()
 }
 
 /// About `tokens` tokens of `kind` filler: [`FillerKind::words_for_tokens`] words drawn uniformly (with
