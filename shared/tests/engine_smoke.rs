@@ -71,3 +71,41 @@ fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
     let off = r.diagnostics.cache_off.expect("counterfactual");
     assert!(off.ttft_p50_ms > off.cache_on_ttft_p50_ms, "{off:?}");
 }
+
+/// Skipping the records' own ITL quantiles (what the page does) changes nothing else: the summary, timeline,
+/// diagnostics and every other record field are the same, the mean and max ITL included.
+#[test]
+fn summary_only_runs_differ_only_in_record_itl_quantiles() {
+    use shared::engine::{SimOptions, simulate_with};
+    let path = format!("{}/../examples/engine-sessions-10k.json", env!("CARGO_MANIFEST_DIR"));
+    let Scenario::Engine(mut sc) =
+        Scenario::from_json(&std::fs::read_to_string(&path).expect("example")).expect("parses")
+    else {
+        panic!("not an engine scenario")
+    };
+    sc.counterfactuals = true;
+    let full = simulate(&sc).expect("runs");
+    let lean = simulate_with(
+        &sc,
+        SimOptions {
+            record_itl_quantiles: false,
+        },
+    )
+    .expect("runs");
+    assert_eq!(full.summary, lean.summary);
+    assert_eq!(full.timeline, lean.timeline);
+    assert_eq!(full.diagnostics, lean.diagnostics);
+    assert_eq!(full.records.len(), lean.records.len());
+    let mut with_itl = 0;
+    for (a, b) in full.records.iter().zip(&lean.records) {
+        let (mut a, mut b) = (a.clone(), b.clone());
+        if let (Some(x), Some(y)) = (a.itl.take(), b.itl.take()) {
+            assert!(x.p50_ms.is_finite() && x.p99_ms.is_finite());
+            assert!(y.p50_ms.is_nan() && y.p99_ms.is_nan());
+            assert_eq!((x.mean_ms, x.max_ms), (y.mean_ms, y.max_ms));
+            with_itl += 1;
+        }
+        assert_eq!(a, b);
+    }
+    assert!(with_itl > 9000, "{with_itl} records with ITL");
+}

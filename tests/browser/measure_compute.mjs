@@ -3,7 +3,10 @@
 // For each file: opens the CLI's share link in headless Chromium, then moves the TTFT-SLO slider N times (default
 // 15; an SLO edit recomputes the whole scenario) and prints the page's data-compute-ms for the first computation
 // (a cold page: V8 runs new wasm in its baseline tier first) and the median and minimum of the recomputations
-// (what a user dragging a slider sees). Needs dist/ built (trunk build --release).
+// (what a user dragging a slider sees). With `--settle`, each move waits until the load sweep that follows a result
+// has finished and the page is idle, so the figure is the computation alone, not the computation competing with
+// the page drawing the previous result and running the sweep (on a 2-core machine that doubles the median).
+// Needs dist/ built (trunk build --release).
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { BIN, ROOT, launchBrowser, startAgent } from './harness.mjs';
@@ -11,6 +14,8 @@ import { BIN, ROOT, launchBrowser, startAgent } from './harness.mjs';
 const args = process.argv.slice(2);
 const runsAt = args.indexOf('--runs');
 const runs = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 15;
+const settleAt = args.indexOf('--settle');
+const settle = settleAt >= 0 && args.splice(settleAt, 1).length > 0;
 const files = args.length ? args : [path.join(ROOT, 'examples/engine-sessions-10k.json')];
 const agent = await startAgent();
 const browser = await launchBrowser();
@@ -29,6 +34,15 @@ try {
     const first = Number(last);
     const slider = page.locator('input[type=range][data-pointer="/slo/ttft_ms"]');
     for (let i = 0; i < runs; i += 1) {
+      if (settle) {
+        await page.waitForFunction(() => {
+          const p = document.querySelector('[data-sweep-progress]');
+          if (!p) return true;
+          const [done, total] = p.getAttribute('data-sweep-progress').split('/').map(Number);
+          return done >= total;
+        }, null, { timeout: 120000 });
+        await page.waitForTimeout(200);
+      }
       await slider.evaluate((el, v) => {
         el.value = String(v);
         el.dispatchEvent(new Event('input', { bubbles: true }));
@@ -44,7 +58,7 @@ try {
     const where = await page.locator('[data-computed-in]').first().getAttribute('data-computed-in').catch(() => '?');
     await page.close();
     times.sort((a, b) => a - b);
-    console.log(`${path.basename(file)} (in the ${where}): first ${first.toFixed(1)} ms; recomputations median ${times[runs >> 1].toFixed(1)} ms, min ${times[0].toFixed(1)} ms (${times.map((t) => t.toFixed(1)).join(', ')})`);
+    console.log(`${path.basename(file)} (in the ${where}${settle ? ', settled' : ''}): first ${first.toFixed(1)} ms; recomputations median ${times[runs >> 1].toFixed(1)} ms, min ${times[0].toFixed(1)} ms (${times.map((t) => t.toFixed(1)).join(', ')})`);
   }
 } finally {
   await browser.close();

@@ -1147,11 +1147,13 @@ impl Engine {
 
     /// Inter-token latency summary of a finished request (`None` below two output tokens).
     /// Within a stretch of identical decode steps the gaps grow linearly; quantiles interpolate inside a stretch.
+    /// Without `quantiles`, p50 and p99 are `NaN` (not computed; the mean and max are).
     pub(crate) fn itl_summary(
         &self,
         idx: u32,
         scratch: &mut Vec<(f64, f64, u64)>,
         keys: &mut Vec<u64>,
+        quantiles: bool,
     ) -> Option<crate::record::ItlSummary> {
         let r = &self.reqs[idx as usize];
         if r.generated < 2 {
@@ -1188,7 +1190,9 @@ impl Engine {
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
         let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
         let (r50, r99) = (rank(0.5), rank(0.99));
-        let (p50_ms, p99_ms) = if stretches.len() <= PACKED_ITL_MAX {
+        let (p50_ms, p99_ms) = if !quantiles {
+            (f64::NAN, f64::NAN)
+        } else if stretches.len() <= PACKED_ITL_MAX {
             packed_quantiles(stretches, keys, count, [r50, r99])
         } else {
             let mut v = stretches.to_vec();

@@ -131,17 +131,45 @@ pub struct EngineReport {
     pub diagnostics: Diagnostics,
 }
 
+/// What [`simulate_with`] computes beyond the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Each record's own ITL p50 and p99 (`RequestRecord::itl`). They take a sort of the request's stretches;
+    /// nothing in the summary uses them (its ITL figures weigh each request's mean), so a caller that only shows
+    /// the summary (the page) can skip them: its records then hold `NaN` there.
+    pub record_itl_quantiles: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            record_itl_quantiles: true,
+        }
+    }
+}
+
 /// Validate `scenario`, run it through the engine in virtual time, score it, and diagnose it.
 pub fn simulate(scenario: &EngineScenario) -> Result<EngineReport, ScenarioError> {
+    simulate_with(scenario, SimOptions::default())
+}
+
+/// [`simulate`] with options. The summary, timeline and diagnostics never depend on them.
+pub fn simulate_with(scenario: &EngineScenario, opts: SimOptions) -> Result<EngineReport, ScenarioError> {
     scenario.validate()?;
-    let main = sim::run(scenario, &scenario.profile, sim::Mode::AsGiven);
+    let main = sim::run(
+        scenario,
+        &scenario.profile,
+        sim::Mode::AsGiven,
+        opts.record_itl_quantiles,
+    );
     let summary = metrics::summarize(&main.records, &scenario.slo);
     let closed_loop_illusion = if scenario.counterfactuals
         && matches!(
             scenario.workload,
             Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_)
         ) {
-        let closed = sim::run(scenario, &scenario.profile, sim::Mode::OneAtATime);
+        // Counterfactual runs are only summarized: their records' own ITL quantiles are never read.
+        let closed = sim::run(scenario, &scenario.profile, sim::Mode::OneAtATime, false);
         let cs = metrics::summarize(&closed.records, &scenario.slo);
         Some(diagnostics::ClosedLoopIllusion {
             open_ttft_p50_ms: summary.ttft_p50_ms,
@@ -164,7 +192,7 @@ pub fn simulate(scenario: &EngineScenario) -> Result<EngineReport, ScenarioError
             enable_prefix_caching: false,
             ..scenario.profile.clone()
         };
-        let run = sim::run(scenario, &off, sim::Mode::AsGiven);
+        let run = sim::run(scenario, &off, sim::Mode::AsGiven, false);
         let s = metrics::summarize(&run.records, &scenario.slo);
         Some(diagnostics::CacheOff {
             ttft_p50_ms: s.ttft_p50_ms,

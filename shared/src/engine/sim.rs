@@ -163,6 +163,8 @@ struct Driver {
     peak_kv: u64,
     scratch: Vec<(f64, f64, u64)>,
     keys: Vec<u64>,
+    /// Compute each record's own ITL p50/p99 (see `SimOptions::record_itl_quantiles`).
+    itl_quantiles: bool,
     heap: BinaryHeap<Ev>,
     seq: u64,
     seed: u64,
@@ -240,7 +242,9 @@ impl Driver {
         out.clear();
         for fi in 0..self.eng.finished.len() {
             let idx = self.eng.finished[fi];
-            let itl = self.eng.itl_summary(idx, &mut self.scratch, &mut self.keys);
+            let itl = self
+                .eng
+                .itl_summary(idx, &mut self.scratch, &mut self.keys, self.itl_quantiles);
             let r = &self.eng.reqs[idx as usize];
             let ri = r.tag as usize;
             let rec = &mut self.records[ri];
@@ -321,17 +325,18 @@ fn estimate_ms(w: &Workload) -> f64 {
     }
 }
 
-/// Run `sc`'s workload through an engine with `profile`.
-pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode) -> RunOut {
-    run_with(sc, profile, mode, true)
+/// Run `sc`'s workload through an engine with `profile`; `itl_quantiles`: see `SimOptions::record_itl_quantiles`.
+pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, itl_quantiles: bool) -> RunOut {
+    run_with(sc, profile, mode, true, itl_quantiles)
 }
 
 /// [`run`], with lazy decoders allowed or not (see `core::Lazy`; the results must not differ).
-fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool) -> RunOut {
+fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool, itl_quantiles: bool) -> RunOut {
     let mut eng = Engine::new(profile.clone());
     eng.lazy_ok = lazy;
     let mut d = Driver {
         eng,
+        itl_quantiles,
         records: Vec::with_capacity(expected_requests(&sc.workload)),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
@@ -809,8 +814,8 @@ mod tests {
             let kv = (kv_tokens / u64::from(bs)).max(1);
             let sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
             prop_assume!(sc.validate().is_ok());
-            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true);
-            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false);
+            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, true);
+            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, true);
             prop_assert_eq!(digest(&lazy), digest(&eager));
         }
     }
