@@ -1,12 +1,13 @@
 //! Speed of the engine model on the example scenarios (a plain `--release` bench, not a timed test).
 //!
-//! Run with: `cargo bench -p loadshape-shared --bench engine_sessions [-- FILE...]`
+//! Run with: `cargo bench -p loadshape-shared --bench engine_sessions [-- [--summary-only] FILE...]`
+//! (`--summary-only`: records without their own ITL quantiles, as the page runs it; see `SimOptions`).
 //! Default files: examples/engine-sessions-1m.json, engine-sessions-10k.json, engine-10k.json. Prints, per file, the
 //! request count and the wall time of `engine::simulate` (three runs, median), single-threaded.
 
 use std::time::Instant;
 
-use shared::engine::{EngineScenario, simulate};
+use shared::engine::{EngineScenario, SimOptions, simulate_with};
 
 fn load(path: &str) -> EngineScenario {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -31,6 +32,9 @@ fn cpu_s() -> Option<f64> {
 #[allow(clippy::disallowed_methods)]
 fn main() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let opts = SimOptions {
+        record_itl_quantiles: !std::env::args().any(|a| a == "--summary-only"),
+    };
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let files = if args.is_empty() {
         vec![
@@ -49,7 +53,7 @@ fn main() {
         for _ in 0..3 {
             let c0 = cpu_s();
             let t0 = Instant::now();
-            let r = simulate(&sc).unwrap_or_else(|e| panic!("{f}: {e}"));
+            let r = simulate_with(&sc, opts).unwrap_or_else(|e| panic!("{f}: {e}"));
             times.push(t0.elapsed().as_secs_f64());
             if let (Some(a), Some(b)) = (c0, cpu_s()) {
                 cpu.push(b - a);
