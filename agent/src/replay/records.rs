@@ -7,8 +7,9 @@
 //! for records (waking the writer for each record cost that thread more than the writing itself): at 256 streams
 //! whose requests end together, that work delayed the next requests' first frames (measured, see docs/replay.md).
 //! SIGINT and SIGTERM end a run through [`RecordSink::finish`], which writes everything queued before it returns;
-//! only a SIGKILL can lose records, those of its last 2 ms. No line is ever half-written or interleaved. [`read_records`] reads any record file back and reports malformed lines by
-//! line number instead of failing the whole file.
+//! only a SIGKILL can lose records, those of its last 2 ms. No line is ever half-written or interleaved.
+//! [`read_records`] reads any record file back and reports malformed lines by line number instead of failing the
+//! whole file.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
