@@ -587,39 +587,26 @@ impl Engine {
         self.admitted.clear();
         self.preempted.clear();
         let mut budget = self.p.max_num_batched_tokens;
-        // Σ context, prefill tokens and decoders of the batch, summed as it is built.
-        let mut ctx = 0u64;
-        let mut prefill_tokens = 0u32;
-        let mut decoders = 0u32;
+        let mut sums = BatchSums::default();
         if self.lz.n > 0 {
             match self.schedule_lazy(budget) {
-                Some((b, c, p, d)) => (budget, ctx, prefill_tokens, decoders) = (b, c, p, d),
+                Some((b, lazy_sums)) => (budget, sums) = (b, lazy_sums),
                 None => self.materialize_all(),
             }
         }
         let mut i = 0;
         while self.lz.n == 0 && i < self.running.len() {
             let idx = self.running[i];
-            let (t, p_eff, chain, left) = {
+            let (t, p_eff) = {
                 let r = &self.reqs[idx as usize];
-                (r.t, r.p_eff, r.chain, r.output - r.generated)
+                (r.t, r.p_eff)
             };
-            let prefill = t < p_eff;
-            let tokens = if prefill {
-                (p_eff - t).min(budget)
-            } else {
-                1.min(budget)
-            };
+            let tokens = wanted(t, p_eff).min(budget);
             if tokens == 0 {
                 i += 1;
                 continue;
             }
-            let need = if prefill {
-                self.blocks(t + tokens) - self.blocks(t)
-            } else {
-                // One more token needs a new block exactly when the last one is full.
-                u64::from(self.rem_bs(t) == 0)
-            };
+            let need = self.new_blocks(t, p_eff, tokens);
             let mut self_preempted = false;
             while need > 0 && !self.kv.alloc(need) {
                 let Some(victim) = self.running.pop() else { break };
@@ -632,24 +619,15 @@ impl Engine {
             if self_preempted {
                 break;
             }
-            self.reqs[idx as usize].private += need;
-            ctx += u64::from(t);
-            if prefill {
-                prefill_tokens += tokens;
-            } else {
-                decoders += 1;
-            }
-            self.sched.push(Sched {
-                idx,
-                tokens,
-                prefill,
-                t,
-                chain,
-                left,
-            });
+            self.schedule_running(idx, tokens, need, &mut sums);
             budget -= tokens;
             i += 1;
         }
+        let BatchSums {
+            mut ctx,
+            mut prefill_tokens,
+            decoders,
+        } = sums;
         if self.preempted.is_empty() {
             while let Some(&idx) = self.waiting.front() {
                 if self.running.len() >= self.p.max_num_seqs as usize || budget == 0 {
@@ -764,7 +742,7 @@ impl Engine {
     /// hold the batch's new blocks (the full schedule would preempt): the caller then brings every request up to
     /// date and schedules them one by one. When every allocation fits, allocating their sum at once leaves the KV
     /// cache exactly as allocating them in turn would.
-    fn schedule_lazy(&mut self, budget: u32) -> Option<(u32, u64, u32, u32)> {
+    fn schedule_lazy(&mut self, budget: u32) -> Option<(u32, BatchSums)> {
         let n = u32::try_from(self.lz.n).ok()?;
         let mut budget = budget.checked_sub(n)?;
         let d = self.lz.d;
@@ -775,7 +753,7 @@ impl Engine {
             let idx = self.eager[i];
             let r = &self.reqs[idx as usize];
             let (t, p_eff) = (r.t, r.p_eff);
-            let want = if t < p_eff { p_eff - t } else { 1 };
+            let want = wanted(t, p_eff);
             let tokens = want.min(budget);
             if tokens < want && r.seq < self.lz.max_seq {
                 return None;
@@ -783,11 +761,7 @@ impl Engine {
             if tokens == 0 {
                 continue;
             }
-            let need = if t < p_eff {
-                self.blocks(t + tokens) - self.blocks(t)
-            } else {
-                u64::from(self.rem_bs(t) == 0)
-            };
+            let need = self.new_blocks(t, p_eff, tokens);
             need_total += need;
             self.plan.push((idx, tokens, need));
             budget -= tokens;
@@ -797,29 +771,47 @@ impl Engine {
         }
         // Cannot fail: checked just above.
         let _ = self.kv.alloc(need_total);
-        let mut ctx = self.lz.sum_off.wrapping_add(self.lz.n.wrapping_mul(d));
-        let (mut prefill_tokens, mut decoders) = (0u32, n);
+        let mut sums = BatchSums {
+            ctx: self.lz.sum_off.wrapping_add(self.lz.n.wrapping_mul(d)),
+            prefill_tokens: 0,
+            decoders: n,
+        };
         for pi in 0..self.plan.len() {
             let (idx, tokens, need) = self.plan[pi];
-            let r = &mut self.reqs[idx as usize];
-            r.private += need;
-            let prefill = r.t < r.p_eff;
-            ctx += u64::from(r.t);
-            if prefill {
-                prefill_tokens += tokens;
-            } else {
-                decoders += 1;
-            }
-            self.sched.push(Sched {
-                idx,
-                tokens,
-                prefill,
-                t: r.t,
-                chain: r.chain,
-                left: r.output - r.generated,
-            });
+            self.schedule_running(idx, tokens, need, &mut sums);
         }
-        Some((budget, ctx, prefill_tokens, decoders))
+        Some((budget, sums))
+    }
+
+    /// Blocks running request with context `t` (prefilling up to `p_eff`) needs for `tokens` more: a prefill chunk
+    /// its new blocks, a decoded token a new block exactly when the last one is full.
+    fn new_blocks(&self, t: u32, p_eff: u32, tokens: u32) -> u64 {
+        if t < p_eff {
+            self.blocks(t + tokens) - self.blocks(t)
+        } else {
+            u64::from(self.rem_bs(t) == 0)
+        }
+    }
+
+    /// Put running request `idx` in the batch with `tokens` tokens, holding `need` newly allocated blocks.
+    fn schedule_running(&mut self, idx: u32, tokens: u32, need: u64, sums: &mut BatchSums) {
+        let r = &mut self.reqs[idx as usize];
+        r.private += need;
+        let prefill = r.t < r.p_eff;
+        sums.ctx += u64::from(r.t);
+        if prefill {
+            sums.prefill_tokens += tokens;
+        } else {
+            sums.decoders += 1;
+        }
+        self.sched.push(Sched {
+            idx,
+            tokens,
+            prefill,
+            t: r.t,
+            chain: r.chain,
+            left: r.output - r.generated,
+        });
     }
 
     /// Can running request `idx` become lazy? A decoder with tokens still to generate whose chain no other running
@@ -1280,6 +1272,19 @@ impl Engine {
             self.now_ms = t_ms;
         }
     }
+}
+
+/// Σ context, prefill tokens and decoders of a batch, summed as it is built.
+#[derive(Debug, Clone, Copy, Default)]
+struct BatchSums {
+    ctx: u64,
+    prefill_tokens: u32,
+    decoders: u32,
+}
+
+/// The tokens a running request with context `t` wants in a step: the rest of its prefill (to `p_eff`), or one.
+fn wanted(t: u32, p_eff: u32) -> u32 {
+    if t < p_eff { p_eff - t } else { 1 }
 }
 
 /// Remove from `list` the elements of `gone`, all of which appear in `list`, in the same relative order.
