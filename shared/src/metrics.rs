@@ -381,7 +381,10 @@ impl Stats {
         let total_f = total as f64;
         let mean = samples.iter().map(|&(v, w)| v * w as f64).sum::<f64>() / total_f;
         let rank = |q: f64| ((q * total_f).ceil().max(1.0) as u64).min(total) - 1;
-        let [p50, p90, p95, p99] = weighted_ranks(samples, QUANTILES.map(rank));
+        let Some(picks) = weighted_ranks_by(samples, QUANTILES.map(rank), |s| s.0, |s| s.1) else {
+            return Stats::default();
+        };
+        let [p50, p90, p95, p99] = picks.map(|(s, _)| s.0);
         Stats {
             mean,
             p50,
@@ -423,40 +426,50 @@ fn select_ranks<const K: usize>(samples: &mut [f64], ranks: [usize; K]) -> [f64;
     out
 }
 
-/// The values at 0-based weighted ranks `ranks` (ascending; each below Σ weight) among `(value, weight)` pairs, as
-/// if each pair were `weight` copies of its value in ascending order: one partition per level, each side entered
-/// only for the ranks it holds (expected O(n) for all four). Reorders `samples`.
-fn weighted_ranks<const K: usize>(samples: &mut [(f64, u64)], ranks: [u64; K]) -> [f64; K] {
-    let mut out = [0.0; K];
+/// For 0-based weighted ranks `ranks` (ascending; each below Σ weight) among `samples` ordered by `key`, as if each
+/// sample were `weight` consecutive units: the sample holding each rank and the rank's offset inside it. One
+/// partition per level, each side entered only for the ranks it holds (expected O(n) for all of them). `None` for
+/// no samples; a rank past the total weight gets the largest sample's last unit. Ties in `key` are taken in any
+/// order. Reorders `samples`. Also the engine's fallback for a request's ITL over very many stretches.
+pub(crate) fn weighted_ranks_by<T: Copy, const K: usize>(
+    samples: &mut [T],
+    ranks: [u64; K],
+    key: impl Fn(&T) -> f64,
+    weight: impl Fn(&T) -> u64,
+) -> Option<[(T, u64); K]> {
+    let mut out = [(*samples.first()?, 0); K];
+    let cmp = |a: &T, b: &T| key(a).total_cmp(&key(b));
     // A part still to search: its samples, the index of its first weight unit, and the ranks [lo, hi) it holds.
-    type Part<'a> = (&'a mut [(f64, u64)], u64, usize, usize);
-    let mut todo: Vec<Part> = vec![(samples, 0, 0, K)];
+    type Part<'a, T> = (&'a mut [T], u64, usize, usize);
+    let mut todo: Vec<Part<T>> = vec![(samples, 0, 0, K)];
     while let Some((v, base, lo, hi)) = todo.pop() {
         if v.len() <= 32 {
-            v.sort_unstable_by(|a, b| a.0.total_cmp(&b.0));
+            v.sort_unstable_by(cmp);
             let mut acc = base;
             let mut i = lo;
-            for &(x, w) in v.iter() {
-                acc += w;
-                while i < hi && ranks[i] < acc {
-                    out[i] = x;
+            for &x in v.iter() {
+                let w = weight(&x);
+                while i < hi && ranks[i] < acc + w {
+                    out[i] = (x, ranks[i] - acc);
                     i += 1;
                 }
+                acc += w;
             }
-            // Only past the total weight (not by the contract): the largest value.
-            for o in &mut out[i..hi] {
-                *o = v.last().map_or(0.0, |e| e.0);
+            if let Some(&last) = v.last() {
+                for o in &mut out[i..hi] {
+                    *o = (last, weight(&last).saturating_sub(1));
+                }
             }
             continue;
         }
         let mid = v.len() / 2;
-        let (left, pivot, right) = v.select_nth_unstable_by(mid, |a, b| a.0.total_cmp(&b.0));
-        let wl: u64 = left.iter().map(|e| e.1).sum();
-        let (p_lo, p_hi) = (base + wl, base + wl + pivot.1);
+        let (left, pivot, right) = v.select_nth_unstable_by(mid, cmp);
+        let wl: u64 = left.iter().map(&weight).sum();
+        let (p_lo, p_hi) = (base + wl, base + wl + weight(pivot));
         let split_l = lo + ranks[lo..hi].iter().take_while(|&&r| r < p_lo).count();
         let split_r = split_l + ranks[split_l..hi].iter().take_while(|&&r| r < p_hi).count();
-        for o in &mut out[split_l..split_r] {
-            *o = pivot.0;
+        for (o, &r) in out[split_l..split_r].iter_mut().zip(&ranks[split_l..split_r]) {
+            *o = (*pivot, r - p_lo);
         }
         if split_l > lo {
             todo.push((left, base, lo, split_l));
@@ -465,7 +478,7 @@ fn weighted_ranks<const K: usize>(samples: &mut [(f64, u64)], ranks: [u64; K]) -
             todo.push((right, p_hi, split_r, hi));
         }
     }
-    out
+    Some(out)
 }
 
 /// Nearest-rank percentile of ascending `sorted`: the element at `ceil(q·n) − 1`, clamped to `[0, n − 1]`;
@@ -621,6 +634,32 @@ mod tests {
             let st = Stats::weighted(&mut samples.clone());
             let want = QUANTILES.map(|q| by_sort(&samples, q));
             assert_eq!([st.p50, st.p90, st.p95, st.p99], want, "n = {n}");
+        }
+    }
+
+    /// The weighted selection finds, for every rank, the sample and offset that expanding each sample into its
+    /// weight's units and sorting finds (distinct keys, so the sample is determined).
+    #[test]
+    fn weighted_ranks_by_equals_expanded_units() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in [1usize, 5, 33, 100, 257] {
+            let samples: Vec<(f64, u64)> = (0..n)
+                .map(|i| (i as f64 * 0.5 + (next() % 1000) as f64 * 1e-6, 1 + next() % 9))
+                .collect();
+            let mut units: Vec<((f64, u64), u64)> =
+                samples.iter().flat_map(|&s| (0..s.1).map(move |o| (s, o))).collect();
+            units.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.1.cmp(&b.1)));
+            for r in 0..units.len() as u64 {
+                let lo = r.saturating_sub(1);
+                let got = weighted_ranks_by(&mut samples.clone(), [lo, r], |s| s.0, |s| s.1).expect("non-empty");
+                assert_eq!(got, [units[lo as usize], units[r as usize]], "n = {n}, rank {r}");
+            }
         }
     }
 

@@ -1188,7 +1188,7 @@ impl Engine {
             packed_quantiles(stretches, keys, count, [r50, r99])
         } else {
             let mut v = stretches.to_vec();
-            (weighted_select(&mut v, r50), weighted_select(&mut v, r99))
+            weighted_select(&mut v, [r50, r99])
         };
         Some(crate::record::ItlSummary {
             mean_ms,
@@ -1385,35 +1385,13 @@ fn value_in(e: (f64, f64, u64), i: u64) -> f64 {
     }
 }
 
-/// The value of rank `rank` (0-based) among stretches `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`,
-/// ordering stretches by `lo` and interpolating inside one. Expected O(n) (weighted quickselect).
-fn weighted_select(v: &mut [(f64, f64, u64)], mut rank: u64) -> f64 {
-    let mut v = v;
-    loop {
-        if v.len() <= 48 {
-            if !v.is_sorted_by(|x, y| x.0 <= y.0) {
-                v.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
-            }
-            let mut acc = 0;
-            for &e in v.iter() {
-                if rank < acc + e.2 {
-                    return value_in(e, rank - acc);
-                }
-                acc += e.2;
-            }
-            return v.last().map_or(0.0, |e| e.1);
-        }
-        let mid = v.len() / 2;
-        let (left, pivot, right) = v.select_nth_unstable_by(mid, |x, y| x.0.total_cmp(&y.0));
-        let wl: u64 = left.iter().map(|e| e.2).sum();
-        if rank < wl {
-            v = left;
-        } else if rank < wl + pivot.2 {
-            return value_in(*pivot, rank - wl);
-        } else {
-            rank -= wl + pivot.2;
-            v = right;
-        }
+/// The values at ascending 0-based ranks `ranks` among stretches `(lo, hi, k)` of `k` evenly spaced values from
+/// `lo` to `hi`, ordering stretches by `lo` and interpolating inside one (the weighted selection of
+/// [`crate::metrics::weighted_ranks_by`]). Reorders `v`.
+fn weighted_select(v: &mut [(f64, f64, u64)], ranks: [u64; 2]) -> (f64, f64) {
+    match crate::metrics::weighted_ranks_by(v, ranks, |e| e.0, |e| e.2) {
+        Some([(a, i), (b, j)]) => (value_in(a, i), value_in(b, j)),
+        None => (0.0, 0.0),
     }
 }
 
@@ -1474,10 +1452,7 @@ mod tests {
             let count: u64 = v.iter().map(|e| e.2).sum();
             let ranks = [0.5, 0.99].map(|q| crate::metrics::nearest_rank_index(count as usize, q) as u64);
             let got = packed_quantiles(&v, &mut keys, count, ranks);
-            let want = (
-                weighted_select(&mut v.clone(), ranks[0]),
-                weighted_select(&mut v.clone(), ranks[1]),
-            );
+            let want = weighted_select(&mut v.clone(), ranks);
             assert_eq!(got, want, "n = {n}");
         }
     }
