@@ -32,7 +32,7 @@ use anyhow::Context as _;
 use futures_util::task::AtomicWaker;
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use shared::record::{ItlSummary, UsageSource};
 
 use tokio_util::sync::CancellationToken;
@@ -272,10 +272,11 @@ impl Client {
         Ok(req)
     }
 
-    /// The JSON body for one forced-length streaming request, as a `Value` (the reference [`Client::body_bytes`]
-    /// is tested against).
+    /// The JSON body for one forced-length streaming request, as a `Value`: the reference the tests hold
+    /// [`Client::body_bytes`] to (only the bytes are ever sent).
+    #[cfg(test)]
     pub fn body(&self, prompt: &str, max_tokens: u32) -> Value {
-        let mut body = Map::new();
+        let mut body = serde_json::Map::new();
         body.insert("model".into(), self.cfg.model.clone().into());
         match self.cfg.endpoint {
             Endpoint::Completions => {

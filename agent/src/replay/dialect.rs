@@ -16,7 +16,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The server family, deciding the length-forcing fields of each request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
@@ -65,8 +65,10 @@ impl Dialect {
         !matches!(self, Dialect::Openai | Dialect::Auto)
     }
 
-    /// Add the length-forcing fields for `tokens` output tokens to a request body.
-    pub fn apply_length(self, body: &mut Map<String, Value>, tokens: u32) {
+    /// Add the length-forcing fields for `tokens` output tokens to a request body as a JSON map: the reference
+    /// the tests hold [`Dialect::write_length`] to (requests are built as bytes).
+    #[cfg(test)]
+    pub fn apply_length(self, body: &mut serde_json::Map<String, Value>, tokens: u32) {
         body.insert("max_tokens".into(), tokens.into());
         match self {
             Dialect::Vllm | Dialect::Sglang => {
@@ -85,8 +87,9 @@ impl Dialect {
         }
     }
 
-    /// The same fields as [`Dialect::apply_length`], written as JSON object members (each with its leading comma)
-    /// straight into a request body being built as bytes.
+    /// Add the length-forcing fields for `tokens` output tokens (`max_tokens`, plus the dialect's way of forcing
+    /// the length: see the module docs), written as JSON object members (each with its leading comma) straight into
+    /// a request body being built as bytes.
     pub fn write_length(self, out: &mut Vec<u8>, tokens: u32) {
         use std::io::Write as _;
         // Writing into a Vec cannot fail.
@@ -176,7 +179,7 @@ mod tests {
     #[test]
     fn length_fields_per_dialect() {
         let fields = |d: Dialect| {
-            let mut b = Map::new();
+            let mut b = serde_json::Map::new();
             d.apply_length(&mut b, 7);
             let mut k: Vec<String> = b.keys().cloned().collect();
             k.sort();
