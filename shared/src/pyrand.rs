@@ -206,12 +206,12 @@ impl Mt19937 {
             prev = mix2(mts[i], prev, i as u32);
             mts[i] = prev;
         }
-        std::array::from_fn(|l| {
-            let mut mt: [u32; N] = std::array::from_fn(|i| mts[i][l]);
-            mt[0] = mt[N - 1];
-            mt[1] = (mt[1] ^ (mt[0] ^ (mt[0] >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(1);
-            mt[0] = 0x8000_0000;
-            Mt19937 { state: mt, idx: N }
+        mts[0] = mts[N - 1];
+        mts[1] = mix2(mts[1], mts[0], 1);
+        mts[0] = [0x8000_0000; L];
+        std::array::from_fn(|l| Mt19937 {
+            state: std::array::from_fn(|i| mts[i][l]),
+            idx: N,
         })
     }
 
