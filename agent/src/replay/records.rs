@@ -105,8 +105,8 @@ impl RecordSink {
         self.written.load(Ordering::Relaxed)
     }
 
-    /// Queue one record; the writer thread writes it at once. After [`RecordSink::finish`] this is an error (the
-    /// record is not written).
+    /// Queue one record; the writer thread writes it within [`WRITE_EVERY`]. After [`RecordSink::finish`] this is
+    /// an error (the record is not written).
     pub fn submit(&self, rec: RequestRecord) -> anyhow::Result<()> {
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
         match tx.as_ref() {
