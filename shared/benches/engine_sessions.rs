@@ -6,6 +6,8 @@
 //! request count and the wall time of `engine::simulate` (three runs, median), single-threaded.
 
 use std::time::Instant;
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use shared::engine::{EngineScenario, SimOptions, simulate_with};
 
