@@ -157,6 +157,27 @@ fn engine_model_table_and_records() {
     assert_eq!(lines.lines().count(), 200);
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().expect("a line")).expect("JSON line");
     assert!(first["ttft_s"].is_number());
+    // Written records carry each request's own ITL quantiles (skipped only when no records are written).
+    let mut with_itl = 0;
+    for line in lines.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).expect("JSON line");
+        if !r["itl"].is_null() {
+            with_itl += 1;
+            let (p50, p99) = (&r["itl"]["p50_ms"], &r["itl"]["p99_ms"]);
+            assert!(
+                p50.as_f64().is_some_and(|v| v > 0.0) && p99.as_f64().is_some_and(|v| v > 0.0),
+                "{line}"
+            );
+        }
+    }
+    assert!(with_itl > 100, "{with_itl} records with an ITL summary");
+    // Writing records changes nothing in the report.
+    let with = simulate(
+        &["-", "--json", "--records", records.to_str().expect("utf-8 path")],
+        Some(&engine_small()),
+    );
+    let without = simulate(&["-", "--json"], Some(&engine_small()));
+    assert_eq!(stdout(&with), stdout(&without));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use shared::engine::{self, EngineReport};
+use shared::engine::{self, EngineReport, SimOptions};
 use shared::scenario::Scenario;
 use shared::seed_model::{self, SeedSummary};
 
@@ -59,7 +59,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Scenario::Engine(s) => {
-            let report = engine::simulate(&s).with_context(|| format!("cannot simulate {source}"))?;
+            // Each record's own ITL p50/p99 (a sort of its decode stretches) is seen only in written records: the
+            // summary and diagnostics weigh each request's mean ITL. Skipped when no records are written.
+            let opts = SimOptions {
+                record_itl_quantiles: args.records.is_some(),
+            };
+            let report = engine::simulate_with(&s, opts).with_context(|| format!("cannot simulate {source}"))?;
             if let Some(path) = &args.records {
                 write_records(path, &report).with_context(|| format!("writing records to {}", path.display()))?;
             }
