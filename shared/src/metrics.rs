@@ -188,6 +188,9 @@ pub struct Summary {
     pub step0_cached_share: Option<f64>,
 }
 
+/// Steps up to which [`summarize`] counts attainment by step in a vector rather than a map.
+const DENSE_STEPS: usize = 4096;
+
 /// Score records against SLOs. See the module docs and each [`Summary`] field for the definitions.
 pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let mut s = Summary::default();
@@ -205,6 +208,7 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     let mut end = f64::NEG_INFINITY;
     let mut sessions: FxHashMap<(u64, u32), bool> = FxHashMap::default();
     let mut by_step: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
+    let mut by_step_dense: Vec<(u64, u64)> = Vec::new();
     let mut achieved = CachedShare::default();
     let mut designed = CachedShare::default();
     let mut step0 = CachedShare::default();
@@ -219,7 +223,15 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
         let met = r.ok && slo.met_by(r);
         let session_good = sessions.entry((r.session, r.inst)).or_insert(true);
         *session_good &= met;
-        let step = by_step.entry(r.step).or_insert((0, 0));
+        // Steps are small numbers: counted in a vector, in a map past `DENSE_STEPS` (a live record can say anything).
+        let step = match by_step_dense.get_mut(r.step as usize) {
+            Some(e) => e,
+            None if (r.step as usize) < DENSE_STEPS => {
+                by_step_dense.resize(r.step as usize + 1, (0, 0));
+                &mut by_step_dense[r.step as usize]
+            }
+            None => by_step.entry(r.step).or_insert((0, 0)),
+        };
         step.0 += 1;
         step.1 += u64::from(met);
         if !r.ok {
@@ -268,6 +280,13 @@ pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
     s.session_goodput_sps = per_s(good_sessions);
     s.session_attainment_ratio = good_sessions / sessions.len() as f64;
     let mut by_step: Vec<(u32, (u64, u64))> = by_step.into_iter().collect();
+    by_step.extend(
+        by_step_dense
+            .into_iter()
+            .enumerate()
+            .filter(|e| e.1.0 > 0)
+            .map(|(step, e)| (step as u32, e)),
+    );
     by_step.sort_unstable_by_key(|e| e.0);
     s.attainment_by_step = by_step
         .into_iter()

@@ -193,12 +193,21 @@ impl Mt19937 {
         let init = &*INIT_19650218;
         let mut mts: [[u32; L]; N] = std::array::from_fn(|i| [init[i]; L]);
         let mut prev = mts[0];
-        let mut j = 0usize;
-        for i in 1..N {
-            prev = mix1(mts[i], prev, add[j]);
-            mts[i] = prev;
-            j = if j + 1 == len { 0 } else { j + 1 };
+        // The key word used at step i is `(i − 1) mod len`; a one-word key (every seed below 2^32) needs no cycling.
+        if len == 1 {
+            for i in 1..N {
+                prev = mix1(mts[i], prev, add[0]);
+                mts[i] = prev;
+            }
+        } else {
+            let mut j = 0usize;
+            for i in 1..N {
+                prev = mix1(mts[i], prev, add[j]);
+                mts[i] = prev;
+                j = if j + 1 == len { 0 } else { j + 1 };
+            }
         }
+        let j = (N - 1) % len;
         mts[0] = prev;
         prev = mix1(mts[1], mts[0], add[j]);
         mts[1] = prev;

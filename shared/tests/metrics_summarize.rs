@@ -241,3 +241,39 @@ fn timeline_long_interval_and_bin_cap() {
     assert!(timeline(std::slice::from_ref(&a), f64::NAN).is_empty());
     assert!(timeline(&[a], 1e-9).len() <= shared::metrics::MAX_TIMELINE_BINS);
 }
+
+/// Attainment by step counts every step a record names, small or absurd (a live record can say anything), in
+/// step order, and lists no step that no record has.
+#[test]
+fn attainment_by_step_any_step_number() {
+    // (step, met): a request meets the SLO with TTFT 0.1 s and TPOT 10 ms, misses it with TTFT 0.9 s.
+    let good = |step| rec(0, step, 0.0, 0.1, 1.09, 100);
+    let bad = |step| rec(1, step, 0.0, 0.9, 1.89, 100);
+    let records = vec![
+        good(u32::MAX),
+        bad(7),
+        good(4095),
+        good(4096),
+        bad(u32::MAX),
+        good(7),
+        good(0),
+        bad(100_000),
+    ];
+    let s = summarize(&records, &SLO);
+    let got: Vec<(u32, u64, u64)> = s
+        .attainment_by_step
+        .iter()
+        .map(|a| (a.step, a.requests, a.met))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, 1, 1),
+            (7, 2, 1),
+            (4095, 1, 1),
+            (4096, 1, 1),
+            (100_000, 1, 0),
+            (u32::MAX, 2, 1)
+        ]
+    );
+}

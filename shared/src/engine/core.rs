@@ -1400,19 +1400,21 @@ fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
     if span <= a {
         return 1;
     }
+    // The real root of the covering condition, truncated (not `ceil`, a library call on baseline x86-64): the
+    // loops below step to the exact smallest k either way.
     let k = if b <= 0.0 {
-        (span / a).ceil()
+        span / a
     } else {
         // k·a + b·k(k−1)/2 ≥ span  ⇔  (b/2)k² + (a − b/2)k − span ≥ 0
         let (qa, qb) = (b / 2.0, a - b / 2.0);
-        ((-qb + (qb * qb + 4.0 * qa * span).sqrt()) / (2.0 * qa)).ceil()
+        (-qb + (qb * qb + 4.0 * qa * span).sqrt()) / (2.0 * qa)
     };
     let mut k = if k.is_finite() && k >= 1.0 {
         if k < 1e15 { k as u64 } else { 1_000_000_000_000_000 }
     } else {
         1
     };
-    // Correct rounding at the boundary.
+    // Exact at the boundary (`covers` is monotone in k).
     let covers = |k: u64| {
         let kf = k as f64;
         kf * a + b * kf * (kf - 1.0) / 2.0 >= span
@@ -1523,5 +1525,29 @@ mod tests {
         assert_eq!(steps_to_cover(10.0, 0.0, 10.5), 2);
         assert_eq!(steps_to_cover(10.0, 1.0, 21.0), 2);
         assert_eq!(steps_to_cover(10.0, 1.0, 21.5), 3);
+        // Against the definition, by scanning k, over step times like the engine's (ms) and spans up to ~2,000
+        // steps, including spans that land exactly on a covering sum.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for case in 0..3000 {
+            let a = 1.0 + 200.0 * next();
+            let b = if case % 3 == 0 { 0.0 } else { 0.05 * next() };
+            let covered = |k: u64| {
+                let kf = k as f64;
+                kf * a + b * kf * (kf - 1.0) / 2.0
+            };
+            let span = if case % 5 == 0 {
+                covered(1 + (next() * 2000.0) as u64)
+            } else {
+                a * 2000.0 * next()
+            };
+            let want = (1u64..).find(|&k| covered(k) >= span).expect("some k covers");
+            assert_eq!(steps_to_cover(a, b, span), want, "a {a} b {b} span {span}");
+        }
     }
 }
