@@ -1,6 +1,7 @@
 //! `loadshape replay` end to end against `loadshape sim-server` (in-process, 127.0.0.1:0), running the real binary:
 //! counts and records, the summary and `report`, a server that dies mid-run (abort, exit 2, records kept), and
-//! SIGTERM mid-run (every started request has a record line). Each test is bounded to a few seconds.
+//! SIGTERM mid-run (every started request has a record line). Each test is bounded to a few seconds. Every test runs
+//! through both HTTP clients: `both!` makes a `hyper` and a `reqwest` test of each `async fn name(hc)`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -12,6 +13,33 @@ use shared::record::RequestRecord;
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
+
+/// `name::hyper` and `name::reqwest` tests of each `async fn name(hc: &'static str)` (`--http-client hc`).
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn hyper() {
+                super::$name("hyper").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn reqwest() {
+                super::$name("reqwest").await
+            }
+        }
+    )*};
+}
+
+both!(
+    sessions_against_sim_server_counts_records_and_summary,
+    content_nonce_differs_per_run_unless_pinned,
+    dead_server_aborts_with_exit_2_and_keeps_records,
+    no_server_at_all_exits_2,
+    sigterm_mid_run_keeps_a_record_for_every_started_request,
+    report_names_malformed_lines,
+    scenario_open_and_closed_loop_run_live,
+    connection_dropped_mid_stream_is_a_failed_record,
+);
 
 struct Sim {
     base: String,
@@ -43,8 +71,9 @@ async fn sim(config: Config) -> Sim {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-e2e-{}", std::process::id()));
+/// A file for the run of one client (the `hyper` and `reqwest` tests of a case run at the same time).
+fn tmp(hc: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadshape-e2e-{}-{hc}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
     dir.join(name)
 }
@@ -70,10 +99,16 @@ fn records(path: &Path) -> Vec<RequestRecord> {
     recs
 }
 
-async fn replay(args: &[&str]) -> (i32, String, String) {
+/// `loadshape replay ARGS --http-client HC`.
+async fn replay(hc: &str, args: &[&str]) -> (i32, String, String) {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
-        Command::new(BIN).arg("replay").args(args).stdin(Stdio::null()).output(),
+        Command::new(BIN)
+            .arg("replay")
+            .args(args)
+            .args(["--http-client", hc])
+            .stdin(Stdio::null())
+            .output(),
     )
     .await
     .unwrap_or_else(|_| panic!("replay did not finish in 30 s"))
@@ -92,42 +127,44 @@ fn fast() -> Config {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sessions_against_sim_server_counts_records_and_summary() {
+async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str) {
     let s = sim(fast()).await;
-    let out = tmp("sessions.jsonl");
+    let out = tmp(hc, "sessions.jsonl");
     let out_s = out.to_string_lossy().to_string();
-    let (code, stdout, stderr) = replay(&[
-        "--url",
-        &s.base,
-        "--model",
-        "sim",
-        "--out",
-        &out_s,
-        "--sessions",
-        "3",
-        "--steps",
-        "3",
-        "--spread",
-        "0",
-        "--base",
-        "4000",
-        "--gen",
-        "64",
-        "--tool",
-        "50",
-        "--think",
-        "0.05",
-        "--stagger",
-        "0.05",
-        "--max-seconds",
-        "20",
-        "--seed",
-        "7",
-        "--quiet",
-        "--scrape-interval",
-        "0.2",
-    ])
+    let (code, stdout, stderr) = replay(
+        hc,
+        &[
+            "--url",
+            &s.base,
+            "--model",
+            "sim",
+            "--out",
+            &out_s,
+            "--sessions",
+            "3",
+            "--steps",
+            "3",
+            "--spread",
+            "0",
+            "--base",
+            "4000",
+            "--gen",
+            "64",
+            "--tool",
+            "50",
+            "--think",
+            "0.05",
+            "--stagger",
+            "0.05",
+            "--max-seconds",
+            "20",
+            "--seed",
+            "7",
+            "--quiet",
+            "--scrape-interval",
+            "0.2",
+        ],
+    )
     .await;
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let recs = records(&out);
@@ -160,6 +197,14 @@ async fn sessions_against_sim_server_counts_records_and_summary() {
             .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(server["report"]["family"], "vllm");
     assert!(server["snapshots"].as_array().map_or(0, Vec::len) >= 2);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(meta["http_client"], hc);
+    if hc == "hyper" {
+        // One connection per session slot, opened before the first request and reused after each [DONE].
+        assert_eq!(meta["connections_opened"], 3, "{meta}");
+    }
     // `report` reads the same file and scores it with the same module.
     let rep = Command::new(BIN)
         .args(["report", &out_s, "--json"])
@@ -172,12 +217,11 @@ async fn sessions_against_sim_server_counts_records_and_summary() {
     assert_eq!(v["records"], 9);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn content_nonce_differs_per_run_unless_pinned() {
+async fn content_nonce_differs_per_run_unless_pinned(hc: &'static str) {
     let s = sim(fast()).await;
     let mut step0_cached = Vec::new();
     for (i, nonce) in [Some("5"), Some("5"), None].into_iter().enumerate() {
-        let out = tmp(&format!("nonce{i}.jsonl"));
+        let out = tmp(hc, &format!("nonce{i}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
         let mut args = vec![
             "--url",
@@ -211,7 +255,7 @@ async fn content_nonce_differs_per_run_unless_pinned() {
         if let Some(n) = nonce {
             args.extend(["--nonce", n]);
         }
-        let (code, _, stderr) = replay(&args).await;
+        let (code, _, stderr) = replay(hc, &args).await;
         assert_eq!(code, 0, "{stderr}");
         let recs = records(&out);
         let r0 = recs
@@ -232,8 +276,7 @@ async fn content_nonce_differs_per_run_unless_pinned() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_server_aborts_with_exit_2_and_keeps_records() {
+async fn dead_server_aborts_with_exit_2_and_keeps_records(hc: &'static str) {
     let s = sim(Config {
         faults: Faults {
             fail_after: Some(2),
@@ -242,41 +285,44 @@ async fn dead_server_aborts_with_exit_2_and_keeps_records() {
         ..fast()
     })
     .await;
-    let out = tmp("dead.jsonl");
+    let out = tmp(hc, "dead.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let t0 = Instant::now();
-    let (code, _stdout, stderr) = replay(&[
-        "--url",
-        &s.base,
-        "--model",
-        "sim",
-        "--out",
-        &out_s,
-        "--sessions",
-        "2",
-        "--steps",
-        "3",
-        "--spread",
-        "0",
-        "--base",
-        "4000",
-        "--gen",
-        "64",
-        "--tool",
-        "20",
-        "--think",
-        "0",
-        "--stagger",
-        "0",
-        "--respawn",
-        "--max-fail-streak",
-        "2",
-        "--max-seconds",
-        "20",
-        "--quiet",
-        "--metrics-url",
-        "none",
-    ])
+    let (code, _stdout, stderr) = replay(
+        hc,
+        &[
+            "--url",
+            &s.base,
+            "--model",
+            "sim",
+            "--out",
+            &out_s,
+            "--sessions",
+            "2",
+            "--steps",
+            "3",
+            "--spread",
+            "0",
+            "--base",
+            "4000",
+            "--gen",
+            "64",
+            "--tool",
+            "20",
+            "--think",
+            "0",
+            "--stagger",
+            "0",
+            "--respawn",
+            "--max-fail-streak",
+            "2",
+            "--max-seconds",
+            "20",
+            "--quiet",
+            "--metrics-url",
+            "none",
+        ],
+    )
     .await;
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("did not measure anything"), "{stderr}");
@@ -300,37 +346,38 @@ async fn dead_server_aborts_with_exit_2_and_keeps_records() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_server_at_all_exits_2() {
-    let out = tmp("refused.jsonl");
+async fn no_server_at_all_exits_2(hc: &'static str) {
+    let out = tmp(hc, "refused.jsonl");
     let out_s = out.to_string_lossy().to_string();
-    let (code, _, stderr) = replay(&[
-        "--url",
-        "http://127.0.0.1:9/v1",
-        "--model",
-        "m",
-        "--out",
-        &out_s,
-        "--sessions",
-        "2",
-        "--steps",
-        "2",
-        "--stagger",
-        "0",
-        "--quiet",
-        "--metrics-url",
-        "none",
-    ])
+    let (code, _, stderr) = replay(
+        hc,
+        &[
+            "--url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--out",
+            &out_s,
+            "--sessions",
+            "2",
+            "--steps",
+            "2",
+            "--stagger",
+            "0",
+            "--quiet",
+            "--metrics-url",
+            "none",
+        ],
+    )
     .await;
     assert_eq!(code, 2, "{stderr}");
     assert_eq!(records(&out).len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_mid_run_keeps_a_record_for_every_started_request() {
+async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static str) {
     // Real time, long outputs: requests are in flight when the signal lands.
     let s = sim(Config::default()).await;
-    let out = tmp("sigterm.jsonl");
+    let out = tmp(hc, "sigterm.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let mut child = Command::new(BIN)
         .args([
@@ -360,6 +407,8 @@ async fn sigterm_mid_run_keeps_a_record_for_every_started_request() {
             "--quiet",
             "--metrics-url",
             "none",
+            "--http-client",
+            hc,
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -407,38 +456,40 @@ async fn sigterm_mid_run_keeps_a_record_for_every_started_request() {
     assert_eq!(meta["interrupted"], "SIGTERM");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn report_names_malformed_lines() {
+async fn report_names_malformed_lines(hc: &'static str) {
     let s = sim(fast()).await;
-    let out = tmp("bad.jsonl");
+    let out = tmp(hc, "bad.jsonl");
     let out_s = out.to_string_lossy().to_string();
-    let (code, _, stderr) = replay(&[
-        "--url",
-        &s.base,
-        "--model",
-        "sim",
-        "--out",
-        &out_s,
-        "--sessions",
-        "1",
-        "--steps",
-        "2",
-        "--spread",
-        "0",
-        "--base",
-        "4000",
-        "--gen",
-        "64",
-        "--tool",
-        "20",
-        "--think",
-        "0",
-        "--quiet",
-        "--metrics-url",
-        "none",
-        "--endpoint",
-        "chat",
-    ])
+    let (code, _, stderr) = replay(
+        hc,
+        &[
+            "--url",
+            &s.base,
+            "--model",
+            "sim",
+            "--out",
+            &out_s,
+            "--sessions",
+            "1",
+            "--steps",
+            "2",
+            "--spread",
+            "0",
+            "--base",
+            "4000",
+            "--gen",
+            "64",
+            "--tool",
+            "20",
+            "--think",
+            "0",
+            "--quiet",
+            "--metrics-url",
+            "none",
+            "--endpoint",
+            "chat",
+        ],
+    )
     .await;
     assert_eq!(code, 0, "{stderr}");
     let mut text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}"));
@@ -466,8 +517,7 @@ fn engine_scenario(workload: serde_json::Value) -> String {
     .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario_open_and_closed_loop_run_live() {
+async fn scenario_open_and_closed_loop_run_live(hc: &'static str) {
     let s = sim(fast()).await;
     let cases = [
         (
@@ -484,22 +534,25 @@ async fn scenario_open_and_closed_loop_run_live() {
         ),
     ];
     for (name, workload) in cases {
-        let scen = tmp(&format!("{name}.json"));
+        let scen = tmp(hc, &format!("{name}.json"));
         std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
-        let out = tmp(&format!("{name}.jsonl"));
+        let out = tmp(hc, &format!("{name}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
         let scen_s = scen.to_string_lossy().to_string();
-        let (code, stdout, stderr) = replay(&[
-            "--url",
-            &s.base,
-            "--out",
-            &out_s,
-            "--scenario",
-            &scen_s,
-            "--quiet",
-            "--metrics-url",
-            "none",
-        ])
+        let (code, stdout, stderr) = replay(
+            hc,
+            &[
+                "--url",
+                &s.base,
+                "--out",
+                &out_s,
+                "--scenario",
+                &scen_s,
+                "--quiet",
+                "--metrics-url",
+                "none",
+            ],
+        )
         .await;
         assert_eq!(code, 0, "{name}: {stderr}");
         let recs = records(&out);
@@ -516,5 +569,64 @@ async fn scenario_open_and_closed_loop_run_live() {
             assert!(hits >= n - 2, "shared prefix cached: {hits} of {n}");
             assert!(recs.windows(2).any(|w| w[0].t_submit != w[1].t_submit));
         }
+    }
+}
+
+async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
+    // The server drops every connection after 5 tokens: each request gets a record with the transport's error,
+    // none hangs, and the next request opens a new connection.
+    let s = sim(Config {
+        faults: Faults {
+            drop_after_tokens: Some(5),
+            ..Faults::default()
+        },
+        ..fast()
+    })
+    .await;
+    let scen = tmp(hc, "drop.json");
+    let workload = serde_json::json!({"kind": "closed_loop", "users": 2, "num_requests": 6, "think_s": 0.0,
+        "prompt": {"dist": "fixed", "tokens": 50}, "output": {"dist": "fixed", "tokens": 32},
+        "shared_prefix_tokens": 0});
+    std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
+    let out = tmp(hc, "drop.jsonl");
+    let (out_s, scen_s) = (out.to_string_lossy().to_string(), scen.to_string_lossy().to_string());
+    let (code, _, stderr) = replay(
+        hc,
+        &[
+            "--url",
+            &s.base,
+            "--out",
+            &out_s,
+            "--scenario",
+            &scen_s,
+            "--quiet",
+            "--metrics-url",
+            "none",
+            "--max-fail-streak",
+            "5",
+        ],
+    )
+    .await;
+    // Nothing completed: the run says it measured nothing.
+    assert_eq!(code, 2, "{stderr}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 6, "every request has its record");
+    assert_eq!(
+        metric(&s.origin, "loadshape_sim:requests_received_total").await as usize,
+        6
+    );
+    for r in &recs {
+        assert!(!r.ok);
+        let e = r.error.as_deref().unwrap_or_default();
+        assert!(e.starts_with("stream error"), "{hc}: {e}");
+        assert!(r.sse_frames >= 1 && r.sse_frames <= 5, "{r:?}");
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(meta["http_client"], hc);
+    if hc == "hyper" {
+        // 2 warmed connections, each lost with its request: one per request in the end.
+        assert_eq!(meta["connections_opened"], 6, "{meta}");
     }
 }

@@ -1,6 +1,7 @@
 //! Canned SSE streams, one per failure mode, served by a tiny axum server on 127.0.0.1:0 and read by the replay
 //! client. The streams live in `tests/data/*.sse` and are cut into 7-byte chunks so every frame crosses chunk
-//! boundaries.
+//! boundaries. Every case runs through both HTTP clients (`--http-client hyper` and `reqwest`): `both!` makes a
+//! `hyper` and a `reqwest` test of each case function.
 
 use std::time::Duration;
 
@@ -10,10 +11,43 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, LiveCounters, Outcome};
+use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, Outcome};
 use loadshape::replay::dialect::Dialect;
 use shared::record::UsageSource;
 use tokio_util::sync::CancellationToken;
+
+/// `name::hyper` and `name::reqwest` tests of each `async fn name(hc: HttpClient)`.
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn hyper() {
+                super::$name(super::HttpClient::Hyper).await
+            }
+            #[tokio::test]
+            async fn reqwest() {
+                super::$name(super::HttpClient::Reqwest).await
+            }
+        }
+    )*};
+}
+
+both!(
+    usage_in_a_final_frame,
+    malformed_json_fails_the_request_but_keeps_counts,
+    error_frame_fails_with_the_servers_message,
+    missing_usage_counts_frames_and_says_so,
+    usage_on_the_finish_frame_like_llama_cpp,
+    multi_token_frames_count_tokens_from_usage,
+    chat_deltas_with_crlf_comments_and_reasoning,
+    stall_between_frames_times_out,
+    connection_reset_mid_stream_fails,
+    eof_without_finish_or_done_fails,
+    http_error_status_is_reported,
+    whole_request_timeout,
+    cut_returns_promptly_with_a_cut_record,
+    request_body_per_dialect,
+);
 
 fn data(name: &str) -> Vec<u8> {
     let path = format!("{}/tests/data/{name}.sse", env!("CARGO_MANIFEST_DIR"));
@@ -123,7 +157,7 @@ async fn server() -> String {
     format!("http://{addr}/v1")
 }
 
-fn client(base: &str, case: &str, endpoint: Endpoint, dialect: Dialect) -> Client {
+fn client(hc: HttpClient, base: &str, case: &str, endpoint: Endpoint, dialect: Dialect) -> Client {
     Client::new(
         client::http_client().unwrap_or_else(|e| panic!("{e}")),
         ClientConfig {
@@ -135,24 +169,24 @@ fn client(base: &str, case: &str, endpoint: Endpoint, dialect: Dialect) -> Clien
             temperature: 0.0,
             timeout: Duration::from_millis(1500),
             stall_timeout: Some(Duration::from_millis(300)),
+            http_client: hc,
         },
     )
 }
 
-async fn run(case: &str) -> Outcome {
-    run_with(case, Endpoint::Completions).await
+async fn run(hc: HttpClient, case: &str) -> Outcome {
+    run_with(hc, case, Endpoint::Completions).await
 }
 
-async fn run_with(case: &str, endpoint: Endpoint) -> Outcome {
+async fn run_with(hc: HttpClient, case: &str, endpoint: Endpoint) -> Outcome {
     let base = server().await;
-    let c = client(&base, case, endpoint, Dialect::Vllm);
+    let c = client(hc, &base, case, endpoint, Dialect::Vllm);
     c.complete("prompt", 3, true, &LiveCounters::default(), &CancellationToken::new())
         .await
 }
 
-#[tokio::test]
-async fn usage_in_a_final_frame() {
-    let o = run("ok_final_usage").await;
+async fn usage_in_a_final_frame(hc: HttpClient) {
+    let o = run(hc, "ok_final_usage").await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!(
         (o.frames, o.gen_tokens, o.usage_source),
@@ -164,34 +198,30 @@ async fn usage_in_a_final_frame() {
     assert!(o.ttft.is_some() && o.itl.is_some());
 }
 
-#[tokio::test]
-async fn malformed_json_fails_the_request_but_keeps_counts() {
-    let o = run("malformed_json").await;
+async fn malformed_json_fails_the_request_but_keeps_counts(hc: HttpClient) {
+    let o = run(hc, "malformed_json").await;
     assert!(!o.ok);
     let err = o.error.unwrap_or_default();
     assert!(err.starts_with("malformed SSE frame"), "{err}");
     assert_eq!((o.frames, o.gen_tokens), (2, 3));
 }
 
-#[tokio::test]
-async fn error_frame_fails_with_the_servers_message() {
-    let o = run("error_frame").await;
+async fn error_frame_fails_with_the_servers_message(hc: HttpClient) {
+    let o = run(hc, "error_frame").await;
     assert!(!o.ok);
     assert_eq!(o.error.as_deref(), Some("error frame: CUDA out of memory"));
     assert_eq!(o.frames, 1);
 }
 
-#[tokio::test]
-async fn missing_usage_counts_frames_and_says_so() {
-    let o = run("missing_usage").await;
+async fn missing_usage_counts_frames_and_says_so(hc: HttpClient) {
+    let o = run(hc, "missing_usage").await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!((o.gen_tokens, o.usage_source), (3, UsageSource::Missing));
     assert_eq!(o.usage.prompt_tokens, None);
 }
 
-#[tokio::test]
-async fn usage_on_the_finish_frame_like_llama_cpp() {
-    let o = run("usage_on_finish_frame").await;
+async fn usage_on_the_finish_frame_like_llama_cpp(hc: HttpClient) {
+    let o = run(hc, "usage_on_finish_frame").await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!(
         (o.frames, o.gen_tokens, o.usage_source),
@@ -200,24 +230,21 @@ async fn usage_on_the_finish_frame_like_llama_cpp() {
     assert_eq!(o.usage.cached_tokens, Some(0));
 }
 
-#[tokio::test]
-async fn multi_token_frames_count_tokens_from_usage() {
-    let o = run("multi_token_frames").await;
+async fn multi_token_frames_count_tokens_from_usage(hc: HttpClient) {
+    let o = run(hc, "multi_token_frames").await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!((o.frames, o.gen_tokens), (3, 8));
 }
 
-#[tokio::test]
-async fn chat_deltas_with_crlf_comments_and_reasoning() {
-    let o = run_with("chat_crlf", Endpoint::Chat).await;
+async fn chat_deltas_with_crlf_comments_and_reasoning(hc: HttpClient) {
+    let o = run_with(hc, "chat_crlf", Endpoint::Chat).await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!((o.frames, o.gen_tokens), (3, 3));
     assert_eq!(o.text, "Hihmm there\n");
 }
 
-#[tokio::test]
-async fn stall_between_frames_times_out() {
-    let o = run("stall").await;
+async fn stall_between_frames_times_out(hc: HttpClient) {
+    let o = run(hc, "stall").await;
     assert!(!o.ok);
     assert!(
         o.error.as_deref().unwrap_or_default().starts_with("stall:"),
@@ -228,9 +255,8 @@ async fn stall_between_frames_times_out() {
     assert!(o.wall < Duration::from_millis(1200), "{:?}", o.wall);
 }
 
-#[tokio::test]
-async fn connection_reset_mid_stream_fails() {
-    let o = run("reset").await;
+async fn connection_reset_mid_stream_fails(hc: HttpClient) {
+    let o = run(hc, "reset").await;
     assert!(!o.ok);
     assert!(
         o.error.as_deref().unwrap_or_default().starts_with("stream error"),
@@ -240,32 +266,28 @@ async fn connection_reset_mid_stream_fails() {
     assert_eq!(o.frames, 1);
 }
 
-#[tokio::test]
-async fn eof_without_finish_or_done_fails() {
-    let o = run("no_done_eof").await;
+async fn eof_without_finish_or_done_fails(hc: HttpClient) {
+    let o = run(hc, "no_done_eof").await;
     assert!(!o.ok);
     assert!(o.error.unwrap_or_default().contains("without finish_reason"));
 }
 
-#[tokio::test]
-async fn http_error_status_is_reported() {
-    let o = run("http500").await;
+async fn http_error_status_is_reported(hc: HttpClient) {
+    let o = run(hc, "http500").await;
     assert!(!o.ok);
     let err = o.error.unwrap_or_default();
     assert!(err.starts_with("HTTP 500") && err.contains("boom"), "{err}");
 }
 
-#[tokio::test]
-async fn whole_request_timeout() {
-    let o = run("slow_headers").await;
+async fn whole_request_timeout(hc: HttpClient) {
+    let o = run(hc, "slow_headers").await;
     assert!(!o.ok);
     assert!(o.error.unwrap_or_default().starts_with("timeout"));
 }
 
-#[tokio::test]
-async fn cut_returns_promptly_with_a_cut_record() {
+async fn cut_returns_promptly_with_a_cut_record(hc: HttpClient) {
     let base = server().await;
-    let c = client(&base, "stall", Endpoint::Completions, Dialect::Vllm);
+    let c = client(hc, &base, "stall", Endpoint::Completions, Dialect::Vllm);
     let cut = CancellationToken::new();
     let c2 = cut.clone();
     tokio::spawn(async move {
@@ -277,8 +299,7 @@ async fn cut_returns_promptly_with_a_cut_record() {
     assert_eq!(o.frames, 1);
 }
 
-#[tokio::test]
-async fn request_body_per_dialect() {
+async fn request_body_per_dialect(hc: HttpClient) {
     let base = server().await;
     for (dialect, want, absent) in [
         (Dialect::Vllm, vec!["min_tokens", "ignore_eos"], vec!["n_predict"]),
@@ -290,7 +311,7 @@ async fn request_body_per_dialect() {
         ),
         (Dialect::Openai, vec![], vec!["min_tokens", "ignore_eos"]),
     ] {
-        let c = client(&base, "echo", Endpoint::Completions, dialect);
+        let c = client(hc, &base, "echo", Endpoint::Completions, dialect);
         let o = c
             .complete("hello", 5, true, &LiveCounters::default(), &CancellationToken::new())
             .await;
@@ -312,3 +333,150 @@ async fn request_body_per_dialect() {
         }
     }
 }
+
+// ---- a raw HTTP/1.1 server that misbehaves at the connection level (hyper path) ----
+
+/// How the raw server treats each connection.
+#[derive(Clone, Copy, PartialEq)]
+enum ConnMode {
+    /// Answer one request, then close the connection without saying so (no `Connection: close`).
+    CloseSilently,
+    /// Answer one request with `Connection: close`, then close.
+    CloseWithHeader,
+    /// Answer the first request; read the second and close without answering (the keep-alive race: the server
+    /// closed an idle connection just as the client reused it).
+    DropSecond,
+    /// Send the headers and one frame, then reset the connection (RST).
+    ResetMidStream,
+}
+
+const ONE_TOKEN: &[u8] = b"data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
+
+/// Read one request (head and `content-length` body); false at EOF.
+async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return true;
+            }
+        }
+        match sock.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// A server on 127.0.0.1:0; returns the base URL and the count of connections it accepted.
+async fn raw_server(mode: ConnMode) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncWriteExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                if !read_request(&mut sock).await {
+                    return;
+                }
+                let close = if mode == ConnMode::CloseWithHeader {
+                    "connection: close\r\n"
+                } else {
+                    ""
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n{close}\r\n"
+                );
+                if mode == ConnMode::ResetMidStream {
+                    let frame = b"data: {\"choices\":[{\"index\":0,\"text\":\" a\"}]}\n\n";
+                    let mut out = head.into_bytes();
+                    out.extend_from_slice(format!("{:x}\r\n", frame.len()).as_bytes());
+                    out.extend_from_slice(frame);
+                    out.extend_from_slice(b"\r\n");
+                    let _ = sock.write_all(&out).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = sock.set_zero_linger();
+                    return; // dropped with linger 0: RST
+                }
+                let mut out = head.into_bytes();
+                out.extend_from_slice(format!("{:x}\r\n", ONE_TOKEN.len()).as_bytes());
+                out.extend_from_slice(ONE_TOKEN);
+                out.extend_from_slice(b"\r\n0\r\n\r\n");
+                let _ = sock.write_all(&out).await;
+                if mode == ConnMode::DropSecond {
+                    // Keep the connection; read the next request and close without an answer.
+                    let _ = read_request(&mut sock).await;
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), accepted)
+}
+
+/// `n` requests one after another on one client; their outcomes.
+async fn sequential(hc: HttpClient, base: &str, n: usize) -> (Client, Vec<Outcome>) {
+    let c = client(hc, base, "m", Endpoint::Completions, Dialect::Vllm);
+    let mut outs = Vec::new();
+    for _ in 0..n {
+        outs.push(
+            c.complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
+                .await,
+        );
+    }
+    (c, outs)
+}
+
+#[tokio::test]
+async fn hyper_reconnects_when_the_server_closes_after_each_response() {
+    for mode in [ConnMode::CloseSilently, ConnMode::CloseWithHeader] {
+        let (base, accepted) = raw_server(mode).await;
+        let (c, outs) = sequential(HttpClient::Hyper, &base, 6).await;
+        for o in &outs {
+            assert!(o.ok, "{:?}", o.error);
+            assert_eq!(o.gen_tokens, 1);
+        }
+        // One connection per request, none failed.
+        assert_eq!(c.connections_opened(), Some(6));
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 6);
+    }
+}
+
+#[tokio::test]
+async fn hyper_resends_once_when_a_reused_connection_was_closed_unanswered() {
+    let (base, accepted) = raw_server(ConnMode::DropSecond).await;
+    let (c, outs) = sequential(HttpClient::Hyper, &base, 4).await;
+    for o in &outs {
+        assert!(o.ok, "{:?}", o.error);
+    }
+    // Every connection answers one request: requests 2, 3 and 4 each found their (reused) connection closed
+    // unanswered and were sent once more on a new one.
+    assert_eq!(c.connections_opened(), Some(4));
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 4);
+}
+
+async fn connection_reset_by_the_peer_is_a_stream_error(hc: HttpClient) {
+    let (base, _) = raw_server(ConnMode::ResetMidStream).await;
+    let (_, outs) = sequential(hc, &base, 2).await;
+    for o in outs {
+        assert!(!o.ok);
+        let e = o.error.unwrap_or_default();
+        assert!(e.starts_with("stream error"), "{e}");
+        assert_eq!(o.frames, 1);
+    }
+}
+
+both!(connection_reset_by_the_peer_is_a_stream_error);

@@ -5,8 +5,9 @@ cells (the mock server's true TTFT is ~0, so the measured TTFT is the error the 
 
     python3 scripts/bench/medians.py RESULTS_DIR > RESULTS_DIR/medians.md
 
-Per cell it prints every run's figure (in run order), the median, and loadshape / floor as the ratio of the medians
-and the median of the per-round ratios (round r of each client ran back to back, so the paired ratio sees the
+Per cell and client (`loadshape`, and `lsreqwest` = loadshape with --http-client reqwest when it ran) it prints every
+run's figure (in run order), the median, and client / floor as the ratio of the medians and the median of the
+per-round ratios (round r of each client ran back to back, so the paired ratio sees the
 same machine load). `other CPU` is what the rest of the machine used during the run (measure.py), in cores.
 TTFT: the floor prints its mean and (patched by bench_replay.sh) its nearest-rank p50 / p99; loadshape's mean / p50 /
 p99 are nearest-rank over its own records' `ttft_s`. `p99 ratio` = loadshape p99 / floor p99 per round, median.
@@ -85,48 +86,58 @@ def main():
             "cpu": cpu, "rc": r.get("rc"), "other": (r.get("other_cpu_s") or 0) / max(r.get("wall_s") or 1, 1e-9),
             "ttft": ttft, "requests": r.get("server_completed_streams"),
         }
-    print("| case | floor CPU-s/1M tok (runs; median) | loadshape (runs; median) | ratio of medians | "
+    others = sorted({cl for c in cells.values() for cl in c if cl != "floor"},
+                    key=lambda cl: (cl != "loadshape", cl))
+    print("| case | floor CPU-s/1M tok (runs; median) | client | client CPU (runs; median) | ratio of medians | "
           "median paired ratio | other CPU (cores) |")
-    print("|---|---|---|---:|---:|---|")
+    print("|---|---|---|---|---:|---:|---|")
     for (conc, itl) in sorted(cells, key=lambda k: (k[1] > 0, k[0])):
         c = cells[(conc, itl)]
-        fl, ls = c.get("floor", {}), c.get("loadshape", {})
+        fl = c.get("floor", {})
         fv = [fl[k]["cpu"] for k in sorted(fl) if fl[k]["cpu"]]
-        lv = [ls[k]["cpu"] for k in sorted(ls) if ls[k]["cpu"]]
         fm = statistics.median(fv) if fv else None
-        lm = statistics.median(lv) if lv else None
-        paired = [ls[k]["cpu"] / fl[k]["cpu"] for k in sorted(ls) if k in fl and ls[k]["cpu"] and fl[k]["cpu"]]
-        other = [v["other"] for d in (fl, ls) for v in d.values()]
         name = f"{'zero delay' if itl == 0 else f'{itl:g} ms pacing'}, c={conc}"
-        print(f"| {name} | {' / '.join(fmt(x, 1) for x in fv) or '–'}; **{fmt(fm, 1)}** | "
-              f"{' / '.join(fmt(x, 1) for x in lv) or '–'}; **{fmt(lm, 1)}** | "
-              f"{fmt(lm / fm) if fm and lm else '–'} | {fmt(statistics.median(paired)) if paired else '–'} | "
-              f"{fmt(min(other), 1) if other else '–'}–{fmt(max(other), 1) if other else '–'} |")
+        for cl in others:
+            ls = c.get(cl, {})
+            if not ls:
+                continue
+            lv = [ls[k]["cpu"] for k in sorted(ls) if ls[k]["cpu"]]
+            lm = statistics.median(lv) if lv else None
+            paired = [ls[k]["cpu"] / fl[k]["cpu"] for k in sorted(ls) if k in fl and ls[k]["cpu"] and fl[k]["cpu"]]
+            other = [v["other"] for d in (fl, ls) for v in d.values()]
+            print(f"| {name} | {' / '.join(fmt(x, 1) for x in fv) or '–'}; **{fmt(fm, 1)}** | {cl} | "
+                  f"{' / '.join(fmt(x, 1) for x in lv) or '–'}; **{fmt(lm, 1)}** | "
+                  f"{fmt(lm / fm) if fm and lm else '–'} | {fmt(statistics.median(paired)) if paired else '–'} | "
+                  f"{fmt(min(other), 1) if other else '–'}–{fmt(max(other), 1) if other else '–'} |")
     print()
-    print("| paced case | floor mean TTFT ms (runs) | floor p50 | floor p99 (runs; median) | floor p99 after 2C | "
-          "loadshape mean TTFT ms (runs) | loadshape p50 | loadshape p99 (runs; median) | loadshape p99 after 2C | "
-          "p99 ratio (median paired) | other CPU, cores (floor / loadshape per round) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| paced case | floor mean TTFT ms (runs) | floor p50 | floor p99 (runs; median) | floor p99 after 2C | client | "
+          "mean TTFT ms (runs) | p50 | p99 (runs; median) | p99 after 2C | "
+          "p99 ratio (median paired) | other CPU, cores (floor / client per round) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (conc, itl) in sorted(k for k in cells if k[1] > 0):
         c = cells[(conc, itl)]
-        fl, ls = c.get("floor", {}), c.get("loadshape", {})
+        fl = c.get("floor", {})
         ft = [fl[k]["ttft"] for k in sorted(fl) if fl[k]["ttft"]]
-        lt = [ls[k]["ttft"] for k in sorted(ls) if ls[k]["ttft"]]
-        p99 = [t["p99"] for t in lt]
         fp99 = [t["p99"] for t in ft if t.get("p99") is not None]
         fp99s = [t["p99s"] for t in ft if t.get("p99s") is not None]
-        lp99s = [t["p99s"] for t in lt if t.get("p99s") is not None]
-        paired = [ls[k]["ttft"]["p99"] / fl[k]["ttft"]["p99"] for k in sorted(ls)
-                  if k in fl and ls[k]["ttft"] and fl[k]["ttft"] and fl[k]["ttft"].get("p99")]
         runs = lambda xs, key: " / ".join(fmt(t.get(key), 1) for t in xs) or "–"
         med = lambda xs: fmt(statistics.median(xs), 1) if xs else "–"
-        other = " / ".join(f"{c[cl][k]['other']:.1f}" for k in sorted(ls) for cl in ("floor", "loadshape")
-                           if cl in c and k in c[cl])
-        print(f"| {itl:g} ms, c={conc} | {runs(ft, 'mean')} | {runs(ft, 'p50')} | {runs(ft, 'p99')}; **{med(fp99)}** | "
-              f"{runs(ft, 'p99s')}; **{med(fp99s)}** | "
-              f"{runs(lt, 'mean')} | {runs(lt, 'p50')} | {runs(lt, 'p99')}; **{med(p99)}** | "
-              f"{runs(lt, 'p99s')}; **{med(lp99s)}** | "
-              f"{fmt(statistics.median(paired)) if paired else '–'} | {other or '–'} |")
+        for cl in others:
+            ls = c.get(cl, {})
+            if not ls:
+                continue
+            lt = [ls[k]["ttft"] for k in sorted(ls) if ls[k]["ttft"]]
+            p99 = [t["p99"] for t in lt]
+            lp99s = [t["p99s"] for t in lt if t.get("p99s") is not None]
+            paired = [ls[k]["ttft"]["p99"] / fl[k]["ttft"]["p99"] for k in sorted(ls)
+                      if k in fl and ls[k]["ttft"] and fl[k]["ttft"] and fl[k]["ttft"].get("p99")]
+            other = " / ".join(f"{c[x][k]['other']:.1f}" for k in sorted(ls) for x in ("floor", cl)
+                               if x in c and k in c[x])
+            print(f"| {itl:g} ms, c={conc} | {runs(ft, 'mean')} | {runs(ft, 'p50')} | {runs(ft, 'p99')}; "
+                  f"**{med(fp99)}** | {runs(ft, 'p99s')}; **{med(fp99s)}** | {cl} | "
+                  f"{runs(lt, 'mean')} | {runs(lt, 'p50')} | {runs(lt, 'p99')}; **{med(p99)}** | "
+                  f"{runs(lt, 'p99s')}; **{med(lp99s)}** | "
+                  f"{fmt(statistics.median(paired)) if paired else '–'} | {other or '–'} |")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ use shared::metrics::{self, Slo};
 use shared::scenario::Scenario;
 use shared::workload::{RequestStream, SessionDist, SessionWorkload, Workload};
 
-use crate::replay::client::{self, Client, ClientConfig, Endpoint, LiveCounters};
+use crate::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters};
 use crate::replay::dialect::Dialect;
 use crate::replay::progress::Progress;
 use crate::replay::prom::{Scraper, ServerReport};
@@ -140,6 +140,10 @@ pub struct Args {
     /// 0 = the process's shared runtime.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// HTTP client for the streams: hyper (HTTP/1.1 connection API, one connection per stream; http:// only),
+    /// reqwest (pooled; TLS), or auto = hyper for http://, reqwest for https://.
+    #[arg(long, value_enum, default_value_t = HttpClient::Auto)]
+    pub http_client: HttpClient,
     /// No progress display.
     #[arg(long, short)]
     pub quiet: bool,
@@ -370,6 +374,12 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     let nonce = a.nonce.unwrap_or_else(|| now_nanos() % 1_000_000_007);
     let http = client::http_client()?;
     let origin_url = client::origin_of(&a.url)?;
+    if a.http_client == HttpClient::Hyper && !a.url.trim_start().to_ascii_lowercase().starts_with("http://") {
+        anyhow::bail!(
+            "--http-client hyper speaks plain http:// only (got --url {:?}); use --http-client reqwest or auto",
+            a.url
+        );
+    }
 
     // Model and dialect: ask the server when not told.
     let model = match &a.model {
@@ -427,14 +437,20 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         slo.tpot_ms = t;
     }
     slo.validate().map_err(|e| anyhow::anyhow!("SLO: {e}"))?;
+    let http_client = a.http_client.resolve(&a.url);
     eprintln!(
-        "loadshape replay: {shape}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {seed}, content nonce {nonce}",
+        "loadshape replay: {shape}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {seed}, content nonce {nonce}, http client {http_client}{}",
         a.url,
         match a.endpoint {
             Endpoint::Completions => "/completions",
             Endpoint::Chat => "/chat/completions",
         },
-        a.temp
+        a.temp,
+        if a.http_client == HttpClient::Auto {
+            " (auto)"
+        } else {
+            ""
+        },
     );
     if !dialect.forces_length() {
         eprintln!("note: dialect openai cannot force the output length; gen_tokens may fall short of asked_tokens");
@@ -451,6 +467,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
             temperature: a.temp,
             timeout: Duration::from_secs_f64(a.timeout),
             stall_timeout: (a.stall_timeout > 0.0).then(|| Duration::from_secs_f64(a.stall_timeout)),
+            http_client: a.http_client,
         },
     );
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
@@ -460,7 +477,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         Traffic::Closed { users, .. } => *users as usize,
         Traffic::Open(reqs) => reqs.len().min(64),
     };
-    warm_pool(&http, &a.url, a.api_key.as_deref(), expected_streams.min(2048)).await;
+    client.warm(expected_streams.min(2048)).await;
     // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
     // streams only hands each one over.
     let sink = Arc::new(RecordSink::create(&a.out, a.append, true, a.hooks.on_record.clone())?);
@@ -618,6 +635,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     let started = ctx.started.load(Ordering::Relaxed);
     let meta = json!({
         "url": a.url, "model": model, "dialect": dialect, "endpoint": a.endpoint, "seed": seed, "nonce": nonce,
+        "http_client": ctx.client.http_client(), "connections_opened": ctx.client.connections_opened(),
         "shape": shape, "wall_s": wall, "requests_started": started, "records_written": finished.written,
         "interrupted": interrupted.map(|s| s.0), "aborted": ctx.aborted.load(Ordering::Relaxed),
         "slo": slo, "summary": summary, "server": server,
@@ -657,23 +675,6 @@ pub fn sidecar(out: &Path, suffix: &str) -> PathBuf {
     s.push(".");
     s.push(suffix);
     PathBuf::from(s)
-}
-
-/// `n` concurrent `GET /models` so the pool holds `n` open connections; failures are ignored.
-async fn warm_pool(http: &reqwest::Client, base: &str, key: Option<&str>, n: usize) {
-    let url = format!("{}/models", base.trim_end_matches('/'));
-    let one = |_| {
-        let mut req = http.get(&url).timeout(Duration::from_secs(5));
-        if let Some(k) = key {
-            req = req.bearer_auth(k);
-        }
-        async move {
-            if let Ok(resp) = req.send().await {
-                let _ = resp.bytes().await;
-            }
-        }
-    };
-    futures_util::future::join_all((0..n).map(one)).await;
 }
 
 async fn first_model(http: &reqwest::Client, base: &str, key: Option<&str>) -> anyhow::Result<String> {

@@ -29,6 +29,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
@@ -38,6 +39,7 @@ use shared::record::{ItlSummary, UsageSource};
 use tokio_util::sync::CancellationToken;
 
 use super::dialect::{self, Dialect};
+use super::h1::{self, Conn, H1Pool};
 use super::sse::SseDecoder;
 
 /// The error text of a request cancelled because the run stopped (a signal, or the drain grace ran out).
@@ -52,6 +54,40 @@ pub enum Endpoint {
     Completions,
     /// `/v1/chat/completions` with one user message.
     Chat,
+}
+
+/// Which HTTP client carries the streams (`--http-client`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpClient {
+    /// hyper for `http://` URLs, reqwest for `https://`.
+    #[default]
+    Auto,
+    /// hyper's HTTP/1.1 connection API directly, one connection per stream (`http://` only).
+    Hyper,
+    /// reqwest (pooled hyper-util client; TLS).
+    Reqwest,
+}
+
+impl HttpClient {
+    /// The client `url` is sent with: `Auto` resolved by the URL's scheme.
+    pub fn resolve(self, url: &str) -> HttpClient {
+        match self {
+            HttpClient::Auto if url.trim_start().to_ascii_lowercase().starts_with("http://") => HttpClient::Hyper,
+            HttpClient::Auto => HttpClient::Reqwest,
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for HttpClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HttpClient::Auto => "auto",
+            HttpClient::Hyper => "hyper",
+            HttpClient::Reqwest => "reqwest",
+        })
+    }
 }
 
 /// Where and how to send requests.
@@ -69,6 +105,8 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Longest allowed gap between frames (and before the first one); `None` = only the whole-request limit.
     pub stall_timeout: Option<Duration>,
+    /// Which HTTP client carries the streams (`Auto`: hyper for `http://`, reqwest for `https://`).
+    pub http_client: HttpClient,
 }
 
 /// Counters shared with the progress display; bumped as frames arrive.
@@ -119,11 +157,7 @@ pub struct Outcome {
 /// drop were a quarter of the client's per-request CPU, which is spent on the thread that reads the streams).
 #[derive(Debug, Clone)]
 pub struct Client {
-    http: reqwest::Client,
-    /// The endpoint's URL, or why it is not one (the request then fails with that text).
-    url: Result<reqwest::Url, String>,
-    /// Content type and authorization, or why the API key is not a valid header value.
-    headers: Result<reqwest::header::HeaderMap, String>,
+    transport: Transport,
     /// The body up to the prompt's JSON string: `{"model":…,"prompt":` (or the chat message's `"content":`).
     body_head: Vec<u8>,
     /// After the prompt's string: the rest of the chat message (empty for completions).
@@ -131,6 +165,20 @@ pub struct Client {
     /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
     body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
+}
+
+/// What carries the requests (see [`HttpClient`]).
+#[derive(Debug, Clone)]
+enum Transport {
+    Reqwest {
+        http: reqwest::Client,
+        /// The endpoint's URL, or why it is not one (the request then fails with that text).
+        url: Result<reqwest::Url, String>,
+        /// Content type and authorization, or why the API key is not a valid header value.
+        headers: Result<reqwest::header::HeaderMap, String>,
+    },
+    /// The direct HTTP/1.1 path, or why it cannot be used (every request then fails with that text).
+    Hyper(Result<Arc<H1Pool>, String>),
 }
 
 /// A reqwest client set up for many long-lived local streams: HTTP/1.1, no Nagle, no proxy, unbounded idle pool.
@@ -215,8 +263,14 @@ impl Client {
             Endpoint::Chat => "chat/completions",
         };
         let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
-        let url = reqwest::Url::parse(&url_text).map_err(|e| format!("invalid URL {url_text:?}: {e}"));
-        let headers = request_headers(cfg.api_key.as_deref());
+        let transport = match cfg.http_client.resolve(&cfg.base_url) {
+            HttpClient::Hyper => Transport::Hyper(H1Pool::new(&url_text, cfg.api_key.as_deref()).map(Arc::new)),
+            _ => Transport::Reqwest {
+                http,
+                url: reqwest::Url::parse(&url_text).map_err(|e| format!("invalid URL {url_text:?}: {e}")),
+                headers: request_headers(cfg.api_key.as_deref()),
+            },
+        };
         let mut body_head = Vec::with_capacity(64 + cfg.model.len());
         body_head.extend_from_slice(b"{\"model\":");
         // Serializing a `&str` or an `f64` into a Vec cannot fail.
@@ -235,9 +289,7 @@ impl Client {
         let _ = serde_json::to_writer(&mut body_tail, &cfg.temperature);
         body_tail.extend_from_slice(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
         Client {
-            http,
-            url,
-            headers,
+            transport,
             body_head,
             body_after_prompt,
             body_tail,
@@ -247,6 +299,48 @@ impl Client {
 
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
+    }
+
+    /// The HTTP client the requests go through (`Auto` resolved).
+    pub fn http_client(&self) -> HttpClient {
+        match self.transport {
+            Transport::Reqwest { .. } => HttpClient::Reqwest,
+            Transport::Hyper(_) => HttpClient::Hyper,
+        }
+    }
+
+    /// Connections the hyper path opened so far (`None` on the reqwest path, whose pool does not say).
+    pub fn connections_opened(&self) -> Option<u64> {
+        match &self.transport {
+            Transport::Hyper(Ok(pool)) => Some(pool.opened()),
+            _ => None,
+        }
+    }
+
+    /// Open `n` connections before the first request, so the first wave's TTFT does not include hundreds of
+    /// simultaneous TCP connects: hyper opens them directly; reqwest's pool is filled by `n` concurrent
+    /// `GET /models`. Failures are ignored (the requests will report them).
+    pub async fn warm(&self, n: usize) {
+        match &self.transport {
+            Transport::Hyper(Ok(pool)) => pool.warm(n).await,
+            Transport::Hyper(Err(_)) => {}
+            Transport::Reqwest { http, .. } => {
+                let url = format!("{}/models", self.cfg.base_url.trim_end_matches('/'));
+                let key = self.cfg.api_key.as_deref();
+                let one = |_| {
+                    let mut req = http.get(&url).timeout(Duration::from_secs(5));
+                    if let Some(k) = key {
+                        req = req.bearer_auth(k);
+                    }
+                    async move {
+                        if let Ok(resp) = req.send().await {
+                            let _ = resp.bytes().await;
+                        }
+                    }
+                };
+                futures_util::future::join_all((0..n).map(one)).await;
+            }
+        }
     }
 
     /// The JSON body of one forced-length streaming request, as sent: the prepared constant parts around the
@@ -262,10 +356,14 @@ impl Client {
         out
     }
 
-    /// One request, ready to send (or why it cannot be: a bad URL or API key, reported as the request's error).
+    /// One reqwest request, ready to send (or why it cannot be: a bad URL or API key, or the hyper path
+    /// configured, reported as the request's error).
     fn request(&self, prompt: &str, max_tokens: u32) -> Result<reqwest::Request, String> {
-        let url = self.url.as_ref().map_err(Clone::clone)?.clone();
-        let headers = self.headers.as_ref().map_err(Clone::clone)?.clone();
+        let Transport::Reqwest { url, headers, .. } = &self.transport else {
+            return Err("this client sends through hyper, not reqwest".to_string());
+        };
+        let url = url.as_ref().map_err(Clone::clone)?.clone();
+        let headers = headers.as_ref().map_err(Clone::clone)?.clone();
         let mut req = reqwest::Request::new(reqwest::Method::POST, url);
         *req.headers_mut() = headers;
         *req.body_mut() = Some(reqwest::Body::from(self.body_bytes(prompt, max_tokens)));
@@ -306,33 +404,15 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
-        // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
-        // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
-        // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
-        // first content frame — the write, the server, the read and the wait for this task's turn — is TTFT.
-        // Building it before the scheduler pass below also means that when many requests start at once (a closed
-        // loop's first wave), their hand-offs to the connections follow each other closely instead of each one
-        // waiting for the next one's building.
-        let pending = self.request(prompt, max_tokens).map(|req| self.http.execute(req));
-        // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
-        // handed back to the pool by a task of its own; letting it run first means this request finds it idle
-        // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
-        // connection per worker, likewise starts its clock once its connection is ready.
-        tokio::task::yield_now().await;
-        live.in_flight.fetch_add(1, Ordering::Relaxed);
-        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
-        let deadline = st.submitted + self.cfg.timeout;
-        let result = match pending {
-            Ok(pending) => tokio::select! {
-                biased;
-                r = tokio::time::timeout_at(deadline.into(), pending) => Ok(Some(r)),
-                () = cut.cancelled() => Ok(None),
-            },
-            Err(e) => Err(e),
-        };
-        let outcome = match result {
-            Err(e) => st.fail(format!("request failed: {e}")),
-            Ok(result) => self.on_response(result, st, deadline, live, cut).await,
+        let outcome = match &self.transport {
+            Transport::Hyper(pool) => {
+                self.complete_hyper(pool, prompt, max_tokens, collect_text, live, cut)
+                    .await
+            }
+            Transport::Reqwest { http, .. } => {
+                self.complete_reqwest(http, prompt, max_tokens, collect_text, live, cut)
+                    .await
+            }
         };
         live.in_flight.fetch_sub(1, Ordering::Relaxed);
         if outcome.ok {
@@ -344,15 +424,99 @@ impl Client {
         outcome
     }
 
-    /// The response (or the error, timeout or cut that came instead), read to the end.
-    async fn on_response(
+    /// The direct HTTP/1.1 path ([`H1Pool`]): one connection per stream, taken from the idle stack (or opened) for
+    /// this request and put back once its response was read to the end.
+    async fn complete_hyper(
         &self,
-        result: Option<Result<reqwest::Result<reqwest::Response>, tokio::time::error::Elapsed>>,
-        st: StreamState,
-        deadline: Instant,
+        pool: &Result<Arc<H1Pool>, String>,
+        prompt: &str,
+        max_tokens: u32,
+        collect_text: bool,
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
+        // The body is built before the clock starts, as the floor client builds its request before its clock.
+        let body = Bytes::from(self.body_bytes(prompt, max_tokens));
+        let pool = match pool {
+            Ok(p) => p,
+            Err(e) => {
+                live.in_flight.fetch_add(1, Ordering::Relaxed);
+                return StreamState::new(Instant::now(), collect_text, max_tokens).fail(format!("request failed: {e}"));
+            }
+        };
+        // An idle connection, made ready before the clock starts (`ready` waits only for the connection's own task
+        // to take in the end of its previous response, as the floor client starts its clock after `ready()`).
+        // Opening a new connection (none idle, or the server closed it) happens after the clock: that is time the
+        // request really waits.
+        let idle = pool.take_idle().await;
+        live.in_flight.fetch_add(1, Ordering::Relaxed);
+        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let deadline = st.submitted + self.cfg.timeout;
+        let sent = tokio::select! {
+            biased;
+            r = tokio::time::timeout_at(deadline.into(), send_h1(pool, idle, body)) => Some(r),
+            () = cut.cancelled() => None,
+        };
+        let (resp, tx) = match sent {
+            None => return st.fail(CUT_ERROR.to_string()),
+            Some(Err(_)) => return st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
+            Some(Ok(Err(e))) => return st.fail(format!("request failed: {e}")),
+            Some(Ok(Ok(sent))) => sent,
+        };
+        let (parts, mut body) = resp.into_parts();
+        if !parts.status.is_success() {
+            use http_body_util::BodyExt as _;
+            let text = tokio::time::timeout_at(deadline.into(), body.collect()).await;
+            let detail = match text {
+                Ok(Ok(b)) => {
+                    pool.put_back(tx, &parts.headers, parts.version);
+                    truncate(&String::from_utf8_lossy(&b.to_bytes()), 300)
+                }
+                _ => String::new(),
+            };
+            return st.fail(format!("HTTP {}: {detail}", parts.status));
+        }
+        let (outcome, ended) = self.read_stream(&mut body, st, deadline, live, cut).await;
+        if ended {
+            pool.put_back(tx, &parts.headers, parts.version);
+        }
+        outcome
+    }
+
+    /// The reqwest path (pooled; TLS).
+    async fn complete_reqwest(
+        &self,
+        http: &reqwest::Client,
+        prompt: &str,
+        max_tokens: u32,
+        collect_text: bool,
+        live: &LiveCounters,
+        cut: &CancellationToken,
+    ) -> Outcome {
+        // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
+        // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
+        // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
+        // first content frame — the write, the server, the read and the wait for this task's turn — is TTFT.
+        // Building it before the scheduler pass below also means that when many requests start at once (a closed
+        // loop's first wave), their hand-offs to the connections follow each other closely instead of each one
+        // waiting for the next one's building.
+        let pending = self.request(prompt, max_tokens).map(|req| http.execute(req));
+        // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
+        // handed back to the pool by a task of its own; letting it run first means this request finds it idle
+        // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
+        // connection per worker, likewise starts its clock once its connection is ready.
+        tokio::task::yield_now().await;
+        live.in_flight.fetch_add(1, Ordering::Relaxed);
+        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let deadline = st.submitted + self.cfg.timeout;
+        let result = match pending {
+            Ok(pending) => tokio::select! {
+                biased;
+                r = tokio::time::timeout_at(deadline.into(), pending) => Some(r),
+                () = cut.cancelled() => None,
+            },
+            Err(e) => return st.fail(format!("request failed: {e}")),
+        };
         match result {
             None => st.fail(CUT_ERROR.to_string()),
             Some(Err(_)) => st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
@@ -366,18 +530,20 @@ impl Client {
                 };
                 st.fail(format!("HTTP {status}: {detail}"))
             }
-            Some(Ok(Ok(resp))) => self.read_stream(resp, st, deadline, live, cut).await,
+            Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, deadline, live, cut).await.0,
         }
     }
 
-    async fn read_stream(
+    /// Read a response body as SSE to `[DONE]` or its end. Returns the outcome and whether the body was read to its
+    /// end (then its connection can carry another request).
+    async fn read_stream<B: ChunkBody>(
         &self,
-        mut resp: reqwest::Response,
+        resp: &mut B,
         mut st: StreamState,
         deadline: Instant,
         live: &LiveCounters,
         cut: &CancellationToken,
-    ) -> Outcome {
+    ) -> (Outcome, bool) {
         let mut sse = SseDecoder::new();
         let stall = self.cfg.stall_timeout;
         let mut last = st.submitted;
@@ -396,7 +562,7 @@ impl Client {
         let mut registered: Option<Waker> = None;
         loop {
             let step = std::future::poll_fn(|cx| {
-                if let Poll::Ready(chunk) = std::pin::pin!(resp.chunk()).poll(cx) {
+                if let Poll::Ready(chunk) = resp.poll_chunk(cx) {
                     return Poll::Ready(Step::Chunk(chunk));
                 }
                 if registered.as_ref().is_none_or(|w| !w.will_wake(cx.waker())) {
@@ -428,27 +594,39 @@ impl Client {
                     if flow.is_break() {
                         let outcome = st.finish_done();
                         // Read on to the end of the body (normally only the chunked terminator, already on its way)
-                        // so the connection goes back to the pool: dropping a body early closes its connection, and
-                        // the next request would wait for a new one (a TTFT outlier the client made). Bounded, so a
-                        // server that keeps the stream open after [DONE] costs at most a moment.
-                        let rest = async { while let Ok(Some(_)) = resp.chunk().await {} };
-                        let _ = tokio::time::timeout(Duration::from_millis(200), rest).await;
-                        return outcome;
+                        // so the connection can carry the next request: dropping a body early closes its
+                        // connection, and the next request would wait for a new one (a TTFT outlier the client
+                        // made). Bounded, so a server that keeps the stream open after [DONE] costs at most a moment.
+                        let rest = async {
+                            loop {
+                                match std::future::poll_fn(|cx| resp.poll_chunk(cx)).await {
+                                    Ok(Some(_)) => {}
+                                    Ok(None) => return true,
+                                    Err(_) => return false,
+                                }
+                            }
+                        };
+                        let ended = tokio::time::timeout(Duration::from_millis(200), rest)
+                            .await
+                            .unwrap_or(false);
+                        return (outcome, ended);
                     }
                 }
-                Step::Chunk(Ok(None)) => return st.finish_eof(),
-                Step::Chunk(Err(e)) => return st.fail(format!("stream error: {}", error_chain(&e))),
-                Step::Cut => return st.fail(CUT_ERROR.to_string()),
+                Step::Chunk(Ok(None)) => return (st.finish_eof(), true),
+                Step::Chunk(Err(e)) => return (st.fail(format!("stream error: {e}")), false),
+                Step::Cut => return (st.fail(CUT_ERROR.to_string()), false),
                 Step::Timer => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return st.fail(format!("timeout: stream not finished within {:?}", self.cfg.timeout));
+                        let e = format!("timeout: stream not finished within {:?}", self.cfg.timeout);
+                        return (st.fail(e), false);
                     }
                     if let Some(limit) = stall
                         && now.duration_since(last) >= limit
                     {
                         let frames = st.frames;
-                        return st.fail(format!("stall: no frame for {limit:?} (after {frames} content frames)"));
+                        let e = format!("stall: no frame for {limit:?} (after {frames} content frames)");
+                        return (st.fail(e), false);
                     }
                     timer.as_mut().reset(next_check(last).into());
                     // Poll the re-armed timer once so it is registered with the alarm's waker again.
@@ -459,9 +637,69 @@ impl Client {
     }
 }
 
+/// Send `body` on `idle` (or on a new connection); returns the response head and the connection's sender (to put
+/// back once the body has been read). A request on an idle connection that the server closed meanwhile (hyper
+/// gives the request back unsent, or the connection ends before any byte of a response) is sent once more on a new
+/// connection: the keep-alive race every HTTP/1.1 client meets when a server closes idle connections.
+async fn send_h1(
+    pool: &H1Pool,
+    idle: Option<Conn>,
+    body: Bytes,
+) -> Result<(hyper::Response<hyper::body::Incoming>, h1::Sender), String> {
+    let mut conn = match idle {
+        Some(c) => c,
+        None => pool.connect().await?,
+    };
+    loop {
+        match conn.tx.try_send_request(pool.request(body.clone())).await {
+            Ok(resp) => return Ok((resp, conn.tx)),
+            Err(e) => {
+                let closed_while_idle =
+                    e.message().is_some() || e.error().is_canceled() || e.error().is_incomplete_message();
+                if !(conn.reused && closed_while_idle) {
+                    return Err(error_chain(e.error()));
+                }
+                conn = pool.connect().await?;
+            }
+        }
+    }
+}
+
+/// A response body read chunk by chunk: reqwest's, or hyper's own.
+trait ChunkBody {
+    /// The next data chunk, `None` at the end, or the error's text (with its causes).
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, String>>;
+}
+
+impl ChunkBody for reqwest::Response {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, String>> {
+        std::pin::pin!(self.chunk())
+            .poll(cx)
+            .map(|r| r.map_err(|e| error_chain(&e)))
+    }
+}
+
+impl ChunkBody for hyper::body::Incoming {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, String>> {
+        use hyper::body::Body as _;
+        loop {
+            return match std::pin::Pin::new(&mut *self).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => Poll::Ready(Ok(Some(data))),
+                    // Trailers carry no content.
+                    Err(_) => continue,
+                },
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Err(error_chain(&e))),
+                Poll::Ready(None) => Poll::Ready(Ok(None)),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+    }
+}
+
 /// What woke a stream's loop.
 enum Step {
-    Chunk(reqwest::Result<Option<bytes::Bytes>>),
+    Chunk(Result<Option<Bytes>, String>),
     Cut,
     Timer,
 }
@@ -902,6 +1140,7 @@ mod tests {
                             temperature,
                             timeout: Duration::from_secs(1),
                             stall_timeout: None,
+                            http_client: HttpClient::Reqwest,
                         },
                     );
                     for p in prompts {
@@ -938,9 +1177,42 @@ mod tests {
                 temperature: 0.0,
                 timeout: Duration::from_secs(1),
                 stall_timeout: None,
+                http_client: HttpClient::Reqwest,
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
+    }
+
+    #[test]
+    fn auto_picks_hyper_for_http_and_reqwest_for_https() {
+        assert_eq!(HttpClient::Auto.resolve("http://127.0.0.1:8000/v1"), HttpClient::Hyper);
+        assert_eq!(HttpClient::Auto.resolve("HTTP://h/v1"), HttpClient::Hyper);
+        assert_eq!(
+            HttpClient::Auto.resolve("https://api.example.com/v1"),
+            HttpClient::Reqwest
+        );
+        assert_eq!(HttpClient::Reqwest.resolve("http://h/v1"), HttpClient::Reqwest);
+        assert_eq!(HttpClient::Hyper.resolve("https://h/v1"), HttpClient::Hyper);
+        let cfg = |url: &str, http_client| ClientConfig {
+            base_url: url.into(),
+            model: "m".into(),
+            api_key: None,
+            endpoint: Endpoint::Completions,
+            dialect: Dialect::Vllm,
+            temperature: 0.0,
+            timeout: Duration::from_secs(1),
+            stall_timeout: None,
+            http_client,
+        };
+        let http = http_client().unwrap_or_else(|e| panic!("{e}"));
+        let c = Client::new(http.clone(), cfg("http://127.0.0.1:9/v1", HttpClient::Auto));
+        assert_eq!((c.http_client(), c.connections_opened()), (HttpClient::Hyper, Some(0)));
+        let c = Client::new(http.clone(), cfg("https://127.0.0.1:9/v1", HttpClient::Auto));
+        assert_eq!((c.http_client(), c.connections_opened()), (HttpClient::Reqwest, None));
+        // Asked for hyper on https: every request fails with the reason (the command line refuses it earlier).
+        let c = Client::new(http, cfg("https://127.0.0.1:9/v1", HttpClient::Hyper));
+        assert_eq!(c.http_client(), HttpClient::Hyper);
+        assert_eq!(c.connections_opened(), None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the progress display behind `loadshape replay`.
 //!
 //! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::Outcome`]).
+//! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream) for `http://` targets.
 //! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.
 //! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
 //!   open/closed-loop traffic from a `shared::scenario::Scenario`.
@@ -12,6 +13,7 @@
 
 pub mod client;
 pub mod dialect;
+pub mod h1;
 pub mod progress;
 pub mod prom;
 pub mod records;

@@ -1,0 +1,245 @@
+//! The direct HTTP/1.1 path for `http://` targets: hyper's connection API (`hyper::client::conn::http1`), one
+//! connection per stream, as the floor client of `scripts/bench_replay.sh` does.
+//!
+//! [`H1Pool`] keeps the idle connections (a stack: a stream takes one, uses it for one request and its whole
+//! response, and puts it back once the body has ended). A connection is opened only when none is idle (lazily; the
+//! run opens as many as it will hold streams before its first request, [`H1Pool::warm`]), with `TCP_NODELAY`, and
+//! its hyper task runs beside the streams on the same runtime. A connection goes back on the stack only when its
+//! response was read to the end and the server did not say `Connection: close`; any other (an error, a cut, a
+//! timeout, a body dropped early) is dropped, which closes it.
+//!
+//! Why not reqwest for these: per request reqwest adds its tower layers (the redirect policy re-parses the URI of
+//! every request), a boxed `Pending` future, hyper-util's pool checkout, its idle task and the `MapErr`-boxed body
+//! over the same hyper connection; on the one thread that reads every stream that per-request work queues ahead of
+//! other streams' frames (docs/replay.md, "TTFT error at 256 streams"). reqwest stays for `https://` (TLS).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Uri};
+use hyper_util::rt::TokioIo;
+
+/// The sending half of one HTTP/1.1 connection.
+pub type Sender = SendRequest<Full<Bytes>>;
+
+/// Idle HTTP/1.1 connections to one `http://` origin, and the parts of a request that never change.
+pub struct H1Pool {
+    /// `host` (without IPv6 brackets) and port to connect to.
+    host: String,
+    port: u16,
+    /// The request target in origin form (`/v1/completions`).
+    path: Uri,
+    /// Host, content type and (marked sensitive) authorization.
+    headers: HeaderMap,
+    idle: Mutex<Vec<Sender>>,
+    opened: AtomicU64,
+}
+
+impl std::fmt::Debug for H1Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("H1Pool")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("path", &self.path)
+            .field("opened", &self.opened.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection taken from the pool (or just opened) for one request.
+pub struct Conn {
+    pub tx: Sender,
+    /// Taken from the pool (it served a request before), as opposed to opened for this one.
+    pub reused: bool,
+}
+
+impl H1Pool {
+    /// The pool for `url` (an `http://` URL with the full route, e.g. `http://127.0.0.1:8000/v1/completions`), or
+    /// why there cannot be one (the text every request then fails with).
+    pub fn new(url: &str, api_key: Option<&str>) -> Result<Self, String> {
+        let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(other) => {
+                return Err(format!(
+                    "--http-client hyper speaks plain http:// only (got {other}://); use --http-client reqwest or auto"
+                ));
+            }
+            None => return Err(format!("invalid URL {url:?}: no scheme")),
+        }
+        let authority = uri.authority().ok_or_else(|| format!("invalid URL {url:?}: no host"))?;
+        // userinfo is not a part of the Host header.
+        let host_port = authority.as_str().rsplit('@').next().unwrap_or(authority.as_str());
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = authority.port_u16().unwrap_or(80);
+        let path = match uri.path_and_query() {
+            Some(pq) => pq.as_str().parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?,
+            None => Uri::from_static("/"),
+        };
+        let mut headers = HeaderMap::with_capacity(3);
+        headers.insert(
+            HOST,
+            HeaderValue::from_str(host_port).map_err(|e| format!("invalid URL {url:?}: {e}"))?,
+        );
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(key) = api_key {
+            let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
+                .map_err(|_| "the API key holds characters an HTTP header cannot carry".to_string())?;
+            v.set_sensitive(true);
+            headers.insert(AUTHORIZATION, v);
+        }
+        Ok(H1Pool {
+            host,
+            port,
+            path,
+            headers,
+            idle: Mutex::new(Vec::new()),
+            opened: AtomicU64::new(0),
+        })
+    }
+
+    /// One POST of `body` to the endpoint.
+    pub fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = self.path.clone();
+        *req.headers_mut() = self.headers.clone();
+        req
+    }
+
+    /// Connections opened so far (the warm-up's included).
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// Connections idle in the pool now.
+    pub fn idle(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// An idle connection that is ready for a request, if there is one (closed ones are dropped on the way). It
+    /// waits only for a connection's own task to take in the end of its previous response (`ready`), never for
+    /// the network.
+    pub async fn take_idle(&self) -> Option<Conn> {
+        loop {
+            let mut tx = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
+            if tx.is_closed() {
+                continue;
+            }
+            if tx.is_ready() || tx.ready().await.is_ok() {
+                return Some(Conn { tx, reused: true });
+            }
+        }
+    }
+
+    /// A new connection: TCP connect (`TCP_NODELAY`), HTTP/1.1 handshake, its task spawned on this runtime.
+    pub async fn connect(&self) -> Result<Conn, String> {
+        let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
+            .await
+            .map_err(|e| format!("connecting to {}:{}: {e}", self.host, self.port))?;
+        let _ = stream.set_nodelay(true);
+        let (tx, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP/1.1 handshake with {}:{}: {e}", self.host, self.port))?;
+        tokio::spawn(async move {
+            // The connection's end (the server closed it, or its last sender was dropped) is not an error here:
+            // a request on it sees its own error.
+            let _ = conn.await;
+        });
+        self.opened.fetch_add(1, Ordering::Relaxed);
+        Ok(Conn { tx, reused: false })
+    }
+
+    /// Put a connection whose response was read to the end back on the stack, unless the response said
+    /// `Connection: close` (or was HTTP/1.0 without keep-alive) or the connection is closed.
+    pub fn put_back(&self, tx: Sender, response_headers: &HeaderMap, version: hyper::Version) {
+        if tx.is_closed() || !keep_alive(response_headers, version) {
+            return;
+        }
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+    }
+
+    /// Open `n` connections at once and leave them idle, so that the first wave of a run does not pay for
+    /// hundreds of simultaneous TCP connects inside its TTFT. Failures are ignored (requests will say).
+    pub async fn warm(&self, n: usize) {
+        let conns = futures_util::future::join_all((0..n).map(|_| self.connect())).await;
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.extend(conns.into_iter().filter_map(Result::ok).map(|c| c.tx));
+    }
+}
+
+/// Whether the server lets the connection carry another request after this response.
+fn keep_alive(headers: &HeaderMap, version: hyper::Version) -> bool {
+    let says = |word: &str| {
+        headers.get_all(CONNECTION).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(word)))
+        })
+    };
+    if version == hyper::Version::HTTP_10 {
+        says("keep-alive")
+    } else {
+        !says("close")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_parts_from_the_url() {
+        let p = H1Pool::new("http://127.0.0.1:8123/v1/completions", Some("sk-1")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.host.as_str(), p.port), ("127.0.0.1", 8123));
+        let req = p.request(Bytes::from_static(b"{}"));
+        assert_eq!(req.method(), Method::POST);
+        assert_eq!(req.uri().to_string(), "/v1/completions");
+        assert_eq!(req.headers()[HOST], "127.0.0.1:8123");
+        assert_eq!(req.headers()[CONTENT_TYPE], "application/json");
+        assert_eq!(req.headers()[AUTHORIZATION], "Bearer sk-1");
+        assert!(req.headers()[AUTHORIZATION].is_sensitive());
+
+        let p = H1Pool::new("http://[::1]/x/chat/completions?a=1", None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.host.as_str(), p.port), ("::1", 80));
+        let req = p.request(Bytes::new());
+        assert_eq!(req.uri().to_string(), "/x/chat/completions?a=1");
+        assert_eq!(req.headers()[HOST], "[::1]");
+        assert!(req.headers().get(AUTHORIZATION).is_none());
+
+        let p = H1Pool::new("http://user:pw@host.example:81/v1/completions", None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.request(Bytes::new()).headers()[HOST], "host.example:81");
+    }
+
+    #[test]
+    fn bad_urls_and_keys_are_errors_not_panics() {
+        let https = H1Pool::new("https://example.com/v1/completions", None)
+            .err()
+            .unwrap_or_default();
+        assert!(https.contains("plain http:// only"), "{https}");
+        assert!(H1Pool::new("not a url", None).is_err());
+        assert!(H1Pool::new("/v1/completions", None).is_err());
+        let key = H1Pool::new("http://h/v1/completions", Some("bad\nkey"))
+            .err()
+            .unwrap_or_default();
+        assert!(key.contains("API key"), "{key}");
+    }
+
+    #[test]
+    fn keep_alive_rules() {
+        let mut h = HeaderMap::new();
+        assert!(keep_alive(&h, hyper::Version::HTTP_11));
+        assert!(!keep_alive(&h, hyper::Version::HTTP_10));
+        h.insert(CONNECTION, HeaderValue::from_static("Keep-Alive"));
+        assert!(keep_alive(&h, hyper::Version::HTTP_10));
+        h.insert(CONNECTION, HeaderValue::from_static("upgrade, Close"));
+        assert!(!keep_alive(&h, hyper::Version::HTTP_11));
+    }
+}
