@@ -619,7 +619,8 @@ async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
         assert!(!r.ok);
         let e = r.error.as_deref().unwrap_or_default();
         assert!(e.starts_with("stream error"), "{hc}: {e}");
-        assert!(r.sse_frames >= 1 && r.sse_frames <= 5, "{r:?}");
+        // (The engine may hand out several tokens at once, so the drop can come before the first frame.)
+        assert!(r.sse_frames <= 5, "{r:?}");
     }
     let meta: serde_json::Value =
         serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
