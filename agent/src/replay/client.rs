@@ -39,7 +39,7 @@ use shared::record::{ItlSummary, UsageSource};
 use tokio_util::sync::CancellationToken;
 
 use super::dialect::{self, Dialect};
-use super::h1::{self, Conn, H1Pool};
+use super::h1::{Conn, H1Pool};
 use super::sse::SseDecoder;
 
 /// The error text of a request cancelled because the run stopped (a signal, or the drain grace ran out).
@@ -457,20 +457,20 @@ impl Client {
             r = tokio::time::timeout_at(deadline.into(), send_h1(pool, idle, body)) => Some(r),
             () = cut.cancelled() => None,
         };
-        let (resp, tx) = match sent {
+        let (resp, mut conn) = match sent {
             None => return st.fail(CUT_ERROR.to_string()),
             Some(Err(_)) => return st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
             Some(Ok(Err(e))) => return st.fail(format!("request failed: {e}")),
             Some(Ok(Ok(sent))) => sent,
         };
-        let (parts, mut body) = resp.into_parts();
+        let (parts, body) = resp.into_parts();
+        let mut body = Driven { body, conn: &mut conn };
         if !parts.status.is_success() {
-            use http_body_util::BodyExt as _;
-            let text = tokio::time::timeout_at(deadline.into(), body.collect()).await;
+            let text = tokio::time::timeout_at(deadline.into(), read_to_end(&mut body)).await;
             let detail = match text {
                 Ok(Ok(b)) => {
-                    pool.put_back(tx, &parts.headers, parts.version);
-                    truncate(&String::from_utf8_lossy(&b.to_bytes()), 300)
+                    pool.put_back(conn, &parts.headers, parts.version);
+                    truncate(&String::from_utf8_lossy(&b), 300)
                 }
                 _ => String::new(),
             };
@@ -478,7 +478,7 @@ impl Client {
         }
         let (outcome, ended) = self.read_stream(&mut body, st, deadline, live, cut).await;
         if ended {
-            pool.put_back(tx, &parts.headers, parts.version);
+            pool.put_back(conn, &parts.headers, parts.version);
         }
         outcome
     }
@@ -637,22 +637,23 @@ impl Client {
     }
 }
 
-/// Send `body` on `idle` (or on a new connection); returns the response head and the connection's sender (to put
-/// back once the body has been read). A request on an idle connection that the server closed meanwhile (hyper
+/// Send `body` on `idle` (or on a new connection); returns the response head and the connection (to drive while
+/// the body is read, and to put back once it has been). A request on an idle connection that the server closed meanwhile (hyper
 /// gives the request back unsent, or the connection ends before any byte of a response) is sent once more on a new
 /// connection: the keep-alive race every HTTP/1.1 client meets when a server closes idle connections.
 async fn send_h1(
     pool: &H1Pool,
     idle: Option<Conn>,
     body: Bytes,
-) -> Result<(hyper::Response<hyper::body::Incoming>, h1::Sender), String> {
+) -> Result<(hyper::Response<hyper::body::Incoming>, Conn), String> {
     let mut conn = match idle {
         Some(c) => c,
         None => pool.connect().await?,
     };
     loop {
-        match conn.tx.try_send_request(pool.request(body.clone())).await {
-            Ok(resp) => return Ok((resp, conn.tx)),
+        let sent = std::pin::pin!(conn.tx.try_send_request(pool.request(body.clone())));
+        match conn.drive(sent).await {
+            Ok(resp) => return Ok((resp, conn)),
             Err(e) => {
                 let closed_while_idle =
                     e.message().is_some() || e.error().is_canceled() || e.error().is_incomplete_message();
@@ -663,6 +664,32 @@ async fn send_h1(
             }
         }
     }
+}
+
+/// A hyper response body together with the connection it arrives on, which this drives (see [`h1`]): one poll
+/// reads the socket and takes the chunk.
+struct Driven<'a> {
+    body: hyper::body::Incoming,
+    conn: &'a mut Conn,
+}
+
+impl ChunkBody for Driven<'_> {
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, String>> {
+        if let Poll::Ready(r) = self.body.poll_chunk(cx) {
+            return Poll::Ready(r);
+        }
+        self.conn.poll_io(cx);
+        self.body.poll_chunk(cx)
+    }
+}
+
+/// The whole body (an error answer's text).
+async fn read_to_end<B: ChunkBody>(body: &mut B) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    while let Some(chunk) = std::future::poll_fn(|cx| body.poll_chunk(cx)).await? {
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 /// A response body read chunk by chunk: reqwest's, or hyper's own.

@@ -3,10 +3,16 @@
 //!
 //! [`H1Pool`] keeps the idle connections (a stack: a stream takes one, uses it for one request and its whole
 //! response, and puts it back once the body has ended). A connection is opened only when none is idle (lazily; the
-//! run opens as many as it will hold streams before its first request, [`H1Pool::warm`]), with `TCP_NODELAY`, and
-//! its hyper task runs beside the streams on the same runtime. A connection goes back on the stack only when its
-//! response was read to the end and the server did not say `Connection: close`; any other (an error, a cut, a
-//! timeout, a body dropped early) is dropped, which closes it.
+//! run opens as many as it will hold streams before its first request, [`H1Pool::warm`]), with `TCP_NODELAY`. A
+//! connection goes back on the stack only when its response was read to the end and the server did not say
+//! `Connection: close`; any other (an error, a cut, a timeout, a body dropped early) is dropped, which closes it.
+//!
+//! **No task per connection.** hyper's connection future (`http1::Connection`: the socket reads and writes, the
+//! HTTP/1.1 parser) is not spawned; the stream that holds the connection polls it itself, right before it polls the
+//! response body ([`Conn::poll_io`]). A frame arriving then wakes one task, the stream's, which reads the socket and
+//! gets the frame in the same poll — instead of waking the connection's task, which hands the frame to the body
+//! channel and wakes the stream's task (two task polls per frame, as reqwest and the floor client do). An idle
+//! connection is not polled at all; a server closing it meanwhile is noticed on its next use.
 //!
 //! Why not reqwest for these: per request reqwest adds its tower layers (the redirect policy re-parses the URI of
 //! every request), a boxed `Pending` future, hyper-util's pool checkout, its idle task and the `MapErr`-boxed body
@@ -15,6 +21,10 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use std::future::Future as _;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -26,6 +36,9 @@ use hyper_util::rt::TokioIo;
 /// The sending half of one HTTP/1.1 connection.
 pub type Sender = SendRequest<Full<Bytes>>;
 
+/// The connection itself: socket I/O and the HTTP/1.1 state machine, driven by whoever holds the [`Conn`].
+type Driver = http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>;
+
 /// Idle HTTP/1.1 connections to one `http://` origin, and the parts of a request that never change.
 pub struct H1Pool {
     /// `host` (without IPv6 brackets) and port to connect to.
@@ -35,7 +48,7 @@ pub struct H1Pool {
     path: Uri,
     /// Host, content type and (marked sensitive) authorization.
     headers: HeaderMap,
-    idle: Mutex<Vec<Sender>>,
+    idle: Mutex<Vec<Conn>>,
     opened: AtomicU64,
 }
 
@@ -50,11 +63,43 @@ impl std::fmt::Debug for H1Pool {
     }
 }
 
-/// A connection taken from the pool (or just opened) for one request.
+/// One connection: its sender and its driver, held by one stream at a time.
 pub struct Conn {
     pub tx: Sender,
+    /// `None` once the connection has ended (closed by either side, or failed).
+    io: Option<Driver>,
     /// Taken from the pool (it served a request before), as opposed to opened for this one.
     pub reused: bool,
+}
+
+impl Conn {
+    /// Drive the connection: read what the socket has (handing response heads and body chunks to their
+    /// receivers), write what is queued. Registers `cx` for the socket's next readiness. Once the connection has
+    /// ended it is dropped here (closing the socket) and this does nothing.
+    pub fn poll_io(&mut self, cx: &mut Context<'_>) {
+        if let Some(io) = &mut self.io
+            && Pin::new(io).poll(cx).is_ready()
+        {
+            self.io = None;
+        }
+    }
+
+    /// The connection has ended: it cannot carry another request.
+    pub fn is_closed(&self) -> bool {
+        self.io.is_none() || self.tx.is_closed()
+    }
+
+    /// `fut`, polled after the connection is driven (the response head of a request sent on it).
+    pub async fn drive<F: std::future::Future + Unpin>(&mut self, mut fut: F) -> F::Output {
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(v) = Pin::new(&mut fut).poll(cx) {
+                return Poll::Ready(v);
+            }
+            self.poll_io(cx);
+            Pin::new(&mut fut).poll(cx)
+        })
+        .await
+    }
 }
 
 impl H1Pool {
@@ -130,17 +175,25 @@ impl H1Pool {
     /// the network.
     pub async fn take_idle(&self) -> Option<Conn> {
         loop {
-            let mut tx = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
-            if tx.is_closed() {
-                continue;
-            }
-            if tx.is_ready() || tx.ready().await.is_ok() {
-                return Some(Conn { tx, reused: true });
+            let mut c = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
+            // Driving it once also notices a close by the server while it sat idle (the EOF is already there).
+            let ready = std::future::poll_fn(|cx| {
+                c.poll_io(cx);
+                if c.is_closed() {
+                    return Poll::Ready(false);
+                }
+                c.tx.poll_ready(cx).map(|r| r.is_ok())
+            })
+            .await;
+            if ready {
+                c.reused = true;
+                return Some(c);
             }
         }
     }
 
-    /// A new connection: TCP connect (`TCP_NODELAY`), HTTP/1.1 handshake, its task spawned on this runtime.
+    /// A new connection: TCP connect (`TCP_NODELAY`) and HTTP/1.1 handshake (no I/O yet: hyper's handshake only
+    /// sets the connection up). Its driver goes with it.
     pub async fn connect(&self) -> Result<Conn, String> {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
@@ -149,22 +202,21 @@ impl H1Pool {
         let (tx, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("HTTP/1.1 handshake with {}:{}: {e}", self.host, self.port))?;
-        tokio::spawn(async move {
-            // The connection's end (the server closed it, or its last sender was dropped) is not an error here:
-            // a request on it sees its own error.
-            let _ = conn.await;
-        });
         self.opened.fetch_add(1, Ordering::Relaxed);
-        Ok(Conn { tx, reused: false })
+        Ok(Conn {
+            tx,
+            io: Some(conn),
+            reused: false,
+        })
     }
 
     /// Put a connection whose response was read to the end back on the stack, unless the response said
     /// `Connection: close` (or was HTTP/1.0 without keep-alive) or the connection is closed.
-    pub fn put_back(&self, tx: Sender, response_headers: &HeaderMap, version: hyper::Version) {
-        if tx.is_closed() || !keep_alive(response_headers, version) {
+    pub fn put_back(&self, conn: Conn, response_headers: &HeaderMap, version: hyper::Version) {
+        if conn.is_closed() || !keep_alive(response_headers, version) {
             return;
         }
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(tx);
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
     }
 
     /// Open `n` connections at once and leave them idle, so that the first wave of a run does not pay for
@@ -172,7 +224,7 @@ impl H1Pool {
     pub async fn warm(&self, n: usize) {
         let conns = futures_util::future::join_all((0..n).map(|_| self.connect())).await;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.extend(conns.into_iter().filter_map(Result::ok).map(|c| c.tx));
+        idle.extend(conns.into_iter().filter_map(Result::ok));
     }
 }
 
