@@ -1180,15 +1180,17 @@ impl Engine {
             return None;
         }
         let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
-        let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
-        let (r50, r99) = (rank(0.5), rank(0.99));
-        let (p50_ms, p99_ms) = if !quantiles {
-            (f64::NAN, f64::NAN)
-        } else if stretches.len() <= PACKED_ITL_MAX {
-            packed_quantiles(stretches, keys, count, [r50, r99])
+        let (p50_ms, p99_ms) = if quantiles {
+            let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
+            let ranks = [rank(0.5), rank(0.99)];
+            if stretches.len() <= PACKED_ITL_MAX {
+                packed_quantiles(stretches, keys, count, ranks)
+            } else {
+                let mut v = stretches.to_vec();
+                weighted_select(&mut v, ranks)
+            }
         } else {
-            let mut v = stretches.to_vec();
-            weighted_select(&mut v, [r50, r99])
+            (f64::NAN, f64::NAN)
         };
         Some(crate::record::ItlSummary {
             mean_ms,
