@@ -963,7 +963,13 @@ impl Engine {
             }
             // Steps until the step that contains `until_ms` ends.
             let span = until_ms - self.now_ms;
-            if span.is_finite() {
+            // Only when the first `kmax − 1` steps already reach `until_ms` can the bound cut the stretch shorter
+            // (the same sum as `steps_to_cover`'s, so the two agree exactly).
+            let reaches = |k: u64| {
+                let kf = k as f64;
+                kf * d1 + b * kf * (kf - 1.0) / 2.0 >= span
+            };
+            if span.is_finite() && kmax > 1 && reaches(kmax - 1) {
                 let ks = steps_to_cover(d1, b, span);
                 kmax = kmax.min(ks.max(1));
             }
