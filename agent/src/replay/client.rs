@@ -9,14 +9,18 @@
 //! output tokens = `usage.completion_tokens`, falling back to the content-frame count only when the server sent no
 //! usage (flagged `usage_source: missing`).
 //!
+//! Two HTTP clients carry the requests ([`HttpClient`]): for `http://` URLs hyper's HTTP/1.1 connection API
+//! directly, one connection per stream, driven by the stream itself ([`super::h1`]); for `https://` (or
+//! `--http-client reqwest`) reqwest. Everything after the response head is the same code for both (`ChunkBody`).
+//!
 //! Cost per token is kept low (measured with `scripts/bench_replay.sh`, see docs/replay.md): the body's chunks are
-//! read straight from the response ([`reqwest::Response::chunk`], no stream adapters), SSE events are cut out of
-//! each chunk in place by [`super::sse::SseDecoder`] (no copy, no allocation per event), each event is parsed from
-//! those bytes into a borrowed struct that reads only the fields needed (the first choice's text,
-//! `finish_reason`, `usage`, an error marker; strings are borrowed unless they hold escapes), and time is read once
-//! per chunk with [`Instant`] (events that arrive in one read arrive at the same time). The stall timeout does not
-//! re-arm a timer per frame: one sleep is checked against the last frame's time when it fires; and neither it nor the
-//! cut token is polled on a frame's wake-up, only after one of them woke the task.
+//! read straight from the response (hyper's frames, or [`reqwest::Response::chunk`]; no stream adapters), SSE
+//! events are cut out of each chunk in place by [`super::sse::SseDecoder`] (no copy, no allocation per event),
+//! each event is parsed from those bytes into a borrowed struct that reads only the fields needed (the first
+//! choice's text, `finish_reason`, `usage`, an error marker; strings are borrowed unless they hold escapes), and time
+//! is read once per chunk with [`Instant`] (events that arrive in one read arrive at the same time). The stall timeout
+//! does not re-arm a timer per frame: one sleep is checked against the last frame's time when it fires; and neither it
+//! nor the cut token is polled on a frame's wake-up, only after one of them woke the task.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -444,7 +448,7 @@ impl Client {
                 return StreamState::new(Instant::now(), collect_text, max_tokens).fail(format!("request failed: {e}"));
             }
         };
-        // An idle connection, made ready before the clock starts (`ready` waits only for the connection's own task
+        // An idle connection, made ready before the clock starts (`ready` waits only for the connection's own state
         // to take in the end of its previous response, as the floor client starts its clock after `ready()`).
         // Opening a new connection (none idle, or the server closed it) happens after the clock: that is time the
         // request really waits.
@@ -637,10 +641,10 @@ impl Client {
     }
 }
 
-/// Send `body` on `idle` (or on a new connection); returns the response head and the connection (to drive while
-/// the body is read, and to put back once it has been). A request on an idle connection that the server closed meanwhile (hyper
-/// gives the request back unsent, or the connection ends before any byte of a response) is sent once more on a new
-/// connection: the keep-alive race every HTTP/1.1 client meets when a server closes idle connections.
+/// Send `body` on `idle` (or on a new connection); returns the response head and the connection (to drive while the
+/// body is read, and to put back once it has been). A request on an idle connection that the server closed meanwhile
+/// (hyper gives the request back unsent, or the connection ends before any byte of a response) is sent once more on a
+/// new connection: the keep-alive race every HTTP/1.1 client meets when a server closes idle connections.
 async fn send_h1(
     pool: &H1Pool,
     idle: Option<Conn>,

@@ -89,6 +89,19 @@ impl Conn {
         self.io.is_none() || self.tx.is_closed()
     }
 
+    /// Drive the connection until it can take a request (true), or until it turns out closed (false). Driving it
+    /// also notices a close by the server while it sat idle (the EOF is already there).
+    pub async fn ready(&mut self) -> bool {
+        std::future::poll_fn(|cx| {
+            self.poll_io(cx);
+            if self.is_closed() {
+                return Poll::Ready(false);
+            }
+            self.tx.poll_ready(cx).map(|r| r.is_ok())
+        })
+        .await
+    }
+
     /// `fut`, polled after the connection is driven (the response head of a request sent on it).
     pub async fn drive<F: std::future::Future + Unpin>(&mut self, mut fut: F) -> F::Output {
         std::future::poll_fn(|cx| {
@@ -171,21 +184,12 @@ impl H1Pool {
     }
 
     /// An idle connection that is ready for a request, if there is one (closed ones are dropped on the way). It
-    /// waits only for a connection's own task to take in the end of its previous response (`ready`), never for
-    /// the network.
+    /// waits only for the connection's own state to take in the end of its previous response ([`Conn::ready`]),
+    /// never for the network.
     pub async fn take_idle(&self) -> Option<Conn> {
         loop {
             let mut c = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
-            // Driving it once also notices a close by the server while it sat idle (the EOF is already there).
-            let ready = std::future::poll_fn(|cx| {
-                c.poll_io(cx);
-                if c.is_closed() {
-                    return Poll::Ready(false);
-                }
-                c.tx.poll_ready(cx).map(|r| r.is_ok())
-            })
-            .await;
-            if ready {
+            if c.ready().await {
                 c.reused = true;
                 return Some(c);
             }
@@ -221,10 +225,18 @@ impl H1Pool {
 
     /// Open `n` connections at once and leave them idle, so that the first wave of a run does not pay for
     /// hundreds of simultaneous TCP connects inside its TTFT. Failures are ignored (requests will say).
+    ///
+    /// Each is also driven once until it is ready for a request: the connection's first poll sets up its buffers
+    /// and registers its socket with the runtime, work that would otherwise fall on the first wave of requests (at
+    /// 256 streams, in a closed loop's first wave, all at the same instant).
     pub async fn warm(&self, n: usize) {
-        let conns = futures_util::future::join_all((0..n).map(|_| self.connect())).await;
+        let one = || async {
+            let mut c = self.connect().await.ok()?;
+            c.ready().await.then_some(c)
+        };
+        let conns = futures_util::future::join_all((0..n).map(|_| one())).await;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.extend(conns.into_iter().filter_map(Result::ok));
+        idle.extend(conns.into_iter().flatten());
     }
 }
 
