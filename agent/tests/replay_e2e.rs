@@ -374,6 +374,28 @@ async fn no_server_at_all_exits_2(hc: &'static str) {
     assert_eq!(records(&out).len(), 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hyper_refuses_https_before_sending_anything() {
+    let out = tmp("hyper", "https.jsonl");
+    let out_s = out.to_string_lossy().to_string();
+    let (code, _, stderr) = replay(
+        "hyper",
+        &[
+            "--url",
+            "https://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--out",
+            &out_s,
+            "--quiet",
+        ],
+    )
+    .await;
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("plain http:// only"), "{stderr}");
+    assert!(!out.exists(), "no record file: nothing was sent");
+}
+
 async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static str) {
     // Real time, long outputs: requests are in flight when the signal lands.
     let s = sim(Config::default()).await;
