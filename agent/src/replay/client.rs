@@ -452,6 +452,7 @@ impl Client {
         // to take in the end of its previous response, as the floor client starts its clock after `ready()`).
         // Opening a new connection (none idle, or the server closed it) happens after the clock: that is time the
         // request really waits.
+        pool.pace_start().await;
         let idle = pool.take_idle().await;
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         let st = StreamState::new(Instant::now(), collect_text, max_tokens);

@@ -50,7 +50,14 @@ pub struct H1Pool {
     headers: HeaderMap,
     idle: Mutex<Vec<Conn>>,
     opened: AtomicU64,
+    /// The origin of `last_start_ns`.
+    base: std::time::Instant,
+    /// When the last request started, nanoseconds after `base` ([`H1Pool::pace_start`]).
+    last_start_ns: AtomicU64,
 }
+
+/// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
+const START_GAP_NS: u64 = 50_000;
 
 impl std::fmt::Debug for H1Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -161,6 +168,8 @@ impl H1Pool {
             headers,
             idle: Mutex::new(Vec::new()),
             opened: AtomicU64::new(0),
+            base: std::time::Instant::now(),
+            last_start_ns: AtomicU64::new(0),
         })
     }
 
@@ -171,6 +180,27 @@ impl H1Pool {
         *req.uri_mut() = self.path.clone();
         *req.headers_mut() = self.headers.clone();
         req
+    }
+
+    /// Wait (before a request's clock starts) until no other request started in the last 50 µs, yielding to the
+    /// runtime meanwhile. A yielded task runs again only after the runtime has polled its sockets and run the streams
+    /// they woke, so when many requests start at one instant (a closed loop's first wave, a burst of arrivals) the
+    /// answers of those already sent are read between the starts instead of queueing behind all of them — that
+    /// queueing would be client-made TTFT. A request that starts alone (the steady state) does not wait.
+    pub async fn pace_start(&self) {
+        loop {
+            let now = self.base.elapsed().as_nanos() as u64;
+            let last = self.last_start_ns.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= START_GAP_NS
+                && self
+                    .last_start_ns
+                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
     }
 
     /// Connections opened so far (the warm-up's included).
