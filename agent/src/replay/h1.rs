@@ -54,6 +54,10 @@ pub struct H1Pool {
     base: std::time::Instant,
     /// When the last request started, nanoseconds after `base` ([`H1Pool::pace_start`]).
     last_start_ns: AtomicU64,
+    /// Requests queued for their turn to start ([`H1Pool::pace_start`]).
+    waiting: AtomicU64,
+    /// The turn to start, handed from one queued request to the next.
+    turn: tokio::sync::Notify,
 }
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
@@ -170,6 +174,8 @@ impl H1Pool {
             opened: AtomicU64::new(0),
             base: std::time::Instant::now(),
             last_start_ns: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            turn: tokio::sync::Notify::new(),
         })
     }
 
@@ -182,25 +188,36 @@ impl H1Pool {
         req
     }
 
-    /// Wait (before a request's clock starts) until no other request started in the last 50 µs, yielding to the
-    /// runtime meanwhile. A yielded task runs again only after the runtime has polled its sockets and run the streams
-    /// they woke, so when many requests start at one instant (a closed loop's first wave, a burst of arrivals) the
-    /// answers of those already sent are read between the starts instead of queueing behind all of them — that
-    /// queueing would be client-made TTFT. A request that starts alone (the steady state) does not wait.
+    /// Before a request's clock starts: when another request started less than 50 µs ago (or others are already
+    /// queued), queue for a turn; each turn starts one request, after one yield to the runtime. A yielded task runs
+    /// again only after the runtime has polled its sockets and run the streams they woke, so when many requests start
+    /// at one instant (a closed loop's first wave, a burst of arrivals) the answers of those already sent are read
+    /// between the starts instead of queueing behind all of them — that queueing would be client-made TTFT. Queued
+    /// requests sleep (one is woken per turn), so a burst costs one wake-up and one yield per request. A request that
+    /// starts alone (the steady state) does not wait.
     pub async fn pace_start(&self) {
-        loop {
-            let now = self.base.elapsed().as_nanos() as u64;
-            let last = self.last_start_ns.load(Ordering::Relaxed);
-            if now.saturating_sub(last) >= START_GAP_NS
-                && self
-                    .last_start_ns
-                    .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return;
-            }
-            tokio::task::yield_now().await;
+        let now = self.base.elapsed().as_nanos() as u64;
+        let last = self.last_start_ns.load(Ordering::Relaxed);
+        if self.waiting.load(Ordering::Relaxed) == 0
+            && now.saturating_sub(last) >= START_GAP_NS
+            && self
+                .last_start_ns
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            // Leave a turn for a request that comes while this one is still close.
+            self.turn.notify_one();
+            return;
         }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let mut queued = Queued {
+            pool: self,
+            has_turn: false,
+        };
+        self.turn.notified().await;
+        queued.has_turn = true;
+        tokio::task::yield_now().await;
+        // `queued` is dropped here: the turn goes on (also if this future is dropped while it waits).
     }
 
     /// Connections opened so far (the warm-up's included).
@@ -270,6 +287,23 @@ impl H1Pool {
     }
 }
 
+/// A request queued by [`H1Pool::pace_start`]; leaving the queue (started, or dropped) hands the turn on.
+struct Queued<'a> {
+    pool: &'a H1Pool,
+    has_turn: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
+        if self.has_turn {
+            let now = self.pool.base.elapsed().as_nanos() as u64;
+            self.pool.last_start_ns.store(now, Ordering::Relaxed);
+            self.pool.turn.notify_one();
+        }
+    }
+}
+
 /// Whether the server lets the connection carry another request after this response.
 fn keep_alive(headers: &HeaderMap, version: hyper::Version) -> bool {
     let says = |word: &str| {
@@ -324,6 +358,59 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(key.contains("API key"), "{key}");
+    }
+
+    #[tokio::test]
+    async fn paced_starts_all_get_a_turn_one_per_scheduler_pass() {
+        let pool = std::sync::Arc::new(
+            H1Pool::new("http://127.0.0.1:9/v1/completions", None).unwrap_or_else(|e| panic!("{e}")),
+        );
+        // A queued start that is dropped (its request cut) hands its turn on; nobody waits for it.
+        {
+            let p = pool.clone();
+            let first = tokio::spawn(async move { p.pace_start().await });
+            let _ = first.await;
+            let dropped = tokio::time::timeout(std::time::Duration::from_micros(1), pool.pace_start()).await;
+            drop(dropped);
+        }
+        // A burst of 50 starts at one instant: every one gets its turn, in one scheduler pass each (a task that
+        // counts passes by yielding sees at least one pass between consecutive starts after the first).
+        let passes = std::sync::Arc::new(AtomicU64::new(0));
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (pc, dc) = (passes.clone(), done.clone());
+        let counter = tokio::spawn(async move {
+            while !dc.load(Ordering::Relaxed) {
+                pc.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        });
+        let mut starts = Vec::new();
+        for _ in 0..50 {
+            let (p, pc) = (pool.clone(), passes.clone());
+            starts.push(tokio::spawn(async move {
+                p.pace_start().await;
+                pc.load(Ordering::Relaxed)
+            }));
+        }
+        let mut at = Vec::new();
+        for s in starts {
+            at.push(
+                tokio::time::timeout(std::time::Duration::from_secs(5), s)
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+            );
+        }
+        done.store(true, Ordering::Relaxed);
+        let _ = counter.await;
+        let mut at: Vec<u64> = at
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| panic!("a start never got its turn")))
+            .collect();
+        at.sort_unstable();
+        at.dedup();
+        assert!(at.len() >= 40, "starts spread over scheduler passes: {at:?}");
+        assert_eq!(pool.waiting.load(Ordering::Relaxed), 0);
     }
 
     #[test]
