@@ -196,7 +196,8 @@ impl H1Pool {
     /// requests sleep (one is woken per turn), so a burst costs one wake-up and one yield per request. A request that
     /// starts alone (the steady state) does not wait.
     pub async fn pace_start(&self) {
-        let now = self.base.elapsed().as_nanos() as u64;
+        // Offset by one gap, so that the first start (last = 0) never queues: no turn is out yet.
+        let now = self.base.elapsed().as_nanos() as u64 + START_GAP_NS;
         let last = self.last_start_ns.load(Ordering::Relaxed);
         if self.waiting.load(Ordering::Relaxed) == 0
             && now.saturating_sub(last) >= START_GAP_NS
@@ -214,7 +215,8 @@ impl H1Pool {
             pool: self,
             has_turn: false,
         };
-        self.turn.notified().await;
+        // Bounded: should a turn ever be lost, a start waits at most 1 ms for it.
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(1), self.turn.notified()).await;
         queued.has_turn = true;
         tokio::task::yield_now().await;
         // `queued` is dropped here: the turn goes on (also if this future is dropped while it waits).
@@ -297,7 +299,7 @@ impl Drop for Queued<'_> {
     fn drop(&mut self) {
         self.pool.waiting.fetch_sub(1, Ordering::Relaxed);
         if self.has_turn {
-            let now = self.pool.base.elapsed().as_nanos() as u64;
+            let now = self.pool.base.elapsed().as_nanos() as u64 + START_GAP_NS;
             self.pool.last_start_ns.store(now, Ordering::Relaxed);
             self.pool.turn.notify_one();
         }
@@ -365,6 +367,11 @@ mod tests {
         let pool = std::sync::Arc::new(
             H1Pool::new("http://127.0.0.1:9/v1/completions", None).unwrap_or_else(|e| panic!("{e}")),
         );
+        // The very first start does not queue (no turn is out yet).
+        let fresh = H1Pool::new("http://127.0.0.1:9/v1/completions", None).unwrap_or_else(|e| panic!("{e}"));
+        tokio::time::timeout(std::time::Duration::from_millis(500), fresh.pace_start())
+            .await
+            .unwrap_or_else(|_| panic!("the first start waited"));
         // A queued start that is dropped (its request cut) hands its turn on; nobody waits for it.
         {
             let p = pool.clone();
