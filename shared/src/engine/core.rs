@@ -963,13 +963,8 @@ impl Engine {
             }
             // Steps until the step that contains `until_ms` ends.
             let span = until_ms - self.now_ms;
-            // Only when the first `kmax − 1` steps already reach `until_ms` can the bound cut the stretch shorter
-            // (the same sum as `steps_to_cover`'s, so the two agree exactly).
-            let reaches = |k: u64| {
-                let kf = k as f64;
-                kf * d1 + b * kf * (kf - 1.0) / 2.0 >= span
-            };
-            if span.is_finite() && kmax > 1 && reaches(kmax - 1) {
+            // Only when the first `kmax − 1` steps already reach `until_ms` can the bound cut the stretch shorter.
+            if span.is_finite() && kmax > 1 && stretch_ms(d1, b, kmax - 1) >= span {
                 let ks = steps_to_cover(d1, b, span);
                 kmax = kmax.min(ks.max(1));
             }
@@ -994,7 +989,7 @@ impl Engine {
             k = kmax.max(1);
         }
         let kf = k as f64;
-        let duration = kf * d1 + b * kf * (kf - 1.0) / 2.0;
+        let duration = stretch_ms(d1, b, k);
         let start = self.now_ms;
         let end = start + duration;
         if k > 1 {
@@ -1403,6 +1398,14 @@ fn weighted_select(v: &mut [(f64, f64, u64)], ranks: [u64; 2]) -> (f64, f64) {
     }
 }
 
+/// Milliseconds that `k` steps of durations `a, a + b, a + 2b, …` take: one expression for the stretch's length,
+/// the until-time check and [`steps_to_cover`], so that they agree to the bit.
+#[inline]
+fn stretch_ms(a: f64, b: f64, k: u64) -> f64 {
+    let kf = k as f64;
+    kf * a + b * kf * (kf - 1.0) / 2.0
+}
+
 /// Smallest k ≥ 1 such that k steps of durations `a, a + b, …` cover `span` milliseconds.
 fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
     if span <= a {
@@ -1423,10 +1426,7 @@ fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
         1
     };
     // Exact at the boundary (`covers` is monotone in k).
-    let covers = |k: u64| {
-        let kf = k as f64;
-        kf * a + b * kf * (kf - 1.0) / 2.0 >= span
-    };
+    let covers = |k: u64| stretch_ms(a, b, k) >= span;
     while k > 1 && covers(k - 1) {
         k -= 1;
     }
@@ -1440,16 +1440,20 @@ fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
 mod tests {
     use super::*;
 
-    /// The packed-key sort picks what the exact weighted selection picks (distinct first durations).
-    #[test]
-    fn packed_quantiles_equal_weighted_select() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
+    /// A xorshift64 generator for test inputs.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             x
-        };
+        }
+    }
+
+    /// The packed-key sort picks what the exact weighted selection picks (distinct first durations).
+    #[test]
+    fn packed_quantiles_equal_weighted_select() {
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut keys = Vec::new();
         for n in [1usize, 2, 5, 17, 64, 65, 300, 2000] {
             let v: Vec<(f64, f64, u64)> = (0..n)
@@ -1535,13 +1539,8 @@ mod tests {
         assert_eq!(steps_to_cover(10.0, 1.0, 21.5), 3);
         // Against the definition, by scanning k, over step times like the engine's (ms) and spans up to ~2,000
         // steps, including spans that land exactly on a covering sum.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut bits = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = || (bits() >> 11) as f64 / (1u64 << 53) as f64;
         for case in 0..3000 {
             let a = 1.0 + 200.0 * next();
             let b = if case % 3 == 0 { 0.0 } else { 0.05 * next() };
