@@ -203,7 +203,7 @@ pub fn http_client() -> anyhow::Result<reqwest::Client> {
 
 /// The headers every request carries: `content-type: application/json` and, with an API key, `authorization:
 /// Bearer …` (marked sensitive, so it is never printed).
-fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
+pub(super) fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
     use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
     let mut h = HeaderMap::with_capacity(2);
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

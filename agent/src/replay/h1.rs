@@ -29,7 +29,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderMap, HeaderValue};
+use hyper::header::{CONNECTION, HOST, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
 
@@ -153,18 +153,13 @@ impl H1Pool {
             Some(pq) => pq.as_str().parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?,
             None => Uri::from_static("/"),
         };
-        let mut headers = HeaderMap::with_capacity(3);
+        // The headers every request carries (the reqwest path's too), plus `Host`, which hyper's conn API leaves to
+        // the caller.
+        let mut headers = super::client::request_headers(api_key)?;
         headers.insert(
             HOST,
             HeaderValue::from_str(host_port).map_err(|e| format!("invalid URL {url:?}: {e}"))?,
         );
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if let Some(key) = api_key {
-            let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
-                .map_err(|_| "the API key holds characters an HTTP header cannot carry".to_string())?;
-            v.set_sensitive(true);
-            headers.insert(AUTHORIZATION, v);
-        }
         Ok(H1Pool {
             host,
             port,
@@ -324,6 +319,7 @@ fn keep_alive(headers: &HeaderMap, version: hyper::Version) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 
     #[test]
     fn request_parts_from_the_url() {
