@@ -205,6 +205,14 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
         // One connection per session slot, opened before the first request and reused after each [DONE].
         assert_eq!(meta["connections_opened"], 3, "{meta}");
     }
+    // Frames are timed by the kernel's receive time on the hyper path (Linux), by the user-space clock elsewhere.
+    let kernel = hc == "hyper" && cfg!(target_os = "linux");
+    assert_eq!(meta["rx_clock"], if kernel { "kernel" } else { "user" }, "{meta}");
+    assert_eq!(
+        meta["rx_clock_requests"][if kernel { "kernel" } else { "user" }],
+        9,
+        "{meta}"
+    );
     // `report` reads the same file and scores it with the same module.
     let rep = Command::new(BIN)
         .args(["report", &out_s, "--json"])

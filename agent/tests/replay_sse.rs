@@ -13,6 +13,7 @@ use axum::routing::post;
 use bytes::Bytes;
 use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, Outcome};
 use loadshape::replay::dialect::Dialect;
+use loadshape::replay::rxstamp::RxClock;
 use shared::record::UsageSource;
 use tokio_util::sync::CancellationToken;
 
@@ -170,6 +171,7 @@ fn client(hc: HttpClient, base: &str, case: &str, endpoint: Endpoint, dialect: D
             timeout: Duration::from_millis(1500),
             stall_timeout: Some(Duration::from_millis(300)),
             http_client: hc,
+            rx_clock: RxClock::Kernel,
         },
     )
 }

@@ -24,6 +24,7 @@ use crate::replay::progress::Progress;
 use crate::replay::prom::{Scraper, ServerReport};
 use crate::replay::records::RecordSink;
 use crate::replay::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
+use crate::replay::rxstamp::RxClock;
 
 /// The tool-output size `LADDER_PROD` was solved for (G = 700 + 2,020 ≈ 2,703 tokens per step).
 pub const PROD_LADDER_TOOL_TOKENS: u32 = 2020;
@@ -144,6 +145,10 @@ pub struct Args {
     /// reqwest (pooled; TLS), or auto = hyper for http://, reqwest for https://.
     #[arg(long, value_enum, default_value_t = HttpClient::Auto)]
     pub http_client: HttpClient,
+    /// Which clock times the frames on the hyper path: kernel = when the bytes reached this machine (the socket's
+    /// receive timestamp; Linux, else user), user = when the client's task read them. reqwest's path is always user.
+    #[arg(long, value_enum, default_value_t = RxClock::Kernel)]
+    pub rx_clock: RxClock,
     /// No progress display.
     #[arg(long, short)]
     pub quiet: bool,
@@ -468,6 +473,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
             timeout: Duration::from_secs_f64(a.timeout),
             stall_timeout: (a.stall_timeout > 0.0).then(|| Duration::from_secs_f64(a.stall_timeout)),
             http_client: a.http_client,
+            rx_clock: a.rx_clock,
         },
     );
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
@@ -633,9 +639,11 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     let summary = metrics::summarize(&records, &slo);
     println!("{}", super::report::render(&records, &summary, &slo, server.as_ref()));
     let started = ctx.started.load(Ordering::Relaxed);
+    let (rx_clock, rx_kernel, rx_user) = ctx.client.rx_clock_used();
     let meta = json!({
         "url": a.url, "model": model, "dialect": dialect, "endpoint": a.endpoint, "seed": seed, "nonce": nonce,
         "http_client": ctx.client.http_client(), "connections_opened": ctx.client.connections_opened(),
+        "rx_clock": rx_clock, "rx_clock_requests": {"kernel": rx_kernel, "user": rx_user},
         "shape": shape, "wall_s": wall, "requests_started": started, "records_written": finished.written,
         "interrupted": interrupted.map(|s| s.0), "aborted": ctx.aborted.load(Ordering::Relaxed),
         "slo": slo, "summary": summary, "server": server,

@@ -17,10 +17,12 @@
 //! read straight from the response (hyper's frames, or [`reqwest::Response::chunk`]; no stream adapters), SSE
 //! events are cut out of each chunk in place by [`super::sse::SseDecoder`] (no copy, no allocation per event),
 //! each event is parsed from those bytes into a borrowed struct that reads only the fields needed (the first
-//! choice's text, `finish_reason`, `usage`, an error marker; strings are borrowed unless they hold escapes), and time
-//! is read once per chunk with [`Instant`] (events that arrive in one read arrive at the same time). The stall timeout
-//! does not re-arm a timer per frame: one sleep is checked against the last frame's time when it fires; and neither it
-//! nor the cut token is polled on a frame's wake-up, only after one of them woke the task.
+//! choice's text, `finish_reason`, `usage`, an error marker; strings are borrowed unless they hold escapes), and a
+//! chunk has one time (events that arrive in one read arrive at the same time): on the hyper path the kernel's
+//! receive time of its bytes where the socket gives it ([`super::rxstamp`], `--rx-clock`), else [`Instant::now`]
+//! when the chunk is taken. The stall timeout does not re-arm a timer per frame: one sleep is checked against the
+//! last frame's time when it fires; and neither it nor the cut token is polled on a frame's wake-up, only after one
+//! of them woke the task.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -44,6 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::dialect::{self, Dialect};
 use super::h1::{Conn, H1Pool};
+use super::rxstamp::RxClock;
 use super::sse::SseDecoder;
 
 /// The error text of a request cancelled because the run stopped (a signal, or the drain grace ran out).
@@ -111,6 +114,8 @@ pub struct ClientConfig {
     pub stall_timeout: Option<Duration>,
     /// Which HTTP client carries the streams (`Auto`: hyper for `http://`, reqwest for `https://`).
     pub http_client: HttpClient,
+    /// Which clock times the arrival of frames on the hyper path (reqwest's are always user-space).
+    pub rx_clock: RxClock,
 }
 
 /// Counters shared with the progress display; bumped as frames arrive.
@@ -151,6 +156,8 @@ pub struct Outcome {
     pub itl: Option<ItlSummary>,
     /// The generated text (only when asked for: sessions append it to the conversation).
     pub text: String,
+    /// The first content frame was timed by the kernel's receive time (else by `Instant::now()` when taken).
+    pub first_frame_kernel: bool,
 }
 
 /// The HTTP client, one per run; connections are pooled and reused.
@@ -169,6 +176,8 @@ pub struct Client {
     /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
     body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
+    /// Requests whose first content frame was timed by the kernel (`[0]`) and by the user-space clock (`[1]`).
+    first_frame_clocks: Arc<[AtomicU64; 2]>,
 }
 
 /// What carries the requests (see [`HttpClient`]).
@@ -268,7 +277,9 @@ impl Client {
         };
         let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
         let transport = match cfg.http_client.resolve(&cfg.base_url) {
-            HttpClient::Hyper => Transport::Hyper(H1Pool::new(&url_text, cfg.api_key.as_deref()).map(Arc::new)),
+            HttpClient::Hyper => {
+                Transport::Hyper(H1Pool::new(&url_text, cfg.api_key.as_deref(), cfg.rx_clock).map(Arc::new))
+            }
             _ => Transport::Reqwest {
                 http,
                 url: reqwest::Url::parse(&url_text).map_err(|e| format!("invalid URL {url_text:?}: {e}")),
@@ -298,7 +309,21 @@ impl Client {
             body_after_prompt,
             body_tail,
             cfg: Arc::new(cfg),
+            first_frame_clocks: Arc::default(),
         }
+    }
+
+    /// Which clock timed the requests' frames so far: `"kernel"` (every request with a content frame had its first
+    /// one stamped by the kernel), `"user"` (none had), `"mixed"`; with the counts (kernel, user).
+    pub fn rx_clock_used(&self) -> (&'static str, u64, u64) {
+        let kernel = self.first_frame_clocks[0].load(Ordering::Relaxed);
+        let user = self.first_frame_clocks[1].load(Ordering::Relaxed);
+        let name = match (kernel, user) {
+            (k, 0) if k > 0 => "kernel",
+            (0, _) => "user",
+            _ => "mixed",
+        };
+        (name, kernel, user)
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -419,6 +444,9 @@ impl Client {
             }
         };
         live.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if outcome.ttft.is_some() {
+            self.first_frame_clocks[usize::from(!outcome.first_frame_kernel)].fetch_add(1, Ordering::Relaxed);
+        }
         if outcome.ok {
             live.completed.fetch_add(1, Ordering::Relaxed);
             live.gen_tokens.fetch_add(outcome.gen_tokens, Ordering::Relaxed);
@@ -454,12 +482,15 @@ impl Client {
         // request really waits.
         pool.pace_start().await;
         let idle = pool.take_idle().await;
+        // The request itself (its head and headers) is built before the clock too: after it only the hand-over to
+        // the connection and hyper's encoding of the head precede the `write`.
+        let req = pool.request(body.clone());
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         let st = StreamState::new(Instant::now(), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
         let sent = tokio::select! {
             biased;
-            r = tokio::time::timeout_at(deadline.into(), send_h1(pool, idle, body)) => Some(r),
+            r = tokio::time::timeout_at(deadline.into(), send_h1(pool, idle, req, body)) => Some(r),
             () = cut.cancelled() => None,
         };
         let (resp, mut conn) = match sent {
@@ -590,10 +621,18 @@ impl Client {
             .await;
             match step {
                 Step::Chunk(Ok(Some(bytes))) => {
-                    let now = Instant::now();
+                    // The chunk's time: when its bytes reached this machine if the kernel said (never before the
+                    // submit or the previous chunk), else now.
+                    let (now, kernel) = match resp.rx_time() {
+                        Some((at, kernel)) => (at.max(last), kernel),
+                        None => (Instant::now(), false),
+                    };
                     last = now;
                     let frames_before = st.frames;
                     let flow = sse.feed(&bytes, |data| st.on_data(data, now));
+                    if frames_before == 0 && st.frames > 0 {
+                        st.first_frame_kernel = kernel;
+                    }
                     live.content_frames
                         .fetch_add(st.frames - frames_before, Ordering::Relaxed);
                     if flow.is_break() {
@@ -642,21 +681,25 @@ impl Client {
     }
 }
 
-/// Send `body` on `idle` (or on a new connection); returns the response head and the connection (to drive while the
-/// body is read, and to put back once it has been). A request on an idle connection that the server closed meanwhile
-/// (hyper gives the request back unsent, or the connection ends before any byte of a response) is sent once more on a
-/// new connection: the keep-alive race every HTTP/1.1 client meets when a server closes idle connections.
+/// Send `req` (whose body is `body`) on `idle` (or on a new connection); returns the response head and the
+/// connection (to drive while the body is read, and to put back once it has been). A request on an idle connection
+/// that the server closed meanwhile (hyper gives the request back unsent, or the connection ends before any byte of a
+/// response) is sent once more, rebuilt from `body`, on a new connection: the keep-alive race every HTTP/1.1 client
+/// meets when a server closes idle connections.
 async fn send_h1(
     pool: &H1Pool,
     idle: Option<Conn>,
+    req: hyper::Request<http_body_util::Full<Bytes>>,
     body: Bytes,
 ) -> Result<(hyper::Response<hyper::body::Incoming>, Conn), String> {
     let mut conn = match idle {
         Some(c) => c,
         None => pool.connect().await?,
     };
+    let mut req = Some(req);
     loop {
-        let sent = std::pin::pin!(conn.tx.try_send_request(pool.request(body.clone())));
+        let req = req.take().unwrap_or_else(|| pool.request(body.clone()));
+        let sent = std::pin::pin!(conn.tx.try_send_request(req));
         match conn.drive(sent).await {
             Ok(resp) => return Ok((resp, conn)),
             Err(e) => {
@@ -686,6 +729,10 @@ impl ChunkBody for Driven<'_> {
         self.conn.poll_io(cx);
         self.body.poll_chunk(cx)
     }
+
+    fn rx_time(&self) -> Option<(Instant, bool)> {
+        self.conn.rx_time()
+    }
 }
 
 /// The whole body (an error answer's text).
@@ -701,6 +748,13 @@ async fn read_to_end<B: ChunkBody>(body: &mut B) -> Result<Vec<u8>, String> {
 trait ChunkBody {
     /// The next data chunk, `None` at the end, or the error's text (with its causes).
     fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Result<Option<Bytes>, String>>;
+
+    /// When the bytes of the latest read on the connection arrived and whether the kernel said so (see
+    /// [`super::rxstamp`]): never earlier than the read that brought the last chunk. `None`: the caller reads its
+    /// own clock (reqwest's path, or reads not stamped).
+    fn rx_time(&self) -> Option<(Instant, bool)> {
+        None
+    }
 }
 
 impl ChunkBody for reqwest::Response {
@@ -776,6 +830,7 @@ struct StreamState {
     stream_error: Option<String>,
     gaps_ms: Vec<f32>,
     text: Option<String>,
+    first_frame_kernel: bool,
 }
 
 impl StreamState {
@@ -792,6 +847,7 @@ impl StreamState {
             stream_error: None,
             gaps_ms: Vec::with_capacity((max_tokens as usize).min(1 << 16)),
             text: collect_text.then(|| String::with_capacity((max_tokens as usize * 5).min(1 << 20))),
+            first_frame_kernel: false,
         }
     }
 
@@ -909,6 +965,7 @@ impl StreamState {
             error,
             itl: itl_summary(&mut self.gaps_ms),
             text: self.text.unwrap_or_default(),
+            first_frame_kernel: self.first_frame_kernel,
         }
     }
 }
@@ -1173,6 +1230,7 @@ mod tests {
                             timeout: Duration::from_secs(1),
                             stall_timeout: None,
                             http_client: HttpClient::Reqwest,
+                            rx_clock: RxClock::Kernel,
                         },
                     );
                     for p in prompts {
@@ -1210,6 +1268,7 @@ mod tests {
                 timeout: Duration::from_secs(1),
                 stall_timeout: None,
                 http_client: HttpClient::Reqwest,
+                rx_clock: RxClock::Kernel,
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
@@ -1235,6 +1294,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             stall_timeout: None,
             http_client,
+            rx_clock: RxClock::Kernel,
         };
         let http = http_client().unwrap_or_else(|e| panic!("{e}"));
         let c = Client::new(http.clone(), cfg("http://127.0.0.1:9/v1", HttpClient::Auto));

@@ -14,13 +14,18 @@
 //! channel and wakes the stream's task (two task polls per frame, as reqwest and the floor client do). An idle
 //! connection is not polled at all; a server closing it meanwhile is noticed on its next use.
 //!
+//! **Receive times.** Each connection's socket is an [`RxStream`]: with `--rx-clock kernel` (the default) on Linux
+//! it reads through `recvmsg` with `SO_TIMESTAMPNS`, and the stream times a body chunk by the kernel's receive time of
+//! the latest read on its connection ([`Conn::rx_time`]; [`super::rxstamp`] says why that is never too early), not
+//! by when its task got to the chunk.
+//!
 //! Why not reqwest for these: per request reqwest adds its tower layers (the redirect policy re-parses the URI of
 //! every request), a boxed `Pending` future, hyper-util's pool checkout, its idle task and the `MapErr`-boxed body
 //! over the same hyper connection; on the one thread that reads every stream that per-request work queues ahead of
 //! other streams' frames (docs/replay.md, "TTFT error at 256 streams"). reqwest stays for `https://` (TLS).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use std::future::Future as _;
 use std::pin::Pin;
@@ -33,11 +38,13 @@ use hyper::header::{CONNECTION, HOST, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
 
+use super::rxstamp::{RxClock, RxStamp, RxStream};
+
 /// The sending half of one HTTP/1.1 connection.
 pub type Sender = SendRequest<Full<Bytes>>;
 
 /// The connection itself: socket I/O and the HTTP/1.1 state machine, driven by whoever holds the [`Conn`].
-type Driver = http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>;
+type Driver = http1::Connection<TokioIo<RxStream>, Full<Bytes>>;
 
 /// Idle HTTP/1.1 connections to one `http://` origin, and the parts of a request that never change.
 pub struct H1Pool {
@@ -58,6 +65,8 @@ pub struct H1Pool {
     waiting: AtomicU64,
     /// The turn to start, handed from one queued request to the next.
     turn: tokio::sync::Notify,
+    /// Which clock new connections' reads are stamped by.
+    rx_clock: RxClock,
 }
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
@@ -81,6 +90,8 @@ pub struct Conn {
     io: Option<Driver>,
     /// Taken from the pool (it served a request before), as opposed to opened for this one.
     pub reused: bool,
+    /// The arrival time of the latest read that brought bytes (kernel-stamped reads only; see [`RxStream`]).
+    rx: Arc<RxStamp>,
 }
 
 impl Conn {
@@ -93,6 +104,13 @@ impl Conn {
         {
             self.io = None;
         }
+    }
+
+    /// When the bytes of the latest read arrived, by the kernel's clock (`true`) or the read's own (`false`); `None`
+    /// when reads are not stamped (then the caller reads its clock). Never earlier than the read that brought any
+    /// byte the connection has handed out so far.
+    pub fn rx_time(&self) -> Option<(std::time::Instant, bool)> {
+        self.rx.latest()
     }
 
     /// The connection has ended: it cannot carry another request.
@@ -129,7 +147,7 @@ impl Conn {
 impl H1Pool {
     /// The pool for `url` (an `http://` URL with the full route, e.g. `http://127.0.0.1:8000/v1/completions`), or
     /// why there cannot be one (the text every request then fails with).
-    pub fn new(url: &str, api_key: Option<&str>) -> Result<Self, String> {
+    pub fn new(url: &str, api_key: Option<&str>, rx_clock: RxClock) -> Result<Self, String> {
         let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
         match uri.scheme_str() {
             Some("http") => {}
@@ -160,6 +178,8 @@ impl H1Pool {
             HOST,
             HeaderValue::from_str(host_port).map_err(|e| format!("invalid URL {url:?}: {e}"))?,
         );
+        // The origin of the connections' receive stamps, fixed before any read.
+        super::rxstamp::origin();
         Ok(H1Pool {
             host,
             port,
@@ -171,6 +191,7 @@ impl H1Pool {
             last_start_ns: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             turn: tokio::sync::Notify::new(),
+            rx_clock,
         })
     }
 
@@ -240,13 +261,14 @@ impl H1Pool {
         }
     }
 
-    /// A new connection: TCP connect (`TCP_NODELAY`) and HTTP/1.1 handshake (no I/O yet: hyper's handshake only
-    /// sets the connection up). Its driver goes with it.
+    /// A new connection: TCP connect (`TCP_NODELAY`, receive timestamps as `--rx-clock` says) and HTTP/1.1
+    /// handshake (no I/O yet: hyper's handshake only sets the connection up). Its driver goes with it.
     pub async fn connect(&self) -> Result<Conn, String> {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(|e| format!("connecting to {}:{}: {e}", self.host, self.port))?;
         let _ = stream.set_nodelay(true);
+        let (stream, rx) = RxStream::new(stream, self.rx_clock);
         let (tx, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("HTTP/1.1 handshake with {}:{}: {e}", self.host, self.port))?;
@@ -255,6 +277,7 @@ impl H1Pool {
             tx,
             io: Some(conn),
             reused: false,
+            rx,
         })
     }
 
@@ -323,7 +346,8 @@ mod tests {
 
     #[test]
     fn request_parts_from_the_url() {
-        let p = H1Pool::new("http://127.0.0.1:8123/v1/completions", Some("sk-1")).unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new("http://127.0.0.1:8123/v1/completions", Some("sk-1"), RxClock::Kernel)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("127.0.0.1", 8123));
         let req = p.request(Bytes::from_static(b"{}"));
         assert_eq!(req.method(), Method::POST);
@@ -333,26 +357,28 @@ mod tests {
         assert_eq!(req.headers()[AUTHORIZATION], "Bearer sk-1");
         assert!(req.headers()[AUTHORIZATION].is_sensitive());
 
-        let p = H1Pool::new("http://[::1]/x/chat/completions?a=1", None).unwrap_or_else(|e| panic!("{e}"));
+        let p =
+            H1Pool::new("http://[::1]/x/chat/completions?a=1", None, RxClock::Kernel).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("::1", 80));
         let req = p.request(Bytes::new());
         assert_eq!(req.uri().to_string(), "/x/chat/completions?a=1");
         assert_eq!(req.headers()[HOST], "[::1]");
         assert!(req.headers().get(AUTHORIZATION).is_none());
 
-        let p = H1Pool::new("http://user:pw@host.example:81/v1/completions", None).unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new("http://user:pw@host.example:81/v1/completions", None, RxClock::User)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.request(Bytes::new()).headers()[HOST], "host.example:81");
     }
 
     #[test]
     fn bad_urls_and_keys_are_errors_not_panics() {
-        let https = H1Pool::new("https://example.com/v1/completions", None)
+        let https = H1Pool::new("https://example.com/v1/completions", None, RxClock::Kernel)
             .err()
             .unwrap_or_default();
         assert!(https.contains("plain http:// only"), "{https}");
-        assert!(H1Pool::new("not a url", None).is_err());
-        assert!(H1Pool::new("/v1/completions", None).is_err());
-        let key = H1Pool::new("http://h/v1/completions", Some("bad\nkey"))
+        assert!(H1Pool::new("not a url", None, RxClock::Kernel).is_err());
+        assert!(H1Pool::new("/v1/completions", None, RxClock::Kernel).is_err());
+        let key = H1Pool::new("http://h/v1/completions", Some("bad\nkey"), RxClock::Kernel)
             .err()
             .unwrap_or_default();
         assert!(key.contains("API key"), "{key}");
@@ -361,10 +387,11 @@ mod tests {
     #[tokio::test]
     async fn paced_starts_all_get_a_turn_one_per_scheduler_pass() {
         let pool = std::sync::Arc::new(
-            H1Pool::new("http://127.0.0.1:9/v1/completions", None).unwrap_or_else(|e| panic!("{e}")),
+            H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel).unwrap_or_else(|e| panic!("{e}")),
         );
         // The very first start does not queue (no turn is out yet).
-        let fresh = H1Pool::new("http://127.0.0.1:9/v1/completions", None).unwrap_or_else(|e| panic!("{e}"));
+        let fresh =
+            H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel).unwrap_or_else(|e| panic!("{e}"));
         tokio::time::timeout(std::time::Duration::from_millis(500), fresh.pace_start())
             .await
             .unwrap_or_else(|_| panic!("the first start waited"));

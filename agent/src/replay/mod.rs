@@ -7,6 +7,7 @@
 //! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
 //!   open/closed-loop traffic from a `shared::scenario::Scenario`.
 //! - [`records`]: the JSONL record file, one `shared::record::RequestRecord` per line.
+//! - [`rxstamp`]: kernel receive timestamps (`SO_TIMESTAMPNS`) for the hyper path's frame times.
 //! - [`sse`]: the `text/event-stream` decoder (zero-copy; checked against the `sse-stream` crate in its tests).
 //! - [`prom`]: `/metrics` scraping and the server-side report.
 //! - [`progress`]: the live progress line.
@@ -18,4 +19,5 @@ pub mod progress;
 pub mod prom;
 pub mod records;
 pub mod runner;
+pub mod rxstamp;
 pub mod sse;
