@@ -407,6 +407,13 @@ pub fn size_of(sc: &Scenario) -> f64 {
 /// it skips them (a sort per request, about a fifth of the engine's time in wasm).
 const SUMMARY_ONLY: engine::SimOptions = engine::SimOptions {
     record_itl_quantiles: false,
+    keep_records: true,
+};
+
+/// The goodput sweep reads only each run's summary: no records are kept.
+const SWEEP_RUN: engine::SimOptions = engine::SimOptions {
+    record_itl_quantiles: false,
+    keep_records: false,
 };
 
 /// Compute everything the explorer shows.
@@ -808,7 +815,7 @@ pub fn sweep_point(sc: &Scenario) -> Option<SweepPoint> {
             })
         }
         Scenario::Engine(e) => {
-            let r = engine::simulate_with(e, SUMMARY_ONLY).ok()?;
+            let r = engine::simulate_with(e, SWEEP_RUN).ok()?;
             Some(SweepPoint {
                 x,
                 goodput_rps: r.summary.goodput_rps,

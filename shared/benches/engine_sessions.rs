@@ -1,7 +1,8 @@
 //! Speed of the engine model on the example scenarios (a plain `--release` bench, not a timed test).
 //!
-//! Run with: `cargo bench -p loadshape-shared --bench engine_sessions [-- [--summary-only] FILE...]`
-//! (`--summary-only`: records without their own ITL quantiles, as the page runs it; see `SimOptions`).
+//! Run with: `cargo bench -p loadshape-shared --bench engine_sessions [-- [--summary-only] [--no-records] FILE...]`
+//! (`--summary-only`: records without their own ITL quantiles, as the page runs it; `--no-records`: no records
+//! kept, as `loadshape simulate` runs without `--records`; see `SimOptions`).
 //! Default files: examples/engine-sessions-1m.json, engine-sessions-10k.json, engine-10k.json. Prints, per file, the
 //! request count and the wall time of `engine::simulate` (three runs, median), single-threaded.
 
@@ -34,8 +35,10 @@ fn cpu_s() -> Option<f64> {
 #[allow(clippy::disallowed_methods)]
 fn main() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let flag = |name: &str| std::env::args().any(|a| a == name);
     let opts = SimOptions {
-        record_itl_quantiles: !std::env::args().any(|a| a == "--summary-only"),
+        record_itl_quantiles: !flag("--summary-only") && !flag("--no-records"),
+        keep_records: !flag("--no-records"),
     };
     let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let files = if args.is_empty() {
@@ -60,7 +63,7 @@ fn main() {
             if let (Some(a), Some(b)) = (c0, cpu_s()) {
                 cpu.push(b - a);
             }
-            n = r.records.len();
+            n = r.summary.completed + r.summary.failed;
             std::hint::black_box(&r);
         }
         times.sort_by(f64::total_cmp);

@@ -193,151 +193,217 @@ const DENSE_STEPS: usize = 4096;
 
 /// Score records against SLOs. See the module docs and each [`Summary`] field for the definitions.
 pub fn summarize(records: &[RequestRecord], slo: &Slo) -> Summary {
-    let mut s = Summary::default();
-    if records.is_empty() {
-        return s;
-    }
-    let mut ttft = Vec::with_capacity(records.len());
-    let mut tpot = Vec::with_capacity(records.len());
-    let mut e2el = Vec::with_capacity(records.len());
-    let mut queue = Vec::with_capacity(records.len());
-    // Per-request mean ITL and its weight (the number of gaps).
-    let mut itl: Vec<(f64, u64)> = Vec::with_capacity(records.len());
-    let mut good = 0u64;
-    let mut start = f64::INFINITY;
-    let mut end = f64::NEG_INFINITY;
-    let mut sessions: FxHashMap<(u64, u32), bool> = FxHashMap::default();
-    let mut by_step: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
-    let mut by_step_dense: Vec<(u64, u64)> = Vec::new();
-    let mut achieved = CachedShare::default();
-    let mut designed = CachedShare::default();
-    let mut step0 = CachedShare::default();
+    let mut sum = Summarizer::new(*slo, records.len());
     for r in records {
+        sum.push(r);
+    }
+    sum.finish()
+}
+
+/// [`summarize`], one record at a time: records pushed in the same order give the same [`Summary`], to the bit
+/// (means are summed in push order). Memory grows with the records pushed (a few numbers each, not the records),
+/// so a simulation nobody reads the records of scores them as they complete and drops them.
+#[derive(Debug, Clone)]
+pub struct Summarizer {
+    slo: Slo,
+    s: Summary,
+    records: u64,
+    ttft: Vec<f64>,
+    tpot: Vec<f64>,
+    e2el: Vec<f64>,
+    queue: Vec<f64>,
+    /// Per-request mean ITL and its weight (the number of gaps).
+    itl: Vec<(f64, u64)>,
+    good: u64,
+    start: f64,
+    end: f64,
+    sessions: FxHashMap<(u64, u32), bool>,
+    by_step: FxHashMap<u32, (u64, u64)>,
+    by_step_dense: Vec<(u64, u64)>,
+    achieved: CachedShare,
+    designed: CachedShare,
+    step0: CachedShare,
+}
+
+impl Summarizer {
+    /// A summarizer against `slo`, with room for `expected` records (a hint).
+    pub fn new(slo: Slo, expected: usize) -> Summarizer {
+        Summarizer {
+            slo,
+            s: Summary::default(),
+            records: 0,
+            ttft: Vec::with_capacity(expected),
+            tpot: Vec::with_capacity(expected),
+            e2el: Vec::with_capacity(expected),
+            queue: Vec::with_capacity(expected),
+            itl: Vec::with_capacity(expected),
+            good: 0,
+            start: f64::INFINITY,
+            end: f64::NEG_INFINITY,
+            sessions: FxHashMap::default(),
+            by_step: FxHashMap::default(),
+            by_step_dense: Vec::new(),
+            achieved: CachedShare::default(),
+            designed: CachedShare::default(),
+            step0: CachedShare::default(),
+        }
+    }
+
+    /// Score one more record.
+    pub fn push(&mut self, r: &RequestRecord) {
+        let s = &mut self.s;
+        self.records += 1;
         // Comparisons, not `f64::min`/`max` (libm calls in wasm); NaN is skipped either way.
-        if r.t_submit < start {
-            start = r.t_submit;
+        if r.t_submit < self.start {
+            self.start = r.t_submit;
         }
-        if r.t_submit + r.wall_s > end {
-            end = r.t_submit + r.wall_s;
+        if r.t_submit + r.wall_s > self.end {
+            self.end = r.t_submit + r.wall_s;
         }
-        let met = r.ok && slo.met_by(r);
-        let session_good = sessions.entry((r.session, r.inst)).or_insert(true);
+        let met = r.ok && self.slo.met_by(r);
+        let session_good = self.sessions.entry((r.session, r.inst)).or_insert(true);
         *session_good &= met;
         // Steps are small numbers: counted in a vector, in a map past `DENSE_STEPS` (a live record can say anything).
-        let step = match by_step_dense.get_mut(r.step as usize) {
+        let step = match self.by_step_dense.get_mut(r.step as usize) {
             Some(e) => e,
             None if (r.step as usize) < DENSE_STEPS => {
-                by_step_dense.resize(r.step as usize + 1, (0, 0));
-                &mut by_step_dense[r.step as usize]
+                self.by_step_dense.resize(r.step as usize + 1, (0, 0));
+                &mut self.by_step_dense[r.step as usize]
             }
-            None => by_step.entry(r.step).or_insert((0, 0)),
+            None => self.by_step.entry(r.step).or_insert((0, 0)),
         };
         step.0 += 1;
         step.1 += u64::from(met);
         if !r.ok {
             s.failed += 1;
-            continue;
+            return;
         }
         s.completed += 1;
-        good += u64::from(met);
+        self.good += u64::from(met);
         s.total_output_tokens += r.gen_tokens;
         s.total_input_tokens += r.prompt_tokens.unwrap_or(0);
         if let Some(t) = r.ttft_s {
-            ttft.push(t * 1000.0);
+            self.ttft.push(t * 1000.0);
         }
         if let Some(t) = r.tpot_ms() {
-            tpot.push(t);
+            self.tpot.push(t);
         }
-        e2el.push(r.wall_s * 1000.0);
+        self.e2el.push(r.wall_s * 1000.0);
         if let Some(q) = r.queue_s {
-            queue.push(q * 1000.0);
+            self.queue.push(q * 1000.0);
         }
         if let Some(i) = &r.itl {
-            itl.push((i.mean_ms, r.sse_frames.saturating_sub(1).max(1)));
+            self.itl.push((i.mean_ms, r.sse_frames.saturating_sub(1).max(1)));
         }
         if let Some(prompt) = r.prompt_tokens {
             if let Some(cached) = r.cached_tokens {
-                achieved.add(cached, prompt);
+                self.achieved.add(cached, prompt);
                 if r.step == 0 {
-                    step0.add(cached, prompt);
+                    self.step0.add(cached, prompt);
                 }
             }
             if let Some(d) = r.designed_cached_tokens {
-                designed.add(d, prompt);
+                self.designed.add(d, prompt);
             }
         }
     }
-    s.duration_s = (end - start).max(0.0);
-    let per_s = |x: f64| if s.duration_s > 0.0 { x / s.duration_s } else { 0.0 };
-    s.request_throughput_rps = per_s(s.completed as f64);
-    s.output_throughput_tok_s = per_s(s.total_output_tokens as f64);
-    s.total_token_throughput_tok_s = per_s((s.total_input_tokens + s.total_output_tokens) as f64);
-    s.goodput_rps = per_s(good as f64);
-    s.slo_attainment_ratio = good as f64 / records.len() as f64;
 
-    s.sessions = sessions.len() as u64;
-    let good_sessions = sessions.values().filter(|g| **g).count() as f64;
-    s.session_goodput_sps = per_s(good_sessions);
-    s.session_attainment_ratio = good_sessions / sessions.len() as f64;
-    let mut by_step: Vec<(u32, (u64, u64))> = by_step.into_iter().collect();
-    by_step.extend(
-        by_step_dense
+    /// The summary of every record pushed.
+    pub fn finish(self) -> Summary {
+        let Summarizer {
+            mut s,
+            records,
+            mut ttft,
+            mut tpot,
+            mut e2el,
+            mut queue,
+            mut itl,
+            good,
+            start,
+            end,
+            sessions,
+            by_step,
+            by_step_dense,
+            achieved,
+            designed,
+            step0,
+            ..
+        } = self;
+        if records == 0 {
+            return s;
+        }
+        s.duration_s = (end - start).max(0.0);
+        let per_s = |x: f64| if s.duration_s > 0.0 { x / s.duration_s } else { 0.0 };
+        s.request_throughput_rps = per_s(s.completed as f64);
+        s.output_throughput_tok_s = per_s(s.total_output_tokens as f64);
+        s.total_token_throughput_tok_s = per_s((s.total_input_tokens + s.total_output_tokens) as f64);
+        s.goodput_rps = per_s(good as f64);
+        s.slo_attainment_ratio = good as f64 / records as f64;
+
+        s.sessions = sessions.len() as u64;
+        let good_sessions = sessions.values().filter(|g| **g).count() as f64;
+        s.session_goodput_sps = per_s(good_sessions);
+        s.session_attainment_ratio = good_sessions / sessions.len() as f64;
+        let mut by_step: Vec<(u32, (u64, u64))> = by_step.into_iter().collect();
+        by_step.extend(
+            by_step_dense
+                .into_iter()
+                .enumerate()
+                .filter(|e| e.1.0 > 0)
+                .map(|(step, e)| (step as u32, e)),
+        );
+        by_step.sort_unstable_by_key(|e| e.0);
+        s.attainment_by_step = by_step
             .into_iter()
-            .enumerate()
-            .filter(|e| e.1.0 > 0)
-            .map(|(step, e)| (step as u32, e)),
-    );
-    by_step.sort_unstable_by_key(|e| e.0);
-    s.attainment_by_step = by_step
-        .into_iter()
-        .map(|(step, (requests, met))| StepAttainment {
-            step,
-            requests,
-            met,
-            ratio: met as f64 / requests as f64,
-        })
-        .collect();
-    s.cached_share_achieved = achieved.share();
-    s.cached_share_designed = designed.share();
-    s.step0_cached_share = step0.share();
+            .map(|(step, (requests, met))| StepAttainment {
+                step,
+                requests,
+                met,
+                ratio: met as f64 / requests as f64,
+            })
+            .collect();
+        s.cached_share_achieved = achieved.share();
+        s.cached_share_designed = designed.share();
+        s.step0_cached_share = step0.share();
 
-    (
-        s.ttft_mean_ms,
-        s.ttft_p50_ms,
-        s.ttft_p90_ms,
-        s.ttft_p95_ms,
-        s.ttft_p99_ms,
-    ) = Stats::of(&mut ttft).tuple();
-    (
-        s.tpot_mean_ms,
-        s.tpot_p50_ms,
-        s.tpot_p90_ms,
-        s.tpot_p95_ms,
-        s.tpot_p99_ms,
-    ) = Stats::of(&mut tpot).tuple();
-    (
-        s.e2el_mean_ms,
-        s.e2el_p50_ms,
-        s.e2el_p90_ms,
-        s.e2el_p95_ms,
-        s.e2el_p99_ms,
-    ) = Stats::of(&mut e2el).tuple();
-    if !queue.is_empty() {
-        let st = Stats::of(&mut queue);
         (
-            s.queue_mean_ms,
-            s.queue_p50_ms,
-            s.queue_p90_ms,
-            s.queue_p95_ms,
-            s.queue_p99_ms,
-        ) = (Some(st.mean), Some(st.p50), Some(st.p90), Some(st.p95), Some(st.p99));
+            s.ttft_mean_ms,
+            s.ttft_p50_ms,
+            s.ttft_p90_ms,
+            s.ttft_p95_ms,
+            s.ttft_p99_ms,
+        ) = Stats::of(&mut ttft).tuple();
+        (
+            s.tpot_mean_ms,
+            s.tpot_p50_ms,
+            s.tpot_p90_ms,
+            s.tpot_p95_ms,
+            s.tpot_p99_ms,
+        ) = Stats::of(&mut tpot).tuple();
+        (
+            s.e2el_mean_ms,
+            s.e2el_p50_ms,
+            s.e2el_p90_ms,
+            s.e2el_p95_ms,
+            s.e2el_p99_ms,
+        ) = Stats::of(&mut e2el).tuple();
+        if !queue.is_empty() {
+            let st = Stats::of(&mut queue);
+            (
+                s.queue_mean_ms,
+                s.queue_p50_ms,
+                s.queue_p90_ms,
+                s.queue_p95_ms,
+                s.queue_p99_ms,
+            ) = (Some(st.mean), Some(st.p50), Some(st.p90), Some(st.p95), Some(st.p99));
+        }
+        if !itl.is_empty() {
+            let st = Stats::weighted(&mut itl);
+            (s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p95_ms, s.itl_p99_ms) =
+                (Some(st.mean), Some(st.p50), Some(st.p90), Some(st.p95), Some(st.p99));
+        }
+        s
     }
-    if !itl.is_empty() {
-        let st = Stats::weighted(&mut itl);
-        (s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p95_ms, s.itl_p99_ms) =
-            (Some(st.mean), Some(st.p50), Some(st.p90), Some(st.p95), Some(st.p99));
-    }
-    s
 }
 
 /// Running sums for a cached share: Σ cached / Σ prompt.

@@ -89,6 +89,7 @@ fn summary_only_runs_differ_only_in_record_itl_quantiles() {
         &sc,
         SimOptions {
             record_itl_quantiles: false,
+            keep_records: true,
         },
     )
     .expect("runs");
@@ -108,4 +109,39 @@ fn summary_only_runs_differ_only_in_record_itl_quantiles() {
         assert_eq!(a, b);
     }
     assert!(with_itl > 9000, "{with_itl} records with ITL");
+}
+
+/// Without records kept, records are scored as they complete and dropped: the report is the same but for the empty
+/// record list, on a session workload (records close out of submission order) and on overloaded open-loop traffic
+/// with counterfactual runs (long queues, so many records are open at once).
+#[test]
+fn runs_without_records_report_the_same() {
+    use shared::engine::{SimOptions, simulate_with};
+    for (file, tweak) in [("engine-sessions-10k.json", None), ("engine-10k.json", Some(3000u64))] {
+        let path = format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"));
+        let Scenario::Engine(mut sc) =
+            Scenario::from_json(&std::fs::read_to_string(&path).expect("example")).expect("parses")
+        else {
+            panic!("not an engine scenario")
+        };
+        sc.counterfactuals = true;
+        if let Some(blocks) = tweak {
+            sc.profile.num_kv_blocks = blocks;
+        }
+        let full = simulate(&sc).expect("runs");
+        let lean = simulate_with(
+            &sc,
+            SimOptions {
+                record_itl_quantiles: true,
+                keep_records: false,
+            },
+        )
+        .expect("runs");
+        assert!(lean.records.is_empty(), "{file}");
+        assert!(full.records.len() > 3000, "{file}: {} records", full.records.len());
+        // Bit for bit: Debug prints each f64 exactly.
+        assert_eq!(format!("{:?}", full.summary), format!("{:?}", lean.summary), "{file}");
+        assert_eq!(full.timeline, lean.timeline, "{file}");
+        assert_eq!(full.diagnostics, lean.diagnostics, "{file}");
+    }
 }

@@ -59,10 +59,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Scenario::Engine(s) => {
-            // Each record's own ITL p50/p99 (a sort of its decode stretches) is seen only in written records: the
-            // summary and diagnostics weigh each request's mean ITL. Skipped when no records are written.
+            // Records are kept only to be written, and so is each one's own ITL p50/p99 (a sort of its decode
+            // stretches): the summary and diagnostics weigh each request's mean ITL. Without `--records` the
+            // records are scored as they complete and dropped; the report is the same.
             let opts = SimOptions {
                 record_itl_quantiles: args.records.is_some(),
+                keep_records: args.records.is_some(),
             };
             let report = engine::simulate_with(&s, opts).with_context(|| format!("cannot simulate {source}"))?;
             if let Some(path) = &args.records {

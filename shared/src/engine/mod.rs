@@ -29,7 +29,7 @@ mod sim;
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::{self, Slo, Summary};
+use crate::metrics::{Slo, Summary};
 use crate::record::RequestRecord;
 use crate::scenario::ScenarioError;
 use crate::workload::Workload;
@@ -138,12 +138,17 @@ pub struct SimOptions {
     /// nothing in the summary uses them (its ITL figures weigh each request's mean), so a caller that only shows
     /// the summary (the page) can skip them: its records then hold `NaN` there.
     pub record_itl_quantiles: bool,
+    /// Keep every record in [`EngineReport::records`]. Without them the records are scored as they complete and
+    /// dropped (the summary is the same to the bit), and `records` is empty: a million-request run then holds a
+    /// few numbers per request instead of the whole record.
+    pub keep_records: bool,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
             record_itl_quantiles: true,
+            keep_records: true,
         }
     }
 }
@@ -156,21 +161,19 @@ pub fn simulate(scenario: &EngineScenario) -> Result<EngineReport, ScenarioError
 /// [`simulate`] with options. The summary, timeline and diagnostics never depend on them.
 pub fn simulate_with(scenario: &EngineScenario, opts: SimOptions) -> Result<EngineReport, ScenarioError> {
     scenario.validate()?;
-    let main = sim::run(
-        scenario,
-        &scenario.profile,
-        sim::Mode::AsGiven,
-        opts.record_itl_quantiles,
-    );
-    let summary = metrics::summarize(&main.records, &scenario.slo);
+    let keep = sim::Keep {
+        records: opts.keep_records,
+        itl_quantiles: opts.record_itl_quantiles,
+    };
+    let mut main = sim::run(scenario, &scenario.profile, sim::Mode::AsGiven, keep);
+    let summary = std::mem::take(&mut main.summary);
     let closed_loop_illusion = if scenario.counterfactuals
         && matches!(
             scenario.workload,
             Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_)
         ) {
-        // Counterfactual runs are only summarized: their records' own ITL quantiles are never read.
-        let closed = sim::run(scenario, &scenario.profile, sim::Mode::OneAtATime, false);
-        let cs = metrics::summarize(&closed.records, &scenario.slo);
+        // Counterfactual runs are only summarized.
+        let cs = sim::run(scenario, &scenario.profile, sim::Mode::OneAtATime, sim::Keep::SUMMARY).summary;
         Some(diagnostics::ClosedLoopIllusion {
             open_ttft_p50_ms: summary.ttft_p50_ms,
             open_ttft_p99_ms: summary.ttft_p99_ms,
@@ -192,8 +195,7 @@ pub fn simulate_with(scenario: &EngineScenario, opts: SimOptions) -> Result<Engi
             enable_prefix_caching: false,
             ..scenario.profile.clone()
         };
-        let run = sim::run(scenario, &off, sim::Mode::AsGiven, false);
-        let s = metrics::summarize(&run.records, &scenario.slo);
+        let s = sim::run(scenario, &off, sim::Mode::AsGiven, sim::Keep::SUMMARY).summary;
         Some(diagnostics::CacheOff {
             ttft_p50_ms: s.ttft_p50_ms,
             ttft_p99_ms: s.ttft_p99_ms,

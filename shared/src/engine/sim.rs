@@ -10,7 +10,7 @@
 //! `min(30, 2·streak)` s between them, as the seed does.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::EngineScenario;
 use super::TimelinePoint;
@@ -18,6 +18,7 @@ use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
 use super::kv::NONE;
 use super::profile::EngineProfile;
+use crate::metrics::{Slo, Summarizer, Summary};
 use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
 use crate::seed_model::build_agent_trace;
 use crate::workload::{GenRequest, RequestStream, SessionPlan, SessionWorkload, Workload};
@@ -31,7 +32,10 @@ pub(crate) enum Mode {
 }
 
 pub(crate) struct RunOut {
+    /// Every record, in submission order; empty unless the run was asked to keep them.
     pub records: Vec<RequestRecord>,
+    /// The records scored by [`crate::metrics::summarize`].
+    pub summary: Summary,
     pub timeline: Vec<TimelinePoint>,
     pub kv_thrash: KvThrash,
     pub misses: CacheMisses,
@@ -155,9 +159,96 @@ impl Timeline {
     }
 }
 
+/// The run's records, indexed in submission order. Kept whole when the caller reads them; otherwise each is scored
+/// as soon as it and every earlier record are final, and dropped: only the records still open (and the ones
+/// submitted after them) are held. Both ways feed the summary the same records in the same order, so the summary
+/// is the same to the bit, while a million-request run no longer holds a quarter of a gigabyte of records.
+enum Records {
+    Keep(Vec<RequestRecord>),
+    Score {
+        /// Index of `open[0]`.
+        base: usize,
+        /// Records from `base` on, and whether each is final.
+        open: VecDeque<(RequestRecord, bool)>,
+        sum: Box<Summarizer>,
+    },
+}
+
+impl Records {
+    fn new(keep: bool, slo: Slo, expected: usize) -> Records {
+        if keep {
+            Records::Keep(Vec::with_capacity(expected))
+        } else {
+            Records::Score {
+                base: 0,
+                open: VecDeque::new(),
+                sum: Box::new(Summarizer::new(slo, expected)),
+            }
+        }
+    }
+
+    /// Add the next record; returns its index.
+    fn push(&mut self, r: RequestRecord) -> usize {
+        match self {
+            Records::Keep(v) => {
+                v.push(r);
+                v.len() - 1
+            }
+            Records::Score { base, open, .. } => {
+                open.push_back((r, false));
+                *base + open.len() - 1
+            }
+        }
+    }
+
+    /// Record `i`, which is not final yet (see [`Records::close`]).
+    fn get_mut(&mut self, i: usize) -> &mut RequestRecord {
+        match self {
+            Records::Keep(v) => &mut v[i],
+            Records::Score { base, open, .. } => &mut open[i - *base].0,
+        }
+    }
+
+    /// Record `i` will not change any more (it is scored once every earlier one is, at the next [`Records::flush`]).
+    fn close(&mut self, i: usize) {
+        if let Records::Score { base, open, .. } = self {
+            open[i - *base].1 = true;
+        }
+    }
+
+    /// Score the final records at the front.
+    fn flush(&mut self) {
+        if let Records::Score { base, open, sum } = self {
+            while open.front().is_some_and(|e| e.1) {
+                if let Some((r, _)) = open.pop_front() {
+                    sum.push(&r);
+                    *base += 1;
+                }
+            }
+        }
+    }
+
+    /// All records kept (none when scored as they closed) and the summary of every record.
+    fn finish(self, slo: &Slo) -> (Vec<RequestRecord>, Summary) {
+        match self {
+            Records::Keep(v) => {
+                let s = crate::metrics::summarize(&v, slo);
+                (v, s)
+            }
+            Records::Score { open, mut sum, .. } => {
+                // Records still open at the end (requests cut by the end of the run) are scored as they stand.
+                for (r, _) in &open {
+                    sum.push(r);
+                }
+                (Vec::new(), sum.finish())
+            }
+        }
+    }
+}
+
 struct Driver {
     eng: Engine,
-    records: Vec<RequestRecord>,
+    records: Records,
     misses: CacheMisses,
     timeline: Timeline,
     peak_kv: u64,
@@ -195,9 +286,8 @@ impl Driver {
 
     /// Send one request; returns its record index. A request that cannot fit fails at once (see `failed_now`).
     fn submit(&mut self, t_ms: f64, chain: u32, prompt: u64, output: u32, release: bool, m: Meta) -> usize {
-        let idx = self.records.len();
         let fits = prompt <= u64::from(u32::MAX) && self.eng.fits(prompt as u32, output);
-        self.records.push(RequestRecord {
+        let idx = self.records.push(RequestRecord {
             schema: RECORD_SCHEMA_VERSION,
             session: m.session,
             inst: m.inst,
@@ -225,7 +315,7 @@ impl Driver {
             self.eng
                 .submit_chain(t_ms, chain, prompt as u32, output, idx as u64, release);
         } else {
-            self.records[idx].error = Some(format!(
+            self.records.get_mut(idx).error = Some(format!(
                 "prompt {prompt} + output {output} tokens exceed max_model_len {}",
                 self.eng.profile().model_len()
             ));
@@ -247,7 +337,7 @@ impl Driver {
                 .itl_summary(idx, &mut self.scratch, &mut self.keys, self.itl_quantiles);
             let r = &self.eng.reqs[idx as usize];
             let ri = r.tag as usize;
-            let rec = &mut self.records[ri];
+            let rec = self.records.get_mut(ri);
             rec.ok = true;
             rec.ttft_s = Some((r.first_token_ms - r.arrival_ms) / 1000.0);
             rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
@@ -325,19 +415,43 @@ fn estimate_ms(w: &Workload) -> f64 {
     }
 }
 
-/// Run `sc`'s workload through an engine with `profile`; `itl_quantiles`: see `SimOptions::record_itl_quantiles`.
-pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, itl_quantiles: bool) -> RunOut {
-    run_with(sc, profile, mode, true, itl_quantiles)
+/// What a run keeps of its records (see `SimOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keep {
+    /// Keep every record (else only the summary).
+    pub records: bool,
+    /// Each kept record's own ITL p50/p99.
+    pub itl_quantiles: bool,
+}
+
+impl Keep {
+    /// Every record with every field.
+    #[cfg(test)]
+    pub const ALL: Keep = Keep {
+        records: true,
+        itl_quantiles: true,
+    };
+    /// Only the summary: what counterfactual runs need.
+    pub const SUMMARY: Keep = Keep {
+        records: false,
+        itl_quantiles: false,
+    };
+}
+
+/// Run `sc`'s workload through an engine with `profile`.
+pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, keep: Keep) -> RunOut {
+    run_with(sc, profile, mode, true, keep)
 }
 
 /// [`run`], with lazy decoders allowed or not (see `core::Lazy`; the results must not differ).
-fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool, itl_quantiles: bool) -> RunOut {
+fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool, keep: Keep) -> RunOut {
     let mut eng = Engine::new(profile.clone());
     eng.lazy_ok = lazy;
     let mut d = Driver {
         eng,
-        itl_quantiles,
-        records: Vec::with_capacity(expected_requests(&sc.workload)),
+        // Quantiles only for records someone reads.
+        itl_quantiles: keep.itl_quantiles && keep.records,
+        records: Records::new(keep.records, sc.slo, expected_requests(&sc.workload)),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
         peak_kv: 0,
@@ -436,6 +550,7 @@ fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool
             // Submission failures complete at once.
             while let Some((ri, t_fail)) = d.failed_now.pop() {
                 on_done(&mut src, &mut d, ri, t_fail, false);
+                d.records.close(ri);
             }
         }
         let until = next_time(&d).unwrap_or(f64::INFINITY);
@@ -453,10 +568,13 @@ fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool
                 d.collect_finished(&mut finished);
                 for &(ri, t) in &finished {
                     on_done(&mut src, &mut d, ri, t, true);
+                    d.records.close(ri);
                 }
                 while let Some((ri, t_fail)) = d.failed_now.pop() {
                     on_done(&mut src, &mut d, ri, t_fail, false);
+                    d.records.close(ri);
                 }
+                d.records.flush();
                 d.timeline.sample(&d.eng);
             }
             None => {
@@ -469,6 +587,7 @@ fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool
         }
     }
     let stats = d.eng.stats;
+    let (records, summary) = d.records.finish(&sc.slo);
     RunOut {
         kv_thrash: KvThrash {
             preemptions: stats.preemptions,
@@ -477,7 +596,8 @@ fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool
             peak_kv_blocks_used: d.peak_kv,
             kv_capacity_blocks: d.eng.kv_capacity(),
         },
-        records: d.records,
+        records,
+        summary,
         timeline: d.timeline.points,
         misses: d.misses,
         stats,
@@ -522,7 +642,7 @@ fn dispatch(src: &mut Source, d: &mut Driver, shared_chain: u32, bs: u32, open_i
                 *open_idx += 1;
                 // Remember which user sent it: the record's session field holds the request index; the user is
                 // recovered from the event slot through `inst`.
-                d.records[ri].inst = ev.slot;
+                d.records.get_mut(ri).inst = ev.slot;
             }
         }
         Source::Sessions {
@@ -613,8 +733,9 @@ fn on_done(src: &mut Source, d: &mut Driver, ri: usize, t_ms: f64, ok: bool) {
     match src {
         Source::Open { .. } => {}
         Source::Closed { think_ms, .. } => {
-            let user = d.records[ri].inst;
-            d.records[ri].inst = 0;
+            let rec = d.records.get_mut(ri);
+            let user = rec.inst;
+            rec.inst = 0;
             let t = t_ms + *think_ms;
             d.push_ev(t, user, false);
         }
@@ -625,7 +746,7 @@ fn on_done(src: &mut Source, d: &mut Driver, ri: usize, t_ms: f64, ok: bool) {
             stop_ms,
             aborted,
         } => {
-            let s = d.records[ri].session as usize;
+            let s = d.records.get_mut(ri).session as usize;
             let slot = &mut slots[s];
             let Some(plan) = &slot.plan else { return };
             let mut next_start: Option<f64> = None;
@@ -752,8 +873,8 @@ mod tests {
     /// Everything a run produces, compared exactly.
     fn digest(o: &RunOut) -> String {
         format!(
-            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
-            o.records, o.timeline, o.kv_thrash, o.misses, o.stats
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            o.records, o.summary, o.timeline, o.kv_thrash, o.misses, o.stats
         )
     }
 
@@ -814,9 +935,14 @@ mod tests {
             let kv = (kv_tokens / u64::from(bs)).max(1);
             let sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
             prop_assume!(sc.validate().is_ok());
-            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, true);
-            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, true);
+            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, Keep::ALL);
+            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, Keep::ALL);
             prop_assert_eq!(digest(&lazy), digest(&eager));
+            // Scoring records as they close, without keeping them, gives the same summary to the bit.
+            let lean = run_with(&sc, &sc.profile, Mode::AsGiven, true, Keep::SUMMARY);
+            prop_assert!(lean.records.is_empty());
+            prop_assert_eq!(format!("{:?}", lean.summary), format!("{:?}", lazy.summary));
+            prop_assert_eq!(format!("{:?}", lean.timeline), format!("{:?}", lazy.timeline));
         }
     }
 }
