@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use serde_json::Value;
 
-use crate::charts::{LineChart, PALETTE, Series, cdf};
+use crate::charts::{LineChart, PALETTE, Series};
 use crate::state::Explorer;
 
 /// Metrics where a smaller value is better (latencies); for the rest larger is better.
@@ -121,8 +121,8 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
             </div>
         })
     };
-    let ttft = Signal::derive(move || overlay(ex, |o| &o.ttft_ms));
-    let tpot = Signal::derive(move || overlay(ex, |o| &o.tpot_ms));
+    let ttft = Signal::derive(move || overlay(ex, |o| &o.ttft_cdf));
+    let tpot = Signal::derive(move || overlay(ex, |o| &o.tpot_cdf));
     view! {
         <Show
             when=move || ex.pinned.get().is_some()
@@ -142,13 +142,13 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
     }
 }
 
-fn overlay(ex: Explorer, pick: fn(&crate::compute::Outcome) -> &Vec<f64>) -> Vec<Series> {
+fn overlay(ex: Explorer, pick: fn(&crate::compute::Outcome) -> &Vec<(f64, f64)>) -> Vec<Series> {
     let mut s = Vec::new();
     if let Some(a) = ex.pinned.get() {
-        s.push(Series::steps("A (pinned)", PALETTE[1], cdf(pick(&a.outcome), 400)).dashed());
+        s.push(Series::steps("A (pinned)", PALETTE[1], pick(&a.outcome).clone()).dashed());
     }
     if let Some(b) = ex.outcome.get() {
-        s.push(Series::steps("B (explorer)", PALETTE[0], cdf(pick(&b), 400)));
+        s.push(Series::steps("B (explorer)", PALETTE[0], pick(&b).clone()));
     }
     if s.iter().all(|x| x.points.is_empty()) {
         return Vec::new();

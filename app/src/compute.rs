@@ -9,6 +9,11 @@ use shared::engine::{self, EngineReport, EngineScenario};
 use shared::scenario::Scenario;
 use shared::seed_model::{self, SeedScenario};
 
+use crate::charts::cdf;
+
+/// Points of the TTFT and TPOT CDFs a result carries (the charts draw them as they are).
+pub const CDF_POINTS: usize = 400;
+
 /// The models the page offers: (`model` tag, label).
 pub const MODELS: [(&str, &str); 2] = [("seed", "Seed model"), ("engine", "Engine model")];
 
@@ -114,8 +119,11 @@ pub struct Outcome {
     pub labels: Vec<(String, String)>,
     /// Values are already rounded by the model (the seed's rules): show them exactly.
     pub exact: bool,
-    pub ttft_ms: Vec<f64>,
-    pub tpot_ms: Vec<f64>,
+    /// The TTFT distribution as CDF step points (ms, share ≤ x), at most [`CDF_POINTS`] + 2 of them. Computed
+    /// where the run is (the worker), so the main thread never sorts a large run's samples.
+    pub ttft_cdf: Vec<(f64, f64)>,
+    /// The TPOT distribution, as `ttft_cdf`.
+    pub tpot_cdf: Vec<(f64, f64)>,
     pub timeline: Vec<TimelineRow>,
     pub diagnostics: Vec<Callout>,
     pub slo_ttft_ms: f64,
@@ -428,12 +436,12 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
     let report = engine::simulate_with(e, SUMMARY_ONLY).map_err(|err| err.to_string())?;
     let value = serde_json::to_value(&report.summary).map_err(|err| err.to_string())?;
     let (metrics, labels) = flatten(&value);
-    let ttft_ms = report
+    let ttft_ms: Vec<f64> = report
         .records
         .iter()
         .filter_map(|r| r.ttft_s.map(|t| t * 1000.0))
         .collect();
-    let tpot_ms = report.records.iter().filter_map(|r| r.tpot_ms()).collect();
+    let tpot_ms: Vec<f64> = report.records.iter().filter_map(|r| r.tpot_ms()).collect();
     let timeline = report
         .timeline
         .iter()
@@ -452,8 +460,8 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
         metrics,
         labels,
         exact: false,
-        ttft_ms,
-        tpot_ms,
+        ttft_cdf: cdf(&ttft_ms, CDF_POINTS),
+        tpot_cdf: cdf(&tpot_ms, CDF_POINTS),
         timeline,
         diagnostics: engine_callouts(e, &report),
         slo_ttft_ms: e.slo.ttft_ms,
@@ -693,8 +701,8 @@ fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
         metrics,
         labels,
         exact: true,
-        ttft_ms: Vec::new(),
-        tpot_ms: Vec::new(),
+        ttft_cdf: Vec::new(),
+        tpot_cdf: Vec::new(),
         timeline: Vec::new(),
         diagnostics,
         slo_ttft_ms: s.slo.ttft_ms,
@@ -884,7 +892,8 @@ mod tests {
         let sc = default_engine_scenario().unwrap();
         let o = compute(&sc).expect("computes");
         assert!(o.get("ttft_p50_ms").is_some() && o.get("goodput_rps").is_some());
-        assert!(!o.ttft_ms.is_empty() && !o.timeline.is_empty());
+        assert!(!o.ttft_cdf.is_empty() && !o.tpot_cdf.is_empty() && !o.timeline.is_empty());
+        assert!(o.ttft_cdf.len() <= CDF_POINTS + 2);
         assert!(o.diagnostics.iter().any(|d| d.id == "overbatched"));
     }
 

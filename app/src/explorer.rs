@@ -2,7 +2,7 @@
 
 use leptos::prelude::*;
 
-use crate::charts::{LineChart, PALETTE, Series, Threshold, cdf};
+use crate::charts::{LineChart, PALETTE, Series, Threshold};
 use crate::compute::{self, Outcome, Severity};
 use crate::controls::Controls;
 use crate::metric::{Metric, unit_of};
@@ -253,6 +253,11 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                 .get()
                 .map(|e| view! { <div class="banner bad" data-scenario-error="">{e}</div> })
         }}
+        {move || {
+            ex.compute_error
+                .get()
+                .map(|e| view! { <div class="banner bad" data-compute-error="">{e}</div> })
+        }}
         <div class="status-line">
             <span class="computing" class:hidden=move || !ex.computing.get() data-computing="">
                 <span class="spinner"></span>
@@ -266,8 +271,10 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                     .get()
                     .then(|| {
                         view! {
-                            <span class="muted">"Large scenario: not recomputed on every edit. "</span>
-                            <button class="btn small primary" on:click=move |_| ex.run_now()>"Run"</button>
+                            <span class="muted" data-needs-run="">
+                                "Large scenario, and no background worker here: computing it freezes the page, so it is not recomputed on every edit. "
+                            </span>
+                            <button class="btn small primary" data-action="run" on:click=move |_| ex.run_now()>"Run"</button>
                         }
                     })
             }}
@@ -275,6 +282,7 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                 class="faint"
                 data-compute-ms=move || ex.compute_ms.get().map(|v| format!("{v:.2}")).unwrap_or_default()
                 data-computed-in=move || ex.computed_in.get().unwrap_or_default()
+                data-memory-mb=move || ex.memory_bytes.get().map(|b| format!("{:.0}", b / 1_048_576.0)).unwrap_or_default()
             >
                 {move || {
                     let o = ex.outcome.get()?;
@@ -292,10 +300,18 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
 fn SummaryCards(ex: Explorer) -> impl IntoView {
     let outcome = move || ex.outcome.get();
     view! {
-        <div class="stat-grid summary" class:stale=move || ex.computing.get() || ex.error.get().is_some()>
+        <div class="stat-grid summary" class:stale=move || ex.computing.get() || ex.error.get().is_some() || ex.compute_error.get().is_some()>
             {move || {
                 let Some(o) = outcome() else {
-                    return view! { <div class="muted">"computing the first result…"</div> }.into_any();
+                    // Never a bare "computing" when nothing is: say what the page waits for.
+                    let text = if ex.needs_run.get() {
+                        "Not computed yet: press Run above (a large scenario, computed on the main thread here)."
+                    } else if ex.compute_error.get().is_some() || ex.error.get().is_some() {
+                        "No result: see the message above."
+                    } else {
+                        "computing the first result…"
+                    };
+                    return view! { <div class="muted" data-no-result="">{text}</div> }.into_any();
                 };
                 HEADLINE
                     .iter()
@@ -372,18 +388,18 @@ fn AllMetrics(ex: Explorer) -> impl IntoView {
 fn ChartsGrid(ex: Explorer) -> impl IntoView {
     let ttft = Signal::derive(move || {
         ex.outcome.get().map_or_else(Vec::new, |o| {
-            let mut s = vec![Series::steps("this scenario", PALETTE[0], cdf(&o.ttft_ms, 400))];
+            let mut s = vec![Series::steps("this scenario", PALETTE[0], o.ttft_cdf.clone())];
             if let Some(p) = ex.pinned.get() {
-                s.push(Series::steps("pinned A", PALETTE[1], cdf(&p.outcome.ttft_ms, 400)).dashed());
+                s.push(Series::steps("pinned A", PALETTE[1], p.outcome.ttft_cdf.clone()).dashed());
             }
             s
         })
     });
     let tpot = Signal::derive(move || {
         ex.outcome.get().map_or_else(Vec::new, |o| {
-            let mut s = vec![Series::steps("this scenario", PALETTE[0], cdf(&o.tpot_ms, 400))];
+            let mut s = vec![Series::steps("this scenario", PALETTE[0], o.tpot_cdf.clone())];
             if let Some(p) = ex.pinned.get() {
-                s.push(Series::steps("pinned A", PALETTE[1], cdf(&p.outcome.tpot_ms, 400)).dashed());
+                s.push(Series::steps("pinned A", PALETTE[1], p.outcome.tpot_cdf.clone()).dashed());
             }
             s
         })
@@ -467,7 +483,7 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
             s
         })
     });
-    let has_samples = move || ex.outcome.with(|o| o.as_ref().is_some_and(|o| !o.ttft_ms.is_empty()));
+    let has_samples = move || ex.outcome.with(|o| o.as_ref().is_some_and(|o| !o.ttft_cdf.is_empty()));
     let has_timeline = move || ex.outcome.with(|o| o.as_ref().is_some_and(|o| !o.timeline.is_empty()));
     let progress = move || {
         let (done, total) = ex.sweep_progress.get();

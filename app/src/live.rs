@@ -313,6 +313,10 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             return;
         };
         let size = crate::compute::size_of(&sc);
+        // Too large for a tab: the explorer says so; the overlay is left out.
+        if size > crate::state::MAX_SIZE {
+            return;
+        }
         offload::submit(Lane::Live, generation, size, Job::Compute(sc.to_value()), move |f| {
             if sim_generation.try_get_value() == Some(generation)
                 && let Done::Outcome(Ok(o)) = f.done
@@ -486,13 +490,13 @@ fn LiveCharts(live: Live, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl Int
                 400,
             )
         });
-        overlay(live_pts, simulated.get().map(|o| cdf(&o.ttft_ms, 400)))
+        overlay(live_pts, simulated.get().map(|o| o.ttft_cdf.clone()))
     });
     let tpot = Signal::derive(move || {
         let live_pts = live
             .records
             .with(|r| cdf(&r.iter().filter_map(RequestRecord::tpot_ms).collect::<Vec<_>>(), 400));
-        overlay(live_pts, simulated.get().map(|o| cdf(&o.tpot_ms, 400)))
+        overlay(live_pts, simulated.get().map(|o| o.tpot_cdf.clone()))
     });
     let progress = Signal::derive(move || {
         let pts = live.records.with(|r| {

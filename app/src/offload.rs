@@ -42,7 +42,13 @@ pub struct Finished {
     pub ms: f64,
     /// Whether it ran in the worker (else on the main thread).
     pub in_worker: bool,
+    /// Bytes of wasm memory where it ran, after the run (memory only grows: the peak so far).
+    pub memory_bytes: f64,
 }
+
+/// The most wasm memory (bytes) a browser tab gives one instance: 65,536 pages of 64 KiB (wasm32's own limit,
+/// and Chromium's). A run that needs more aborts its worker; the page then says so, naming this limit.
+pub const WASM_MEMORY_LIMIT: f64 = 4_294_967_296.0;
 
 /// An outdated job that has run this long in the worker gets the worker restarted, milliseconds.
 pub const RESTART_AFTER_MS: f64 = 300.0;
@@ -88,6 +94,8 @@ struct Pool {
     script_url: Option<String>,
     /// Keeps the worker's event handlers alive.
     handlers: Vec<Closure<dyn FnMut(JsValue)>>,
+    /// The panic message the current worker posted before it trapped, if any.
+    panic: Option<String>,
 }
 
 thread_local! {
@@ -101,6 +109,7 @@ thread_local! {
         crashes: 0,
         script_url: None,
         handlers: Vec::new(),
+        panic: None,
     });
 }
 
@@ -121,6 +130,12 @@ pub fn new_generation() -> u64 {
 fn worker_allowed() -> bool {
     let (hash, search) = crate::url::location_parts();
     crate::url::param(&hash, &search, "worker").as_deref() != Some("off")
+}
+
+/// `?worker-fault=oom`: workers exhaust their memory on their first computation (the browser test of that path).
+fn fault_requested() -> bool {
+    let (hash, search) = crate::url::location_parts();
+    crate::url::param(&hash, &search, "worker-fault").as_deref() == Some("oom")
 }
 
 /// Where jobs run now: `worker`, `starting` (the worker is loading) or `main` (no worker).
@@ -194,8 +209,10 @@ impl Pool {
         if let State::Starting(w) | State::Ready(w) = std::mem::replace(&mut self.state, next) {
             w.set_onmessage(None);
             w.set_onerror(None);
+            w.set_onmessageerror(None);
             w.terminate();
         }
+        self.panic = None;
         self.handlers.clear();
         if let Some(url) = self.script_url.take() {
             let _ = web_sys::Url::revoke_object_url(&url);
@@ -275,7 +292,7 @@ fn pump() {
                         let t0 = now_ms();
                         let done = job.run();
                         let ms = now_ms() - t0;
-                        finish(id, done, ms, false);
+                        finish(id, done, ms, crate::worker::memory_bytes(), false);
                     },
                     Duration::from_millis(delay),
                 );
@@ -287,7 +304,7 @@ fn pump() {
 
 /// Start the next job, then deliver job `id`'s result (unless outdated). The next job starts first, so a
 /// callback that fails (e.g. its component is gone) cannot stall the queue.
-fn finish(id: u32, done: Done, ms: f64, in_worker: bool) {
+fn finish(id: u32, done: Done, ms: f64, memory_bytes: f64, in_worker: bool) {
     let deliver = POOL.with_borrow_mut(|p| match p.in_flight.take() {
         Some((job, _)) if job.id == id => (!is_stale(p, &job)).then_some(job.callback),
         other => {
@@ -297,15 +314,21 @@ fn finish(id: u32, done: Done, ms: f64, in_worker: bool) {
     });
     pump();
     if let Some(callback) = deliver {
-        callback(Finished { done, ms, in_worker });
+        callback(Finished {
+            done,
+            ms,
+            in_worker,
+            memory_bytes,
+        });
     }
 }
 
-/// The worker failed: fail its job (if any), drop the worker, and go on (on the main thread after repeated
-/// crashes or when it never started).
+/// The worker failed: fail its job (if any) with a message that says why, drop the worker, and go on (on the
+/// main thread after repeated crashes or when it never started).
 fn crashed(why: &str) {
     web_sys::console::warn_1(&JsValue::from_str(&format!("loadshape compute worker: {why}")));
-    let failed = POOL.with_borrow_mut(|p| {
+    let (failed, panic) = POOL.with_borrow_mut(|p| {
+        let panic = p.panic.take();
         let never_started = matches!(p.state, State::Starting(_));
         p.crashes += 1;
         let next = if never_started || p.crashes >= MAX_CRASHES {
@@ -314,21 +337,36 @@ fn crashed(why: &str) {
             State::Off
         };
         p.stop_worker(next);
-        p.in_flight.take()
+        (p.in_flight.take(), panic)
     });
     pump();
     if let Some((job, _)) = failed {
-        let done = job
-            .job
-            .failed(&format!("the computation stopped in the background worker: {why}"));
+        let done = job.job.failed(&failure_message(why, panic.as_deref(), job.size));
         let deliver = POOL.with_borrow(|p| !is_stale(p, &job));
         if deliver {
             (job.callback)(Finished {
                 done,
                 ms: 0.0,
                 in_worker: true,
+                memory_bytes: 0.0,
             });
         }
+    }
+}
+
+/// What the page shows when the worker died running a job of `size` (requests or session steps).
+fn failure_message(why: &str, panic: Option<&str>, size: f64) -> String {
+    match panic {
+        Some(p) => format!("the computation failed in the background worker: {p}"),
+        // A trap with no panic before it: wasm's `unreachable`, which is how an allocation failure ends.
+        None if why.contains("unreachable") => format!(
+            "the computation stopped in the background worker ({why}): it most likely ran out of memory. \
+             WebAssembly in a browser tab gets at most {} GiB; this run ({} requests or session steps, \
+             counterfactual runs included) needed more. Use fewer requests, or `loadshape simulate` for this size.",
+            WASM_MEMORY_LIMIT / f64::from(1u32 << 30),
+            crate::fmt::num(size)
+        ),
+        None => format!("the computation stopped in the background worker: {why}"),
     }
 }
 
@@ -400,7 +438,11 @@ fn spawn(epoch: u64) -> Result<Spawned, String> {
     let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| format!("{e:?}"))?;
     let wo = web_sys::WorkerOptions::new();
     wo.set_type(web_sys::WorkerType::Module);
-    wo.set_name("loadshape-compute");
+    wo.set_name(if fault_requested() {
+        crate::worker::FAULT_NAME
+    } else {
+        "loadshape-compute"
+    });
     let worker = web_sys::Worker::new_with_options(&url, &wo).map_err(|e| {
         let _ = web_sys::Url::revoke_object_url(&url);
         format!("cannot start a module worker: {e:?}")
@@ -422,13 +464,30 @@ fn spawn(epoch: u64) -> Result<Spawned, String> {
             .unwrap_or_else(|| "the worker failed to load".to_string());
         crashed(&why);
     });
+    // A result the browser could not deserialize: never a silent hang.
+    let on_message_error = Closure::<dyn FnMut(JsValue)>::new(move |_: JsValue| {
+        if POOL.with_borrow(|p| p.epoch == epoch) {
+            crashed("the worker's answer could not be read (messageerror)");
+        }
+    });
     worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-    Ok((worker, url, vec![on_message, on_error]))
+    worker.set_onmessageerror(Some(on_message_error.as_ref().unchecked_ref()));
+    Ok((worker, url, vec![on_message, on_error, on_message_error]))
 }
 
 fn on_worker_message(epoch: u64, data: JsValue) {
     if POOL.with_borrow(|p| p.epoch != epoch) {
+        return;
+    }
+    if let Some(p) = data
+        .as_string()
+        .as_deref()
+        .and_then(|s| s.strip_prefix(crate::worker::PANIC_PREFIX))
+    {
+        // The trap that follows arrives as an error event; the message says why.
+        let p = p.to_string();
+        POOL.with_borrow_mut(|pool| pool.panic = Some(p));
         return;
     }
     if data.as_string().as_deref() == Some(crate::worker::READY) {
@@ -447,7 +506,7 @@ fn on_worker_message(epoch: u64, data: JsValue) {
         return;
     };
     match crate::wire::decode_done(&bytes) {
-        Ok((id, ms, done)) => finish(id, done, ms, true),
+        Ok((id, ms, memory_bytes, done)) => finish(id, done, ms, memory_bytes, true),
         Err(e) => crashed(&e.to_string()),
     }
 }

@@ -20,8 +20,16 @@ use crate::wire::{Done, Job};
 /// Quiet time after the last edit before recomputing, milliseconds.
 pub const DEBOUNCE_MS: u64 = 90;
 
-/// Scenarios larger than this (requests or session steps) compute only when the user asks.
+/// Without the worker (the main-thread fallback, where a run freezes the page), scenarios larger than this
+/// (requests or session steps, counterfactual runs included: [`compute::size_of`]) compute only when the user
+/// asks. With the worker every scenario up to [`MAX_SIZE`] computes on its own: the page stays usable and a
+/// newer edit supersedes a running one.
 pub const AUTO_RUN_LIMIT: f64 = 200_000.0;
+
+/// The largest scenario the page computes (requests or session steps, counterfactual runs included). Above it
+/// the page says so instead of trying: a run keeps every record in the tab's wasm memory, which is at most
+/// 4 GiB ([`offload::WASM_MEMORY_LIMIT`]), and a run that large takes minutes in a tab anyway.
+pub const MAX_SIZE: f64 = 4_000_000.0;
 
 /// A scenario pinned as "A" for the compare view.
 #[derive(Debug, Clone)]
@@ -47,6 +55,11 @@ pub struct Explorer {
     pub computed_in: RwSignal<Option<&'static str>>,
     /// Milliseconds the last computation took in this browser.
     pub compute_ms: RwSignal<Option<f64>>,
+    /// Wasm memory (bytes) where the last computation ran, after it.
+    pub memory_bytes: RwSignal<Option<f64>>,
+    /// Why the last computation gave no result (the worker failed, the scenario is too large for a tab, the
+    /// model refused it). Cleared by the next result.
+    pub compute_error: RwSignal<Option<String>>,
     /// The scenario is too large to recompute on every edit; waiting for "Run".
     pub needs_run: RwSignal<bool>,
     pub sweep: RwSignal<Vec<SweepPoint>>,
@@ -82,6 +95,8 @@ impl Explorer {
             computing_since: RwSignal::new(None),
             computed_in: RwSignal::new(None),
             compute_ms: RwSignal::new(None),
+            memory_bytes: RwSignal::new(None),
+            compute_error: RwSignal::new(None),
             needs_run: RwSignal::new(false),
             sweep: RwSignal::new(Vec::new()),
             sweep_progress: RwSignal::new((0, 0)),
@@ -154,7 +169,14 @@ impl Explorer {
             Some(&shared::link::encode(&sc)),
         ));
         let size = compute::size_of(&sc);
-        if !force && size > AUTO_RUN_LIMIT {
+        if size > MAX_SIZE {
+            self.needs_run.set(false);
+            self.computing.set(false);
+            self.compute_error.set(Some(too_large(size)));
+            return;
+        }
+        self.compute_error.set(None);
+        if !force && size > AUTO_RUN_LIMIT && offload::mode() == "main" {
             self.needs_run.set(true);
             self.computing.set(false);
             return;
@@ -173,17 +195,19 @@ impl Explorer {
                 }
                 self.compute_ms.set(Some(f.ms));
                 self.computed_in.set(Some(if f.in_worker { "worker" } else { "main" }));
+                self.memory_bytes.set((f.memory_bytes > 0.0).then_some(f.memory_bytes));
                 self.computing.set(false);
                 self.computing_since.set(None);
                 match f.done {
                     Done::Outcome(Ok(outcome)) => {
+                        self.compute_error.set(None);
                         self.outcome.set(Some(Arc::new(outcome)));
                         if self.first_result_ms.get_untracked().is_none() {
                             self.first_result_ms.set(Some(now_ms()));
                         }
                         self.start_sweep(sc, generation);
                     }
-                    Done::Outcome(Err(e)) => self.error.set(Some(e)),
+                    Done::Outcome(Err(e)) => self.compute_error.set(Some(e)),
                     Done::Point(_) => {}
                 }
             },
@@ -214,6 +238,18 @@ impl Explorer {
         let plan: Vec<(f64, Value)> = plan.iter().map(|s| (compute::size_of(s), s.to_value())).collect();
         step(self, Arc::new(plan), 0, generation);
     }
+}
+
+/// The message for a scenario above [`MAX_SIZE`].
+pub fn too_large(size: f64) -> String {
+    format!(
+        "This scenario is too large to compute in a browser tab: {} requests or session steps (counterfactual \
+         runs included), above the page's limit of {}. Every record is kept in the tab's WebAssembly memory, which \
+         is at most {} GiB. Use `loadshape simulate FILE` for this size, or fewer requests here.",
+        crate::fmt::num(size),
+        crate::fmt::num(MAX_SIZE),
+        offload::WASM_MEMORY_LIMIT / f64::from(1u32 << 30)
+    )
 }
 
 /// `performance.now()`, milliseconds.

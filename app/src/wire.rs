@@ -5,7 +5,8 @@
 //! unit in the last place for 17-digit numbers), and a scenario arrives as the very `serde_json::Value` the page
 //! validated (integers stay integers, `u64` seeds above 2^53 stay exact).
 //!
-//! Requests: `[kind u8][job u32][scenario Value]`. Replies: `[kind u8][job u32][compute ms f64][payload]`.
+//! Requests: `[kind u8][job u32][scenario Value]`. Replies: `[kind u8][job u32][compute ms f64][wasm memory bytes
+//! f64][payload]`.
 //! Integers are little-endian; strings and lists carry a `u32` length first.
 
 use serde_json::{Map, Number, Value};
@@ -102,11 +103,12 @@ impl Writer {
         self.len(s.len());
         self.0.extend_from_slice(s.as_bytes());
     }
-    fn f64s(&mut self, xs: &[f64]) {
+    fn points(&mut self, xs: &[(f64, f64)]) {
         self.len(xs.len());
-        self.0.reserve(xs.len() * 8);
-        for x in xs {
+        self.0.reserve(xs.len() * 16);
+        for (x, y) in xs {
             self.f64(*x);
+            self.f64(*y);
         }
     }
     fn value(&mut self, v: &Value) {
@@ -203,9 +205,9 @@ impl<'a> Reader<'a> {
         let b = self.take(n)?;
         String::from_utf8(b.to_vec()).map_err(|e| WireError(format!("string: {e}")))
     }
-    fn f64s(&mut self) -> R<Vec<f64>> {
-        let n = self.len(8)?;
-        (0..n).map(|_| self.f64()).collect()
+    fn points(&mut self) -> R<Vec<(f64, f64)>> {
+        let n = self.len(16)?;
+        (0..n).map(|_| Ok((self.f64()?, self.f64()?))).collect()
     }
     fn value(&mut self, depth: usize) -> R<Value> {
         if depth > MAX_DEPTH {
@@ -282,8 +284,9 @@ pub fn decode_job(buf: &[u8]) -> R<(u32, Job)> {
     Ok((id, job))
 }
 
-/// A reply: the job id, how long the computation took (ms) and its result.
-pub fn encode_done(id: u32, ms: f64, done: &Done) -> Vec<u8> {
+/// A reply: the job id, how long the computation took (ms), the worker's wasm memory after it (bytes) and its
+/// result.
+pub fn encode_done(id: u32, ms: f64, memory_bytes: f64, done: &Done) -> Vec<u8> {
     let mut w = Writer::default();
     let kind = match done {
         Done::Outcome(Ok(_)) => DONE_OUTCOME,
@@ -294,6 +297,7 @@ pub fn encode_done(id: u32, ms: f64, done: &Done) -> Vec<u8> {
     w.u8(kind);
     w.u32(id);
     w.f64(ms);
+    w.f64(memory_bytes);
     match done {
         Done::Outcome(Ok(o)) => outcome(&mut w, o),
         Done::Outcome(Err(e)) => w.str(e),
@@ -307,12 +311,13 @@ pub fn encode_done(id: u32, ms: f64, done: &Done) -> Vec<u8> {
     w.0
 }
 
-/// A reply read back: (job id, compute ms, result).
-pub fn decode_done(buf: &[u8]) -> R<(u32, f64, Done)> {
+/// A reply read back: (job id, compute ms, wasm memory bytes, result).
+pub fn decode_done(buf: &[u8]) -> R<(u32, f64, f64, Done)> {
     let mut r = Reader::new(buf);
     let kind = r.u8()?;
     let id = r.u32()?;
     let ms = r.f64()?;
+    let memory_bytes = r.f64()?;
     let done = match kind {
         DONE_OUTCOME => Done::Outcome(Ok(read_outcome(&mut r)?)),
         DONE_ERROR => Done::Outcome(Err(r.str()?)),
@@ -325,7 +330,7 @@ pub fn decode_done(buf: &[u8]) -> R<(u32, f64, Done)> {
         k => return Err(WireError(format!("unknown reply kind {k}"))),
     };
     r.end()?;
-    Ok((id, ms, done))
+    Ok((id, ms, memory_bytes, done))
 }
 
 fn outcome(w: &mut Writer, o: &Outcome) {
@@ -340,8 +345,8 @@ fn outcome(w: &mut Writer, o: &Outcome) {
         w.str(v);
     }
     w.u8(u8::from(o.exact));
-    w.f64s(&o.ttft_ms);
-    w.f64s(&o.tpot_ms);
+    w.points(&o.ttft_cdf);
+    w.points(&o.tpot_cdf);
     w.len(o.timeline.len());
     for t in &o.timeline {
         w.f64(t.t_s);
@@ -375,8 +380,8 @@ fn read_outcome(r: &mut Reader) -> R<Outcome> {
     let n = r.len(8)?;
     let labels = (0..n).map(|_| Ok((r.str()?, r.str()?))).collect::<R<Vec<_>>>()?;
     let exact = r.u8()? != 0;
-    let ttft_ms = r.f64s()?;
-    let tpot_ms = r.f64s()?;
+    let ttft_cdf = r.points()?;
+    let tpot_cdf = r.points()?;
     let n = r.len(26)?;
     let timeline = (0..n)
         .map(|_| {
@@ -411,8 +416,8 @@ fn read_outcome(r: &mut Reader) -> R<Outcome> {
         metrics,
         labels,
         exact,
-        ttft_ms,
-        tpot_ms,
+        ttft_cdf,
+        tpot_cdf,
         timeline,
         diagnostics,
         slo_ttft_ms: r.f64()?,
@@ -456,8 +461,8 @@ mod tests {
         ] {
             let done = Job::Compute(sc.to_value()).run();
             assert!(matches!(&done, Done::Outcome(Ok(o)) if !o.metrics.is_empty()));
-            let bytes = encode_done(3, 12.5, &done);
-            assert_eq!(decode_done(&bytes), Ok((3, 12.5, done)));
+            let bytes = encode_done(3, 12.5, 65536.0 * 300.0, &done);
+            assert_eq!(decode_done(&bytes), Ok((3, 12.5, 65536.0 * 300.0, done)));
         }
         for done in [
             Done::Outcome(Err("workload.num_requests must be > 0 (got 0)".into())),
@@ -468,7 +473,10 @@ mod tests {
                 throughput_rps: f64::MIN_POSITIVE,
             })),
         ] {
-            assert_eq!(decode_done(&encode_done(9, 0.0, &done)), Ok((9, 0.0, done)));
+            assert_eq!(
+                decode_done(&encode_done(9, 0.0, 4294967296.0, &done)),
+                Ok((9, 0.0, 4294967296.0, done))
+            );
         }
     }
 
@@ -479,7 +487,7 @@ mod tests {
             assert!(decode_job(&job[..n]).is_err(), "prefix of {n} bytes");
         }
         let done = Job::Compute(compute::default_scenario()).run();
-        let bytes = encode_done(1, 1.0, &done);
+        let bytes = encode_done(1, 1.0, 0.0, &done);
         for n in (0..bytes.len()).step_by(7) {
             assert!(decode_done(&bytes[..n]).is_err(), "prefix of {n} bytes");
         }

@@ -2,30 +2,50 @@
 //!
 //! `main` calls [`run`] when there is no `window` (it is running in a worker). Requests arrive as `Uint8Array`s
 //! ([`crate::wire`]); each is computed with the same `shared` calls as on the main thread and answered with the
-//! result's bytes (the buffer is transferred, not copied). The worker says `"ready"` once its handler is installed.
+//! result's bytes (the buffer is transferred, not copied) and the size of the worker's wasm memory after the run.
+//! The worker says `"ready"` once its handler is installed. A panic is posted to the page as
+//! `"panic: <message>"` before the worker's wasm traps, so the page can say what went wrong (an out-of-memory
+//! abort has no message: the page names the memory limit instead, see [`crate::offload`]).
+//!
+//! A worker started with the name [`FAULT_NAME`] (the page's `?worker-fault=oom`, for the browser test of that
+//! path) exhausts its wasm memory on its first computation, for real: the allocator's failure aborts the run
+//! exactly as a run too large for the tab would.
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 /// The word the worker posts when it can take jobs.
 pub const READY: &str = "ready";
+/// The prefix of the message a panicking worker posts before its wasm traps.
+pub const PANIC_PREFIX: &str = "panic: ";
+/// The worker name that asks for a real out-of-memory failure on the first computation.
+pub const FAULT_NAME: &str = "loadshape-compute-oom";
 
 /// Install the message handler and announce readiness. Does nothing outside a dedicated worker.
 pub fn run() {
     let Ok(scope) = js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>() else {
         return;
     };
+    let to_page = scope.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        let _ = to_page.post_message(&JsValue::from_str(&format!("{PANIC_PREFIX}{info}")));
+        web_sys::console::error_1(&JsValue::from_str(&info.to_string()));
+    }));
+    let fault = scope.name() == FAULT_NAME;
     let reply_to = scope.clone();
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
         let bytes = js_sys::Uint8Array::new(&ev.data()).to_vec();
         let answer = match crate::wire::decode_job(&bytes) {
             Ok((id, job)) => {
+                if fault && matches!(job, crate::wire::Job::Compute(_)) {
+                    exhaust_memory();
+                }
                 let t0 = now_ms(&reply_to);
                 let done = job.run();
-                crate::wire::encode_done(id, now_ms(&reply_to) - t0, &done)
+                crate::wire::encode_done(id, now_ms(&reply_to) - t0, memory_bytes(), &done)
             }
             // Never expected from the same build; answer job 0 so the page can report it.
-            Err(e) => crate::wire::encode_done(0, 0.0, &crate::wire::Done::Outcome(Err(e.to_string()))),
+            Err(e) => crate::wire::encode_done(0, 0.0, memory_bytes(), &crate::wire::Done::Outcome(Err(e.to_string()))),
         };
         let out = js_sys::Uint8Array::from(answer.as_slice());
         let transfer = js_sys::Array::of1(&out.buffer());
@@ -35,6 +55,31 @@ pub fn run() {
     // The handler lives as long as the worker.
     on_message.forget();
     let _ = scope.post_message(&JsValue::from_str(READY));
+}
+
+/// Bytes of this instance's wasm memory (it only grows: the peak of every run so far).
+pub fn memory_bytes() -> f64 {
+    // `byteLength` read as a JS number: 4 GiB does not fit the u32 the typed binding returns.
+    wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()
+        .ok()
+        .and_then(|m| js_sys::Reflect::get(&m.buffer(), &JsValue::from_str("byteLength")).ok())
+        .and_then(|n| n.as_f64())
+        .unwrap_or(0.0)
+}
+
+/// Reserve 256 MiB blocks (never touched, so the machine does not commit them) until wasm memory cannot grow:
+/// the allocator's failure aborts the worker as a run too large for the tab does.
+fn exhaust_memory() {
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    loop {
+        held.push(Vec::with_capacity(256 << 20));
+        // Keeps the blocks (and the loop) from being optimised away.
+        if held.len() > 1 << 20 {
+            break;
+        }
+    }
+    web_sys::console::error_1(&JsValue::from_f64(held.len() as f64));
 }
 
 fn now_ms(scope: &web_sys::DedicatedWorkerGlobalScope) -> f64 {
