@@ -188,6 +188,7 @@ impl Records {
     }
 
     /// Add the next record; returns its index.
+    #[inline]
     fn push(&mut self, r: RequestRecord) -> usize {
         match self {
             Records::Keep(v) => {
@@ -202,6 +203,7 @@ impl Records {
     }
 
     /// Record `i`, which is not final yet (see [`Records::close`]).
+    #[inline]
     fn get_mut(&mut self, i: usize) -> &mut RequestRecord {
         match self {
             Records::Keep(v) => &mut v[i],
@@ -219,11 +221,10 @@ impl Records {
     /// Score the final records at the front.
     fn flush(&mut self) {
         if let Records::Score { base, open, sum } = self {
-            while open.front().is_some_and(|e| e.1) {
-                if let Some((r, _)) = open.pop_front() {
-                    sum.push(&r);
-                    *base += 1;
-                }
+            while let Some((r, true)) = open.front() {
+                sum.push(r);
+                open.pop_front();
+                *base += 1;
             }
         }
     }
