@@ -382,32 +382,40 @@ fn set_seed_rate(s: &mut SeedScenario, rps: f64) {
     w.mean_rps = rps;
 }
 
-/// The work a scenario represents (requests or session steps), to decide whether to compute on every edit.
+/// The work a scenario represents (requests or session steps, counterfactual runs included), to decide whether
+/// to compute on every edit.
 pub fn size_of(sc: &Scenario) -> f64 {
+    let runs = match sc {
+        Scenario::Engine(e) if e.counterfactuals => 2.0,
+        _ => 1.0,
+    };
+    runs * records_of(sc)
+}
+
+/// The requests (or session steps) of the scenario's own run: the records a result keeps in memory (the
+/// counterfactual runs keep none).
+pub fn records_of(sc: &Scenario) -> f64 {
     use shared::workload::Workload;
     match sc {
         Scenario::Seed(s) => {
             let seed_model::SeedWorkload::Bursty(w) = &s.workload;
             w.num_requests as f64
         }
-        Scenario::Engine(e) => {
-            let runs = if e.counterfactuals { 2.0 } else { 1.0 };
-            runs * match &e.workload {
-                Workload::Bursty(w) => w.num_requests as f64,
-                Workload::Poisson(w) => w.num_requests as f64,
-                Workload::Gamma(w) => w.num_requests as f64,
-                Workload::ClosedLoop(w) => w.num_requests as f64,
-                Workload::Sessions(w) => {
-                    let one = f64::from(w.sessions) * f64::from(w.steps);
-                    let passes = if w.respawn && w.duration_s > 0.0 {
-                        (w.duration_s / (f64::from(w.steps) * (w.think_s + 1.0)).max(1.0)).max(1.0)
-                    } else {
-                        1.0
-                    };
-                    one * passes
-                }
+        Scenario::Engine(e) => match &e.workload {
+            Workload::Bursty(w) => w.num_requests as f64,
+            Workload::Poisson(w) => w.num_requests as f64,
+            Workload::Gamma(w) => w.num_requests as f64,
+            Workload::ClosedLoop(w) => w.num_requests as f64,
+            Workload::Sessions(w) => {
+                let one = f64::from(w.sessions) * f64::from(w.steps);
+                let passes = if w.respawn && w.duration_s > 0.0 {
+                    (w.duration_s / (f64::from(w.steps) * (w.think_s + 1.0)).max(1.0)).max(1.0)
+                } else {
+                    1.0
+                };
+                one * passes
             }
-        }
+        },
     }
 }
 

@@ -314,7 +314,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         };
         let size = crate::compute::size_of(&sc);
         // Too large for a tab: the explorer says so; the overlay is left out.
-        if size > crate::state::MAX_SIZE {
+        if crate::compute::records_of(&sc) > crate::state::MAX_RECORDS {
             return;
         }
         offload::submit(Lane::Live, generation, size, Job::Compute(sc.to_value()), move |f| {

@@ -22,14 +22,16 @@ pub const DEBOUNCE_MS: u64 = 90;
 
 /// Without the worker (the main-thread fallback, where a run freezes the page), scenarios larger than this
 /// (requests or session steps, counterfactual runs included: [`compute::size_of`]) compute only when the user
-/// asks. With the worker every scenario up to [`MAX_SIZE`] computes on its own: the page stays usable and a
+/// asks. With the worker every scenario up to [`MAX_RECORDS`] computes on its own: the page stays usable and a
 /// newer edit supersedes a running one.
 pub const AUTO_RUN_LIMIT: f64 = 200_000.0;
 
-/// The largest scenario the page computes (requests or session steps, counterfactual runs included). Above it
-/// the page says so instead of trying: a run keeps every record in the tab's wasm memory, which is at most
-/// 4 GiB ([`offload::WASM_MEMORY_LIMIT`]), and a run that large takes minutes in a tab anyway.
-pub const MAX_SIZE: f64 = 4_000_000.0;
+/// The largest scenario the page computes: requests or session steps of its own run ([`compute::records_of`];
+/// the counterfactual runs keep no records). Above it the page says so instead of trying: a run keeps every
+/// record in the tab's wasm memory, which is at most 4 GiB ([`offload::WASM_MEMORY_LIMIT`]). Measured: 2,000,000
+/// overloaded Poisson requests (`examples/engine-10k.json`, whose queue holds most of them) took 1,345 MB and
+/// 49 s in the worker; 1,000,000 with both counterfactual runs 1,014 MB and 21–27 s (docs/page.md).
+pub const MAX_RECORDS: f64 = 2_000_000.0;
 
 /// A scenario pinned as "A" for the compare view.
 #[derive(Debug, Clone)]
@@ -169,10 +171,11 @@ impl Explorer {
             Some(&shared::link::encode(&sc)),
         ));
         let size = compute::size_of(&sc);
-        if size > MAX_SIZE {
+        let records = compute::records_of(&sc);
+        if records > MAX_RECORDS {
             self.needs_run.set(false);
             self.computing.set(false);
-            self.compute_error.set(Some(too_large(size)));
+            self.compute_error.set(Some(too_large(records)));
             return;
         }
         self.compute_error.set(None);
@@ -240,14 +243,14 @@ impl Explorer {
     }
 }
 
-/// The message for a scenario above [`MAX_SIZE`].
-pub fn too_large(size: f64) -> String {
+/// The message for a scenario of `records` requests or session steps, above [`MAX_RECORDS`].
+pub fn too_large(records: f64) -> String {
     format!(
-        "This scenario is too large to compute in a browser tab: {} requests or session steps (counterfactual \
-         runs included), above the page's limit of {}. Every record is kept in the tab's WebAssembly memory, which \
-         is at most {} GiB. Use `loadshape simulate FILE` for this size, or fewer requests here.",
-        crate::fmt::num(size),
-        crate::fmt::num(MAX_SIZE),
+        "This scenario is too large to compute in a browser tab: {} requests or session steps, above the page's \
+         limit of {}. Every record is kept in the tab's WebAssembly memory, which is at most {} GiB. Use \
+         `loadshape simulate FILE` for this size, or fewer requests here.",
+        crate::fmt::num(records),
+        crate::fmt::num(MAX_RECORDS),
         offload::WASM_MEMORY_LIMIT / f64::from(1u32 << 30)
     )
 }

@@ -52,7 +52,8 @@ try {
       log('clicking Run');
       await page.getByRole('button', { name: 'Run', exact: true }).click();
     }
-    if (st.includes('"p50":"') && st.includes('"computing":false') && !st.includes('"sweep":"')) {
+    const settled = args.includes('--no-sweep') || !st.includes('"sweep":"');
+    if ((st.includes('"p50":"') || st.includes('"cerr":"')) && st.includes('"computing":false') && settled) {
       log('long tasks (start ms, duration ms):', JSON.stringify(await page.evaluate(() => window.__long)));
       break;
     }
