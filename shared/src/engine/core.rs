@@ -1450,6 +1450,23 @@ mod tests {
         }
     }
 
+    /// Removing an ordered subsequence equals filtering it out, for any subsequence (none, all, runs, ends).
+    #[test]
+    fn remove_ordered_equals_filter() {
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
+        for n in 0..40u32 {
+            for _ in 0..25 {
+                let list: Vec<u32> = (0..n).map(|i| i * 3 + 1).collect();
+                let keep_every = 1 + next() % 4;
+                let gone: Vec<u32> = list.iter().copied().filter(|_| next() % keep_every == 0).collect();
+                let want: Vec<u32> = list.iter().copied().filter(|q| !gone.contains(q)).collect();
+                let mut got = list.clone();
+                remove_ordered(&mut got, &gone);
+                assert_eq!(got, want, "list {list:?} gone {gone:?}");
+            }
+        }
+    }
+
     /// The packed-key sort picks what the exact weighted selection picks (distinct first durations).
     #[test]
     fn packed_quantiles_equal_weighted_select() {
