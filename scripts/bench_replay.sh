@@ -9,6 +9,8 @@
 #   RT=1 ...                                             # paced runs at real-time priority (see below)
 #   LS_ARGS="--threads 2" ...                            # extra arguments for loadshape replay
 #   CLIENTS="floor loadshape lsreqwest" ...              # lsreqwest: loadshape with --http-client reqwest
+#   CLIENTS="floor loadshape lsuser" ...                 # lsuser: loadshape with --rx-clock user (frames timed when
+#                                                        # the task reads them, not by the kernel's receive time)
 #
 # loadshape runs a closed-loop scenario (scripts/bench/closed_loop.json with users/num_requests filled in): fixed
 # 32-token prompts and 256 output tokens, like the floor client. Results: $PEERBENCH/$RESULTS/summary.md.
@@ -90,11 +92,13 @@ client_cmd() {  # client conc nreq label -> prints argv, one per line
     floor)
       printf '%s\n' mockserver/target/release/floorclient --addr "127.0.0.1:$PORT" --concurrency "$c" \
         --requests "$n" --max-tokens 256 ;;
-    loadshape|lsreqwest)  # full per-request records, usage, ITL summaries, scraping off (the mock has no /metrics)
+    loadshape|lsreqwest|lsuser)  # full per-request records, usage, ITL summaries, scraping off (the mock has no /metrics)
       printf '%s\n' "$LS_BIN" replay --url "$BASE/v1" --model mock-model --dialect vllm --quiet \
         --metrics-url none --scenario "$(scenario "$c" "$n")" --out "$RESULTS/client/$label.jsonl"
       # lsreqwest: the same through reqwest (`loadshape` uses the default, hyper for http://).
       [ "$cl" = lsreqwest ] && printf '%s\n' --http-client reqwest
+      # lsuser: the same binary with user-space frame times (the default is the kernel's receive time).
+      [ "$cl" = lsuser ] && printf '%s\n' --rx-clock user
       # shellcheck disable=SC2086
       [ -n "${LS_ARGS:-}" ] && printf '%s\n' ${LS_ARGS} ;;
   esac
@@ -133,7 +137,7 @@ if [ -n "${STREAMS:-}" ]; then
   run_one loadshape "$STREAMS" "$ITL_MS" "$((STREAMS * 4))" "loadshape_c${STREAMS}_itl${ITL_MS}"
 fi
 # loadshape's own numbers (TTFT/TPOT/ITL from its records, the same scoring module as everything else).
-for f in "$RESULTS"/client/loadshape_*.jsonl "$RESULTS"/client/lsreqwest_*.jsonl; do
+for f in "$RESULTS"/client/loadshape_*.jsonl "$RESULTS"/client/lsreqwest_*.jsonl "$RESULTS"/client/lsuser_*.jsonl; do
   [ -f "$f" ] || continue
   echo "== $(basename "$f" .jsonl): $("$LS_BIN" report "$f" --json | $PY -c 'import json,sys; s=json.load(sys.stdin)["summary"]; print("completed %d failed %d ttft mean %.3f p99 %.3f ms; tpot mean %.4f ms; itl p99 %s ms" % (s["completed"], s["failed"], s["ttft_mean_ms"], s["ttft_p99_ms"], s["tpot_mean_ms"], s["itl_p99_ms"]))')"
 done

@@ -14,6 +14,8 @@ p99 are nearest-rank over its own records' `ttft_s`. `p99 ratio` = loadshape p99
 `p99 after 2C`: over the requests after the first 2 x concurrency (by start time). A closed loop at concurrency C
 starts C requests at the same instant and they stay in step for a while, so the first two waves are a start-up
 burst that decides the p99 of a 4,000-request run at C=256 (10 % of its requests); the rest is the steady state.
+`server late`: the mock server's own lateness over the run (its final /stats: how late its frames left against their
+schedule, mean / max ms) — time a client timing frames by their arrival cannot remove, because it is real.
 """
 import glob
 import json
@@ -45,6 +47,18 @@ def floor_ttft(res, label):
                 return {"mean": r["mean_ttft_ms"], "p50": r.get("median_ttft_ms"), "p99": r.get("p99_ttft_ms"),
                         "p99s": r.get("p99_ttft_after_2c_ms")}
     except OSError:
+        pass
+    return None
+
+
+def server_late(res, label):
+    """(mean, max) ms by which the mock server's frames left late, from its final stats line."""
+    try:
+        for line in open(os.path.join(res, "client", label + ".server.log")):
+            if "final stats" in line:
+                st = json.loads(line.split("final stats", 1)[1])
+                return st.get("server_mean_late_ms"), st.get("server_max_late_ms")
+    except (OSError, ValueError):
         pass
     return None
 
@@ -84,7 +98,7 @@ def main():
         ttft = floor_ttft(res, r["label"]) if client == "floor" else loadshape_ttft(res, r["label"], conc)
         cells.setdefault((conc, itl), {}).setdefault(client, {})[rnd] = {
             "cpu": cpu, "rc": r.get("rc"), "other": (r.get("other_cpu_s") or 0) / max(r.get("wall_s") or 1, 1e-9),
-            "ttft": ttft, "requests": r.get("server_completed_streams"),
+            "ttft": ttft, "requests": r.get("server_completed_streams"), "late": server_late(res, r["label"]),
         }
     others = sorted({cl for c in cells.values() for cl in c if cl != "floor"},
                     key=lambda cl: (cl != "loadshape", cl))
@@ -138,6 +152,14 @@ def main():
                   f"{runs(lt, 'mean')} | {runs(lt, 'p50')} | {runs(lt, 'p99')}; **{med(p99)}** | "
                   f"{runs(lt, 'p99s')}; **{med(lp99s)}** | "
                   f"{fmt(statistics.median(paired)) if paired else '–'} | {other or '–'} |")
+    print()
+    print("| paced case | client | server late, mean ms (runs) | server late, max ms (runs) |")
+    print("|---|---|---|---|")
+    for (conc, itl) in sorted(k for k in cells if k[1] > 0):
+        for cl, runs_ in sorted(cells[(conc, itl)].items(), key=lambda kv: (kv[0] != "floor", kv[0])):
+            late = [runs_[k]["late"] for k in sorted(runs_) if runs_[k]["late"]]
+            print(f"| {itl:g} ms, c={conc} | {cl} | {' / '.join(fmt(m) for m, _ in late) or '–'} | "
+                  f"{' / '.join(fmt(x, 1) for _, x in late) or '–'} |")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #
 #   LOADSHAPE_BIN=target/release/loadshape bash scripts/bench/per_request.sh
 #   knobs: CONC (64), N (20000 requests), TOKENS (2 per request), ROUNDS (3), CLIENTS ("floor hyper reqwest"),
-#   PORT (8011), LS_ARGS. A client `NAME@BINARY` runs another loadshape build with --http-client NAME.
+#   PORT (8011), LS_ARGS. A client `NAME@BINARY` runs another loadshape build with --http-client NAME;
+#   `hyper-user` is the hyper path with --rx-clock user (frames timed when read, not by the kernel's timestamps).
 # Needs the writable peerbench copy that scripts/bench_replay.sh builds ($PEERBENCH, default $HOME/peerbench).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,8 +30,9 @@ MOCK_PID=$!
 trap 'kill $MOCK_PID 2> /dev/null' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/health" > /dev/null && break; sleep 0.1; done
 run() {  # client round -> prints "client round wall cpu us_per_request"
-  local cl=$1 r=$2 bin=$LS_BIN hc=${1%%@*}
+  local cl=$1 r=$2 bin=$LS_BIN hc=${1%%@*} rx=kernel
   [ "$cl" != "$hc" ] && bin=${cl#*@}
+  [ "$hc" = hyper-user ] && hc=hyper && rx=user
   local lab; lab=$(printf '%s' "$cl" | tr -c 'A-Za-z0-9_' '_')
   case $cl in
     floor) /usr/bin/time -o "$OUT/${lab}.$r.time" -f "%e %U %S" "$FLOOR" --addr "127.0.0.1:$PORT" \
@@ -38,7 +40,7 @@ run() {  # client round -> prints "client round wall cpu us_per_request"
     *) # shellcheck disable=SC2086
        /usr/bin/time -o "$OUT/${lab}.$r.time" -f "%e %U %S" "$bin" replay --url "http://127.0.0.1:$PORT/v1" \
          --model mock-model --dialect vllm --quiet --metrics-url none --scenario "$OUT/scenario.json" \
-         --http-client "$hc" --out "$OUT/${lab}.$r.jsonl" ${LS_ARGS:-} > "$OUT/${lab}.$r.log" 2> "$OUT/${lab}.$r.err" ;;
+         --http-client "$hc" --rx-clock "$rx" --out "$OUT/${lab}.$r.jsonl" ${LS_ARGS:-} > "$OUT/${lab}.$r.log" 2> "$OUT/${lab}.$r.err" ;;
   esac
   echo "$cl $r $(tail -1 "$OUT/${lab}.$r.time")" |
     awk -v n="$N" -v t="$TOKENS" '{cpu=$4+$5; printf "%s %s wall %.2f s cpu %.2f s %.1f us/request %.2f s/1M tokens\n",
