@@ -15,6 +15,8 @@ pub fn simulate(json: &str, full: bool) -> Result<f64, JsError> {
     let sc: shared::engine::EngineScenario = serde_json::from_value(v)?;
     let opts = shared::engine::SimOptions {
         record_itl_quantiles: full,
+        // The page keeps its records (it draws their TTFT/TPOT distributions).
+        keep_records: true,
     };
     let report = shared::engine::simulate_with(&sc, opts)?;
     Ok(report.records.len() as f64)
