@@ -132,10 +132,15 @@ fn worker_allowed() -> bool {
     crate::url::param(&hash, &search, "worker").as_deref() != Some("off")
 }
 
-/// `?worker-fault=oom`: workers exhaust their memory on their first computation (the browser test of that path).
-fn fault_requested() -> bool {
+/// `?worker-fault=oom` / `=panic`: workers exhaust their memory / panic on their first computation (the browser
+/// tests of those paths).
+fn fault_requested() -> Option<&'static str> {
     let (hash, search) = crate::url::location_parts();
-    crate::url::param(&hash, &search, "worker-fault").as_deref() == Some("oom")
+    match crate::url::param(&hash, &search, "worker-fault").as_deref() {
+        Some("oom") => Some("oom"),
+        Some("panic") => Some("panic"),
+        _ => None,
+    }
 }
 
 /// Where jobs run now: `worker`, `starting` (the worker is loading) or `main` (no worker).
@@ -438,11 +443,10 @@ fn spawn(epoch: u64) -> Result<Spawned, String> {
     let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| format!("{e:?}"))?;
     let wo = web_sys::WorkerOptions::new();
     wo.set_type(web_sys::WorkerType::Module);
-    wo.set_name(if fault_requested() {
-        crate::worker::FAULT_NAME
-    } else {
-        "loadshape-compute"
-    });
+    wo.set_name(&fault_requested().map_or_else(
+        || crate::worker::NAME.to_string(),
+        |kind| format!("{}{kind}", crate::worker::FAULT_PREFIX),
+    ));
     let worker = web_sys::Worker::new_with_options(&url, &wo).map_err(|e| {
         let _ = web_sys::Url::revoke_object_url(&url);
         format!("cannot start a module worker: {e:?}")

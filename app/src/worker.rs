@@ -7,9 +7,9 @@
 //! `"panic: <message>"` before the worker's wasm traps, so the page can say what went wrong (an out-of-memory
 //! abort has no message: the page names the memory limit instead, see [`crate::offload`]).
 //!
-//! A worker started with the name [`FAULT_NAME`] (the page's `?worker-fault=oom`, for the browser test of that
-//! path) exhausts its wasm memory on its first computation, for real: the allocator's failure aborts the run
-//! exactly as a run too large for the tab would.
+//! A worker named [`FAULT_PREFIX`]`oom` (the page's `?worker-fault=oom`, for the browser test of that path)
+//! exhausts its wasm memory on its first computation, for real: the allocator's failure aborts the run exactly
+//! as a run too large for the tab would. [`FAULT_PREFIX`]`panic` (`?worker-fault=panic`) panics there instead.
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -18,8 +18,10 @@ use wasm_bindgen::prelude::*;
 pub const READY: &str = "ready";
 /// The prefix of the message a panicking worker posts before its wasm traps.
 pub const PANIC_PREFIX: &str = "panic: ";
-/// The worker name that asks for a real out-of-memory failure on the first computation.
-pub const FAULT_NAME: &str = "loadshape-compute-oom";
+/// The worker's name, without a fault.
+pub const NAME: &str = "loadshape-compute";
+/// The start of a worker name that asks for a failure on the first computation: `oom` or `panic` follows.
+pub const FAULT_PREFIX: &str = "loadshape-compute-fault-";
 
 /// Install the message handler and announce readiness. Does nothing outside a dedicated worker.
 pub fn run() {
@@ -31,14 +33,19 @@ pub fn run() {
         let _ = to_page.post_message(&JsValue::from_str(&format!("{PANIC_PREFIX}{info}")));
         web_sys::console::error_1(&JsValue::from_str(&info.to_string()));
     }));
-    let fault = scope.name() == FAULT_NAME;
+    let fault = scope.name().strip_prefix(FAULT_PREFIX).map(str::to_string);
     let reply_to = scope.clone();
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
         let bytes = js_sys::Uint8Array::new(&ev.data()).to_vec();
         let answer = match crate::wire::decode_job(&bytes) {
             Ok((id, job)) => {
-                if fault && matches!(job, crate::wire::Job::Compute(_)) {
-                    exhaust_memory();
+                if let Some(kind) = &fault
+                    && matches!(job, crate::wire::Job::Compute(_))
+                {
+                    match kind.as_str() {
+                        "oom" => exhaust_memory(),
+                        _ => panic!("a failure asked for by ?worker-fault={kind}"),
+                    }
                 }
                 let t0 = now_ms(&reply_to);
                 let done = job.run();

@@ -133,5 +133,26 @@ test('a worker that runs out of memory shows an error naming the limit, never a 
   assert.match(text, /4 GiB/);
   assert.ok(await page.locator(`${EXPLORER} [data-computing]`).evaluate((el) => el.classList.contains('hidden')),
     'the page no longer says "computing"');
+  // The page goes on: a small scenario (computed on the main thread while a fresh worker starts) gives its result.
+  const small = withRequests(600, false);
+  const expected = numericFields(simulate(small, 'small-after-oom'));
+  await applyScenario(page, small);
+  await page.waitForFunction(([sel, v]) => document.querySelector(sel)?.dataset.value === v,
+    [`${EXPLORER} [data-metric="ttft_p50_ms"]`, String(expected.ttft_p50_ms)], { timeout: 30000 });
+  assert.equal(await error.count(), 0, 'the error is gone with the result');
+  await page.close();
+});
+
+test('a worker that panics shows the panic message, never a silent hang', async () => {
+  const page = await openLink(withRequests(500, false), 'small-for-panic', '?worker-fault=panic');
+  await page.locator(`${EXPLORER} [data-metric="ttft_p50_ms"]`).first().waitFor({ timeout: 30000 });
+  await applyScenario(page, withRequests(5000, false));
+  const error = page.locator('[data-compute-error]');
+  await error.waitFor({ timeout: 60000 });
+  const text = await error.textContent();
+  assert.match(text, /failed in the background worker/);
+  assert.match(text, /a failure asked for by \?worker-fault=panic/);
+  assert.ok(await page.locator(`${EXPLORER} [data-computing]`).evaluate((el) => el.classList.contains('hidden')),
+    'the page no longer says "computing"');
   await page.close();
 });
