@@ -86,8 +86,8 @@ pub struct RequestRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ItlSummary {
     pub mean_ms: f64,
-    /// `NaN` in simulated records when the run skipped them (`engine::SimOptions::record_itl_quantiles`: the page's
-    /// runs and counterfactual runs, whose records are only summarized).
+    /// p50, p99 and max are `NaN` in simulated records when the run skipped them
+    /// (`engine::SimOptions::record_itl_quantiles`: the page's runs, and runs that keep no records).
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,

@@ -73,7 +73,7 @@ fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
 }
 
 /// Skipping the records' own ITL quantiles (what the page does) changes nothing else: the summary, timeline,
-/// diagnostics and every other record field are the same, the mean and max ITL included.
+/// diagnostics and every other record field are the same, the mean ITL included.
 #[test]
 fn summary_only_runs_differ_only_in_record_itl_quantiles() {
     use shared::engine::{SimOptions, simulate_with};
@@ -102,8 +102,9 @@ fn summary_only_runs_differ_only_in_record_itl_quantiles() {
         let (mut a, mut b) = (a.clone(), b.clone());
         if let (Some(x), Some(y)) = (a.itl.take(), b.itl.take()) {
             assert!(x.p50_ms.is_finite() && x.p99_ms.is_finite());
-            assert!(y.p50_ms.is_nan() && y.p99_ms.is_nan());
-            assert_eq!((x.mean_ms, x.max_ms), (y.mean_ms, y.max_ms));
+            assert!(x.max_ms.is_finite() && x.max_ms >= x.p99_ms);
+            assert!(y.p50_ms.is_nan() && y.p99_ms.is_nan() && y.max_ms.is_nan());
+            assert_eq!(x.mean_ms, y.mean_ms);
             with_itl += 1;
         }
         assert_eq!(a, b);

@@ -1140,7 +1140,7 @@ impl Engine {
 
     /// Inter-token latency summary of a finished request (`None` below two output tokens).
     /// Within a stretch of identical decode steps the gaps grow linearly; quantiles interpolate inside a stretch.
-    /// Without `quantiles`, p50 and p99 are `NaN` (not computed; the mean and max are).
+    /// Without `quantiles`, p50, p99 and max are `NaN` (not computed: only the mean, which needs no stretch).
     pub(crate) fn itl_summary(
         &self,
         idx: u32,
@@ -1151,6 +1151,16 @@ impl Engine {
         let r = &self.reqs[idx as usize];
         if r.generated < 2 {
             return None;
+        }
+        let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
+        if !quantiles {
+            // The mean needs no stretch; p50, p99 and max would read every one of the request's stretches.
+            return Some(crate::record::ItlSummary {
+                mean_ms,
+                p50_ms: f64::NAN,
+                p99_ms: f64::NAN,
+                max_ms: f64::NAN,
+            });
         }
         let last = (r.itl_from, r.itl_to);
         let span = |(from, to): (u64, u64)| {
@@ -1177,21 +1187,19 @@ impl Engine {
                 max_ms = e.1;
             }
         }
+        // Every token after the first closed at least one gap (a preempted request's count can be higher), so
+        // `count` is never 0 here: the lean path above, which never counts, returns `Some` exactly when this does.
+        debug_assert!(count >= u64::from(r.generated - 1), "ITL gaps of request {idx}: {count}");
         if count == 0 {
             return None;
         }
-        let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
-        let (p50_ms, p99_ms) = if quantiles {
-            let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
-            let ranks = [rank(0.5), rank(0.99)];
-            if stretches.len() <= PACKED_ITL_MAX {
-                packed_quantiles(stretches, keys, count, ranks)
-            } else {
-                let mut v = stretches.to_vec();
-                weighted_select(&mut v, ranks)
-            }
+        let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
+        let ranks = [rank(0.5), rank(0.99)];
+        let (p50_ms, p99_ms) = if stretches.len() <= PACKED_ITL_MAX {
+            packed_quantiles(stretches, keys, count, ranks)
         } else {
-            (f64::NAN, f64::NAN)
+            let mut v = stretches.to_vec();
+            weighted_select(&mut v, ranks)
         };
         Some(crate::record::ItlSummary {
             mean_ms,

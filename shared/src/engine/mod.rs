@@ -134,9 +134,9 @@ pub struct EngineReport {
 /// What [`simulate_with`] computes beyond the summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SimOptions {
-    /// Each record's own ITL p50 and p99 (`RequestRecord::itl`). They take a sort of the request's stretches;
-    /// nothing in the summary uses them (its ITL figures weigh each request's mean), so a caller that only shows
-    /// the summary (the page) can skip them: its records then hold `NaN` there.
+    /// Each record's own ITL p50, p99 and max (`RequestRecord::itl`). They read every stretch of the request (and
+    /// the quantiles sort them); nothing in the summary uses them (its ITL figures weigh each request's mean), so a
+    /// caller that only shows the summary (the page) can skip them: its records then hold `NaN` there.
     pub record_itl_quantiles: bool,
     /// Keep every record in [`EngineReport::records`]. Without them the records are scored as they complete and
     /// dropped (the summary is the same to the bit), and `records` is empty: a million-request run then holds a
