@@ -1189,7 +1189,10 @@ impl Engine {
         }
         // Every token after the first closed at least one gap (a preempted request's count can be higher), so
         // `count` is never 0 here: the lean path above, which never counts, returns `Some` exactly when this does.
-        debug_assert!(count >= u64::from(r.generated - 1), "ITL gaps of request {idx}: {count}");
+        debug_assert!(
+            count >= u64::from(r.generated - 1),
+            "ITL gaps of request {idx}: {count}"
+        );
         if count == 0 {
             return None;
         }
@@ -1466,7 +1469,11 @@ mod tests {
             for _ in 0..25 {
                 let list: Vec<u32> = (0..n).map(|i| i * 3 + 1).collect();
                 let keep_every = 1 + next() % 4;
-                let gone: Vec<u32> = list.iter().copied().filter(|_| next() % keep_every == 0).collect();
+                let gone: Vec<u32> = list
+                    .iter()
+                    .copied()
+                    .filter(|_| next().is_multiple_of(keep_every))
+                    .collect();
                 let want: Vec<u32> = list.iter().copied().filter(|q| !gone.contains(q)).collect();
                 let mut got = list.clone();
                 remove_ordered(&mut got, &gone);
