@@ -504,11 +504,12 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
             <div class="chart-wrap" class:hidden=move || !has_samples()>
                 <LineChart id="tpot-cdf" title="TPOT distribution" x_label="TPOT (ms)" y_label="share of requests ≤ x" series=tpot thresholds=slo_tpot y_max=1.0 empty="no per-request samples"/>
             </div>
-            <div class="chart-wrap">
+            // Nothing to sweep around before a first result (or when there is none: too large, failed).
+            <div class="chart-wrap" class:hidden=move || ex.outcome.with(Option::is_none)>
                 <LineChart id="goodput-sweep" title="Goodput vs load" x_label="" y_label="req/s" series=sweep thresholds=current_x empty="sweeping…"/>
                 <div class="chart-foot faint">{move || sweep_x.get()} {progress}</div>
             </div>
-            <div class="card model-note" class:hidden=has_samples>
+            <div class="card model-note" class:hidden=move || ex.outcome.with(|o| o.as_ref().is_none_or(|o| !o.ttft_cdf.is_empty()))>
                 <h2>"The seed model reports percentiles only"</h2>
                 <p class="muted">
                     "It has no per-request records, KV cache or timeline. Switch to the "

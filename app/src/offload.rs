@@ -362,16 +362,16 @@ fn crashed(why: &str) {
 /// What the page shows when the worker died running a job of `size` (requests or session steps).
 fn failure_message(why: &str, panic: Option<&str>, size: f64) -> String {
     match panic {
-        Some(p) => format!("the computation failed in the background worker: {p}"),
+        Some(p) => format!("The computation failed in the background worker: {p}"),
         // A trap with no panic before it: wasm's `unreachable`, which is how an allocation failure ends.
         None if why.contains("unreachable") => format!(
-            "the computation stopped in the background worker ({why}): it most likely ran out of memory. \
+            "The computation stopped in the background worker ({why}): it most likely ran out of memory. \
              WebAssembly in a browser tab gets at most {} GiB; this run ({} requests or session steps, \
              counterfactual runs included) needed more. Use fewer requests, or `loadshape simulate` for this size.",
             WASM_MEMORY_LIMIT / f64::from(1u32 << 30),
             crate::fmt::num(size)
         ),
-        None => format!("the computation stopped in the background worker: {why}"),
+        None => format!("The computation stopped in the background worker: {why}"),
     }
 }
 
