@@ -116,6 +116,9 @@ async fn blocked_run(clock: RxClock) -> (Outcome, &'static str) {
             rx_clock: clock,
         },
     );
+    // As a run does: the pool opens its connection (the server's one) and, with kernel stamps, waits until the
+    // kernel stamps received packets at all.
+    c.warm(1).await;
     let (live, cut) = (LiveCounters::default(), CancellationToken::new());
     // The busy part of the client: once the request is out, it takes the thread (as other streams' frames would
     // at hundreds of streams) — the request's task cannot read its socket meanwhile.

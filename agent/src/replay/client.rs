@@ -351,7 +351,14 @@ impl Client {
     /// `GET /models`. Failures are ignored (the requests will report them).
     pub async fn warm(&self, n: usize) {
         match &self.transport {
-            Transport::Hyper(Ok(pool)) => pool.warm(n).await,
+            Transport::Hyper(Ok(pool)) => {
+                if !pool.warm(n).await {
+                    eprintln!(
+                        "note: the kernel did not stamp received packets within 200 ms; frames are timed in user \
+                         space until it does (summary.json: rx_clock)"
+                    );
+                }
+            }
             Transport::Hyper(Err(_)) => {}
             Transport::Reqwest { http, .. } => {
                 let url = format!("{}/models", self.cfg.base_url.trim_end_matches('/'));

@@ -38,7 +38,7 @@ use hyper::header::{CONNECTION, HOST, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
 
-use super::rxstamp::{RxClock, RxStamp, RxStream};
+use super::rxstamp::{KernelStamps, RxClock, RxStamp, RxStream};
 
 /// The sending half of one HTTP/1.1 connection.
 pub type Sender = SendRequest<Full<Bytes>>;
@@ -67,6 +67,8 @@ pub struct H1Pool {
     turn: tokio::sync::Notify,
     /// Which clock new connections' reads are stamped by.
     rx_clock: RxClock,
+    /// The probe connection that keeps the kernel's receive stamping on ([`KernelStamps`]), once warmed.
+    stamps: Mutex<Option<KernelStamps>>,
 }
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
@@ -192,6 +194,7 @@ impl H1Pool {
             waiting: AtomicU64::new(0),
             turn: tokio::sync::Notify::new(),
             rx_clock,
+            stamps: Mutex::new(None),
         })
     }
 
@@ -296,7 +299,19 @@ impl H1Pool {
     /// Each is also driven once until it is ready for a request: the connection's first poll sets up its buffers
     /// and registers its socket with the runtime, work that would otherwise fall on the first wave of requests (at
     /// 256 streams, in a closed loop's first wave, all at the same instant).
-    pub async fn warm(&self, n: usize) {
+    ///
+    /// With kernel receive times, it first waits (at most 200 ms) until the kernel stamps received packets at all
+    /// (see [`super::rxstamp`]: switching that on is deferred), so the first wave is not timed by the user-space
+    /// clock; returns false when stamps did not come in time (the frames are then timed in user space until they do;
+    /// `summary.json` counts which clock timed each request).
+    pub async fn warm(&self, n: usize) -> bool {
+        let mut stamped = true;
+        if self.rx_clock == RxClock::Kernel
+            && let Some((keep, ok)) = KernelStamps::ready(std::time::Duration::from_millis(200)).await
+        {
+            *self.stamps.lock().unwrap_or_else(|p| p.into_inner()) = Some(keep);
+            stamped = ok;
+        }
         let one = || async {
             let mut c = self.connect().await.ok()?;
             c.ready().await.then_some(c)
@@ -304,6 +319,7 @@ impl H1Pool {
         let conns = futures_util::future::join_all((0..n).map(|_| one())).await;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.extend(conns.into_iter().flatten());
+        stamped
     }
 }
 

@@ -15,6 +15,14 @@
 //! kernel gives the time of the last segment the read took, so a read that gathers several segments is stamped by
 //! its newest one.
 //!
+//! **Switching the kernel's stamping on takes a moment.** Linux stamps received packets only while some socket
+//! asks for it (a static key, switched on by a deferred kernel work item when the first such socket appears, and
+//! off again some time after the last one closes). Until that work item has run, TCP reads bring no timestamp; under
+//! `chrt -f` (the benches' real-time runs), with the client and the server keeping both cores busy, it ran only
+//! after a closed loop's whole first wave. So the pool's warm-up waits for stamps to arrive on a probe connection of
+//! its own ([`KernelStamps::ready`], at most 200 ms) and keeps that probe open for the pool's life, which keeps the
+//! stamping switched on across reconnects.
+//!
 //! Without the option (not Linux, `setsockopt` refused, `--rx-clock user`) the socket is read as before and nothing
 //! is stamped: the stream reads [`Instant::now`] when it takes the chunk. A read that brings bytes without a
 //! timestamp (none should) is stamped with `Instant::now()` at the read, so an older kernel stamp is never reused.
@@ -83,6 +91,45 @@ pub fn kernel_arrival(kernel: Duration, now: Instant, real_now: SystemTime) -> I
         .unwrap_or_default()
         .min(MAX_AGE);
     now.checked_sub(age).unwrap_or(now)
+}
+
+/// A loopback TCP connection with kernel receive timestamps on, kept open so that the kernel keeps stamping
+/// received packets (see the module docs).
+#[derive(Debug)]
+pub struct KernelStamps {
+    _rx: RxStream,
+    _peer: TcpStream,
+}
+
+impl KernelStamps {
+    /// Open a probe connection with `SO_TIMESTAMPNS` on and wait, up to `limit`, until a byte sent over it comes
+    /// back with the kernel's timestamp. Returns the probe (to keep) and whether stamps arrived in time; `None` when
+    /// the socket cannot stamp at all (not Linux, the option refused) or the probe could not be set up.
+    pub async fn ready(limit: Duration) -> Option<(KernelStamps, bool)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.ok()?;
+        let addr = listener.local_addr().ok()?;
+        let (tcp, accepted) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (tcp, (mut peer, _)) = (tcp.ok()?, accepted.ok()?);
+        let (mut rx, stamp) = RxStream::new(tcp, RxClock::Kernel);
+        if !rx.kernel() {
+            return None;
+        }
+        let until = Instant::now() + limit;
+        let mut byte = [0u8; 1];
+        let stamped = loop {
+            peer.write_all(b".").await.ok()?;
+            rx.read_exact(&mut byte).await.ok()?;
+            if stamp.latest().is_some_and(|(_, kernel)| kernel) {
+                break true;
+            }
+            if Instant::now() >= until {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        Some((KernelStamps { _rx: rx, _peer: peer }, stamped))
+    }
 }
 
 /// A connection's TCP socket, reading through `recvmsg` with the kernel's receive timestamps when enabled.
@@ -288,6 +335,15 @@ mod tests {
     #[tokio::test]
     async fn reads_are_stamped_by_the_kernel_on_linux() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // Stamping is switched on (and kept on while `_keep` lives) before the first read that must carry a stamp.
+        let _keep = match KernelStamps::ready(Duration::from_secs(5)).await {
+            Some((keep, stamped)) => {
+                assert!(stamped, "the kernel never stamped the probe's bytes");
+                Some(keep)
+            }
+            None if cfg!(target_os = "linux") => panic!("SO_TIMESTAMPNS refused on Linux"),
+            None => None,
+        };
         for clock in [RxClock::Kernel, RxClock::User] {
             let (tcp, mut server) = pair().await;
             let (mut rx, stamp) = RxStream::new(tcp, clock);
