@@ -303,25 +303,36 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     });
     // The simulated counterpart of what is shown, computed off the main thread like the explorer's.
     let simulated = RwSignal::new(None::<Arc<Outcome>>);
+    // Why the simulated overlay is missing (the worker failed, the model refused the scenario).
+    let sim_error = RwSignal::new(None::<String>);
     let sim_generation = StoredValue::new(0u64);
     Effect::new(move |_| {
         let generation = offload::new_generation();
         sim_generation.set_value(generation);
         offload::supersede(Lane::Live, generation);
         simulated.set(None);
+        sim_error.set(None);
         let Some(sc) = live.scenario.get().and_then(|v| Scenario::from_value(v).ok()) else {
             return;
         };
         let size = crate::compute::size_of(&sc);
-        // Too large for a tab: the explorer says so; the overlay is left out.
-        if crate::compute::records_of(&sc) > crate::state::MAX_RECORDS {
+        // Too large for a tab: say so instead of trying.
+        let records = crate::compute::records_of(&sc);
+        if records > crate::state::MAX_RECORDS {
+            sim_error.set(Some(format!(
+                "No simulated overlay: {}",
+                crate::state::too_large(records)
+            )));
             return;
         }
         offload::submit(Lane::Live, generation, size, Job::Compute(sc.to_value()), move |f| {
-            if sim_generation.try_get_value() == Some(generation)
-                && let Done::Outcome(Ok(o)) = f.done
-            {
-                simulated.set(Some(Arc::new(o)));
+            if sim_generation.try_get_value() != Some(generation) {
+                return;
+            }
+            match f.done {
+                Done::Outcome(Ok(o)) => simulated.set(Some(Arc::new(o))),
+                Done::Outcome(Err(e)) => sim_error.set(Some(format!("No simulated overlay: {e}"))),
+                Done::Point(_) => {}
             }
         });
     });
@@ -387,6 +398,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             <div class="results" data-summary="live">
                 <SourceLine live=live/>
                 <LiveSummary summary=summary/>
+                {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
                 <LiveCharts live=live simulated=simulated/>
             </div>
         </div>

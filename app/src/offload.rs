@@ -44,6 +44,8 @@ pub struct Finished {
     pub in_worker: bool,
     /// Bytes of wasm memory where it ran, after the run (memory only grows: the peak so far).
     pub memory_bytes: f64,
+    /// Why the job has no result: the worker died running it (the message the page shows).
+    pub failure: Option<String>,
 }
 
 /// The most wasm memory (bytes) a browser tab gives one instance: 65,536 pages of 64 KiB (wasm32's own limit,
@@ -324,6 +326,7 @@ fn finish(id: u32, done: Done, ms: f64, memory_bytes: f64, in_worker: bool) {
             ms,
             in_worker,
             memory_bytes,
+            failure: None,
         });
     }
 }
@@ -346,7 +349,8 @@ fn crashed(why: &str) {
     });
     pump();
     if let Some((job, _)) = failed {
-        let done = job.job.failed(&failure_message(why, panic.as_deref(), job.size));
+        let message = failure_message(why, panic.as_deref(), job.size);
+        let done = job.job.failed(&message);
         let deliver = POOL.with_borrow(|p| !is_stale(p, &job));
         if deliver {
             (job.callback)(Finished {
@@ -354,6 +358,7 @@ fn crashed(why: &str) {
                 ms: 0.0,
                 in_worker: true,
                 memory_bytes: 0.0,
+                failure: Some(message),
             });
         }
     }

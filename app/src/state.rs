@@ -231,6 +231,12 @@ impl Explorer {
                 if ex.generation.try_get_value() != Some(generation) {
                     return;
                 }
+                // The worker died on this point: say so and stop the sweep (never a bar stuck half-way).
+                if let Some(why) = f.failure {
+                    ex.compute_error.set(Some(format!("The goodput sweep stopped: {why}")));
+                    ex.sweep_progress.set((0, 0));
+                    return;
+                }
                 if let Done::Point(Some(point)) = f.done {
                     ex.sweep.update(|s| s.push(point));
                 }
