@@ -213,6 +213,15 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
         9,
         "{meta}"
     );
+    // The hyper path notes when each request's write returned: t_submit -> write, for every request.
+    if hc == "hyper" {
+        let d = &meta["send_delay_us"];
+        assert_eq!(d["n"], 9, "{meta}");
+        let (p50, max) = (d["p50"].as_f64().unwrap_or(-1.0), d["max"].as_f64().unwrap_or(-1.0));
+        assert!(p50 >= 0.0 && p50 <= max, "{meta}");
+    } else {
+        assert!(meta["send_delay_us"].is_null(), "{meta}");
+    }
     // `report` reads the same file and scores it with the same module.
     let rep = Command::new(BIN)
         .args(["report", &out_s, "--json"])

@@ -178,6 +178,9 @@ pub struct Client {
     cfg: Arc<ClientConfig>,
     /// Requests whose first content frame was timed by the kernel (`[0]`) and by the user-space clock (`[1]`).
     first_frame_clocks: Arc<[AtomicU64; 2]>,
+    /// Hyper path: `t_submit` → the return of the request's last `write`, µs, one per request that got a response
+    /// head (the client-side part of TTFT that kernel receive stamps do not remove).
+    send_delays_us: Arc<std::sync::Mutex<Vec<f32>>>,
 }
 
 /// What carries the requests (see [`HttpClient`]).
@@ -310,7 +313,21 @@ impl Client {
             body_tail,
             cfg: Arc::new(cfg),
             first_frame_clocks: Arc::default(),
+            send_delays_us: Arc::default(),
         }
+    }
+
+    /// Hyper path: `t_submit` → the return of each request's last `write` (µs): count, p50, p99 (nearest rank) and
+    /// max; `None` on the reqwest path or before any response.
+    pub fn send_delay_us(&self) -> Option<(usize, f64, f64, f64)> {
+        let mut d = self.send_delays_us.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if d.is_empty() {
+            return None;
+        }
+        d.sort_unstable_by(f32::total_cmp);
+        let n = d.len();
+        let at = |q: f64| d[shared::metrics::nearest_rank_index(n, q)] as f64;
+        Some((n, at(0.5), at(0.99), d[n - 1] as f64))
     }
 
     /// Which clock timed the requests' frames so far: `"kernel"` (every request with a content frame had its first
@@ -506,6 +523,10 @@ impl Client {
             Some(Ok(Err(e))) => return st.fail(format!("request failed: {e}")),
             Some(Ok(Ok(sent))) => sent,
         };
+        if let Some(w) = conn.last_write().filter(|&w| w >= st.submitted) {
+            let us = w.duration_since(st.submitted).as_secs_f32() * 1e6;
+            self.send_delays_us.lock().unwrap_or_else(|p| p.into_inner()).push(us);
+        }
         let (parts, body) = resp.into_parts();
         let mut body = Driven { body, conn: &mut conn };
         if !parts.status.is_success() {

@@ -115,6 +115,11 @@ impl Conn {
         self.rx.latest()
     }
 
+    /// When the latest write on the connection returned (user-space clock).
+    pub fn last_write(&self) -> Option<std::time::Instant> {
+        self.rx.written()
+    }
+
     /// The connection has ended: it cannot carry another request.
     pub fn is_closed(&self) -> bool {
         self.io.is_none() || self.tx.is_closed()

@@ -60,11 +60,14 @@ pub fn origin() -> Instant {
     *ORIGIN.get_or_init(Instant::now)
 }
 
-/// The arrival time of the latest read that brought bytes on one connection, and whether the kernel stamped it.
+/// The arrival time of the latest read that brought bytes on one connection, and whether the kernel stamped it;
+/// and when the latest write returned (user-space clock).
 #[derive(Debug, Default)]
 pub struct RxStamp {
     /// `((ns after origin) + 1) << 1 | kernel`; 0 = no read stamped yet.
     packed: AtomicU64,
+    /// `(ns after origin) + 1` when the latest write that took bytes returned; 0 = none yet.
+    written: AtomicU64,
 }
 
 impl RxStamp {
@@ -72,6 +75,17 @@ impl RxStamp {
         let ns = at.saturating_duration_since(origin()).as_nanos() as u64;
         self.packed
             .store(((ns + 1) << 1) | u64::from(kernel), Ordering::Relaxed);
+    }
+
+    /// When the latest write returned (`Instant::now()` right after it).
+    pub fn written(&self) -> Option<Instant> {
+        let w = self.written.load(Ordering::Relaxed);
+        (w != 0).then(|| origin() + Duration::from_nanos(w - 1))
+    }
+
+    fn set_written(&self, at: Instant) {
+        let ns = at.saturating_duration_since(origin()).as_nanos() as u64;
+        self.written.store(ns + 1, Ordering::Relaxed);
     }
 
     /// The latest read's arrival time and whether the kernel stamped it; `None` before any stamped read.
@@ -184,9 +198,17 @@ impl AsyncRead for RxStream {
     }
 }
 
+/// Writes note when they returned ([`RxStamp::written`]: how long after `t_submit` a request left, in the summary).
 impl AsyncWrite for RxStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = r
+            && n > 0
+        {
+            this.stamp.set_written(Instant::now());
+        }
+        r
     }
 
     fn poll_write_vectored(
@@ -194,7 +216,14 @@ impl AsyncWrite for RxStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Ok(n)) = r
+            && n > 0
+        {
+            this.stamp.set_written(Instant::now());
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -369,8 +398,14 @@ mod tests {
                 Some((_, false)) => panic!("a read with the option on brought no timestamp"),
                 None => assert!(!rx.kernel(), "a kernel-stamped read left no stamp"),
             }
-            // EOF stamps nothing new; writes pass through.
+            // EOF stamps nothing new; writes pass through and note when they returned.
+            let before_write = Instant::now();
             rx.write_all(b"x").await.unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                stamp
+                    .written()
+                    .is_some_and(|w| w >= before_write && w <= Instant::now())
+            );
             let mut one = [0u8; 1];
             server.read_exact(&mut one).await.unwrap_or_else(|e| panic!("{e}"));
             let last = stamp.latest();
