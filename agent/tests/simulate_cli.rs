@@ -157,18 +157,23 @@ fn engine_model_table_and_records() {
     assert_eq!(lines.lines().count(), 200);
     let first: serde_json::Value = serde_json::from_str(lines.lines().next().expect("a line")).expect("JSON line");
     assert!(first["ttft_s"].is_number());
-    // Written records carry each request's own ITL quantiles (skipped only when no records are written).
+    // Written records carry each request's own ITL quantiles and max (skipped only when no records are written),
+    // and are written in submission order (as each completes, after every earlier one).
     let mut with_itl = 0;
+    let mut last_submit = f64::NEG_INFINITY;
     for line in lines.lines() {
         let r: serde_json::Value = serde_json::from_str(line).expect("JSON line");
         if !r["itl"].is_null() {
             with_itl += 1;
-            let (p50, p99) = (&r["itl"]["p50_ms"], &r["itl"]["p99_ms"]);
+            let (p50, p99, max) = (&r["itl"]["p50_ms"], &r["itl"]["p99_ms"], &r["itl"]["max_ms"]);
             assert!(
-                p50.as_f64().is_some_and(|v| v > 0.0) && p99.as_f64().is_some_and(|v| v > 0.0),
+                [p50, p99, max].iter().all(|v| v.as_f64().is_some_and(|v| v > 0.0)),
                 "{line}"
             );
         }
+        let t = r["t_submit"].as_f64().expect("t_submit");
+        assert!(t >= last_submit, "records out of submission order: {line}");
+        last_submit = t;
     }
     assert!(with_itl > 100, "{with_itl} records with an ITL summary");
     // Writing records changes nothing in the report.
@@ -178,6 +183,14 @@ fn engine_model_table_and_records() {
     );
     let without = simulate(&["-", "--json"], Some(&engine_small()));
     assert_eq!(stdout(&with), stdout(&without));
+    // A records file that cannot be created fails before the run, naming it.
+    let nowhere = dir.join("no-such-dir").join("records.jsonl");
+    let o = simulate(
+        &["-", "--records", nowhere.to_str().expect("utf-8 path")],
+        Some(&engine_small()),
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no-such-dir"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

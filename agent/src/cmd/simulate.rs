@@ -4,16 +4,18 @@
 //! - `loadshape simulate FILE` (`-` for stdin) prints a readable summary; `--json` prints machine output: for
 //!   `"model": "seed"` exactly the seed's summary fields (`engine`, `workload`, `total_requests`, `duration_s`, …);
 //!   for `"model": "engine"` `{"summary": …, "diagnostics": …}` (plus `"timeline"` with `--timeline`).
-//! - `--records PATH` writes the engine model's per-request records as JSONL (what `loadshape report` reads).
+//! - `--records PATH` writes the engine model's per-request records as JSONL (what `loadshape report` reads), in
+//!   submission order, each as soon as it and every earlier request have completed.
 //!
 //! Bad input exits non-zero with a message naming the field (`workload.mean_rps must be > 0 (got 0)`).
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use shared::engine::{self, EngineReport, SimOptions};
+use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 use shared::seed_model::{self, SeedSummary};
 
@@ -31,7 +33,7 @@ pub struct Args {
     /// Engine model: also print the time series (running, queued, KV use, cache hits) in the JSON output.
     #[arg(long, requires = "json")]
     pub timeline: bool,
-    /// Engine model: write the per-request records to this JSONL file.
+    /// Engine model: write the per-request records to this JSONL file (in submission order, as they complete).
     #[arg(long, value_name = "PATH")]
     pub records: Option<PathBuf>,
 }
@@ -59,17 +61,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Scenario::Engine(s) => {
-            // Records are kept only to be written, and so is each one's own ITL p50/p99 (a sort of its decode
-            // stretches): the summary and diagnostics weigh each request's mean ITL. Without `--records` the
-            // records are scored as they complete and dropped; the report is the same.
+            // Records are never kept: each is scored as it completes, and with `--records` written as it is
+            // scored (in submission order), so a million-request run never holds them all; the report is the
+            // same either way. Each record's own ITL p50/p99/max (they read its decode stretches) are computed
+            // only for written records: the summary and diagnostics weigh each request's mean ITL.
             let opts = SimOptions {
                 record_itl_quantiles: args.records.is_some(),
-                keep_records: args.records.is_some(),
+                keep_records: false,
             };
-            let report = engine::simulate_with(&s, opts).with_context(|| format!("cannot simulate {source}"))?;
-            if let Some(path) = &args.records {
-                write_records(path, &report).with_context(|| format!("writing records to {}", path.display()))?;
-            }
+            let report = match &args.records {
+                None => engine::simulate_with(&s, opts).with_context(|| format!("cannot simulate {source}"))?,
+                Some(path) => {
+                    let mut out = RecordWriter::create(path)?;
+                    let report = engine::simulate_streaming(&s, opts, Some(&mut |r| out.write(r)))
+                        .with_context(|| format!("cannot simulate {source}"))?;
+                    out.finish()?;
+                    report
+                }
+            };
             if args.json {
                 let mut out = serde_json::json!({"summary": report.summary, "diagnostics": report.diagnostics});
                 if args.timeline {
@@ -124,16 +133,45 @@ fn seed_table(s: &SeedSummary, closed_loop: bool) -> String {
     out
 }
 
-/// One JSON record per line.
-fn write_records(path: &PathBuf, report: &EngineReport) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for r in &report.records {
-        serde_json::to_writer(&mut out, r)?;
-        out.write_all(b"\n")?;
+/// Writes records as JSON lines while the simulation runs. The simulation cannot stop for an error, so the first
+/// one is kept (later records are skipped) and reported by [`RecordWriter::finish`].
+struct RecordWriter {
+    path: PathBuf,
+    out: std::io::BufWriter<std::fs::File>,
+    error: Option<anyhow::Error>,
+}
+
+impl RecordWriter {
+    fn create(path: &Path) -> anyhow::Result<RecordWriter> {
+        let file = std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        Ok(RecordWriter {
+            path: path.to_path_buf(),
+            out: std::io::BufWriter::new(file),
+            error: None,
+        })
     }
-    out.flush()?;
-    Ok(())
+
+    fn write(&mut self, r: &RequestRecord) {
+        use std::io::Write;
+        if self.error.is_some() {
+            return;
+        }
+        let line = serde_json::to_writer(&mut self.out, r)
+            .map_err(anyhow::Error::from)
+            .and_then(|()| Ok(self.out.write_all(b"\n")?));
+        if let Err(e) = line {
+            self.error = Some(e);
+        }
+    }
+
+    fn finish(mut self) -> anyhow::Result<()> {
+        use std::io::Write;
+        let flushed = match self.error.take() {
+            Some(e) => Err(e),
+            None => self.out.flush().map_err(anyhow::Error::from),
+        };
+        flushed.with_context(|| format!("writing records to {}", self.path.display()))
+    }
 }
 
 fn ms(v: f64) -> String {

@@ -160,12 +160,25 @@ pub fn simulate(scenario: &EngineScenario) -> Result<EngineReport, ScenarioError
 
 /// [`simulate`] with options. The summary, timeline and diagnostics never depend on them.
 pub fn simulate_with(scenario: &EngineScenario, opts: SimOptions) -> Result<EngineReport, ScenarioError> {
+    simulate_streaming(scenario, opts, None)
+}
+
+/// [`simulate_with`], handing every record of the scenario's own run to `on_record`, in submission order, as soon
+/// as it and every earlier record are final (with `keep_records` off; with it on, all at the end). A caller that
+/// only writes the records (`loadshape simulate --records`) then never holds them all: with `keep_records` off the
+/// report's `records` is empty and memory stays at the summary's few numbers per request. Each record's own ITL
+/// p50/p99/max follow `record_itl_quantiles`, as for kept records.
+pub fn simulate_streaming(
+    scenario: &EngineScenario,
+    opts: SimOptions,
+    on_record: Option<&mut dyn FnMut(&RequestRecord)>,
+) -> Result<EngineReport, ScenarioError> {
     scenario.validate()?;
     let keep = sim::Keep {
         records: opts.keep_records,
         itl_quantiles: opts.record_itl_quantiles,
     };
-    let mut main = sim::run(scenario, &scenario.profile, sim::Mode::AsGiven, keep);
+    let mut main = sim::run(scenario, &scenario.profile, sim::Mode::AsGiven, keep, on_record);
     let summary = std::mem::take(&mut main.summary);
     let closed_loop_illusion = if scenario.counterfactuals
         && matches!(
@@ -173,7 +186,14 @@ pub fn simulate_with(scenario: &EngineScenario, opts: SimOptions) -> Result<Engi
             Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_)
         ) {
         // Counterfactual runs are only summarized.
-        let cs = sim::run(scenario, &scenario.profile, sim::Mode::OneAtATime, sim::Keep::SUMMARY).summary;
+        let cs = sim::run(
+            scenario,
+            &scenario.profile,
+            sim::Mode::OneAtATime,
+            sim::Keep::SUMMARY,
+            None,
+        )
+        .summary;
         Some(diagnostics::ClosedLoopIllusion {
             open_ttft_p50_ms: summary.ttft_p50_ms,
             open_ttft_p99_ms: summary.ttft_p99_ms,
@@ -195,7 +215,7 @@ pub fn simulate_with(scenario: &EngineScenario, opts: SimOptions) -> Result<Engi
             enable_prefix_caching: false,
             ..scenario.profile.clone()
         };
-        let s = sim::run(scenario, &off, sim::Mode::AsGiven, sim::Keep::SUMMARY).summary;
+        let s = sim::run(scenario, &off, sim::Mode::AsGiven, sim::Keep::SUMMARY, None).summary;
         Some(diagnostics::CacheOff {
             ttft_p50_ms: s.ttft_p50_ms,
             ttft_p99_ms: s.ttft_p99_ms,

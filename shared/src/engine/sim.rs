@@ -163,26 +163,32 @@ impl Timeline {
 /// as soon as it and every earlier record are final, and dropped: only the records still open (and the ones
 /// submitted after them) are held. Both ways feed the summary the same records in the same order, so the summary
 /// is the same to the bit, while a million-request run no longer holds a quarter of a gigabyte of records.
-enum Records {
-    Keep(Vec<RequestRecord>),
+enum Records<'s> {
+    Keep(Vec<RequestRecord>, Option<Sink<'s>>),
     Score {
         /// Index of `open[0]`.
         base: usize,
         /// Records from `base` on, and whether each is final.
         open: VecDeque<(RequestRecord, bool)>,
         sum: Box<Summarizer>,
+        sink: Option<Sink<'s>>,
     },
 }
 
-impl Records {
-    fn new(keep: bool, slo: Slo, expected: usize) -> Records {
+/// A caller's function that sees every record of a run once, in submission order (see [`Records`]): as soon as the
+/// record and every earlier one are final when records are not kept, all at the end when they are.
+pub(crate) type Sink<'s> = &'s mut dyn FnMut(&RequestRecord);
+
+impl<'s> Records<'s> {
+    fn new(keep: bool, slo: Slo, expected: usize, sink: Option<Sink<'s>>) -> Records<'s> {
         if keep {
-            Records::Keep(Vec::with_capacity(expected))
+            Records::Keep(Vec::with_capacity(expected), sink)
         } else {
             Records::Score {
                 base: 0,
                 open: VecDeque::new(),
                 sum: Box::new(Summarizer::new(slo, expected)),
+                sink,
             }
         }
     }
@@ -191,7 +197,7 @@ impl Records {
     #[inline]
     fn push(&mut self, r: RequestRecord) -> usize {
         match self {
-            Records::Keep(v) => {
+            Records::Keep(v, _) => {
                 v.push(r);
                 v.len() - 1
             }
@@ -206,7 +212,7 @@ impl Records {
     #[inline]
     fn get_mut(&mut self, i: usize) -> &mut RequestRecord {
         match self {
-            Records::Keep(v) => &mut v[i],
+            Records::Keep(v, _) => &mut v[i],
             Records::Score { base, open, .. } => &mut open[i - *base].0,
         }
     }
@@ -220,8 +226,11 @@ impl Records {
 
     /// Score the final records at the front.
     fn flush(&mut self) {
-        if let Records::Score { base, open, sum } = self {
+        if let Records::Score { base, open, sum, sink } = self {
             while let Some((r, true)) = open.front() {
+                if let Some(f) = sink {
+                    f(r);
+                }
                 sum.push(r);
                 open.pop_front();
                 *base += 1;
@@ -232,13 +241,24 @@ impl Records {
     /// All records kept (none when scored as they closed) and the summary of every record.
     fn finish(self, slo: &Slo) -> (Vec<RequestRecord>, Summary) {
         match self {
-            Records::Keep(v) => {
+            Records::Keep(v, sink) => {
+                if let Some(f) = sink {
+                    v.iter().for_each(f);
+                }
                 let s = crate::metrics::summarize(&v, slo);
                 (v, s)
             }
-            Records::Score { open, mut sum, .. } => {
+            Records::Score {
+                open,
+                mut sum,
+                mut sink,
+                ..
+            } => {
                 // Records still open at the end (requests cut by the end of the run) are scored as they stand.
                 for (r, _) in &open {
+                    if let Some(f) = sink.as_deref_mut() {
+                        f(r);
+                    }
                     sum.push(r);
                 }
                 (Vec::new(), sum.finish())
@@ -247,9 +267,9 @@ impl Records {
     }
 }
 
-struct Driver {
+struct Driver<'s> {
     eng: Engine,
-    records: Records,
+    records: Records<'s>,
     misses: CacheMisses,
     timeline: Timeline,
     peak_kv: u64,
@@ -274,7 +294,7 @@ struct Meta {
     designed_cached: u64,
 }
 
-impl Driver {
+impl Driver<'_> {
     fn push_ev(&mut self, t_ms: f64, slot: u32, start_instance: bool) {
         self.seq += 1;
         self.heap.push(Ev {
@@ -439,20 +459,33 @@ impl Keep {
     };
 }
 
-/// Run `sc`'s workload through an engine with `profile`.
-pub(crate) fn run(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, keep: Keep) -> RunOut {
-    run_with(sc, profile, mode, true, keep)
+/// Run `sc`'s workload through an engine with `profile`; `sink` sees every record (see [`Sink`]).
+pub(crate) fn run(
+    sc: &EngineScenario,
+    profile: &EngineProfile,
+    mode: Mode,
+    keep: Keep,
+    sink: Option<Sink<'_>>,
+) -> RunOut {
+    run_with(sc, profile, mode, true, keep, sink)
 }
 
 /// [`run`], with lazy decoders allowed or not (see `core::Lazy`; the results must not differ).
-fn run_with(sc: &EngineScenario, profile: &EngineProfile, mode: Mode, lazy: bool, keep: Keep) -> RunOut {
+fn run_with(
+    sc: &EngineScenario,
+    profile: &EngineProfile,
+    mode: Mode,
+    lazy: bool,
+    keep: Keep,
+    sink: Option<Sink<'_>>,
+) -> RunOut {
     let mut eng = Engine::new(profile.clone());
     eng.lazy_ok = lazy;
     let mut d = Driver {
         eng,
         // Quantiles only for records someone reads.
-        itl_quantiles: keep.itl_quantiles && keep.records,
-        records: Records::new(keep.records, sc.slo, expected_requests(&sc.workload)),
+        itl_quantiles: keep.itl_quantiles && (keep.records || sink.is_some()),
+        records: Records::new(keep.records, sc.slo, expected_requests(&sc.workload), sink),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
         peak_kv: 0,
@@ -936,12 +969,17 @@ mod tests {
             let kv = (kv_tokens / u64::from(bs)).max(1);
             let sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
             prop_assume!(sc.validate().is_ok());
-            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, Keep::ALL);
-            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, Keep::ALL);
+            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, Keep::ALL, None);
+            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, Keep::ALL, None);
             prop_assert_eq!(digest(&lazy), digest(&eager));
-            // Scoring records as they close, without keeping them, gives the same summary to the bit.
-            let lean = run_with(&sc, &sc.profile, Mode::AsGiven, true, Keep::SUMMARY);
+            // Scoring records as they close, without keeping them, gives the same summary to the bit, and a sink
+            // sees exactly the records a run keeps, in the same order.
+            let mut seen = Vec::new();
+            let mut sink = |r: &RequestRecord| seen.push(r.clone());
+            let streamed = Keep { records: false, itl_quantiles: true };
+            let lean = run_with(&sc, &sc.profile, Mode::AsGiven, true, streamed, Some(&mut sink));
             prop_assert!(lean.records.is_empty());
+            prop_assert_eq!(format!("{seen:?}"), format!("{:?}", lazy.records));
             prop_assert_eq!(format!("{:?}", lean.summary), format!("{:?}", lazy.summary));
             prop_assert_eq!(format!("{:?}", lean.timeline), format!("{:?}", lazy.timeline));
         }
