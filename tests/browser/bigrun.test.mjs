@@ -9,7 +9,8 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, shareLink, simulate } from './harness.mjs';
+import { ROOT, applyScenario, assertSameNumbers, launchBrowser, numericFields, readMetrics, shareLink, simulate }
+  from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const TOKEN = process.env.LOADSHAPE_TOKEN;
@@ -50,12 +51,12 @@ async function openLink(scenario, name, query = '') {
   return page;
 }
 
-/** Puts a scenario into the explorer through its "Scenario JSON" box. */
-async function applyScenario(page, scenario) {
-  const box = page.locator('details.json-box');
-  if (!(await box.evaluate((d) => d.open))) await box.locator('summary').click();
-  await page.locator('[data-control="scenario-json"]').fill(JSON.stringify(scenario));
-  await page.locator('[data-action="apply-json"]').click();
+/** Applies `small` (after a failure or the limit) and waits until the explorer shows its TTFT p50 (the CLI's). */
+async function showsResultOf(page, small, name) {
+  const expected = numericFields(simulate(small, name));
+  await applyScenario(page, small);
+  await page.waitForFunction(([sel, v]) => document.querySelector(sel)?.dataset.value === v,
+    [`${EXPLORER} [data-metric="ttft_p50_ms"]`, String(expected.ttft_p50_ms)], { timeout: 30000 });
 }
 
 test('150,000 Poisson requests with counterfactuals: the result arrives on its own, from the worker, equal to the CLI', async () => {
@@ -109,11 +110,7 @@ test('a scenario above the page limit says so, naming the limit, and computes no
   assert.ok(await page.locator(`${EXPLORER} [data-computing]`).evaluate((el) => el.classList.contains('hidden')),
     'nothing is computing');
   // Back under the limit: the error goes and a result comes.
-  const small = withRequests(600, false);
-  const expected = numericFields(simulate(small, 'small-after-limit'));
-  await applyScenario(page, small);
-  await page.waitForFunction(([sel, v]) => document.querySelector(sel)?.dataset.value === v,
-    [`${EXPLORER} [data-metric="ttft_p50_ms"]`, String(expected.ttft_p50_ms)], { timeout: 30000 });
+  await showsResultOf(page, withRequests(600, false), 'small-after-limit');
   assert.equal(await error.count(), 0, 'the error is gone with the result');
   assert.deepEqual(page.errors, []);
   await page.close();
@@ -134,11 +131,7 @@ test('a worker that runs out of memory shows an error naming the limit, never a 
   assert.ok(await page.locator(`${EXPLORER} [data-computing]`).evaluate((el) => el.classList.contains('hidden')),
     'the page no longer says "computing"');
   // The page goes on: a small scenario (computed on the main thread while a fresh worker starts) gives its result.
-  const small = withRequests(600, false);
-  const expected = numericFields(simulate(small, 'small-after-oom'));
-  await applyScenario(page, small);
-  await page.waitForFunction(([sel, v]) => document.querySelector(sel)?.dataset.value === v,
-    [`${EXPLORER} [data-metric="ttft_p50_ms"]`, String(expected.ttft_p50_ms)], { timeout: 30000 });
+  await showsResultOf(page, withRequests(600, false), 'small-after-oom');
   assert.equal(await error.count(), 0, 'the error is gone with the result');
   await page.close();
 });

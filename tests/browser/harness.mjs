@@ -94,6 +94,14 @@ export function numericFields(out) {
   return Object.fromEntries(Object.entries(src).filter(([, v]) => typeof v === 'number'));
 }
 
+/** Puts a scenario into the explorer through its "Scenario JSON" box, as a user would paste one. */
+export async function applyScenario(page, scenario) {
+  const box = page.locator('details.json-box');
+  if (!(await box.evaluate((d) => d.open))) await box.locator('summary').click();
+  await page.locator('[data-control="scenario-json"]').fill(JSON.stringify(scenario));
+  await page.locator('[data-action="apply-json"]').click();
+}
+
 /** Every field both sides have is equal (exactly: the page's `data-value` is Rust's round-trip form). */
 export function assertSameNumbers(shown, expected, what, atLeast = 8) {
   let compared = 0;

@@ -7,7 +7,8 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, screenshot, shareLink, simulate }
+import { ROOT, applyScenario, assertSameNumbers, launchBrowser, numericFields, readMetrics, screenshot, shareLink,
+  simulate }
   from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
@@ -86,13 +87,6 @@ async function openPage(url) {
   return page;
 }
 
-/** Puts a scenario into the explorer through its "Scenario JSON" box, as a user would paste one. */
-async function applyScenario(page, scenario) {
-  const box = page.locator('details.json-box');
-  if (!(await box.evaluate((d) => d.open))) await box.locator('summary').click();
-  await page.locator('[data-control="scenario-json"]').fill(JSON.stringify(scenario));
-  await page.locator('[data-action="apply-json"]').click();
-}
 
 /** Waits for the explorer to show `expectedP50` as TTFT p50, then reads where and how long it computed. */
 async function waitResult(page, expectedP50) {
