@@ -72,17 +72,22 @@ fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
     assert!(off.ttft_p50_ms > off.cache_on_ttft_p50_ms, "{off:?}");
 }
 
+/// The engine scenario in `examples/{file}`.
+fn engine_example(file: &str) -> shared::engine::EngineScenario {
+    let path = format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    match Scenario::from_json(&text) {
+        Ok(Scenario::Engine(sc)) => sc,
+        other => panic!("{file}: not an engine scenario: {other:?}"),
+    }
+}
+
 /// Skipping the records' own ITL quantiles (what the page does) changes nothing else: the summary, timeline,
 /// diagnostics and every other record field are the same, the mean ITL included.
 #[test]
 fn summary_only_runs_differ_only_in_record_itl_quantiles() {
     use shared::engine::{SimOptions, simulate_with};
-    let path = format!("{}/../examples/engine-sessions-10k.json", env!("CARGO_MANIFEST_DIR"));
-    let Scenario::Engine(mut sc) =
-        Scenario::from_json(&std::fs::read_to_string(&path).expect("example")).expect("parses")
-    else {
-        panic!("not an engine scenario")
-    };
+    let mut sc = engine_example("engine-sessions-10k.json");
     sc.counterfactuals = true;
     let full = simulate(&sc).expect("runs");
     let lean = simulate_with(
@@ -119,12 +124,7 @@ fn summary_only_runs_differ_only_in_record_itl_quantiles() {
 fn runs_without_records_report_the_same() {
     use shared::engine::{SimOptions, simulate_with};
     for (file, tweak) in [("engine-sessions-10k.json", None), ("engine-10k.json", Some(3000u64))] {
-        let path = format!("{}/../examples/{file}", env!("CARGO_MANIFEST_DIR"));
-        let Scenario::Engine(mut sc) =
-            Scenario::from_json(&std::fs::read_to_string(&path).expect("example")).expect("parses")
-        else {
-            panic!("not an engine scenario")
-        };
+        let mut sc = engine_example(file);
         sc.counterfactuals = true;
         if let Some(blocks) = tweak {
             sc.profile.num_kv_blocks = blocks;
