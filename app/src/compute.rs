@@ -426,12 +426,6 @@ const SUMMARY_ONLY: engine::SimOptions = engine::SimOptions {
     keep_records: true,
 };
 
-/// The goodput sweep reads only each run's summary: no records are kept.
-const SWEEP_RUN: engine::SimOptions = engine::SimOptions {
-    record_itl_quantiles: false,
-    keep_records: false,
-};
-
 /// Compute everything the explorer shows.
 pub fn compute(sc: &Scenario) -> Result<Outcome, String> {
     match sc {
@@ -831,7 +825,8 @@ pub fn sweep_point(sc: &Scenario) -> Option<SweepPoint> {
             })
         }
         Scenario::Engine(e) => {
-            let r = engine::simulate_with(e, SWEEP_RUN).ok()?;
+            // The sweep reads only each run's summary: no records are kept.
+            let r = engine::simulate_with(e, engine::SimOptions::SUMMARY).ok()?;
             Some(SweepPoint {
                 x,
                 goodput_rps: r.summary.goodput_rps,

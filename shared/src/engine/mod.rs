@@ -144,6 +144,14 @@ pub struct SimOptions {
     pub keep_records: bool,
 }
 
+impl SimOptions {
+    /// Only the summary: no records and none of their own ITL figures (what counterfactual runs need).
+    pub const SUMMARY: SimOptions = SimOptions {
+        record_itl_quantiles: false,
+        keep_records: false,
+    };
+}
+
 impl Default for SimOptions {
     fn default() -> Self {
         SimOptions {
@@ -174,11 +182,7 @@ pub fn simulate_streaming(
     on_record: Option<&mut dyn FnMut(&RequestRecord)>,
 ) -> Result<EngineReport, ScenarioError> {
     scenario.validate()?;
-    let keep = sim::Keep {
-        records: opts.keep_records,
-        itl_quantiles: opts.record_itl_quantiles,
-    };
-    let mut main = sim::run(scenario, &scenario.profile, sim::Mode::AsGiven, keep, on_record);
+    let mut main = sim::run(scenario, &scenario.profile, sim::Mode::AsGiven, opts, on_record);
     let summary = std::mem::take(&mut main.summary);
     let closed_loop_illusion = if scenario.counterfactuals
         && matches!(
@@ -190,7 +194,7 @@ pub fn simulate_streaming(
             scenario,
             &scenario.profile,
             sim::Mode::OneAtATime,
-            sim::Keep::SUMMARY,
+            SimOptions::SUMMARY,
             None,
         )
         .summary;
@@ -215,7 +219,7 @@ pub fn simulate_streaming(
             enable_prefix_caching: false,
             ..scenario.profile.clone()
         };
-        let s = sim::run(scenario, &off, sim::Mode::AsGiven, sim::Keep::SUMMARY, None).summary;
+        let s = sim::run(scenario, &off, sim::Mode::AsGiven, SimOptions::SUMMARY, None).summary;
         Some(diagnostics::CacheOff {
             ttft_p50_ms: s.ttft_p50_ms,
             ttft_p99_ms: s.ttft_p99_ms,

@@ -12,12 +12,12 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::EngineScenario;
 use super::TimelinePoint;
 use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
 use super::kv::NONE;
 use super::profile::EngineProfile;
+use super::{EngineScenario, SimOptions};
 use crate::metrics::{Slo, Summarizer, Summary};
 use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
 use crate::seed_model::build_agent_trace;
@@ -275,7 +275,7 @@ struct Driver<'s> {
     peak_kv: u64,
     scratch: Vec<(f64, f64, u64)>,
     keys: Vec<u64>,
-    /// Compute each record's own ITL p50/p99 (see `SimOptions::record_itl_quantiles`).
+    /// Compute each record's own ITL p50/p99/max (see `SimOptions::record_itl_quantiles`).
     itl_quantiles: bool,
     heap: BinaryHeap<Ev>,
     seq: u64,
@@ -436,38 +436,15 @@ fn estimate_ms(w: &Workload) -> f64 {
     }
 }
 
-/// What a run keeps of its records (see `SimOptions`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Keep {
-    /// Keep every record (else only the summary).
-    pub records: bool,
-    /// Each kept record's own ITL p50/p99.
-    pub itl_quantiles: bool,
-}
-
-impl Keep {
-    /// Every record with every field.
-    #[cfg(test)]
-    pub const ALL: Keep = Keep {
-        records: true,
-        itl_quantiles: true,
-    };
-    /// Only the summary: what counterfactual runs need.
-    pub const SUMMARY: Keep = Keep {
-        records: false,
-        itl_quantiles: false,
-    };
-}
-
 /// Run `sc`'s workload through an engine with `profile`; `sink` sees every record (see [`Sink`]).
 pub(crate) fn run(
     sc: &EngineScenario,
     profile: &EngineProfile,
     mode: Mode,
-    keep: Keep,
+    opts: SimOptions,
     sink: Option<Sink<'_>>,
 ) -> RunOut {
-    run_with(sc, profile, mode, true, keep, sink)
+    run_with(sc, profile, mode, true, opts, sink)
 }
 
 /// [`run`], with lazy decoders allowed or not (see `core::Lazy`; the results must not differ).
@@ -476,7 +453,7 @@ fn run_with(
     profile: &EngineProfile,
     mode: Mode,
     lazy: bool,
-    keep: Keep,
+    opts: SimOptions,
     sink: Option<Sink<'_>>,
 ) -> RunOut {
     let mut eng = Engine::new(profile.clone());
@@ -484,8 +461,8 @@ fn run_with(
     let mut d = Driver {
         eng,
         // Quantiles only for records someone reads.
-        itl_quantiles: keep.itl_quantiles && (keep.records || sink.is_some()),
-        records: Records::new(keep.records, sc.slo, expected_requests(&sc.workload), sink),
+        itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
+        records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
         peak_kv: 0,
@@ -969,14 +946,15 @@ mod tests {
             let kv = (kv_tokens / u64::from(bs)).max(1);
             let sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
             prop_assume!(sc.validate().is_ok());
-            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, Keep::ALL, None);
-            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, Keep::ALL, None);
+            let all = SimOptions::default();
+            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, all, None);
+            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, all, None);
             prop_assert_eq!(digest(&lazy), digest(&eager));
             // Scoring records as they close, without keeping them, gives the same summary to the bit, and a sink
             // sees exactly the records a run keeps, in the same order.
             let mut seen = Vec::new();
             let mut sink = |r: &RequestRecord| seen.push(r.clone());
-            let streamed = Keep { records: false, itl_quantiles: true };
+            let streamed = SimOptions { keep_records: false, ..all };
             let lean = run_with(&sc, &sc.profile, Mode::AsGiven, true, streamed, Some(&mut sink));
             prop_assert!(lean.records.is_empty());
             prop_assert_eq!(format!("{seen:?}"), format!("{:?}", lazy.records));
