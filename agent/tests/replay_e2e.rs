@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{self, Config, Faults};
-use shared::record::RequestRecord;
+use shared::record::{FrameClock, RequestRecord};
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
@@ -213,6 +213,9 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
         9,
         "{meta}"
     );
+    // ... and each record says which clock timed it.
+    let clock = if kernel { FrameClock::Kernel } else { FrameClock::User };
+    assert!(recs.iter().all(|r| r.rx_clock == Some(clock)), "{recs:?}");
     // The hyper path notes when each request's write returned: t_submit -> write, for every request.
     if hc == "hyper" {
         let d = &meta["send_delay_us"];
@@ -232,6 +235,9 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
     let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["summary"]["completed"], 9);
     assert_eq!(v["records"], 9);
+    let (k, u) = if kernel { (9, 0) } else { (0, 9) };
+    assert_eq!(v["checks"]["rx_clock_kernel"], k, "{v}");
+    assert_eq!(v["checks"]["rx_clock_user"], u, "{v}");
 }
 
 async fn content_nonce_differs_per_run_unless_pinned(hc: &'static str) {

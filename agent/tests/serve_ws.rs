@@ -49,6 +49,7 @@ fn record(i: u64) -> RequestRecord {
         itl: None,
         finish_reason: Some("length".into()),
         usage_source: UsageSource::FinalFrame,
+        rx_clock: None,
         error: None,
     }
 }

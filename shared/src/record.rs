@@ -25,6 +25,17 @@ pub enum UsageSource {
     Simulated,
 }
 
+/// Which clock timed a live request's frames. TTFT, ITL and E2E end at a frame's arrival time; this says whether
+/// that was the kernel's receive timestamp of the frame's bytes or the moment the client read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FrameClock {
+    /// The socket's receive timestamp (`SO_TIMESTAMPNS`): when the bytes reached the machine.
+    Kernel,
+    /// `Instant::now()` when the client's task took the bytes: adds whatever the task waited for its thread.
+    User,
+}
+
 /// One request, simulated or live. Times are seconds; `t_submit` is seconds since the run's origin
 /// (the simulator's t = 0, or the live run's start), so records of both kinds lay over each other.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +88,10 @@ pub struct RequestRecord {
     /// Where `gen_tokens` came from.
     #[serde(default)]
     pub usage_source: UsageSource,
+    /// Live records: the clock that timed this request's first content frame (and so its TTFT). Absent in simulated
+    /// records and when no content frame arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_clock: Option<FrameClock>,
     /// Error text when `ok` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -27,6 +27,7 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         itl: None,
         finish_reason: Some("length".to_string()),
         usage_source: UsageSource::Simulated,
+        rx_clock: None,
         error: None,
     }
 }

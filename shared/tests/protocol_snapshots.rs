@@ -34,6 +34,7 @@ fn record() -> RequestRecord {
         }),
         finish_reason: Some("length".into()),
         usage_source: UsageSource::FinalFrame,
+        rx_clock: None,
         error: None,
     }
 }

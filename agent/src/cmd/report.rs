@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use shared::metrics::{self, Slo, Summary};
-use shared::record::{RequestRecord, UsageSource};
+use shared::record::{FrameClock, RequestRecord, UsageSource};
 
 use crate::replay::prom::ServerReport;
 use crate::replay::records;
@@ -82,6 +82,10 @@ pub struct Checks {
     pub cut: u64,
     /// Step-0 records reporting cached tokens.
     pub step0_records: u64,
+    /// Live records whose first content frame (so their TTFT) was timed by the kernel's receive timestamp.
+    pub rx_clock_kernel: u64,
+    /// Live records whose first content frame was timed when the client read it.
+    pub rx_clock_user: u64,
 }
 
 impl Checks {
@@ -99,6 +103,11 @@ impl Checks {
             }
             if r.step == 0 && r.cached_tokens.is_some() {
                 c.step0_records += 1;
+            }
+            match r.rx_clock {
+                Some(FrameClock::Kernel) => c.rx_clock_kernel += 1,
+                Some(FrameClock::User) => c.rx_clock_user += 1,
+                None => {}
             }
         }
         c
@@ -202,6 +211,13 @@ pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&Se
     };
     line(&mut o, "Step-0 cached share:", step0);
     let c = Checks::of(recs);
+    if c.rx_clock_kernel + c.rx_clock_user > 0 {
+        line(
+            &mut o,
+            "Frames timed by (kernel / user clock):",
+            format!("{} / {}", c.rx_clock_kernel, c.rx_clock_user),
+        );
+    }
     if c.usage_missing + c.short_outputs + c.cut > 0 {
         head(&mut o, " Checks ");
         if c.usage_missing > 0 {

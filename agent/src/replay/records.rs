@@ -295,6 +295,7 @@ mod tests {
             itl: None,
             finish_reason: Some("length".into()),
             usage_source: UsageSource::FinalFrame,
+            rx_clock: None,
             error: None,
         }
     }

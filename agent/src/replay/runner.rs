@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use shared::filler::{Filler, FillerKind};
-use shared::record::{RECORD_SCHEMA_VERSION, RequestRecord};
+use shared::record::{FrameClock, RECORD_SCHEMA_VERSION, RequestRecord};
 use shared::workload::SessionWorkload;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -127,6 +127,13 @@ pub fn to_record(o: &Outcome, origin: Instant, slot: Slot, asked: u32, prompt_ch
         itl: o.itl,
         finish_reason: o.finish_reason.clone(),
         usage_source: o.usage_source,
+        rx_clock: o.ttft.map(|_| {
+            if o.first_frame_kernel {
+                FrameClock::Kernel
+            } else {
+                FrameClock::User
+            }
+        }),
         error: o.error.clone(),
     }
 }

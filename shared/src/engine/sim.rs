@@ -330,6 +330,7 @@ impl Driver<'_> {
             itl: None,
             finish_reason: None,
             usage_source: UsageSource::Simulated,
+            rx_clock: None,
             error: None,
         });
         if fits {
