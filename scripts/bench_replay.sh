@@ -7,6 +7,7 @@
 #   CLIENTS="seed floor loadshape" REPEAT=3 bash scripts/bench_replay.sh   # medians of 3 in $RESULTS/medians.md
 #   STREAMS=1024 bash scripts/bench_replay.sh            # + one loadshape run at 1,024 concurrent streams
 #   RT=1 ...                                             # paced runs at real-time priority (see below)
+#   PIN=1 ...                                            # paced runs: mock server on CPU 0, client on CPU 1
 #   LS_ARGS="--threads 2" ...                            # extra arguments for loadshape replay
 #   CLIENTS="floor loadshape lsreqwest" ...              # lsreqwest: loadshape with --http-client reqwest
 #   CLIENTS="floor loadshape lsuser" ...                 # lsuser: loadshape with --rx-clock user (frames timed when
@@ -36,12 +37,24 @@ BASE=http://127.0.0.1:$PORT
 mkdir -p "$RESULTS"/client logs configs
 CMDLOG="$RESULTS/commands.txt"
 
-# The floor client prints only its mean TTFT; a small patch (scripts/bench/floorclient_ttft.patch) adds its p50/p90/
-# p99/max (one f64 per request, collected after the stream ends) so the floor's tail can be shown beside loadshape's.
-# Applied to the writable copy only, once.
-if ! grep -q "loadshape bench patch" mockserver/src/bin/floorclient.rs; then
-  patch -s -p1 < "$ROOT/scripts/bench/floorclient_ttft.patch" || { echo "floorclient patch failed"; exit 1; }
-fi
+# Two small patches, applied to the writable copy only (fresh from $SRC each time; files rewritten only when they
+# change, so cargo rebuilds only then):
+# - scripts/bench/floorclient_ttft.patch: the floor client prints only its mean TTFT; the patch adds its p50/p90/p99/
+#   max (one f64 per request, collected after the stream ends) and, with FLOOR_TTFT_OUT=PATH, writes every
+#   (start, TTFT) pair, so the floor's tail can be shown beside loadshape's;
+# - scripts/bench/mockserver_ttft.patch: `mockserver --ttft-log PATH` stamps each request's arrival with the kernel's
+#   receive time (SO_TIMESTAMPNS) and writes [arrival, server read, first frame out] per stream request, so each
+#   request's TTFT splits into the server's part and the client's (scripts/bench/client_added.py).
+patched=$(mktemp -d)
+mkdir -p "$patched/mockserver/src/bin"
+cp "$SRC/mockserver/src/main.rs" "$patched/mockserver/src/main.rs"
+cp "$SRC/mockserver/src/bin/floorclient.rs" "$patched/mockserver/src/bin/floorclient.rs"
+(cd "$patched" && patch -s -p1 < "$ROOT/scripts/bench/floorclient_ttft.patch" \
+  && patch -s -p1 < "$ROOT/scripts/bench/mockserver_ttft.patch") || { echo "peerbench patches failed"; exit 1; }
+for f in main.rs bin/floorclient.rs; do
+  cmp -s "$patched/mockserver/src/$f" "mockserver/src/$f" || cp "$patched/mockserver/src/$f" "mockserver/src/$f"
+done
+rm -rf "$patched"
 (cd mockserver && CARGO_TARGET_DIR=target cargo build --release -q) || { echo "mock server build failed"; exit 1; }
 # measure.py needs psutil: a small venv unless the system python has it.
 if python3 -c 'import psutil' 2> /dev/null; then PY=python3; else
@@ -55,13 +68,22 @@ fi
 # adds on a machine with nothing else running. Needs CAP_SYS_NICE; the unpaced runs (which saturate the cores) stay
 # at normal priority.
 RT=${RT:-}
-prio() {  # itl_ms -> the command prefix for that case
-  if [ -n "$RT" ] && [ "$1" != 0 ]; then echo "chrt -f 10"; fi
+# PIN=1: the paced runs' mock server runs on CPU 0 and the client on CPU 1 (taskset), so neither waits for the
+# other's thread; with RT=1 as well, each owns its core against normal-priority work.
+PIN=${PIN:-}
+prio() {  # itl_ms [server|client] -> the command prefix for that case
+  local pre=""
+  if [ -n "$RT" ] && [ "$1" != 0 ]; then pre="chrt -f 10"; fi
+  if [ -n "$PIN" ] && [ "$1" != 0 ]; then pre="taskset -c $([ "${2:-client}" = server ] && echo 0 || echo 1) $pre"; fi
+  echo "$pre"
 }
 
 SERVER_PID=""
 start_server() {  # itl_ms label
-  $(prio "$1") ./mockserver/target/release/mockserver --port "$PORT" --itl-ms "$1" > "$RESULTS/client/$2.server.log" 2>&1 &
+  # Paced runs log each request's server-side times (the mockserver patch above).
+  local log=(); [ "$1" != 0 ] && log=(--ttft-log "$RESULTS/client/$2.server_ttft.txt")
+  $(prio "$1" server) ./mockserver/target/release/mockserver --port "$PORT" --itl-ms "$1" "${log[@]}" \
+    > "$RESULTS/client/$2.server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 50); do curl -sf "$BASE/health" > /dev/null && return 0; sleep 0.1; done
   echo "mock server did not come up"; return 1
@@ -112,7 +134,7 @@ run_one() {  # client conc itl_ms nreq label
   local pre; read -r -a pre <<< "$(prio "$itl")"
   printf '%s itl=%sms: %s\n' "$label" "$itl" "${pre[*]} ${argv[*]}" >> "$CMDLOG"
   echo "== $label (itl ${itl} ms)"
-  $PY tools/measure.py --label "$label" --server "$BASE" --timeout 400 \
+  FLOOR_TTFT_OUT="$RESULTS/client/$label.client_ttft.txt" $PY tools/measure.py --label "$label" --server "$BASE" --timeout 400 \
     --out "$RESULTS/$label.json" --log "$RESULTS/client/$label.log" -- "${pre[@]}" "${argv[@]}"
   stop_server
   sleep 1
@@ -144,4 +166,6 @@ done
 $PY tools/summarize.py "$RESULTS"
 # Medians over the repeats, loadshape / floor ratios and the paced TTFT figures (scripts/bench/medians.py).
 $PY "$ROOT/scripts/bench/medians.py" "$RESULTS" | tee "$RESULTS/medians.md"
+# Per request: TTFT = the server's part (arrival -> first frame out, by the server's clocks) + the client's part.
+$PY "$ROOT/scripts/bench/client_added.py" "$RESULTS" | tee -a "$RESULTS/medians.md"
 echo "summary: $PB/$RESULTS/summary.md; medians: $PB/$RESULTS/medians.md"
