@@ -96,7 +96,7 @@ impl RxStamp {
 }
 
 /// The kernel's receive time (`kernel`, wall-clock time since the Unix epoch) on the [`Instant`] timeline, given
-/// both clocks read at once right after the read: `now − (real_now − kernel)`, the age clamped to `[0, MAX_AGE]`
+/// both clocks read at once right after the read ([`clock_pair`]): `now − (real_now − kernel)`, the age clamped to `[0, MAX_AGE]`
 /// (a stamp "in the future" — the wall clock stepped back — is taken as now). Robust to the offset between the two
 /// clocks, which is never needed.
 pub fn kernel_arrival(kernel: Duration, now: Instant, real_now: SystemTime) -> Instant {
@@ -105,6 +105,27 @@ pub fn kernel_arrival(kernel: Duration, now: Instant, real_now: SystemTime) -> I
         .unwrap_or_default()
         .min(MAX_AGE);
     now.checked_sub(age).unwrap_or(now)
+}
+
+/// How far apart the two `Instant` reads of [`clock_pair`] may be before it reads the pair again.
+pub const PAIR_SLACK: Duration = Duration::from_micros(20);
+
+/// The two clocks read "at once", for [`kernel_arrival`]: the wall clock read between two `Instant` reads and
+/// paired with the *later* one. A thread preempted between the reads (a loaded machine) then makes the arrival late
+/// by at most the gap, never early: paired with the earlier read, a 2 ms preemption put a frame 2 ms before its bytes
+/// arrived (a TTFT under-reported by 2 ms, seen on a loaded machine). Read again, up to three times, while the gap
+/// is over [`PAIR_SLACK`]; the last pair is used regardless.
+pub fn clock_pair() -> (Instant, SystemTime) {
+    let mut tries = 0;
+    loop {
+        let before = Instant::now();
+        let real = SystemTime::now();
+        let after = Instant::now();
+        tries += 1;
+        if after.duration_since(before) <= PAIR_SLACK || tries == 3 {
+            return (after, real);
+        }
+    }
 }
 
 /// A loopback TCP connection with kernel receive timestamps on, kept open so that the kernel keeps stamping
@@ -245,13 +266,13 @@ mod linux {
     use std::io::{self, IoSliceMut};
     use std::os::fd::AsRawFd;
     use std::task::{Context, Poll, ready};
-    use std::time::{Duration, Instant, SystemTime};
+    use std::time::{Duration, Instant};
 
     use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
     use tokio::io::{Interest, ReadBuf};
     use tokio::net::TcpStream;
 
-    use super::{RxStamp, kernel_arrival};
+    use super::{RxStamp, clock_pair, kernel_arrival};
 
     /// Room for one `SCM_TIMESTAMPNS` control message (`CMSG_SPACE(16)` = 32 bytes on 64-bit Linux), with margin.
     const CMSG_BYTES: usize = 64;
@@ -317,10 +338,12 @@ mod linux {
                 (msg.bytes, kernel)
             };
             if n > 0 {
-                let now = Instant::now();
                 match kernel {
-                    Some(k) => stamp.set(kernel_arrival(k, now, SystemTime::now()), true),
-                    None => stamp.set(now, false),
+                    Some(k) => {
+                        let (now, real_now) = clock_pair();
+                        stamp.set(kernel_arrival(k, now, real_now), true);
+                    }
+                    None => stamp.set(Instant::now(), false),
                 }
                 buf.put_slice(&scratch[..n]);
             }
@@ -346,6 +369,25 @@ mod tests {
         assert_eq!(kernel_arrival(k, now, real_now), now);
         // Older than MAX_AGE (the wall clock stepped forward): at most MAX_AGE early.
         assert_eq!(kernel_arrival(Duration::ZERO, now, real_now), now - MAX_AGE);
+    }
+
+    #[test]
+    fn clock_pair_never_puts_an_arrival_before_its_stamp() {
+        // A "kernel stamp" taken as the wall clock right after an Instant read: the arrival computed from any later
+        // clock_pair is at or after that Instant (up to the clocks' rounding), and no later than the pair's Instant.
+        for _ in 0..10_000 {
+            let before = Instant::now();
+            let stamp = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default();
+            let (now, real_now) = clock_pair();
+            let arrival = kernel_arrival(stamp, now, real_now);
+            assert!(
+                arrival + Duration::from_micros(1) >= before,
+                "{arrival:?} before {before:?}"
+            );
+            assert!(arrival <= now);
+        }
     }
 
     #[test]
