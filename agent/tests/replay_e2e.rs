@@ -39,6 +39,7 @@ both!(
     report_names_malformed_lines,
     scenario_open_and_closed_loop_run_live,
     connection_dropped_mid_stream_is_a_failed_record,
+    https_with_ca_cert_runs_and_without_it_fails,
 );
 
 struct Sim {
@@ -397,26 +398,153 @@ async fn no_server_at_all_exits_2(hc: &'static str) {
     assert_eq!(records(&out).len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hyper_refuses_https_before_sending_anything() {
-    let out = tmp("hyper", "https.jsonl");
+/// A TLS front for a plain server: accepts `https://` on 127.0.0.1 with the test certificate (`localhost`,
+/// `127.0.0.1`, signed by tests/fixtures/tls/ca.pem) and pipes each connection to `plain` (host:port).
+async fn tls_front(plain: String) -> (String, tokio::sync::oneshot::Sender<()>) {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls");
+    let certs = CertificateDer::pem_file_iter(dir.join("server.pem"))
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap_or_else(|e| panic!("{e}"));
+    let config =
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap_or_else(|e| panic!("{e}"));
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = tokio::select! {
+                r = listener.accept() => match r { Ok(x) => x, Err(_) => return },
+                _ = &mut rx => return,
+            };
+            let (acceptor, plain) = (acceptor.clone(), plain.clone());
+            tokio::spawn(async move {
+                // A handshake the client refuses (an unknown issuer) just ends here.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(plain).await else {
+                    return;
+                };
+                let _ = upstream.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+            });
+        }
+    });
+    (format!("127.0.0.1:{}", addr.port()), tx)
+}
+
+async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
+    let s = sim(fast()).await;
+    let plain = s.origin.trim_start_matches("http://").to_string();
+    let (front, _stop) = tls_front(plain).await;
+    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/ca.pem");
+    let ca_s = ca.to_string_lossy().to_string();
+    let base = format!("https://{front}/v1");
+    let out = tmp(hc, "https.jsonl");
     let out_s = out.to_string_lossy().to_string();
+    let args = [
+        "--url",
+        &base,
+        "--model",
+        "sim",
+        "--out",
+        &out_s,
+        "--sessions",
+        "2",
+        "--steps",
+        "3",
+        "--spread",
+        "0",
+        "--base",
+        "2000",
+        "--gen",
+        "32",
+        "--tool",
+        "20",
+        "--think",
+        "0",
+        "--stagger",
+        "0",
+        "--seed",
+        "3",
+        "--quiet",
+        "--scrape-interval",
+        "0.2",
+    ];
+    // Trusting the test CA: the run completes, through TLS, with the dialect detected and /metrics scraped over
+    // https (reqwest with the same roots).
+    let mut with_ca = args.to_vec();
+    with_ca.extend(["--ca-cert", &ca_s]);
+    let (code, stdout, stderr) = replay(hc, &with_ca).await;
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 6);
+    // (The seed's shapes clamp each step's output to at least 64 tokens.)
+    assert!(
+        recs.iter()
+            .all(|r| r.ok && r.gen_tokens == r.asked_tokens && r.gen_tokens >= 64),
+        "{recs:?}"
+    );
+    // The kernel still times the frames under TLS on the hyper path.
+    let clock = if hc == "hyper" && cfg!(target_os = "linux") {
+        FrameClock::Kernel
+    } else {
+        FrameClock::User
+    };
+    assert!(recs.iter().all(|r| r.rx_clock == Some(clock)), "{recs:?}");
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(meta["http_client"], hc, "{meta}");
+    let server: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{out_s}.server.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(server["report"]["family"], "vllm", "{server}");
+
+    // Without it the certificate is refused: nothing is measured (exit 2), and each record says why.
+    let (code, _, stderr) = replay(hc, &args).await;
+    assert_eq!(code, 2, "{stderr}");
+    let recs = records(&out);
+    assert!(!recs.is_empty() && recs.iter().all(|r| !r.ok), "{recs:?}");
+    for r in &recs {
+        let e = r.error.as_deref().unwrap_or_default().to_ascii_lowercase();
+        assert!(e.contains("certificate"), "{e}");
+    }
+    // A --ca-cert that is not a certificate file is refused by name before anything is sent.
+    let bogus = tmp(hc, "not-a-cert.pem");
+    std::fs::write(&bogus, "hello\n").unwrap_or_else(|e| panic!("{e}"));
+    let bogus_s = bogus.to_string_lossy().to_string();
+    let out2 = tmp(hc, "https-bogus.jsonl");
+    let out2_s = out2.to_string_lossy().to_string();
     let (code, _, stderr) = replay(
-        "hyper",
+        hc,
         &[
             "--url",
-            "https://127.0.0.1:9/v1",
+            &base,
             "--model",
-            "m",
+            "sim",
             "--out",
-            &out_s,
+            &out2_s,
+            "--ca-cert",
+            &bogus_s,
             "--quiet",
         ],
     )
     .await;
-    assert_ne!(code, 0, "{stderr}");
-    assert!(stderr.contains("plain http:// only"), "{stderr}");
-    assert!(!out.exists(), "no record file: nothing was sent");
+    assert_ne!(code, 0);
+    assert!(stderr.contains("not-a-cert.pem"), "{stderr}");
+    assert!(!out2.exists(), "no record file: nothing was sent");
 }
 
 async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static str) {

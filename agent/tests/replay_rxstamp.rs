@@ -102,7 +102,7 @@ async fn blocked_run(clock: RxClock) -> (Outcome, &'static str) {
         std::thread::spawn(move || serve_one(listener, flags))
     };
     let c = Client::new(
-        client::http_client().unwrap_or_else(|e| panic!("{e}")),
+        client::http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
         ClientConfig {
             base_url: format!("http://{addr}/v1"),
             model: "m".into(),
@@ -114,6 +114,7 @@ async fn blocked_run(clock: RxClock) -> (Outcome, &'static str) {
             stall_timeout: None,
             http_client: HttpClient::Hyper,
             rx_clock: clock,
+            ca_certs: Vec::new(),
         },
     );
     // As a run does: the pool opens its connection (the server's one) and, with kernel stamps, waits until the

@@ -160,7 +160,7 @@ async fn server() -> String {
 
 fn client(hc: HttpClient, base: &str, case: &str, endpoint: Endpoint, dialect: Dialect) -> Client {
     Client::new(
-        client::http_client().unwrap_or_else(|e| panic!("{e}")),
+        client::http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
         ClientConfig {
             base_url: base.to_string(),
             model: case.to_string(),
@@ -172,6 +172,7 @@ fn client(hc: HttpClient, base: &str, case: &str, endpoint: Endpoint, dialect: D
             stall_timeout: Some(Duration::from_millis(300)),
             http_client: hc,
             rx_clock: RxClock::Kernel,
+            ca_certs: Vec::new(),
         },
     )
 }

@@ -141,10 +141,14 @@ pub struct Args {
     /// 0 = the process's shared runtime.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// HTTP client for the streams: hyper (HTTP/1.1 connection API, one connection per stream; http:// only),
-    /// reqwest (pooled; TLS), or auto = hyper for http://, reqwest for https://.
+    /// HTTP client for the streams: hyper (HTTP/1.1 connection API, one connection per stream, kernel receive
+    /// times; http:// and https://), reqwest (pooled, user-space times), or auto = hyper.
     #[arg(long, value_enum, default_value_t = HttpClient::Auto)]
     pub http_client: HttpClient,
+    /// PEM file of CA certificates to trust for https:// (beside the system's), e.g. a private CA. Certificates
+    /// are always verified.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
     /// Which clock times the frames on the hyper path: kernel = when the bytes reached this machine (the socket's
     /// receive timestamp; Linux, else user), user = when the client's task read them. reqwest's path is always user.
     #[arg(long, value_enum, default_value_t = RxClock::Kernel)]
@@ -377,14 +381,12 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         check_positive("max-seconds", m)?;
     }
     let nonce = a.nonce.unwrap_or_else(|| now_nanos() % 1_000_000_007);
-    let http = client::http_client()?;
+    let ca_certs = match &a.ca_cert {
+        Some(path) => crate::replay::tls::load_ca_certs(path)?,
+        None => Vec::new(),
+    };
+    let http = client::http_client(&ca_certs)?;
     let origin_url = client::origin_of(&a.url)?;
-    if a.http_client == HttpClient::Hyper && !a.url.trim_start().to_ascii_lowercase().starts_with("http://") {
-        anyhow::bail!(
-            "--http-client hyper speaks plain http:// only (got --url {:?}); use --http-client reqwest or auto",
-            a.url
-        );
-    }
 
     // Model and dialect: ask the server when not told.
     let model = match &a.model {
@@ -442,7 +444,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
         slo.tpot_ms = t;
     }
     slo.validate().map_err(|e| anyhow::anyhow!("SLO: {e}"))?;
-    let http_client = a.http_client.resolve(&a.url);
+    let http_client = a.http_client.resolve();
     eprintln!(
         "loadshape replay: {shape}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {seed}, content nonce {nonce}, http client {http_client}{}",
         a.url,
@@ -474,6 +476,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
             stall_timeout: (a.stall_timeout > 0.0).then(|| Duration::from_secs_f64(a.stall_timeout)),
             http_client: a.http_client,
             rx_clock: a.rx_clock,
+            ca_certs,
         },
     );
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated

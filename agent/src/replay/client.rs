@@ -67,21 +67,20 @@ pub enum Endpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpClient {
-    /// hyper for `http://` URLs, reqwest for `https://`.
+    /// hyper (kept as a choice of its own so that a future default can differ).
     #[default]
     Auto,
-    /// hyper's HTTP/1.1 connection API directly, one connection per stream (`http://` only).
+    /// hyper's HTTP/1.1 connection API directly, one connection per stream (`http://`, and `https://` via rustls).
     Hyper,
-    /// reqwest (pooled hyper-util client; TLS).
+    /// reqwest (pooled hyper-util client).
     Reqwest,
 }
 
 impl HttpClient {
-    /// The client `url` is sent with: `Auto` resolved by the URL's scheme.
-    pub fn resolve(self, url: &str) -> HttpClient {
+    /// The client the streams are sent with: `Auto` is hyper, for `http://` and `https://` alike.
+    pub fn resolve(self) -> HttpClient {
         match self {
-            HttpClient::Auto if url.trim_start().to_ascii_lowercase().starts_with("http://") => HttpClient::Hyper,
-            HttpClient::Auto => HttpClient::Reqwest,
+            HttpClient::Auto => HttpClient::Hyper,
             other => other,
         }
     }
@@ -112,10 +111,12 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Longest allowed gap between frames (and before the first one); `None` = only the whole-request limit.
     pub stall_timeout: Option<Duration>,
-    /// Which HTTP client carries the streams (`Auto`: hyper for `http://`, reqwest for `https://`).
+    /// Which HTTP client carries the streams (`Auto`: hyper, for `http://` and `https://`).
     pub http_client: HttpClient,
     /// Which clock times the arrival of frames on the hyper path (reqwest's are always user-space).
     pub rx_clock: RxClock,
+    /// Extra roots to trust for `https://` (`--ca-cert`), beside the platform's.
+    pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// Counters shared with the progress display; bumped as frames arrive.
@@ -198,8 +199,16 @@ enum Transport {
 }
 
 /// A reqwest client set up for many long-lived local streams: HTTP/1.1, no Nagle, no proxy, unbounded idle pool.
-pub fn http_client() -> anyhow::Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// reqwest's client: the streams with `--http-client reqwest`, and the few side requests of every run (`/models`,
+/// dialect detection, `/metrics`). `https://` trusts the platform's roots plus `ca_certs` (`--ca-cert`).
+pub fn http_client(ca_certs: &[rustls::pki_types::CertificateDer<'static>]) -> anyhow::Result<reqwest::Client> {
+    let mut builder = reqwest::Client::builder();
+    for c in ca_certs {
+        builder = builder.add_root_certificate(
+            reqwest::Certificate::from_der(c.as_ref()).context("--ca-cert: a certificate reqwest cannot read")?,
+        );
+    }
+    builder
         .http1_only()
         .tcp_nodelay(true)
         .no_proxy()
@@ -279,10 +288,10 @@ impl Client {
             Endpoint::Chat => "chat/completions",
         };
         let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
-        let transport = match cfg.http_client.resolve(&cfg.base_url) {
-            HttpClient::Hyper => {
-                Transport::Hyper(H1Pool::new(&url_text, cfg.api_key.as_deref(), cfg.rx_clock).map(Arc::new))
-            }
+        let transport = match cfg.http_client.resolve() {
+            HttpClient::Hyper => Transport::Hyper(
+                H1Pool::new(&url_text, cfg.api_key.as_deref(), cfg.rx_clock, &cfg.ca_certs).map(Arc::new),
+            ),
             _ => Transport::Reqwest {
                 http,
                 url: reqwest::Url::parse(&url_text).map_err(|e| format!("invalid URL {url_text:?}: {e}")),
@@ -1245,7 +1254,7 @@ mod tests {
                 Dialect::Openai,
             ] {
                 for (model, temperature) in [("m", 0.6), ("org/\"odd\" model", 0.0), ("x", 1e-7)] {
-                    let http = http_client().unwrap_or_else(|e| panic!("{e}"));
+                    let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
                     let c = Client::new(
                         http,
                         ClientConfig {
@@ -1259,6 +1268,7 @@ mod tests {
                             stall_timeout: None,
                             http_client: HttpClient::Reqwest,
                             rx_clock: RxClock::Kernel,
+                            ca_certs: Vec::new(),
                         },
                     );
                     for p in prompts {
@@ -1285,7 +1295,7 @@ mod tests {
         }
         // A key that cannot be a header value fails the request with a message, not a panic.
         let c = Client::new(
-            http_client().unwrap_or_else(|e| panic!("{e}")),
+            http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
             ClientConfig {
                 base_url: "http://127.0.0.1:9/v1".into(),
                 model: "m".into(),
@@ -1297,21 +1307,17 @@ mod tests {
                 stall_timeout: None,
                 http_client: HttpClient::Reqwest,
                 rx_clock: RxClock::Kernel,
+                ca_certs: Vec::new(),
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
     }
 
     #[test]
-    fn auto_picks_hyper_for_http_and_reqwest_for_https() {
-        assert_eq!(HttpClient::Auto.resolve("http://127.0.0.1:8000/v1"), HttpClient::Hyper);
-        assert_eq!(HttpClient::Auto.resolve("HTTP://h/v1"), HttpClient::Hyper);
-        assert_eq!(
-            HttpClient::Auto.resolve("https://api.example.com/v1"),
-            HttpClient::Reqwest
-        );
-        assert_eq!(HttpClient::Reqwest.resolve("http://h/v1"), HttpClient::Reqwest);
-        assert_eq!(HttpClient::Hyper.resolve("https://h/v1"), HttpClient::Hyper);
+    fn auto_picks_hyper_for_http_and_https() {
+        assert_eq!(HttpClient::Auto.resolve(), HttpClient::Hyper);
+        assert_eq!(HttpClient::Reqwest.resolve(), HttpClient::Reqwest);
+        assert_eq!(HttpClient::Hyper.resolve(), HttpClient::Hyper);
         let cfg = |url: &str, http_client| ClientConfig {
             base_url: url.into(),
             model: "m".into(),
@@ -1323,14 +1329,25 @@ mod tests {
             stall_timeout: None,
             http_client,
             rx_clock: RxClock::Kernel,
+            ca_certs: Vec::new(),
         };
-        let http = http_client().unwrap_or_else(|e| panic!("{e}"));
-        let c = Client::new(http.clone(), cfg("http://127.0.0.1:9/v1", HttpClient::Auto));
-        assert_eq!((c.http_client(), c.connections_opened()), (HttpClient::Hyper, Some(0)));
-        let c = Client::new(http.clone(), cfg("https://127.0.0.1:9/v1", HttpClient::Auto));
+        let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
+        for url in [
+            "http://127.0.0.1:9/v1",
+            "https://127.0.0.1:9/v1",
+            "HTTPS://localhost/v1",
+        ] {
+            let c = Client::new(http.clone(), cfg(url, HttpClient::Auto));
+            assert_eq!(
+                (c.http_client(), c.connections_opened()),
+                (HttpClient::Hyper, Some(0)),
+                "{url}"
+            );
+        }
+        let c = Client::new(http.clone(), cfg("https://127.0.0.1:9/v1", HttpClient::Reqwest));
         assert_eq!((c.http_client(), c.connections_opened()), (HttpClient::Reqwest, None));
-        // Asked for hyper on https: every request fails with the reason (the command line refuses it earlier).
-        let c = Client::new(http, cfg("https://127.0.0.1:9/v1", HttpClient::Hyper));
+        // A scheme neither client speaks: every request fails with the reason.
+        let c = Client::new(http, cfg("ftp://127.0.0.1:9/v1", HttpClient::Hyper));
         assert_eq!(c.http_client(), HttpClient::Hyper);
         assert_eq!(c.connections_opened(), None);
     }

@@ -1,5 +1,5 @@
-//! The direct HTTP/1.1 path for `http://` targets: hyper's connection API (`hyper::client::conn::http1`), one
-//! connection per stream, as the floor client of `scripts/bench_replay.sh` does.
+//! The direct HTTP/1.1 path: hyper's connection API (`hyper::client::conn::http1`), one connection per stream, as the
+//! floor client of `scripts/bench_replay.sh` does; `http://`, and `https://` through rustls ([`super::tls`]).
 //!
 //! [`H1Pool`] keeps the idle connections (a stack: a stream takes one, uses it for one request and its whole
 //! response, and puts it back once the body has ended). A connection is opened only when none is idle (lazily; the
@@ -22,7 +22,12 @@
 //! Why not reqwest for these: per request reqwest adds its tower layers (the redirect policy re-parses the URI of
 //! every request), a boxed `Pending` future, hyper-util's pool checkout, its idle task and the `MapErr`-boxed body
 //! over the same hyper connection; on the one thread that reads every stream that per-request work queues ahead of
-//! other streams' frames (docs/replay.md, "TTFT error at 256 streams"). reqwest stays for `https://` (TLS).
+//! other streams' frames (docs/replay.md, "TTFT error at 256 streams"). reqwest stays as `--http-client reqwest`.
+//!
+//! **TLS.** For `https://` the stamped socket is wrapped in a rustls client stream ([`Io::Tls`]); the handshake is
+//! part of opening a connection (so of the warm-up, or of the TTFT of a request that has to open one). Decrypted
+//! bytes come out of reads of the stamped socket, so a chunk's time is still that of the latest socket read, which
+//! brought the end of its TLS record or came later: never too early.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,9 +49,75 @@ use super::rxstamp::{KernelStamps, RxClock, RxStamp, RxStream};
 pub type Sender = SendRequest<Full<Bytes>>;
 
 /// The connection itself: socket I/O and the HTTP/1.1 state machine, driven by whoever holds the [`Conn`].
-type Driver = http1::Connection<TokioIo<RxStream>, Full<Bytes>>;
+type Driver = http1::Connection<TokioIo<Io>, Full<Bytes>>;
 
-/// Idle HTTP/1.1 connections to one `http://` origin, and the parts of a request that never change.
+/// A connection's byte stream: the stamped socket itself, or rustls over it.
+pub enum Io {
+    Plain(RxStream),
+    Tls(Box<tokio_rustls::client::TlsStream<RxStream>>),
+}
+
+impl tokio::io::AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Io {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// What `https://` connections need: the rustls connector and the name the certificate must be valid for.
+struct TlsTarget {
+    connector: tokio_rustls::TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+}
+
+/// Idle HTTP/1.1 connections to one `http://` or `https://` origin, and the parts of a request that never change.
 pub struct H1Pool {
     /// `host` (without IPv6 brackets) and port to connect to.
     host: String,
@@ -69,6 +140,8 @@ pub struct H1Pool {
     rx_clock: RxClock,
     /// The probe connection that keeps the kernel's receive stamping on ([`KernelStamps`]), once warmed.
     stamps: Mutex<Option<KernelStamps>>,
+    /// `https://`: how to wrap each connection in TLS.
+    tls: Option<TlsTarget>,
 }
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
@@ -152,19 +225,26 @@ impl Conn {
 }
 
 impl H1Pool {
-    /// The pool for `url` (an `http://` URL with the full route, e.g. `http://127.0.0.1:8000/v1/completions`), or
-    /// why there cannot be one (the text every request then fails with).
-    pub fn new(url: &str, api_key: Option<&str>, rx_clock: RxClock) -> Result<Self, String> {
+    /// The pool for `url` (an `http://` or `https://` URL with the full route, e.g.
+    /// `http://127.0.0.1:8000/v1/completions`), or why there cannot be one (the text every request then fails with).
+    /// `https://` trusts the platform's roots plus `ca_certs` ([`super::tls`]).
+    pub fn new(
+        url: &str,
+        api_key: Option<&str>,
+        rx_clock: RxClock,
+        ca_certs: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Self, String> {
         let uri: Uri = url.parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
             Some(other) => {
                 return Err(format!(
-                    "--http-client hyper speaks plain http:// only (got {other}://); use --http-client reqwest or auto"
+                    "invalid URL {url:?}: the scheme must be http or https (got {other})"
                 ));
             }
             None => return Err(format!("invalid URL {url:?}: no scheme")),
-        }
+        };
         let authority = uri.authority().ok_or_else(|| format!("invalid URL {url:?}: no host"))?;
         // userinfo is not a part of the Host header.
         let host_port = authority.as_str().rsplit('@').next().unwrap_or(authority.as_str());
@@ -173,7 +253,15 @@ impl H1Pool {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let port = authority.port_u16().unwrap_or(80);
+        let port = authority.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tls = if https {
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| format!("invalid URL {url:?}: {host:?} is not a TLS server name: {e}"))?;
+            let connector = tokio_rustls::TlsConnector::from(super::tls::client_config(ca_certs)?);
+            Some(TlsTarget { connector, name })
+        } else {
+            None
+        };
         let path = match uri.path_and_query() {
             Some(pq) => pq.as_str().parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?,
             None => Uri::from_static("/"),
@@ -200,6 +288,7 @@ impl H1Pool {
             turn: tokio::sync::Notify::new(),
             rx_clock,
             stamps: Mutex::new(None),
+            tls,
         })
     }
 
@@ -269,15 +358,24 @@ impl H1Pool {
         }
     }
 
-    /// A new connection: TCP connect (`TCP_NODELAY`, receive timestamps as `--rx-clock` says) and HTTP/1.1
-    /// handshake (no I/O yet: hyper's handshake only sets the connection up). Its driver goes with it.
+    /// A new connection: TCP connect (`TCP_NODELAY`, receive timestamps as `--rx-clock` says), for `https://` the
+    /// TLS handshake, and the HTTP/1.1 handshake (no I/O: hyper's handshake only sets the connection up). Its driver
+    /// goes with it.
     pub async fn connect(&self) -> Result<Conn, String> {
         let stream = tokio::net::TcpStream::connect((self.host.as_str(), self.port))
             .await
             .map_err(|e| format!("connecting to {}:{}: {e}", self.host, self.port))?;
         let _ = stream.set_nodelay(true);
         let (stream, rx) = RxStream::new(stream, self.rx_clock);
-        let (tx, conn) = http1::handshake(TokioIo::new(stream))
+        let io = match &self.tls {
+            None => Io::Plain(stream),
+            Some(t) => {
+                Io::Tls(Box::new(t.connector.connect(t.name.clone(), stream).await.map_err(
+                    |e| format!("TLS handshake with {}:{}: {e}", self.host, self.port),
+                )?))
+            }
+        };
+        let (tx, conn) = http1::handshake(TokioIo::new(io))
             .await
             .map_err(|e| format!("HTTP/1.1 handshake with {}:{}: {e}", self.host, self.port))?;
         self.opened.fetch_add(1, Ordering::Relaxed);
@@ -367,8 +465,13 @@ mod tests {
 
     #[test]
     fn request_parts_from_the_url() {
-        let p = H1Pool::new("http://127.0.0.1:8123/v1/completions", Some("sk-1"), RxClock::Kernel)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new(
+            "http://127.0.0.1:8123/v1/completions",
+            Some("sk-1"),
+            RxClock::Kernel,
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("127.0.0.1", 8123));
         let req = p.request(Bytes::from_static(b"{}"));
         assert_eq!(req.method(), Method::POST);
@@ -378,28 +481,41 @@ mod tests {
         assert_eq!(req.headers()[AUTHORIZATION], "Bearer sk-1");
         assert!(req.headers()[AUTHORIZATION].is_sensitive());
 
-        let p =
-            H1Pool::new("http://[::1]/x/chat/completions?a=1", None, RxClock::Kernel).unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new("http://[::1]/x/chat/completions?a=1", None, RxClock::Kernel, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("::1", 80));
         let req = p.request(Bytes::new());
         assert_eq!(req.uri().to_string(), "/x/chat/completions?a=1");
         assert_eq!(req.headers()[HOST], "[::1]");
         assert!(req.headers().get(AUTHORIZATION).is_none());
 
-        let p = H1Pool::new("http://user:pw@host.example:81/v1/completions", None, RxClock::User)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new(
+            "http://user:pw@host.example:81/v1/completions",
+            None,
+            RxClock::User,
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.request(Bytes::new()).headers()[HOST], "host.example:81");
+
+        // https: port 443 by default, and the certificate must name the URL's host.
+        let p = H1Pool::new("https://gpu.example/v1/completions", None, RxClock::Kernel, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.host.as_str(), p.port, p.tls.is_some()), ("gpu.example", 443, true));
+        let p = H1Pool::new("http://gpu.example/v1/completions", None, RxClock::Kernel, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(p.tls.is_none());
     }
 
     #[test]
     fn bad_urls_and_keys_are_errors_not_panics() {
-        let https = H1Pool::new("https://example.com/v1/completions", None, RxClock::Kernel)
+        let ftp = H1Pool::new("ftp://example.com/v1/completions", None, RxClock::Kernel, &[])
             .err()
             .unwrap_or_default();
-        assert!(https.contains("plain http:// only"), "{https}");
-        assert!(H1Pool::new("not a url", None, RxClock::Kernel).is_err());
-        assert!(H1Pool::new("/v1/completions", None, RxClock::Kernel).is_err());
-        let key = H1Pool::new("http://h/v1/completions", Some("bad\nkey"), RxClock::Kernel)
+        assert!(ftp.contains("must be http or https"), "{ftp}");
+        assert!(H1Pool::new("not a url", None, RxClock::Kernel, &[]).is_err());
+        assert!(H1Pool::new("/v1/completions", None, RxClock::Kernel, &[]).is_err());
+        let key = H1Pool::new("http://h/v1/completions", Some("bad\nkey"), RxClock::Kernel, &[])
             .err()
             .unwrap_or_default();
         assert!(key.contains("API key"), "{key}");
@@ -408,11 +524,12 @@ mod tests {
     #[tokio::test]
     async fn paced_starts_all_get_a_turn_one_per_scheduler_pass() {
         let pool = std::sync::Arc::new(
-            H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel).unwrap_or_else(|e| panic!("{e}")),
+            H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel, &[])
+                .unwrap_or_else(|e| panic!("{e}")),
         );
         // The very first start does not queue (no turn is out yet).
-        let fresh =
-            H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel).unwrap_or_else(|e| panic!("{e}"));
+        let fresh = H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel, &[])
+            .unwrap_or_else(|e| panic!("{e}"));
         tokio::time::timeout(std::time::Duration::from_millis(500), fresh.pace_start())
             .await
             .unwrap_or_else(|_| panic!("the first start waited"));

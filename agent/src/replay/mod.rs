@@ -2,7 +2,8 @@
 //! the progress display behind `loadshape replay`.
 //!
 //! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::Outcome`]).
-//! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream) for `http://` targets.
+//! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream), `http://` and `https://`.
+//! - [`tls`]: what `https://` trusts (the platform's roots plus `--ca-cert`).
 //! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.
 //! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
 //!   open/closed-loop traffic from a `shared::scenario::Scenario`.
@@ -21,3 +22,4 @@ pub mod records;
 pub mod runner;
 pub mod rxstamp;
 pub mod sse;
+pub mod tls;
