@@ -30,12 +30,13 @@ pub struct Args {
     /// Where runs are stored (one folder per run under `runs/`).
     #[arg(long, env = "LOADSHAPE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// A live target: `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR]`, URL ending in `/v1`. Repeatable.
+    /// A live target: `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE]`, URL ending in `/v1`.
+    /// Repeatable.
     /// The built-in emulated engine is always offered as `sim`.
     #[arg(long = "target", value_name = "NAME=URL[,...]")]
     pub targets: Vec<String>,
     /// A TOML file of targets: `[[target]]` tables with `name`, `url`, and optional `model`, `dialect`,
-    /// `api_key_env` (see docs/serve.md).
+    /// `api_key_env`, `ca_cert` (see docs/serve.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Most runs active at once.
@@ -133,7 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR]`.
+/// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE]`.
 pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
     let (name, rest) = spec
         .split_once('=')
@@ -156,6 +157,7 @@ pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
         model: String::new(),
         dialect: "auto".into(),
         api_key_env: None,
+        ca_cert: None,
         builtin: false,
     };
     for kv in parts {
@@ -163,7 +165,13 @@ pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
             Some(("model", v)) => t.model = v.into(),
             Some(("dialect", v)) => t.dialect = v.into(),
             Some(("api_key_env", v)) => t.api_key_env = Some(v.into()),
-            _ => anyhow::bail!("--target `{spec}`: unknown option `{kv}` (model=, dialect=, api_key_env=)"),
+            Some(("ca_cert", v)) => {
+                // Read now, so a wrong path is an error at start-up rather than at the first run.
+                crate::replay::tls::load_ca_certs(std::path::Path::new(v))
+                    .with_context(|| format!("--target `{spec}`"))?;
+                t.ca_cert = Some(v.into());
+            }
+            _ => anyhow::bail!("--target `{spec}`: unknown option `{kv}` (model=, dialect=, api_key_env=, ca_cert=)"),
         }
     }
     if t.name == "sim" {
@@ -190,6 +198,8 @@ struct TargetEntry {
     dialect: Option<String>,
     #[serde(default)]
     api_key_env: Option<String>,
+    #[serde(default)]
+    ca_cert: Option<String>,
 }
 
 /// Reads `[[target]]` tables from a TOML file; each is checked as a `--target` would be.
@@ -204,6 +214,7 @@ pub fn read_config(path: &std::path::Path) -> anyhow::Result<Vec<Target>> {
                 ("model", e.model),
                 ("dialect", e.dialect),
                 ("api_key_env", e.api_key_env),
+                ("ca_cert", e.ca_cert),
             ] {
                 if let Some(v) = v {
                     spec.push_str(&format!(",{k}={v}"));
@@ -272,5 +283,14 @@ mod tests {
         ] {
             assert!(parse_target(bad).is_err(), "{bad} accepted");
         }
+        // ca_cert= is read at start-up: a readable PEM file is kept, anything else is refused naming the file.
+        let ca = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tls/ca.pem");
+        let t = parse_target(&format!("gpu=https://10.0.0.7/v1,ca_cert={ca}")).unwrap();
+        assert_eq!(t.ca_cert.as_deref(), Some(ca));
+        let e = format!(
+            "{:#}",
+            parse_target("gpu=https://10.0.0.7/v1,ca_cert=/nonexistent/ca.pem").unwrap_err()
+        );
+        assert!(e.contains("/nonexistent/ca.pem"), "{e}");
     }
 }

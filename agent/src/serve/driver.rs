@@ -69,6 +69,9 @@ impl Driver for ReplayDriver {
             if !target.dialect.is_empty() {
                 argv.extend(["--dialect".into(), target.dialect.clone()]);
             }
+            if let Some(ca) = &target.ca_cert {
+                argv.extend(["--ca-cert".into(), ca.clone()]);
+            }
             if let Some(m) = max_seconds {
                 argv.extend(["--max-seconds".into(), m.to_string()]);
             }

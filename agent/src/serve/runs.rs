@@ -29,6 +29,8 @@ pub struct Target {
     pub dialect: String,
     /// Name of the environment variable holding the API key (the key itself is read when a run starts).
     pub api_key_env: Option<String>,
+    /// PEM file of extra CA certificates to trust for an `https://` target (`replay --ca-cert`).
+    pub ca_cert: Option<String>,
     /// The built-in emulated engine.
     pub builtin: bool,
 }
@@ -42,6 +44,7 @@ impl Target {
             model: "sim".into(),
             dialect: "vllm".into(),
             api_key_env: None,
+            ca_cert: None,
             builtin: true,
         }
     }
