@@ -5,8 +5,13 @@
 // Loads scripts/bench_wasm's module (wasm-bindgen --target web) in a page served from 127.0.0.1 and runs
 // `simulate(json, full)` 31 times per file and mode in a dedicated Web Worker (as the page computes) and on the
 // main thread, printing the median and minimum of each.
+//   source scripts/env.sh; PAGE_BUILD=1 node tests/browser/measure_engine.mjs
+// times the engine as the page ships it instead: scripts/bench_wasm built with the page's profile (root
+// Cargo.toml's [profile.wasm-release]: opt-level "z", `shared` at 3, LTO, one codegen unit, panic abort) and
+// passed through wasm-opt with index.html's level and flags; WASM_OPT_PARAMS="..." replaces the flags (e.g.
+// `WASM_OPT_PARAMS=--converge`, the flags before the bundle work, to alternate old and new).
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -18,7 +23,26 @@ const files = process.argv.slice(2);
 if (!files.length) files.push(path.join(ROOT, 'examples/engine-sessions-10k.json'));
 
 const dir = mkdtempSync(path.join(tmpdir(), 'loadshape-engine-bench-'));
-execFileSync('wasm-bindgen', ['--target', 'web', '--no-typescript', '--out-dir', dir, wasm], { stdio: 'inherit' });
+if (process.env.PAGE_BUILD === '1') {
+  const crate = path.join(ROOT, 'scripts/bench_wasm');
+  const pageTarget = `${target}-page`;
+  copyFileSync(path.join(ROOT, 'Cargo.lock'), path.join(crate, 'Cargo.lock'));
+  const profile = ['opt-level="z"', 'lto=true', 'codegen-units=1', 'panic="abort"', 'debug=false',
+    'package.loadshape-shared.opt-level=3'].flatMap((p) => ['--config', `profile.release.${p}`]);
+  execFileSync('cargo', ['build', '--release', '--offline', '--target', 'wasm32-unknown-unknown', '-q', ...profile],
+    { cwd: crate, env: { ...process.env, CARGO_TARGET_DIR: pageTarget }, stdio: 'inherit' });
+  execFileSync('wasm-bindgen', ['--target', 'web', '--no-typescript', '--out-dir', dir,
+    path.join(pageTarget, 'wasm32-unknown-unknown/release/loadshape_wasm_bench.wasm')], { stdio: 'inherit' });
+  const html = readFileSync(path.join(ROOT, 'index.html'), 'utf8');
+  const level = html.match(/data-wasm-opt="([^"]+)"/)?.[1] ?? 'z';
+  const params = (process.env.WASM_OPT_PARAMS ?? html.match(/data-wasm-opt-params="([^"]*)"/)?.[1] ?? '')
+    .split(/\s+/).filter(Boolean);
+  const bg = path.join(dir, 'loadshape_wasm_bench_bg.wasm');
+  execFileSync('wasm-opt', [`-O${level}`, bg, '-o', bg, ...params], { stdio: 'inherit' });
+  console.log(`page build: wasm-opt -O${level} ${params.join(' ')}`);
+} else {
+  execFileSync('wasm-bindgen', ['--target', 'web', '--no-typescript', '--out-dir', dir, wasm], { stdio: 'inherit' });
+}
 // One runner for both places: `run(json)` returns the timings of both modes.
 writeFileSync(path.join(dir, 'runner.js'), `
 import init, { simulate } from './loadshape_wasm_bench.js';
