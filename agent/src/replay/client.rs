@@ -67,7 +67,7 @@ pub enum Endpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum HttpClient {
-    /// hyper (kept as a choice of its own so that a future default can differ).
+    /// The default: hyper.
     #[default]
     Auto,
     /// hyper's HTTP/1.1 connection API directly, one connection per stream (`http://`, and `https://` via rustls).
