@@ -114,7 +114,6 @@ impl Scenario {
         Ok(scenario)
     }
 
-    /// Check every field; the first bad one is reported.
     /// The service-level objectives goodput and attainment are scored against.
     pub fn slo(&self) -> crate::metrics::Slo {
         match self {
@@ -123,6 +122,7 @@ impl Scenario {
         }
     }
 
+    /// Check every field; the first bad one is reported.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         match self {
             Scenario::Seed(s) => s.validate(),

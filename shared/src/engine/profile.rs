@@ -152,7 +152,7 @@ impl EngineProfile {
         {
             return Err(f(
                 "prefill_tokens_per_ms",
-                format!("must be > 0 and finite (got {})", self.prefill_tokens_per_ms),
+                format!("must be > 0 and at most 1e9 (got {})", self.prefill_tokens_per_ms),
             ));
         }
         Ok(())

@@ -124,7 +124,7 @@ fn check_rate(rate: f64) -> Result<(), ScenarioError> {
     if !(rate.is_finite() && rate > 0.0 && rate <= 1e7) {
         return Err(ScenarioError::field(
             "rate_rps",
-            format!("must be > 0 and finite (got {rate})"),
+            format!("must be > 0 and at most 1e7 (got {rate})"),
         ));
     }
     Ok(())
