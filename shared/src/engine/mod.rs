@@ -50,7 +50,8 @@ pub struct EngineScenario {
     pub profile: EngineProfile,
     #[serde(default)]
     pub slo: Slo,
-    /// Seed of every random draw (arrivals, lengths, session shapes).
+    /// Seed of every random draw (arrivals, lengths, session shapes), except the `bursty` trace, which keeps the
+    /// seed's own `workload.seed`.
     #[serde(default)]
     pub seed: u64,
     /// Also run the counterfactuals (cache off; closed loop for open-loop workloads). Each costs one more run.

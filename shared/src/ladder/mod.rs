@@ -1,8 +1,9 @@
 //! Session ladders: a fixed list of session shapes `base:steps,base:steps,...` that live replay cycles through.
 //!
 //! A [`Ladder`] is a list of [`Rung`]s, one per session slot. Slot `i` starts from `base_tokens` of context and runs
-//! `steps` requests; step `k`'s prompt is `base + task + k·G`, where `G` (the growth) is the reply plus the tool
-//! output appended per step. Because the shapes are fixed, the prompt-length distribution is identical in every arm
+//! `steps` requests; step `k`'s prompt is `base + task + k·G` on average, where `G` (the growth) is the reply plus
+//! the tool output appended per step (each reply's length is drawn, `max(64, N(gen, gen/2))`; the statistics and the
+//! solver take one constant `G`, the mean; the seed measured 2,703). Because the shapes are fixed, the prompt-length distribution is identical in every arm
 //! of every run (the seed's `agent_replay.py` learned that a random draw per session cannot be tuned on 10 samples).
 //!
 //! - [`stats`]: exact statistics of the prompt distribution a ladder produces ([`stats::stats`]), under the
