@@ -6,7 +6,7 @@
 //! - **TTFT** (time to first token): submit → first content token ([`RequestRecord::ttft_s`]).
 //! - **TPOT** (time per output token, excluding the first): `(e2e − ttft) / (output_tokens − 1)`, only for requests
 //!   with at least two output tokens ([`RequestRecord::tpot_ms`]).
-//! - **ITL** (inter-token latency): gaps between successive streamed chunks, from each record's [`ItlSummary`].
+//! - **ITL** (inter-token latency): gaps between successive streamed chunks, from each record's [`ItlSummary`](crate::record::ItlSummary).
 //! - **E2EL** (end-to-end latency): submit → last byte ([`RequestRecord::wall_s`]).
 //! - **Queue**: submit → admission by the engine ([`RequestRecord::queue_s`], simulator only).
 //!

@@ -2,7 +2,7 @@
 //! `Lib/random.py`).
 //!
 //! - Seeding: MT19937 `init_by_array` over the little-endian 32-bit words of `abs(seed)` (`[0]` for 0).
-//!   The generator is [`Mt19937`] below, not `rand_mt::Mt` (kept as the reference it is tested against): session
+//!   The generator is `Mt19937` below, not `rand_mt::Mt` (kept as the reference it is tested against): session
 //!   plans seed a fresh generator per session and draw only a few dozen words from it, so seeding dominates.
 //!   Here `init_genrand(19650218)`, the fixed start of every `init_by_array`, is computed once per process, and
 //!   the twist is applied one word at a time as words are drawn instead of 624 at once (the same sequence:
@@ -289,7 +289,7 @@ impl PyRandom {
     }
 
     /// `[random.Random(n) for n in ns]`, seeded side by side where the keys have the same length (see
-    /// [`Mt19937::from_keys`]): the same generators as [`Self::from_u128`] one by one, faster.
+    /// `Mt19937::from_keys`): the same generators as [`Self::from_u128`] one by one, faster.
     pub fn from_u128s(ns: [u128; 4]) -> [Self; 4] {
         let keys = ns.map(key_words);
         let lens = keys.map(|(_, len)| len);

@@ -11,7 +11,7 @@
 //! Between events (an admission, a prefill chunk, a finish, an arrival, the KV cache filling up) every step is a
 //! pure-decode step of the same batch whose duration grows linearly with context, so `Engine::advance` executes
 //! such a stretch in closed form, not token by token. Decoders that nothing else depends on are advanced as a group
-//! ([`Lazy`]), so a stretch costs O(1) plus the requests that finish or need attention, not O(running).
+//! (`Lazy`), so a stretch costs O(1) plus the requests that finish or need attention, not O(running).
 
 use std::collections::VecDeque;
 

@@ -7,7 +7,7 @@
 //!   automatic prefix caching over chained block content with LRU eviction (`kv`). Step-able in real time
 //!   ([`Engine::submit`], [`Engine::step`], [`Engine::cancel`]) for the emulated server.
 //! - [`simulate`]: runs an [`EngineScenario`]'s workload through the engine in virtual time and returns per-request
-//!   [`RequestRecord`]s scored by [`metrics::summarize`], a [`TimelinePoint`] series and [`Diagnostics`].
+//!   [`RequestRecord`]s scored by [`crate::metrics::summarize`], a [`TimelinePoint`] series and [`Diagnostics`].
 //! - [`presets`]: engine profiles for the hardware rows of `PRESETS.md`, each with its basis.
 //!
 //! Cost: O(running) per event (an arrival, an admission or prefill chunk, a finish, the KV cache filling up), not

@@ -3,13 +3,14 @@
 //! A [`Ladder`] is a list of [`Rung`]s, one per session slot. Slot `i` starts from `base_tokens` of context and runs
 //! `steps` requests; step `k`'s prompt is `base + task + k·G` on average, where `G` (the growth) is the reply plus
 //! the tool output appended per step (each reply's length is drawn, `max(64, N(gen, gen/2))`; the statistics and the
-//! solver take one constant `G`, the mean; the seed measured 2,703). Because the shapes are fixed, the prompt-length distribution is identical in every arm
-//! of every run (the seed's `agent_replay.py` learned that a random draw per session cannot be tuned on 10 samples).
+//! solver take one constant `G`, the mean; the seed measured 2,703). Because the shapes are fixed, the prompt-length
+//! distribution is identical in every arm of every run (the seed's `agent_replay.py` learned that a random draw per
+//! session cannot be tuned on 10 samples).
 //!
-//! - [`stats`]: exact statistics of the prompt distribution a ladder produces ([`stats::stats`]), under the
+//! - [`stats`](mod@stats): exact statistics of the prompt distribution a ladder produces ([`stats::stats`]), under the
 //!   `respawn` and `single` weightings.
-//! - [`solve`]: a solver that finds a ladder for a target median, p90 and cached share ([`solve::solve`]).
-//! - [`fit`]: derive those targets from a production request log (JSONL or CSV) ([`fit::fit`]).
+//! - [`solve`](mod@solve): a solver that finds a ladder for a target median, p90 and cached share ([`solve::solve`]).
+//! - [`fit`]: derive those targets from a production request log (JSONL or CSV) ([`fit::fit_targets`]).
 //!
 //! The text form is what the seed's `--ladder` took, and it is also the serde form: a ladder serializes as the
 //! string `"3500:9,4000:9"`. Whitespace around entries is allowed, and empty entries (`"3500:9,"`) are skipped, as

@@ -3,7 +3,7 @@
 //! # Problem
 //! Choose `slots` rungs `(b_i, n_i)` with `b_i = min_base + j·base_step`, `min_steps ≤ n_i ≤ max_steps` and every
 //! prompt `b_i + T + k·G ≤ max_prompt_tokens`, so that (under the chosen [`Weighting`], definitions in
-//! [`super::stats`]) the weighted nearest-rank median and p90 are as close as possible to the targets, then the
+//! [`super::stats`](mod@super::stats)) the weighted nearest-rank median and p90 are as close as possible to the targets, then the
 //! cached share as close as possible to its target, then the margins as wide as possible.
 //!
 //! # Method
@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use super::stats::{LadderStats, Shape, StatsError, Weighting, stats};
 use super::{Ladder, LadderError, MAX_BASE_TOKENS, MAX_RUNGS, MAX_STEPS, Rung};
 
-/// Which cached share the target means (see [`super::stats`]).
+/// Which cached share the target means (see [`super::stats`](mod@super::stats)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CachedDefinition {
