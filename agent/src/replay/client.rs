@@ -406,7 +406,7 @@ impl Client {
     }
 
     /// The JSON body of one forced-length streaming request, as sent: the prepared constant parts around the
-    /// prompt's JSON string and the dialect's length fields. The same object as [`Client::body`] (tested).
+    /// prompt's JSON string and the dialect's length fields. The same object as the tests' reference `Client::body`.
     pub fn body_bytes(&self, prompt: &str, max_tokens: u32) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.body_head.len() + prompt.len() + prompt.len() / 16 + 160);
         out.extend_from_slice(&self.body_head);
