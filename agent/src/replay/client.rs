@@ -1318,6 +1318,12 @@ mod tests {
         assert_eq!(HttpClient::Auto.resolve(), HttpClient::Hyper);
         assert_eq!(HttpClient::Reqwest.resolve(), HttpClient::Reqwest);
         assert_eq!(HttpClient::Hyper.resolve(), HttpClient::Hyper);
+        // The test CA as an extra root, so https pools do not depend on the machine's own CA store.
+        let ca = crate::replay::tls::load_ca_certs(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/tls/ca.pem"
+        )))
+        .unwrap_or_else(|e| panic!("{e:#}"));
         let cfg = |url: &str, http_client| ClientConfig {
             base_url: url.into(),
             model: "m".into(),
@@ -1329,7 +1335,7 @@ mod tests {
             stall_timeout: None,
             http_client,
             rx_clock: RxClock::Kernel,
-            ca_certs: Vec::new(),
+            ca_certs: ca.clone(),
         };
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
         for url in [
