@@ -24,7 +24,7 @@
 //! over the same hyper connection; on the one thread that reads every stream that per-request work queues ahead of
 //! other streams' frames (docs/replay.md, "TTFT error at 256 streams"). reqwest stays as `--http-client reqwest`.
 //!
-//! **TLS.** For `https://` the stamped socket is wrapped in a rustls client stream ([`Io::Tls`]); the handshake is
+//! **TLS.** For `https://` the stamped socket is wrapped in a rustls client stream (`Io`); the handshake is
 //! part of opening a connection (so of the warm-up, or of the TTFT of a request that has to open one). Decrypted
 //! bytes come out of reads of the stamped socket, so a chunk's time is still that of the latest socket read, which
 //! brought the end of its TLS record or came later: never too early.
@@ -51,65 +51,8 @@ pub type Sender = SendRequest<Full<Bytes>>;
 /// The connection itself: socket I/O and the HTTP/1.1 state machine, driven by whoever holds the [`Conn`].
 type Driver = http1::Connection<TokioIo<Io>, Full<Bytes>>;
 
-/// A connection's byte stream: the stamped socket itself, or rustls over it.
-pub enum Io {
-    Plain(RxStream),
-    Tls(Box<tokio_rustls::client::TlsStream<RxStream>>),
-}
-
-impl tokio::io::AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Io {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-}
+/// A connection's byte stream: the stamped socket itself (`Left`), or rustls over it (`Right`).
+type Io = tokio_util::either::Either<RxStream, Box<tokio_rustls::client::TlsStream<RxStream>>>;
 
 /// What `https://` connections need: the rustls connector and the name the certificate must be valid for.
 struct TlsTarget {
@@ -367,10 +310,10 @@ impl H1Pool {
             .map_err(|e| format!("connecting to {}:{}: {e}", self.host, self.port))?;
         let _ = stream.set_nodelay(true);
         let (stream, rx) = RxStream::new(stream, self.rx_clock);
-        let io = match &self.tls {
-            None => Io::Plain(stream),
+        let io: Io = match &self.tls {
+            None => Io::Left(stream),
             Some(t) => {
-                Io::Tls(Box::new(t.connector.connect(t.name.clone(), stream).await.map_err(
+                Io::Right(Box::new(t.connector.connect(t.name.clone(), stream).await.map_err(
                     |e| format!("TLS handshake with {}:{}: {e}", self.host, self.port),
                 )?))
             }
