@@ -1318,12 +1318,7 @@ mod tests {
         assert_eq!(HttpClient::Auto.resolve(), HttpClient::Hyper);
         assert_eq!(HttpClient::Reqwest.resolve(), HttpClient::Reqwest);
         assert_eq!(HttpClient::Hyper.resolve(), HttpClient::Hyper);
-        // The test CA as an extra root, so https pools do not depend on the machine's own CA store.
-        let ca = crate::replay::tls::load_ca_certs(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/tls/ca.pem"
-        )))
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        let ca = crate::replay::tls::test_ca_certs();
         let cfg = |url: &str, http_client| ClientConfig {
             base_url: url.into(),
             model: "m".into(),

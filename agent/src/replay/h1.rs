@@ -441,13 +441,8 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.request(Bytes::new()).headers()[HOST], "host.example:81");
 
-        // https: port 443 by default, and the certificate must name the URL's host. (The test CA as an extra root,
-        // so this does not depend on the machine's own CA store.)
-        let ca = crate::replay::tls::load_ca_certs(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/tls/ca.pem"
-        )))
-        .unwrap_or_else(|e| panic!("{e:#}"));
+        // https: port 443 by default, and the certificate must name the URL's host.
+        let ca = crate::replay::tls::test_ca_certs();
         let p = H1Pool::new("https://gpu.example/v1/completions", None, RxClock::Kernel, &ca)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port, p.tls.is_some()), ("gpu.example", 443, true));

@@ -44,6 +44,14 @@ pub fn client_config(extra: &[CertificateDer<'static>]) -> Result<Arc<rustls::Cl
     Ok(Arc::new(config))
 }
 
+/// The test CA (agent/tests/fixtures/tls/ca.pem) as extra roots, so tests that build https pools do not depend on
+/// the machine's own CA store.
+#[cfg(test)]
+pub(crate) fn test_ca_certs() -> Vec<CertificateDer<'static>> {
+    load_ca_certs(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/ca.pem"))
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,8 +60,7 @@ mod tests {
     fn ca_cert_files_are_read_or_refused_by_name() {
         let dir = std::env::temp_dir().join(format!("loadshape-tls-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/ca.pem");
-        let certs = load_ca_certs(&fixture).unwrap_or_else(|e| panic!("{e:#}"));
+        let certs = test_ca_certs();
         assert_eq!(certs.len(), 1);
         assert!(client_config(&certs).is_ok());
 
