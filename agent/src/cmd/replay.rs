@@ -642,7 +642,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     let summary = metrics::summarize(&records, &slo);
     println!("{}", super::report::render(&records, &summary, &slo, server.as_ref()));
     let started = ctx.started.load(Ordering::Relaxed);
-    let (rx_clock, rx_kernel, rx_user) = ctx.client.rx_clock_used();
+    let checks = super::report::Checks::of(&records);
     let send_delay = ctx
         .client
         .send_delay_us()
@@ -650,7 +650,9 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
     let meta = json!({
         "url": a.url, "model": model, "dialect": dialect, "endpoint": a.endpoint, "seed": seed, "nonce": nonce,
         "http_client": ctx.client.http_client(), "connections_opened": ctx.client.connections_opened(),
-        "rx_clock": rx_clock, "rx_clock_requests": {"kernel": rx_kernel, "user": rx_user}, "send_delay_us": send_delay,
+        "rx_clock": checks.rx_clock(),
+        "rx_clock_requests": {"kernel": checks.rx_clock_kernel, "user": checks.rx_clock_user},
+        "send_delay_us": send_delay,
         "shape": shape, "wall_s": wall, "requests_started": started, "records_written": finished.written,
         "interrupted": interrupted.map(|s| s.0), "aborted": ctx.aborted.load(Ordering::Relaxed),
         "slo": slo, "summary": summary, "server": server,

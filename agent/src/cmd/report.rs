@@ -112,6 +112,16 @@ impl Checks {
         }
         c
     }
+
+    /// Which clock timed the records' first frames: `"kernel"` (every record with a content frame had its first one
+    /// stamped by the kernel), `"user"` (none had), or `"mixed"` (`summary.json`'s `rx_clock`).
+    pub fn rx_clock(&self) -> &'static str {
+        match (self.rx_clock_kernel, self.rx_clock_user) {
+            (k, 0) if k > 0 => "kernel",
+            (0, _) => "user",
+            _ => "mixed",
+        }
+    }
 }
 
 fn pct(x: Option<f64>) -> String {

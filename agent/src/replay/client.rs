@@ -177,8 +177,6 @@ pub struct Client {
     /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
     body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
-    /// Requests whose first content frame was timed by the kernel (`[0]`) and by the user-space clock (`[1]`).
-    first_frame_clocks: Arc<[AtomicU64; 2]>,
     /// Hyper path: `t_submit` → the return of the request's last `write`, µs, one per request that got a response
     /// head (the client-side part of TTFT that kernel receive stamps do not remove).
     send_delays_us: Arc<std::sync::Mutex<Vec<f32>>>,
@@ -321,7 +319,6 @@ impl Client {
             body_after_prompt,
             body_tail,
             cfg: Arc::new(cfg),
-            first_frame_clocks: Arc::default(),
             send_delays_us: Arc::default(),
         }
     }
@@ -337,19 +334,6 @@ impl Client {
         let n = d.len();
         let at = |q: f64| d[shared::metrics::nearest_rank_index(n, q)] as f64;
         Some((n, at(0.5), at(0.99), d[n - 1] as f64))
-    }
-
-    /// Which clock timed the requests' frames so far: `"kernel"` (every request with a content frame had its first
-    /// one stamped by the kernel), `"user"` (none had), `"mixed"`; with the counts (kernel, user).
-    pub fn rx_clock_used(&self) -> (&'static str, u64, u64) {
-        let kernel = self.first_frame_clocks[0].load(Ordering::Relaxed);
-        let user = self.first_frame_clocks[1].load(Ordering::Relaxed);
-        let name = match (kernel, user) {
-            (k, 0) if k > 0 => "kernel",
-            (0, _) => "user",
-            _ => "mixed",
-        };
-        (name, kernel, user)
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -477,9 +461,6 @@ impl Client {
             }
         };
         live.in_flight.fetch_sub(1, Ordering::Relaxed);
-        if outcome.ttft.is_some() {
-            self.first_frame_clocks[usize::from(!outcome.first_frame_kernel)].fetch_add(1, Ordering::Relaxed);
-        }
         if outcome.ok {
             live.completed.fetch_add(1, Ordering::Relaxed);
             live.gen_tokens.fetch_add(outcome.gen_tokens, Ordering::Relaxed);
