@@ -94,6 +94,13 @@ async fn metric(origin: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }
 
+/// A sidecar `replay` writes beside `--out`: `<out>.summary.json` or `<out>.server.json`.
+fn sidecar(out: &str, kind: &str) -> serde_json::Value {
+    let path = format!("{out}.{kind}.json");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 fn records(path: &Path) -> Vec<RequestRecord> {
     let (recs, bad) = read_records(path).unwrap_or_else(|e| panic!("{e:#}"));
     assert!(bad.is_empty(), "malformed lines: {bad:?}");
@@ -193,14 +200,10 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
         recs.len()
     );
     // Sidecars beside --out.
-    let server: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{out_s}.server.json")).unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let server = sidecar(&out_s, "server");
     assert_eq!(server["report"]["family"], "vllm");
     assert!(server["snapshots"].as_array().map_or(0, Vec::len) >= 2);
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let meta = sidecar(&out_s, "summary");
     assert_eq!(meta["http_client"], hc);
     if hc == "hyper" {
         // One connection per session slot, opened before the first request and reused after each [DONE].
@@ -467,9 +470,9 @@ async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
         "--spread",
         "0",
         "--base",
-        "2000",
+        "4000",
         "--gen",
-        "32",
+        "64",
         "--tool",
         "20",
         "--think",
@@ -490,7 +493,7 @@ async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
     let recs = records(&out);
     assert_eq!(recs.len(), 6);
-    // (The seed's shapes clamp each step's output to at least 64 tokens.)
+    // (Each step's output length is drawn around --gen, at least 64 tokens; forced, so all of it arrives.)
     assert!(
         recs.iter()
             .all(|r| r.ok && r.gen_tokens == r.asked_tokens && r.gen_tokens >= 64),
@@ -503,13 +506,9 @@ async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
         FrameClock::User
     };
     assert!(recs.iter().all(|r| r.rx_clock == Some(clock)), "{recs:?}");
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let meta = sidecar(&out_s, "summary");
     assert_eq!(meta["http_client"], hc, "{meta}");
-    let server: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{out_s}.server.json")).unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let server = sidecar(&out_s, "server");
     assert_eq!(server["report"]["family"], "vllm", "{server}");
 
     // Without it the certificate is refused: nothing is measured (exit 2), and each record says why.
@@ -622,9 +621,7 @@ async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static s
             .any(|r| r.error.as_deref().is_some_and(|e| e.starts_with("cut:"))),
         "in-flight requests were cut and recorded"
     );
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let meta = sidecar(&out_s, "summary");
     assert_eq!(meta["requests_started"], meta["records_written"]);
     assert_eq!(meta["interrupted"], "SIGTERM");
 }
@@ -795,9 +792,7 @@ async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
         // (The engine may hand out several tokens at once, so the drop can come before the first frame.)
         assert!(r.sse_frames <= 5, "{r:?}");
     }
-    let meta: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(format!("{out_s}.summary.json")).unwrap_or_else(|e| panic!("{e}")))
-            .unwrap_or_else(|e| panic!("{e}"));
+    let meta = sidecar(&out_s, "summary");
     assert_eq!(meta["http_client"], hc);
     if hc == "hyper" {
         // 2 warmed connections, each lost with its request: one per request in the end.
