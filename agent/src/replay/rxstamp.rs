@@ -70,35 +70,47 @@ pub struct RxStamp {
     written: AtomicU64,
 }
 
+/// `at` as nanoseconds after [`origin`], plus one (0 stands for "none yet").
+fn ns_after_origin(at: Instant) -> u64 {
+    at.saturating_duration_since(origin()).as_nanos() as u64 + 1
+}
+
+/// The inverse of [`ns_after_origin`]; `None` for 0.
+fn instant_of(ns: u64) -> Option<Instant> {
+    (ns != 0).then(|| origin() + Duration::from_nanos(ns - 1))
+}
+
 impl RxStamp {
     pub fn set(&self, at: Instant, kernel: bool) {
-        let ns = at.saturating_duration_since(origin()).as_nanos() as u64;
         self.packed
-            .store(((ns + 1) << 1) | u64::from(kernel), Ordering::Relaxed);
+            .store((ns_after_origin(at) << 1) | u64::from(kernel), Ordering::Relaxed);
     }
 
     /// When the latest write returned (`Instant::now()` right after it).
     pub fn written(&self) -> Option<Instant> {
-        let w = self.written.load(Ordering::Relaxed);
-        (w != 0).then(|| origin() + Duration::from_nanos(w - 1))
+        instant_of(self.written.load(Ordering::Relaxed))
     }
 
-    fn set_written(&self, at: Instant) {
-        let ns = at.saturating_duration_since(origin()).as_nanos() as u64;
-        self.written.store(ns + 1, Ordering::Relaxed);
+    /// After a write: when it took bytes, note that it returned now.
+    fn note_write(&self, r: &Poll<io::Result<usize>>) {
+        if let Poll::Ready(Ok(n)) = r
+            && *n > 0
+        {
+            self.written.store(ns_after_origin(Instant::now()), Ordering::Relaxed);
+        }
     }
 
     /// The latest read's arrival time and whether the kernel stamped it; `None` before any stamped read.
     pub fn latest(&self) -> Option<(Instant, bool)> {
         let p = self.packed.load(Ordering::Relaxed);
-        (p != 0).then(|| (origin() + Duration::from_nanos((p >> 1) - 1), p & 1 == 1))
+        instant_of(p >> 1).map(|at| (at, p & 1 == 1))
     }
 }
 
 /// The kernel's receive time (`kernel`, wall-clock time since the Unix epoch) on the [`Instant`] timeline, given
-/// both clocks read at once right after the read ([`clock_pair`]): `now − (real_now − kernel)`, the age clamped to `[0, MAX_AGE]`
-/// (a stamp "in the future" — the wall clock stepped back — is taken as now). Robust to the offset between the two
-/// clocks, which is never needed.
+/// both clocks read at once right after the read ([`clock_pair`]): `now − (real_now − kernel)`, the age clamped to
+/// `[0, MAX_AGE]` (a stamp "in the future" — the wall clock stepped back — is taken as now). Robust to the offset
+/// between the two clocks, which is never needed.
 pub fn kernel_arrival(kernel: Duration, now: Instant, real_now: SystemTime) -> Instant {
     let age = real_now
         .duration_since(SystemTime::UNIX_EPOCH + kernel)
@@ -224,11 +236,7 @@ impl AsyncWrite for RxStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.tcp).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = r
-            && n > 0
-        {
-            this.stamp.set_written(Instant::now());
-        }
+        this.stamp.note_write(&r);
         r
     }
 
@@ -239,11 +247,7 @@ impl AsyncWrite for RxStream {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = r
-            && n > 0
-        {
-            this.stamp.set_written(Instant::now());
-        }
+        this.stamp.note_write(&r);
         r
     }
 
