@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: the Python seed (scenario_sim.py) and `loadshape simulate` on the same 100k-request
-# scenario (examples/seed-100k.json). Checks that both print equal summaries, then prints the median of RUNS runs of
-# each (whole process, wall clock and CPU time) and the ratio; then the compute-only times (Python: trace +
+# scenario (examples/seed-100k.json). Checks that both print equal summaries; the two commands alternate run by run
+# and each pair gives a ratio (median and range printed), beside the medians of RUNS runs of each (whole process,
+# wall clock and CPU time); then the compute-only times (Python: trace +
 # evaluate inside the interpreter; Rust: `cargo bench --bench seed_model`).
 #
 #   scripts/bench_seed.sh [SCENARIO]
@@ -45,21 +46,29 @@ def cpu_of_children():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
-results = {}
-for name, cmd in commands.items():
-    outs, walls, computes = [], [], []
-    cpu_before = cpu_of_children()
-    for _ in range(runs):
+# The two commands alternate run by run (python, loadshape, python, ...) so a change in the machine's load hits
+# both alike; each pair gives one ratio, and the ratios' median and range are reported (not a ratio of medians).
+runs_of = {name: {"outs": [], "walls": [], "computes": [], "cpu": 0.0} for name in commands}
+pairs = []
+for _ in range(runs):
+    pair = {}
+    for name, cmd in commands.items():
+        r = runs_of[name]
+        cpu_before = cpu_of_children()
         out, wall, compute = timed(cmd)
-        outs.append(out); walls.append(wall)
+        r["cpu"] += cpu_of_children() - cpu_before
+        r["outs"].append(out); r["walls"].append(wall)
         if compute is not None:
-            computes.append(compute)
-    # CPU time is accounted in scheduler ticks: the mean over all runs is steadier than any one run.
-    cpu = (cpu_of_children() - cpu_before) / runs
-    if any(o != outs[0] for o in outs):
+            r["computes"].append(compute)
+        pair[name] = wall
+    pairs.append(pair["python seed"] / pair["loadshape  "])
+results = {}
+for name, r in runs_of.items():
+    if any(o != r["outs"][0] for o in r["outs"]):
         sys.exit(f"{name}: output differs between runs")
-    results[name] = (outs[0], statistics.median(walls), min(walls), cpu,
-                     statistics.median(computes) if computes else None)
+    # CPU time is accounted in scheduler ticks: the mean over all runs is steadier than any one run.
+    results[name] = (r["outs"][0], statistics.median(r["walls"]), min(r["walls"]), r["cpu"] / runs,
+                     statistics.median(r["computes"]) if r["computes"] else None)
 
 (py_out, py_wall, py_min, py_cpu, py_compute) = results["python seed"]
 (rs_out, rs_wall, rs_min, rs_cpu, _) = results["loadshape  "]
@@ -73,7 +82,9 @@ print(f"scenario: {scenario} ({py_out['total_requests']} requests); outputs equa
 print(f"whole process, {runs} runs:  wall median   wall min   cpu mean")
 print(f"  python seed           {py_wall*1e3:9.1f} ms {py_min*1e3:8.1f} ms {py_cpu*1e3:8.1f} ms")
 print(f"  loadshape simulate    {rs_wall*1e3:9.1f} ms {rs_min*1e3:8.1f} ms {rs_cpu*1e3:8.1f} ms")
-print(f"  ratio python/loadshape {py_wall/rs_wall:8.1f}x  {py_min/rs_min:8.1f}x  {py_cpu/max(rs_cpu, 1e-4):8.1f}x")
+print(f"  ratio of medians      {py_wall/rs_wall:8.1f}x  {py_min/rs_min:8.1f}x  {py_cpu/max(rs_cpu, 1e-4):8.1f}x")
+print(f"  ratio pair by pair (python/loadshape, wall): median {statistics.median(pairs):.1f}x, "
+      f"range {min(pairs):.1f}x to {max(pairs):.1f}x over {runs} alternated pairs")
 if py_compute is not None:
     print(f"python compute only (trace + evaluate, wall): median {py_compute*1e3:.1f} ms")
 PY
