@@ -127,12 +127,40 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     println!("  open http://{shown}/#token={token}");
     println!("  runs stored in {}", runs.store.dir().display());
-    axum::serve(listener, app(state, &args.dist))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    runs.stop_all();
+    let mut server = std::pin::pin!(axum::serve(listener, app(state, &args.dist)).into_future());
+    let signal = tokio::select! {
+        r = &mut server => return r.map(|()| ExitCode::SUCCESS).context("serving"),
+        s = shutdown_signal() => s,
+    };
+    // Stop the live runs and let them finish (records flushed, summary and run.json written) before exiting,
+    // still serving so viewers see the runs end; a second signal or the grace period ends the wait.
+    eprintln!(
+        "{signal}: stopping {} live run(s) (up to {} s; again to exit now)",
+        runs.active_count(),
+        SHUTDOWN_GRACE.as_secs()
+    );
+    let finished = async {
+        // Stop again on each turn: a page may start a run while the others finish.
+        while {
+            runs.stop_all();
+            runs.active_count() > 0
+        } {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = finished => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            eprintln!("{} live run(s) still running after {} s; exiting (they will read `interrupted`)", runs.active_count(), SHUTDOWN_GRACE.as_secs());
+        }
+        s = shutdown_signal() => eprintln!("second {s}: exiting now"),
+        r = &mut server => r.context("serving")?,
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long `serve` waits, after SIGTERM or SIGINT, for live runs to stop and write their summaries.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE]`.
 pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
@@ -250,16 +278,21 @@ pub fn random_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            s.recv().await;
+/// The next SIGINT or SIGTERM, by name. A handler that cannot be installed never fires (the other still does).
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let wait = |kind: SignalKind| async move {
+        match signal(kind) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
         }
     };
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tokio::select! {
+        () = wait(SignalKind::interrupt()) => "SIGINT",
+        () = wait(SignalKind::terminate()) => "SIGTERM",
+    }
 }
 
 #[cfg(test)]
