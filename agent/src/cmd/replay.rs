@@ -211,7 +211,7 @@ pub fn session_workload(a: &Args, warn: &dyn Fn(&str)) -> anyhow::Result<Session
         ladder,
         respawn: a.respawn,
         stagger_s: a.stagger,
-        duration_s: a.max_seconds.unwrap_or(900.0),
+        duration_s: a.max_seconds.unwrap_or(defaults::MAX_SECONDS),
         drain: a.drain,
         drain_grace_s: a.drain_grace,
         ..SessionWorkload::default()
@@ -291,7 +291,6 @@ impl Args {
         s.http_client = a.http_client;
         s.rx_clock = a.rx_clock;
         s.drain = a.drain;
-        check_nonneg("drain-grace", a.drain_grace)?;
         s.drain_grace = seconds("--drain-grace", a.drain_grace)?;
         s.max_fail_streak = a.max_fail_streak;
         match a.metrics_url.as_deref() {
@@ -380,5 +379,93 @@ impl Signals {
             _ = self.int.recv() => Interrupt { name: "SIGINT", exit_code: 130 },
             _ = self.term.recv() => Interrupt { name: "SIGTERM", exit_code: 143 },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn settings_of(flags: &[&str]) -> anyhow::Result<ReplaySettings> {
+        let argv = [
+            "loadshape",
+            "replay",
+            "--url",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            "/tmp/run.jsonl",
+        ];
+        let cli = crate::Cli::try_parse_from(argv.iter().chain(flags)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let crate::Command::Replay(a) = cli.command else {
+            anyhow::bail!("not a replay command line");
+        };
+        a.settings(&|_: &str| {})
+    }
+
+    #[test]
+    fn flags_resolve_to_settings_with_the_library_defaults() {
+        let s = settings_of(&[]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(matches!(&s.traffic, Traffic::Sessions(w) if w.sessions == 6 && w.steps == 12 && w.tool_tokens == 900));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(900)));
+        assert_eq!(s.timeout, Duration::from_secs_f64(defaults::TIMEOUT_S));
+        assert_eq!(
+            s.stall_timeout,
+            Some(Duration::from_secs_f64(defaults::STALL_TIMEOUT_S))
+        );
+        assert_eq!(s.metrics_url.as_deref(), Some("http://127.0.0.1:9/metrics"));
+        assert_eq!((s.threads, s.progress, s.write_summary), (1, true, true));
+        assert_eq!(s.target.model, None);
+        assert_eq!(s.target.dialect, Dialect::Auto);
+
+        let s = settings_of(&[
+            "--metrics-url",
+            "none",
+            "--stall-timeout",
+            "0",
+            "--quiet",
+            "--nonce",
+            "5",
+            "--seed",
+            "7",
+            "--max-seconds",
+            "3",
+            "--ttft-slo-ms",
+            "800",
+            "--prod-ladder",
+        ])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((s.metrics_url, s.stall_timeout, s.progress), (None, None, false));
+        assert_eq!((s.nonce, s.seed, s.slo.ttft_ms), (5, 7, 800.0));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(3)));
+        assert!(matches!(&s.traffic, Traffic::Sessions(w) if w.ladder.is_some() && w.tool_tokens == 2020));
+    }
+
+    #[test]
+    fn a_scenario_file_resolves_to_its_planned_traffic() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/engine-10k.json");
+        let s =
+            settings_of(&["--scenario", path, "--max-seconds", "3", "--seed", "7"]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(matches!(&s.traffic, Traffic::Open(reqs) if reqs.len() == 10_000));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(3)));
+        assert_eq!(s.seed, 7);
+        assert_eq!(s.shape, format!("scenario {path} (poisson)"));
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let e = format!("{:#}", settings_of(&["--timeout", "0"]).unwrap_err());
+        assert!(e.contains("--timeout must be > 0 (got 0)"), "{e}");
+        let e = format!("{:#}", settings_of(&["--drain-grace=-1"]).unwrap_err());
+        assert!(e.contains("--drain-grace must be >= 0 (got -1)"), "{e}");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/engine-10k.json");
+        let e = format!(
+            "{:#}",
+            settings_of(&["--scenario", path, "--drain-grace=-1"]).unwrap_err()
+        );
+        assert!(e.contains("--drain-grace"), "{e}");
     }
 }
