@@ -5,5 +5,6 @@ pub mod link;
 pub mod replay;
 pub mod report;
 pub mod serve;
+pub mod signals;
 pub mod sim_server;
 pub mod simulate;

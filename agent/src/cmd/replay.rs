@@ -4,8 +4,8 @@
 //!
 //! Run with e.g. `loadshape replay --url http://127.0.0.1:8000/v1 --model m --out run.jsonl --prod-ladder --respawn
 //! --drain`. The session flags keep the names and meanings of the seed's `agent_replay.py`; see `docs/replay.md`.
-//! This module parses the flags into [`ReplaySettings`], turns SIGINT and SIGTERM into [`Interrupt`]s, calls
-//! [`replay::run`] and prints its outcome; the run itself lives in `crate::replay`.
+//! This module parses the flags into [`ReplaySettings`], turns SIGINT and SIGTERM into [`replay::Interrupt`]s, calls
+//! [`replay::run()`] and prints its outcome; the run itself lives in `crate::replay`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,12 +15,13 @@ use shared::ladder::{LADDER_PROD, Ladder};
 use shared::scenario::Scenario;
 use shared::workload::{SessionDist, SessionWorkload};
 
+use super::signals::Signals;
 use crate::replay::client::{Endpoint, HttpClient};
 use crate::replay::dialect::Dialect;
 use crate::replay::render::render;
 use crate::replay::rxstamp::RxClock;
 use crate::replay::settings::{self, defaults, seconds};
-use crate::replay::{self, Hooks, Interrupt, ReplaySettings, ScenarioOptions, TargetSettings, Traffic, Verdict};
+use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Traffic, Verdict};
 
 /// The tool-output size `LADDER_PROD` was solved for (G = 700 + 2,020 ≈ 2,703 tokens per step).
 pub const PROD_LADDER_TOOL_TOKENS: u32 = 2020;
@@ -357,29 +358,6 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
             None => ExitCode::SUCCESS,
         },
     })
-}
-
-/// SIGINT and SIGTERM as one stream of [`Interrupt`]s.
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-        })
-    }
-
-    async fn recv(&mut self) -> Interrupt {
-        tokio::select! {
-            _ = self.int.recv() => Interrupt { name: "SIGINT", exit_code: 130 },
-            _ = self.term.recv() => Interrupt { name: "SIGTERM", exit_code: 143 },
-        }
-    }
 }
 
 #[cfg(test)]

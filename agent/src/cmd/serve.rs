@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use shared::protocol::Limits;
 
+use super::signals::Signals;
 use crate::serve::driver::ReplayDriver;
 use crate::serve::store::RunStore;
 use crate::serve::{AppState, Runs, Target, allowed_hosts, app};
@@ -121,6 +122,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         local
     };
+    // Installed before the agent says where it listens: from then on a signal is a request to shut down.
+    let mut signals = Signals::new()?;
     println!(
         "loadshape {} serving the page and API",
         shared::version::LOADSHAPE_VERSION
@@ -130,14 +133,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut server = std::pin::pin!(axum::serve(listener, app(state, &args.dist)).into_future());
     let signal = tokio::select! {
         r = &mut server => return r.map(|()| ExitCode::SUCCESS).context("serving"),
-        s = shutdown_signal() => s,
+        s = signals.recv() => s.name,
     };
     // Stop the live runs and let them finish (records flushed, summary and run.json written) before exiting,
     // still serving so viewers see the runs end; a second signal or the grace period ends the wait.
+    let grace = SHUTDOWN_GRACE.as_secs();
     eprintln!(
-        "{signal}: stopping {} live run(s) (up to {} s; again to exit now)",
-        runs.active_count(),
-        SHUTDOWN_GRACE.as_secs()
+        "{signal}: stopping {} live run(s) (up to {grace} s; again to exit now)",
+        runs.active_count()
     );
     let finished = async {
         // Stop again on each turn: a page may start a run while the others finish.
@@ -151,9 +154,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     tokio::select! {
         () = finished => {}
         () = tokio::time::sleep(SHUTDOWN_GRACE) => {
-            eprintln!("{} live run(s) still running after {} s; exiting (they will read `interrupted`)", runs.active_count(), SHUTDOWN_GRACE.as_secs());
+            let left = runs.active_count();
+            eprintln!("{left} live run(s) still running after {grace} s; exiting (they will read `interrupted`)");
         }
-        s = shutdown_signal() => eprintln!("second {s}: exiting now"),
+        s = signals.recv() => eprintln!("second {}: exiting now", s.name),
         r = &mut server => r.context("serving")?,
     }
     Ok(ExitCode::SUCCESS)
@@ -276,23 +280,6 @@ pub fn random_token() -> String {
         }
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The next SIGINT or SIGTERM, by name. A handler that cannot be installed never fires (the other still does).
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let wait = |kind: SignalKind| async move {
-        match signal(kind) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        () = wait(SignalKind::interrupt()) => "SIGINT",
-        () = wait(SignalKind::terminate()) => "SIGTERM",
-    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
-//! Live replay as a library: [`run`] takes resolved [`ReplaySettings`] and [`Hooks`] and returns a
+//! Live replay as a library: [`run()`] takes resolved [`ReplaySettings`] and [`Hooks`] and returns a
 //! [`ReplayOutcome`]. `loadshape replay` (`cmd/replay.rs`) only parses flags into settings and prints the outcome;
 //! `loadshape serve` (`serve/driver.rs`) builds settings from a configured target and a scenario and calls the
-//! same [`run`].
+//! same [`run()`].
 //!
 //! - [`settings`]: [`ReplaySettings`] (target, request options, planned traffic, deadlines, outputs) and its
 //!   defaults, resolved from flags or from a scenario.

@@ -1,6 +1,6 @@
 //! [`ReplaySettings`]: everything one live run needs, resolved and checked before a request is sent, whoever asks
 //! for the run: `loadshape replay` resolves it from its flags (`cmd/replay.rs`), `loadshape serve` from a configured
-//! target and a submitted scenario (`serve/driver.rs`). [`crate::replay::run`] takes it as it is.
+//! target and a submitted scenario (`serve/driver.rs`). [`crate::replay::run()`] takes it as it is.
 //!
 //! The traffic is planned here: a scenario's workload becomes the same requests or sessions the simulator draws
 //! (`shared::workload`), with its seed, SLO and duration. Only what needs the server (the model when none is given,

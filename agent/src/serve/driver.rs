@@ -1,4 +1,4 @@
-//! The production [`Driver`]: a live run is [`replay::run`] called in-process with [`ReplaySettings`] resolved
+//! The production [`Driver`]: a live run is [`replay::run()`] called in-process with [`ReplaySettings`] resolved
 //! from the chosen target and the submitted scenario (no command line is built or parsed). The replay writes the
 //! run's `records.jsonl` itself, hands each record to the run's viewers, and logs its notes through `tracing`
 //! (nothing on stdout). The run's one summary is the store's `summary.json`, from `shared::metrics::summarize`,
