@@ -1,4 +1,5 @@
-//! One module per subcommand: each has a clap `Args` and a `run` that returns the process exit code.
+//! One module per subcommand: each has a clap `Args` and a `run` that returns the process exit code. `signals` is
+//! the SIGINT/SIGTERM stream `replay` and `serve` share.
 
 pub mod ladder;
 pub mod link;

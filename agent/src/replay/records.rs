@@ -263,14 +263,10 @@ pub fn parse_records(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRe
         if reader.read_until(b'\n', &mut buf)? == 0 {
             break;
         }
-        let ended = buf.last() == Some(&b'\n');
-        let mut line = buf.as_slice();
-        if ended {
-            line = &line[..line.len() - 1];
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
-            }
-        }
+        let (line, ended) = match buf.strip_suffix(b"\n") {
+            Some(l) => (l.strip_suffix(b"\r").unwrap_or(l), true),
+            None => (buf.as_slice(), false),
+        };
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
