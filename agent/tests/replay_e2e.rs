@@ -128,6 +128,16 @@ async fn replay(hc: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `loadshape report ARGS`, run to its end.
+async fn report(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("report")
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 fn fast() -> Config {
     Config {
         speed: 20.0,
@@ -230,11 +240,7 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
         assert!(meta["send_delay_us"].is_null(), "{meta}");
     }
     // `report` reads the same file and scores it with the same module.
-    let rep = Command::new(BIN)
-        .args(["report", &out_s, "--json"])
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rep = report(&[&out_s, "--json"]).await;
     assert!(rep.status.success());
     let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["summary"]["completed"], 9);
@@ -665,15 +671,32 @@ async fn report_names_malformed_lines(hc: &'static str) {
     let mut text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}"));
     text.push_str("{\"schema\": 1, \"truncated\n");
     std::fs::write(&out, text).unwrap_or_else(|e| panic!("{e}"));
-    let rep = Command::new(BIN)
-        .args(["report", &out_s])
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let rep = report(&[&out_s]).await;
     assert!(rep.status.success());
     let err = String::from_utf8_lossy(&rep.stderr);
     assert!(err.contains("bad.jsonl:3: malformed record"), "{err}");
     assert!(String::from_utf8_lossy(&rep.stdout).contains("Successful requests:                        2"));
+
+    // A last line cut inside a multi-byte character (`printf '{"error":"caf\xc3' >> bad.jsonl`) costs that line
+    // only, and is named as torn. Before, the whole file failed: "stream did not contain valid UTF-8".
+    let mut bytes = std::fs::read(&out).unwrap_or_else(|e| panic!("{e}"));
+    bytes.extend_from_slice(b"{\"error\":\"caf\xc3");
+    std::fs::write(&out, bytes).unwrap_or_else(|e| panic!("{e}"));
+    let rep = report(&[&out_s]).await;
+    let err = String::from_utf8_lossy(&rep.stderr);
+    assert!(rep.status.success(), "{err}");
+    assert!(err.contains("bad.jsonl:3: malformed record"), "{err}");
+    assert!(err.contains("bad.jsonl:4: skipped a torn last line"), "{err}");
+    assert!(
+        err.contains("skipped 2 line(s) (1 malformed, 1 torn last line)"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&rep.stdout).contains("Successful requests:                        2"));
+    let rep = report(&[&out_s, "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["records"], 2);
+    assert_eq!(v["malformed_lines"], serde_json::json!([3, 4]));
+    assert_eq!(v["torn_last_line"], 4);
 }
 
 fn engine_scenario(workload: serde_json::Value) -> String {

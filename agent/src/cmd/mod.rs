@@ -1,9 +1,11 @@
-//! One module per subcommand: each has a clap `Args` and a `run` that returns the process exit code.
+//! One module per subcommand: each has a clap `Args` and a `run` that returns the process exit code. `signals` is
+//! the SIGINT/SIGTERM stream `replay` and `serve` share.
 
 pub mod ladder;
 pub mod link;
 pub mod replay;
 pub mod report;
 pub mod serve;
+pub mod signals;
 pub mod sim_server;
 pub mod simulate;

@@ -4,27 +4,24 @@
 //!
 //! Run with e.g. `loadshape replay --url http://127.0.0.1:8000/v1 --model m --out run.jsonl --prod-ladder --respawn
 //! --drain`. The session flags keep the names and meanings of the seed's `agent_replay.py`; see `docs/replay.md`.
+//! This module parses the flags into [`ReplaySettings`], turns SIGINT and SIGTERM into [`replay::Interrupt`]s, calls
+//! [`replay::run()`] and prints its outcome; the run itself lives in `crate::replay`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use serde_json::json;
 use shared::ladder::{LADDER_PROD, Ladder};
-use shared::metrics::{self, Slo};
 use shared::scenario::Scenario;
-use shared::workload::{RequestStream, SessionDist, SessionWorkload, Workload};
+use shared::workload::{SessionDist, SessionWorkload};
 
-use crate::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters};
+use super::signals::Signals;
+use crate::replay::client::{Endpoint, HttpClient};
 use crate::replay::dialect::Dialect;
-use crate::replay::progress::Progress;
-use crate::replay::prom::{Scraper, ServerReport};
-use crate::replay::records::RecordSink;
-use crate::replay::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
+use crate::replay::render::render;
 use crate::replay::rxstamp::RxClock;
+use crate::replay::settings::{self, defaults, seconds};
+use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Traffic, Verdict};
 
 /// The tool-output size `LADDER_PROD` was solved for (G = 700 + 2,020 ≈ 2,703 tokens per step).
 pub const PROD_LADDER_TOOL_TOKENS: u32 = 2020;
@@ -80,13 +77,13 @@ pub struct Args {
     #[arg(long)]
     pub prod_ladder: bool,
     /// Consecutive no-progress sessions on one slot before the whole run aborts (exit 2).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults::MAX_FAIL_STREAK)]
     pub max_fail_streak: u32,
     /// At --max-seconds, stop STARTING sessions and let in-flight ones finish.
     #[arg(long)]
     pub drain: bool,
     /// Hard cap on the drain (and on waiting for in-flight requests without --drain), seconds.
-    #[arg(long, default_value_t = 420.0)]
+    #[arg(long, default_value_t = defaults::DRAIN_GRACE_S)]
     pub drain_grace: f64,
     /// Restart a session slot when it finishes.
     #[arg(long)]
@@ -95,13 +92,13 @@ pub struct Args {
     #[arg(long, default_value_t = 4.0)]
     pub stagger: f64,
     /// Sampling temperature.
-    #[arg(long, default_value_t = 0.6)]
+    #[arg(long, default_value_t = defaults::TEMPERATURE)]
     pub temp: f64,
     /// Per-request timeout, seconds.
-    #[arg(long, default_value_t = 1800.0)]
+    #[arg(long, default_value_t = defaults::TIMEOUT_S)]
     pub timeout: f64,
     /// Longest gap allowed between two frames of a stream (and before the first), seconds; 0 = no limit.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = defaults::STALL_TIMEOUT_S)]
     pub stall_timeout: f64,
     /// Structure seed: session shapes and filler word choice (default: the clock).
     #[arg(long)]
@@ -129,7 +126,7 @@ pub struct Args {
     #[arg(long)]
     pub metrics_url: Option<String>,
     /// Seconds between scrapes during the run.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = defaults::SCRAPE_INTERVAL_S)]
     pub scrape_interval: f64,
     /// TTFT target for goodput, ms (default: the scenario's, else 500).
     #[arg(long)]
@@ -139,7 +136,7 @@ pub struct Args {
     pub tpot_slo_ms: Option<f64>,
     /// Runtime threads that drive the streams: 1 = one thread (cheapest per token), N = a pool of N,
     /// 0 = the process's shared runtime.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults::THREADS)]
     pub threads: usize,
     /// HTTP client for the streams: hyper (HTTP/1.1 connection API, one connection per stream, kernel receive
     /// times; http:// and https://), reqwest (pooled, user-space times), or auto = hyper.
@@ -159,56 +156,6 @@ pub struct Args {
     /// Print a line per step, as the seed does.
     #[arg(long, short)]
     pub verbose: bool,
-    /// Set by an embedding program (`loadshape serve`), never on the command line.
-    #[arg(skip)]
-    pub hooks: Hooks,
-}
-
-/// How a program that embeds a replay (`loadshape serve`) watches and stops it.
-#[derive(Clone, Default)]
-pub struct Hooks {
-    /// Called with each record right after its line is written.
-    pub on_record: Option<crate::replay::records::RecordObserver>,
-    /// Turning true acts like a first SIGINT: stop starting work, cut in-flight requests (records are kept).
-    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
-}
-
-impl std::fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooks")
-            .field("on_record", &self.on_record.is_some())
-            .field("stop", &self.stop)
-            .finish()
-    }
-}
-
-/// Waits until `stop` turns true; never resolves without a receiver (or after its sender is gone).
-async fn stop_requested(stop: &mut Option<tokio::sync::watch::Receiver<bool>>) {
-    match stop {
-        Some(rx) => {
-            if rx.wait_for(|v| *v).await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
-/// What the run sends, resolved from flags or a scenario.
-enum Traffic {
-    Sessions(SessionRun),
-    Open(Vec<PlannedRequest>),
-    Closed {
-        requests: Vec<PlannedRequest>,
-        users: u32,
-        think_s: f64,
-    },
-}
-
-fn now_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn check_positive(name: &str, v: f64) -> anyhow::Result<()> {
@@ -265,7 +212,7 @@ pub fn session_workload(a: &Args, warn: &dyn Fn(&str)) -> anyhow::Result<Session
         ladder,
         respawn: a.respawn,
         stagger_s: a.stagger,
-        duration_s: a.max_seconds.unwrap_or(900.0),
+        duration_s: a.max_seconds.unwrap_or(defaults::MAX_SECONDS),
         drain: a.drain,
         drain_grace_s: a.drain_grace,
         ..SessionWorkload::default()
@@ -274,459 +221,229 @@ pub fn session_workload(a: &Args, warn: &dyn Fn(&str)) -> anyhow::Result<Session
     Ok(w)
 }
 
-/// Requests of an open-loop or closed-loop workload.
-fn planned(w: &Workload, seed: u64) -> Vec<PlannedRequest> {
-    let conv = |g: shared::workload::GenRequest| PlannedRequest {
-        arrival_ms: g.arrival_ms,
-        shared_prefix_tokens: g.shared_prefix_tokens,
-        unique_prompt_tokens: g.unique_prompt_tokens,
-        output_tokens: g.output_tokens,
-    };
-    match w {
-        Workload::Bursty(b) => shared::seed_model::build_agent_trace(b)
-            .into_iter()
-            .map(|t| PlannedRequest {
-                arrival_ms: t.arrival_ms,
-                shared_prefix_tokens: t.shared_prefix_tokens,
-                unique_prompt_tokens: t.unique_prompt_tokens,
-                output_tokens: t.output_tokens,
-            })
-            .collect(),
-        Workload::Poisson(p) => RequestStream::poisson(p, seed).map(conv).collect(),
-        Workload::Gamma(g) => RequestStream::gamma(g, seed).map(conv).collect(),
-        Workload::ClosedLoop(c) => RequestStream::closed(c, seed).map(conv).collect(),
-        Workload::Sessions(_) => Vec::new(),
+impl Args {
+    /// The run these flags describe, resolved and checked (nothing is sent yet). `warn` hears notes about
+    /// flags that are accepted but odd.
+    pub fn settings(&self, warn: &dyn Fn(&str)) -> anyhow::Result<ReplaySettings> {
+        let a = self;
+        check_positive("timeout", a.timeout)?;
+        check_nonneg("stall-timeout", a.stall_timeout)?;
+        check_positive("scrape-interval", a.scrape_interval)?;
+        if let Some(m) = a.max_seconds {
+            check_positive("max-seconds", m)?;
+        }
+        let ca_certs = match &a.ca_cert {
+            Some(path) => crate::replay::tls::load_ca_certs(path)?,
+            None => Vec::new(),
+        };
+        let target = TargetSettings {
+            url: a.url.clone(),
+            model: a.model.clone(),
+            dialect: a.dialect,
+            api_key: a.api_key.clone(),
+            ca_certs,
+        };
+        let mut s = match &a.scenario {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading the scenario {}", path.display()))?;
+                let scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let opts = ScenarioOptions {
+                    seed: a.seed,
+                    max_seconds: a.max_seconds,
+                };
+                ReplaySettings::for_scenario(target, a.out.clone(), &scenario, &path.display().to_string(), opts)?
+            }
+            None => {
+                let w = session_workload(a, warn)?;
+                let seed = a.seed.unwrap_or_else(settings::clock_seed);
+                let shape = match &w.ladder {
+                    Some(l) => format!("ladder {l}"),
+                    None => format!(
+                        "{} sessions x {} steps, base {}, {:?} spread {}",
+                        w.sessions, w.steps, w.base_tokens, w.dist, w.spread
+                    ),
+                };
+                let shape = format!(
+                    "{shape}, gen ~{}, tool {}, think ~{}s, stagger {}s",
+                    w.gen_tokens, w.tool_tokens, w.think_s, w.stagger_s
+                );
+                let max_s = seconds("--max-seconds", a.max_seconds.unwrap_or(defaults::MAX_SECONDS))?;
+                ReplaySettings::new(target, a.out.clone(), Traffic::Sessions(w), shape, seed, Some(max_s))?
+            }
+        };
+        if let Some(t) = a.ttft_slo_ms {
+            s.slo.ttft_ms = t;
+        }
+        if let Some(t) = a.tpot_slo_ms {
+            s.slo.tpot_ms = t;
+        }
+        s.slo.validate().map_err(|e| anyhow::anyhow!("SLO: {e}"))?;
+        if let Some(n) = a.nonce {
+            s.nonce = n;
+        }
+        s.append = a.append;
+        s.endpoint = a.endpoint;
+        s.temperature = a.temp;
+        s.timeout = seconds("--timeout", a.timeout)?;
+        s.stall_timeout = (a.stall_timeout > 0.0)
+            .then(|| seconds("--stall-timeout", a.stall_timeout))
+            .transpose()?;
+        s.http_client = a.http_client;
+        s.rx_clock = a.rx_clock;
+        s.drain = a.drain;
+        s.drain_grace = seconds("--drain-grace", a.drain_grace)?;
+        s.max_fail_streak = a.max_fail_streak;
+        match a.metrics_url.as_deref() {
+            Some("none") => s.metrics_url = None,
+            Some(u) => s.metrics_url = Some(u.to_string()),
+            None => {}
+        }
+        s.scrape_interval = seconds("--scrape-interval", a.scrape_interval)?;
+        s.threads = a.threads;
+        s.progress = !a.quiet;
+        s.verbose = a.verbose;
+        Ok(s)
     }
-}
-
-/// Traffic, seed, SLO and run length from a scenario file.
-fn from_scenario(path: &Path, a: &Args, nonce: u64) -> anyhow::Result<(Traffic, u64, Slo, f64, Workload)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading the scenario {}", path.display()))?;
-    let scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    #[allow(unreachable_patterns)]
-    let (workload, seed, slo, closed_seed) = match &scenario {
-        Scenario::Seed(s) => {
-            let shared::seed_model::SeedWorkload::Bursty(b) = &s.workload;
-            (Workload::Bursty(b.clone()), a.seed.unwrap_or(0), s.slo, s.closed_loop)
-        }
-        Scenario::Engine(e) => (e.workload.clone(), a.seed.unwrap_or(e.seed), e.slo, false),
-        _ => anyhow::bail!("{}: this scenario model cannot be replayed live", path.display()),
-    };
-    let traffic = match &workload {
-        Workload::Sessions(w) => {
-            let duration = a.max_seconds.map_or(w.duration_s, |m| m.min(w.duration_s));
-            Traffic::Sessions(SessionRun {
-                workload: w.clone(),
-                seed,
-                nonce,
-                max_fail_streak: a.max_fail_streak,
-                deadline: Instant::now() + Duration::from_secs_f64(duration),
-            })
-        }
-        Workload::ClosedLoop(c) => Traffic::Closed {
-            requests: planned(&workload, seed),
-            users: c.users,
-            think_s: c.think_s,
-        },
-        _ if closed_seed => Traffic::Closed {
-            requests: planned(&workload, seed),
-            users: 1,
-            think_s: 0.0,
-        },
-        _ => Traffic::Open(planned(&workload, seed)),
-    };
-    let max_s = match &workload {
-        Workload::Sessions(w) => w.duration_s,
-        _ => f64::INFINITY,
-    };
-    let max_s = a.max_seconds.map_or(max_s, |m| m.min(max_s));
-    Ok((traffic, seed, slo, max_s, workload))
 }
 
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
-    if a.threads == 0 {
-        return run_here(a).await;
-    }
-    // A runtime of our own on dedicated threads: with one thread (the default) every stream is polled on one
-    // core with no cross-thread wake-ups, the cheapest way to read many slow streams.
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let threads = a.threads;
-    std::thread::Builder::new()
-        .name("loadshape-replay".into())
-        .spawn(move || {
-            let rt = if threads == 1 {
-                tokio::runtime::Builder::new_current_thread().enable_all().build()
-            } else {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(threads)
-                    .enable_all()
-                    .build()
-            };
-            let result = match rt {
-                Ok(rt) => rt.block_on(run_here(a)),
-                Err(e) => Err(anyhow::anyhow!("building the replay runtime: {e}")),
-            };
-            let _ = tx.send(result);
-        })
-        .context("starting the replay thread")?;
-    rx.await.context("the replay thread ended without a result")?
-}
-
-async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
-    let warn = |m: &str| eprintln!("{m}");
-    check_positive("timeout", a.timeout)?;
-    check_nonneg("stall-timeout", a.stall_timeout)?;
-    check_positive("scrape-interval", a.scrape_interval)?;
-    if let Some(m) = a.max_seconds {
-        check_positive("max-seconds", m)?;
-    }
-    let nonce = a.nonce.unwrap_or_else(|| now_nanos() % 1_000_000_007);
-    let ca_certs = match &a.ca_cert {
-        Some(path) => crate::replay::tls::load_ca_certs(path)?,
-        None => Vec::new(),
-    };
-    let http = client::http_client(&ca_certs)?;
-    let origin_url = client::origin_of(&a.url)?;
-
-    // Model and dialect: ask the server when not told.
-    let model = match &a.model {
-        Some(m) => m.clone(),
-        None => first_model(&http, &a.url, a.api_key.as_deref())
-            .await
-            .context("--model not given and /v1/models did not name one")?,
-    };
-    let (dialect, why) = match a.dialect {
-        Dialect::Auto => client::detect_dialect(&http, &a.url, a.api_key.as_deref()).await?,
-        d => (d, "--dialect".to_string()),
-    };
-
-    let run_origin = Instant::now();
-    let (traffic, seed, mut slo, max_seconds, shape) = match &a.scenario {
-        Some(path) => {
-            let (t, seed, slo, max_s, w) = from_scenario(path, &a, nonce)?;
-            (
-                t,
-                seed,
-                slo,
-                max_s,
-                format!("scenario {} ({})", path.display(), w.kind()),
-            )
+    let settings = a.settings(&|m: &str| eprintln!("{m}"))?;
+    let signals = Signals::new()?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let forward = tokio::spawn(async move {
+        let mut signals = signals;
+        loop {
+            let sig = signals.recv().await;
+            if tx.send(sig).is_err() {
+                return;
+            }
         }
-        None => {
-            let w = session_workload(&a, &warn)?;
-            let seed = a.seed.unwrap_or_else(|| now_nanos() / 1_000_000_000);
-            let shape = match &w.ladder {
-                Some(l) => format!("ladder {l}"),
-                None => format!(
-                    "{} sessions x {} steps, base {}, {:?} spread {}",
-                    w.sessions, w.steps, w.base_tokens, w.dist, w.spread
-                ),
-            };
-            let shape = format!(
-                "{shape}, gen ~{}, tool {}, think ~{}s, stagger {}s",
-                w.gen_tokens, w.tool_tokens, w.think_s, w.stagger_s
-            );
-            let max_s = a.max_seconds.unwrap_or(900.0);
-            let run = SessionRun {
-                deadline: run_origin + Duration::from_secs_f64(max_s),
-                workload: w,
-                seed,
-                nonce,
-                max_fail_streak: a.max_fail_streak,
-            };
-            (Traffic::Sessions(run), seed, Slo::default(), max_s, shape)
-        }
+    });
+    let hooks = Hooks {
+        interrupts: Some(rx),
+        ..Hooks::default()
     };
-    if let Some(t) = a.ttft_slo_ms {
-        slo.ttft_ms = t;
-    }
-    if let Some(t) = a.tpot_slo_ms {
-        slo.tpot_ms = t;
-    }
-    slo.validate().map_err(|e| anyhow::anyhow!("SLO: {e}"))?;
-    let http_client = a.http_client.resolve();
+    let outcome = replay::run(settings, hooks).await;
+    forward.abort();
+    let outcome = outcome?;
+    let summary = &outcome.summary;
+    println!(
+        "{}",
+        render(
+            &outcome.records,
+            &summary.summary,
+            &summary.slo,
+            summary.server.as_ref()
+        )
+    );
     eprintln!(
-        "loadshape replay: {shape}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {seed}, content nonce {nonce}, http client {http_client}{}",
-        a.url,
-        match a.endpoint {
-            Endpoint::Completions => "/completions",
-            Endpoint::Chat => "/chat/completions",
-        },
-        a.temp,
-        if a.http_client == HttpClient::Auto {
-            " (auto)"
-        } else {
-            ""
-        },
+        "loadshape replay: {:.0} s wall, {} requests started, {} records in {}",
+        summary.wall_s,
+        summary.requests_started,
+        summary.records_written,
+        outcome.out.display()
     );
-    if !dialect.forces_length() {
-        eprintln!("note: dialect openai cannot force the output length; gen_tokens may fall short of asked_tokens");
-    }
-
-    let client = Client::new(
-        http.clone(),
-        ClientConfig {
-            base_url: a.url.clone(),
-            model: model.clone(),
-            api_key: a.api_key.clone(),
-            endpoint: a.endpoint,
-            dialect,
-            temperature: a.temp,
-            timeout: Duration::from_secs_f64(a.timeout),
-            stall_timeout: (a.stall_timeout > 0.0).then(|| Duration::from_secs_f64(a.stall_timeout)),
-            http_client: a.http_client,
-            rx_clock: a.rx_clock,
-            ca_certs,
+    Ok(match outcome.verdict() {
+        Verdict::Aborted => {
+            eprintln!("loadshape replay: ABORTED -- the server stopped answering; this run did not measure anything");
+            ExitCode::from(2)
+        }
+        Verdict::NothingCompleted => {
+            eprintln!("loadshape replay: no request completed; this run did not measure anything");
+            ExitCode::from(2)
+        }
+        Verdict::Measured => match outcome.interrupted {
+            Some(i) => ExitCode::from(i.exit_code),
+            None => ExitCode::SUCCESS,
         },
-    );
-    // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
-    // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
-    let expected_streams = match &traffic {
-        Traffic::Sessions(r) => r.workload.slot_count() as usize,
-        Traffic::Closed { users, .. } => *users as usize,
-        Traffic::Open(reqs) => reqs.len().min(64),
-    };
-    client.warm(expected_streams.min(2048)).await;
-    // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
-    // streams only hands each one over.
-    let sink = Arc::new(RecordSink::create(&a.out, a.append, true, a.hooks.on_record.clone())?);
-    let mut external_stop = a.hooks.stop.clone();
-    let live = Arc::new(LiveCounters::default());
-    let progress = Progress::start(live.clone(), a.quiet);
-    let stops = Stops::default();
-    let ctx = Arc::new(Ctx {
-        client,
-        sink: sink.clone(),
-        live: live.clone(),
-        origin: run_origin,
-        stops: stops.clone(),
-        aborted: AtomicBool::new(false),
-        log: progress.printer(),
-        verbose: a.verbose,
-        started: AtomicU64::new(0),
-    });
-
-    // Server side: scrape before, every few seconds during, and after.
-    let metrics_url = match a.metrics_url.as_deref() {
-        Some("none") => None,
-        Some(u) => Some(u.to_string()),
-        None => Some(format!("{origin_url}/metrics")),
-    };
-    let scraper = metrics_url.map(|u| Scraper::new(http.clone(), u, run_origin));
-    let mut periodic = None;
-    if let Some(s) = &scraper {
-        let first = s.scrape().await;
-        if let Some(e) = &first.error {
-            eprintln!(
-                "note: server metrics unavailable at {} ({e}); client-side numbers only",
-                s.url()
-            );
-        }
-        periodic = Some(s.spawn_periodic(Duration::from_secs_f64(a.scrape_interval)));
-    }
-
-    // The traffic, the deadline, the drain grace and the signals.
-    let drain = match &traffic {
-        Traffic::Sessions(r) => r.workload.drain,
-        _ => a.drain,
-    };
-    let grace = Duration::from_secs_f64(match &traffic {
-        Traffic::Sessions(r) => r.workload.drain_grace_s,
-        _ => a.drain_grace,
-    });
-    let fail_limit = u64::from(a.max_fail_streak.max(1)) * 10;
-    let c2 = ctx.clone();
-    let mut task = tokio::spawn(async move {
-        match traffic {
-            Traffic::Sessions(run) => runner::run_sessions(c2, Arc::new(run)).await,
-            Traffic::Open(reqs) => {
-                let maker = Arc::new(prompt_maker(&reqs, seed, nonce));
-                runner::run_open_loop(c2, reqs, maker, fail_limit).await;
-            }
-            Traffic::Closed {
-                requests,
-                users,
-                think_s,
-            } => {
-                let maker = Arc::new(prompt_maker(&requests, seed, nonce));
-                runner::run_closed_loop(c2, requests, maker, users, think_s, fail_limit).await;
-            }
-        }
-    });
-    let mut signals = Signals::new()?;
-    let deadline = tokio::time::sleep(if max_seconds.is_finite() {
-        Duration::from_secs_f64(max_seconds)
-    } else {
-        Duration::from_secs(u64::MAX / 4)
-    });
-    tokio::pin!(deadline);
-    let mut deadline_hit = false;
-    let mut grace_at: Option<tokio::time::Instant> = None;
-    let mut interrupted: Option<(&'static str, u8)> = None;
-    let log = progress.printer();
-    loop {
-        let grace_sleep = tokio::time::sleep_until(
-            grace_at.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)),
-        );
-        tokio::select! {
-            r = &mut task => {
-                if let Err(e) = r {
-                    log(&format!("traffic task failed: {e}"));
-                }
-                break;
-            }
-            () = &mut deadline, if !deadline_hit => {
-                deadline_hit = true;
-                if drain {
-                    log(&format!("max-seconds reached, draining in-flight sessions (grace {:.0}s)", grace.as_secs_f64()));
-                    stops.stop_sessions();
-                } else {
-                    log(&format!("max-seconds reached, stopping sessions (in-flight requests get {:.0}s)", grace.as_secs_f64()));
-                    stops.stop_steps();
-                }
-                grace_at.get_or_insert(tokio::time::Instant::now() + grace);
-            }
-            () = stop_requested(&mut external_stop), if interrupted.is_none() => {
-                interrupted = Some(("stop requested", 0));
-                log("stop requested: in-flight requests are cut and recorded");
-                stops.cut();
-            }
-            sig = signals.recv() => {
-                if interrupted.is_some() {
-                    log(&format!("second {}: cutting in-flight requests", sig.0));
-                    stops.cut();
-                } else {
-                    interrupted = Some(sig);
-                    if drain {
-                        log(&format!("{}: no new sessions; draining (grace {:.0}s; again to cut)", sig.0, grace.as_secs_f64()));
-                        stops.stop_sessions();
-                        grace_at.get_or_insert(tokio::time::Instant::now() + grace);
-                    } else {
-                        log(&format!("{}: stopping; in-flight requests are cut and recorded", sig.0));
-                        stops.cut();
-                    }
-                }
-            }
-            () = grace_sleep, if grace_at.is_some() => {
-                log("drain grace expired, cutting what is left");
-                stops.cut();
-                grace_at = None;
-            }
-        }
-    }
-    progress.finish();
-    let wall = run_origin.elapsed().as_secs_f64();
-    if let Some(p) = periodic {
-        p.abort();
-    }
-    let server = match &scraper {
-        Some(s) => {
-            s.scrape().await;
-            let snaps = s.snapshots();
-            let report = ServerReport::from_snapshots(&snaps);
-            let side = sidecar(&a.out, "server.json");
-            let body =
-                json!({"metrics_url": s.url(), "interval_s": a.scrape_interval, "report": report, "snapshots": snaps});
-            if let Err(e) = std::fs::write(&side, serde_json::to_vec_pretty(&body).unwrap_or_default()) {
-                eprintln!("could not write {}: {e}", side.display());
-            }
-            Some(report)
-        }
-        None => None,
-    };
-    let finished = sink.finish()?;
-    if let Some(e) = &finished.error {
-        eprintln!("loadshape replay: {e}");
-    }
-    let records = finished.records;
-    let summary = metrics::summarize(&records, &slo);
-    println!("{}", super::report::render(&records, &summary, &slo, server.as_ref()));
-    let started = ctx.started.load(Ordering::Relaxed);
-    let checks = super::report::Checks::of(&records);
-    let send_delay = ctx
-        .client
-        .send_delay_us()
-        .map(|(n, p50, p99, max)| json!({"n": n, "p50": p50, "p99": p99, "max": max}));
-    let meta = json!({
-        "url": a.url, "model": model, "dialect": dialect, "endpoint": a.endpoint, "seed": seed, "nonce": nonce,
-        "http_client": ctx.client.http_client(), "connections_opened": ctx.client.connections_opened(),
-        "rx_clock": checks.rx_clock(),
-        "rx_clock_requests": {"kernel": checks.rx_clock_kernel, "user": checks.rx_clock_user},
-        "send_delay_us": send_delay,
-        "shape": shape, "wall_s": wall, "requests_started": started, "records_written": finished.written,
-        "interrupted": interrupted.map(|s| s.0), "aborted": ctx.aborted.load(Ordering::Relaxed),
-        "slo": slo, "summary": summary, "server": server,
-        "loadshape_version": shared::version::LOADSHAPE_VERSION,
-    });
-    let side = sidecar(&a.out, "summary.json");
-    if let Err(e) = std::fs::write(&side, serde_json::to_vec_pretty(&meta).unwrap_or_default()) {
-        eprintln!("could not write {}: {e}", side.display());
-    }
-    eprintln!(
-        "loadshape replay: {wall:.0} s wall, {started} requests started, {} records in {}",
-        finished.written,
-        sink.path().display()
-    );
-    if ctx.aborted.load(Ordering::Relaxed) {
-        eprintln!("loadshape replay: ABORTED -- the server stopped answering; this run did not measure anything");
-        return Ok(ExitCode::from(2));
-    }
-    if summary.completed == 0 && interrupted.is_none() {
-        eprintln!("loadshape replay: no request completed; this run did not measure anything");
-        return Ok(ExitCode::from(2));
-    }
-    Ok(match interrupted {
-        Some((_, code)) => ExitCode::from(code),
-        None => ExitCode::SUCCESS,
     })
 }
 
-fn prompt_maker(reqs: &[PlannedRequest], seed: u64, nonce: u64) -> PromptMaker {
-    let max_shared = reqs.iter().map(|r| r.shared_prefix_tokens).max().unwrap_or(0);
-    PromptMaker::new(seed, nonce, max_shared)
-}
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
 
-/// `<out>.<suffix>` beside the record file.
-pub fn sidecar(out: &Path, suffix: &str) -> PathBuf {
-    let mut s = out.as_os_str().to_owned();
-    s.push(".");
-    s.push(suffix);
-    PathBuf::from(s)
-}
+    use clap::Parser as _;
 
-async fn first_model(http: &reqwest::Client, base: &str, key: Option<&str>) -> anyhow::Result<String> {
-    let mut req = http
-        .get(format!("{}/models", base.trim_end_matches('/')))
-        .timeout(Duration::from_secs(10));
-    if let Some(k) = key {
-        req = req.bearer_auth(k);
-    }
-    let v: serde_json::Value = req.send().await?.error_for_status()?.json().await?;
-    v.pointer("/data/0/id")
-        .and_then(serde_json::Value::as_str)
-        .map(str::to_owned)
-        .context("no model id in the answer")
-}
+    use super::*;
 
-/// SIGINT and SIGTERM as one stream: (name, exit code).
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> anyhow::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
-            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
-        })
+    fn settings_of(flags: &[&str]) -> anyhow::Result<ReplaySettings> {
+        let argv = [
+            "loadshape",
+            "replay",
+            "--url",
+            "http://127.0.0.1:9/v1",
+            "--out",
+            "/tmp/run.jsonl",
+        ];
+        let cli = crate::Cli::try_parse_from(argv.iter().chain(flags)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let crate::Command::Replay(a) = cli.command else {
+            anyhow::bail!("not a replay command line");
+        };
+        a.settings(&|_: &str| {})
     }
 
-    async fn recv(&mut self) -> (&'static str, u8) {
-        tokio::select! {
-            _ = self.int.recv() => ("SIGINT", 130),
-            _ = self.term.recv() => ("SIGTERM", 143),
-        }
+    #[test]
+    fn flags_resolve_to_settings_with_the_library_defaults() {
+        let s = settings_of(&[]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(matches!(&s.traffic, Traffic::Sessions(w) if w.sessions == 6 && w.steps == 12 && w.tool_tokens == 900));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(900)));
+        assert_eq!(s.timeout, Duration::from_secs_f64(defaults::TIMEOUT_S));
+        assert_eq!(
+            s.stall_timeout,
+            Some(Duration::from_secs_f64(defaults::STALL_TIMEOUT_S))
+        );
+        assert_eq!(s.metrics_url.as_deref(), Some("http://127.0.0.1:9/metrics"));
+        assert_eq!((s.threads, s.progress, s.write_summary), (1, true, true));
+        assert_eq!(s.target.model, None);
+        assert_eq!(s.target.dialect, Dialect::Auto);
+
+        let s = settings_of(&[
+            "--metrics-url",
+            "none",
+            "--stall-timeout",
+            "0",
+            "--quiet",
+            "--nonce",
+            "5",
+            "--seed",
+            "7",
+            "--max-seconds",
+            "3",
+            "--ttft-slo-ms",
+            "800",
+            "--prod-ladder",
+        ])
+        .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!((s.metrics_url, s.stall_timeout, s.progress), (None, None, false));
+        assert_eq!((s.nonce, s.seed, s.slo.ttft_ms), (5, 7, 800.0));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(3)));
+        assert!(matches!(&s.traffic, Traffic::Sessions(w) if w.ladder.is_some() && w.tool_tokens == 2020));
+    }
+
+    #[test]
+    fn a_scenario_file_resolves_to_its_planned_traffic() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/engine-10k.json");
+        let s =
+            settings_of(&["--scenario", path, "--max-seconds", "3", "--seed", "7"]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(matches!(&s.traffic, Traffic::Open(reqs) if reqs.len() == 10_000));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(3)));
+        assert_eq!(s.seed, 7);
+        assert_eq!(s.shape, format!("scenario {path} (poisson)"));
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let e = format!("{:#}", settings_of(&["--timeout", "0"]).unwrap_err());
+        assert!(e.contains("--timeout must be > 0 (got 0)"), "{e}");
+        let e = format!("{:#}", settings_of(&["--drain-grace=-1"]).unwrap_err());
+        assert!(e.contains("--drain-grace must be >= 0 (got -1)"), "{e}");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/engine-10k.json");
+        let e = format!(
+            "{:#}",
+            settings_of(&["--scenario", path, "--drain-grace=-1"]).unwrap_err()
+        );
+        assert!(e.contains("--drain-grace"), "{e}");
     }
 }

@@ -1,19 +1,21 @@
 //! `loadshape report FILE.jsonl`: score any record file (live or simulated) with `shared::metrics::summarize`, the
 //! same module the simulator and `loadshape replay` use, and print the summary (or JSON with `--json`).
 //!
-//! Run with `loadshape report run.jsonl [--json] [--ttft-slo-ms 500 --tpot-slo-ms 35]`. Malformed lines are reported
-//! with their line numbers and skipped. A `<FILE>.server.json` written by `replay` beside the file is shown too.
+//! Run with `loadshape report run.jsonl [--json] [--ttft-slo-ms 500 --tpot-slo-ms 35]`. Lines that do not parse are
+//! reported with their line numbers and skipped (a torn last line, cut before its newline by a crash, is named as
+//! such), and how many were skipped is said. A `<FILE>.server.json` written by `replay` beside the file is shown
+//! too.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use shared::metrics::{self, Slo, Summary};
-use shared::record::{FrameClock, RequestRecord, UsageSource};
+use shared::metrics::{self, Slo};
 
 use crate::replay::prom::ServerReport;
-use crate::replay::records;
+use crate::replay::records::{self, BadLine};
+use crate::replay::render::render;
+use crate::replay::summary::{Checks, sidecar};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -38,15 +40,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     };
     slo.validate().map_err(|e| anyhow::anyhow!("SLO: {e}"))?;
     let (recs, bad) = records::read_records(&a.file)?;
-    for b in bad.iter().take(20) {
-        eprintln!("{}:{}: malformed record: {}", a.file.display(), b.line, b.error);
-    }
-    if bad.len() > 20 {
-        eprintln!("... and {} more malformed lines", bad.len() - 20);
+    for line in skipped_lines(&a.file.display().to_string(), &bad) {
+        eprintln!("{line}");
     }
     anyhow::ensure!(!recs.is_empty(), "{} holds no record", a.file.display());
     let summary = metrics::summarize(&recs, &slo);
-    let side = super::replay::sidecar(&a.file, "server.json");
+    let side = sidecar(&a.file, "server.json");
     let server_json = std::fs::read(&side)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
@@ -58,6 +57,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let checks = Checks::of(&recs);
         let out = serde_json::json!({
             "file": a.file, "records": recs.len(), "malformed_lines": bad.iter().map(|b| b.line).collect::<Vec<_>>(),
+            "torn_last_line": bad.iter().find(|b| b.torn).map(|b| b.line),
             "slo": slo, "summary": summary, "checks": checks,
             "server": server_json.as_ref().and_then(|v| v.get("report")),
         });
@@ -71,207 +71,37 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Counts a reader of a record file should know about.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Checks {
-    /// Completed records whose `usage` was missing (tokens counted from frames).
-    pub usage_missing: u64,
-    /// Completed records that produced fewer tokens than asked (length not forced).
-    pub short_outputs: u64,
-    /// Records cut by the end of the run.
-    pub cut: u64,
-    /// Step-0 records reporting cached tokens.
-    pub step0_records: u64,
-    /// Live records whose first content frame (so their TTFT) was timed by the kernel's receive timestamp.
-    pub rx_clock_kernel: u64,
-    /// Live records whose first content frame was timed when the client read it.
-    pub rx_clock_user: u64,
-}
-
-impl Checks {
-    pub fn of(recs: &[RequestRecord]) -> Checks {
-        let mut c = Checks::default();
-        for r in recs {
-            if r.ok && r.usage_source == UsageSource::Missing {
-                c.usage_missing += 1;
-            }
-            if r.ok && r.gen_tokens < r.asked_tokens {
-                c.short_outputs += 1;
-            }
-            if r.error.as_deref().is_some_and(|e| e.starts_with("cut:")) {
-                c.cut += 1;
-            }
-            if r.step == 0 && r.cached_tokens.is_some() {
-                c.step0_records += 1;
-            }
-            match r.rx_clock {
-                Some(FrameClock::Kernel) => c.rx_clock_kernel += 1,
-                Some(FrameClock::User) => c.rx_clock_user += 1,
-                None => {}
-            }
+/// What `report` says on stderr about the lines it skipped: the first 20 by line number and why, then a count.
+fn skipped_lines(file: &str, bad: &[BadLine]) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in bad.iter().take(20) {
+        out.push(if b.torn {
+            format!(
+                "{file}:{}: skipped a torn last line (cut before its newline, e.g. by a crash): {}",
+                b.line, b.error
+            )
+        } else {
+            format!("{file}:{}: malformed record: {}", b.line, b.error)
+        });
+    }
+    if bad.len() > 20 {
+        out.push(format!("... and {} more malformed lines", bad.len() - 20));
+    }
+    if !bad.is_empty() {
+        let torn = bad.iter().filter(|b| b.torn).count();
+        let malformed = bad.len() - torn;
+        let mut why = Vec::new();
+        if malformed > 0 {
+            why.push(format!("{malformed} malformed"));
         }
-        c
-    }
-
-    /// Which clock timed the records' first frames: `"kernel"` (every record with a content frame had its first one
-    /// stamped by the kernel), `"user"` (none had), or `"mixed"` (`summary.json`'s `rx_clock`).
-    pub fn rx_clock(&self) -> &'static str {
-        match (self.rx_clock_kernel, self.rx_clock_user) {
-            (k, 0) if k > 0 => "kernel",
-            (0, _) => "user",
-            _ => "mixed",
+        if torn > 0 {
+            why.push("1 torn last line".to_string());
         }
+        out.push(format!(
+            "{file}: skipped {} line(s) ({}); every other line was scored",
+            bad.len(),
+            why.join(", ")
+        ));
     }
-}
-
-fn pct(x: Option<f64>) -> String {
-    x.map_or("n/a".into(), |v| format!("{:.2} %", v * 100.0))
-}
-
-fn opt(x: Option<f64>) -> String {
-    x.map_or("n/a".into(), |v| format!("{v:.2}"))
-}
-
-/// The human-readable summary, laid out like `vllm bench serve`'s result block.
-pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&ServerReport>) -> String {
-    let mut o = String::new();
-    let line = |o: &mut String, k: &str, v: String| {
-        let _ = writeln!(o, "{k:<44}{v}");
-    };
-    let head = |o: &mut String, t: &str| {
-        let _ = writeln!(o, "{:-^60}", t);
-    };
-    let _ = writeln!(o, "{:=^60}", " loadshape replay result ");
-    line(&mut o, "Successful requests:", s.completed.to_string());
-    line(&mut o, "Failed requests:", s.failed.to_string());
-    line(&mut o, "Benchmark duration (s):", format!("{:.2}", s.duration_s));
-    line(&mut o, "Total input tokens:", s.total_input_tokens.to_string());
-    line(&mut o, "Total generated tokens:", s.total_output_tokens.to_string());
-    line(
-        &mut o,
-        "Request throughput (req/s):",
-        format!("{:.2}", s.request_throughput_rps),
-    );
-    line(
-        &mut o,
-        "Output token throughput (tok/s):",
-        format!("{:.2}", s.output_throughput_tok_s),
-    );
-    line(
-        &mut o,
-        "Total token throughput (tok/s):",
-        format!("{:.2}", s.total_token_throughput_tok_s),
-    );
-    for (name, title, v) in [
-        (
-            "TTFT",
-            " Time to First Token ",
-            [s.ttft_mean_ms, s.ttft_p50_ms, s.ttft_p90_ms, s.ttft_p99_ms],
-        ),
-        (
-            "TPOT",
-            " Time per Output Token (excl. 1st token) ",
-            [s.tpot_mean_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p99_ms],
-        ),
-        (
-            "E2EL",
-            " End-to-end Latency ",
-            [s.e2el_mean_ms, s.e2el_p50_ms, s.e2el_p90_ms, s.e2el_p99_ms],
-        ),
-    ] {
-        head(&mut o, title);
-        line(&mut o, &format!("Mean {name} (ms):"), format!("{:.2}", v[0]));
-        line(&mut o, &format!("Median {name} (ms):"), format!("{:.2}", v[1]));
-        line(&mut o, &format!("P90 {name} (ms):"), format!("{:.2}", v[2]));
-        line(&mut o, &format!("P99 {name} (ms):"), format!("{:.2}", v[3]));
-    }
-    if s.itl_mean_ms.is_some() {
-        head(&mut o, " Inter-token Latency ");
-        line(&mut o, "Mean ITL (ms):", opt(s.itl_mean_ms));
-        line(&mut o, "Median ITL (ms):", opt(s.itl_p50_ms));
-        line(&mut o, "P99 ITL (ms):", opt(s.itl_p99_ms));
-    }
-    head(
-        &mut o,
-        &format!(" Goodput (TTFT <= {} ms, TPOT <= {} ms) ", slo.ttft_ms, slo.tpot_ms),
-    );
-    line(&mut o, "Request goodput (req/s):", format!("{:.2}", s.goodput_rps));
-    line(&mut o, "SLO attainment:", pct(Some(s.slo_attainment_ratio)));
-    line(&mut o, "Sessions:", s.sessions.to_string());
-    line(
-        &mut o,
-        "Session goodput (sessions/s):",
-        format!("{:.4}", s.session_goodput_sps),
-    );
-    line(&mut o, "Session attainment:", pct(Some(s.session_attainment_ratio)));
-    head(&mut o, " Prefix cache ");
-    line(&mut o, "Designed cached share:", pct(s.cached_share_designed));
-    line(
-        &mut o,
-        "Achieved cached share (server usage):",
-        pct(s.cached_share_achieved),
-    );
-    let step0 = match s.step0_cached_share {
-        Some(v) if v > 0.05 => format!(
-            "{} -- WARNING: cold starts hit the cache; content is not unique",
-            pct(Some(v))
-        ),
-        Some(v) => format!("{} (ok: ~0 expected)", pct(Some(v))),
-        None => "n/a (server reports no cached_tokens)".into(),
-    };
-    line(&mut o, "Step-0 cached share:", step0);
-    let c = Checks::of(recs);
-    if c.rx_clock_kernel + c.rx_clock_user > 0 {
-        line(
-            &mut o,
-            "Frames timed by (kernel / user clock):",
-            format!("{} / {}", c.rx_clock_kernel, c.rx_clock_user),
-        );
-    }
-    if c.usage_missing + c.short_outputs + c.cut > 0 {
-        head(&mut o, " Checks ");
-        if c.usage_missing > 0 {
-            line(&mut o, "Usage missing (frames counted):", c.usage_missing.to_string());
-        }
-        if c.short_outputs > 0 {
-            line(
-                &mut o,
-                "Shorter than asked (length not forced):",
-                c.short_outputs.to_string(),
-            );
-        }
-        if c.cut > 0 {
-            line(&mut o, "Cut at the end of the run:", c.cut.to_string());
-        }
-    }
-    if let Some(r) = server {
-        head(
-            &mut o,
-            &format!(" Server side (/metrics: {}) ", r.family.as_deref().unwrap_or("unknown")),
-        );
-        line(
-            &mut o,
-            "Scrapes (failed):",
-            format!("{} ({})", r.scrapes, r.failed_scrapes),
-        );
-        line(&mut o, "Prompt throughput (tok/s):", opt(r.prompt_throughput_tok_s));
-        line(
-            &mut o,
-            "Generation throughput (tok/s):",
-            opt(r.generation_throughput_tok_s),
-        );
-        line(&mut o, "Prefix cache hit rate:", pct(r.prefix_cache_hit_rate));
-        line(
-            &mut o,
-            "Running requests (mean / max):",
-            format!("{} / {}", opt(r.running_mean), opt(r.running_max)),
-        );
-        line(
-            &mut o,
-            "Waiting requests (mean / max):",
-            format!("{} / {}", opt(r.waiting_mean), opt(r.waiting_max)),
-        );
-    }
-    let _ = write!(o, "{}", "=".repeat(60));
-    o
+    out
 }

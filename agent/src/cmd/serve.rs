@@ -9,6 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use shared::protocol::Limits;
 
+use super::signals::Signals;
 use crate::serve::driver::ReplayDriver;
 use crate::serve::store::RunStore;
 use crate::serve::{AppState, Runs, Target, allowed_hosts, app};
@@ -121,18 +122,49 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         local
     };
+    // Installed before the agent says where it listens: from then on a signal is a request to shut down.
+    let mut signals = Signals::new()?;
     println!(
         "loadshape {} serving the page and API",
         shared::version::LOADSHAPE_VERSION
     );
     println!("  open http://{shown}/#token={token}");
     println!("  runs stored in {}", runs.store.dir().display());
-    axum::serve(listener, app(state, &args.dist))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    runs.stop_all();
+    let mut server = std::pin::pin!(axum::serve(listener, app(state, &args.dist)).into_future());
+    let signal = tokio::select! {
+        r = &mut server => return r.map(|()| ExitCode::SUCCESS).context("serving"),
+        s = signals.recv() => s.name,
+    };
+    // Stop the live runs and let them finish (records flushed, summary and run.json written) before exiting,
+    // still serving so viewers see the runs end; a second signal or the grace period ends the wait.
+    let grace = SHUTDOWN_GRACE.as_secs();
+    eprintln!(
+        "{signal}: stopping {} live run(s) (up to {grace} s; again to exit now)",
+        runs.active_count()
+    );
+    let finished = async {
+        // Stop again on each turn: a page may start a run while the others finish.
+        while {
+            runs.stop_all();
+            runs.active_count() > 0
+        } {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        () = finished => {}
+        () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+            let left = runs.active_count();
+            eprintln!("{left} live run(s) still running after {grace} s; exiting (they will read `interrupted`)");
+        }
+        s = signals.recv() => eprintln!("second {}: exiting now", s.name),
+        r = &mut server => r.context("serving")?,
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long `serve` waits, after SIGTERM or SIGINT, for live runs to stop and write their summaries.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE]`.
 pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
@@ -248,18 +280,6 @@ pub fn random_token() -> String {
         }
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            s.recv().await;
-        }
-    };
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }
 
 #[cfg(test)]

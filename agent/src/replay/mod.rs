@@ -1,13 +1,21 @@
-//! Live replay: the streaming client, dialects, the session/open-loop runner, records, Prometheus scraping and
-//! the progress display behind `loadshape replay`.
+//! Live replay as a library: [`run()`] takes resolved [`ReplaySettings`] and [`Hooks`] and returns a
+//! [`ReplayOutcome`]. `loadshape replay` (`cmd/replay.rs`) only parses flags into settings and prints the outcome;
+//! `loadshape serve` (`serve/driver.rs`) builds settings from a configured target and a scenario and calls the
+//! same [`run()`].
 //!
+//! - [`settings`]: [`ReplaySettings`] (target, request options, planned traffic, deadlines, outputs) and its
+//!   defaults, resolved from flags or from a scenario.
+//! - [`mod@run`]: one run from settings to outcome: deadline, drain, stop hook, interrupts, sidecar files.
+//! - [`summary`]: the typed `<out>.summary.json` ([`summary::RunSummary`]), `<out>.server.json`
+//!   ([`summary::ServerScrape`]) and the record [`summary::Checks`].
+//! - [`render`]: the text report `replay` and `report` print.
 //! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::Outcome`]).
 //! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream), `http://` and `https://`.
 //! - [`tls`]: what `https://` trusts (the platform's roots plus `--ca-cert`).
 //! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.
 //! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
-//!   open/closed-loop traffic from a `shared::scenario::Scenario`.
-//! - [`records`]: the JSONL record file, one `shared::record::RequestRecord` per line.
+//!   open/closed-loop traffic.
+//! - [`records`]: the JSONL record file, one `shared::record::RequestRecord` per line, and its reader.
 //! - [`rxstamp`]: kernel receive timestamps (`SO_TIMESTAMPNS`) for the hyper path's frame times.
 //! - [`sse`]: the `text/event-stream` decoder (zero-copy; checked against the `sse-stream` crate in its tests).
 //! - [`prom`]: `/metrics` scraping and the server-side report.
@@ -19,7 +27,14 @@ pub mod h1;
 pub mod progress;
 pub mod prom;
 pub mod records;
+pub mod render;
+pub mod run;
 pub mod runner;
 pub mod rxstamp;
+pub mod settings;
 pub mod sse;
+pub mod summary;
 pub mod tls;
+
+pub use run::{Hooks, Interrupt, ReplayOutcome, Verdict, run};
+pub use settings::{ReplaySettings, ScenarioOptions, TargetSettings, Traffic};

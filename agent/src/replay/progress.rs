@@ -1,7 +1,8 @@
 //! The live progress line: in-flight streams, completed/failed requests, request and token rates.
 //!
 //! Drawn with `indicatif` on stderr, redrawn a few times a second from the [`LiveCounters`] the client bumps. Off
-//! when stderr is not a terminal or with `--quiet` (then [`Progress::start`] returns a handle that does nothing).
+//! when stderr is not a terminal or with `--quiet` (then [`Progress::start`] returns a handle that only passes
+//! lines on to the run's log).
 
 use std::io::IsTerminal as _;
 use std::sync::Arc;
@@ -12,17 +13,26 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::client::LiveCounters;
 
+/// Where a run's notes go (the header line, warnings, failures, stop reasons).
+pub type LogFn = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// A running progress display; [`Progress::finish`] clears it.
 pub struct Progress {
     bar: Option<ProgressBar>,
     task: Option<tokio::task::JoinHandle<()>>,
+    /// Where lines go when there is no display.
+    log: LogFn,
 }
 
 impl Progress {
-    /// Start the display unless `quiet` or stderr is not a terminal.
-    pub fn start(live: Arc<LiveCounters>, quiet: bool) -> Progress {
-        if quiet || !std::io::stderr().is_terminal() {
-            return Progress { bar: None, task: None };
+    /// Start the display when `shown` and stderr is a terminal; lines go above it, or to `log` without one.
+    pub fn start(live: Arc<LiveCounters>, shown: bool, log: LogFn) -> Progress {
+        if !shown || !std::io::stderr().is_terminal() {
+            return Progress {
+                bar: None,
+                task: None,
+                log,
+            };
         }
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(4));
         bar.set_style(
@@ -61,23 +71,16 @@ impl Progress {
         Progress {
             bar: Some(bar),
             task: Some(task),
+            log,
         }
     }
 
-    /// Print a line above the progress display (or plainly to stderr when there is none).
-    pub fn println(&self, msg: &str) {
-        match &self.bar {
-            Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
-        }
-    }
-
-    /// A printer that writes above the display (usable from any task).
+    /// A printer that writes above the display, or to the log without one (usable from any task).
     pub fn printer(&self) -> Box<dyn Fn(&str) + Send + Sync> {
-        let bar = self.bar.clone();
+        let (bar, log) = (self.bar.clone(), self.log.clone());
         Box::new(move |msg: &str| match &bar {
             Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            None => log(msg),
         })
     }
 

@@ -8,8 +8,9 @@
 //! whose requests end together, that work delayed the next requests' first frames (measured, see docs/replay.md).
 //! SIGINT and SIGTERM end a run through [`RecordSink::finish`], which writes everything queued before it returns;
 //! only a SIGKILL can lose records, those of its last 2 ms. No line is ever half-written or interleaved.
-//! [`read_records`] reads any record file back and reports malformed lines by line number instead of failing the
-//! whole file.
+//! [`read_records`] reads any record file back and reports lines that do not parse by line number instead of
+//! failing the whole file: a malformed line, or one that is not UTF-8, costs that line only, and so does a last
+//! line cut before its newline (even inside a multi-byte character), which [`BadLine::torn`] marks.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -239,28 +240,49 @@ pub struct BadLine {
     /// 1-based line number.
     pub line: usize,
     pub error: String,
+    /// The file's last line, cut before its newline (every writer ends each line with one: this is a write that a
+    /// crash, a kill or a full disk interrupted). It costs that line only.
+    pub torn: bool,
 }
 
-/// Read every record of a JSONL file. Blank lines are skipped; malformed lines are returned, not fatal.
+/// Read every record of a JSONL file. Blank lines are skipped; lines that do not parse (bad JSON, bad UTF-8, a
+/// torn last line) are returned by line number, not fatal: each costs that line only. Only a file that cannot be
+/// read is an error.
 pub fn read_records(path: &Path) -> anyhow::Result<(Vec<RequestRecord>, Vec<BadLine>)> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     parse_records(BufReader::new(file)).with_context(|| format!("reading {}", path.display()))
 }
 
 /// [`read_records`] over any reader.
-pub fn parse_records(reader: impl BufRead) -> std::io::Result<(Vec<RequestRecord>, Vec<BadLine>)> {
+pub fn parse_records(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRecord>, Vec<BadLine>)> {
     let mut records = Vec::new();
     let mut bad = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line?;
-        if line.trim().is_empty() {
+    let mut buf = Vec::new();
+    for line_no in 1.. {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        let (line, ended) = match buf.strip_suffix(b"\n") {
+            Some(l) => (l.strip_suffix(b"\r").unwrap_or(l), true),
+            None => (buf.as_slice(), false),
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        match serde_json::from_str::<RequestRecord>(&line) {
+        // UTF-8 checked once for the whole line, then parsed as text (faster than `from_slice`, which checks each
+        // string it meets on its own).
+        let parsed = match std::str::from_utf8(line) {
+            Ok(text) => serde_json::from_str::<RequestRecord>(text).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("not UTF-8: {e}")),
+        };
+        match parsed {
             Ok(r) => records.push(r),
-            Err(e) => bad.push(BadLine {
-                line: i + 1,
-                error: e.to_string(),
+            Err(error) => bad.push(BadLine {
+                line: line_no,
+                error,
+                // Without its newline this is the last line: nothing follows it.
+                torn: !ended,
             }),
         }
     }
@@ -368,5 +390,38 @@ mod tests {
         assert_eq!(bad.len(), 1);
         assert_eq!(bad[0].line, 4);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A last line cut inside a multi-byte character (`printf '{"error":"caf\xc3' >> records.jsonl`) costs that line
+    /// only; so does a line that is not UTF-8 in the middle. Before, either failed the whole file.
+    #[test]
+    fn a_torn_or_non_utf8_line_costs_that_line_only() {
+        let line = |step| serde_json::to_string(&sample(step)).unwrap_or_else(|e| panic!("{e}"));
+        let mut bytes = format!("{}\n{}\n", line(0), line(1)).into_bytes();
+        bytes.extend_from_slice(b"{\"error\":\"caf\xc3");
+        let (recs, bad) = parse_records(bytes.as_slice()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs, vec![sample(0), sample(1)]);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!((bad[0].line, bad[0].torn), (3, true), "{bad:?}");
+        assert!(bad[0].error.contains("UTF-8"), "{bad:?}");
+
+        // Bad bytes in the middle: that line is reported (not torn: its newline is there), the others are read.
+        let mut bytes = format!("{}\n", line(0)).into_bytes();
+        bytes.extend_from_slice(b"{\"error\":\"caf\xc3\"}\r\n");
+        bytes.extend_from_slice(format!("{}\r\n\n{}", line(2), line(3)).as_bytes());
+        let (recs, bad) = parse_records(bytes.as_slice()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            recs,
+            vec![sample(0), sample(2), sample(3)],
+            "CRLF and a last line without newline that parses"
+        );
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert_eq!((bad[0].line, bad[0].torn), (2, false), "{bad:?}");
+
+        // A JSON line cut short (no newline) is torn too.
+        let text = format!("{}\n{}", line(0), &line(1)[..40]);
+        let (recs, bad) = parse_records(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(recs.len(), 1);
+        assert_eq!((bad[0].line, bad[0].torn), (2, true), "{bad:?}");
     }
 }

@@ -1,11 +1,13 @@
-//! The production [`Driver`]: a live run is `loadshape replay --scenario` run in-process against the chosen
-//! target, writing the run's `records.jsonl` itself, with each record also handed to the run's viewers.
-//! Summaries come from `shared::metrics::summarize`, exactly as `loadshape replay` and `loadshape report` score.
+//! The production [`Driver`]: a live run is [`replay::run()`] called in-process with [`ReplaySettings`] resolved
+//! from the chosen target and the submitted scenario (no command line is built or parsed). The replay writes the
+//! run's `records.jsonl` itself, hands each record to the run's viewers, and logs its notes through `tracing`
+//! (nothing on stdout). The run's one summary is the store's `summary.json`, from `shared::metrics::summarize`,
+//! exactly as `loadshape replay` and `loadshape report` score; the replay writes no `records.jsonl.summary.json`.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
 use shared::metrics::summarize;
 use shared::protocol::Limits;
 use shared::record::RequestRecord;
@@ -14,20 +16,60 @@ use shared::workload::Workload;
 use tokio::sync::watch;
 
 use super::runs::{BoxFuture, Driver, RecordSink, Target};
-use crate::cmd::replay;
+use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Verdict};
 
 /// Runs scenarios with the replay client.
 #[derive(Debug, Default)]
 pub struct ReplayDriver {
-    /// Longest a run may last, seconds (passed as `--max-seconds`).
+    /// Longest a run may last, seconds.
     pub max_run_seconds: Option<f64>,
 }
 
-/// `loadshape replay`'s arguments, parsed the way the command line is.
-#[derive(Parser)]
-struct ReplayArgs {
-    #[command(flatten)]
-    args: replay::Args,
+/// The settings of a live run of `scenario` against `target`, writing `records` (the run's `records.jsonl`), for
+/// at most `max_run_seconds`: the scenario's traffic, seed and SLO; the target's URL, model, dialect, API key (read
+/// from its variable now) and CA certificates; every other setting at `loadshape replay`'s defaults; no progress
+/// line and no `<records>.summary.json`.
+pub fn settings_for(
+    target: &Target,
+    scenario: &Scenario,
+    records: &Path,
+    max_run_seconds: Option<f64>,
+) -> anyhow::Result<ReplaySettings> {
+    let name = &target.name;
+    let api_key = match &target.api_key_env {
+        Some(var) => Some(std::env::var(var).with_context(|| format!("target {name}: ${var} is not set"))?),
+        None => None,
+    };
+    let dialect = match target.dialect.as_str() {
+        "" => replay::dialect::Dialect::Auto,
+        d => d.parse().map_err(|e: String| anyhow::anyhow!("target {name}: {e}"))?,
+    };
+    let ca_certs = match &target.ca_cert {
+        Some(path) => replay::tls::load_ca_certs(Path::new(path)).with_context(|| format!("target {name}"))?,
+        None => Vec::new(),
+    };
+    let connect = TargetSettings {
+        url: target.url.clone(),
+        model: (!target.model.is_empty()).then(|| target.model.clone()),
+        dialect,
+        api_key,
+        ca_certs,
+    };
+    let source = records.with_file_name("scenario.json");
+    let opts = ScenarioOptions {
+        seed: None,
+        max_seconds: max_run_seconds,
+    };
+    let mut s = ReplaySettings::for_scenario(
+        connect,
+        records.to_path_buf(),
+        scenario,
+        &source.display().to_string(),
+        opts,
+    )?;
+    s.progress = false;
+    s.write_summary = false;
+    Ok(s)
 }
 
 /// Concurrency a workload asks for: session slots or closed-loop users (open loop: 0, bounded by its rate).
@@ -46,52 +88,37 @@ impl Driver for ReplayDriver {
     fn run(
         &self,
         target: Target,
-        _scenario: serde_json::Value,
+        scenario: serde_json::Value,
         sink: RecordSink,
         stop: watch::Receiver<bool>,
     ) -> BoxFuture<anyhow::Result<()>> {
         let max_seconds = self.max_run_seconds;
         Box::pin(async move {
-            let scenario_path = sink.run_dir().join("scenario.json");
-            let mut argv: Vec<String> = vec![
-                "replay".into(),
-                "--url".into(),
-                target.url.clone(),
-                "--out".into(),
-                sink.records_path().display().to_string(),
-                "--scenario".into(),
-                scenario_path.display().to_string(),
-                "--quiet".into(),
-            ];
-            if !target.model.is_empty() {
-                argv.extend(["--model".into(), target.model.clone()]);
-            }
-            if !target.dialect.is_empty() {
-                argv.extend(["--dialect".into(), target.dialect.clone()]);
-            }
-            if let Some(ca) = &target.ca_cert {
-                argv.extend(["--ca-cert".into(), ca.clone()]);
-            }
-            if let Some(m) = max_seconds {
-                argv.extend(["--max-seconds".into(), m.to_string()]);
-            }
-            let mut parsed = ReplayArgs::try_parse_from(&argv)
-                .context("building the replay for this run")?
-                .args;
-            if let Some(var) = &target.api_key_env {
-                parsed.api_key =
-                    Some(std::env::var(var).with_context(|| format!("target {}: ${var} is not set", target.name))?);
-            }
+            let scenario = Scenario::from_value(scenario).map_err(|e| anyhow::anyhow!("the scenario: {e}"))?;
+            let settings = settings_for(&target, &scenario, sink.records_path(), max_seconds)
+                .context("building the replay for this run")?;
+            let run_id = sink
+                .run_dir()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let observer_sink = sink.clone();
-            parsed.hooks = replay::Hooks {
+            let hooks = Hooks {
                 on_record: Some(Arc::new(move |r: &RequestRecord| observer_sink.push(r.clone()))),
                 stop: Some(stop),
+                interrupts: None,
+                log: Some(Arc::new(move |m: &str| tracing::info!("run {run_id}: {m}"))),
             };
-            let code = replay::run(parsed).await?;
-            if code == std::process::ExitCode::from(2) {
-                anyhow::bail!("the target stopped answering; this run did not measure anything (records kept)");
+            let outcome = replay::run(settings, hooks).await?;
+            match outcome.verdict() {
+                Verdict::Measured => Ok(()),
+                Verdict::Aborted => {
+                    anyhow::bail!("the target stopped answering; this run did not measure anything (records kept)")
+                }
+                Verdict::NothingCompleted => {
+                    anyhow::bail!("no request completed; this run did not measure anything (records kept)")
+                }
             }
-            Ok(())
         })
     }
 
@@ -116,5 +143,71 @@ impl Driver for ReplayDriver {
 
     fn writes_records(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::replay::Traffic;
+    use crate::replay::dialect::Dialect;
+
+    fn scenario() -> Scenario {
+        Scenario::from_value(serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "sessions", "sessions": 2, "steps": 3, "base_tokens": 4000, "gen_tokens": 32,
+                         "tool_tokens": 64, "think_s": 0.05, "stagger_s": 0.05, "spread": 0.0, "duration_s": 600.0},
+            "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
+                        "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1,
+                        "per_ctx_token_ms": 0.00001, "prefill_tokens_per_ms": 40.0, "prefill_fixed_ms": 1.0},
+            "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
+            "seed": 3
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn settings_come_from_the_target_and_the_scenario_without_a_command_line() {
+        let records = Path::new("/runs/r1/records.jsonl");
+        let s = settings_for(&Target::sim("http://127.0.0.1:9/v1"), &scenario(), records, Some(30.0))
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(s.target.url, "http://127.0.0.1:9/v1");
+        assert_eq!(s.target.model.as_deref(), Some("sim"));
+        assert_eq!(s.target.dialect, Dialect::Vllm);
+        assert_eq!(s.out, records);
+        assert!(matches!(&s.traffic, Traffic::Sessions(w) if w.sessions == 2 && w.steps == 3));
+        assert_eq!((s.seed, s.slo.ttft_ms, s.slo.tpot_ms), (3, 2000.0, 100.0));
+        assert_eq!(
+            s.max_duration,
+            Some(Duration::from_secs(30)),
+            "capped by the agent's limit"
+        );
+        assert_eq!(s.metrics_url.as_deref(), Some("http://127.0.0.1:9/metrics"));
+        assert_eq!(s.shape, "scenario /runs/r1/scenario.json (sessions)");
+        assert!(!s.write_summary, "the store's summary.json is the run's one summary");
+        assert!(!s.progress);
+        // Without a limit the scenario's own duration holds.
+        let s = settings_for(&Target::sim("http://127.0.0.1:9/v1"), &scenario(), records, None)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(s.max_duration, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn a_bad_target_setting_is_named() {
+        let records = Path::new("/runs/r1/records.jsonl");
+        let mut t = Target::sim("http://127.0.0.1:9/v1");
+        t.name = "gpu".into();
+        t.dialect = "vllmm".into();
+        let e = format!("{:#}", settings_for(&t, &scenario(), records, None).unwrap_err());
+        assert!(e.contains("target gpu") && e.contains("vllmm"), "{e}");
+        t.dialect = String::new();
+        t.api_key_env = Some("LOADSHAPE_TEST_UNSET_KEY_VAR".into());
+        let e = format!("{:#}", settings_for(&t, &scenario(), records, None).unwrap_err());
+        assert!(e.contains("$LOADSHAPE_TEST_UNSET_KEY_VAR is not set"), "{e}");
+        t.api_key_env = None;
+        let e = format!("{:#}", settings_for(&t, &scenario(), records, Some(0.0)).unwrap_err());
+        assert!(e.contains("> 0"), "{e}");
     }
 }

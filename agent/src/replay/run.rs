@@ -1,0 +1,439 @@
+//! [`run`]: one live run from [`ReplaySettings`] to a [`ReplayOutcome`], for `loadshape replay` and
+//! `loadshape serve` alike.
+//!
+//! The run asks the server what the settings leave open (model, dialect), opens the connections it will hold,
+//! scrapes `/metrics` before, during and after, sends the traffic until it ends, the deadline passes (then drain
+//! or stop, bounded by the grace), [`Hooks::stop`] turns true (cut) or an [`Interrupt`] arrives (first: drain or
+//! cut; second: cut). Every started request gets one record line. It writes `<out>.server.json` when it scraped and
+//! `<out>.summary.json` when the settings say so, and prints nothing: its notes go to [`Hooks::log`], and the
+//! caller prints (or not) the outcome.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use shared::metrics;
+use shared::record::RequestRecord;
+use tokio::sync::{mpsc, watch};
+
+use super::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters};
+use super::dialect::Dialect;
+use super::progress::Progress;
+use super::prom::{Scraper, ServerReport};
+use super::records::{RecordObserver, RecordSink};
+use super::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
+use super::settings::{ReplaySettings, Traffic};
+use super::summary::{self, Checks, RunSummary, SendDelay, ServerScrape};
+
+pub use super::progress::LogFn;
+
+/// A request to end the run early, as a signal asks (`loadshape replay` turns SIGINT and SIGTERM into these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupt {
+    /// `summary.json`'s `interrupted`: e.g. `SIGINT`.
+    pub name: &'static str,
+    /// The exit code `loadshape replay` ends with (130, 143).
+    pub exit_code: u8,
+}
+
+impl Interrupt {
+    /// [`Hooks::stop`] turned true.
+    pub const STOP: Interrupt = Interrupt {
+        name: "stop requested",
+        exit_code: 0,
+    };
+}
+
+/// How a caller watches and ends a run. Everything is optional.
+#[derive(Default)]
+pub struct Hooks {
+    /// Called with each record right after its line is written (on the record writer's thread).
+    pub on_record: Option<RecordObserver>,
+    /// Turning true stops the run now: nothing new starts, in-flight requests are cut (and recorded).
+    pub stop: Option<watch::Receiver<bool>>,
+    /// The first interrupt drains (with a draining workload, bounded by its grace) or cuts; a second one cuts.
+    pub interrupts: Option<mpsc::UnboundedReceiver<Interrupt>>,
+    /// Where notes go; `None`: standard error.
+    pub log: Option<LogFn>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("on_record", &self.on_record.is_some())
+            .field("stop", &self.stop)
+            .field("interrupts", &self.interrupts.is_some())
+            .field("log", &self.log.is_some())
+            .finish()
+    }
+}
+
+/// What a finished run hands back.
+#[derive(Debug)]
+pub struct ReplayOutcome {
+    /// What `<out>.summary.json` holds (written only with [`ReplaySettings::write_summary`]).
+    pub summary: RunSummary,
+    /// What `<out>.server.json` holds; `None` when `/metrics` was not scraped.
+    pub server: Option<ServerScrape>,
+    /// Every record of the run, in the order written.
+    pub records: Vec<RequestRecord>,
+    /// What ended the run early, if anything did.
+    pub interrupted: Option<Interrupt>,
+    /// The record file.
+    pub out: PathBuf,
+}
+
+/// Whether a run measured anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Measured,
+    /// The fail streak aborted the run: the server stopped answering.
+    Aborted,
+    /// No request completed, and nothing interrupted the run.
+    NothingCompleted,
+}
+
+impl ReplayOutcome {
+    pub fn verdict(&self) -> Verdict {
+        if self.summary.aborted {
+            Verdict::Aborted
+        } else if self.summary.summary.completed == 0 && self.interrupted.is_none() {
+            Verdict::NothingCompleted
+        } else {
+            Verdict::Measured
+        }
+    }
+}
+
+/// Runs `settings` to its end. With `threads` ≥ 1 the streams are driven by a runtime of the run's own on
+/// dedicated threads; with 0, on the caller's.
+pub async fn run(settings: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutcome> {
+    if settings.threads == 0 {
+        return run_here(settings, hooks).await;
+    }
+    // With one thread (the default) every stream is polled on one core with no cross-thread wake-ups, the
+    // cheapest way to read many slow streams.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let threads = settings.threads;
+    std::thread::Builder::new()
+        .name("loadshape-replay".into())
+        .spawn(move || {
+            let rt = if threads == 1 {
+                tokio::runtime::Builder::new_current_thread().enable_all().build()
+            } else {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .enable_all()
+                    .build()
+            };
+            let result = match rt {
+                Ok(rt) => rt.block_on(run_here(settings, hooks)),
+                Err(e) => Err(anyhow::anyhow!("building the replay runtime: {e}")),
+            };
+            let _ = tx.send(result);
+        })
+        .context("starting the replay thread")?;
+    rx.await.context("the replay thread ended without a result")?
+}
+
+/// Waits until `stop` turns true; never resolves without a receiver (or after its sender is gone).
+async fn stop_requested(stop: &mut Option<watch::Receiver<bool>>) {
+    match stop {
+        Some(rx) => {
+            if rx.wait_for(|v| *v).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The next interrupt; never resolves without a channel (or after its sender is gone).
+async fn next_interrupt(rx: &mut Option<mpsc::UnboundedReceiver<Interrupt>>) -> Interrupt {
+    if let Some(r) = rx
+        && let Some(i) = r.recv().await
+    {
+        return i;
+    }
+    std::future::pending().await
+}
+
+async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutcome> {
+    let note: LogFn = hooks
+        .log
+        .clone()
+        .unwrap_or_else(|| Arc::new(|m: &str| eprintln!("{m}")));
+    let http = client::http_client(&s.target.ca_certs)?;
+
+    // Model and dialect: ask the server when not told.
+    let model = match &s.target.model {
+        Some(m) => m.clone(),
+        None => first_model(&http, &s.target.url, s.target.api_key.as_deref())
+            .await
+            .context("--model not given and /v1/models did not name one")?,
+    };
+    let (dialect, why) = match s.target.dialect {
+        Dialect::Auto => client::detect_dialect(&http, &s.target.url, s.target.api_key.as_deref()).await?,
+        d => (d, "--dialect".to_string()),
+    };
+
+    let run_origin = Instant::now();
+    let http_client = s.http_client.resolve();
+    note(&format!(
+        "loadshape replay: {}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {}, content nonce {}, http client {http_client}{}",
+        s.shape,
+        s.target.url,
+        match s.endpoint {
+            Endpoint::Completions => "/completions",
+            Endpoint::Chat => "/chat/completions",
+        },
+        s.temperature,
+        s.seed,
+        s.nonce,
+        if s.http_client == HttpClient::Auto {
+            " (auto)"
+        } else {
+            ""
+        },
+    ));
+    if !dialect.forces_length() {
+        note("note: dialect openai cannot force the output length; gen_tokens may fall short of asked_tokens");
+    }
+
+    let client = Client::new(
+        http.clone(),
+        ClientConfig {
+            base_url: s.target.url.clone(),
+            model: model.clone(),
+            api_key: s.target.api_key.clone(),
+            endpoint: s.endpoint,
+            dialect,
+            temperature: s.temperature,
+            timeout: s.timeout,
+            stall_timeout: s.stall_timeout,
+            http_client: s.http_client,
+            rx_clock: s.rx_clock,
+            ca_certs: s.target.ca_certs.clone(),
+        },
+    );
+    // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
+    // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
+    client.warm(s.traffic.expected_streams().min(2048)).await;
+    // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
+    // streams only hands each one over.
+    let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
+    let mut external_stop = hooks.stop;
+    let mut interrupts = hooks.interrupts;
+    let live = Arc::new(LiveCounters::default());
+    let progress = Progress::start(live.clone(), s.progress, note.clone());
+    let stops = Stops::default();
+    let ctx = Arc::new(Ctx {
+        client,
+        sink: sink.clone(),
+        live: live.clone(),
+        origin: run_origin,
+        stops: stops.clone(),
+        aborted: AtomicBool::new(false),
+        log: progress.printer(),
+        verbose: s.verbose,
+        started: AtomicU64::new(0),
+    });
+
+    // Server side: scrape before, every few seconds during, and after.
+    let scraper = s.metrics_url.clone().map(|u| Scraper::new(http.clone(), u, run_origin));
+    let mut periodic = None;
+    if let Some(sc) = &scraper {
+        let first = sc.scrape().await;
+        if let Some(e) = &first.error {
+            note(&format!(
+                "note: server metrics unavailable at {} ({e}); client-side numbers only",
+                sc.url()
+            ));
+        }
+        periodic = Some(sc.spawn_periodic(s.scrape_interval));
+    }
+
+    // The traffic, the deadline, the drain grace, the stop hook and the interrupts.
+    let (drain, grace) = s.drain_and_grace();
+    let fail_limit = u64::from(s.max_fail_streak.max(1)) * 10;
+    let (seed, nonce) = (s.seed, s.nonce);
+    let c2 = ctx.clone();
+    let traffic = s.traffic.clone();
+    let session_deadline = run_origin + s.max_duration.unwrap_or(Duration::from_secs(86_400 * 365 * 100));
+    let max_fail_streak = s.max_fail_streak;
+    let mut task = tokio::spawn(async move {
+        match traffic {
+            Traffic::Sessions(workload) => {
+                let run = SessionRun {
+                    workload,
+                    seed,
+                    nonce,
+                    max_fail_streak,
+                    deadline: session_deadline,
+                };
+                runner::run_sessions(c2, Arc::new(run)).await;
+            }
+            Traffic::Open(reqs) => {
+                let maker = Arc::new(prompt_maker(&reqs, seed, nonce));
+                runner::run_open_loop(c2, reqs, maker, fail_limit).await;
+            }
+            Traffic::Closed {
+                requests,
+                users,
+                think_s,
+            } => {
+                let maker = Arc::new(prompt_maker(&requests, seed, nonce));
+                runner::run_closed_loop(c2, requests, maker, users, think_s, fail_limit).await;
+            }
+        }
+    });
+    let deadline = tokio::time::sleep(s.max_duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+    tokio::pin!(deadline);
+    let mut deadline_hit = false;
+    let mut grace_at: Option<tokio::time::Instant> = None;
+    let mut interrupted: Option<Interrupt> = None;
+    let log = progress.printer();
+    loop {
+        let grace_sleep = tokio::time::sleep_until(
+            grace_at.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)),
+        );
+        tokio::select! {
+            r = &mut task => {
+                if let Err(e) = r {
+                    log(&format!("traffic task failed: {e}"));
+                }
+                break;
+            }
+            () = &mut deadline, if !deadline_hit => {
+                deadline_hit = true;
+                if drain {
+                    log(&format!("max-seconds reached, draining in-flight sessions (grace {:.0}s)", grace.as_secs_f64()));
+                    stops.stop_sessions();
+                } else {
+                    log(&format!("max-seconds reached, stopping sessions (in-flight requests get {:.0}s)", grace.as_secs_f64()));
+                    stops.stop_steps();
+                }
+                grace_at.get_or_insert(tokio::time::Instant::now() + grace);
+            }
+            () = stop_requested(&mut external_stop), if interrupted.is_none() => {
+                interrupted = Some(Interrupt::STOP);
+                log("stop requested: in-flight requests are cut and recorded");
+                stops.cut();
+            }
+            sig = next_interrupt(&mut interrupts) => {
+                if interrupted.is_some() {
+                    log(&format!("second {}: cutting in-flight requests", sig.name));
+                    stops.cut();
+                } else {
+                    interrupted = Some(sig);
+                    if drain {
+                        log(&format!("{}: no new sessions; draining (grace {:.0}s; again to cut)", sig.name, grace.as_secs_f64()));
+                        stops.stop_sessions();
+                        grace_at.get_or_insert(tokio::time::Instant::now() + grace);
+                    } else {
+                        log(&format!("{}: stopping; in-flight requests are cut and recorded", sig.name));
+                        stops.cut();
+                    }
+                }
+            }
+            () = grace_sleep, if grace_at.is_some() => {
+                log("drain grace expired, cutting what is left");
+                stops.cut();
+                grace_at = None;
+            }
+        }
+    }
+    progress.finish();
+    let wall = run_origin.elapsed().as_secs_f64();
+    if let Some(p) = periodic {
+        p.abort();
+    }
+    let server = match &scraper {
+        Some(sc) => {
+            sc.scrape().await;
+            let snapshots = sc.snapshots();
+            let scrape = ServerScrape {
+                metrics_url: sc.url().to_string(),
+                interval_s: s.scrape_interval.as_secs_f64(),
+                report: ServerReport::from_snapshots(&snapshots),
+                snapshots,
+            };
+            write_sidecar(&summary::sidecar(&s.out, "server.json"), &scrape, &note);
+            Some(scrape)
+        }
+        None => None,
+    };
+    let finished = sink.finish()?;
+    if let Some(e) = &finished.error {
+        note(&format!("loadshape replay: {e}"));
+    }
+    let records = finished.records;
+    let checks = Checks::of(&records);
+    let run_summary = RunSummary {
+        url: s.target.url.clone(),
+        model,
+        dialect,
+        endpoint: s.endpoint,
+        seed,
+        nonce,
+        http_client: ctx.client.http_client(),
+        connections_opened: ctx.client.connections_opened(),
+        rx_clock: checks.rx_clock(),
+        rx_clock_requests: checks.rx_clock_requests(),
+        send_delay_us: ctx
+            .client
+            .send_delay_us()
+            .map(|(n, p50, p99, max)| SendDelay { n, p50, p99, max }),
+        shape: s.shape.clone(),
+        wall_s: wall,
+        requests_started: ctx.started.load(Ordering::Relaxed),
+        records_written: finished.written,
+        interrupted: interrupted.map(|i| i.name.to_string()),
+        aborted: ctx.aborted.load(Ordering::Relaxed),
+        slo: s.slo,
+        summary: metrics::summarize(&records, &s.slo),
+        server: server.as_ref().map(|sc| sc.report.clone()),
+        loadshape_version: shared::version::LOADSHAPE_VERSION,
+    };
+    if s.write_summary {
+        write_sidecar(&summary::sidecar(&s.out, "summary.json"), &run_summary, &note);
+    }
+    Ok(ReplayOutcome {
+        summary: run_summary,
+        server,
+        records,
+        interrupted,
+        out: s.out,
+    })
+}
+
+/// Writes a sidecar file; a failure is noted, not fatal (the records are already on disk).
+fn write_sidecar<T: serde::Serialize>(path: &std::path::Path, value: &T, note: &LogFn) {
+    let written = summary::to_sorted_json(value)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| std::fs::write(path, bytes));
+    if let Err(e) = written {
+        note(&format!("could not write {}: {e}", path.display()));
+    }
+}
+
+fn prompt_maker(reqs: &[PlannedRequest], seed: u64, nonce: u64) -> PromptMaker {
+    let max_shared = reqs.iter().map(|r| r.shared_prefix_tokens).max().unwrap_or(0);
+    PromptMaker::new(seed, nonce, max_shared)
+}
+
+async fn first_model(http: &reqwest::Client, base: &str, key: Option<&str>) -> anyhow::Result<String> {
+    let mut req = http
+        .get(format!("{}/models", base.trim_end_matches('/')))
+        .timeout(Duration::from_secs(10));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let v: serde_json::Value = req.send().await?.error_for_status()?.json().await?;
+    v.pointer("/data/0/id")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+        .context("no model id in the answer")
+}
