@@ -222,7 +222,7 @@ pub fn http_client(ca_certs: &[rustls::pki_types::CertificateDer<'static>]) -> a
 
 /// The headers every request carries: `content-type: application/json` and, with an API key, `authorization:
 /// Bearer …` (marked sensitive, so it is never printed).
-pub(super) fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
+fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
     use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
     let mut h = HeaderMap::with_capacity(2);
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -288,7 +288,9 @@ impl Client {
         let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
         let transport = match cfg.http_client.resolve() {
             HttpClient::Hyper => Transport::Hyper(
-                H1Pool::new(&url_text, cfg.api_key.as_deref(), cfg.rx_clock, &cfg.ca_certs).map(Arc::new),
+                request_headers(cfg.api_key.as_deref())
+                    .and_then(|headers| H1Pool::new(&url_text, headers, cfg.rx_clock, &cfg.ca_certs))
+                    .map(Arc::new),
             ),
             _ => Transport::Reqwest {
                 http,
@@ -700,10 +702,14 @@ impl Client {
 }
 
 /// Send `req` (whose body is `body`) on `idle` (or on a new connection); returns the response head and the
-/// connection (to drive while the body is read, and to put back once it has been). A request on an idle connection
-/// that the server closed meanwhile (hyper gives the request back unsent, or the connection ends before any byte of a
-/// response) is sent once more, rebuilt from `body`, on a new connection: the keep-alive race every HTTP/1.1 client
-/// meets when a server closes idle connections.
+/// connection (to drive while the body is read, and to put back once it has been).
+///
+/// The keep-alive race every HTTP/1.1 client meets: a server may close an idle connection just as a request is put
+/// on it. Such a request is sent once more, rebuilt from `body`, on a new connection — but only when not one of its
+/// bytes was written (the socket's write count did not move: hyper gave the request back unsent, or the close was
+/// noticed before the write). A request whose bytes left may have reached the server, which may run it; sending it
+/// again would double the load the run reports (issue #16, item 10: a server that read each request and closed the
+/// connection saw every POST twice), so it fails with the connection's error instead.
 async fn send_h1(
     pool: &H1Pool,
     idle: Option<Conn>,
@@ -717,13 +723,12 @@ async fn send_h1(
     let mut req = Some(req);
     loop {
         let req = req.take().unwrap_or_else(|| pool.request(body.clone()));
+        let written_before = conn.bytes_written();
         let sent = std::pin::pin!(conn.tx.try_send_request(req));
         match conn.drive(sent).await {
             Ok(resp) => return Ok((resp, conn)),
             Err(e) => {
-                let closed_while_idle =
-                    e.message().is_some() || e.error().is_canceled() || e.error().is_incomplete_message();
-                if !(conn.reused && closed_while_idle) {
+                if !(conn.reused && conn.bytes_written() == written_before) {
                     return Err(error_chain(e.error()));
                 }
                 conn = pool.connect().await?;
@@ -1292,6 +1297,37 @@ mod tests {
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
+    }
+
+    /// The API key's header is made here and handed to the hyper pool ([`H1Pool::new`] takes headers): a key that
+    /// cannot be a header value fails every hyper request with that reason too.
+    #[tokio::test]
+    async fn a_bad_api_key_fails_hyper_requests_by_name() {
+        let c = Client::new(
+            http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
+            ClientConfig {
+                base_url: "http://127.0.0.1:9/v1".into(),
+                model: "m".into(),
+                api_key: Some("bad\nkey".into()),
+                endpoint: Endpoint::Completions,
+                dialect: Dialect::Vllm,
+                temperature: 0.0,
+                timeout: Duration::from_secs(1),
+                stall_timeout: None,
+                http_client: HttpClient::Hyper,
+                rx_clock: RxClock::Kernel,
+                ca_certs: Vec::new(),
+            },
+        );
+        assert_eq!(c.connections_opened(), None);
+        let o = c
+            .complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
+            .await;
+        assert!(
+            !o.ok && o.error.as_deref().is_some_and(|e| e.contains("API key")),
+            "{:?}",
+            o.error
+        );
     }
 
     #[test]
