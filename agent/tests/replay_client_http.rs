@@ -33,15 +33,21 @@ macro_rules! both {
 both!(
     a_request_whose_bytes_were_written_is_never_sent_again,
     a_connection_the_server_closed_while_idle_is_replaced,
+    no_response_headers_fail_at_the_stall_timeout,
+    a_redirect_is_not_followed_and_names_its_location,
 );
 
 /// What a connection does after reading one request.
 #[derive(Clone)]
 enum Reply {
+    /// Write these bytes and read the next request.
+    Send(Vec<u8>),
     /// Write these bytes, wait, then close (a server whose idle timeout is short).
     SendThenCloseAfter(Vec<u8>, Duration),
     /// Close without a byte of an answer.
     Close,
+    /// Keep the connection open and never answer.
+    Silence,
 }
 
 /// A raw HTTP/1.1 server on 127.0.0.1: each connection reads requests (head, then a `content-length` body) and
@@ -103,12 +109,23 @@ async fn serve_conn(mut sock: TcpStream, posts: Arc<AtomicUsize>, answer: Arc<im
         }
         let n = posts.fetch_add(1, Ordering::SeqCst) + 1;
         match answer(n) {
+            Reply::Send(bytes) => {
+                if sock.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
             Reply::SendThenCloseAfter(bytes, after) => {
                 let _ = sock.write_all(&bytes).await;
                 tokio::time::sleep(after).await;
                 return;
             }
             Reply::Close => return,
+            Reply::Silence => {
+                // Read on (and drop) whatever comes, never answering, until the client closes.
+                let mut sink = [0u8; 4096];
+                while matches!(sock.read(&mut sink).await, Ok(n) if n > 0) {}
+                return;
+            }
         }
     }
 }
@@ -147,6 +164,18 @@ fn sse_ok() -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+}
+
+/// A response with `status` (e.g. `503 Service Unavailable`), extra header lines and a short body.
+fn answer(status: &str, headers: &[&str], body: &str) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\n", body.len());
+    for h in headers {
+        out.push_str(h);
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    out.push_str(body);
+    out.into_bytes()
 }
 
 fn config(hc: HttpClient, base: &str) -> ClientConfig {
@@ -206,4 +235,42 @@ async fn a_connection_the_server_closed_while_idle_is_replaced(hc: HttpClient) {
     assert!(second.ok, "{:?}", second.error);
     assert_eq!(server.posts(), 2);
     assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+}
+
+/// Issue #16, item 11: `--stall-timeout` covers the wait for the response headers ("and before the first" frame):
+/// a server that reads the request and never answers fails the request at the stall limit, naming it, not at the
+/// whole-request `--timeout`.
+async fn no_response_headers_fail_at_the_stall_timeout(hc: HttpClient) {
+    let server = Server::start(|_| Reply::Silence).await;
+    let mut cfg = config(hc, &server.base);
+    cfg.timeout = Duration::from_secs(20);
+    cfg.stall_timeout = Some(Duration::from_millis(300));
+    let c = client_for(cfg);
+    let o = send(&c).await;
+    assert!(!o.ok);
+    let err = o.error.clone().unwrap_or_default();
+    assert!(err.starts_with("stall:") && err.contains("response headers"), "{err}");
+    assert!(
+        o.wall < Duration::from_secs(20),
+        "ended by the stall limit, not --timeout: {:?}",
+        o.wall
+    );
+    assert_eq!(server.posts(), 1);
+}
+
+/// Issue #16, item 4: reqwest followed a 307 to another host and sent the POST body there. Neither client follows a
+/// redirect: the request fails with the 3xx status and the `Location` it named, and the other host sees nothing.
+async fn a_redirect_is_not_followed_and_names_its_location(hc: HttpClient) {
+    let elsewhere = Server::start(|_| Reply::Send(sse_ok())).await;
+    let location = format!("{}/completions", elsewhere.base);
+    let header = format!("location: {location}");
+    let server = Server::start(move |_| Reply::Send(answer("307 Temporary Redirect", &[&header], "moved"))).await;
+    let c = client_for(config(hc, &server.base));
+    let o = send(&c).await;
+    assert!(!o.ok, "the redirect was followed");
+    let err = o.error.clone().unwrap_or_default();
+    assert!(err.starts_with("HTTP 307"), "{err}");
+    assert!(err.contains(&location), "the error names the Location: {err}");
+    assert_eq!(server.posts(), 1);
+    assert_eq!(elsewhere.posts(), 0, "the other host got the request");
 }

@@ -282,10 +282,21 @@ async fn http_error_status_is_reported(hc: HttpClient) {
     assert!(err.starts_with("HTTP 500") && err.contains("boom"), "{err}");
 }
 
+/// Headers slower than `--timeout`, no stall limit: the whole-request timeout ends it. (With a stall limit shorter
+/// than the wait, the stall ends it first: `replay_client_http`'s `no_response_headers_fail_at_the_stall_timeout`.)
 async fn whole_request_timeout(hc: HttpClient) {
-    let o = run(hc, "slow_headers").await;
+    let base = server().await;
+    let mut c = client(hc, &base, "slow_headers", Endpoint::Completions, Dialect::Vllm)
+        .config()
+        .clone();
+    c.stall_timeout = None;
+    let c = Client::new(client::http_client(&[]).unwrap_or_else(|e| panic!("{e}")), c);
+    let o = c
+        .complete("prompt", 3, true, &LiveCounters::default(), &CancellationToken::new())
+        .await;
     assert!(!o.ok);
-    assert!(o.error.unwrap_or_default().starts_with("timeout"));
+    let err = o.error.unwrap_or_default();
+    assert!(err.starts_with("timeout: no response headers"), "{err}");
 }
 
 async fn cut_returns_promptly_with_a_cut_record(hc: HttpClient) {

@@ -212,6 +212,9 @@ pub fn http_client(ca_certs: &[rustls::pki_types::CertificateDer<'static>]) -> a
         .no_proxy()
         .pool_max_idle_per_host(usize::MAX)
         .pool_idle_timeout(Duration::from_secs(90))
+        // No redirects, as on the hyper path: a 307/308 would re-send the POST body, possibly to another host (load
+        // only to the configured target); the request fails with the status and the `Location` it named.
+        .redirect(reqwest::redirect::Policy::none())
         // No retries: a retried request would be timed as one, and its first attempt would be lost. reqwest's
         // default retries HTTP/2 protocol NACKs only (HTTP/1 here) but clones every request to be able to; with a
         // budget of 0 retries it clones nothing.
@@ -504,14 +507,15 @@ impl Client {
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         let st = StreamState::new(Instant::now(), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
+        let head_by = self.head_deadline(st.submitted, deadline);
         let sent = tokio::select! {
             biased;
-            r = tokio::time::timeout_at(deadline.into(), send_h1(pool, idle, req, body)) => Some(r),
+            r = tokio::time::timeout_at(head_by.into(), send_h1(pool, idle, req, body)) => Some(r),
             () = cut.cancelled() => None,
         };
         let (resp, mut conn) = match sent {
             None => return st.fail(CUT_ERROR.to_string()),
-            Some(Err(_)) => return st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
+            Some(Err(_)) => return st.fail(self.no_head_error(head_by, deadline)),
             Some(Ok(Err(e))) => return st.fail(format!("request failed: {e}")),
             Some(Ok(Ok(sent))) => sent,
         };
@@ -522,7 +526,7 @@ impl Client {
         let (parts, body) = resp.into_parts();
         let mut body = Driven { body, conn: &mut conn };
         if !parts.status.is_success() {
-            let text = tokio::time::timeout_at(deadline.into(), read_to_end(&mut body)).await;
+            let text = tokio::time::timeout_at(self.body_deadline(deadline).into(), read_to_end(&mut body)).await;
             let detail = match text {
                 Ok(Ok(b)) => {
                     pool.put_back(conn, &parts.headers, parts.version);
@@ -530,7 +534,7 @@ impl Client {
                 }
                 _ => String::new(),
             };
-            return st.fail(format!("HTTP {}: {detail}", parts.status));
+            return st.fail(http_error(parts.status, &parts.headers, &detail));
         }
         let (outcome, ended) = self.read_stream(&mut body, st, deadline, live, cut).await;
         if ended {
@@ -565,29 +569,51 @@ impl Client {
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         let st = StreamState::new(Instant::now(), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
+        let head_by = self.head_deadline(st.submitted, deadline);
         let result = match pending {
             Ok(pending) => tokio::select! {
                 biased;
-                r = tokio::time::timeout_at(deadline.into(), pending) => Some(r),
+                r = tokio::time::timeout_at(head_by.into(), pending) => Some(r),
                 () = cut.cancelled() => None,
             },
             Err(e) => return st.fail(format!("request failed: {e}")),
         };
         match result {
             None => st.fail(CUT_ERROR.to_string()),
-            Some(Err(_)) => st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
+            Some(Err(_)) => st.fail(self.no_head_error(head_by, deadline)),
             Some(Ok(Err(e))) => st.fail(format!("request failed: {}", error_chain(&e))),
             Some(Ok(Ok(resp))) if !resp.status().is_success() => {
-                let status = resp.status();
-                let text = tokio::time::timeout_at(deadline.into(), resp.bytes()).await;
+                let (status, headers) = (resp.status(), resp.headers().clone());
+                let text = tokio::time::timeout_at(self.body_deadline(deadline).into(), resp.bytes()).await;
                 let detail = match text {
                     Ok(Ok(b)) => truncate(&String::from_utf8_lossy(&b), 300),
                     _ => String::new(),
                 };
-                st.fail(format!("HTTP {status}: {detail}"))
+                st.fail(http_error(status, &headers, &detail))
             }
             Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, deadline, live, cut).await.0,
         }
+    }
+
+    /// By when a response head must have come: the whole-request `deadline`, or sooner the stall limit counted from
+    /// `start`, the send (`--stall-timeout` is the longest gap between frames "and before the first one", and no
+    /// frame comes before the head: issue #16, item 11).
+    fn head_deadline(&self, start: Instant, deadline: Instant) -> Instant {
+        self.cfg.stall_timeout.map_or(deadline, |s| (start + s).min(deadline))
+    }
+
+    /// The error of a request whose head did not come by `head_by` ([`Client::head_deadline`]).
+    fn no_head_error(&self, head_by: Instant, deadline: Instant) -> String {
+        match self.cfg.stall_timeout {
+            Some(limit) if head_by < deadline => format!("stall: no response headers within {limit:?}"),
+            _ => format!("timeout: no response headers within {:?}", self.cfg.timeout),
+        }
+    }
+
+    /// By when an error answer's body must have been read (its text goes into the error): the stall limit from now,
+    /// within the whole-request deadline.
+    fn body_deadline(&self, deadline: Instant) -> Instant {
+        self.head_deadline(Instant::now(), deadline)
     }
 
     /// Read a response body as SSE to `[DONE]` or its end. Returns the outcome and whether the body was read to its
@@ -1017,6 +1043,19 @@ pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
         p99_ms: p99 as f64,
         max_ms: max as f64,
     })
+}
+
+/// The error of an answer that is not a success: `HTTP 503 Service Unavailable: <body>`. Redirects are never
+/// followed (neither client: a 307/308 re-sends the POST body, perhaps to another host): a 3xx names its `Location`.
+fn http_error(status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &str) -> String {
+    if status.is_redirection() {
+        let location = headers
+            .get(hyper::header::LOCATION)
+            .map_or_else(|| "none".into(), |v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        format!("HTTP {status} (redirect not followed; Location: {location}): {detail}")
+    } else {
+        format!("HTTP {status}: {detail}")
+    }
 }
 
 fn error_frame_text(data: &[u8]) -> String {
