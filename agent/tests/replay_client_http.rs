@@ -35,6 +35,12 @@ both!(
     a_connection_the_server_closed_while_idle_is_replaced,
     no_response_headers_fail_at_the_stall_timeout,
     a_redirect_is_not_followed_and_names_its_location,
+    retry_after_in_seconds_is_waited_and_recorded,
+    retry_after_as_an_http_date_is_honoured,
+    retries_are_bounded_by_max_retries,
+    a_retry_after_beyond_the_timeout_fails_at_once,
+    without_max_retries_an_overloaded_answer_fails_at_once,
+    a_cut_during_a_retry_wait_ends_the_request_at_once,
 );
 
 /// What a connection does after reading one request.
@@ -191,6 +197,7 @@ fn config(hc: HttpClient, base: &str) -> ClientConfig {
         http_client: hc,
         rx_clock: RxClock::Kernel,
         ca_certs: Vec::new(),
+        max_retries: 0,
     }
 }
 
@@ -273,4 +280,110 @@ async fn a_redirect_is_not_followed_and_names_its_location(hc: HttpClient) {
     assert!(err.contains(&location), "the error names the Location: {err}");
     assert_eq!(server.posts(), 1);
     assert_eq!(elsewhere.posts(), 0, "the other host got the request");
+}
+
+/// Issue #16, item 18: a 503 with `Retry-After: 1` is waited out and the request sent again, which then streams.
+/// The outcome says so (the record's `retries` and `retry_statuses`), and its clocks start at the first attempt, what the user
+/// waited: TTFT and E2E include the second of waiting.
+async fn retry_after_in_seconds_is_waited_and_recorded(hc: HttpClient) {
+    let server = Server::start(|n| match n {
+        1 => Reply::Send(answer("503 Service Unavailable", &["retry-after: 1"], "busy")),
+        _ => Reply::Send(sse_ok()),
+    })
+    .await;
+    let mut cfg = config(hc, &server.base);
+    cfg.max_retries = 3;
+    let o = send(&client_for(cfg)).await;
+    assert!(o.ok, "{:?}", o.error);
+    assert_eq!(o.retry_statuses, [503]);
+    assert_eq!(server.posts(), 2);
+    let ttft = o.ttft.unwrap_or_else(|| panic!("a content frame came"));
+    assert!(
+        ttft >= Duration::from_secs(1),
+        "TTFT counts from the first attempt: {ttft:?}"
+    );
+    assert!(o.wall >= ttft);
+}
+
+/// A 429 whose `Retry-After` is an HTTP-date (here: now, so a date already reached by the time it is read) is
+/// retried after no wait.
+async fn retry_after_as_an_http_date_is_honoured(hc: HttpClient) {
+    let server = Server::start(|n| match n {
+        1 => {
+            let date = format!("retry-after: {}", httpdate::fmt_http_date(std::time::SystemTime::now()));
+            Reply::Send(answer("429 Too Many Requests", &[&date], "slow down"))
+        }
+        _ => Reply::Send(sse_ok()),
+    })
+    .await;
+    let mut cfg = config(hc, &server.base);
+    cfg.max_retries = 1;
+    let o = send(&client_for(cfg)).await;
+    assert!(o.ok, "{:?}", o.error);
+    assert_eq!(o.retry_statuses, [429]);
+    assert_eq!(server.posts(), 2);
+}
+
+/// A server that always answers 503 `Retry-After: 0` gets the request `1 + --max-retries` times, then the request
+/// fails naming the limit, each retried attempt recorded.
+async fn retries_are_bounded_by_max_retries(hc: HttpClient) {
+    let server = Server::start(|_| Reply::Send(answer("503 Service Unavailable", &["retry-after: 0"], "busy"))).await;
+    let mut cfg = config(hc, &server.base);
+    cfg.max_retries = 2;
+    let o = send(&client_for(cfg)).await;
+    assert!(!o.ok);
+    let err = o.error.clone().unwrap_or_default();
+    assert!(err.starts_with("HTTP 503") && err.contains("--max-retries 2"), "{err}");
+    assert_eq!(o.retry_statuses, [503, 503]);
+    assert_eq!(server.posts(), 3);
+}
+
+/// A `Retry-After` longer than what is left of `--timeout` fails the request at once, naming it, without a wait.
+async fn a_retry_after_beyond_the_timeout_fails_at_once(hc: HttpClient) {
+    let server = Server::start(|_| Reply::Send(answer("503 Service Unavailable", &["retry-after: 120"], "busy"))).await;
+    let mut cfg = config(hc, &server.base);
+    cfg.max_retries = 3;
+    cfg.timeout = Duration::from_secs(20);
+    let o = send(&client_for(cfg)).await;
+    assert!(!o.ok);
+    let err = o.error.clone().unwrap_or_default();
+    assert!(
+        err.starts_with("HTTP 503") && err.contains("Retry-After 120s is beyond"),
+        "{err}"
+    );
+    assert!(o.retry_statuses.is_empty());
+    assert!(o.wall < Duration::from_secs(20), "no wait: {:?}", o.wall);
+    assert_eq!(server.posts(), 1);
+}
+
+/// `--max-retries 0`: the first 503 fails the request, as before retries existed.
+async fn without_max_retries_an_overloaded_answer_fails_at_once(hc: HttpClient) {
+    let server = Server::start(|_| Reply::Send(answer("503 Service Unavailable", &["retry-after: 0"], "busy"))).await;
+    let o = send(&client_for(config(hc, &server.base))).await;
+    assert!(!o.ok);
+    let err = o.error.clone().unwrap_or_default();
+    assert!(err.starts_with("HTTP 503 Service Unavailable: busy"), "{err}");
+    assert!(o.retry_statuses.is_empty());
+    assert_eq!(server.posts(), 1);
+}
+
+/// The end of the run (the cut token) ends a request that is waiting out a `Retry-After`, with a cut record that
+/// keeps the retry it was waiting for.
+async fn a_cut_during_a_retry_wait_ends_the_request_at_once(hc: HttpClient) {
+    let server = Server::start(|_| Reply::Send(answer("503 Service Unavailable", &["retry-after: 10"], "busy"))).await;
+    let mut cfg = config(hc, &server.base);
+    cfg.max_retries = 3;
+    cfg.timeout = Duration::from_secs(60);
+    let c = client_for(cfg);
+    let cut = CancellationToken::new();
+    let canceller = cut.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        canceller.cancel();
+    });
+    let o = c.complete("prompt", 1, false, &LiveCounters::default(), &cut).await;
+    assert_eq!(o.error.as_deref(), Some(client::CUT_ERROR));
+    assert_eq!(o.retry_statuses, [503]);
+    assert!(o.wall < Duration::from_secs(10), "the wait was cut short: {:?}", o.wall);
+    assert_eq!(server.posts(), 1);
 }

@@ -173,6 +173,7 @@ fn client(hc: HttpClient, base: &str, case: &str, endpoint: Endpoint, dialect: D
             http_client: hc,
             rx_clock: RxClock::Kernel,
             ca_certs: Vec::new(),
+            max_retries: 0,
         },
     )
 }

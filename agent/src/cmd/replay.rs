@@ -477,6 +477,7 @@ async fn run_here(a: Args) -> anyhow::Result<ExitCode> {
             http_client: a.http_client,
             rx_clock: a.rx_clock,
             ca_certs,
+            max_retries: client::DEFAULT_MAX_RETRIES,
         },
     );
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated

@@ -9,6 +9,9 @@
 //! output tokens = `usage.completion_tokens`, falling back to the content-frame count only when the server sent no
 //! usage (flagged `usage_source: missing`).
 //!
+//! Neither client follows redirects; a 429/503 with `Retry-After` is sent again after the wait, within the request's
+//! timeout and `max_retries` ([`Client::complete`]).
+//!
 //! Two HTTP clients carry the requests ([`HttpClient`]): for `http://` URLs hyper's HTTP/1.1 connection API
 //! directly, one connection per stream, driven by the stream itself ([`super::h1`]); for `https://` (or
 //! `--http-client reqwest`) reqwest. Everything after the response head is the same code for both (`ChunkBody`).
@@ -117,7 +120,13 @@ pub struct ClientConfig {
     pub rx_clock: RxClock,
     /// Extra roots to trust for `https://` (`--ca-cert`), beside the platform's.
     pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// How many times a request answered 429 or 503 with `Retry-After` is sent again after the wait it asks for
+    /// (`--max-retries`, default [`DEFAULT_MAX_RETRIES`]; 0 = fail at once). Each wait must end inside `timeout`.
+    pub max_retries: u32,
 }
+
+/// `--max-retries`' default: a few waits, as a production client makes under overload, not an endless queue.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
 
 /// Counters shared with the progress display; bumped as frames arrive.
 #[derive(Debug, Default)]
@@ -159,6 +168,9 @@ pub struct Outcome {
     pub text: String,
     /// The first content frame was timed by the kernel's receive time (else by `Instant::now()` when taken).
     pub first_frame_kernel: bool,
+    /// The status of each attempt that was answered 429/503 with `Retry-After` and sent again, in order (the
+    /// record's `retries` and `retry_statuses`). `submitted`, `ttft` and `wall` count from the first attempt.
+    pub retry_statuses: Vec<u16>,
 }
 
 /// The HTTP client, one per run; connections are pooled and reused.
@@ -447,6 +459,11 @@ impl Client {
 
     /// Send one request and read its stream to the end, or until `cut` is cancelled (then the outcome is a failure
     /// with `error: "cut: …"` that keeps what arrived so far). Never panics on what the server sends.
+    ///
+    /// A 429 or 503 answer with `Retry-After` is waited out and the request sent again, at most
+    /// [`ClientConfig::max_retries`] times and only while the wait ends inside `timeout` (else it fails at once,
+    /// naming the `Retry-After`); the statuses of the retried attempts are [`Outcome::retry_statuses`]. The clock
+    /// starts at the first attempt: `submitted`, TTFT and E2E are what the user waited, the waits included.
     pub async fn complete(
         &self,
         prompt: &str,
@@ -455,16 +472,55 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
-        let outcome = match &self.transport {
-            Transport::Hyper(pool) => {
-                self.complete_hyper(pool, prompt, max_tokens, collect_text, live, cut)
-                    .await
+        let mut retry_statuses = Vec::new();
+        let mut ask = Ask {
+            prompt,
+            max_tokens,
+            collect_text,
+            live,
+            cut,
+            first_submit: None,
+        };
+        let mut outcome = loop {
+            let attempt = match &self.transport {
+                Transport::Hyper(pool) => self.complete_hyper(pool, &ask).await,
+                Transport::Reqwest { http, .. } => self.complete_reqwest(http, &ask).await,
+            };
+            let (st, status, wait, error) = match attempt {
+                Attempt::Done(o) => break o,
+                Attempt::RetryAfter {
+                    st,
+                    status,
+                    wait,
+                    error,
+                } => (st, status, wait, error),
+            };
+            let made = retry_statuses.len() as u32;
+            if made >= self.cfg.max_retries {
+                let max = self.cfg.max_retries;
+                break st.fail(format!(
+                    "{error} (Retry-After {wait:?}; not retried: {made} retries made, --max-retries {max})"
+                ));
             }
-            Transport::Reqwest { http, .. } => {
-                self.complete_reqwest(http, prompt, max_tokens, collect_text, live, cut)
-                    .await
+            let left = (st.submitted + self.cfg.timeout).saturating_duration_since(Instant::now());
+            if wait >= left {
+                let left = Duration::from_millis(left.as_millis() as u64);
+                let timeout = self.cfg.timeout;
+                break st.fail(format!(
+                    "{error} (Retry-After {wait:?} is beyond the {left:?} left of --timeout {timeout:?}; not retried)"
+                ));
+            }
+            retry_statuses.push(status.as_u16());
+            ask.first_submit = Some(st.submitted);
+            let waited = tokio::select! {
+                () = tokio::time::sleep(wait) => true,
+                () = cut.cancelled() => false,
+            };
+            if !waited {
+                break st.fail(CUT_ERROR.to_string());
             }
         };
+        outcome.retry_statuses = retry_statuses;
         live.in_flight.fetch_sub(1, Ordering::Relaxed);
         if outcome.ok {
             live.completed.fetch_add(1, Ordering::Relaxed);
@@ -475,24 +531,25 @@ impl Client {
         outcome
     }
 
-    /// The direct HTTP/1.1 path ([`H1Pool`]): one connection per stream, taken from the idle stack (or opened) for
-    /// this request and put back once its response was read to the end.
-    async fn complete_hyper(
-        &self,
-        pool: &Result<Arc<H1Pool>, String>,
-        prompt: &str,
-        max_tokens: u32,
-        collect_text: bool,
-        live: &LiveCounters,
-        cut: &CancellationToken,
-    ) -> Outcome {
+    /// One attempt on the direct HTTP/1.1 path ([`H1Pool`]): one connection per stream, taken from the idle stack
+    /// (or opened) for this request and put back once its response was read to the end.
+    async fn complete_hyper(&self, pool: &Result<Arc<H1Pool>, String>, ask: &Ask<'_>) -> Attempt {
+        let Ask {
+            prompt,
+            max_tokens,
+            collect_text,
+            live,
+            cut,
+            first_submit,
+        } = *ask;
         // The body is built before the clock starts, as the floor client builds its request before its clock.
         let body = Bytes::from(self.body_bytes(prompt, max_tokens));
         let pool = match pool {
             Ok(p) => p,
             Err(e) => {
                 live.in_flight.fetch_add(1, Ordering::Relaxed);
-                return StreamState::new(Instant::now(), collect_text, max_tokens).fail(format!("request failed: {e}"));
+                let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+                return Attempt::Done(st.fail(format!("request failed: {e}")));
             }
         };
         // An idle connection, made ready before the clock starts (`ready` waits only for the connection's own state
@@ -504,23 +561,26 @@ impl Client {
         // The request itself (its head and headers) is built before the clock too: after it only the hand-over to
         // the connection and hyper's encoding of the head precede the `write`.
         let req = pool.request(body.clone());
-        live.in_flight.fetch_add(1, Ordering::Relaxed);
-        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let start = Instant::now();
+        if first_submit.is_none() {
+            live.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
-        let head_by = self.head_deadline(st.submitted, deadline);
+        let head_by = self.head_deadline(start, deadline);
         let sent = tokio::select! {
             biased;
             r = tokio::time::timeout_at(head_by.into(), send_h1(pool, idle, req, body)) => Some(r),
             () = cut.cancelled() => None,
         };
         let (resp, mut conn) = match sent {
-            None => return st.fail(CUT_ERROR.to_string()),
-            Some(Err(_)) => return st.fail(self.no_head_error(head_by, deadline)),
-            Some(Ok(Err(e))) => return st.fail(format!("request failed: {e}")),
+            None => return Attempt::Done(st.fail(CUT_ERROR.to_string())),
+            Some(Err(_)) => return Attempt::Done(st.fail(self.no_head_error(head_by, deadline))),
+            Some(Ok(Err(e))) => return Attempt::Done(st.fail(format!("request failed: {e}"))),
             Some(Ok(Ok(sent))) => sent,
         };
-        if let Some(w) = conn.last_write().filter(|&w| w >= st.submitted) {
-            let us = w.duration_since(st.submitted).as_secs_f32() * 1e6;
+        if let Some(w) = conn.last_write().filter(|&w| w >= start) {
+            let us = w.duration_since(start).as_secs_f32() * 1e6;
             self.send_delays_us.lock().unwrap_or_else(|p| p.into_inner()).push(us);
         }
         let (parts, body) = resp.into_parts();
@@ -534,25 +594,25 @@ impl Client {
                 }
                 _ => String::new(),
             };
-            return st.fail(http_error(parts.status, &parts.headers, &detail));
+            return Attempt::refused(st, parts.status, &parts.headers, &detail);
         }
-        let (outcome, ended) = self.read_stream(&mut body, st, deadline, live, cut).await;
+        let (outcome, ended) = self.read_stream(&mut body, st, start, deadline, live, cut).await;
         if ended {
             pool.put_back(conn, &parts.headers, parts.version);
         }
-        outcome
+        Attempt::Done(outcome)
     }
 
-    /// The reqwest path (pooled; TLS).
-    async fn complete_reqwest(
-        &self,
-        http: &reqwest::Client,
-        prompt: &str,
-        max_tokens: u32,
-        collect_text: bool,
-        live: &LiveCounters,
-        cut: &CancellationToken,
-    ) -> Outcome {
+    /// One attempt on the reqwest path (pooled; TLS).
+    async fn complete_reqwest(&self, http: &reqwest::Client, ask: &Ask<'_>) -> Attempt {
+        let Ask {
+            prompt,
+            max_tokens,
+            collect_text,
+            live,
+            cut,
+            first_submit,
+        } = *ask;
         // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
         // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
         // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
@@ -566,19 +626,22 @@ impl Client {
         // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
         // connection per worker, likewise starts its clock once its connection is ready.
         tokio::task::yield_now().await;
-        live.in_flight.fetch_add(1, Ordering::Relaxed);
-        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let start = Instant::now();
+        if first_submit.is_none() {
+            live.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
-        let head_by = self.head_deadline(st.submitted, deadline);
+        let head_by = self.head_deadline(start, deadline);
         let result = match pending {
             Ok(pending) => tokio::select! {
                 biased;
                 r = tokio::time::timeout_at(head_by.into(), pending) => Some(r),
                 () = cut.cancelled() => None,
             },
-            Err(e) => return st.fail(format!("request failed: {e}")),
+            Err(e) => return Attempt::Done(st.fail(format!("request failed: {e}"))),
         };
-        match result {
+        Attempt::Done(match result {
             None => st.fail(CUT_ERROR.to_string()),
             Some(Err(_)) => st.fail(self.no_head_error(head_by, deadline)),
             Some(Ok(Err(e))) => st.fail(format!("request failed: {}", error_chain(&e))),
@@ -589,10 +652,10 @@ impl Client {
                     Ok(Ok(b)) => truncate(&String::from_utf8_lossy(&b), 300),
                     _ => String::new(),
                 };
-                st.fail(http_error(status, &headers, &detail))
+                return Attempt::refused(st, status, &headers, &detail);
             }
-            Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, deadline, live, cut).await.0,
-        }
+            Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, start, deadline, live, cut).await.0,
+        })
     }
 
     /// By when a response head must have come: the whole-request `deadline`, or sooner the stall limit counted from
@@ -617,18 +680,20 @@ impl Client {
     }
 
     /// Read a response body as SSE to `[DONE]` or its end. Returns the outcome and whether the body was read to its
-    /// end (then its connection can carry another request).
+    /// end (then its connection can carry another request). `start`: when this attempt was sent (the gap before the
+    /// first frame counts from it).
     async fn read_stream<B: ChunkBody>(
         &self,
         resp: &mut B,
         mut st: StreamState,
+        start: Instant,
         deadline: Instant,
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> (Outcome, bool) {
         let mut sse = SseDecoder::new();
         let stall = self.cfg.stall_timeout;
-        let mut last = st.submitted;
+        let mut last = start;
         // ONE timer for both limits, armed at the earlier of (last frame + stall) and the whole-request deadline.
         // It is not re-armed per frame: when it fires early (frames kept coming), it is moved to the new
         // last + stall. Each wake-up of this loop therefore polls a single timer.
@@ -725,6 +790,65 @@ impl Client {
             }
         }
     }
+}
+
+/// One request as [`Client::complete`] was asked for it, handed to each of its attempts.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    prompt: &'a str,
+    max_tokens: u32,
+    collect_text: bool,
+    live: &'a LiveCounters,
+    cut: &'a CancellationToken,
+    /// When the first attempt started (a retry keeps that clock); `None` for the first attempt.
+    first_submit: Option<Instant>,
+}
+
+/// How one attempt of a request ended.
+enum Attempt {
+    Done(Outcome),
+    /// A 429 or 503 whose `Retry-After` asks to come back after `wait`: the caller waits and sends again, or fails
+    /// the request with `error` (and why it did not wait) — [`Client::complete`] decides.
+    RetryAfter {
+        st: StreamState,
+        status: hyper::StatusCode,
+        wait: Duration,
+        error: String,
+    },
+}
+
+impl Attempt {
+    /// An answer that is not a success: a retry where it asks for one, else the request's failure.
+    fn refused(st: StreamState, status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &str) -> Attempt {
+        let error = http_error(status, headers, detail);
+        match retry_after(status, headers, std::time::SystemTime::now()) {
+            Some(wait) => Attempt::RetryAfter {
+                st,
+                status,
+                wait,
+                error,
+            },
+            None => Attempt::Done(st.fail(error)),
+        }
+    }
+}
+
+/// How long a 429 (Too Many Requests) or 503 (Service Unavailable) answer asks the client to wait before it
+/// comes back: its `Retry-After`, delta-seconds or an HTTP-date (RFC 9110, section 10.2.3; a date in the past is
+/// no wait), `now` being the wall clock. `None` for any other status, without the header, or with a value that is
+/// neither form (the request then fails at once, as before).
+fn retry_after(status: hyper::StatusCode, headers: &hyper::HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    use hyper::StatusCode;
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let value = headers.get(hyper::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is still a wait, a very long one (beyond any timeout).
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or_default())
 }
 
 /// Send `req` (whose body is `body`) on `idle` (or on a new connection); returns the response head and the
@@ -1015,6 +1139,7 @@ impl StreamState {
             itl: itl_summary(&mut self.gaps_ms),
             text: self.text.unwrap_or_default(),
             first_frame_kernel: self.first_frame_kernel,
+            retry_statuses: Vec::new(),
         }
     }
 }
@@ -1294,6 +1419,7 @@ mod tests {
                             http_client: HttpClient::Reqwest,
                             rx_clock: RxClock::Kernel,
                             ca_certs: Vec::new(),
+                            max_retries: 0,
                         },
                     );
                     for p in prompts {
@@ -1333,6 +1459,7 @@ mod tests {
                 http_client: HttpClient::Reqwest,
                 rx_clock: RxClock::Kernel,
                 ca_certs: Vec::new(),
+                max_retries: 0,
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
@@ -1356,6 +1483,7 @@ mod tests {
                 http_client: HttpClient::Hyper,
                 rx_clock: RxClock::Kernel,
                 ca_certs: Vec::new(),
+                max_retries: 0,
             },
         );
         assert_eq!(c.connections_opened(), None);
@@ -1387,6 +1515,7 @@ mod tests {
             http_client,
             rx_clock: RxClock::Kernel,
             ca_certs: ca.clone(),
+            max_retries: 0,
         };
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
         for url in [
@@ -1407,6 +1536,45 @@ mod tests {
         let c = Client::new(http, cfg("ftp://127.0.0.1:9/v1", HttpClient::Hyper));
         assert_eq!(c.http_client(), HttpClient::Hyper);
         assert_eq!(c.connections_opened(), None);
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        use hyper::StatusCode;
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let with = |v: &str| {
+            let mut h = hyper::HeaderMap::new();
+            h.insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_str(v).unwrap_or_else(|e| panic!("{e}")),
+            );
+            h
+        };
+        let wait = |status, v: &str| retry_after(status, &with(v), now);
+        let busy = StatusCode::SERVICE_UNAVAILABLE;
+        assert_eq!(wait(busy, "0"), Some(Duration::ZERO));
+        assert_eq!(wait(busy, " 7 "), Some(Duration::from_secs(7)));
+        assert_eq!(
+            wait(StatusCode::TOO_MANY_REQUESTS, "120"),
+            Some(Duration::from_secs(120))
+        );
+        // More digits than a u64 holds: a wait longer than any timeout, not an error.
+        assert_eq!(
+            wait(busy, "99999999999999999999999"),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        // HTTP-date: 90 s after `now`; a date already past is no wait.
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(wait(busy, &later), Some(Duration::from_secs(90)));
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(wait(busy, &earlier), Some(Duration::ZERO));
+        // Neither form, a negative or fractional number, or another status: no retry.
+        for bad in ["", "-1", "1.5", "soon", "Tue, 32 Foo 2026 99:00:00 GMT"] {
+            assert_eq!(wait(busy, bad), None, "{bad:?}");
+        }
+        assert_eq!(wait(StatusCode::INTERNAL_SERVER_ERROR, "1"), None);
+        assert_eq!(wait(StatusCode::BAD_GATEWAY, "1"), None);
+        assert_eq!(retry_after(busy, &hyper::HeaderMap::new(), now), None);
     }
 
     #[test]
