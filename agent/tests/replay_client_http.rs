@@ -41,6 +41,7 @@ both!(
     a_retry_after_beyond_the_timeout_fails_at_once,
     without_max_retries_an_overloaded_answer_fails_at_once,
     a_cut_during_a_retry_wait_ends_the_request_at_once,
+    a_body_without_line_ends_fails_at_the_decoders_limit,
 );
 
 /// What a connection does after reading one request.
@@ -386,4 +387,24 @@ async fn a_cut_during_a_retry_wait_ends_the_request_at_once(hc: HttpClient) {
     assert_eq!(o.retry_statuses, [503]);
     assert!(o.wall < Duration::from_secs(10), "the wait was cut short: {:?}", o.wall);
     assert_eq!(server.posts(), 1);
+}
+
+/// A 200 whose body is 4 MiB and more of bytes without a line end fails the request at the SSE decoder's limit
+/// (`sse::MAX_LINE_BYTES`), naming it, instead of holding the whole body (issue #16: the decoder's memory bound).
+async fn a_body_without_line_ends_fails_at_the_decoders_limit(hc: HttpClient) {
+    let len = loadshape::replay::sse::MAX_LINE_BYTES + (256 << 10);
+    let server = Server::start(move |_| {
+        let mut out =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {len}\r\n\r\n").into_bytes();
+        out.resize(out.len() + len, b'a');
+        Reply::Send(out)
+    })
+    .await;
+    let o = send(&client_for(config(hc, &server.base))).await;
+    assert!(!o.ok);
+    let err = o.error.clone().unwrap_or_default();
+    assert!(
+        err.starts_with("malformed SSE stream: an SSE line longer than 4194304 bytes"),
+        "{err}"
+    );
 }

@@ -746,6 +746,10 @@ impl Client {
                     }
                     live.content_frames
                         .fetch_add(st.frames - frames_before, Ordering::Relaxed);
+                    let flow = match flow {
+                        Ok(flow) => flow,
+                        Err(e) => return (st.fail(format!("malformed SSE stream: {e}")), false),
+                    };
                     if flow.is_break() {
                         let outcome = st.finish_done();
                         // Read on to the end of the body (normally only the chunked terminator, already on its way)
