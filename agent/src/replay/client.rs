@@ -189,8 +189,9 @@ pub struct Client {
     /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
     body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
-    /// Hyper path: `t_submit` → the return of the request's last `write`, µs, one per request that got a response
-    /// head (the client-side part of TTFT that kernel receive stamps do not remove).
+    /// Hyper path: the send → the return of the request's last `write`, µs, one per attempt that got a response head
+    /// (the client-side part of TTFT that kernel receive stamps do not remove; the send is `t_submit` except for a
+    /// retry after `Retry-After`).
     send_delays_us: Arc<std::sync::Mutex<Vec<f32>>>,
 }
 
@@ -1334,6 +1335,24 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for FirstOf<T> {
 mod tests {
     use super::*;
 
+    /// A config for `url` through `http_client`, the rest plain (tests change what they need).
+    fn test_config(url: &str, http_client: HttpClient) -> ClientConfig {
+        ClientConfig {
+            base_url: url.into(),
+            model: "m".into(),
+            api_key: None,
+            endpoint: Endpoint::Completions,
+            dialect: Dialect::Vllm,
+            temperature: 0.0,
+            timeout: Duration::from_secs(1),
+            stall_timeout: None,
+            http_client,
+            rx_clock: RxClock::Kernel,
+            ca_certs: Vec::new(),
+            max_retries: 0,
+        }
+    }
+
     fn feed(frames: &[&str]) -> Outcome {
         let mut st = StreamState::new(Instant::now(), true, 8);
         for f in frames {
@@ -1412,18 +1431,12 @@ mod tests {
                     let c = Client::new(
                         http,
                         ClientConfig {
-                            base_url: "http://127.0.0.1:9/v1/".into(),
                             model: model.into(),
                             api_key: Some("sk-1".into()),
                             endpoint,
                             dialect,
                             temperature,
-                            timeout: Duration::from_secs(1),
-                            stall_timeout: None,
-                            http_client: HttpClient::Reqwest,
-                            rx_clock: RxClock::Kernel,
-                            ca_certs: Vec::new(),
-                            max_retries: 0,
+                            ..test_config("http://127.0.0.1:9/v1/", HttpClient::Reqwest)
                         },
                     );
                     for p in prompts {
@@ -1452,18 +1465,8 @@ mod tests {
         let c = Client::new(
             http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
             ClientConfig {
-                base_url: "http://127.0.0.1:9/v1".into(),
-                model: "m".into(),
                 api_key: Some("bad\nkey".into()),
-                endpoint: Endpoint::Completions,
-                dialect: Dialect::Vllm,
-                temperature: 0.0,
-                timeout: Duration::from_secs(1),
-                stall_timeout: None,
-                http_client: HttpClient::Reqwest,
-                rx_clock: RxClock::Kernel,
-                ca_certs: Vec::new(),
-                max_retries: 0,
+                ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
@@ -1476,18 +1479,8 @@ mod tests {
         let c = Client::new(
             http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
             ClientConfig {
-                base_url: "http://127.0.0.1:9/v1".into(),
-                model: "m".into(),
                 api_key: Some("bad\nkey".into()),
-                endpoint: Endpoint::Completions,
-                dialect: Dialect::Vllm,
-                temperature: 0.0,
-                timeout: Duration::from_secs(1),
-                stall_timeout: None,
-                http_client: HttpClient::Hyper,
-                rx_clock: RxClock::Kernel,
-                ca_certs: Vec::new(),
-                max_retries: 0,
+                ..test_config("http://127.0.0.1:9/v1", HttpClient::Hyper)
             },
         );
         assert_eq!(c.connections_opened(), None);
@@ -1508,18 +1501,8 @@ mod tests {
         assert_eq!(HttpClient::Hyper.resolve(), HttpClient::Hyper);
         let ca = crate::replay::tls::test_ca_certs();
         let cfg = |url: &str, http_client| ClientConfig {
-            base_url: url.into(),
-            model: "m".into(),
-            api_key: None,
-            endpoint: Endpoint::Completions,
-            dialect: Dialect::Vllm,
-            temperature: 0.0,
-            timeout: Duration::from_secs(1),
-            stall_timeout: None,
-            http_client,
-            rx_clock: RxClock::Kernel,
             ca_certs: ca.clone(),
-            max_retries: 0,
+            ..test_config(url, http_client)
         };
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
         for url in [
