@@ -117,6 +117,7 @@ async fn blocked_run(clock: RxClock) -> (Outcome, &'static str) {
             http_client: HttpClient::Hyper,
             rx_clock: clock,
             ca_certs: Vec::new(),
+            max_retries: 0,
         },
     );
     // As a run does: the pool opens its connection (the server's one) and, with kernel stamps, waits until the

@@ -50,6 +50,8 @@ fn record(i: u64) -> RequestRecord {
         finish_reason: Some("length".into()),
         usage_source: UsageSource::FinalFrame,
         rx_clock: None,
+        retries: 0,
+        retry_statuses: Vec::new(),
         error: None,
     }
 }

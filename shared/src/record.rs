@@ -92,6 +92,15 @@ pub struct RequestRecord {
     /// records and when no content frame arrived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rx_clock: Option<FrameClock>,
+    /// Live records: attempts that the server answered 429 or 503 with `Retry-After` and that were sent again after
+    /// the wait it asked for (`--max-retries`); absent (0) when the first attempt was the only one. `t_submit`,
+    /// `ttft_s` and `wall_s` start at the first attempt (what the user waited), so they include the waits.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
+    /// The status of each retried attempt, in order (e.g. `[503, 429]`); the last attempt's outcome is the record's
+    /// own. Absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retry_statuses: Vec<u16>,
     /// Error text when `ok` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -108,10 +117,71 @@ pub struct ItlSummary {
     pub max_ms: f64,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl RequestRecord {
     /// vLLM's TPOT for one request: (E2E − TTFT) / (output tokens − 1), milliseconds; `None` below 2 tokens.
     pub fn tpot_ms(&self) -> Option<f64> {
         let ttft = self.ttft_s?;
         (self.gen_tokens > 1).then(|| (self.wall_s - ttft) * 1000.0 / (self.gen_tokens - 1) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live() -> RequestRecord {
+        RequestRecord {
+            schema: RECORD_SCHEMA_VERSION,
+            session: 1,
+            inst: 0,
+            step: 2,
+            steps_asked: 3,
+            base_asked: 4000,
+            ok: true,
+            t_submit: 1.5,
+            ttft_s: Some(0.25),
+            wall_s: 2.0,
+            gen_tokens: 64,
+            asked_tokens: 64,
+            prompt_tokens: Some(4000),
+            cached_tokens: Some(0),
+            designed_cached_tokens: None,
+            sse_frames: 64,
+            prompt_chars: 16000,
+            queue_s: None,
+            itl: None,
+            finish_reason: Some("length".into()),
+            usage_source: UsageSource::FinalFrame,
+            rx_clock: Some(FrameClock::Kernel),
+            retries: 0,
+            retry_statuses: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// A request that was not retried writes the same line as before the retry fields existed (users' scripts and
+    /// older readers see no change); a retried one names its retries, and both read back.
+    #[test]
+    fn retry_fields_are_written_only_when_there_were_retries() {
+        let plain = serde_json::to_string(&live()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!plain.contains("retr"), "{plain}");
+        let old_line = r#"{"schema":1,"session":1,"inst":0,"step":2,"steps_asked":3,"base_asked":4000,"ok":true,"t_submit":1.5,"ttft_s":0.25,"wall_s":2.0,"gen_tokens":64,"asked_tokens":64,"prompt_tokens":4000,"cached_tokens":0,"sse_frames":64,"prompt_chars":16000,"finish_reason":"length","usage_source":"final_frame","rx_clock":"kernel"}"#;
+        assert_eq!(plain, old_line);
+        let read: RequestRecord = serde_json::from_str(old_line).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read, live());
+
+        let retried = RequestRecord {
+            retries: 2,
+            retry_statuses: vec![503, 429],
+            ..live()
+        };
+        let line = serde_json::to_string(&retried).unwrap_or_else(|e| panic!("{e}"));
+        assert!(line.contains(r#""retries":2,"retry_statuses":[503,429]"#), "{line}");
+        let back: RequestRecord = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, retried);
     }
 }

@@ -28,6 +28,8 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         finish_reason: Some("length".to_string()),
         usage_source: UsageSource::Simulated,
         rx_clock: None,
+        retries: 0,
+        retry_statuses: Vec::new(),
         error: None,
     }
 }

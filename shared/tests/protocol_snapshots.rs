@@ -35,6 +35,8 @@ fn record() -> RequestRecord {
         finish_reason: Some("length".into()),
         usage_source: UsageSource::FinalFrame,
         rx_clock: None,
+        retries: 0,
+        retry_statuses: Vec::new(),
         error: None,
     }
 }

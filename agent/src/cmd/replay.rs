@@ -16,7 +16,7 @@ use shared::scenario::Scenario;
 use shared::workload::{SessionDist, SessionWorkload};
 
 use super::signals::Signals;
-use crate::replay::client::{Endpoint, HttpClient};
+use crate::replay::client::{self, Endpoint, HttpClient};
 use crate::replay::dialect::Dialect;
 use crate::replay::render::render;
 use crate::replay::rxstamp::RxClock;
@@ -100,6 +100,10 @@ pub struct Args {
     /// Longest gap allowed between two frames of a stream (and before the first), seconds; 0 = no limit.
     #[arg(long, default_value_t = defaults::STALL_TIMEOUT_S)]
     pub stall_timeout: f64,
+    /// Times a request answered 429 or 503 with `Retry-After` is sent again after the wait it asks for, within
+    /// --timeout; 0 = fail at once.
+    #[arg(long, default_value_t = client::DEFAULT_MAX_RETRIES)]
+    pub max_retries: u32,
     /// Structure seed: session shapes and filler word choice (default: the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -289,6 +293,7 @@ impl Args {
         s.stall_timeout = (a.stall_timeout > 0.0)
             .then(|| seconds("--stall-timeout", a.stall_timeout))
             .transpose()?;
+        s.max_retries = a.max_retries;
         s.http_client = a.http_client;
         s.rx_clock = a.rx_clock;
         s.drain = a.drain;

@@ -9,6 +9,9 @@
 //! output tokens = `usage.completion_tokens`, falling back to the content-frame count only when the server sent no
 //! usage (flagged `usage_source: missing`).
 //!
+//! Neither client follows redirects; a 429/503 with `Retry-After` is sent again after the wait, within the request's
+//! timeout and `max_retries` ([`Client::complete`]).
+//!
 //! Two HTTP clients carry the requests ([`HttpClient`]): for `http://` URLs hyper's HTTP/1.1 connection API
 //! directly, one connection per stream, driven by the stream itself ([`super::h1`]); for `https://` (or
 //! `--http-client reqwest`) reqwest. Everything after the response head is the same code for both (`ChunkBody`).
@@ -117,7 +120,13 @@ pub struct ClientConfig {
     pub rx_clock: RxClock,
     /// Extra roots to trust for `https://` (`--ca-cert`), beside the platform's.
     pub ca_certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    /// How many times a request answered 429 or 503 with `Retry-After` is sent again after the wait it asks for
+    /// (`--max-retries`, default [`DEFAULT_MAX_RETRIES`]; 0 = fail at once). Each wait must end inside `timeout`.
+    pub max_retries: u32,
 }
+
+/// `--max-retries`' default: a few waits, as a production client makes under overload, not an endless queue.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
 
 /// Counters shared with the progress display; bumped as frames arrive.
 #[derive(Debug, Default)]
@@ -159,6 +168,9 @@ pub struct Outcome {
     pub text: String,
     /// The first content frame was timed by the kernel's receive time (else by `Instant::now()` when taken).
     pub first_frame_kernel: bool,
+    /// The status of each attempt that was answered 429/503 with `Retry-After` and sent again, in order (the
+    /// record's `retries` and `retry_statuses`). `submitted`, `ttft` and `wall` count from the first attempt.
+    pub retry_statuses: Vec<u16>,
 }
 
 /// The HTTP client, one per run; connections are pooled and reused.
@@ -177,8 +189,9 @@ pub struct Client {
     /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
     body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
-    /// Hyper path: `t_submit` → the return of the request's last `write`, µs, one per request that got a response
-    /// head (the client-side part of TTFT that kernel receive stamps do not remove).
+    /// Hyper path: the send → the return of the request's last `write`, µs, one per attempt that got a response head
+    /// (the client-side part of TTFT that kernel receive stamps do not remove; the send is `t_submit` except for a
+    /// retry after `Retry-After`).
     send_delays_us: Arc<std::sync::Mutex<Vec<f32>>>,
 }
 
@@ -212,6 +225,9 @@ pub fn http_client(ca_certs: &[rustls::pki_types::CertificateDer<'static>]) -> a
         .no_proxy()
         .pool_max_idle_per_host(usize::MAX)
         .pool_idle_timeout(Duration::from_secs(90))
+        // No redirects, as on the hyper path: a 307/308 would re-send the POST body, possibly to another host (load
+        // only to the configured target); the request fails with the status and the `Location` it named.
+        .redirect(reqwest::redirect::Policy::none())
         // No retries: a retried request would be timed as one, and its first attempt would be lost. reqwest's
         // default retries HTTP/2 protocol NACKs only (HTTP/1 here) but clones every request to be able to; with a
         // budget of 0 retries it clones nothing.
@@ -222,7 +238,7 @@ pub fn http_client(ca_certs: &[rustls::pki_types::CertificateDer<'static>]) -> a
 
 /// The headers every request carries: `content-type: application/json` and, with an API key, `authorization:
 /// Bearer …` (marked sensitive, so it is never printed).
-pub(super) fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
+fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
     use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
     let mut h = HeaderMap::with_capacity(2);
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -288,7 +304,9 @@ impl Client {
         let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
         let transport = match cfg.http_client.resolve() {
             HttpClient::Hyper => Transport::Hyper(
-                H1Pool::new(&url_text, cfg.api_key.as_deref(), cfg.rx_clock, &cfg.ca_certs).map(Arc::new),
+                request_headers(cfg.api_key.as_deref())
+                    .and_then(|headers| H1Pool::new(&url_text, headers, cfg.rx_clock, &cfg.ca_certs))
+                    .map(Arc::new),
             ),
             _ => Transport::Reqwest {
                 http,
@@ -442,6 +460,11 @@ impl Client {
 
     /// Send one request and read its stream to the end, or until `cut` is cancelled (then the outcome is a failure
     /// with `error: "cut: …"` that keeps what arrived so far). Never panics on what the server sends.
+    ///
+    /// A 429 or 503 answer with `Retry-After` is waited out and the request sent again, at most
+    /// [`ClientConfig::max_retries`] times and only while the wait ends inside `timeout` (else it fails at once,
+    /// naming the `Retry-After`); the statuses of the retried attempts are [`Outcome::retry_statuses`]. The clock
+    /// starts at the first attempt: `submitted`, TTFT and E2E are what the user waited, the waits included.
     pub async fn complete(
         &self,
         prompt: &str,
@@ -450,16 +473,55 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> Outcome {
-        let outcome = match &self.transport {
-            Transport::Hyper(pool) => {
-                self.complete_hyper(pool, prompt, max_tokens, collect_text, live, cut)
-                    .await
+        let mut retry_statuses = Vec::new();
+        let mut ask = Ask {
+            prompt,
+            max_tokens,
+            collect_text,
+            live,
+            cut,
+            first_submit: None,
+        };
+        let mut outcome = loop {
+            let attempt = match &self.transport {
+                Transport::Hyper(pool) => self.complete_hyper(pool, &ask).await,
+                Transport::Reqwest { http, .. } => self.complete_reqwest(http, &ask).await,
+            };
+            let (st, status, wait, error) = match attempt {
+                Attempt::Done(o) => break o,
+                Attempt::RetryAfter {
+                    st,
+                    status,
+                    wait,
+                    error,
+                } => (st, status, wait, error),
+            };
+            let made = retry_statuses.len() as u32;
+            if made >= self.cfg.max_retries {
+                let max = self.cfg.max_retries;
+                break st.fail(format!(
+                    "{error} (Retry-After {wait:?}; not retried: {made} retries made, --max-retries {max})"
+                ));
             }
-            Transport::Reqwest { http, .. } => {
-                self.complete_reqwest(http, prompt, max_tokens, collect_text, live, cut)
-                    .await
+            let left = (st.submitted + self.cfg.timeout).saturating_duration_since(Instant::now());
+            if wait >= left {
+                let left = Duration::from_millis(left.as_millis() as u64);
+                let timeout = self.cfg.timeout;
+                break st.fail(format!(
+                    "{error} (Retry-After {wait:?} is beyond the {left:?} left of --timeout {timeout:?}; not retried)"
+                ));
+            }
+            retry_statuses.push(status.as_u16());
+            ask.first_submit = Some(st.submitted);
+            let waited = tokio::select! {
+                () = tokio::time::sleep(wait) => true,
+                () = cut.cancelled() => false,
+            };
+            if !waited {
+                break st.fail(CUT_ERROR.to_string());
             }
         };
+        outcome.retry_statuses = retry_statuses;
         live.in_flight.fetch_sub(1, Ordering::Relaxed);
         if outcome.ok {
             live.completed.fetch_add(1, Ordering::Relaxed);
@@ -470,24 +532,25 @@ impl Client {
         outcome
     }
 
-    /// The direct HTTP/1.1 path ([`H1Pool`]): one connection per stream, taken from the idle stack (or opened) for
-    /// this request and put back once its response was read to the end.
-    async fn complete_hyper(
-        &self,
-        pool: &Result<Arc<H1Pool>, String>,
-        prompt: &str,
-        max_tokens: u32,
-        collect_text: bool,
-        live: &LiveCounters,
-        cut: &CancellationToken,
-    ) -> Outcome {
+    /// One attempt on the direct HTTP/1.1 path ([`H1Pool`]): one connection per stream, taken from the idle stack
+    /// (or opened) for this request and put back once its response was read to the end.
+    async fn complete_hyper(&self, pool: &Result<Arc<H1Pool>, String>, ask: &Ask<'_>) -> Attempt {
+        let Ask {
+            prompt,
+            max_tokens,
+            collect_text,
+            live,
+            cut,
+            first_submit,
+        } = *ask;
         // The body is built before the clock starts, as the floor client builds its request before its clock.
         let body = Bytes::from(self.body_bytes(prompt, max_tokens));
         let pool = match pool {
             Ok(p) => p,
             Err(e) => {
                 live.in_flight.fetch_add(1, Ordering::Relaxed);
-                return StreamState::new(Instant::now(), collect_text, max_tokens).fail(format!("request failed: {e}"));
+                let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+                return Attempt::Done(st.fail(format!("request failed: {e}")));
             }
         };
         // An idle connection, made ready before the clock starts (`ready` waits only for the connection's own state
@@ -499,28 +562,32 @@ impl Client {
         // The request itself (its head and headers) is built before the clock too: after it only the hand-over to
         // the connection and hyper's encoding of the head precede the `write`.
         let req = pool.request(body.clone());
-        live.in_flight.fetch_add(1, Ordering::Relaxed);
-        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let start = Instant::now();
+        if first_submit.is_none() {
+            live.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
+        let head_by = self.head_deadline(start, deadline);
         let sent = tokio::select! {
             biased;
-            r = tokio::time::timeout_at(deadline.into(), send_h1(pool, idle, req, body)) => Some(r),
+            r = tokio::time::timeout_at(head_by.into(), send_h1(pool, idle, req, body)) => Some(r),
             () = cut.cancelled() => None,
         };
         let (resp, mut conn) = match sent {
-            None => return st.fail(CUT_ERROR.to_string()),
-            Some(Err(_)) => return st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
-            Some(Ok(Err(e))) => return st.fail(format!("request failed: {e}")),
+            None => return Attempt::Done(st.fail(CUT_ERROR.to_string())),
+            Some(Err(_)) => return Attempt::Done(st.fail(self.no_head_error(head_by, deadline))),
+            Some(Ok(Err(e))) => return Attempt::Done(st.fail(format!("request failed: {e}"))),
             Some(Ok(Ok(sent))) => sent,
         };
-        if let Some(w) = conn.last_write().filter(|&w| w >= st.submitted) {
-            let us = w.duration_since(st.submitted).as_secs_f32() * 1e6;
+        if let Some(w) = conn.last_write().filter(|&w| w >= start) {
+            let us = w.duration_since(start).as_secs_f32() * 1e6;
             self.send_delays_us.lock().unwrap_or_else(|p| p.into_inner()).push(us);
         }
         let (parts, body) = resp.into_parts();
         let mut body = Driven { body, conn: &mut conn };
         if !parts.status.is_success() {
-            let text = tokio::time::timeout_at(deadline.into(), read_to_end(&mut body)).await;
+            let text = tokio::time::timeout_at(self.body_deadline(deadline).into(), read_to_end(&mut body)).await;
             let detail = match text {
                 Ok(Ok(b)) => {
                     pool.put_back(conn, &parts.headers, parts.version);
@@ -528,25 +595,25 @@ impl Client {
                 }
                 _ => String::new(),
             };
-            return st.fail(format!("HTTP {}: {detail}", parts.status));
+            return Attempt::refused(st, parts.status, &parts.headers, &detail);
         }
-        let (outcome, ended) = self.read_stream(&mut body, st, deadline, live, cut).await;
+        let (outcome, ended) = self.read_stream(&mut body, st, start, deadline, live, cut).await;
         if ended {
             pool.put_back(conn, &parts.headers, parts.version);
         }
-        outcome
+        Attempt::Done(outcome)
     }
 
-    /// The reqwest path (pooled; TLS).
-    async fn complete_reqwest(
-        &self,
-        http: &reqwest::Client,
-        prompt: &str,
-        max_tokens: u32,
-        collect_text: bool,
-        live: &LiveCounters,
-        cut: &CancellationToken,
-    ) -> Outcome {
+    /// One attempt on the reqwest path (pooled; TLS).
+    async fn complete_reqwest(&self, http: &reqwest::Client, ask: &Ask<'_>) -> Attempt {
+        let Ask {
+            prompt,
+            max_tokens,
+            collect_text,
+            live,
+            cut,
+            first_submit,
+        } = *ask;
         // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
         // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
         // first poll, which takes a pooled connection and hands the request to it. Everything from there to the
@@ -560,47 +627,74 @@ impl Client {
         // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
         // connection per worker, likewise starts its clock once its connection is ready.
         tokio::task::yield_now().await;
-        live.in_flight.fetch_add(1, Ordering::Relaxed);
-        let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+        let start = Instant::now();
+        if first_submit.is_none() {
+            live.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens);
         let deadline = st.submitted + self.cfg.timeout;
+        let head_by = self.head_deadline(start, deadline);
         let result = match pending {
             Ok(pending) => tokio::select! {
                 biased;
-                r = tokio::time::timeout_at(deadline.into(), pending) => Some(r),
+                r = tokio::time::timeout_at(head_by.into(), pending) => Some(r),
                 () = cut.cancelled() => None,
             },
-            Err(e) => return st.fail(format!("request failed: {e}")),
+            Err(e) => return Attempt::Done(st.fail(format!("request failed: {e}"))),
         };
-        match result {
+        Attempt::Done(match result {
             None => st.fail(CUT_ERROR.to_string()),
-            Some(Err(_)) => st.fail(format!("timeout: no response headers within {:?}", self.cfg.timeout)),
+            Some(Err(_)) => st.fail(self.no_head_error(head_by, deadline)),
             Some(Ok(Err(e))) => st.fail(format!("request failed: {}", error_chain(&e))),
             Some(Ok(Ok(resp))) if !resp.status().is_success() => {
-                let status = resp.status();
-                let text = tokio::time::timeout_at(deadline.into(), resp.bytes()).await;
+                let (status, headers) = (resp.status(), resp.headers().clone());
+                let text = tokio::time::timeout_at(self.body_deadline(deadline).into(), resp.bytes()).await;
                 let detail = match text {
                     Ok(Ok(b)) => truncate(&String::from_utf8_lossy(&b), 300),
                     _ => String::new(),
                 };
-                st.fail(format!("HTTP {status}: {detail}"))
+                return Attempt::refused(st, status, &headers, &detail);
             }
-            Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, deadline, live, cut).await.0,
+            Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, start, deadline, live, cut).await.0,
+        })
+    }
+
+    /// By when a response head must have come: the whole-request `deadline`, or sooner the stall limit counted from
+    /// `start`, the send (`--stall-timeout` is the longest gap between frames "and before the first one", and no
+    /// frame comes before the head: issue #16, item 11).
+    fn head_deadline(&self, start: Instant, deadline: Instant) -> Instant {
+        self.cfg.stall_timeout.map_or(deadline, |s| (start + s).min(deadline))
+    }
+
+    /// The error of a request whose head did not come by `head_by` ([`Client::head_deadline`]).
+    fn no_head_error(&self, head_by: Instant, deadline: Instant) -> String {
+        match self.cfg.stall_timeout {
+            Some(limit) if head_by < deadline => format!("stall: no response headers within {limit:?}"),
+            _ => format!("timeout: no response headers within {:?}", self.cfg.timeout),
         }
     }
 
+    /// By when an error answer's body must have been read (its text goes into the error): the stall limit from now,
+    /// within the whole-request deadline.
+    fn body_deadline(&self, deadline: Instant) -> Instant {
+        self.head_deadline(Instant::now(), deadline)
+    }
+
     /// Read a response body as SSE to `[DONE]` or its end. Returns the outcome and whether the body was read to its
-    /// end (then its connection can carry another request).
+    /// end (then its connection can carry another request). `start`: when this attempt was sent (the gap before the
+    /// first frame counts from it).
     async fn read_stream<B: ChunkBody>(
         &self,
         resp: &mut B,
         mut st: StreamState,
+        start: Instant,
         deadline: Instant,
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> (Outcome, bool) {
         let mut sse = SseDecoder::new();
         let stall = self.cfg.stall_timeout;
-        let mut last = st.submitted;
+        let mut last = start;
         // ONE timer for both limits, armed at the earlier of (last frame + stall) and the whole-request deadline.
         // It is not re-armed per frame: when it fires early (frames kept coming), it is moved to the new
         // last + stall. Each wake-up of this loop therefore polls a single timer.
@@ -653,6 +747,10 @@ impl Client {
                     }
                     live.content_frames
                         .fetch_add(st.frames - frames_before, Ordering::Relaxed);
+                    let flow = match flow {
+                        Ok(flow) => flow,
+                        Err(e) => return (st.fail(format!("malformed SSE stream: {e}")), false),
+                    };
                     if flow.is_break() {
                         let outcome = st.finish_done();
                         // Read on to the end of the body (normally only the chunked terminator, already on its way)
@@ -699,11 +797,74 @@ impl Client {
     }
 }
 
+/// One request as [`Client::complete`] was asked for it, handed to each of its attempts.
+#[derive(Clone, Copy)]
+struct Ask<'a> {
+    prompt: &'a str,
+    max_tokens: u32,
+    collect_text: bool,
+    live: &'a LiveCounters,
+    cut: &'a CancellationToken,
+    /// When the first attempt started (a retry keeps that clock); `None` for the first attempt.
+    first_submit: Option<Instant>,
+}
+
+/// How one attempt of a request ended.
+enum Attempt {
+    Done(Outcome),
+    /// A 429 or 503 whose `Retry-After` asks to come back after `wait`: the caller waits and sends again, or fails
+    /// the request with `error` (and why it did not wait) — [`Client::complete`] decides.
+    RetryAfter {
+        st: StreamState,
+        status: hyper::StatusCode,
+        wait: Duration,
+        error: String,
+    },
+}
+
+impl Attempt {
+    /// An answer that is not a success: a retry where it asks for one, else the request's failure.
+    fn refused(st: StreamState, status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &str) -> Attempt {
+        let error = http_error(status, headers, detail);
+        match retry_after(status, headers, std::time::SystemTime::now()) {
+            Some(wait) => Attempt::RetryAfter {
+                st,
+                status,
+                wait,
+                error,
+            },
+            None => Attempt::Done(st.fail(error)),
+        }
+    }
+}
+
+/// How long a 429 (Too Many Requests) or 503 (Service Unavailable) answer asks the client to wait before it
+/// comes back: its `Retry-After`, delta-seconds or an HTTP-date (RFC 9110, section 10.2.3; a date in the past is
+/// no wait), `now` being the wall clock. `None` for any other status, without the header, or with a value that is
+/// neither form (the request then fails at once, as before).
+fn retry_after(status: hyper::StatusCode, headers: &hyper::HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    use hyper::StatusCode;
+    if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::SERVICE_UNAVAILABLE {
+        return None;
+    }
+    let value = headers.get(hyper::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for a u64 is still a wait, a very long one (beyond any timeout).
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or_default())
+}
+
 /// Send `req` (whose body is `body`) on `idle` (or on a new connection); returns the response head and the
-/// connection (to drive while the body is read, and to put back once it has been). A request on an idle connection
-/// that the server closed meanwhile (hyper gives the request back unsent, or the connection ends before any byte of a
-/// response) is sent once more, rebuilt from `body`, on a new connection: the keep-alive race every HTTP/1.1 client
-/// meets when a server closes idle connections.
+/// connection (to drive while the body is read, and to put back once it has been).
+///
+/// The keep-alive race every HTTP/1.1 client meets: a server may close an idle connection just as a request is put
+/// on it. Such a request is sent once more, rebuilt from `body`, on a new connection — but only when not one of its
+/// bytes was written (the socket's write count did not move: hyper gave the request back unsent, or the close was
+/// noticed before the write). A request whose bytes left may have reached the server, which may run it; sending it
+/// again would double the load the run reports (issue #16, item 10: a server that read each request and closed the
+/// connection saw every POST twice), so it fails with the connection's error instead.
 async fn send_h1(
     pool: &H1Pool,
     idle: Option<Conn>,
@@ -717,13 +878,12 @@ async fn send_h1(
     let mut req = Some(req);
     loop {
         let req = req.take().unwrap_or_else(|| pool.request(body.clone()));
+        let written_before = conn.bytes_written();
         let sent = std::pin::pin!(conn.tx.try_send_request(req));
         match conn.drive(sent).await {
             Ok(resp) => return Ok((resp, conn)),
             Err(e) => {
-                let closed_while_idle =
-                    e.message().is_some() || e.error().is_canceled() || e.error().is_incomplete_message();
-                if !(conn.reused && closed_while_idle) {
+                if !(conn.reused && conn.bytes_written() == written_before) {
                     return Err(error_chain(e.error()));
                 }
                 conn = pool.connect().await?;
@@ -984,6 +1144,7 @@ impl StreamState {
             itl: itl_summary(&mut self.gaps_ms),
             text: self.text.unwrap_or_default(),
             first_frame_kernel: self.first_frame_kernel,
+            retry_statuses: Vec::new(),
         }
     }
 }
@@ -1012,6 +1173,19 @@ pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
         p99_ms: p99 as f64,
         max_ms: max as f64,
     })
+}
+
+/// The error of an answer that is not a success: `HTTP 503 Service Unavailable: <body>`. Redirects are never
+/// followed (neither client: a 307/308 re-sends the POST body, perhaps to another host): a 3xx names its `Location`.
+fn http_error(status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &str) -> String {
+    if status.is_redirection() {
+        let location = headers
+            .get(hyper::header::LOCATION)
+            .map_or_else(|| "none".into(), |v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        format!("HTTP {status} (redirect not followed; Location: {location}): {detail}")
+    } else {
+        format!("HTTP {status}: {detail}")
+    }
 }
 
 fn error_frame_text(data: &[u8]) -> String {
@@ -1161,6 +1335,24 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for FirstOf<T> {
 mod tests {
     use super::*;
 
+    /// A config for `url` through `http_client`, the rest plain (tests change what they need).
+    fn test_config(url: &str, http_client: HttpClient) -> ClientConfig {
+        ClientConfig {
+            base_url: url.into(),
+            model: "m".into(),
+            api_key: None,
+            endpoint: Endpoint::Completions,
+            dialect: Dialect::Vllm,
+            temperature: 0.0,
+            timeout: Duration::from_secs(1),
+            stall_timeout: None,
+            http_client,
+            rx_clock: RxClock::Kernel,
+            ca_certs: Vec::new(),
+            max_retries: 0,
+        }
+    }
+
     fn feed(frames: &[&str]) -> Outcome {
         let mut st = StreamState::new(Instant::now(), true, 8);
         for f in frames {
@@ -1239,17 +1431,12 @@ mod tests {
                     let c = Client::new(
                         http,
                         ClientConfig {
-                            base_url: "http://127.0.0.1:9/v1/".into(),
                             model: model.into(),
                             api_key: Some("sk-1".into()),
                             endpoint,
                             dialect,
                             temperature,
-                            timeout: Duration::from_secs(1),
-                            stall_timeout: None,
-                            http_client: HttpClient::Reqwest,
-                            rx_clock: RxClock::Kernel,
-                            ca_certs: Vec::new(),
+                            ..test_config("http://127.0.0.1:9/v1/", HttpClient::Reqwest)
                         },
                     );
                     for p in prompts {
@@ -1278,20 +1465,33 @@ mod tests {
         let c = Client::new(
             http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
             ClientConfig {
-                base_url: "http://127.0.0.1:9/v1".into(),
-                model: "m".into(),
                 api_key: Some("bad\nkey".into()),
-                endpoint: Endpoint::Completions,
-                dialect: Dialect::Vllm,
-                temperature: 0.0,
-                timeout: Duration::from_secs(1),
-                stall_timeout: None,
-                http_client: HttpClient::Reqwest,
-                rx_clock: RxClock::Kernel,
-                ca_certs: Vec::new(),
+                ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
             },
         );
         assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
+    }
+
+    /// The API key's header is made here and handed to the hyper pool ([`H1Pool::new`] takes headers): a key that
+    /// cannot be a header value fails every hyper request with that reason too.
+    #[tokio::test]
+    async fn a_bad_api_key_fails_hyper_requests_by_name() {
+        let c = Client::new(
+            http_client(&[]).unwrap_or_else(|e| panic!("{e}")),
+            ClientConfig {
+                api_key: Some("bad\nkey".into()),
+                ..test_config("http://127.0.0.1:9/v1", HttpClient::Hyper)
+            },
+        );
+        assert_eq!(c.connections_opened(), None);
+        let o = c
+            .complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
+            .await;
+        assert!(
+            !o.ok && o.error.as_deref().is_some_and(|e| e.contains("API key")),
+            "{:?}",
+            o.error
+        );
     }
 
     #[test]
@@ -1301,17 +1501,8 @@ mod tests {
         assert_eq!(HttpClient::Hyper.resolve(), HttpClient::Hyper);
         let ca = crate::replay::tls::test_ca_certs();
         let cfg = |url: &str, http_client| ClientConfig {
-            base_url: url.into(),
-            model: "m".into(),
-            api_key: None,
-            endpoint: Endpoint::Completions,
-            dialect: Dialect::Vllm,
-            temperature: 0.0,
-            timeout: Duration::from_secs(1),
-            stall_timeout: None,
-            http_client,
-            rx_clock: RxClock::Kernel,
             ca_certs: ca.clone(),
+            ..test_config(url, http_client)
         };
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
         for url in [
@@ -1332,6 +1523,45 @@ mod tests {
         let c = Client::new(http, cfg("ftp://127.0.0.1:9/v1", HttpClient::Hyper));
         assert_eq!(c.http_client(), HttpClient::Hyper);
         assert_eq!(c.connections_opened(), None);
+    }
+
+    #[test]
+    fn retry_after_in_seconds_or_as_a_date() {
+        use hyper::StatusCode;
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let with = |v: &str| {
+            let mut h = hyper::HeaderMap::new();
+            h.insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_str(v).unwrap_or_else(|e| panic!("{e}")),
+            );
+            h
+        };
+        let wait = |status, v: &str| retry_after(status, &with(v), now);
+        let busy = StatusCode::SERVICE_UNAVAILABLE;
+        assert_eq!(wait(busy, "0"), Some(Duration::ZERO));
+        assert_eq!(wait(busy, " 7 "), Some(Duration::from_secs(7)));
+        assert_eq!(
+            wait(StatusCode::TOO_MANY_REQUESTS, "120"),
+            Some(Duration::from_secs(120))
+        );
+        // More digits than a u64 holds: a wait longer than any timeout, not an error.
+        assert_eq!(
+            wait(busy, "99999999999999999999999"),
+            Some(Duration::from_secs(u64::MAX))
+        );
+        // HTTP-date: 90 s after `now`; a date already past is no wait.
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(wait(busy, &later), Some(Duration::from_secs(90)));
+        let earlier = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(wait(busy, &earlier), Some(Duration::ZERO));
+        // Neither form, a negative or fractional number, or another status: no retry.
+        for bad in ["", "-1", "1.5", "soon", "Tue, 32 Foo 2026 99:00:00 GMT"] {
+            assert_eq!(wait(busy, bad), None, "{bad:?}");
+        }
+        assert_eq!(wait(StatusCode::INTERNAL_SERVER_ERROR, "1"), None);
+        assert_eq!(wait(StatusCode::BAD_GATEWAY, "1"), None);
+        assert_eq!(retry_after(busy, &hyper::HeaderMap::new(), now), None);
     }
 
     #[test]

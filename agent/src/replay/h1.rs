@@ -136,6 +136,12 @@ impl Conn {
         self.rx.written()
     }
 
+    /// Bytes the connection's socket has taken so far (TLS records included): unchanged across a request's send
+    /// means not a byte of it left.
+    pub fn bytes_written(&self) -> u64 {
+        self.rx.bytes_written()
+    }
+
     /// The connection has ended: it cannot carry another request.
     pub fn is_closed(&self) -> bool {
         self.io.is_none() || self.tx.is_closed()
@@ -170,10 +176,11 @@ impl Conn {
 impl H1Pool {
     /// The pool for `url` (an `http://` or `https://` URL with the full route, e.g.
     /// `http://127.0.0.1:8000/v1/completions`), or why there cannot be one (the text every request then fails with).
-    /// `https://` trusts the platform's roots plus `ca_certs` ([`super::tls`]).
+    /// Every request carries `headers` (the client's: content type, authorization) plus `Host`. `https://` trusts
+    /// the platform's roots plus `ca_certs` ([`super::tls`]).
     pub fn new(
         url: &str,
-        api_key: Option<&str>,
+        mut headers: HeaderMap,
         rx_clock: RxClock,
         ca_certs: &[rustls::pki_types::CertificateDer<'static>],
     ) -> Result<Self, String> {
@@ -209,9 +216,7 @@ impl H1Pool {
             Some(pq) => pq.as_str().parse().map_err(|e| format!("invalid URL {url:?}: {e}"))?,
             None => Uri::from_static("/"),
         };
-        // The headers every request carries (the reqwest path's too), plus `Host`, which hyper's conn API leaves to
-        // the caller.
-        let mut headers = super::client::request_headers(api_key)?;
+        // `Host`, which hyper's conn API leaves to the caller.
         headers.insert(
             HOST,
             HeaderValue::from_str(host_port).map_err(|e| format!("invalid URL {url:?}: {e}"))?,
@@ -406,11 +411,23 @@ mod tests {
     use super::*;
     use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
 
+    /// What the client hands the pool: a content type and, with a key, a sensitive authorization.
+    fn headers(key: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(k) = key {
+            let mut v = HeaderValue::from_str(&format!("Bearer {k}")).unwrap_or_else(|e| panic!("{e}"));
+            v.set_sensitive(true);
+            h.insert(AUTHORIZATION, v);
+        }
+        h
+    }
+
     #[test]
     fn request_parts_from_the_url() {
         let p = H1Pool::new(
             "http://127.0.0.1:8123/v1/completions",
-            Some("sk-1"),
+            headers(Some("sk-1")),
             RxClock::Kernel,
             &[],
         )
@@ -424,8 +441,13 @@ mod tests {
         assert_eq!(req.headers()[AUTHORIZATION], "Bearer sk-1");
         assert!(req.headers()[AUTHORIZATION].is_sensitive());
 
-        let p = H1Pool::new("http://[::1]/x/chat/completions?a=1", None, RxClock::Kernel, &[])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new(
+            "http://[::1]/x/chat/completions?a=1",
+            headers(None),
+            RxClock::Kernel,
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("::1", 80));
         let req = p.request(Bytes::new());
         assert_eq!(req.uri().to_string(), "/x/chat/completions?a=1");
@@ -434,7 +456,7 @@ mod tests {
 
         let p = H1Pool::new(
             "http://user:pw@host.example:81/v1/completions",
-            None,
+            headers(None),
             RxClock::User,
             &[],
         )
@@ -443,36 +465,37 @@ mod tests {
 
         // https: port 443 by default, and the certificate must name the URL's host.
         let ca = crate::replay::tls::test_ca_certs();
-        let p = H1Pool::new("https://gpu.example/v1/completions", None, RxClock::Kernel, &ca)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let p = H1Pool::new(
+            "https://gpu.example/v1/completions",
+            headers(None),
+            RxClock::Kernel,
+            &ca,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port, p.tls.is_some()), ("gpu.example", 443, true));
-        let p = H1Pool::new("http://gpu.example/v1/completions", None, RxClock::Kernel, &[])
+        let p = H1Pool::new("http://gpu.example/v1/completions", headers(None), RxClock::Kernel, &[])
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(p.tls.is_none());
     }
 
     #[test]
-    fn bad_urls_and_keys_are_errors_not_panics() {
-        let ftp = H1Pool::new("ftp://example.com/v1/completions", None, RxClock::Kernel, &[])
+    fn bad_urls_are_errors_not_panics() {
+        let ftp = H1Pool::new("ftp://example.com/v1/completions", headers(None), RxClock::Kernel, &[])
             .err()
             .unwrap_or_default();
         assert!(ftp.contains("must be http or https"), "{ftp}");
-        assert!(H1Pool::new("not a url", None, RxClock::Kernel, &[]).is_err());
-        assert!(H1Pool::new("/v1/completions", None, RxClock::Kernel, &[]).is_err());
-        let key = H1Pool::new("http://h/v1/completions", Some("bad\nkey"), RxClock::Kernel, &[])
-            .err()
-            .unwrap_or_default();
-        assert!(key.contains("API key"), "{key}");
+        assert!(H1Pool::new("not a url", headers(None), RxClock::Kernel, &[]).is_err());
+        assert!(H1Pool::new("/v1/completions", headers(None), RxClock::Kernel, &[]).is_err());
     }
 
     #[tokio::test]
     async fn paced_starts_all_get_a_turn_one_per_scheduler_pass() {
         let pool = std::sync::Arc::new(
-            H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel, &[])
+            H1Pool::new("http://127.0.0.1:9/v1/completions", headers(None), RxClock::Kernel, &[])
                 .unwrap_or_else(|e| panic!("{e}")),
         );
         // The very first start does not queue (no turn is out yet).
-        let fresh = H1Pool::new("http://127.0.0.1:9/v1/completions", None, RxClock::Kernel, &[])
+        let fresh = H1Pool::new("http://127.0.0.1:9/v1/completions", headers(None), RxClock::Kernel, &[])
             .unwrap_or_else(|e| panic!("{e}"));
         tokio::time::timeout(std::time::Duration::from_millis(500), fresh.pace_start())
             .await

@@ -318,6 +318,8 @@ mod tests {
             finish_reason: Some("length".into()),
             usage_source: UsageSource::FinalFrame,
             rx_clock: None,
+            retries: 0,
+            retry_statuses: Vec::new(),
             error: None,
         }
     }

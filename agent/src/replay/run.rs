@@ -213,6 +213,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             temperature: s.temperature,
             timeout: s.timeout,
             stall_timeout: s.stall_timeout,
+            max_retries: s.max_retries,
             http_client: s.http_client,
             rx_clock: s.rx_clock,
             ca_certs: s.target.ca_certs.clone(),

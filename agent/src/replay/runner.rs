@@ -134,6 +134,8 @@ pub fn to_record(o: &Outcome, origin: Instant, slot: Slot, asked: u32, prompt_ch
                 FrameClock::User
             }
         }),
+        retries: o.retry_statuses.len() as u32,
+        retry_statuses: o.retry_statuses.clone(),
         error: o.error.clone(),
     }
 }

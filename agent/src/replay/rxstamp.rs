@@ -68,6 +68,9 @@ pub struct RxStamp {
     packed: AtomicU64,
     /// `(ns after origin) + 1` when the latest write that took bytes returned; 0 = none yet.
     written: AtomicU64,
+    /// Bytes the socket took, all writes together (whether a request's bytes left: a request is resent only if
+    /// none did).
+    bytes_written: AtomicU64,
 }
 
 /// `at` as nanoseconds after [`origin`], plus one (0 stands for "none yet").
@@ -91,12 +94,18 @@ impl RxStamp {
         instant_of(self.written.load(Ordering::Relaxed))
     }
 
-    /// After a write: when it took bytes, note that it returned now.
+    /// Bytes the socket has taken so far.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::Relaxed)
+    }
+
+    /// After a write: when it took bytes, note how many and that it returned now.
     fn note_write(&self, r: &Poll<io::Result<usize>>) {
         if let Poll::Ready(Ok(n)) = r
             && *n > 0
         {
             self.written.store(ns_after_origin(Instant::now()), Ordering::Relaxed);
+            self.bytes_written.fetch_add(*n as u64, Ordering::Relaxed);
         }
     }
 

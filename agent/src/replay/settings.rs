@@ -105,6 +105,8 @@ pub struct ReplaySettings {
     pub timeout: Duration,
     /// Longest gap between frames (and before the first); `None`: only the whole-request limit.
     pub stall_timeout: Option<Duration>,
+    /// Times a request answered 429/503 with `Retry-After` is sent again after the asked wait, within `timeout`.
+    pub max_retries: u32,
     pub http_client: HttpClient,
     /// Which clock times frames on the hyper path.
     pub rx_clock: RxClock,
@@ -194,6 +196,7 @@ impl ReplaySettings {
             temperature: defaults::TEMPERATURE,
             timeout: Duration::from_secs_f64(defaults::TIMEOUT_S),
             stall_timeout: Some(Duration::from_secs_f64(defaults::STALL_TIMEOUT_S)),
+            max_retries: client::DEFAULT_MAX_RETRIES,
             http_client: HttpClient::default(),
             rx_clock: RxClock::default(),
             out,

@@ -331,6 +331,8 @@ impl Driver<'_> {
             finish_reason: None,
             usage_source: UsageSource::Simulated,
             rx_clock: None,
+            retries: 0,
+            retry_statuses: Vec::new(),
             error: None,
         });
         if fits {
