@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs whatever is missing to build and test loadshape on a fresh Debian 12 + rustup machine.
 # Idempotent: a second run checks versions and installs nothing. Only package registries are used.
+# --with-real-server also builds llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh, cached
+# outside the clone) for the real-server tests; scripts/test.sh passes it, scripts/run.sh does not.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
@@ -41,4 +43,9 @@ fi
 if [ ! -d tests/browser/node_modules/playwright-core ]; then
   step "npm: playwright-core (drives Debian's chromium)"
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+if [ "${1:-}" = "--with-real-server" ]; then
+  step "real server: llama.cpp llama-server + tiny model (built once, cached in ${LOADSHAPE_LLAMA_DIR:-~/.cache/loadshape-llama})"
+  bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh"
 fi

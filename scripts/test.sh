@@ -3,7 +3,8 @@
 # check and test suite in order, stopping at the first failure.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-bash "$LOADSHAPE_ROOT/scripts/setup.sh"
+bash "$LOADSHAPE_ROOT/scripts/setup.sh" --with-real-server
+eval "$(bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh" --paths)"
 cd "$LOADSHAPE_ROOT"
 
 passed=0
@@ -26,6 +27,9 @@ run "cargo fmt --check" cargo fmt --all --check
 run "clippy (native)" cargo clippy --all-targets --locked -- -D warnings
 run "clippy (wasm32: shared, app)" cargo clippy -p loadshape-shared -p loadshape-app --lib --bins --target $WASM --locked -- -D warnings
 run "unit and integration tests (native)" cargo test --locked
+run "real server: replay against llama.cpp's llama-server" env LOADSHAPE_LLAMA_SERVER="$LLAMA_SERVER" \
+  LOADSHAPE_LLAMA_MODEL="$LLAMA_MODEL" LOADSHAPE_REQUIRE_REAL_SERVER=1 cargo test --locked -p loadshape --test real_server
+run "cargo doc (no warnings)" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked -p loadshape-shared -p loadshape
 run "wasm-bindgen tests in headless Chromium" env CHROMEDRIVER=/usr/bin/chromedriver \
   WASM_BINDGEN_TEST_WEBDRIVER_JSON="$webdriver_json" \
   cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*'

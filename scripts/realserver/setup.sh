@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds a REAL OpenAI-compatible server (llama.cpp's `llama-server`) and a tiny random-weight model, offline, once.
+#
+# Both live outside the clone in $LOADSHAPE_LLAMA_DIR (default ~/.cache/loadshape-llama) and are reused: a second
+# run checks they exist and builds nothing. llama.cpp comes from the PyPI sdist of llama-cpp-python, which vendors
+# it; the model is made locally by make_model.py (no hub is reachable). Prints the server binary and model paths.
+#   scripts/realserver/setup.sh            build what is missing
+#   scripts/realserver/setup.sh --paths    print `LLAMA_SERVER=...` and `LLAMA_MODEL=...` lines (nothing is built)
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LLAMA_PY_VERSION="${LLAMA_PY_VERSION:-0.3.36}"
+dir="${LOADSHAPE_LLAMA_DIR:-$HOME/.cache/loadshape-llama}"
+src="$dir/src/llama_cpp_python-$LLAMA_PY_VERSION"
+build="$dir/build-$LLAMA_PY_VERSION"
+server="$build/bin/llama-server"
+venv="$dir/venv"
+model="$dir/models/tiny-$(sha256sum "$here/make_model.py" | cut -c1-12).gguf"
+
+if [ "${1:-}" = "--paths" ]; then
+  echo "LLAMA_SERVER=$server"
+  echo "LLAMA_MODEL=$model"
+  exit 0
+fi
+
+say() { printf '\n\033[1m== realserver: %s\033[0m\n' "$*"; }
+mkdir -p "$dir/src" "$dir/models"
+
+if [ ! -x "$server" ]; then
+  if ! command -v cmake >/dev/null; then
+    say "apt: cmake"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake
+  fi
+  if [ ! -d "$src/vendor/llama.cpp" ]; then
+    say "pip download llama-cpp-python==$LLAMA_PY_VERSION (sdist, vendors llama.cpp)"
+    tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --no-binary llama-cpp-python --no-deps "llama-cpp-python==$LLAMA_PY_VERSION" -d "$tmp"
+    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$dir/src"
+    rm -rf "$tmp"
+  fi
+  say "build llama-server (≈ 6 min on an idle 2-core machine)"
+  # LLAMA_USE_PREBUILT_UI=OFF: otherwise the build downloads the web UI and fails offline.
+  cmake -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF >"$dir/cmake.log" 2>&1 \
+    || { tail -30 "$dir/cmake.log"; exit 1; }
+  cmake --build "$build" --target llama-server -j "$(nproc)" >"$dir/build.log" 2>&1 \
+    || { tail -30 "$dir/build.log"; exit 1; }
+fi
+
+if [ ! -f "$model" ]; then
+  if [ ! -x "$venv/bin/python" ]; then
+    say "python venv: numpy, tokenizers, gguf (llama.cpp's own gguf-py)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet numpy tokenizers
+  fi
+  if ! "$venv/bin/python" -c 'import gguf' 2>/dev/null; then
+    if [ -d "$src/vendor/llama.cpp/gguf-py" ]; then
+      "$venv/bin/pip" install --quiet "$src/vendor/llama.cpp/gguf-py"
+    else
+      "$venv/bin/pip" install --quiet gguf
+    fi
+  fi
+  say "make the tiny model"
+  "$venv/bin/python" "$here/make_model.py" "$model.tmp"
+  mv "$model.tmp" "$model"
+fi
+
+echo "LLAMA_SERVER=$server"
+echo "LLAMA_MODEL=$model"
