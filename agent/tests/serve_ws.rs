@@ -98,6 +98,8 @@ fn limits() -> Limits {
         max_message_bytes: 64 * 1024,
         max_concurrent_runs: 2,
         max_sessions_per_run: 64,
+        max_concurrent_requests_per_run: 64,
+        max_rate_per_run: 50.0,
         max_run_seconds: 60.0,
     }
 }
@@ -114,8 +116,9 @@ async fn start_agent_with(data_dir: PathBuf, sim: Target, driver: Arc<dyn Driver
     let addr = listener.local_addr().unwrap();
     let state = Arc::new(AppState {
         token: TOKEN.into(),
-        allowed_hosts: allowed_hosts(addr),
+        allowed_hosts: allowed_hosts(addr, &[]),
         runs,
+        ws_write_timeout: loadshape::serve::WS_WRITE_TIMEOUT,
     });
     let router = app(state, &data_dir.join("no-dist"));
     let server = tokio::spawn(async move {
@@ -207,6 +210,41 @@ async fn start_run(ws: &mut Ws, id: u64) -> String {
         ServerMsg::RunStarted { id: got, run } if got == id => run.run_id,
         other => panic!("expected run_started, got {other:?}"),
     }
+}
+
+/// Every record of a run, page by page (`fetch_records` until `next_seq` is `None`), checking the seqs.
+async fn fetch_records(ws: &mut Ws, run_id: &str) -> Vec<RequestRecord> {
+    let mut all = Vec::new();
+    let mut from = Some(0);
+    let mut id = 1000;
+    while let Some(from_seq) = from {
+        id += 1;
+        send(
+            ws,
+            ClientMsg::FetchRecords {
+                id,
+                run_id: run_id.into(),
+                from_seq,
+            },
+        )
+        .await;
+        match recv(ws).await {
+            ServerMsg::RunRecords {
+                id: got,
+                from_seq: got_from,
+                records,
+                next_seq,
+                ..
+            } if got == id => {
+                assert_eq!(got_from, all.len() as u64, "pages follow each other");
+                assert!(records.len() <= shared::protocol::PAGE_RECORDS);
+                all.extend(records);
+                from = next_seq;
+            }
+            other => panic!("expected run_records, got {other:?}"),
+        }
+    }
+    all
 }
 
 /// Collects `record` events (asserting contiguous seqs) until the run's final `run_state`.
@@ -453,14 +491,13 @@ async fn disconnect_and_resume_loses_and_duplicates_nothing() {
     )
     .await;
     match recv(&mut ws).await {
-        ServerMsg::Run {
-            run, records, summary, ..
-        } => {
-            assert_eq!((run.records, records.len()), (300, 300));
+        ServerMsg::Run { run, summary, .. } => {
+            assert_eq!(run.records, 300);
             assert_eq!(summary.unwrap()["completed"], 300);
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(fetch_records(&mut ws, &run_id).await.len(), 300);
 }
 
 #[tokio::test]
@@ -603,25 +640,24 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
         },
     )
     .await;
-    match recv(&mut ws).await {
-        ServerMsg::Run { records, summary, .. } => {
-            assert_eq!(records.len(), 6);
-            assert!(
-                records.iter().all(|r| r.ok && r.gen_tokens == r.asked_tokens),
-                "{records:?}"
-            );
-            // Steps after the first hit the emulated prefix cache.
-            assert!(
-                records
-                    .iter()
-                    .filter(|r| r.step > 0)
-                    .all(|r| r.cached_tokens.unwrap_or(0) > 0)
-            );
-            let summary = summary.expect("summary");
-            assert_eq!(summary["completed"], 6);
-        }
+    let summary = match recv(&mut ws).await {
+        ServerMsg::Run { summary, .. } => summary,
         other => panic!("{other:?}"),
-    }
+    };
+    let records = fetch_records(&mut ws, &run_id).await;
+    assert_eq!(records.len(), 6);
+    assert!(
+        records.iter().all(|r| r.ok && r.gen_tokens == r.asked_tokens),
+        "{records:?}"
+    );
+    // Steps after the first hit the emulated prefix cache.
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.step > 0)
+            .all(|r| r.cached_tokens.unwrap_or(0) > 0)
+    );
+    assert_eq!(summary.expect("summary")["completed"], 6);
     let lines = std::fs::read_to_string(agent.data_dir.join("runs").join(&run_id).join("records.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 6, "records.jsonl holds each record exactly once");
 }
@@ -673,7 +709,12 @@ async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
     }));
     let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<String>(1);
     let outgoing = Box::pin(tokio_util::sync::PollSender::new(out_tx));
-    tokio::spawn(ws::session(incoming, outgoing, runs.clone()));
+    tokio::spawn(ws::session(
+        incoming,
+        outgoing,
+        runs.clone(),
+        loadshape::serve::WS_WRITE_TIMEOUT,
+    ));
 
     let msg = |m: ClientMsg| serde_json::to_string(&m).unwrap();
     in_tx
@@ -732,7 +773,13 @@ async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
         assert!(tokio::time::Instant::now() < deadline, "the run stalled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stored = runs.fetch(&run_id).map_err(|e| e.1).unwrap();
-    assert_eq!(stored.records.len(), 3000);
+    let mut stored = 0;
+    let (mut from, mut cursor) = (Some(0), None);
+    while let Some(seq) = from {
+        let (page, next) = runs.records_page(&run_id, seq, cursor).map_err(|e| e.1).unwrap();
+        stored += page.records.len();
+        (from, cursor) = (page.next_seq, next);
+    }
+    assert_eq!(stored, 3000);
     assert!(resync_at < 3000);
 }
