@@ -98,32 +98,42 @@ impl Live {
 
     /// Asks for the next page of the run being reopened (from the first record not yet gathered).
     fn fetch_page(&self, conn: AgentConn) {
-        let Some((run, gathered)) = self.paging.get_value() else {
-            return;
-        };
-        conn.send(&ClientMsg::FetchRecords {
-            id: conn.next_id(),
-            run_id: run.run_id,
-            from_seq: gathered.len() as u64,
+        let next = self.paging.with_value(|p| {
+            p.as_ref()
+                .map(|(run, gathered)| (run.run_id.clone(), gathered.len() as u64))
         });
+        if let Some((run_id, from_seq)) = next {
+            conn.send(&ClientMsg::FetchRecords {
+                id: conn.next_id(),
+                run_id,
+                from_seq,
+            });
+        }
     }
 
-    /// One page of the run being reopened: gathered; after the last one the run is shown (and a running run
-    /// subscribed from the next seq).
+    /// One page of the run being reopened: gathered (in place, never copied); after the last one the run is shown
+    /// (and a running run subscribed from the next seq).
     fn on_page(&self, conn: AgentConn, run_id: &str, from_seq: u64, records: &[RequestRecord], next_seq: Option<u64>) {
-        let Some((run, mut gathered)) = self.paging.get_value() else {
-            return;
-        };
-        if run.run_id != run_id || from_seq != gathered.len() as u64 {
+        let mut accepted = false;
+        let mut complete = None;
+        self.paging.update_value(|p| {
+            if let Some((run, gathered)) = p.as_mut()
+                && run.run_id == run_id
+                && from_seq == gathered.len() as u64
+            {
+                gathered.extend_from_slice(records);
+                accepted = true;
+            }
+            if accepted && next_seq.is_none() {
+                complete = p.take();
+            }
+        });
+        if !accepted {
             return; // a page of a run no longer shown, or one already gathered
         }
-        gathered.extend_from_slice(records);
-        match next_seq {
-            Some(_) => {
-                self.paging.set_value(Some((run, gathered)));
-                self.fetch_page(conn);
-            }
-            None => {
+        match complete {
+            None => self.fetch_page(conn),
+            Some((run, gathered)) => {
                 let running = run.state == RunState::Running;
                 let scenario = self.scenario.get_untracked();
                 self.watch(run, scenario, gathered);
@@ -309,7 +319,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     conn.on_connect(move || {
         conn.send(&ClientMsg::ListTargets { id: conn.next_id() });
         conn.send(&ClientMsg::ListRuns { id: conn.next_id() });
-        if live.paging.get_value().is_some() {
+        if live.paging.with_value(Option::is_some) {
             // The reconnect lost the page in flight: ask again from the first record not yet gathered.
             live.fetch_page(conn);
         } else if live.watched_run().is_some() {
