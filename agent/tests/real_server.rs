@@ -70,8 +70,26 @@ fn start(server: &str, model: &str, slots: u32) -> Llama {
     let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
     let err = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
     let child = Command::new(server)
-        .args(["-m", model, "--alias", "tiny", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["-c", "32768", "--parallel", &slots.to_string(), "--threads", "1", "--threads-batch", "1"])
+        .args([
+            "-m",
+            model,
+            "--alias",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .args([
+            "-c",
+            "32768",
+            "--parallel",
+            &slots.to_string(),
+            "--threads",
+            "1",
+            "--threads-batch",
+            "1",
+        ])
         .args(["--metrics", "--slots"])
         .stdin(Stdio::null())
         .stdout(file)
@@ -89,7 +107,10 @@ fn start(server: &str, model: &str, slots: u32) -> Llama {
             return llama;
         }
         if let Ok(Some(status)) = llama.child.try_wait() {
-            panic!("llama-server exited ({status}): {}", std::fs::read_to_string(&llama.log).unwrap_or_default());
+            panic!(
+                "llama-server exited ({status}): {}",
+                std::fs::read_to_string(&llama.log).unwrap_or_default()
+            );
         }
         assert!(Instant::now() < deadline, "llama-server did not become healthy in 60 s");
         std::thread::sleep(Duration::from_millis(100));
@@ -108,8 +129,29 @@ fn replay(llama: &Llama, endpoint: &str) -> Vec<RequestRecord> {
     let out_s = out.to_string_lossy().into_owned();
     let run = Command::new(BIN)
         .args(["replay", "--url", &llama.base, "--out", &out_s, "--endpoint", endpoint])
-        .args(["--sessions", "2", "--steps", "3", "--base", "4000", "--gen", "64", "--tool", "200"])
-        .args(["--think", "0.2", "--spread", "0", "--stagger", "0.2", "--seed", "7", "--quiet"])
+        .args([
+            "--sessions",
+            "2",
+            "--steps",
+            "3",
+            "--base",
+            "4000",
+            "--gen",
+            "64",
+            "--tool",
+            "200",
+        ])
+        .args([
+            "--think",
+            "0.2",
+            "--spread",
+            "0",
+            "--stagger",
+            "0.2",
+            "--seed",
+            "7",
+            "--quiet",
+        ])
         .args(["--timeout", "120", "--stall-timeout", "60"])
         .stdin(Stdio::null())
         .output()
@@ -121,7 +163,10 @@ fn replay(llama: &Llama, endpoint: &str) -> Vec<RequestRecord> {
         run.status,
         std::fs::read_to_string(&llama.log).unwrap_or_default()
     );
-    assert!(stderr.contains("dialect llamacpp"), "the dialect was not detected as llama.cpp: {stderr}");
+    assert!(
+        stderr.contains("dialect llamacpp"),
+        "the dialect was not detected as llama.cpp: {stderr}"
+    );
     let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
     text.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("record {l}: {e}")))
@@ -133,18 +178,35 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) {
     assert_eq!(records.len(), 6, "{endpoint}: 2 sessions × 3 steps");
     for r in records {
         assert!(r.ok, "{endpoint}: request failed: {:?}", r.error);
-        assert_eq!(r.gen_tokens, r.asked_tokens, "{endpoint}: the server must generate exactly the asked length");
-        assert_ne!(r.usage_source, UsageSource::Missing, "{endpoint}: usage must come from the server");
-        let prompt = r.prompt_tokens.unwrap_or_else(|| panic!("{endpoint}: no usage.prompt_tokens"));
-        assert!(prompt > 1000, "{endpoint}: a 4000-token designed prompt came out as {prompt} tokens");
-        assert!(r.ttft_s.is_some_and(|t| t > 0.0 && t <= r.wall_s), "{endpoint}: TTFT within E2E");
+        assert_eq!(
+            r.gen_tokens, r.asked_tokens,
+            "{endpoint}: the server must generate exactly the asked length"
+        );
+        assert_ne!(
+            r.usage_source,
+            UsageSource::Missing,
+            "{endpoint}: usage must come from the server"
+        );
+        let prompt = r
+            .prompt_tokens
+            .unwrap_or_else(|| panic!("{endpoint}: no usage.prompt_tokens"));
+        assert!(
+            prompt > 1000,
+            "{endpoint}: a 4000-token designed prompt came out as {prompt} tokens"
+        );
+        assert!(
+            r.ttft_s.is_some_and(|t| t > 0.0 && t <= r.wall_s),
+            "{endpoint}: TTFT within E2E"
+        );
     }
     for r in records.iter().filter(|r| r.step > 0) {
         let prev = records
             .iter()
             .find(|p| p.session == r.session && p.inst == r.inst && p.step + 1 == r.step)
             .unwrap_or_else(|| panic!("{endpoint}: no previous step for {r:?}"));
-        let cached = r.cached_tokens.unwrap_or_else(|| panic!("{endpoint}: no cached_tokens on a warm step"));
+        let cached = r
+            .cached_tokens
+            .unwrap_or_else(|| panic!("{endpoint}: no cached_tokens on a warm step"));
         let prev_prompt = prev.prompt_tokens.unwrap_or(0);
         // The previous prompt is a prefix of this one: llama.cpp reuses (nearly) all of it from the slot or its
         // host-RAM prompt cache. Half is a loose floor that a client breaking the prefix would still miss by far.
@@ -154,7 +216,10 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) {
             r.step,
             r.session
         );
-        assert!(r.prompt_tokens.unwrap_or(0) > prev_prompt, "{endpoint}: the conversation grows");
+        assert!(
+            r.prompt_tokens.unwrap_or(0) > prev_prompt,
+            "{endpoint}: the conversation grows"
+        );
     }
 }
 

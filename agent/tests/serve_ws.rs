@@ -100,6 +100,8 @@ fn limits() -> Limits {
         max_message_bytes: 64 * 1024,
         max_concurrent_runs: 2,
         max_sessions_per_run: 64,
+        max_concurrent_requests_per_run: 64,
+        max_rate_per_run: 50.0,
         max_run_seconds: 60.0,
     }
 }
@@ -110,14 +112,25 @@ async fn start_agent(data_dir: PathBuf, driver: Arc<dyn Driver>) -> Agent {
 
 /// An agent whose one target is `sim`.
 async fn start_agent_with(data_dir: PathBuf, sim: Target, driver: Arc<dyn Driver>) -> Agent {
+    start_agent_full(data_dir, sim, driver, &[], loadshape::serve::WS_WRITE_TIMEOUT).await
+}
+
+async fn start_agent_full(
+    data_dir: PathBuf,
+    sim: Target,
+    driver: Arc<dyn Driver>,
+    extra_hosts: &[String],
+    ws_write_timeout: Duration,
+) -> Agent {
     let store = RunStore::open(&data_dir).unwrap();
     let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = Arc::new(AppState {
         token: TOKEN.into(),
-        allowed_hosts: allowed_hosts(addr),
+        allowed_hosts: allowed_hosts(addr, extra_hosts),
         runs,
+        ws_write_timeout,
     });
     let router = app(state, &data_dir.join("no-dist"));
     let server = tokio::spawn(async move {
@@ -209,6 +222,41 @@ async fn start_run(ws: &mut Ws, id: u64) -> String {
         ServerMsg::RunStarted { id: got, run } if got == id => run.run_id,
         other => panic!("expected run_started, got {other:?}"),
     }
+}
+
+/// Every record of a run, page by page (`fetch_records` until `next_seq` is `None`), checking the seqs.
+async fn fetch_records(ws: &mut Ws, run_id: &str) -> Vec<RequestRecord> {
+    let mut all = Vec::new();
+    let mut from = Some(0);
+    let mut id = 1000;
+    while let Some(from_seq) = from {
+        id += 1;
+        send(
+            ws,
+            ClientMsg::FetchRecords {
+                id,
+                run_id: run_id.into(),
+                from_seq,
+            },
+        )
+        .await;
+        match recv(ws).await {
+            ServerMsg::RunRecords {
+                id: got,
+                from_seq: got_from,
+                records,
+                next_seq,
+                ..
+            } if got == id => {
+                assert_eq!(got_from, all.len() as u64, "pages follow each other");
+                assert!(records.len() <= shared::protocol::PAGE_RECORDS);
+                all.extend(records);
+                from = next_seq;
+            }
+            other => panic!("expected run_records, got {other:?}"),
+        }
+    }
+    all
 }
 
 /// Collects `record` events (asserting contiguous seqs) until the run's final `run_state`.
@@ -455,14 +503,13 @@ async fn disconnect_and_resume_loses_and_duplicates_nothing() {
     )
     .await;
     match recv(&mut ws).await {
-        ServerMsg::Run {
-            run, records, summary, ..
-        } => {
-            assert_eq!((run.records, records.len()), (300, 300));
+        ServerMsg::Run { run, summary, .. } => {
+            assert_eq!(run.records, 300);
             assert_eq!(summary.unwrap()["completed"], 300);
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(fetch_records(&mut ws, &run_id).await.len(), 300);
 }
 
 #[tokio::test]
@@ -605,25 +652,24 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
         },
     )
     .await;
-    match recv(&mut ws).await {
-        ServerMsg::Run { records, summary, .. } => {
-            assert_eq!(records.len(), 6);
-            assert!(
-                records.iter().all(|r| r.ok && r.gen_tokens == r.asked_tokens),
-                "{records:?}"
-            );
-            // Steps after the first hit the emulated prefix cache.
-            assert!(
-                records
-                    .iter()
-                    .filter(|r| r.step > 0)
-                    .all(|r| r.cached_tokens.unwrap_or(0) > 0)
-            );
-            let summary = summary.expect("summary");
-            assert_eq!(summary["completed"], 6);
-        }
+    let summary = match recv(&mut ws).await {
+        ServerMsg::Run { summary, .. } => summary,
         other => panic!("{other:?}"),
-    }
+    };
+    let records = fetch_records(&mut ws, &run_id).await;
+    assert_eq!(records.len(), 6);
+    assert!(
+        records.iter().all(|r| r.ok && r.gen_tokens == r.asked_tokens),
+        "{records:?}"
+    );
+    // Steps after the first hit the emulated prefix cache.
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.step > 0)
+            .all(|r| r.cached_tokens.unwrap_or(0) > 0)
+    );
+    assert_eq!(summary.expect("summary")["completed"], 6);
     let lines = std::fs::read_to_string(agent.data_dir.join("runs").join(&run_id).join("records.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), 6, "records.jsonl holds each record exactly once");
 }
@@ -675,7 +721,12 @@ async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
     }));
     let (out_tx, mut out_rx) = tokio::sync::mpsc::channel::<String>(1);
     let outgoing = Box::pin(tokio_util::sync::PollSender::new(out_tx));
-    tokio::spawn(ws::session(incoming, outgoing, runs.clone()));
+    tokio::spawn(ws::session(
+        incoming,
+        outgoing,
+        runs.clone(),
+        loadshape::serve::WS_WRITE_TIMEOUT,
+    ));
 
     let msg = |m: ClientMsg| serde_json::to_string(&m).unwrap();
     in_tx
@@ -734,7 +785,316 @@ async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
         assert!(tokio::time::Instant::now() < deadline, "the run stalled");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let stored = runs.fetch(&run_id).map_err(|e| e.1).unwrap();
-    assert_eq!(stored.records.len(), 3000);
+    let mut stored = 0;
+    let (mut from, mut cursor) = (Some(0), None);
+    while let Some(seq) = from {
+        let (page, next) = runs.records_page(&run_id, seq, cursor).map_err(|e| e.1).unwrap();
+        stored += page.records.len();
+        (from, cursor) = (page.next_seq, next);
+    }
+    assert_eq!(stored, 3000);
     assert!(resync_at < 3000);
+}
+
+/// Writes a finished run of `n` records straight into the store (as a previous agent would have left it), with
+/// a last line torn inside a multi-byte character.
+fn stored_run(data_dir: &std::path::Path, run_id: &str, n: u64) {
+    let dir = data_dir.join("runs").join(run_id);
+    std::fs::create_dir_all(&dir).unwrap();
+    let info = format!(
+        r#"{{"run_id":"{run_id}","target":"sim","state":"finished","started_ms":1,"ended_ms":2,"records":{n}}}"#
+    );
+    std::fs::write(dir.join("run.json"), info).unwrap();
+    std::fs::write(dir.join("scenario.json"), "{}").unwrap();
+    let mut lines = Vec::new();
+    for i in 0..n {
+        lines.extend(serde_json::to_vec(&record(i)).unwrap());
+        lines.push(b'\n');
+    }
+    lines.extend_from_slice(b"{\"error\":\"caf\xc3");
+    std::fs::write(dir.join("records.jsonl"), lines).unwrap();
+}
+
+/// A raw HTTP/1.1 websocket upgrade with the given extra header lines; returns the status line.
+async fn raw_upgrade(addr: std::net::SocketAddr, headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "GET /ws?token={TOKEN} HTTP/1.1\r\n{headers}Connection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
+        .await
+        .expect("no answer in 10 s")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Only the first Host and Origin used to be checked: a second one rode along (101).
+#[tokio::test]
+async fn a_request_with_two_host_or_two_origin_headers_is_refused() {
+    let agent = start_agent(tempdir("twohost"), Arc::new(ReplayDriver::default())).await;
+    let own = agent.addr;
+    let ok = raw_upgrade(agent.addr, &format!("Host: {own}\r\nOrigin: http://{own}\r\n")).await;
+    assert!(ok.contains(" 101 "), "{ok}");
+    let two_hosts = format!("Host: {own}\r\nHost: attacker.example\r\nOrigin: http://{own}\r\n");
+    let status = raw_upgrade(agent.addr, &two_hosts).await;
+    assert!(status.contains(" 400 "), "{status}");
+    let two_origins = format!("Host: {own}\r\nOrigin: http://{own}\r\nOrigin: http://evil.example\r\n");
+    let status = raw_upgrade(agent.addr, &two_origins).await;
+    assert!(status.contains(" 400 "), "{status}");
+}
+
+/// `--allowed-host` names reach the agent (Host and Origin); other names are still refused.
+#[tokio::test]
+async fn an_allowed_host_name_is_accepted_and_other_names_refused() {
+    let agent = start_agent_full(
+        tempdir("allowed"),
+        Target::sim("builtin"),
+        Arc::new(ReplayDriver::default()),
+        &["lab-box.local".into()],
+        loadshape::serve::WS_WRITE_TIMEOUT,
+    )
+    .await;
+    let port = agent.addr.port();
+    let (name, origin) = (format!("lab-box.local:{port}"), format!("http://lab-box.local:{port}"));
+    let q = format!("?token={TOKEN}");
+    assert!(connect_with(agent.addr, &q, Some(&origin), Some(&name)).await.is_ok());
+    let other = format!("other-box.local:{port}");
+    assert_eq!(
+        connect_with(agent.addr, &q, Some(&origin), Some(&other)).await.err(),
+        Some(403)
+    );
+    let other_origin = format!("http://other-box.local:{port}");
+    assert_eq!(
+        connect_with(agent.addr, &q, Some(&other_origin), Some(&name))
+            .await
+            .err(),
+        Some(403)
+    );
+}
+
+/// `fetch_run` used to send a whole run as one message (and a torn last line failed it): now the records come
+/// in pages of at most PAGE_RECORDS, each message bounded, and the torn line costs that line only.
+#[tokio::test]
+async fn a_large_run_is_fetched_in_bounded_pages() {
+    let dir = tempdir("pages");
+    stored_run(&dir, "big", 4500);
+    let agent = start_agent(dir, Arc::new(ReplayDriver::default())).await;
+    let mut ws = connect(&agent).await;
+    send(
+        &mut ws,
+        ClientMsg::FetchRun {
+            id: 2,
+            run_id: "big".into(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Run { run, .. } => assert_eq!((run.run_id.as_str(), run.records), ("big", 4500)),
+        other => panic!("{other:?}"),
+    }
+    let mut all = Vec::new();
+    let mut from = Some(0);
+    let mut pages = 0;
+    while let Some(from_seq) = from {
+        send(
+            &mut ws,
+            ClientMsg::FetchRecords {
+                id: 3,
+                run_id: "big".into(),
+                from_seq,
+            },
+        )
+        .await;
+        let text = loop {
+            match ws.next().await.unwrap().unwrap() {
+                Message::Text(t) => break t.to_string(),
+                _ => continue,
+            }
+        };
+        let one_record = serde_json::to_string(&record(0)).unwrap().len();
+        assert!(
+            text.len() <= shared::protocol::PAGE_BYTES + 2 * one_record + 1024,
+            "a page of {} bytes",
+            text.len()
+        );
+        match serde_json::from_str::<ServerMsg>(&text).unwrap() {
+            ServerMsg::RunRecords {
+                from_seq: got,
+                records,
+                next_seq,
+                ..
+            } => {
+                assert_eq!(got, all.len() as u64);
+                assert!(!records.is_empty() && records.len() <= shared::protocol::PAGE_RECORDS);
+                all.extend(records);
+                from = next_seq;
+                pages += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(all.len(), 4500);
+    assert!(pages >= 5, "{pages} pages");
+    // In order, each once (compared by an integer field: serde_json's float parsing may differ in the last ulp).
+    assert!(
+        all.iter()
+            .enumerate()
+            .all(|(i, r)| r.prompt_tokens == Some(4000 + i as u64))
+    );
+    // A page asked out of order is read from that seq too.
+    send(
+        &mut ws,
+        ClientMsg::FetchRecords {
+            id: 4,
+            run_id: "big".into(),
+            from_seq: 4499,
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::RunRecords { records, next_seq, .. } => {
+            assert_eq!((records.len(), next_seq), (1, None));
+            assert_eq!(records[0].prompt_tokens, Some(4000 + 4499));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A page that sends but never reads used to hold its connection (and its buffers) forever; now the first
+/// write that waits longer than the write timeout ends the session and closes the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_never_reads_is_dropped() {
+    let dir = tempdir("noread");
+    // Far more than the socket buffers hold (about 14 MB of records).
+    stored_run(&dir, "huge", 40_000);
+    let agent = start_agent_full(
+        dir,
+        Target::sim("builtin"),
+        Arc::new(ReplayDriver::default()),
+        &[],
+        Duration::from_secs(1),
+    )
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(agent.addr).await.unwrap();
+    let mut req = format!("ws://{}/ws?token={TOKEN}", agent.addr)
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("Origin", format!("http://{}", agent.addr).parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    let hello = ClientMsg::Hello {
+        id: 1,
+        protocol: PROTOCOL_VERSION,
+        client: "never-reads".into(),
+    };
+    ws.send(Message::text(serde_json::to_string(&hello).unwrap()))
+        .await
+        .unwrap();
+    let subscribe = ClientMsg::Subscribe {
+        id: 2,
+        run_id: "huge".into(),
+        from_seq: 0,
+    };
+    ws.send(Message::text(serde_json::to_string(&subscribe).unwrap()))
+        .await
+        .unwrap();
+    // From here on this peer only writes. A write that fails means the agent closed the connection.
+    let list = serde_json::to_string(&ClientMsg::ListRuns { id: 3 }).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the agent still holds a peer that has read nothing for 60 s"
+        );
+        match tokio::time::timeout(Duration::from_millis(500), ws.send(Message::text(list.clone()))).await {
+            Ok(Err(_)) => break,
+            Ok(Ok(())) | Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+fn toy_profile() -> serde_json::Value {
+    serde_json::json!({"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
+        "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1, "per_ctx_token_ms": 0.00001,
+        "prefill_tokens_per_ms": 40.0, "prefill_fixed_ms": 1.0})
+}
+
+fn poisson(num_requests: u64, rate_rps: f64, output_tokens: u32) -> serde_json::Value {
+    serde_json::json!({
+        "model": "engine",
+        "profile": toy_profile(),
+        "workload": {"kind": "poisson", "num_requests": num_requests, "rate_rps": rate_rps,
+                     "prompt": {"dist": "fixed", "tokens": 100}, "output": {"dist": "fixed", "tokens": output_tokens}},
+        "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0},
+        "seed": 1,
+        "counterfactuals": false
+    })
+}
+
+async fn validate(ws: &mut Ws, scenario: serde_json::Value) -> Option<String> {
+    send(ws, ClientMsg::ValidateScenario { id: 5, scenario }).await;
+    match recv(ws).await {
+        ServerMsg::Validated { valid, error, .. } => {
+            assert_eq!(valid, error.is_none());
+            error
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The limits counted sessions and closed-loop users only: a Poisson run at 1e7 rps went straight through.
+/// Now an open-loop rate and the requests a plan has in flight at once are bounded too (limits(): 50 rps, 64).
+#[tokio::test]
+async fn open_loop_workloads_are_bounded_by_rate_and_requests_in_flight() {
+    let agent = start_agent(tempdir("bounds"), Arc::new(ReplayDriver::default())).await;
+    let mut ws = connect(&agent).await;
+    let e = validate(&mut ws, poisson(20_000, 1e7, 64)).await.expect("refused");
+    assert!(
+        e.contains("workload.rate_rps")
+            && e.contains("10000000")
+            && e.contains("--max-rate-per-run")
+            && e.contains("50"),
+        "{e}"
+    );
+    // Within the rate, but 40 rps of requests that each take ~70 s under the SLO: ~2800 in flight.
+    let e = validate(&mut ws, poisson(5_000, 40.0, 2000)).await.expect("refused");
+    assert!(
+        e.contains("in flight") && e.contains("--max-concurrent-requests-per-run") && e.contains("64"),
+        "{e}"
+    );
+    assert_eq!(validate(&mut ws, poisson(200, 5.0, 64)).await, None);
+    // start_run refuses the same way, before anything runs.
+    send(
+        &mut ws,
+        ClientMsg::StartRun {
+            id: 6,
+            scenario: poisson(20_000, 1e7, 64),
+            target: "sim".into(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::InvalidScenario);
+            assert!(message.contains("--max-rate-per-run"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let closed = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "closed_loop", "users": 64, "num_requests": 1000},
+        "profile": toy_profile(),
+        "seed": 1, "counterfactuals": false
+    });
+    assert_eq!(validate(&mut ws, closed).await, None);
 }

@@ -4,7 +4,9 @@
 //!
 //! Records arrive as `record` events numbered by `seq`. The panel keeps the last seq it holds; after a reconnect
 //! (or a `resync`) it subscribes again from the next one, and drops any seq it already has, so nothing is lost
-//! or counted twice.
+//! or counted twice. A reopened run's records come page by page (`fetch_records` until `next_seq` is `None`, the
+//! pages gathered and shown at once); a reconnect mid-way asks again from the first record it lacks, and a run
+//! still running is then subscribed from there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +58,8 @@ pub struct Live {
     last_seq: StoredValue<Option<u64>>,
     buffer: StoredValue<Vec<(u64, RequestRecord)>>,
     flush_pending: StoredValue<bool>,
+    /// A reopened run whose pages are still arriving: the run and the records gathered so far.
+    paging: StoredValue<Option<(RunInfo, Vec<RequestRecord>)>>,
 }
 
 impl Live {
@@ -72,6 +76,7 @@ impl Live {
             last_seq: StoredValue::new(None),
             buffer: StoredValue::new(Vec::new()),
             flush_pending: StoredValue::new(false),
+            paging: StoredValue::new(None),
         }
     }
 
@@ -83,11 +88,60 @@ impl Live {
     }
 
     fn watch(&self, run: RunInfo, scenario: Option<Value>, records: Vec<RequestRecord>) {
+        self.paging.set_value(None);
         self.last_seq.set_value(records.len().checked_sub(1).map(|n| n as u64));
         self.buffer.set_value(Vec::new());
         self.records.set(records);
         self.scenario.set(scenario);
         self.source.set(Some(Source::Run(run)));
+    }
+
+    /// Asks for the next page of the run being reopened (from the first record not yet gathered).
+    fn fetch_page(&self, conn: AgentConn) {
+        let next = self.paging.with_value(|p| {
+            p.as_ref()
+                .map(|(run, gathered)| (run.run_id.clone(), gathered.len() as u64))
+        });
+        if let Some((run_id, from_seq)) = next {
+            conn.send(&ClientMsg::FetchRecords {
+                id: conn.next_id(),
+                run_id,
+                from_seq,
+            });
+        }
+    }
+
+    /// One page of the run being reopened: gathered (in place, never copied); after the last one the run is shown
+    /// (and a running run subscribed from the next seq).
+    fn on_page(&self, conn: AgentConn, run_id: &str, from_seq: u64, records: &[RequestRecord], next_seq: Option<u64>) {
+        let mut accepted = false;
+        let mut complete = None;
+        self.paging.update_value(|p| {
+            if let Some((run, gathered)) = p.as_mut()
+                && run.run_id == run_id
+                && from_seq == gathered.len() as u64
+            {
+                gathered.extend_from_slice(records);
+                accepted = true;
+            }
+            if accepted && next_seq.is_none() {
+                complete = p.take();
+            }
+        });
+        if !accepted {
+            return; // a page of a run no longer shown, or one already gathered
+        }
+        match complete {
+            None => self.fetch_page(conn),
+            Some((run, gathered)) => {
+                let running = run.state == RunState::Running;
+                let scenario = self.scenario.get_untracked();
+                self.watch(run, scenario, gathered);
+                if running {
+                    self.subscribe(conn);
+                }
+            }
+        }
     }
 
     fn subscribe(&self, conn: AgentConn) {
@@ -154,14 +208,18 @@ impl Live {
                 self.resumes.update(|n| *n += 1);
                 self.subscribe(conn);
             }
-            ServerMsg::Run {
-                run, scenario, records, ..
-            } => {
-                self.watch(run.clone(), Some(scenario.clone()), records.clone());
-                if run.state == RunState::Running {
-                    self.subscribe(conn);
-                }
+            ServerMsg::Run { run, scenario, .. } => {
+                self.watch(run.clone(), Some(scenario.clone()), Vec::new());
+                self.paging.set_value(Some((run.clone(), Vec::new())));
+                self.fetch_page(conn);
             }
+            ServerMsg::RunRecords {
+                run_id,
+                from_seq,
+                records,
+                next_seq,
+                ..
+            } => self.on_page(conn, run_id, *from_seq, records, *next_seq),
             ServerMsg::RunDeleted { run_id, .. } => {
                 self.runs.update(|rs| rs.retain(|r| &r.run_id != run_id));
                 if Some(run_id) == self.watched_run().as_ref() {
@@ -183,9 +241,10 @@ impl Live {
     }
 
     /// Show an imported JSONL file, scored against the explorer's SLO.
-    pub fn import(&self, name: String, text: &str, scenario: Option<Value>) {
-        let (records, skipped) = parse_jsonl(text);
+    pub fn import(&self, name: String, bytes: &[u8], scenario: Option<Value>) {
+        let (records, skipped) = parse_jsonl(bytes);
         let lines = records.len();
+        self.paging.set_value(None);
         self.last_seq.set_value(None);
         self.records.set(records);
         self.scenario.set(scenario);
@@ -193,17 +252,19 @@ impl Live {
     }
 }
 
-/// Parse JSONL records; blank lines are ignored, bad lines reported by number (at most 5 reported).
-pub fn parse_jsonl(text: &str) -> (Vec<RequestRecord>, Vec<String>) {
+/// Parse JSONL records from the file's bytes; blank lines are ignored, bad lines reported by number (at most 5
+/// reported). Each line is parsed on its own bytes, so a line that is not valid UTF-8 (a crash that cut the last
+/// line inside a multi-byte character) costs that line only, and is never read with a replacement character.
+pub fn parse_jsonl(bytes: &[u8]) -> (Vec<RequestRecord>, Vec<String>) {
     let mut records = Vec::new();
     let mut skipped = Vec::new();
     let mut bad = 0usize;
-    for (i, line) in text.lines().enumerate() {
-        let line = line.trim();
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        let line = line.trim_ascii();
         if line.is_empty() {
             continue;
         }
-        match serde_json::from_str::<RequestRecord>(line) {
+        match serde_json::from_slice::<RequestRecord>(line) {
             Ok(r) => records.push(r),
             Err(e) => {
                 bad += 1;
@@ -258,7 +319,10 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     conn.on_connect(move || {
         conn.send(&ClientMsg::ListTargets { id: conn.next_id() });
         conn.send(&ClientMsg::ListRuns { id: conn.next_id() });
-        if live.watched_run().is_some() {
+        if live.paging.with_value(Option::is_some) {
+            // The reconnect lost the page in flight: ask again from the first record not yet gathered.
+            live.fetch_page(conn);
+        } else if live.watched_run().is_some() {
             live.resumes.update(|n| *n += 1);
             live.subscribe(conn);
         }
@@ -385,8 +449,9 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         let name = file.name();
                         let scenario = ex.scenario().map(|s| s.to_value());
                         leptos::task::spawn_local(async move {
-                            match wasm_bindgen_futures::JsFuture::from(file.text()).await {
-                                Ok(text) => live.import(name, &text.as_string().unwrap_or_default(), scenario),
+                            // The bytes, not `text()`: that would replace a torn UTF-8 sequence and hide it.
+                            match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+                                Ok(buf) => live.import(name, &js_sys::Uint8Array::new(&buf).to_vec(), scenario),
                                 Err(_) => live.message.set(Some(format!("cannot read {name}"))),
                             }
                         });
@@ -599,12 +664,37 @@ mod tests {
     fn parses_jsonl_and_reports_bad_lines() {
         let rec = r#"{"schema":1,"session":0,"inst":0,"step":0,"steps_asked":3,"base_asked":1000,"ok":true,"t_submit":0.5,"ttft_s":0.2,"wall_s":1.2,"gen_tokens":11,"asked_tokens":11,"prompt_tokens":1000,"cached_tokens":0,"sse_frames":11,"prompt_chars":4000}"#;
         let text = format!("{rec}\n\nnot json\n{rec}\n");
-        let (records, skipped) = parse_jsonl(&text);
+        let (records, skipped) = parse_jsonl(text.as_bytes());
         assert_eq!(records.len(), 2);
         assert_eq!(skipped.len(), 1);
         assert!(skipped[0].starts_with("line 3:"), "{skipped:?}");
         let s = summarize(&records, &Slo::default());
         assert_eq!(s.completed, 2);
+    }
+
+    /// A file whose last line was cut inside a multi-byte character (`caf\xc3`), or with a bad byte inside an
+    /// otherwise whole line, loses that line only, named by number; no record is read with a replaced character.
+    #[test]
+    fn a_torn_utf8_line_costs_that_line_only() {
+        let rec = r#"{"schema":1,"session":0,"inst":0,"step":0,"steps_asked":3,"base_asked":1000,"ok":false,"t_submit":0.5,"ttft_s":0.2,"wall_s":1.2,"gen_tokens":11,"asked_tokens":11,"prompt_tokens":1000,"cached_tokens":0,"sse_frames":11,"prompt_chars":4000,"error":"caf"#;
+        let mut bytes = Vec::new();
+        for _ in 0..3 {
+            bytes.extend_from_slice(rec.as_bytes());
+            bytes.extend_from_slice("é\"}\n".as_bytes());
+        }
+        // Line 2: a stray byte inside the string, the line otherwise whole.
+        let second = 2 * rec.len() + 5;
+        bytes[second] = 0xff;
+        bytes.extend_from_slice(rec.as_bytes());
+        bytes.push(0xc3);
+        let (records, skipped) = parse_jsonl(&bytes);
+        assert_eq!(records.len(), 2, "{skipped:?}");
+        assert!(records.iter().all(|r| r.error.as_deref() == Some("café")));
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        assert!(
+            skipped[0].starts_with("line 2:") && skipped[1].starts_with("line 4:"),
+            "{skipped:?}"
+        );
     }
 
     #[test]

@@ -7,7 +7,11 @@
 //! Live runs stream their records as [`ServerMsg::Record`] events numbered by `seq`: the index of the record in the
 //! run's `records.jsonl`, from 0, so a page that reconnects subscribes again `from_seq` = the last seq it saw + 1
 //! and receives every record exactly once. A page too slow to keep up is sent [`ServerMsg::Resync`] and
-//! resubscribes from its last seq; the run itself never waits for a viewer. See `docs/protocol.md`.
+//! resubscribes from its last seq; the run itself never waits for a viewer.
+//!
+//! A stored run is read in pages: `fetch_run` answers with the run's metadata, scenario and summary, and
+//! `fetch_records` with at most [`PAGE_RECORDS`] records (and about [`PAGE_BYTES`] of JSON) from a seq on, plus the
+//! seq to ask for next, so neither side ever holds a whole large run in one message. See `docs/protocol.md`.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,8 +38,10 @@ pub enum ClientMsg {
     StopRun { id: u64, run_id: String },
     /// All runs in the store, newest first.
     ListRuns { id: u64 },
-    /// One run: its metadata, scenario, summary and every record.
+    /// One run: its metadata, scenario and summary; its records come page by page with `fetch_records`.
     FetchRun { id: u64, run_id: String },
+    /// One page of a run's records, from seq `from_seq` on (0 for the first page).
+    FetchRecords { id: u64, run_id: String, from_seq: u64 },
     /// Delete a finished run from the store.
     DeleteRun { id: u64, run_id: String },
     /// Stream a run's records from `from_seq` on (0 for all), then live as they arrive.
@@ -69,13 +75,21 @@ pub enum ServerMsg {
     StopRequested { id: u64, run_id: String },
     /// Reply to `list_runs`.
     Runs { id: u64, runs: Vec<RunInfo> },
-    /// Reply to `fetch_run`.
+    /// Reply to `fetch_run`; the records follow on request (`fetch_records` from seq 0).
     Run {
         id: u64,
         run: RunInfo,
         scenario: serde_json::Value,
         summary: Option<serde_json::Value>,
+    },
+    /// Reply to `fetch_records`: the records with seqs `from_seq..from_seq + records.len()`, and `next_seq`, the seq
+    /// to ask for next, or `None` when this page holds the last record the run has now.
+    RunRecords {
+        id: u64,
+        run_id: String,
+        from_seq: u64,
         records: Vec<RequestRecord>,
+        next_seq: Option<u64>,
     },
     /// Reply to `delete_run`.
     RunDeleted { id: u64, run_id: String },
@@ -108,8 +122,18 @@ pub struct Limits {
     pub max_message_bytes: u64,
     pub max_concurrent_runs: u32,
     pub max_sessions_per_run: u32,
+    /// Most requests in flight at once by the workload's plan (open loop: if each request met the SLO).
+    pub max_concurrent_requests_per_run: u32,
+    /// Highest arrival rate an open-loop workload may ask for, requests per second.
+    pub max_rate_per_run: f64,
     pub max_run_seconds: f64,
 }
+
+/// Most records in one `run_records` page.
+pub const PAGE_RECORDS: usize = 1000;
+
+/// A `run_records` page ends after the record that takes its JSON past this many bytes.
+pub const PAGE_BYTES: usize = 512 * 1024;
 
 /// A live target as the page sees it: a name to pick and what it is. The URL is shown for information only;
 /// a run names the target, never a URL.
@@ -136,6 +160,8 @@ pub enum RunState {
     Failed,
     /// The agent died while it ran; found so at the next start, with what it recorded.
     Interrupted,
+    /// Its `run.json` is missing or unreadable; `error` says why. Its records are still read and it can be deleted.
+    Damaged,
 }
 
 /// A run's metadata, as stored in its folder's `run.json`.
@@ -211,6 +237,7 @@ impl ClientMsg {
             | ClientMsg::StopRun { id, .. }
             | ClientMsg::ListRuns { id }
             | ClientMsg::FetchRun { id, .. }
+            | ClientMsg::FetchRecords { id, .. }
             | ClientMsg::DeleteRun { id, .. }
             | ClientMsg::Subscribe { id, .. }
             | ClientMsg::Unsubscribe { id, .. } => *id,

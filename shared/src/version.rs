@@ -1,7 +1,10 @@
 //! Versions defined once, shown by the page and the agent and checked at websocket connect.
 
-/// The websocket protocol version. A page and an agent talk only when these are equal.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The websocket protocol version. A page and an agent talk only when these are equal. Bump it with every change
+/// of the wire (a message, a field, a meaning):
+/// - 2: a run's records are paged (`fetch_records` / `run_records`; `run` no longer carries them), the limits
+///   `max_concurrent_requests_per_run` and `max_rate_per_run`, run state `damaged`.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The loadshape release (the workspace version), used as the agent version in `hello`.
 pub const LOADSHAPE_VERSION: &str = env!("CARGO_PKG_VERSION");

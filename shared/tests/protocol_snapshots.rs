@@ -90,7 +90,15 @@ fn client_examples() -> Vec<ClientMsg> {
             run_id: run_id.clone(),
             from_seq: 118,
         },
-        ClientMsg::Unsubscribe { id: 10, run_id },
+        ClientMsg::Unsubscribe {
+            id: 10,
+            run_id: run_id.clone(),
+        },
+        ClientMsg::FetchRecords {
+            id: 11,
+            run_id,
+            from_seq: 0,
+        },
     ]
 }
 
@@ -99,6 +107,8 @@ fn server_examples() -> Vec<ServerMsg> {
         max_message_bytes: 1_048_576,
         max_concurrent_runs: 2,
         max_sessions_per_run: 256,
+        max_concurrent_requests_per_run: 1024,
+        max_rate_per_run: 100.0,
         max_run_seconds: 3600.0,
     };
     let run_id = "r1764499200000-3f2a".to_string();
@@ -137,7 +147,13 @@ fn server_examples() -> Vec<ServerMsg> {
             run: run_info(RunState::Finished),
             scenario: serde_json::json!({"model": "engine"}),
             summary: Some(summary.clone()),
+        },
+        ServerMsg::RunRecords {
+            id: 11,
+            run_id: run_id.clone(),
+            from_seq: 0,
             records: vec![record()],
+            next_seq: Some(1),
         },
         ServerMsg::RunDeleted {
             id: 8,
@@ -184,6 +200,7 @@ fn client_name(m: &ClientMsg) -> &'static str {
         ClientMsg::DeleteRun { .. } => "delete_run",
         ClientMsg::Subscribe { .. } => "subscribe",
         ClientMsg::Unsubscribe { .. } => "unsubscribe",
+        ClientMsg::FetchRecords { .. } => "fetch_records",
     }
 }
 
@@ -196,6 +213,7 @@ fn server_name(m: &ServerMsg) -> &'static str {
         ServerMsg::StopRequested { .. } => "stop_requested",
         ServerMsg::Runs { .. } => "runs",
         ServerMsg::Run { .. } => "run",
+        ServerMsg::RunRecords { .. } => "run_records",
         ServerMsg::RunDeleted { .. } => "run_deleted",
         ServerMsg::Subscribed { .. } => "subscribed",
         ServerMsg::Unsubscribed { .. } => "unsubscribed",
@@ -227,8 +245,8 @@ fn examples_markdown() -> String {
 
 #[test]
 fn every_message_has_an_example_in_docs_protocol_md() {
-    assert_eq!(client_examples().len(), 10, "one example per ClientMsg variant");
-    assert_eq!(server_examples().len(), 14, "one example per ServerMsg variant");
+    assert_eq!(client_examples().len(), 11, "one example per ClientMsg variant");
+    assert_eq!(server_examples().len(), 15, "one example per ServerMsg variant");
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
     let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
     let (head, _) = doc

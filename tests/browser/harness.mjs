@@ -4,6 +4,7 @@
 // a test that needs its own agent (e.g. a restart) calls startAgent() itself.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,7 +16,7 @@ export const SHOTS = path.join(ROOT, 'artifacts/screenshots');
 
 /** Starts `loadshape serve` on 127.0.0.1:<free port>; resolves to { url, origin, token, child, stop }. */
 export async function startAgent(extraArgs = [], env = {}) {
-  const token = 'test-' + Math.random().toString(16).slice(2);
+  const token = randomBytes(32).toString('hex');  // the agent refuses tokens under 128 bits
   const dataDir = mkdtempSync(path.join(tmpdir(), 'loadshape-e2e-'));
   const child = spawn(BIN, ['serve', '--port', '0', '--token', token, '--dist', path.join(ROOT, 'dist'),
     '--data-dir', dataDir, ...extraArgs], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -12,7 +12,7 @@ use shared::protocol::Limits;
 use super::signals::Signals;
 use crate::serve::driver::ReplayDriver;
 use crate::serve::store::RunStore;
-use crate::serve::{AppState, Runs, Target, allowed_hosts, app};
+use crate::serve::{AppState, Runs, Target, allowed_host, allowed_hosts, app, check_token, random_token};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,9 +22,14 @@ pub struct Args {
     /// Address to bind. Anything but loopback exposes the agent to the network; a token is then mandatory.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub listen: IpAddr,
-    /// Access token required on `/ws` and the API. Random when not given.
+    /// Access token required on `/ws` and the API: letters, digits, `-._~`, at least 128 bits by the agent's
+    /// estimate (e.g. `openssl rand -hex 32`). Random (256 bits from the OS) when not given.
     #[arg(long, env = "LOADSHAPE_TOKEN")]
     pub token: Option<String>,
+    /// A host name or address the page may be reached by besides the agent's own addresses (its `Host` and
+    /// `Origin` are otherwise refused: DNS rebinding guard). Repeatable.
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
     /// Folder holding the Trunk-built page (`index.html` and its assets).
     #[arg(long, env = "LOADSHAPE_DIST", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"))]
     pub dist: PathBuf,
@@ -46,9 +51,19 @@ pub struct Args {
     /// Most concurrent sessions (or users) a run may ask for.
     #[arg(long, default_value_t = 256)]
     pub max_sessions_per_run: u32,
+    /// Most requests a run may have in flight at once, by the workload's plan (open loop: if each request met
+    /// the scenario's SLO; sessions and closed loop: one per session or user).
+    #[arg(long, default_value_t = 1024)]
+    pub max_concurrent_requests_per_run: u32,
+    /// Highest arrival rate an open-loop workload may ask for, requests per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub max_rate_per_run: f64,
     /// Longest a run may last, seconds.
     #[arg(long, default_value_t = 3600.0)]
     pub max_run_seconds: f64,
+    /// Seconds one websocket write may wait for a page that does not read; then the connection is dropped.
+    #[arg(long, default_value_t = crate::serve::WS_WRITE_TIMEOUT.as_secs_f64())]
+    pub ws_write_timeout: f64,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -58,7 +73,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.listen
         );
     }
-    let token = args.token.clone().unwrap_or_else(random_token);
+    let token = match &args.token {
+        Some(t) => {
+            check_token(t).map_err(|e| anyhow::anyhow!("--token (or LOADSHAPE_TOKEN): {e}"))?;
+            t.clone()
+        }
+        None => random_token().context("refusing to start without a random access token")?,
+    };
+    let extra_hosts = args
+        .allowed_hosts
+        .iter()
+        .map(|h| allowed_host(h).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for (name, v) in [
+        ("--max-rate-per-run", args.max_rate_per_run),
+        ("--max-run-seconds", args.max_run_seconds),
+        ("--ws-write-timeout", args.ws_write_timeout),
+    ] {
+        if !(v.is_finite() && v > 0.0) {
+            anyhow::bail!("{name} must be a number > 0 (got {v})");
+        }
+    }
     if !args.dist.join("index.html").exists() {
         eprintln!(
             "warning: no page at {} (run `trunk build --release`); serving the API only",
@@ -96,6 +131,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_message_bytes: 1 << 20,
         max_concurrent_runs: args.max_concurrent_runs,
         max_sessions_per_run: args.max_sessions_per_run,
+        max_concurrent_requests_per_run: args.max_concurrent_requests_per_run,
+        max_rate_per_run: args.max_rate_per_run,
         max_run_seconds: args.max_run_seconds,
     };
     let runs = Arc::new(Runs::new(
@@ -114,8 +151,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let local = listener.local_addr()?;
     let state = Arc::new(AppState {
         token: token.clone(),
-        allowed_hosts: allowed_hosts(local),
+        allowed_hosts: allowed_hosts(local, &extra_hosts),
         runs: runs.clone(),
+        ws_write_timeout: std::time::Duration::from_secs_f64(args.ws_write_timeout),
     });
     let shown = if local.ip().is_unspecified() {
         SocketAddr::new(Ipv4Addr::LOCALHOST.into(), local.port())
@@ -263,23 +301,6 @@ fn default_data_dir() -> PathBuf {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
         .unwrap_or_else(|| PathBuf::from("."))
         .join("loadshape")
-}
-
-/// 128 bits from the OS, hex.
-pub fn random_token() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !ok {
-        // Not reached on Linux; still differs per process and per call.
-        let seed = crate::serve::unique();
-        for (i, b) in bytes.iter_mut().enumerate() {
-            *b = (seed.rotate_left(i as u32 * 8) & 0xff) as u8;
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -129,7 +129,8 @@ impl SseDecoder {
             }
             self.fresh = false;
         }
-        if self.skip_lf {
+        // An empty chunk decides nothing: a CR that ended the previous chunk still waits for its LF.
+        if self.skip_lf && !chunk.is_empty() {
             self.skip_lf = false;
             if let Some(rest) = chunk.strip_prefix(b"\n") {
                 chunk = rest;
@@ -436,6 +437,20 @@ mod tests {
         }
         chunks.push(&bytes[from..]);
         chunks
+    }
+
+    #[test]
+    fn an_empty_chunk_between_cr_and_lf_keeps_them_one_line_end() {
+        // Found by the split-invariance property: `skip_lf` was cleared by the empty chunk, so the LF read as a
+        // blank line and dispatched an event the whole stream does not have.
+        let bytes: &[u8] = b"data:\xEF\xBB\xBF\r\n";
+        let whole = decode_limited(&[bytes], MAX_LINE_BYTES);
+        assert_eq!(whole, (Vec::<Vec<u8>>::new(), None));
+        assert_eq!(decode_limited(&[&bytes[..9], b"", &bytes[9..]], MAX_LINE_BYTES), whole);
+        assert_eq!(
+            decode_limited(&[b"data: x\r", b"", b"", b"\n\n"], MAX_LINE_BYTES).0,
+            vec![b"x".to_vec()]
+        );
     }
 
     /// The pieces SSE is made of, so that random streams are mostly lines, fields and events (with the odd byte).

@@ -29,10 +29,16 @@ pub use runs::{Runs, Target};
 /// Shared state of one running agent.
 pub struct AppState {
     pub token: String,
-    /// `host:port` values a request's Host (and Origin) may carry: the agent's own addresses.
+    /// `host:port` values a request's Host (and Origin) may carry: the agent's own addresses and the names the
+    /// operator allowed (`--allowed-host`).
     pub allowed_hosts: Vec<String>,
     pub runs: Arc<Runs>,
+    /// How long one websocket write may wait for a peer that does not read before the connection is dropped.
+    pub ws_write_timeout: std::time::Duration,
 }
+
+/// The default of [`AppState::ws_write_timeout`] (`--ws-write-timeout`).
+pub const WS_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The agent's routes over `state`, serving the page from `dist`.
 pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
@@ -44,18 +50,171 @@ pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
         .with_state(state)
 }
 
-/// `Host` values the agent answers to when bound at `local`.
-pub fn allowed_hosts(local: std::net::SocketAddr) -> Vec<String> {
+/// `Host` values the agent answers to when bound at `local`: the loopback names, the bound address, and
+/// `extra` (names or addresses the operator allowed with `--allowed-host`, checked by [`allowed_host`]). Bound
+/// to an unspecified address (`0.0.0.0`, `::`), the agent answers on every interface, so each interface's own
+/// address is allowed too. A browser omits the port from `Host` when it is 80, so then the bare names count.
+pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<String> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
     let port = local.port();
-    let mut hosts = vec![
-        format!("127.0.0.1:{port}"),
-        format!("localhost:{port}"),
-        format!("[::1]:{port}"),
-    ];
-    if !local.ip().is_loopback() && !local.ip().is_unspecified() {
-        hosts.push(local.to_string());
+    let mut names: Vec<String> = vec!["127.0.0.1".into(), "localhost".into(), "[::1]".into()];
+    let mut ips: Vec<IpAddr> = Vec::new();
+    if local.ip().is_unspecified() {
+        ips.extend(local_addresses());
+    } else {
+        ips.push(local.ip());
+    }
+    for ip in ips {
+        if ip == IpAddr::V4(Ipv4Addr::LOCALHOST) || ip == IpAddr::V6(Ipv6Addr::LOCALHOST) {
+            continue;
+        }
+        names.push(match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => format!("[{v6}]"),
+        });
+    }
+    names.extend(extra.iter().cloned());
+    let mut hosts = Vec::new();
+    for name in names {
+        let with_port = format!("{name}:{port}");
+        if !hosts.contains(&with_port) {
+            hosts.push(with_port);
+        }
+        if port == 80 && !hosts.contains(&name) {
+            hosts.push(name);
+        }
     }
     hosts
+}
+
+/// Checks one `--allowed-host` value and returns it as [`allowed_hosts`] compares it: a DNS name (lowercase) or
+/// an IP address (IPv6 in brackets), without scheme, port or path.
+pub fn allowed_host(value: &str) -> Result<String, String> {
+    let v = value.trim();
+    let bare = v.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(v);
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        return Ok(match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        });
+    }
+    let name_ok = !v.is_empty()
+        && v.len() <= 253
+        && v.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if !name_ok {
+        return Err(format!(
+            "--allowed-host `{value}`: expected a host name or an IP address, without scheme, port or path \
+             (e.g. `lab-box.local` or `192.168.1.20`)"
+        ));
+    }
+    Ok(v.to_ascii_lowercase())
+}
+
+/// This machine's interface addresses (what an unspecified bind answers on); empty where they cannot be listed.
+pub fn local_addresses() -> Vec<std::net::IpAddr> {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for a in addrs {
+            let Some(addr) = a.address else { continue };
+            let ip = if let Some(v4) = addr.as_sockaddr_in() {
+                std::net::IpAddr::V4(v4.ip())
+            } else if let Some(v6) = addr.as_sockaddr_in6() {
+                // Link-local IPv6 needs a zone in a URL, which browsers do not put in `Host`.
+                let ip = v6.ip();
+                if (ip.segments()[0] & 0xffc0) == 0xfe80 {
+                    continue;
+                }
+                std::net::IpAddr::V6(ip)
+            } else {
+                continue;
+            };
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+        out
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Vec::new()
+    }
+}
+
+/// The least estimated entropy an access token must carry, bits.
+pub const MIN_TOKEN_BITS: f64 = 128.0;
+
+/// Checks an operator-given access token: URL-safe characters only (it travels in `#token=` and `?token=`
+/// unencoded) and at least [`MIN_TOKEN_BITS`] by [`token_bits`]. `Err` says what is wrong and how to fix it.
+pub fn check_token(token: &str) -> Result<(), String> {
+    const HOW: &str = "use e.g. `openssl rand -hex 32`, or leave --token out for a random one";
+    if token.is_empty() {
+        return Err(format!(
+            "the access token is empty: an empty token would let anyone in; {HOW}"
+        ));
+    }
+    if let Some(c) = token
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~')))
+    {
+        return Err(format!(
+            "the access token contains {c:?}: only letters, digits and - . _ ~ are allowed (it travels \
+             unencoded in the page URL); {HOW}"
+        ));
+    }
+    let bits = token_bits(token);
+    if bits < MIN_TOKEN_BITS {
+        return Err(format!(
+            "the access token is too weak: {} characters carry about {bits:.0} bits by their variety, at least \
+             {MIN_TOKEN_BITS:.0} are needed; {HOW}",
+            token.chars().count()
+        ));
+    }
+    Ok(())
+}
+
+/// An estimate of a token's entropy, bits: its length times the Shannon entropy of its own character
+/// frequencies. It cannot know how a token was made: it catches the short and the low-variety (`aaaa…`, a few
+/// characters repeated), not a long pattern of many characters. A random hex token needs about 40 characters to
+/// pass (64, as `openssl rand -hex 32` prints, passes with a wide margin).
+pub fn token_bits(token: &str) -> f64 {
+    let mut counts = std::collections::HashMap::<char, usize>::new();
+    for c in token.chars() {
+        *counts.entry(c).or_default() += 1;
+    }
+    let n = token.chars().count() as f64;
+    let per_char: f64 = counts
+        .values()
+        .map(|&k| {
+            let p = k as f64 / n;
+            -p * p.log2()
+        })
+        .sum();
+    n * per_char
+}
+
+/// A fresh access token: 256 bits from the operating system's generator, hex. An error when the generator
+/// cannot be read: the agent then refuses to start rather than fall back to anything guessable.
+pub fn random_token() -> anyhow::Result<String> {
+    token_from(getrandom::fill)
+}
+
+/// [`random_token`] over a given generator (tests make it fail).
+pub fn token_from<E: std::fmt::Display>(fill: impl FnOnce(&mut [u8]) -> Result<(), E>) -> anyhow::Result<String> {
+    let mut bytes = [0u8; 32];
+    fill(&mut bytes).map_err(|e| {
+        anyhow::anyhow!("cannot read the operating system's random generator for the access token: {e}")
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A process-unique counter mixed with the clock, for ids and temp names.
@@ -76,10 +235,23 @@ struct TokenQuery {
 pub type Refusal = (StatusCode, String);
 
 /// Checks Host, Origin and token; refuses with a status and a plain-text reason before anything else happens.
+/// A request with two `Host` or two `Origin` headers is refused whole: checking only the first would let the
+/// second reach whatever reads the last one.
 pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Refusal> {
+    for name in [header::HOST, header::ORIGIN] {
+        if headers.get_all(&name).iter().count() > 1 {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("more than one `{name}` header: refused"),
+            ));
+        }
+    }
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if !state.allowed_hosts.iter().any(|h| h == host) {
-        let reason = format!("Host `{host}` is not this agent's address (DNS rebinding guard)");
+    if !state.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+        let reason = format!(
+            "Host `{host}` is not this agent's address (DNS rebinding guard; the operator can allow a name with \
+             --allowed-host)"
+        );
         return Err((StatusCode::FORBIDDEN, reason));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
@@ -88,7 +260,7 @@ pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&
             .strip_prefix("http://")
             .or_else(|| origin.strip_prefix("https://"))
             .unwrap_or("");
-        if !state.allowed_hosts.iter().any(|h| h == origin_host) {
+        if !state.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(origin_host)) {
             return Err((
                 StatusCode::FORBIDDEN,
                 format!("Origin `{origin}` is not this agent's page"),
@@ -100,7 +272,7 @@ pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&
         .and_then(|h| h.to_str().ok())
         .and_then(|h| h.strip_prefix("Bearer "));
     match query_token.or(bearer) {
-        Some(t) if constant_time_eq(t.as_bytes(), state.token.as_bytes()) => Ok(()),
+        Some(t) if !state.token.is_empty() && constant_time_eq(t.as_bytes(), state.token.as_bytes()) => Ok(()),
         Some(_) => Err((StatusCode::UNAUTHORIZED, "wrong token".into())),
         None => Err((
             StatusCode::UNAUTHORIZED,
@@ -126,6 +298,7 @@ async fn ws_handler(
     // answers with a `limit_exceeded` error naming the sizes.
     let hard_cap = state.runs.limits.max_message_bytes.saturating_mul(4) as usize;
     let runs = state.runs.clone();
+    let write_timeout = state.ws_write_timeout;
     ws.max_message_size(hard_cap).on_upgrade(move |socket| {
         let (sink, stream) = socket.split();
         let incoming = stream
@@ -137,7 +310,7 @@ async fn ws_handler(
                 })
             });
         let outgoing = sink.with(|s: String| std::future::ready(Ok::<_, axum::Error>(Message::Text(s.into()))));
-        ws::session(Box::pin(incoming), Box::pin(outgoing), runs)
+        ws::session(Box::pin(incoming), Box::pin(outgoing), runs, write_timeout)
     })
 }
 
@@ -150,8 +323,13 @@ async fn export_records(
     if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
         return refusal.into_response();
     }
-    let path = match state.runs.store.records_path(&run_id) {
-        Ok(p) if p.parent().is_some_and(|d| d.join("run.json").exists()) => p,
+    let path = match state
+        .runs
+        .store
+        .load(&run_id)
+        .and_then(|_| state.runs.store.records_path(&run_id))
+    {
+        Ok(p) => p,
         _ => return (StatusCode::NOT_FOUND, format!("no run `{run_id}`")).into_response(),
     };
     match tokio::fs::read(&path).await {
@@ -167,5 +345,85 @@ async fn export_records(
         )
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("reading records: {e}")).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_short_repetitive_and_unsafe_tokens_are_refused() {
+        for weak in [
+            "",
+            "a",
+            "secret-token",
+            &"a".repeat(200),
+            &"ab".repeat(60),
+            "0123456789abcdef0123456789abcde",
+        ] {
+            assert!(check_token(weak).is_err(), "{weak:?} accepted");
+        }
+        let e = check_token("").unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+        let e = check_token("a").unwrap_err();
+        assert!(e.contains("too weak") && e.contains("128"), "{e}");
+        let e = check_token(&format!("{}+x", "Zq8".repeat(30))).unwrap_err();
+        assert!(e.contains("'+'"), "{e}");
+        assert!(check_token("3f9a1c0e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f").is_ok());
+    }
+
+    #[test]
+    fn generated_tokens_pass_the_check_and_a_failing_generator_is_an_error() {
+        for _ in 0..1000 {
+            let t = random_token().unwrap();
+            assert_eq!(t.len(), 64);
+            check_token(&t).unwrap();
+        }
+        let failing = |_: &mut [u8]| Err::<(), _>("no entropy source");
+        let e = format!("{:#}", token_from(failing).unwrap_err());
+        assert!(e.contains("random generator") && e.contains("no entropy source"), "{e}");
+    }
+
+    #[test]
+    fn allowed_hosts_add_the_bound_address_and_the_operators_names() {
+        let lan: std::net::SocketAddr = "192.168.7.20:8080".parse().unwrap();
+        let hosts = allowed_hosts(lan, &["lab-box.local".into()]);
+        for h in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "[::1]:8080",
+            "192.168.7.20:8080",
+            "lab-box.local:8080",
+        ] {
+            assert!(hosts.iter().any(|x| x == h), "{h} missing from {hosts:?}");
+        }
+        assert!(
+            !hosts.iter().any(|x| x == "lab-box.local"),
+            "bare names only on port 80"
+        );
+        let on_80 = allowed_hosts("10.1.2.3:80".parse().unwrap(), &["box".into()]);
+        assert!(on_80.iter().any(|x| x == "box") && on_80.iter().any(|x| x == "10.1.2.3"));
+        // Bound to every interface: each interface's own address answers.
+        let any = allowed_hosts("0.0.0.0:9000".parse().unwrap(), &[]);
+        for ip in local_addresses() {
+            let shown = match ip {
+                std::net::IpAddr::V4(v4) => format!("{v4}:9000"),
+                std::net::IpAddr::V6(v6) => format!("[{v6}]:9000"),
+            };
+            assert!(any.contains(&shown), "{shown} missing from {any:?}");
+        }
+        assert!(!any.iter().any(|h| h.starts_with("0.0.0.0")));
+    }
+
+    #[test]
+    fn allowed_host_values_are_checked() {
+        assert_eq!(allowed_host("Lab-Box.local").unwrap(), "lab-box.local");
+        assert_eq!(allowed_host("fe80::1").unwrap(), "[fe80::1]");
+        assert_eq!(allowed_host("[2001:db8::2]").unwrap(), "[2001:db8::2]");
+        for bad in ["", "http://box", "box:8080", "box/x", "a b", "-box", "box..local"] {
+            let e = allowed_host(bad).unwrap_err();
+            assert!(e.contains("--allowed-host"), "{e}");
+        }
     }
 }

@@ -13,11 +13,12 @@ use std::io::{BufWriter, Write};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use shared::protocol::{ErrorCode, Limits, RunInfo, RunState, ServerMsg, TargetInfo};
+use shared::protocol::{ErrorCode, Limits, PAGE_BYTES, PAGE_RECORDS, RunInfo, RunState, ServerMsg, TargetInfo};
 use shared::record::RequestRecord;
+use shared::scenario::Scenario;
 use tokio::sync::{broadcast, watch};
 
-use super::store::{RunStore, StoredRun};
+use super::store::{RecordCursor, RunStore, StoredRun};
 
 /// A live target the operator configured. The page picks one by name; it can never supply a URL.
 #[derive(Debug, Clone)]
@@ -142,13 +143,25 @@ impl RecordSink {
     }
 }
 
-/// Where a subscriber starts: the backlog to send first, then live events.
+/// Where a subscriber starts: the backlog to send first, then live events; or a stored run read from disk.
 pub enum Subscription {
     Live {
         backlog: Vec<(u64, RequestRecord)>,
         events: broadcast::Receiver<Arc<ServerMsg>>,
     },
-    Stored(Box<StoredRun>),
+    Stored {
+        run: Box<StoredRun>,
+        records: RecordCursor,
+    },
+}
+
+/// One page of a run's records (`run_records`).
+#[derive(Debug)]
+pub struct Page {
+    pub from_seq: u64,
+    pub records: Vec<RequestRecord>,
+    /// The seq to ask for next; `None` when the page holds the last record the run has now.
+    pub next_seq: Option<u64>,
 }
 
 pub struct Runs {
@@ -176,8 +189,14 @@ impl Runs {
         self.targets.iter().map(Target::info).collect()
     }
 
+    /// The driver's checks, then the agent's limits on what a workload may ask for ([`check_workload_limits`]).
     pub fn validate(&self, scenario: &serde_json::Value) -> Result<(), String> {
-        self.driver.validate(scenario, &self.limits)
+        self.driver.validate(scenario, &self.limits)?;
+        match Scenario::from_value(scenario.clone()) {
+            Ok(parsed) => check_workload_limits(&parsed, &self.limits),
+            // The driver accepted a scenario that is not a `Scenario` (a test double): nothing to bound here.
+            Err(_) => Ok(()),
+        }
     }
 
     /// Starts a run of `scenario` against the configured target `target_name`.
@@ -304,6 +323,7 @@ impl Runs {
         Ok(runs)
     }
 
+    /// A run's metadata, scenario and summary (its records: [`Runs::records_page`]).
     pub fn fetch(&self, run_id: &str) -> Result<StoredRun, Refusal> {
         let mut stored = self
             .store
@@ -311,9 +331,62 @@ impl Runs {
             .map_err(|e| (ErrorCode::UnknownRun, format!("{e:#}")))?;
         if let Some(run) = self.active.lock().expect("active runs lock").get(run_id) {
             stored.info = run.info.lock().expect("run info lock").clone();
-            stored.records = run.log.lock().expect("run log lock").records.clone();
         }
         Ok(stored)
+    }
+
+    /// One page of a run's records from `from_seq`: an active run's from memory, a stored run's from disk through
+    /// `cursor` when it stands at `from_seq` (the page asks for pages in order), else through a new one. Returns
+    /// the cursor to keep for the next page. Blocking file I/O: call it off the async threads.
+    pub fn records_page(
+        &self,
+        run_id: &str,
+        from_seq: u64,
+        cursor: Option<RecordCursor>,
+    ) -> Result<(Page, Option<RecordCursor>), Refusal> {
+        let active = self.active.lock().expect("active runs lock").get(run_id).cloned();
+        if let Some(run) = active {
+            let log = run.log.lock().expect("run log lock");
+            let mut records = Vec::new();
+            let mut bytes = 0;
+            for r in log.records.iter().skip(from_seq as usize) {
+                if records.len() >= PAGE_RECORDS || bytes >= PAGE_BYTES {
+                    break;
+                }
+                bytes += json_len(r);
+                records.push(r.clone());
+            }
+            let end = from_seq + records.len() as u64;
+            let next_seq = (end < log.records.len() as u64).then_some(end);
+            return Ok((
+                Page {
+                    from_seq,
+                    records,
+                    next_seq,
+                },
+                None,
+            ));
+        }
+        let mut cursor = match cursor {
+            Some(c) if c.run_id() == run_id && c.next_seq() == from_seq => c,
+            _ => self
+                .store
+                .records(run_id, from_seq)
+                .map_err(|e| (ErrorCode::UnknownRun, format!("{e:#}")))?,
+        };
+        let from_seq = cursor.next_seq();
+        let (records, at_end) = cursor
+            .page(PAGE_RECORDS, PAGE_BYTES)
+            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
+        let next_seq = (!at_end).then(|| cursor.next_seq());
+        Ok((
+            Page {
+                from_seq,
+                records,
+                next_seq,
+            },
+            next_seq.map(|_| cursor),
+        ))
     }
 
     pub fn delete(&self, run_id: &str) -> Result<(), Refusal> {
@@ -341,7 +414,15 @@ impl Runs {
             let events = run.events.subscribe();
             return Ok(Subscription::Live { backlog, events });
         }
-        self.fetch(run_id).map(|s| Subscription::Stored(Box::new(s)))
+        let run = self.fetch(run_id)?;
+        let records = self
+            .store
+            .records(run_id, from_seq)
+            .map_err(|e| (ErrorCode::UnknownRun, format!("{e:#}")))?;
+        Ok(Subscription::Stored {
+            run: Box::new(run),
+            records,
+        })
     }
 
     /// Stops every active run (agent shutdown) so their records are flushed and states written.
@@ -354,6 +435,88 @@ impl Runs {
     pub fn active_count(&self) -> usize {
         self.active.lock().expect("active runs lock").len()
     }
+}
+
+/// Bytes of a record's JSON, for page sizes.
+fn json_len(r: &RequestRecord) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, r);
+    count.0
+}
+
+/// The agent's bounds on what one run's workload may ask for, checked before it starts: `Err` names the workload
+/// field, the value, the limit and the flag that sets it.
+///
+/// - The arrival rate of an open-loop workload (`rate_rps`, `mean_rps`) ≤ `max_rate_per_run`.
+/// - The requests in flight at once by the plan ≤ `max_concurrent_requests_per_run`: sessions and closed-loop
+///   users have one each; an open-loop request is counted in flight from its arrival for as long as a request
+///   meeting the scenario's SLO would take ([`shared::workload::Workload::peak_in_flight`]). A target slower
+///   than its SLO holds more; `--max-run-seconds` still ends the run.
+pub fn check_workload_limits(scenario: &Scenario, limits: &Limits) -> Result<(), String> {
+    use shared::workload::Workload;
+    let (workload, seed, slo) = match scenario {
+        Scenario::Seed(s) => {
+            let shared::seed_model::SeedWorkload::Bursty(b) = &s.workload;
+            (Workload::Bursty(b.clone()), 0, s.slo)
+        }
+        Scenario::Engine(e) => (e.workload.clone(), e.seed, e.slo),
+    };
+    let rate = match &workload {
+        Workload::Poisson(w) => Some(("rate_rps", w.rate_rps)),
+        Workload::Gamma(w) => Some(("rate_rps", w.rate_rps)),
+        Workload::Bursty(w) => Some(("mean_rps", w.mean_rps)),
+        Workload::Sessions(_) | Workload::ClosedLoop(_) => None,
+    };
+    let closed_seed = matches!(scenario, Scenario::Seed(s) if s.closed_loop);
+    if let Some((field, rps)) = rate
+        && !closed_seed
+        && rps > limits.max_rate_per_run
+    {
+        return Err(format!(
+            "workload.{field} is {rps} requests/s; this agent allows at most {} per run (--max-rate-per-run)",
+            limits.max_rate_per_run
+        ));
+    }
+    let max = u64::from(limits.max_concurrent_requests_per_run);
+    let request_ms = |output_tokens: u32| {
+        let streamed = slo.ttft_ms + slo.tpot_ms * f64::from(output_tokens.saturating_sub(1));
+        slo.e2e_ms.map_or(streamed, |e2e| streamed.min(e2e))
+    };
+    let peak = if closed_seed {
+        1
+    } else {
+        workload.peak_in_flight(seed, request_ms, max)
+    };
+    if peak > max {
+        let what = match &workload {
+            Workload::Sessions(w) => match &w.ladder {
+                Some(_) => format!("workload.ladder runs {} sessions at once", w.slot_count()),
+                None => format!("workload.sessions is {}", w.sessions),
+            },
+            Workload::ClosedLoop(w) => format!("workload.users is {}", w.users),
+            Workload::Poisson(_) | Workload::Gamma(_) | Workload::Bursty(_) => {
+                let (field, rps) = rate.unwrap_or(("rate_rps", 0.0));
+                format!(
+                    "workload.{field} = {rps} requests/s would hold more than {max} requests in flight at once \
+                     (each counted for as long as a request meeting the scenario's SLO takes)"
+                )
+            }
+        };
+        return Err(format!(
+            "{what}; this agent allows at most {max} requests in flight per run (--max-concurrent-requests-per-run)"
+        ));
+    }
+    Ok(())
 }
 
 fn now_ms() -> u64 {

@@ -2,20 +2,67 @@
 //!
 //! Written over a `Stream` of incoming texts and a `Sink` of outgoing texts, so tests can drive it with channels
 //! (axum's `testing-websockets` example). Outgoing messages go through one bounded queue drained by a writer;
-//! a subscription's forwarder blocks only itself when this page is slow, never the run.
+//! a subscription's forwarder blocks only itself when this page is slow, never the run. A write the peer does
+//! not take within the session's write timeout ends the session: a page that sends but never reads cannot hold
+//! its connection and its buffers forever.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::{Sink, SinkExt, Stream, StreamExt};
+use serde::Deserialize;
 use shared::protocol::{ClientMsg, ErrorCode, ServerMsg};
 use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 
 use super::runs::{Runs, Subscription};
+use super::store::RecordCursor;
 
-/// Runs one session until the incoming stream ends or the sink fails.
-pub async fn session<I, O>(mut incoming: I, mut outgoing: O, runs: Arc<Runs>)
+/// Why an incoming text is not a [`ClientMsg`]: the error reply's id, code and message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub id: u64,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// Parses one incoming text as a [`ClientMsg`]. `Err` says why not: `limit_exceeded` for a text over `max_bytes`,
+/// else `bad_message` with serde's account of what is wrong (field, expected type or variant, line and column)
+/// and the request's id when one can be read (0 otherwise). The id is looked for with a struct that skips every
+/// other value, so a bad message costs no tree of its contents.
+pub fn parse_client_msg(text: &str, max_bytes: u64) -> Result<ClientMsg, Refused> {
+    if text.len() as u64 > max_bytes {
+        return Err(Refused {
+            id: 0,
+            code: ErrorCode::LimitExceeded,
+            message: format!("message of {} bytes exceeds the limit of {max_bytes} bytes", text.len()),
+        });
+    }
+    serde_json::from_str::<ClientMsg>(text).map_err(|e| {
+        #[derive(Deserialize)]
+        struct Envelope {
+            data: Option<Data>,
+        }
+        #[derive(Deserialize)]
+        struct Data {
+            id: Option<u64>,
+        }
+        let id = serde_json::from_str::<Envelope>(text)
+            .ok()
+            .and_then(|v| v.data?.id)
+            .unwrap_or(0);
+        Refused {
+            id,
+            code: ErrorCode::BadMessage,
+            message: format!("cannot parse message: {e}"),
+        }
+    })
+}
+
+/// Runs one session until the incoming stream ends, the sink fails, or a write waits longer than
+/// `write_timeout` for the peer.
+pub async fn session<I, O>(mut incoming: I, mut outgoing: O, runs: Arc<Runs>, write_timeout: Duration)
 where
     I: Stream<Item = String> + Unpin,
     O: Sink<String> + Unpin + Send + 'static,
@@ -26,38 +73,36 @@ where
             let Ok(text) = serde_json::to_string(&msg) else {
                 continue;
             };
-            if outgoing.send(text).await.is_err() {
-                break;
+            match tokio::time::timeout(write_timeout, outgoing.send(text)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        "dropping a websocket peer that took no data for {:.0} s",
+                        write_timeout.as_secs_f64()
+                    );
+                    break;
+                }
             }
         }
     });
     let mut greeted = false;
     let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
-    while let Some(text) = incoming.next().await {
-        if text.len() as u64 > runs.limits.max_message_bytes {
-            let message = format!(
-                "message of {} bytes exceeds the limit of {} bytes",
-                text.len(),
-                runs.limits.max_message_bytes
-            );
-            if tx
-                .send(ServerMsg::error(0, ErrorCode::LimitExceeded, message))
-                .await
-                .is_err()
-            {
-                break;
-            }
-            continue;
-        }
-        let msg = match serde_json::from_str::<ClientMsg>(&text) {
+    // The stored run this page is reading page by page, where it stands.
+    let mut cursor: Option<RecordCursor> = None;
+    loop {
+        let text = tokio::select! {
+            next = incoming.next() => match next {
+                Some(text) => text,
+                None => break,
+            },
+            // The writer gave up on the peer: end the session (and with it the connection) now.
+            () = tx.closed() => break,
+        };
+        let msg = match parse_client_msg(&text, runs.limits.max_message_bytes) {
             Ok(m) => m,
-            Err(e) => {
-                let id = serde_json::from_str::<serde_json::Value>(&text)
-                    .ok()
-                    .and_then(|v| v.get("data")?.get("id")?.as_u64())
-                    .unwrap_or(0);
-                let reply = ServerMsg::error(id, ErrorCode::BadMessage, format!("cannot parse message: {e}"));
-                if tx.send(reply).await.is_err() {
+            Err(r) => {
+                if tx.send(ServerMsg::error(r.id, r.code, r.message)).await.is_err() {
                     break;
                 }
                 continue;
@@ -105,10 +150,28 @@ where
                     run: s.info,
                     scenario: s.scenario,
                     summary: s.summary,
-                    records: s.records,
                 },
                 Err((code, message)) => ServerMsg::error(id, code, message),
             },
+            ClientMsg::FetchRecords { run_id, from_seq, .. } => {
+                let (r, kept) = (runs.clone(), cursor.take());
+                let id_for_page = run_id.clone();
+                let page = tokio::task::spawn_blocking(move || r.records_page(&id_for_page, from_seq, kept)).await;
+                match page {
+                    Ok(Ok((page, next_cursor))) => {
+                        cursor = next_cursor;
+                        ServerMsg::RunRecords {
+                            id,
+                            run_id,
+                            from_seq: page.from_seq,
+                            records: page.records,
+                            next_seq: page.next_seq,
+                        }
+                    }
+                    Ok(Err((code, message))) => ServerMsg::error(id, code, message),
+                    Err(e) => ServerMsg::error(id, ErrorCode::Internal, format!("reading records: {e}")),
+                }
+            }
             ClientMsg::DeleteRun { run_id, .. } => match runs.delete(&run_id) {
                 Ok(()) => ServerMsg::RunDeleted { id, run_id },
                 Err((code, message)) => ServerMsg::error(id, code, message),
@@ -156,15 +219,31 @@ where
 async fn forward(run_id: String, from_seq: u64, sub: Subscription, tx: mpsc::Sender<ServerMsg>) {
     let mut next = from_seq;
     match sub {
-        Subscription::Stored(run) => {
-            for (seq, record) in run.records.into_iter().enumerate().skip(from_seq as usize) {
-                let msg = ServerMsg::Record {
-                    run_id: run_id.clone(),
-                    seq: seq as u64,
-                    record,
+        Subscription::Stored { run, records } => {
+            // Read from disk a page at a time, off the async threads; the bounded queue paces the reading.
+            let mut cursor = Some(records);
+            while let Some(mut c) = cursor.take() {
+                let read = tokio::task::spawn_blocking(move || {
+                    let page = c.page(shared::protocol::PAGE_RECORDS, shared::protocol::PAGE_BYTES);
+                    (c, page)
+                })
+                .await;
+                let Ok((c, Ok((page, at_end)))) = read else {
+                    break;
                 };
-                if tx.send(msg).await.is_err() {
-                    return;
+                let first = c.next_seq() - page.len() as u64;
+                for (seq, record) in (first..).zip(page) {
+                    let msg = ServerMsg::Record {
+                        run_id: run_id.clone(),
+                        seq,
+                        record,
+                    };
+                    if tx.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+                if !at_end {
+                    cursor = Some(c);
                 }
             }
             let _ = tx

@@ -55,4 +55,86 @@ impl Workload {
             Workload::ClosedLoop(_) => "closed_loop",
         }
     }
+
+    /// The most requests this workload has in flight at once by its plan, counted up to `stop_above + 1` (then
+    /// counting stops: the caller only asks whether a bound holds). Sessions: one per session slot; closed loop:
+    /// one per user. Open loop (`bursty`, `poisson`, `gamma`, drawn from `seed` as the replay draws them): a
+    /// request is in flight from its arrival for `request_ms(output_tokens)` milliseconds (e.g. as long as a
+    /// request meeting an SLO takes), so the peak is the most of those intervals that overlap.
+    pub fn peak_in_flight(&self, seed: u64, request_ms: impl Fn(u32) -> f64, stop_above: u64) -> u64 {
+        let cap = stop_above.saturating_add(1);
+        match self {
+            Workload::Sessions(w) => u64::from(w.slot_count()).min(cap),
+            Workload::ClosedLoop(w) => u64::from(w.users).min(w.num_requests).min(cap),
+            Workload::Poisson(w) => peak_overlap(
+                RequestStream::poisson(w, seed).map(|r| (r.arrival_ms, r.output_tokens)),
+                request_ms,
+                cap,
+            ),
+            Workload::Gamma(w) => peak_overlap(
+                RequestStream::gamma(w, seed).map(|r| (r.arrival_ms, r.output_tokens)),
+                request_ms,
+                cap,
+            ),
+            Workload::Bursty(w) => peak_overlap(
+                crate::seed_model::build_agent_trace(w)
+                    .into_iter()
+                    .map(|r| (r.arrival_ms, r.output_tokens)),
+                request_ms,
+                cap,
+            ),
+        }
+    }
+}
+
+/// The most intervals `[arrival, arrival + request_ms(output))` open at once, over arrivals in non-decreasing
+/// order, counted up to `cap`. Holds at most `cap` end times.
+fn peak_overlap(arrivals: impl Iterator<Item = (f64, u32)>, request_ms: impl Fn(u32) -> f64, cap: u64) -> u64 {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    // End times as their bits: non-negative finite f64s order as their bit patterns do.
+    let mut ends: BinaryHeap<Reverse<u64>> = BinaryHeap::new();
+    let mut peak = 0u64;
+    for (arrival_ms, output) in arrivals {
+        while ends
+            .peek()
+            .is_some_and(|Reverse(end)| f64::from_bits(*end) <= arrival_ms)
+        {
+            ends.pop();
+        }
+        let end = (arrival_ms + request_ms(output).max(0.0)).max(0.0);
+        ends.push(Reverse(if end.is_finite() { end } else { f64::MAX }.to_bits()));
+        peak = peak.max(ends.len() as u64);
+        if peak >= cap {
+            return cap;
+        }
+    }
+    peak
+}
+
+#[cfg(test)]
+mod peak_tests {
+    use super::*;
+
+    fn poisson(num_requests: u64, rate_rps: f64) -> Workload {
+        Workload::Poisson(PoissonWorkload {
+            num_requests,
+            rate_rps,
+            prompt: LengthDist::Fixed { tokens: 100 },
+            output: LengthDist::Fixed { tokens: 100 },
+            shared_prefix_tokens: 0,
+        })
+    }
+
+    #[test]
+    fn open_loop_peak_follows_rate_times_duration() {
+        // 10 rps for 1 s per request: about 10 in flight, far fewer than the 1000 requests.
+        let peak = poisson(1000, 10.0).peak_in_flight(1, |_| 1000.0, 10_000);
+        assert!((5..=30).contains(&peak), "{peak}");
+        // Everything at once: every request is in flight together; counting stops past the bound.
+        assert_eq!(poisson(20_000, 1e7).peak_in_flight(1, |_| 1000.0, 100_000), 20_000);
+        assert_eq!(poisson(20_000, 1e7).peak_in_flight(1, |_| 1000.0, 256), 257);
+        // Requests that end before the next arrives never overlap.
+        assert_eq!(poisson(100, 0.001).peak_in_flight(1, |_| 0.0, 10), 1);
+    }
 }
