@@ -11,7 +11,7 @@ pub mod session;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::ScenarioError;
+use crate::error::ScenarioError;
 use crate::seed_model::BurstyWorkload;
 
 pub use open_loop::{ClosedLoopWorkload, GammaWorkload, GenRequest, LengthDist, PoissonWorkload, RequestStream};
@@ -53,6 +53,77 @@ impl Workload {
             Workload::Gamma(_) => "gamma",
             Workload::Sessions(_) => "sessions",
             Workload::ClosedLoop(_) => "closed_loop",
+        }
+    }
+}
+
+/// What a workload sends and holds at most, for [`crate::budget::Estimate`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkloadSize {
+    /// Requests or session steps.
+    pub requests: f64,
+    /// Requests that can be in flight at once (open-loop arrivals: all of them; sessions: slots; users).
+    pub held_prompts: f64,
+    /// Tokens of a held prompt (the mean for open-loop arrivals, the longest for sessions and users).
+    pub held_prompt_tokens: f64,
+    /// Session-plan steps held at once.
+    pub plan_steps: f64,
+}
+
+impl Workload {
+    /// See [`WorkloadSize`]; the formula is in [`crate::budget`]'s docs.
+    pub fn size(&self) -> WorkloadSize {
+        let open = |n: u64, prompt: f64| WorkloadSize {
+            requests: n as f64,
+            held_prompts: n as f64,
+            held_prompt_tokens: prompt,
+            plan_steps: 0.0,
+        };
+        match self {
+            // The seed's trace: a 2,048/3,072-token shared prefix plus a unique part of up to about as much.
+            Workload::Bursty(w) => open(w.num_requests, 6_144.0),
+            Workload::Poisson(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
+            Workload::Gamma(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
+            Workload::ClosedLoop(w) => WorkloadSize {
+                requests: w.num_requests as f64,
+                held_prompts: f64::from(w.users).min(w.num_requests as f64),
+                held_prompt_tokens: f64::from(w.prompt.max_value()) + f64::from(w.shared_prefix_tokens),
+                plan_steps: 0.0,
+            },
+            Workload::Sessions(w) => {
+                let slots = f64::from(w.slot_count());
+                let growth = f64::from(w.gen_tokens) + f64::from(w.tool_tokens);
+                let task = f64::from(w.task_tokens);
+                let (per_pass, longest, longest_prompt) = match &w.ladder {
+                    Some(l) if !l.rungs.is_empty() => (
+                        l.rungs.iter().map(|r| f64::from(r.steps)).sum::<f64>(),
+                        l.rungs.iter().map(|r| f64::from(r.steps)).fold(0.0, f64::max),
+                        l.rungs
+                            .iter()
+                            .map(|r| r.base_tokens as f64 + task + f64::from(r.steps) * growth)
+                            .fold(0.0, f64::max),
+                    ),
+                    _ => {
+                        let steps = f64::from(w.steps);
+                        (slots * steps, steps, w.base_tokens as f64 + task + steps * growth)
+                    }
+                };
+                let mean_steps = per_pass / slots.max(1.0);
+                // A step takes its think time plus its generation (assumed >= 10 ms a token) plus 0.5 s, as the
+                // engine sizes its record vector (`engine::sim`).
+                let step_s = w.think_s + f64::from(w.gen_tokens) * 0.01 + 0.5;
+                let passes = if w.respawn && w.duration_s > 0.0 {
+                    (w.duration_s / (mean_steps * step_s).max(1.0)).max(1.0)
+                } else {
+                    1.0
+                };
+                WorkloadSize {
+                    requests: per_pass * passes,
+                    held_prompts: slots,
+                    held_prompt_tokens: longest_prompt,
+                    plan_steps: slots * longest,
+                }
+            }
         }
     }
 }
