@@ -224,10 +224,14 @@ fn scenarios_too_large_for_memory_are_refused_with_the_estimate() {
             "100,000,000",
         ),
         (
-            serde_json::json!({"kind": "sessions", "sessions": 1_000_000, "steps": 100_000}),
+            serde_json::json!({"kind": "sessions", "sessions": 1_000_000, "steps": 100_000, "stagger_s": 0.0,
+                "duration_s": 1e8}),
             "100,000,000,000",
         ),
-        (serde_json::json!({"kind": "sessions", "ladder": ladder}), "409,600,000"),
+        (
+            serde_json::json!({"kind": "sessions", "ladder": ladder, "stagger_s": 0.0, "duration_s": 1e8}),
+            "409,600,000",
+        ),
     ];
     for (workload, estimate) in cases {
         let o = simulate(&["-"], Some(&engine_with_workload(workload.clone())));
@@ -257,7 +261,7 @@ fn the_size_limit_is_a_flag() {
     );
     // Memory is checked too: 4,096 plans of 100,000 steps hold ~4.9 GB.
     let ladder = vec!["10000:100000"; 4096].join(",");
-    let big = engine_with_workload(serde_json::json!({"kind": "sessions", "ladder": ladder}));
+    let big = engine_with_workload(serde_json::json!({"kind": "sessions", "ladder": ladder, "stagger_s": 0.0}));
     let o = simulate(&["--max-requests", "1000000000", "-"], Some(&big));
     assert!(!o.status.success());
     assert!(

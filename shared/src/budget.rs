@@ -3,14 +3,14 @@
 //! that cannot fit is refused with its estimate and the limit instead of aborting on a failed allocation.
 //!
 //! The estimate is deliberately simple and errs high where it cannot know:
-//! - **requests**: the workload's request count; for sessions the steps of one pass over every slot (a ladder's
-//!   Σ steps, else `sessions × steps`) times the passes: a respawning slot makes
-//!   `duration_s / (steps × (think_s + 0.01 s × gen_tokens + 0.5 s))` of them (at least one), the step time the
-//!   engine sizes its record vector by;
+//! - **requests**: the workload's request count; for sessions, per slot that starts (slot `i` starts at
+//!   `i × stagger_s`, none after `duration_s`): its steps, at most one per step time (`think_s`, plus 10 ms a
+//!   generated token, plus 0.5 s: the step time the engine sizes its record vector by) over the run, and with
+//!   `respawn` one per step time for the whole run;
 //! - **bytes**: `requests × bytes per request` (a kept record, or the scoring state of a streamed one; a queued
 //!   request is counted there) plus the prompts admitted at once (at most the profile's `max_num_seqs`), each
 //!   holding one 8-byte hash per KV block (`prompt / block_size`, the longest prompt for sessions and users), plus
-//!   the session plans drawn for every slot (12 bytes a step).
+//!   the session plans drawn for every started slot (12 bytes a step, the whole plan at the session's start).
 //!
 //! Per-request costs were measured on `examples/engine-10k.json` scaled up (docs/simulator.md, "Size limits").
 
@@ -78,26 +78,25 @@ pub struct TooLarge {
 impl TooLarge {
     fn message(&self) -> String {
         let (e, b) = (&self.estimate, &self.budget);
-        let mut parts = Vec::new();
-        if e.requests > b.max_requests {
-            parts.push(format!(
-                "about {} requests or session steps, above the limit of {}",
-                count(e.requests),
-                count(b.max_requests)
-            ));
-        }
-        if e.bytes > b.max_bytes {
-            parts.push(format!(
-                "about {} of memory, above the limit of {}",
-                size(e.bytes),
-                size(b.max_bytes)
-            ));
-        }
+        let part = |what: String, over: bool, limit: String| {
+            if over {
+                format!("about {what}, above the limit of {limit}")
+            } else {
+                format!("about {what} (limit {limit})")
+            }
+        };
         format!(
-            "the scenario is too large to run: {} (estimated {} requests or session steps, {})",
-            parts.join("; "),
-            count(e.requests),
-            size(e.bytes)
+            "the scenario is too large to run: {}, and {}",
+            part(
+                format!("{} requests or session steps", count(e.requests)),
+                e.requests > b.max_requests,
+                count(b.max_requests)
+            ),
+            part(
+                format!("{} of memory", size(e.bytes)),
+                e.bytes > b.max_bytes,
+                size(b.max_bytes)
+            )
         )
     }
 }
@@ -187,10 +186,14 @@ mod tests {
                 1e8,
             ),
             (
-                serde_json::json!({"kind": "sessions", "sessions": 1_000_000, "steps": 100_000}),
+                serde_json::json!({"kind": "sessions", "sessions": 1_000_000, "steps": 100_000,
+                    "stagger_s": 0.0, "duration_s": 1e8}),
                 1e11,
             ),
-            (serde_json::json!({"kind": "sessions", "ladder": ladder}), 4096.0 * 1e5),
+            (
+                serde_json::json!({"kind": "sessions", "ladder": ladder, "stagger_s": 0.0, "duration_s": 1e8}),
+                4096.0 * 1e5,
+            ),
         ] {
             let sc = engine(w);
             let e = sc.estimate(false);
@@ -214,14 +217,22 @@ mod tests {
     }
 
     #[test]
-    fn respawning_sessions_make_passes_over_the_run() {
-        // 50 slots × 12 steps a pass; a step takes 4 s of thought + 700 × 10 ms + 0.5 s.
+    fn sessions_are_bounded_by_their_starts_and_the_run_time() {
+        // A step takes 4 s of thought + 700 × 10 ms + 0.5 s = 11.5 s: 261 steps fit in 3,000 s.
         let sc = engine(
             serde_json::json!({"kind": "sessions", "sessions": 50, "steps": 12, "respawn": true,
             "think_s": 4.0, "gen_tokens": 700, "duration_s": 3000.0}),
         );
-        let passes: f64 = 3000.0 / (12.0 * 11.5);
-        assert_eq!(sc.estimate(true).requests, 50.0 * 12.0 * passes);
+        assert_eq!(sc.estimate(true).requests, 50.0 * 261.0);
+        // Without respawn each slot sends its steps once, and 4 s between starts lets only 226 of a million
+        // sessions start in 900 s (the old binary ran this one: 646 requests).
+        let sc = engine(serde_json::json!({"kind": "sessions", "sessions": 1_000_000, "steps": 100_000}));
+        let by_time = (900.0f64 / 13.5).floor() + 1.0;
+        assert_eq!(sc.estimate(false).requests, 226.0 * by_time);
+        sc.check_size(false, &Budget::DEFAULT).expect("fits");
+        let ladder = Scenario::from_json(include_str!("../../examples/engine-sessions-1m.json")).expect("example");
+        let e = ladder.estimate(false);
+        assert!((1e6..1.5e6).contains(&e.requests), "{e:?}");
         let e = sc.estimate(true);
         assert!(e.bytes > e.requests * BYTES_PER_KEPT_RECORD);
     }
@@ -229,7 +240,7 @@ mod tests {
     #[test]
     fn memory_alone_can_refuse() {
         let ladder = vec!["10000:100000"; 4096].join(",");
-        let sc = engine(serde_json::json!({"kind": "sessions", "ladder": ladder}));
+        let sc = engine(serde_json::json!({"kind": "sessions", "ladder": ladder, "stagger_s": 0.0}));
         let wide = Budget {
             max_requests: 1e12,
             ..Budget::DEFAULT

@@ -94,34 +94,41 @@ impl Workload {
                 let slots = f64::from(w.slot_count());
                 let growth = f64::from(w.gen_tokens) + f64::from(w.tool_tokens);
                 let task = f64::from(w.task_tokens);
-                let (per_pass, longest, longest_prompt) = match &w.ladder {
-                    Some(l) if !l.rungs.is_empty() => (
-                        l.rungs.iter().map(|r| f64::from(r.steps)).sum::<f64>(),
-                        l.rungs.iter().map(|r| f64::from(r.steps)).fold(0.0, f64::max),
-                        l.rungs
-                            .iter()
-                            .map(|r| r.base_tokens as f64 + task + f64::from(r.steps) * growth)
-                            .fold(0.0, f64::max),
-                    ),
-                    _ => {
-                        let steps = f64::from(w.steps);
-                        (slots * steps, steps, w.base_tokens as f64 + task + steps * growth)
-                    }
-                };
-                let mean_steps = per_pass / slots.max(1.0);
                 // A step takes its think time plus its generation (assumed >= 10 ms a token) plus 0.5 s, as the
-                // engine sizes its record vector (`engine::sim`).
+                // engine sizes its record vector (`engine::sim`); no step is sent after the run's end.
                 let step_s = w.think_s + f64::from(w.gen_tokens) * 0.01 + 0.5;
-                let passes = if w.respawn && w.duration_s > 0.0 {
-                    (w.duration_s / (mean_steps * step_s).max(1.0)).max(1.0)
+                let run_s = w.duration_s + if w.drain { w.drain_grace_s } else { 0.0 };
+                let by_time = (run_s / step_s).floor() + 1.0;
+                // Slot i starts at i · stagger_s, and none after duration_s.
+                let started = if w.stagger_s > 0.0 {
+                    slots.min((w.duration_s / w.stagger_s).floor() + 1.0)
                 } else {
-                    1.0
+                    slots
+                };
+                // (steps a started slot's plans hold, steps it sends, its longest prompt), summed or maximized
+                // over the started slots.
+                let slot = |steps: f64, base: f64| {
+                    let sent = if w.respawn { by_time } else { steps.min(by_time) };
+                    (steps, sent, base + task + steps.min(by_time) * growth)
+                };
+                // Ladder: each started slot's rung; drawn sessions: one mean slot, `started` times.
+                let (per_slot, times): (Vec<(f64, f64, f64)>, f64) = match &w.ladder {
+                    Some(l) if !l.rungs.is_empty() => (
+                        (0..started as usize)
+                            .map(|i| {
+                                let r = l.rungs[i % l.rungs.len()];
+                                slot(f64::from(r.steps), r.base_tokens as f64)
+                            })
+                            .collect(),
+                        1.0,
+                    ),
+                    _ => (vec![slot(f64::from(w.steps), w.base_tokens as f64)], started),
                 };
                 WorkloadSize {
-                    requests: per_pass * passes,
-                    held_prompts: slots,
-                    held_prompt_tokens: longest_prompt,
-                    plan_steps: slots * longest,
+                    requests: per_slot.iter().map(|p| p.1).sum::<f64>() * times,
+                    held_prompts: started,
+                    held_prompt_tokens: per_slot.iter().map(|p| p.2).fold(0.0, f64::max),
+                    plan_steps: per_slot.iter().map(|p| p.0).sum::<f64>() * times,
                 }
             }
         }
