@@ -218,3 +218,25 @@ fn fit_reports_bad_lines() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn fit_names_the_line_that_is_not_utf8() {
+    let dir = std::env::temp_dir().join(format!("loadshape-ladder-cli-utf8-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("latin1.csv");
+    // A BOM, then a Latin-1 `é` on line 3: the BOM is skipped, line 3 is reported (it used to refuse the whole
+    // file with "stream did not contain valid UTF-8").
+    std::fs::write(
+        &path,
+        b"\xef\xbb\xbfprompt_tokens,session\n20000,a\n30000,caf\xe9\n40000,b\n",
+    )
+    .expect("write");
+    let p = path.to_string_lossy().to_string();
+    let out = loadshape(&["ladder", "fit", &p]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 3: not valid UTF-8"), "{err}");
+    let v = json_of(&["ladder", "fit", &p, "--skip-bad", "--json"]);
+    assert_eq!(v["targets"]["requests"], 2);
+    std::fs::remove_dir_all(dir).ok();
+}

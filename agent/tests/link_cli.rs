@@ -90,3 +90,34 @@ fn invalid_scenario_file_names_the_field() {
     assert!(err.contains("max_batch_slots"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn decode_reads_the_link_from_stdin() {
+    let dir = tempdir("stdin");
+    let file = scenario_file(&dir, SEED_FORM);
+    let link = stdout(&loadshape(&["link", &file], None));
+    let from_arg = loadshape(&["link", "--decode", &link], None);
+    assert!(from_arg.status.success());
+    for args in [&["link", "--decode", "-"][..], &["link", "--decode"][..]] {
+        let out = loadshape(args, Some(&format!("{link}\n")));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout(&out), stdout(&from_arg), "{args:?}");
+    }
+    // Encoding with no argument reads the scenario from stdin too.
+    let out = loadshape(&["link"], Some(SEED_FORM));
+    assert_eq!(stdout(&out), link);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn an_invalid_scenario_in_a_link_is_reported_once() {
+    let payload = shared::link::pack(&SEED_FORM.replace("\"mean_rps\": 8.5", "\"mean_rps\": 0"));
+    let out = loadshape(&["link", "--decode", &payload], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("mean_rps").count(), 1, "printed twice: {err}");
+}

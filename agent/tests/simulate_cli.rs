@@ -205,3 +205,68 @@ fn engine_model_bad_field_is_named() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("sed"), "{}", stderr(&o));
 }
+
+/// The 10k example with `workload` replaced.
+fn engine_with_workload(workload: serde_json::Value) -> String {
+    let mut v: serde_json::Value =
+        serde_json::from_str(include_str!("../../examples/engine-10k.json")).expect("engine example is JSON");
+    v["workload"] = workload;
+    v.to_string()
+}
+
+#[test]
+fn scenarios_too_large_for_memory_are_refused_with_the_estimate() {
+    // Each of these used to abort with SIGABRT "memory allocation failed".
+    let ladder = vec!["10000000:100000"; 4096].join(",");
+    let cases = [
+        (
+            serde_json::json!({"kind": "poisson", "num_requests": 100_000_000u64, "rate_rps": 20.0}),
+            "100,000,000",
+        ),
+        (
+            serde_json::json!({"kind": "sessions", "sessions": 1_000_000, "steps": 100_000, "stagger_s": 0.0,
+                "duration_s": 1e8}),
+            "100,000,000,000",
+        ),
+        (
+            serde_json::json!({"kind": "sessions", "ladder": ladder, "stagger_s": 0.0, "duration_s": 1e8}),
+            "409,600,000",
+        ),
+    ];
+    for (workload, estimate) in cases {
+        let o = simulate(&["-"], Some(&engine_with_workload(workload.clone())));
+        assert_eq!(o.status.code(), Some(1), "{workload}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("too large"), "{err}");
+        assert!(
+            err.contains(estimate),
+            "{workload}: expected the estimate {estimate} in: {err}"
+        );
+        assert!(err.contains("limit of 2,000,000"), "{err}");
+        assert!(err.contains("--max-requests"), "{err}");
+    }
+}
+
+#[test]
+fn the_size_limit_is_a_flag() {
+    let small = engine_small();
+    let o = simulate(&["--json", "-"], Some(&small));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = simulate(&["--json", "--max-requests", "100", "-"], Some(&small));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("about 200 requests or session steps, above the limit of 100"),
+        "{}",
+        stderr(&o)
+    );
+    // Memory is checked too: 4,096 plans of 100,000 steps hold ~4.9 GB.
+    let ladder = vec!["10000:100000"; 4096].join(",");
+    let big = engine_with_workload(serde_json::json!({"kind": "sessions", "ladder": ladder, "stagger_s": 0.0}));
+    let o = simulate(&["--max-requests", "1000000000", "-"], Some(&big));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("of memory, above the limit of 4.0 GiB"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -407,28 +407,8 @@ pub fn size_of(sc: &Scenario) -> f64 {
 /// The requests (or session steps) of the scenario's own run: the records a result keeps in memory (the
 /// counterfactual runs keep none).
 pub fn records_of(sc: &Scenario) -> f64 {
-    use shared::workload::Workload;
-    match sc {
-        Scenario::Seed(s) => {
-            let seed_model::SeedWorkload::Bursty(w) = &s.workload;
-            w.num_requests as f64
-        }
-        Scenario::Engine(e) => match &e.workload {
-            Workload::Bursty(w) => w.num_requests as f64,
-            Workload::Poisson(w) => w.num_requests as f64,
-            Workload::Gamma(w) => w.num_requests as f64,
-            Workload::ClosedLoop(w) => w.num_requests as f64,
-            Workload::Sessions(w) => {
-                let one = f64::from(w.sessions) * f64::from(w.steps);
-                let passes = if w.respawn && w.duration_s > 0.0 {
-                    (w.duration_s / (f64::from(w.steps) * (w.think_s + 1.0)).max(1.0)).max(1.0)
-                } else {
-                    1.0
-                };
-                one * passes
-            }
-        },
-    }
+    // The one estimate the CLI and live replay apply too (`shared::budget`).
+    sc.estimate(true).requests
 }
 
 /// The page shows summaries, distributions of TTFT and TPOT and the timeline, never a record's own ITL p50/p99:

@@ -7,7 +7,9 @@
 //! - [`record`]: the per-request [`record::RequestRecord`] that simulated and live runs both produce.
 //! - [`version`]: the protocol and agent versions, defined once.
 
+pub mod budget;
 pub mod engine;
+pub mod error;
 pub mod filler;
 pub mod ladder;
 pub mod link;

@@ -55,12 +55,25 @@ pub enum LinkError {
     /// The compressed data is truncated or fails its checksum.
     #[error("the scenario link is truncated or corrupted (decompression failed: {0}); copy the whole link again")]
     Corrupt(String),
+    /// Bytes follow the end of the compressed data (two payloads pasted together, or junk appended).
+    #[error(
+        "the scenario link is corrupted ({extra} bytes follow the end of its compressed data: two links pasted \
+         together?); copy one whole link again"
+    )]
+    Trailing { extra: usize },
     /// The decompressed data is not UTF-8.
     #[error("the scenario link is corrupted (its content is not UTF-8 text)")]
     NotText,
-    /// The scenario itself is invalid.
+    /// The scenario itself is invalid. (Not a `#[source]`: the message already holds it, and a chain printer such
+    /// as anyhow's `{:#}` would print it twice.)
     #[error("the scenario in the link is invalid: {0}")]
-    Scenario(#[from] ScenarioError),
+    Scenario(ScenarioError),
+}
+
+impl From<ScenarioError> for LinkError {
+    fn from(e: ScenarioError) -> Self {
+        LinkError::Scenario(e)
+    }
 }
 
 /// Encode a scenario as a fragment payload `1.<base64url(zlib(json))>`.
@@ -109,9 +122,39 @@ pub fn unpack(payload: &str) -> Result<String, LinkError> {
     let compressed = URL_SAFE_NO_PAD
         .decode(data)
         .map_err(|e| LinkError::Base64(e.to_string()))?;
-    let bytes = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&compressed, MAX_JSON_BYTES)
-        .map_err(|e| LinkError::Corrupt(format!("{:?}", e.status)))?;
+    let bytes = inflate_exact(&compressed, MAX_JSON_BYTES)?;
     String::from_utf8(bytes).map_err(|_| LinkError::NotText)
+}
+
+/// zlib-decompress `input` into at most `limit` bytes, refusing input left over after the end of the stream
+/// (miniz_oxide's `decompress_to_vec_zlib` stops at the end and ignores the rest, so a doubled payload decoded).
+fn inflate_exact(mut input: &[u8], limit: usize) -> Result<Vec<u8>, LinkError> {
+    use miniz_oxide::inflate::TINFLStatus;
+    use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
+    let flags = inflate_flags::TINFL_FLAG_PARSE_ZLIB_HEADER | inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+    let mut out = vec![0u8; input.len().saturating_mul(2).clamp(64, limit.max(64))];
+    let mut state = Box::<DecompressorOxide>::default();
+    let mut written = 0;
+    loop {
+        let (status, consumed, produced) = decompress(&mut state, input, &mut out, written, flags);
+        written += produced;
+        input = input.get(consumed..).unwrap_or_default();
+        match status {
+            TINFLStatus::Done if input.is_empty() => {
+                out.truncate(written);
+                return Ok(out);
+            }
+            TINFLStatus::Done => return Err(LinkError::Trailing { extra: input.len() }),
+            TINFLStatus::HasMoreOutput if out.len() < limit => {
+                let grown = out.len().saturating_mul(2).min(limit);
+                out.resize(grown, 0);
+            }
+            TINFLStatus::HasMoreOutput => {
+                return Err(LinkError::Corrupt(format!("it holds more than {limit} bytes")));
+            }
+            other => return Err(LinkError::Corrupt(format!("{other:?}"))),
+        }
+    }
 }
 
 /// The `s` value inside a URL, fragment or query, or the text itself when it already looks like a payload.
@@ -130,7 +173,9 @@ pub fn find_payload(text: &str) -> Option<&str> {
         }
     }
     // A bare payload (`1.xxxx`, or garbage to be reported as malformed): text that is not a URL or a fragment.
-    let is_url = text.contains("://") || text.contains('#') || text.contains('?') || text.contains('=');
+    // `=` at the end is base64 padding a mail client or a user added, not a `key=value`.
+    let is_url =
+        text.contains("://") || text.contains('#') || text.contains('?') || text.trim_end_matches('=').contains('=');
     (!is_url && !text.is_empty()).then_some(text)
 }
 
@@ -292,5 +337,48 @@ mod tests {
         let compressed = miniz_oxide::deflate::compress_to_vec_zlib(&big, 9);
         let payload = format!("1.{}", URL_SAFE_NO_PAD.encode(compressed));
         assert!(matches!(unpack(&payload), Err(LinkError::Corrupt(_))));
+    }
+
+    #[test]
+    fn bytes_after_the_compressed_stream_are_refused() {
+        // A doubled payload (two links pasted together) used to decode as the first one.
+        let one = pack(SEED_FORM);
+        let compressed = URL_SAFE_NO_PAD.decode(&one[2..]).unwrap();
+        let doubled = format!(
+            "1.{}",
+            URL_SAFE_NO_PAD.encode([compressed.clone(), compressed.clone()].concat())
+        );
+        let err = unpack(&doubled).unwrap_err();
+        assert_eq!(
+            err,
+            LinkError::Trailing {
+                extra: compressed.len()
+            }
+        );
+        assert!(err.to_string().contains("follow the end"), "{err}");
+        let junk = format!("1.{}", URL_SAFE_NO_PAD.encode([compressed, vec![0]].concat()));
+        assert_eq!(unpack(&junk), Err(LinkError::Trailing { extra: 1 }));
+        assert!(unpack(&one).is_ok());
+    }
+
+    #[test]
+    fn a_bare_payload_with_padding_decodes() {
+        let sc = seed_scenario();
+        let payload = encode(&sc);
+        for pad in ["=", "==", "==\n"] {
+            let padded = format!("{payload}{pad}");
+            assert_eq!(find_payload(&padded), Some(padded.trim()), "{pad:?}");
+            assert_eq!(decode(&padded).unwrap(), sc, "{pad:?}");
+        }
+        // `key=value` text is still not a bare payload.
+        assert_eq!(find_payload("token=abc"), None);
+    }
+
+    #[test]
+    fn a_scenario_error_is_not_also_the_source() {
+        // anyhow's `{:#}` prints a message and then each source: the scenario error must appear once.
+        let err = decode(&pack(&SEED_FORM.replace("\"mean_rps\": 8.5", "\"mean_rps\": 0"))).unwrap_err();
+        assert!(std::error::Error::source(&err).is_none());
+        assert_eq!(err.to_string().matches("mean_rps").count(), 1, "{err}");
     }
 }

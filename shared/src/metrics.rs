@@ -31,8 +31,8 @@ use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ScenarioError;
 use crate::record::RequestRecord;
-use crate::scenario::ScenarioError;
 
 /// Service-level objectives a request must meet to count toward goodput (vLLM's `--goodput ttft:… tpot:… e2el:…`).
 /// A request meets them when every given metric is `<=` its target.

@@ -13,48 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineScenario;
+pub use crate::error::{SCENARIO_VERSION, ScenarioError};
 use crate::seed_model::SeedScenario;
-
-/// The scenario format version this build writes and the newest it reads.
-pub const SCENARIO_VERSION: u32 = 1;
-
-/// Why a scenario was rejected. The message always says which field and what value.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum ScenarioError {
-    /// A field has a bad value: `path` is the dotted field path (`profile.max_batch_slots`).
-    #[error("{path} {message}")]
-    Field { path: String, message: String },
-    /// The text is not a scenario at all (bad JSON, missing or unknown field, wrong type).
-    #[error("invalid scenario: {0}")]
-    Parse(String),
-    /// The file declares a format version this build does not know.
-    #[error(
-        "version {found} is not supported: this loadshape reads scenario versions 1..={SCENARIO_VERSION}; \
-         upgrade loadshape to read this file"
-    )]
-    UnsupportedVersion { found: String },
-}
-
-impl ScenarioError {
-    /// A bad value in field `path`: `ScenarioError::field("workload.mean_rps", "must be > 0 (got 0)")`.
-    pub fn field(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ScenarioError::Field {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-
-    /// The same error with `prefix.` put in front of its field path (for nested validation).
-    pub fn within(self, prefix: &str) -> Self {
-        match self {
-            ScenarioError::Field { path, message } => ScenarioError::Field {
-                path: format!("{prefix}.{path}"),
-                message,
-            },
-            other => other,
-        }
-    }
-}
 
 /// One experiment: workload + engine profile + SLOs + model choice + seed.
 ///
@@ -71,14 +31,27 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    /// Parse and validate a scenario from JSON text. Unknown fields and bad values are errors naming the field.
+    /// Parse and validate a scenario from JSON text. Unknown fields, duplicate keys and bad values are errors
+    /// naming the field; a leading UTF-8 byte order mark is skipped. Every part of an error message is cut to
+    /// [`crate::error::MAX_MESSAGE_CHARS`] characters.
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let parsed = serde_json::from_str::<serde_json::Value>(text).and_then(|value| {
+            // serde_json keeps the last of two equal keys; a second pass over the text refuses them instead.
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde::de::DeserializeSeed::deserialize(NoDuplicateKeys { path: "" }, &mut de)?;
+            Ok(value)
+        });
+        let value = parsed.map_err(|e| ScenarioError::Parse(e.to_string()).bounded())?;
         Scenario::from_value(value)
     }
 
     /// Parse and validate a scenario from an already-parsed JSON value (see [`Scenario::from_json`]).
-    pub fn from_value(mut value: serde_json::Value) -> Result<Scenario, ScenarioError> {
+    pub fn from_value(value: serde_json::Value) -> Result<Scenario, ScenarioError> {
+        Scenario::from_value_unbounded(value).map_err(ScenarioError::bounded)
+    }
+
+    fn from_value_unbounded(mut value: serde_json::Value) -> Result<Scenario, ScenarioError> {
         let serde_json::Value::Object(map) = &mut value else {
             return Err(ScenarioError::Parse(format!(
                 "a scenario is a JSON object (got {value})"
@@ -160,4 +133,75 @@ fn deserialize_tracked<T: serde::de::DeserializeOwned>(value: serde_json::Value)
             ScenarioError::Parse(format!("{path}: {inner}"))
         }
     })
+}
+
+/// Walks a JSON document and fails on the first object that has a key twice, naming the key by its dotted path
+/// (`duplicate key \`workload.mean_rps\``; serde_json adds the line and column). It keeps nothing but the keys of
+/// the objects open on the way down.
+struct NoDuplicateKeys<'a> {
+    path: &'a str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for NoDuplicateKeys<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0usize;
+        loop {
+            let path = format!("{}[{i}]", self.path);
+            if seq.next_element_seed(NoDuplicateKeys { path: &path })?.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            // Bounded at every level, so a huge key under deep nesting cannot multiply into huge paths.
+            let path = crate::error::bounded(&if self.path.is_empty() {
+                key.clone()
+            } else {
+                format!("{}.{key}", self.path)
+            });
+            if !seen.insert(key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key `{path}` (each key may appear once)"
+                )));
+            }
+            map.next_value_seed(NoDuplicateKeys { path: &path })?;
+        }
+        Ok(())
+    }
 }

@@ -15,9 +15,9 @@ use std::collections::VecDeque;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::error::ScenarioError;
 use crate::metrics::{Slo, nearest_rank_index};
 use crate::pyrand::{PyRandom, PySeed, py_round};
-use crate::scenario::ScenarioError;
 
 /// The largest trace accepted (the seed has no limit; beyond this a run would take minutes and gigabytes).
 pub const MAX_REQUESTS: u64 = 10_000_000;

@@ -141,3 +141,46 @@ fn replay_records_are_a_valid_log() {
     assert!((t.cached_share_tokens.expect("c") - 1100.0 / 2600.0).abs() < 1e-12);
     assert_eq!(t.cached_share_requests, Some(0.5));
 }
+
+#[test]
+fn a_byte_order_mark_is_skipped_in_both_formats() {
+    // With a BOM a CSV lost its first column (`\u{feff}prompt_tokens` named no known column) and JSONL was
+    // detected as CSV.
+    for (text, format) in [(CSV, LogFormat::Csv), (JSONL, LogFormat::Jsonl)] {
+        let plain = parse_log(text);
+        let with_bom = parse_log(&format!("\u{feff}{text}"));
+        assert_eq!(with_bom.format, format);
+        assert_eq!(with_bom, plain);
+        assert!(with_bom.bad.is_empty(), "{:?}", with_bom.bad);
+        let bytes = [b"\xef\xbb\xbf".as_slice(), text.as_bytes()].concat();
+        assert_eq!(shared::ladder::parse_log_bytes(&bytes), plain);
+    }
+}
+
+#[test]
+fn a_line_that_is_not_utf8_is_a_bad_row_with_its_number() {
+    let text = b"prompt_tokens,session\n20000,a\n30000,\xff\xfeb\n40000,c\n".to_vec();
+    let log = shared::ladder::parse_log_bytes(&text);
+    assert_eq!(log.format, LogFormat::Csv);
+    assert_eq!(log.rows.len(), 2);
+    assert_eq!(log.bad.len(), 1);
+    assert_eq!(log.bad[0].line, 3);
+    assert!(log.bad[0].reason.contains("UTF-8"), "{}", log.bad[0].reason);
+    assert!(log.bad[0].reason.contains("byte 7"), "{}", log.bad[0].reason);
+    let err = fit_targets(&log, false).unwrap_err().to_string();
+    assert!(err.contains("line 3"), "{err}");
+    // The rows after a broken line keep their numbers.
+    assert_eq!(log.rows[1].line, 4);
+
+    let jsonl = b"{\"prompt_tokens\": 1}\n{\"prompt_tokens\": 2, \"session\": \"\xc3\"}\n".to_vec();
+    let log = shared::ladder::parse_log_bytes(&jsonl);
+    assert_eq!(log.format, LogFormat::Jsonl);
+    assert_eq!((log.rows.len(), log.bad[0].line), (1, 2));
+
+    let header = b"prompt\xff_tokens\n1\n2\n".to_vec();
+    let log = shared::ladder::parse_log_bytes(&header);
+    assert!(log.rows.is_empty());
+    assert_eq!(log.bad.len(), 1);
+    assert_eq!(log.bad[0].line, 1);
+    assert!(log.bad[0].reason.starts_with("header:"), "{}", log.bad[0].reason);
+}

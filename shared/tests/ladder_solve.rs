@@ -235,3 +235,33 @@ fn bad_inputs_are_rejected_with_the_field() {
         .contains("prompt ceiling")
     );
 }
+
+/// 64 slots on the production targets: the ladder the solver found before pair moves scored each distinct
+/// (option, option) pair once (it scored every pair of slots, slots² × moves). The shortcut must not change it.
+#[test]
+fn many_slots_give_the_same_ladder_as_before_the_pair_move_shortcut() {
+    let sol = solve(&SolveOptions {
+        slots: 64,
+        ..SolveOptions::prod()
+    })
+    .expect("solves");
+    let want = "3500:9,3500:9,3500:9,3500:9,3500:9,3500:9,3500:9,3500:9,3500:9,3500:9,3500:10,3500:10,3500:10,\
+                3500:11,3500:11,3500:11,3500:11,3500:11,3500:11,3500:11,3500:15,4000:17,4000:18,4000:22,4000:23,\
+                4000:23,4000:23,4000:23,4000:23,4000:23,4000:23,4000:23,4000:23,5000:23,5000:23,5000:23,5000:23,\
+                5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,5000:23,\
+                5000:28,5000:30,5000:40,10500:21,10500:40,12500:40,12500:40,13000:40,13000:40,13000:40,13000:40,\
+                13000:40,15000:40,15000:40,16000:40";
+    assert_eq!(sol.ladder.to_string(), want);
+    assert_eq!((sol.stats.median, sol.stats.p90), (26_015, 64_654));
+}
+
+#[test]
+fn slots_above_the_solver_limit_are_refused_naming_it() {
+    let err = solve(&SolveOptions {
+        slots: shared::ladder::MAX_SOLVE_SLOTS + 1,
+        ..SolveOptions::prod()
+    })
+    .expect_err("refused")
+    .to_string();
+    assert!(err.contains("slots must be within 1..=512 (got 513)"), "{err}");
+}

@@ -168,3 +168,20 @@ fn engine_scenarios_round_trip_too() {
     let msg = err(&bad);
     assert!(msg.contains("profile.block_size"), "{msg}");
 }
+
+#[test]
+fn duplicate_keys_are_refused_naming_the_key_and_a_bom_is_skipped() {
+    let text = include_str!("../../examples/seed-baseline.json");
+    let dup = text.replacen(
+        "\"num_requests\": 80,",
+        "\"num_requests\": 80, \"num_requests\": 90,",
+        1,
+    );
+    let err = Scenario::from_json(&dup).expect_err("last-wins is refused").to_string();
+    assert!(err.contains("duplicate key `workload.num_requests`"), "{err}");
+    assert!(err.contains("line 2 column"), "{err}");
+    assert_eq!(
+        Scenario::from_json(&format!("\u{feff}{text}")),
+        Scenario::from_json(text)
+    );
+}

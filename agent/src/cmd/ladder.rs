@@ -19,7 +19,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use shared::ladder::fit::{FitTargets, fit_targets, parse_log};
+use shared::ladder::fit::{FitTargets, fit_targets, parse_log_bytes};
 use shared::ladder::{
     CachedDefinition, LADDER_PROD, Ladder, LadderStats, Priority, Shape, Solution, SolveOptions, Weighting, solve,
     stats,
@@ -65,7 +65,7 @@ pub struct StatsArgs {
 /// Constraints and preferences shared by `solve` and `fit`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Constraints {
-    /// Number of rungs (session slots).
+    /// Number of rungs (session slots), 1..=512 (the solver's time grows faster than the slot count).
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub slots: usize,
     /// Bases are min-base + j × base-step.
@@ -226,8 +226,9 @@ fn run_solve(a: SolveArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_fit(a: FitArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
-    let parsed = parse_log(&text);
+    // Bytes, not a String: a line that is not UTF-8 is then reported with its number instead of failing the read.
+    let bytes = std::fs::read(&a.file).with_context(|| format!("cannot read {}", a.file.display()))?;
+    let parsed = parse_log_bytes(&bytes);
     let targets =
         fit_targets(&parsed, a.skip_bad).with_context(|| format!("cannot fit targets from {}", a.file.display()))?;
     let mut notes: Vec<String> = Vec::new();

@@ -5,10 +5,13 @@
 //! loadshape link examples/seed.json                 # http://127.0.0.1:8080/#s=1.eNq...
 //! loadshape link - --base http://gpu-host:8080/     # scenario on stdin
 //! loadshape link --decode 'http://127.0.0.1:8080/#s=1.eNq...'
+//! pbpaste | loadshape link --decode                 # the link on stdin (no argument, or `-`)
 //! ```
+//!
+//! Without an argument (or with `-`) the scenario, or with `--decode` the link, is read from standard input: a
+//! large scenario's link can pass the shell's argument limit (128 KiB for one argument on Linux).
 
 use std::io::Read;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -16,9 +19,10 @@ use shared::scenario::Scenario;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario file to encode (`-` for stdin). With `--decode`, the link (URL, `#s=...` fragment or payload).
+    /// Scenario file to encode, or with `--decode` the link (URL, `#s=...` fragment or payload). `-` or nothing:
+    /// read it from standard input.
     #[arg(value_name = "FILE|URL")]
-    pub input: String,
+    pub input: Option<String>,
     /// Decode a link and print its scenario as JSON instead of encoding a file.
     #[arg(long)]
     pub decode: bool,
@@ -28,22 +32,32 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.decode {
-        let scenario = shared::link::decode(&args.input).context("cannot decode the link")?;
-        println!("{}", scenario.to_json_pretty());
-        return Ok(ExitCode::SUCCESS);
-    }
-    let text = if args.input == "-" {
+    let from_stdin = args.input.as_deref().is_none_or(|i| i == "-");
+    let stdin = || -> anyhow::Result<String> {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
-            .context("cannot read the scenario from stdin")?;
-        s
-    } else {
-        let path = PathBuf::from(&args.input);
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read scenario file {}", path.display()))?
+            .context("cannot read standard input")?;
+        Ok(s)
     };
-    let scenario = Scenario::from_json(&text).with_context(|| format!("{} is not a valid scenario", args.input))?;
+    if args.decode {
+        let link = if from_stdin {
+            stdin()?
+        } else {
+            args.input.unwrap_or_default()
+        };
+        let scenario = shared::link::decode(&link).context("cannot decode the link")?;
+        println!("{}", scenario.to_json_pretty());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (text, source) = match args.input {
+        Some(path) if !from_stdin => {
+            let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read scenario file {path}"))?;
+            (text, path)
+        }
+        _ => (stdin()?, "standard input".to_string()),
+    };
+    let scenario = Scenario::from_json(&text).with_context(|| format!("{source} is not a valid scenario"))?;
     println!("{}", shared::link::link_url(&args.base, &scenario));
     Ok(ExitCode::SUCCESS)
 }

@@ -7,13 +7,17 @@
 //! - `--records PATH` writes the engine model's per-request records as JSONL (what `loadshape report` reads), in
 //!   submission order, each as soon as it and every earlier request have completed.
 //!
-//! Bad input exits non-zero with a message naming the field (`workload.mean_rps must be > 0 (got 0)`).
+//! Bad input exits non-zero with a message naming the field (`workload.mean_rps must be > 0 (got 0)`). A scenario
+//! larger than `--max-requests` (requests or session steps, default 2,000,000) or whose estimated memory passes
+//! `--max-memory-gib` (default 4) is refused before it starts, with the estimate (`shared::budget`, the rule the page
+//! applies too); raise the flags when the machine has the memory.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use shared::budget::Budget;
 use shared::engine::{self, EngineReport, SimOptions};
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
@@ -36,7 +40,15 @@ pub struct Args {
     /// Engine model: write the per-request records to this JSONL file (in submission order, as they complete).
     #[arg(long, value_name = "PATH")]
     pub records: Option<PathBuf>,
+    /// Refuse scenarios of more requests (or session steps) than this.
+    #[arg(long, value_name = "N", default_value_t = Budget::DEFAULT.max_requests as u64)]
+    pub max_requests: u64,
+    /// Refuse scenarios whose estimated memory passes this many GiB.
+    #[arg(long, value_name = "GIB", default_value_t = Budget::DEFAULT.max_bytes / GIB)]
+    pub max_memory_gib: f64,
 }
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.seed_report {
@@ -48,6 +60,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let (text, source) = read_input(&path)?;
     let scenario = Scenario::from_json(&text).with_context(|| source.clone())?;
+    let budget = Budget {
+        max_requests: args.max_requests as f64,
+        max_bytes: args.max_memory_gib * GIB,
+    };
+    // The CLI streams records (they are scored and dropped), so it estimates with `keep_records: false`.
+    scenario.check_size(false, &budget).map_err(|e| {
+        anyhow::anyhow!("{e}; raise --max-requests / --max-memory-gib if this machine has the memory")
+            .context(format!("cannot simulate {source}"))
+    })?;
     match scenario {
         Scenario::Seed(s) => {
             if args.records.is_some() {

@@ -29,9 +29,9 @@ mod sim;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ScenarioError;
 use crate::metrics::{Slo, Summary};
 use crate::record::RequestRecord;
-use crate::scenario::ScenarioError;
 use crate::workload::Workload;
 
 pub use self::core::{Engine, ReqId, Step, StepEvent};

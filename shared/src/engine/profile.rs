@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::ScenarioError;
+use crate::error::ScenarioError;
 
 /// Largest accepted KV capacity, blocks.
 pub const MAX_KV_BLOCKS: u64 = 100_000_000;

@@ -240,14 +240,66 @@ pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitErr
     })
 }
 
-/// Parse a JSONL or CSV request log (see the module docs). Never fails: problems are listed in `bad`.
+/// Parse a JSONL or CSV request log (see the module docs). Never fails: problems are listed in `bad`. A leading
+/// UTF-8 byte order mark is skipped (it is not part of the first column's name nor a sign of CSV).
 pub fn parse_log(text: &str) -> ParsedLog {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let first = text.trim_start().chars().next();
-    if first == Some('{') {
+    let mut log = if first == Some('{') {
         parse_jsonl(text)
     } else {
         parse_csv(text)
+    };
+    // A reason may quote the field it refuses: a 10 MB field must not make a 10 MB message.
+    for b in &mut log.bad {
+        b.reason = crate::error::bounded(&b.reason);
     }
+    log
+}
+
+/// [`parse_log`] of a log's raw bytes: a line that is not valid UTF-8 is a bad row naming its line and the byte
+/// where the text breaks (the other lines are still read), instead of the whole file being refused without a
+/// line number. A CSV header that is not UTF-8 leaves nothing to read the rows by, so it is the only bad line.
+pub fn parse_log_bytes(bytes: &[u8]) -> ParsedLog {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return parse_log(text);
+    }
+    let bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
+    let mut text = String::with_capacity(bytes.len());
+    let mut broken = Vec::new();
+    for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        match std::str::from_utf8(line) {
+            Ok(l) => text.push_str(l),
+            // Left blank (blank lines are skipped), so the line numbers of the others stay.
+            Err(e) => broken.push(BadLine {
+                line: i + 1,
+                reason: format!("not valid UTF-8 text (at byte {} of the line)", e.valid_up_to() + 1),
+            }),
+        }
+    }
+    let mut log = parse_log(&text);
+    let first_line = text
+        .lines()
+        .position(|l| !l.trim().is_empty())
+        .map_or(usize::MAX, |i| i + 1);
+    if log.format == LogFormat::Csv && broken.first().is_some_and(|b| b.line < first_line) {
+        let header = broken.swap_remove(0);
+        return ParsedLog {
+            format: LogFormat::Csv,
+            rows: Vec::new(),
+            bad: vec![BadLine {
+                line: header.line,
+                reason: format!("header: {}", header.reason),
+            }],
+            failed: Vec::new(),
+        };
+    }
+    log.bad.extend(broken);
+    log.bad.sort_by_key(|b| b.line);
+    log
 }
 
 /// A field value before interpretation.
@@ -574,9 +626,10 @@ pub fn rfc3339_seconds(s: &str) -> Option<f64> {
     }
     let offset = match rest {
         "" | "Z" | "z" => 0,
-        o if o.len() == 6 && matches!(&o[..1], "+" | "-") && &o[3..4] == ":" => {
+        // By bytes and `get`: the offset may hold any text, and slicing inside a character panics.
+        o if o.len() == 6 && matches!(o.as_bytes()[0], b'+' | b'-') && o.as_bytes()[3] == b':' => {
             let sign = if o.starts_with('-') { -1 } else { 1 };
-            let (oh, om) = (o[1..3].parse::<i64>().ok()?, o[4..6].parse::<i64>().ok()?);
+            let (oh, om) = (o.get(1..3)?.parse::<i64>().ok()?, o.get(4..6)?.parse::<i64>().ok()?);
             sign * (oh * 3600 + om * 60)
         }
         _ => return None,
@@ -604,6 +657,9 @@ mod tests {
         assert_eq!(rfc3339_seconds("2000-02-29 00:00:00"), Some(951_782_400.0));
         assert_eq!(rfc3339_seconds("2026-13-01T00:00:00Z"), None);
         assert_eq!(rfc3339_seconds("yesterday"), None);
+        // Found by tests/fuzz_inputs.rs: a 6-byte offset that is not ASCII used to panic on a char boundary.
+        assert_eq!(rfc3339_seconds("2026-11-30T10:44:44\u{feff}71Z"), None);
+        assert_eq!(rfc3339_seconds("2026-11-30T10:44:44+0é:0"), None);
     }
 
     #[test]

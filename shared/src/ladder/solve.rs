@@ -38,14 +38,16 @@
 //!
 //! Cost: `benches/ladder_solve.rs` (`cargo bench -p loadshape-shared --bench ladder_solve`) times it; one pair is
 //! tens of milliseconds natively. The grid is thinned evenly to at most 12,000 (base, steps) options per slot.
+//! Pair moves score each distinct (option, option) pair of slots once, so they cost (distinct pairs) × moves, not
+//! slots² × moves; the single-slot descents still cost O(slots²) a pass, so at most [`MAX_SOLVE_SLOTS`] slots.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::rungs::{Ladder, LadderError, MAX_BASE_TOKENS, MAX_RUNGS, MAX_STEPS, Rung};
 use super::stats::{LadderStats, Shape, StatsError, Weighting, stats};
-use super::{Ladder, LadderError, MAX_BASE_TOKENS, MAX_RUNGS, MAX_STEPS, Rung};
 
 /// Which cached share the target means (see [`super::stats`](mod@super::stats)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -192,8 +194,12 @@ impl SolveOptions {
         if !(0.0..=1.0).contains(&self.cached_share) {
             return bad(format!("cached share must be within 0..=1 (got {})", self.cached_share));
         }
-        if self.slots == 0 || self.slots > MAX_RUNGS {
-            return bad(format!("slots must be within 1..={MAX_RUNGS} (got {})", self.slots));
+        if self.slots == 0 || self.slots > MAX_SOLVE_SLOTS {
+            return bad(format!(
+                "slots must be within 1..={MAX_SOLVE_SLOTS} (got {}): the solver's time grows faster than the slot \
+                 count (docs/simulator.md, \"Solver cost\"); a ladder written by hand may have up to {MAX_RUNGS} rungs",
+                self.slots
+            ));
         }
         if self.base_step_tokens == 0 {
             return bad("base step must be ≥ 1 (got 0)".into());
@@ -264,6 +270,11 @@ pub struct Solution {
     /// (median, p90) candidate pairs examined.
     pub pairs_tried: usize,
 }
+
+/// Most slots [`solve`] accepts. Its descents cost O(slots²) per pass (each slot's rest is re-summed in slot order,
+/// which keeps the results exact and reproducible): 512 slots take ≈ 0.7 s natively (≈ 7 s with
+/// [`Priority::Margins`]), 4,096 ≈ 28 s (docs/simulator.md, "Solver cost").
+pub const MAX_SOLVE_SLOTS: usize = 512;
 
 const EPS: f64 = 1e-9;
 /// Cached-share differences below this are ties (so margins decide).
@@ -454,7 +465,14 @@ impl Problem<'_> {
     fn pair_sweep(&self, sel: &mut [usize], best_key: &mut Key, buf: &mut Vec<usize>) -> bool {
         let ns = self.steps.len();
         let mut found: Option<(usize, usize, usize, usize)> = None;
+        // Slots holding the same option are interchangeable: a pair of slots whose (option, option) was already
+        // tried offers the same moves (its `rest` holds the same rungs), so only the first such pair is scored.
+        // This keeps the pass at (distinct pairs) × (moves) instead of slots² × (moves).
+        let mut tried = std::collections::HashSet::new();
         for j in 0..sel.len() {
+            if sel[..j].contains(&sel[j]) {
+                continue;
+            }
             // The answering slot: any step count on its base, or its step count on a nearby base.
             buf.clear();
             let (bj, nj) = (sel[j] / ns, sel[j] % ns);
@@ -463,6 +481,9 @@ impl Problem<'_> {
             buf.extend(near.filter(|&b| b != bj).map(|b| b * ns + nj));
             buf.retain(|&k| self.opts[k].is_some());
             for i in (0..sel.len()).filter(|&i| i != j) {
+                if !tried.insert((sel[i], sel[j])) {
+                    continue;
+                }
                 let rest = sel
                     .iter()
                     .enumerate()

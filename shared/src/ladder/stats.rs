@@ -39,7 +39,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Ladder, LadderError, MAX_BASE_TOKENS};
+use super::rungs::{Ladder, LadderError, MAX_BASE_TOKENS};
 
 /// Per-step token accounting of a replayed session (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

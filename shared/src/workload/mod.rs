@@ -11,7 +11,7 @@ pub mod session;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::ScenarioError;
+use crate::error::ScenarioError;
 use crate::seed_model::BurstyWorkload;
 
 pub use open_loop::{ClosedLoopWorkload, GammaWorkload, GenRequest, LengthDist, PoissonWorkload, RequestStream};
@@ -136,5 +136,83 @@ mod peak_tests {
         assert_eq!(poisson(20_000, 1e7).peak_in_flight(1, |_| 1000.0, 256), 257);
         // Requests that end before the next arrives never overlap.
         assert_eq!(poisson(100, 0.001).peak_in_flight(1, |_| 0.0, 10), 1);
+    }
+}
+
+/// What a workload sends and holds at most, for [`crate::budget::Estimate`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkloadSize {
+    /// Requests or session steps.
+    pub requests: f64,
+    /// Requests that can be in flight at once (open-loop arrivals: all of them; sessions: slots; users).
+    pub held_prompts: f64,
+    /// Tokens of a held prompt (the mean for open-loop arrivals, the longest for sessions and users).
+    pub held_prompt_tokens: f64,
+    /// Session-plan steps held at once.
+    pub plan_steps: f64,
+}
+
+impl Workload {
+    /// See [`WorkloadSize`]; the formula is in [`crate::budget`]'s docs.
+    pub fn size(&self) -> WorkloadSize {
+        let open = |n: u64, prompt: f64| WorkloadSize {
+            requests: n as f64,
+            held_prompts: n as f64,
+            held_prompt_tokens: prompt,
+            plan_steps: 0.0,
+        };
+        match self {
+            // The seed's trace: a 2,048/3,072-token shared prefix plus a unique part of up to about as much.
+            Workload::Bursty(w) => open(w.num_requests, 6_144.0),
+            Workload::Poisson(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
+            Workload::Gamma(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
+            Workload::ClosedLoop(w) => WorkloadSize {
+                requests: w.num_requests as f64,
+                held_prompts: f64::from(w.users).min(w.num_requests as f64),
+                held_prompt_tokens: f64::from(w.prompt.max_value()) + f64::from(w.shared_prefix_tokens),
+                plan_steps: 0.0,
+            },
+            Workload::Sessions(w) => {
+                let slots = f64::from(w.slot_count());
+                let growth = f64::from(w.gen_tokens) + f64::from(w.tool_tokens);
+                let task = f64::from(w.task_tokens);
+                // A step takes its think time plus its generation (assumed >= 10 ms a token) plus 0.5 s, as the
+                // engine sizes its record vector (`engine::sim`); no step is sent after the run's end.
+                let step_s = w.think_s + f64::from(w.gen_tokens) * 0.01 + 0.5;
+                let run_s = w.duration_s + if w.drain { w.drain_grace_s } else { 0.0 };
+                let by_time = (run_s / step_s).floor() + 1.0;
+                // Slot i starts at i · stagger_s, and none after duration_s.
+                let started = if w.stagger_s > 0.0 {
+                    slots.min((w.duration_s / w.stagger_s).floor() + 1.0)
+                } else {
+                    slots
+                };
+                // (steps a started slot's plans hold, steps it sends, its longest prompt), summed or maximized
+                // over the started slots.
+                let slot = |steps: f64, base: f64| {
+                    let sent = if w.respawn { by_time } else { steps.min(by_time) };
+                    (steps, sent, base + task + steps.min(by_time) * growth)
+                };
+                // Ladder: each started slot's rung; drawn sessions: one mean slot, `started` times.
+                let (per_slot, times): (Vec<(f64, f64, f64)>, f64) = match &w.ladder {
+                    Some(l) if !l.rungs.is_empty() => (
+                        (0..started as usize)
+                            .map(|i| {
+                                let r = l.rungs[i % l.rungs.len()];
+                                slot(f64::from(r.steps), r.base_tokens as f64)
+                            })
+                            .collect(),
+                        1.0,
+                    ),
+                    _ => (vec![slot(f64::from(w.steps), w.base_tokens as f64)], started),
+                };
+                WorkloadSize {
+                    requests: per_slot.iter().map(|p| p.1).sum::<f64>() * times,
+                    held_prompts: started,
+                    held_prompt_tokens: per_slot.iter().map(|p| p.2).fold(0.0, f64::max),
+                    plan_steps: per_slot.iter().map(|p| p.0).sum::<f64>() * times,
+                }
+            }
+        }
     }
 }

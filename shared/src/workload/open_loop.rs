@@ -11,8 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ScenarioError;
 use crate::pyrand::{PyRandom, PySeed};
-use crate::scenario::ScenarioError;
 
 /// Largest accepted request count.
 pub const MAX_REQUESTS: u64 = 100_000_000;

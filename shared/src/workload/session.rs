@@ -17,9 +17,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ScenarioError;
 use crate::ladder::Ladder;
 use crate::pyrand::PyRandom;
-use crate::scenario::ScenarioError;
 
 /// Shape of the per-session random draw (ignored when a ladder is set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
