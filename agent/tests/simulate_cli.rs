@@ -270,3 +270,33 @@ fn the_size_limit_is_a_flag() {
         stderr(&o)
     );
 }
+
+#[test]
+fn replay_refuses_a_scenario_too_large_for_memory_before_sending() {
+    // `replay --scenario` plans with the same size rule as `simulate`: the plan is never drawn. Port 9 (discard)
+    // on loopback: nothing is sent, because the check comes before any connection.
+    let dir = std::env::temp_dir().join(format!("loadshape-replay-big-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let scenario = dir.join("big.json");
+    let workload = serde_json::json!({"kind": "poisson", "num_requests": 100_000_000u64, "rate_rps": 20.0});
+    std::fs::write(&scenario, engine_with_workload(workload)).unwrap_or_else(|e| panic!("{e}"));
+    let out = dir.join("records.jsonl");
+    let o = common::loadshape(
+        &[
+            "replay",
+            "--url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--scenario",
+            &scenario.to_string_lossy(),
+            "--out",
+            &out.to_string_lossy(),
+        ],
+        None,
+    );
+    let err = stderr(&o);
+    assert_ne!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("too large") && err.contains("100,000,000"), "{err}");
+    assert!(!out.exists(), "nothing may be recorded for a refused run");
+}

@@ -233,6 +233,11 @@ impl ReplaySettings {
         if let Some(m) = opts.max_seconds {
             anyhow::ensure!(m.is_finite() && m > 0.0, "the run length must be > 0 s (got {m})");
         }
+        // The one size rule the simulator and the page use: a plan too large for memory is refused before it
+        // is drawn (records are streamed to disk, not kept, so the streamed estimate applies).
+        scenario
+            .check_size(false, &shared::budget::Budget::DEFAULT)
+            .map_err(|e| anyhow::anyhow!("{source}: {e}"))?;
         #[allow(unreachable_patterns)]
         let (workload, seed, slo, closed_seed) = match scenario {
             Scenario::Seed(s) => {
