@@ -18,7 +18,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
-const TOKEN: &str = "shutdown-test-token";
+// Strong enough for serve's token check (128 bits by its estimate).
+const TOKEN: &str = "8f3c2a91d47e5b06c1f9a83e72d4b5c09e6a1f2d3b4c5d6e";
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
