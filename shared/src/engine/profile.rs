@@ -91,6 +91,24 @@ pub struct EngineProfile {
 }
 
 impl EngineProfile {
+    /// Read and validate a profile from JSON text (what `sim-server --profile-file`, `predict --profile` and
+    /// `calibrate` write and read). Errors name the field: `host_cache.capacity_tokens: invalid type: …` for a
+    /// bad type or unknown field, `per_seq_ms must be …` for a bad value.
+    pub fn from_json(text: &str) -> Result<Self, ScenarioError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let p: EngineProfile = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            if path == "." {
+                ScenarioError::Parse(inner)
+            } else {
+                ScenarioError::Parse(format!("{path}: {inner}"))
+            }
+        })?;
+        p.validate()?;
+        Ok(p)
+    }
+
     /// `max_model_len`, or the KV capacity in tokens.
     pub fn model_len(&self) -> u64 {
         self.max_model_len
