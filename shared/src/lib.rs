@@ -7,6 +7,7 @@
 //! - [`record`]: the per-request [`record::RequestRecord`] that simulated and live runs both produce.
 //! - [`version`]: the protocol and agent versions, defined once.
 
+pub mod calibrate;
 pub mod engine;
 pub mod filler;
 pub mod ladder;
