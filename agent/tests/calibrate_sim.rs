@@ -164,6 +164,37 @@ async fn calibrate_recovers_a_known_profile() {
         assert!(report.get(key).is_some(), "fit.json lacks {key}");
     }
     assert!(report["coefficients"]["per_seq_ms"]["std_error"].as_f64().is_some());
+    // `--from` the probe's own record files fits the same coefficients (to the decimals the JSONL keeps).
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("probe"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 9, "{files:?}");
+    let again = tmp("again");
+    let mut argv: Vec<String> = vec![
+        "--out".into(),
+        again.display().to_string(),
+        "--max-num-seqs".into(),
+        "8".into(),
+    ];
+    for f in &files {
+        argv.push("--from".into());
+        argv.push(f.display().to_string());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let refit = calibrate::calibrate(&calibrate_args(&argv))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    for (name, co) in &fit.coefficients {
+        let v = refit.coefficients[name].value;
+        assert!(
+            (v - co.value).abs() <= 1e-6 * co.value.abs().max(1e-9),
+            "{name}: {v} vs {}",
+            co.value
+        );
+    }
 }
 
 /// `--from` on a run without usage, or with too few usable requests, is refused naming what is missing.

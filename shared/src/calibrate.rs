@@ -514,6 +514,31 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             })
         })
         .collect();
+    // Spans by submission time, and the longest: the spans overlapping `[lo, hi)` are among those submitted in
+    // `[lo − longest, hi)`, found by binary search (O(overlap) per request, not O(records)).
+    let mut order: Vec<usize> = (0..spans.len()).filter(|&j| spans[j].is_some()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (spans[a].as_ref(), spans[b].as_ref());
+        x.map(|s| s.submit)
+            .unwrap_or(0.0)
+            .total_cmp(&y.map(|s| s.submit).unwrap_or(0.0))
+    });
+    let submits: Vec<f64> = order
+        .iter()
+        .filter_map(|&j| spans[j].as_ref().map(|s| s.submit))
+        .collect();
+    let longest = spans.iter().flatten().map(|s| s.end - s.submit).fold(0.0, f64::max);
+    let spans_ref = &spans;
+    let (order_ref, submits_ref) = (&order, &submits);
+    let overlapping = move |lo: f64, hi: f64| {
+        let (spans, order, submits) = (spans_ref, order_ref, submits_ref);
+        let a = submits.partition_point(|&t| t < lo - longest);
+        let b = submits.partition_point(|&t| t < hi);
+        order[a..b]
+            .iter()
+            .filter(move |&&j| spans[j].as_ref().is_some_and(|o| o.end > lo && o.submit < hi))
+            .copied()
+    };
     let mut dec = Vec::new();
     let mut pre = Vec::new();
     for (i, r) in records.iter().enumerate() {
@@ -533,10 +558,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         }
         let Some(s) = &spans[i] else { continue };
         // Prefill: alone on the server from submit to first token.
-        let alone = spans
-            .iter()
-            .enumerate()
-            .all(|(j, o)| j == i || o.as_ref().is_none_or(|o| o.end <= s.submit || o.submit >= s.first));
+        let alone = overlapping(s.submit, s.first).all(|j| j == i);
         let cached = r.cached_tokens.unwrap_or(0).min(r.prompt_tokens.unwrap_or(0)) as f64;
         if alone {
             pre.push(PrefillObs {
@@ -560,12 +582,13 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         // Batch and Σcontext over the request's decode interval, where nobody is prefilling (the steps its
         // median gap stands for); all of the interval if there is no such moment.
         let samples = 32;
+        let near: Vec<usize> = overlapping(s.first, s.end.max(s.first + 1e-9)).collect();
         let (mut nb, mut nc, mut k) = (0.0, 0.0, 0.0);
         let (mut ab, mut ac) = (0.0, 0.0);
         for q in 0..samples {
             let t = s.first + (s.end - s.first) * (q as f64 + 0.5) / samples as f64;
             let (mut b, mut c, mut prefilling) = (0.0, 0.0, false);
-            for o in spans.iter().flatten() {
+            for o in near.iter().filter_map(|&j| spans[j].as_ref()) {
                 if o.first <= t && t < o.end {
                     b += 1.0;
                     let frac = if o.end > o.first {
