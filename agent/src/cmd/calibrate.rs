@@ -250,6 +250,13 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
     let mut dialect = a.dialect;
     for (i, ph) in phases.iter().enumerate() {
         let share = a.budget * ph.budget_share;
+        eprintln!(
+            "calibrate: probe phase {}/{} {} ({} at a time, up to {share:.0} s)",
+            i + 1,
+            phases.len(),
+            ph.name,
+            ph.users
+        );
         let requests: Vec<PlannedRequest> = ph
             .requests
             .iter()
