@@ -36,6 +36,10 @@ pub enum Command {
     Link(cmd::link::Args),
     /// Score a JSONL record file with the same module the simulator uses.
     Report(cmd::report::Args),
+    /// Fit an engine profile to a server (a designed probe) or to live runs' records.
+    Calibrate(cmd::calibrate::Args),
+    /// Simulate a scenario with a profile and compare with live runs.
+    Predict(cmd::predict::Args),
 }
 
 /// Execute a parsed command line. Errors are printed once, here, with their context chain.
@@ -49,6 +53,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => block_on(cmd::serve::run(args)),
         Command::Replay(args) => block_on(cmd::replay::run(args)),
         Command::SimServer(args) => block_on(cmd::sim_server::run(args)),
+        Command::Calibrate(args) => block_on(cmd::calibrate::run(args)),
+        Command::Predict(args) => cmd::predict::run(args),
     };
     match result {
         Ok(code) => code,

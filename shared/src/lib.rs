@@ -8,6 +8,7 @@
 //! - [`version`]: the protocol and agent versions, defined once.
 
 pub mod budget;
+pub mod calibrate;
 pub mod engine;
 pub mod error;
 pub mod filler;

@@ -21,6 +21,8 @@ fn profile(kv: u64, seqs: u32, budget: u32, caching: bool) -> EngineProfile {
         prefill_tokens_per_ms: 20.0,
         prefill_fixed_ms: 1.0,
         enable_prefix_caching: caching,
+        prefill_ctx_ms_per_ktok: 0.0,
+        host_cache: None,
     }
 }
 

@@ -21,6 +21,8 @@ fn single_server() -> EngineProfile {
         prefill_tokens_per_ms: 10.0,
         prefill_fixed_ms: 0.0,
         enable_prefix_caching: false,
+        prefill_ctx_ms_per_ktok: 0.0,
+        host_cache: None,
     }
 }
 
@@ -111,6 +113,8 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             prefill_tokens_per_ms: 20.0,
             prefill_fixed_ms: 2.0,
             enable_prefix_caching: true,
+            prefill_ctx_ms_per_ktok: 0.0,
+            host_cache: None,
         },
         slo: Slo::default(),
         seed: 3,

@@ -1,8 +1,10 @@
 //! One module per subcommand: each has a clap `Args` and a `run` that returns the process exit code. `signals` is
 //! the SIGINT/SIGTERM stream `replay` and `serve` share.
 
+pub mod calibrate;
 pub mod ladder;
 pub mod link;
+pub mod predict;
 pub mod replay;
 pub mod report;
 pub mod serve;

@@ -25,6 +25,10 @@ pub struct Args {
     /// Engine preset to emulate (see `--profile list`).
     #[arg(long, default_value = "llama-3-8b-1xh100")]
     pub profile: String,
+    /// Emulate the `EngineProfile` in this JSON file instead of a preset (e.g. `calibrate`'s `profile.json`: a
+    /// digital twin of a measured server). The override flags below still apply.
+    #[arg(long, value_name = "PATH")]
+    pub profile_file: Option<std::path::PathBuf>,
     /// Override the preset's prefill speed, tokens per ms.
     #[arg(long)]
     pub prefill_tok_per_ms: Option<f64>,
@@ -81,8 +85,11 @@ impl Args {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let mut profile = presets::by_name(&self.profile)
-            .with_context(|| format!("--profile {:?} is not a preset (one of: {})", self.profile, names()))?;
+        let mut profile = match &self.profile_file {
+            Some(path) => sim_server::load_profile_file(path)?,
+            None => presets::by_name(&self.profile)
+                .with_context(|| format!("--profile {:?} is not a preset (one of: {})", self.profile, names()))?,
+        };
         if let Some(v) = self.prefill_tok_per_ms {
             profile.prefill_tokens_per_ms = v;
         }
@@ -136,7 +143,7 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.profile == "list" {
+    if args.profile == "list" && args.profile_file.is_none() {
         for p in presets::all() {
             println!("{:<28} {}", p.name, p.basis);
         }
@@ -148,10 +155,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr().context("reading the bound address")?;
-    println!(
-        "loadshape sim-server ({}) listening on http://{local} (OpenAI base URL http://{local}/v1)",
-        args.profile
-    );
+    let name = match (&config.engine, &args.profile_file) {
+        (EngineChoice::Profile(p), Some(path)) => format!("{} from {}", p.name, path.display()),
+        _ => args.profile.clone(),
+    };
+    println!("loadshape sim-server ({name}) listening on http://{local} (OpenAI base URL http://{local}/v1)");
     let shutdown = async {
         use tokio::signal::unix::{SignalKind, signal};
         match signal(SignalKind::terminate()) {

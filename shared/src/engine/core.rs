@@ -233,6 +233,8 @@ pub(crate) struct EngineStats {
     /// Σ over decode steps of (Σcontext / batch) × duration, for the mean decode context.
     pub ctx_time: f64,
     pub decode_time_ms: f64,
+    /// Prompt tokens restored from the host tier (counted in `cached_tokens` too).
+    pub host_hit_tokens: u64,
 }
 
 /// Identity hasher for keys that are already hashes.
@@ -260,8 +262,10 @@ impl Engine {
         let bs = profile.block_size.max(1);
         let model_len = profile.model_len().max(2);
         let caching = profile.enable_prefix_caching;
+        let mut kv = Kv::new(profile.num_kv_blocks.max(1), caching);
+        kv.host_capacity = profile.host_cache_blocks();
         Engine {
-            kv: Kv::new(profile.num_kv_blocks.max(1), caching),
+            kv,
             p: profile,
             bs,
             bs_shift: if bs.is_power_of_two() {
@@ -628,6 +632,7 @@ impl Engine {
             mut prefill_tokens,
             decoders,
         } = sums;
+        let mut restored_tokens = 0u64;
         if self.preempted.is_empty() {
             while let Some(&idx) = self.waiting.front() {
                 if self.running.len() >= self.p.max_num_seqs as usize || budget == 0 {
@@ -639,18 +644,36 @@ impl Engine {
                 };
                 let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
                 let max_hit = (p_eff - 1) / self.bs;
-                let hit_blocks = reach.min(max_hit);
+                let gpu_hit_blocks = reach.min(max_hit);
+                // Blocks right after the GPU hit that the host tier holds are restored, not recomputed.
+                let hit_blocks = if self.kv.host_capacity > 0 && gpu_hit_blocks < max_hit {
+                    self.kv.reach_host(chain).clamp(gpu_hit_blocks, max_hit)
+                } else {
+                    gpu_hit_blocks
+                };
                 let hit = hit_blocks * self.bs;
                 let tokens = (p_eff - hit).min(budget);
-                let need = self.blocks(hit + tokens) - u64::from(hit_blocks);
+                let need = self.blocks(hit + tokens) - u64::from(gpu_hit_blocks);
                 let pinned_loss = self.kv.lineage_evictable(chain);
                 if need > self.kv.available() - pinned_loss {
                     break;
                 }
                 self.kv.pin(chain);
+                let restored = hit_blocks - gpu_hit_blocks;
+                self.kv.hold_host_trim = restored > 0;
                 if !self.kv.alloc(need) {
+                    self.kv.hold_host_trim = false;
                     self.kv.unpin(chain);
                     break;
+                }
+                let mut conv = 0;
+                if restored > 0 {
+                    conv = self.kv.fill(chain, gpu_hit_blocks, hit_blocks);
+                    self.kv.host_touch_lineage(chain);
+                    self.kv.hold_host_trim = false;
+                    self.kv.trim_host();
+                    restored_tokens += u64::from(restored * self.bs);
+                    self.stats.host_hit_tokens += u64::from(restored * self.bs);
                 }
                 self.waiting.pop_front();
                 self.wait_on(chain, false);
@@ -662,7 +685,7 @@ impl Engine {
                 r.state = State::Running;
                 r.seq = seq;
                 r.t = hit;
-                r.private = need;
+                r.private = need - conv;
                 if first {
                     r.admit_ms = now;
                     r.cached_tokens = hit;
@@ -693,8 +716,29 @@ impl Engine {
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
         if prefill_tokens > 0 {
             d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
+            if self.p.prefill_ctx_ms_per_ktok > 0.0 {
+                d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
+            }
+        }
+        if restored_tokens > 0
+            && let Some(h) = &self.p.host_cache
+        {
+            d += restored_tokens as f64 / h.restore_tokens_per_ms;
         }
         (d, ctx as f64, prefill_tokens, decoders)
+    }
+
+    /// Σ over the step's prefill tokens of the context each attends to: a chunk of `n` after `t` computed tokens
+    /// contributes `n·t + n(n−1)/2`.
+    fn prefill_attended(&self) -> f64 {
+        self.sched
+            .iter()
+            .filter(|s| s.prefill)
+            .map(|s| {
+                let (n, t) = (f64::from(s.tokens), f64::from(s.t));
+                n * t + n * (n - 1.0) / 2.0
+            })
+            .sum()
     }
 
     /// Blocks needed by the scheduled decoders for steps 2..=k (step 1 is already allocated).
@@ -1524,6 +1568,8 @@ mod tests {
                 prefill_tokens_per_ms: 20.0,
                 prefill_fixed_ms: 1.0,
                 enable_prefix_caching: true,
+                prefill_ctx_ms_per_ktok: 0.0,
+                host_cache: None,
             });
             e.lazy_ok = lazy;
             let a = e.new_chain(NONE, 0);

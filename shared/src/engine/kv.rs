@@ -18,6 +18,12 @@
 //!   stays private to its request and is freed when the request ends.
 //!
 //! Blocks in use = Σ chain `r` (cached, pinned or not) + Σ private blocks of running requests ≤ capacity.
+//!
+//! An optional host tier ([`super::profile::HostCache`]) keeps what the GPU evicts: each chain holds one range
+//! `[hlo, hhi)` of its local blocks in host memory (evicted blocks are its tail, so successive evictions of a
+//! chain extend the range downward), chains in an LRU list of their own, trimmed from the least recently used
+//! chain's deepest block. The tier is inclusive: a restore copies blocks back and the host keeps them, so the
+//! host state changes only at eviction and trimming, never when a request computes (which `core::Lazy` defers).
 
 pub(crate) const NONE: u32 = u32::MAX;
 
@@ -55,6 +61,24 @@ pub(crate) struct Chain {
     pub lazy: bool,
     /// Kept by the engine: waiting requests whose lineage holds this chain.
     pub waiting: u32,
+    /// Local blocks `[hlo, hhi)` held by the host tier (empty when equal).
+    pub hlo: u32,
+    pub hhi: u32,
+    host_prev: u32,
+    host_next: u32,
+    in_host: bool,
+}
+
+impl Chain {
+    /// Leading local blocks resident in the GPU or, right after them, in the host tier.
+    #[inline]
+    fn reach_any(&self) -> u32 {
+        if self.hhi > self.hlo && self.hlo <= self.r {
+            self.r.max(self.hhi)
+        } else {
+            self.r
+        }
+    }
 }
 
 fn max_partial(partial: &[(u32, u32)]) -> u32 {
@@ -78,6 +102,15 @@ pub(crate) struct Kv {
     pub private: u64,
     /// Blocks evicted so far.
     pub evicted_blocks: u64,
+    /// Host tier capacity, blocks (0: no host tier).
+    pub host_capacity: u64,
+    /// Σ host blocks over all chains.
+    pub host_used: u64,
+    host_head: u32,
+    host_tail: u32,
+    /// While set, evictions do not trim the host tier (an admission restoring host blocks holds it until they are
+    /// back in the GPU, so that evictions it causes cannot drop them first).
+    pub hold_host_trim: bool,
 }
 
 impl Kv {
@@ -93,6 +126,11 @@ impl Kv {
             evictable: 0,
             private: 0,
             evicted_blocks: 0,
+            host_capacity: 0,
+            host_used: 0,
+            host_head: NONE,
+            host_tail: NONE,
+            hold_host_trim: false,
         }
     }
 
@@ -140,6 +178,11 @@ impl Kv {
             freed: false,
             lazy: false,
             waiting: 0,
+            hlo: 0,
+            hhi: 0,
+            host_prev: NONE,
+            host_next: NONE,
+            in_host: false,
         };
         if let Some(id) = self.free_chains.pop() {
             self.chains[id as usize] = c;
@@ -162,7 +205,7 @@ impl Kv {
             return;
         }
         let ch = &self.chains[c as usize];
-        if !ch.freed && ch.r == 0 && ch.pins == 0 && ch.children == 0 && !ch.in_lru {
+        if !ch.freed && ch.r == 0 && ch.pins == 0 && ch.children == 0 && !ch.in_lru && !ch.in_host {
             let parent = ch.parent;
             self.chains[c as usize].freed = true;
             self.free_chains.push(c);
@@ -246,6 +289,11 @@ impl Kv {
             reach = ch.offset.saturating_add(f(ch));
         }
         reach
+    }
+
+    /// Leading global blocks of `c`'s lineage resident in the GPU or the host tier (see [`Chain::reach_any`]).
+    pub fn reach_host(&self, c: u32) -> u32 {
+        self.lineage_max(c, Chain::reach_any)
     }
 
     /// High-water mark of global blocks ever computed along `c`'s lineage (contiguous from 0).
@@ -403,14 +451,106 @@ impl Kv {
         while n > 0 && self.lru_head != NONE {
             let h = self.lru_head;
             let take = n.min(u64::from(self.chains[h as usize].ev));
+            let r_old = self.chains[h as usize].r;
             self.chains[h as usize].r -= take as u32;
             self.resident -= take;
             self.evicted_blocks += take;
             n -= take;
             done += take;
+            if self.host_capacity > 0 && take > 0 {
+                self.host_push(h, r_old - take as u32, r_old);
+            }
             self.refresh(h);
         }
         done
+    }
+
+    /// Chain `c`'s local blocks `[lo, hi)` leave the GPU for the host tier: merged with the chain's host range
+    /// when they touch or overlap it (else they replace it: a range with a gap below it is never hit, one below
+    /// `lo` is still in the GPU), the chain becomes the most recently used, and the tier is trimmed to capacity.
+    fn host_push(&mut self, c: u32, lo: u32, hi: u32) {
+        let ch = &mut self.chains[c as usize];
+        let old = u64::from(ch.hhi - ch.hlo);
+        if old == 0 || ch.hlo > hi || ch.hhi < lo {
+            (ch.hlo, ch.hhi) = (lo, hi);
+        } else {
+            (ch.hlo, ch.hhi) = (ch.hlo.min(lo), ch.hhi.max(hi));
+        }
+        let new = u64::from(ch.hhi - ch.hlo);
+        self.host_used = self.host_used + new - old;
+        self.host_touch(c);
+        if !self.hold_host_trim {
+            self.trim_host();
+        }
+    }
+
+    /// Move chain `c` to the most recently used end of the host list (adding it if absent).
+    pub fn host_touch(&mut self, c: u32) {
+        if self.chains[c as usize].in_host {
+            self.host_unlink(c);
+        }
+        let tail = self.host_tail;
+        {
+            let ch = &mut self.chains[c as usize];
+            ch.in_host = true;
+            ch.host_prev = tail;
+            ch.host_next = NONE;
+        }
+        if tail == NONE {
+            self.host_head = c;
+        } else {
+            self.chains[tail as usize].host_next = c;
+        }
+        self.host_tail = c;
+    }
+
+    fn host_unlink(&mut self, c: u32) {
+        let (prev, next) = {
+            let ch = &self.chains[c as usize];
+            (ch.host_prev, ch.host_next)
+        };
+        if prev == NONE {
+            self.host_head = next;
+        } else {
+            self.chains[prev as usize].host_next = next;
+        }
+        if next == NONE {
+            self.host_tail = prev;
+        } else {
+            self.chains[next as usize].host_prev = prev;
+        }
+        let ch = &mut self.chains[c as usize];
+        ch.in_host = false;
+        ch.host_prev = NONE;
+        ch.host_next = NONE;
+    }
+
+    /// Drop host blocks, least recently used chain first and each from its deepest block, down to capacity.
+    pub fn trim_host(&mut self) {
+        while self.host_used > self.host_capacity && self.host_head != NONE {
+            let c = self.host_head;
+            let ch = &mut self.chains[c as usize];
+            let take = (self.host_used - self.host_capacity).min(u64::from(ch.hhi - ch.hlo));
+            ch.hhi -= take as u32;
+            self.host_used -= take;
+            if ch.hhi == ch.hlo {
+                ch.hlo = 0;
+                ch.hhi = 0;
+                self.host_unlink(c);
+                self.maybe_recycle(c);
+            }
+        }
+    }
+
+    /// Touch every chain of `c`'s lineage that holds host blocks (a host hit: they become most recently used).
+    pub fn host_touch_lineage(&mut self, c: u32) {
+        let mut x = c;
+        while x != NONE {
+            if self.chains[x as usize].in_host {
+                self.host_touch(x);
+            }
+            x = self.chains[x as usize].parent;
+        }
     }
 
     /// Make `n` blocks free, evicting if needed; `false` (and nothing changed) if impossible.

@@ -36,6 +36,8 @@ fn profile(
         prefill_tokens_per_ms,
         prefill_fixed_ms,
         enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.0,
+        host_cache: None,
     }
 }
 

@@ -4,6 +4,14 @@
 //! `step_ms = step_fixed_ms + per_seq_ms·seqs + per_ctx_token_ms·Σcontext + [prefill_fixed_ms + prefill_tokens /
 //! prefill_tokens_per_ms if the step carries prefill]`, where `seqs` counts every sequence scheduled in the step and
 //! `Σcontext` sums their KV context (tokens already computed) at the start of the step.
+//!
+//! Two optional terms, off by default (so profiles written before them give the same results to the bit):
+//! - `prefill_ctx_ms_per_ktok`: attention makes a prefilled token cost more the more context it attends to. A
+//!   chunk of `n` new tokens after `c` tokens of context adds `prefill_ctx_ms_per_ktok · Σ_{i<n} (c + i) / 1000`
+//!   ms = `prefill_ctx_ms_per_ktok · (n·c + n(n−1)/2) / 1000` (a cold prefill of `n` grows as `n²/2000`).
+//! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
+//!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
+//!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
 
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +28,23 @@ pub const MAX_TOKENS: u64 = 100_000_000;
 
 fn yes() -> bool {
     true
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// Largest accepted host-tier capacity, tokens.
+pub const MAX_HOST_CACHE_TOKENS: u64 = 100_000_000_000;
+
+/// A host-memory tier of prefix cache under the GPU's (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCache {
+    /// Capacity, tokens (rounded down to whole blocks). 0 behaves as no host tier.
+    pub capacity_tokens: u64,
+    /// Restore speed of a host hit into GPU memory, tokens per millisecond.
+    pub restore_tokens_per_ms: f64,
 }
 
 /// One engine: limits (vLLM's names) and step-time coefficients.
@@ -56,9 +81,34 @@ pub struct EngineProfile {
     /// Automatic prefix caching (vLLM `--enable-prefix-caching`, on by default in v1).
     #[serde(default = "yes")]
     pub enable_prefix_caching: bool,
+    /// Extra prefill cost per new token per 1,000 tokens of context it attends to, milliseconds (see the module
+    /// docs). Default 0: prefill cost independent of context.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefill_ctx_ms_per_ktok: f64,
+    /// Host-memory prefix-cache tier; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cache: Option<HostCache>,
 }
 
 impl EngineProfile {
+    /// Read and validate a profile from JSON text (what `sim-server --profile-file`, `predict --profile` and
+    /// `calibrate` write and read). Errors name the field: `host_cache.capacity_tokens: invalid type: …` for a
+    /// bad type or unknown field, `per_seq_ms must be …` for a bad value.
+    pub fn from_json(text: &str) -> Result<Self, ScenarioError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let p: EngineProfile = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            if path == "." {
+                ScenarioError::Parse(inner)
+            } else {
+                ScenarioError::Parse(format!("{path}: {inner}"))
+            }
+        })?;
+        p.validate()?;
+        Ok(p)
+    }
+
     /// `max_model_len`, or the KV capacity in tokens.
     pub fn model_len(&self) -> u64 {
         self.max_model_len
@@ -129,6 +179,7 @@ impl EngineProfile {
             ("per_seq_ms", self.per_seq_ms),
             ("per_ctx_token_ms", self.per_ctx_token_ms),
             ("prefill_fixed_ms", self.prefill_fixed_ms),
+            ("prefill_ctx_ms_per_ktok", self.prefill_ctx_ms_per_ktok),
         ] {
             if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
                 return Err(f(
@@ -155,6 +206,29 @@ impl EngineProfile {
                 format!("must be > 0 and at most 1e9 (got {})", self.prefill_tokens_per_ms),
             ));
         }
+        if let Some(h) = &self.host_cache {
+            if h.capacity_tokens > MAX_HOST_CACHE_TOKENS {
+                return Err(f(
+                    "host_cache.capacity_tokens",
+                    format!("must be at most {MAX_HOST_CACHE_TOKENS} (got {})", h.capacity_tokens),
+                ));
+            }
+            if !(h.restore_tokens_per_ms.is_finite() && h.restore_tokens_per_ms > 0.0 && h.restore_tokens_per_ms <= 1e9)
+            {
+                return Err(f(
+                    "host_cache.restore_tokens_per_ms",
+                    format!("must be > 0 and at most 1e9 (got {})", h.restore_tokens_per_ms),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// Host-tier capacity in blocks (0 without a host tier or without prefix caching).
+    pub fn host_cache_blocks(&self) -> u64 {
+        match &self.host_cache {
+            Some(h) if self.enable_prefix_caching => h.capacity_tokens / u64::from(self.block_size.max(1)),
+            _ => 0,
+        }
     }
 }

@@ -852,6 +852,7 @@ pub(crate) fn overbatched(sc: &EngineScenario, out: &RunOut) -> Overbatched {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::profile::HostCache;
     use crate::metrics::Slo;
     use crate::workload::{ClosedLoopWorkload, LengthDist, PoissonWorkload, SessionWorkload};
     use proptest::prelude::*;
@@ -873,6 +874,8 @@ mod tests {
                 prefill_tokens_per_ms: 20.0,
                 prefill_fixed_ms: 1.0,
                 enable_prefix_caching: caching,
+                prefill_ctx_ms_per_ktok: 0.0,
+                host_cache: None,
             },
             slo: Slo {
                 ttft_ms: 500.0,
@@ -911,6 +914,8 @@ mod tests {
             budget in 64u32..4096,
             caching in any::<bool>(),
             seed in any::<u64>(),
+            host_tokens in prop_oneof![Just(None), (0u64..300_000).prop_map(Some)],
+            attn in prop_oneof![Just(0.0f64), 0.0f64..0.5],
         ) {
             let w = if kind == 2 {
                 Workload::ClosedLoop(ClosedLoopWorkload {
@@ -947,7 +952,13 @@ mod tests {
                 })
             };
             let kv = (kv_tokens / u64::from(bs)).max(1);
-            let sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
+            let mut sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
+            // The optional terms too: a host tier (restores charged to the step) and context-dependent prefill.
+            sc.profile.host_cache = host_tokens.map(|capacity_tokens| HostCache {
+                capacity_tokens,
+                restore_tokens_per_ms: 50.0,
+            });
+            sc.profile.prefill_ctx_ms_per_ktok = attn;
             prop_assume!(sc.validate().is_ok());
             let all = SimOptions::default();
             let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, all, None);

@@ -1,0 +1,415 @@
+//! `loadshape calibrate`: fit an `EngineProfile` to a real server.
+//!
+//! Run with `loadshape calibrate --url http://127.0.0.1:8080/v1 --out cal/ [--budget 600]` (sends the designed
+//! probe of `shared::calibrate::plan_probe` through `replay::run`, one closed-loop run per phase, scraping
+//! `/metrics` throughout) or `loadshape calibrate --from run.jsonl [--from other.jsonl] --out cal/` (fits from
+//! records already measured). Writes `cal/profile.json` (paste it as a scenario's `profile`, or serve it with
+//! `sim-server --profile-file`) and `cal/fit.json` (coefficients with standard errors, R², residuals per request,
+//! unused requests). Method and checks: `docs/calibration.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use shared::calibrate::{self, FitOptions, ProbeLimits};
+use shared::engine::EngineProfile;
+use shared::engine::profile::HostCache;
+use shared::record::RequestRecord;
+
+use crate::replay::dialect::Dialect;
+use crate::replay::records::read_records;
+use crate::replay::runner::PlannedRequest;
+use crate::replay::{self, Hooks, ReplaySettings, TargetSettings, Traffic};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// OpenAI base URL of the server to probe (e.g. `http://127.0.0.1:8080/v1`).
+    #[arg(long, required_unless_present = "from", conflicts_with = "from")]
+    pub url: Option<String>,
+    /// Model name to send; default: the first id on `/v1/models`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Fit from these live runs' record files (JSONL) instead of probing.
+    #[arg(long, value_name = "RUN.jsonl")]
+    pub from: Vec<PathBuf>,
+    /// Folder for `profile.json`, `fit.json` and (with `--url`) the probe's records.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Wall-clock budget of the probe, seconds.
+    #[arg(long, default_value_t = 600.0)]
+    pub budget: f64,
+    /// How output lengths are forced; `auto` asks the server.
+    #[arg(long, value_enum, default_value_t = Dialect::Auto)]
+    pub dialect: Dialect,
+    /// Bearer token for the server.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Name of the fitted profile.
+    #[arg(long, default_value = "calibrated")]
+    pub name: String,
+    /// Longest probe prompt, tokens (default: half the server's per-request context when it says, else 4096).
+    #[arg(long)]
+    pub max_prompt_tokens: Option<u32>,
+    /// Output tokens of the decode probes.
+    #[arg(long, default_value_t = 96)]
+    pub decode_tokens: u32,
+    /// The server's `max_num_seqs` (else discovered: llama.cpp `/props` `total_slots`; else 8 probed, 256 written).
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// KV block size, tokens (else vLLM's `cache_config_info`, else 16).
+    #[arg(long)]
+    pub block_size: Option<u32>,
+    /// KV capacity, blocks (else vLLM's `cache_config_info` `num_gpu_blocks`, else llama.cpp `n_ctx`·slots).
+    #[arg(long)]
+    pub num_kv_blocks: Option<u64>,
+    /// Longest prompt + output, tokens (else llama.cpp's per-slot `n_ctx`).
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// Token budget per step (vLLM `--max-num-batched-tokens`; llama.cpp `n_batch`), default 8192.
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Host-memory prefix-cache tier, tokens (llama.cpp `--cache-ram`, vLLM CPU offload): written as given.
+    #[arg(long)]
+    pub host_cache_tokens: Option<u64>,
+    /// Restore speed of the host tier, tokens/ms (with `--host-cache-tokens`).
+    #[arg(long, default_value_t = 100.0)]
+    pub host_restore_tok_per_ms: f64,
+}
+
+/// Server limits found by asking it; `None` where it does not say.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Discovered {
+    pub max_num_seqs: Option<u32>,
+    pub block_size: Option<u32>,
+    pub num_kv_blocks: Option<u64>,
+    pub max_model_len: Option<u64>,
+    pub max_num_batched_tokens: Option<u32>,
+    pub sources: Vec<String>,
+}
+
+/// llama.cpp's `/props`: `total_slots`, `default_generation_settings.n_ctx` (per slot), `n_batch` when given.
+pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
+    let slots = v.get("total_slots").and_then(serde_json::Value::as_u64);
+    let gs = v.get("default_generation_settings");
+    let n_ctx = gs
+        .and_then(|g| g.get("n_ctx"))
+        .or_else(|| v.get("n_ctx"))
+        .and_then(serde_json::Value::as_u64);
+    if let Some(s) = slots {
+        d.max_num_seqs = u32::try_from(s).ok().filter(|&s| s > 0);
+    }
+    if let Some(c) = n_ctx.filter(|&c| c > 0) {
+        d.max_model_len = Some(c);
+        d.num_kv_blocks = Some(c * slots.unwrap_or(1).max(1) / 16);
+        d.block_size.get_or_insert(16);
+    }
+    if let Some(b) = gs
+        .and_then(|g| g.get("n_batch"))
+        .or_else(|| v.get("n_batch"))
+        .and_then(serde_json::Value::as_u64)
+    {
+        d.max_num_batched_tokens = u32::try_from(b).ok();
+    }
+    if slots.is_some() || n_ctx.is_some() {
+        d.sources.push("llama.cpp /props".into());
+    }
+}
+
+/// vLLM's `vllm:cache_config_info{block_size="16",num_gpu_blocks="27000",...} 1` from `/metrics` text.
+pub fn parse_cache_config(metrics: &str, d: &mut Discovered) {
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("vllm:cache_config_info{") else {
+            continue;
+        };
+        let Some(end) = rest.find('}') else { continue };
+        for kv in rest[..end].split(',') {
+            let Some((k, v)) = kv.split_once('=') else { continue };
+            let v = v.trim_matches('"');
+            match k.trim() {
+                "block_size" => d.block_size = v.parse().ok(),
+                "num_gpu_blocks" => d.num_kv_blocks = v.parse().ok(),
+                _ => {}
+            }
+        }
+        d.sources.push("vLLM /metrics cache_config_info".into());
+        return;
+    }
+}
+
+async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
+    let mut d = Discovered::default();
+    let Ok(origin) = replay::client::origin_of(url) else {
+        return d;
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default();
+    let get = |path: &str| {
+        let mut req = client.get(format!("{origin}{path}"));
+        if let Some(k) = api_key {
+            req = req.bearer_auth(k);
+        }
+        req.send()
+    };
+    if let Ok(resp) = get("/props").await
+        && resp.status().is_success()
+        && let Ok(v) = resp.json::<serde_json::Value>().await
+    {
+        parse_props(&v, &mut d);
+    }
+    if let Ok(resp) = get("/metrics").await
+        && resp.status().is_success()
+        && let Ok(text) = resp.text().await
+    {
+        parse_cache_config(&text, &mut d);
+    }
+    d
+}
+
+/// The limits part of the profile: flags first, then what the server said, then defaults (named in `basis`).
+fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
+    let block_size = a.block_size.or(d.block_size).unwrap_or(16);
+    let max_model_len = a.max_model_len.or(d.max_model_len);
+    let num_kv_blocks = a.num_kv_blocks.or(d.num_kv_blocks).unwrap_or_else(|| {
+        max_model_len.map_or(1_000_000, |l| {
+            (l * u64::from(a.max_num_seqs.or(d.max_num_seqs).unwrap_or(1))).div_ceil(u64::from(block_size.max(1)))
+        })
+    });
+    let max_num_seqs = a.max_num_seqs.or(d.max_num_seqs).unwrap_or(256);
+    let mut srcs = d.sources.clone();
+    let given: Vec<&str> = [
+        ("--max-num-seqs", a.max_num_seqs.is_some()),
+        ("--block-size", a.block_size.is_some()),
+        ("--num-kv-blocks", a.num_kv_blocks.is_some()),
+        ("--max-model-len", a.max_model_len.is_some()),
+        ("--max-num-batched-tokens", a.max_num_batched_tokens.is_some()),
+        ("--host-cache-tokens", a.host_cache_tokens.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(n, g)| g.then_some(n))
+    .collect();
+    if !given.is_empty() {
+        srcs.push(format!("flags {}", given.join(" ")));
+    }
+    if srcs.is_empty() {
+        srcs.push("defaults (the server said nothing; pass --max-num-seqs etc.)".into());
+    }
+    let p = EngineProfile {
+        name: a.name.clone(),
+        basis: srcs.join(", "),
+        block_size,
+        num_kv_blocks,
+        max_num_seqs,
+        max_num_batched_tokens: a
+            .max_num_batched_tokens
+            .or(d.max_num_batched_tokens)
+            .unwrap_or(8192)
+            .max(max_num_seqs),
+        max_model_len: max_model_len.map(|l| l.min(num_kv_blocks * u64::from(block_size))),
+        step_fixed_ms: 1.0,
+        per_seq_ms: 0.0,
+        per_ctx_token_ms: 0.0,
+        prefill_tokens_per_ms: 1.0,
+        prefill_fixed_ms: 0.0,
+        enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.0,
+        host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
+            capacity_tokens,
+            restore_tokens_per_ms: a.host_restore_tok_per_ms,
+        }),
+    };
+    p.validate()
+        .map_err(|e| anyhow::anyhow!("the server's limits: profile {e}"))?;
+    Ok(p)
+}
+
+/// Send the probe; returns every record (in phase order) and the record files written.
+async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) -> anyhow::Result<Vec<RequestRecord>> {
+    anyhow::ensure!(
+        a.budget.is_finite() && a.budget >= 5.0,
+        "--budget must be at least 5 seconds (got {})",
+        a.budget
+    );
+    let max_prompt = a
+        .max_prompt_tokens
+        .or_else(|| limits_p.max_model_len.map(|l| (l / 2).min(u64::from(u32::MAX)) as u32))
+        .unwrap_or(4096)
+        .min(limits_p.max_num_batched_tokens.max(256));
+    let pl = ProbeLimits {
+        max_prompt_tokens: max_prompt,
+        max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
+        decode_output_tokens: a.decode_tokens,
+    };
+    let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dir = a.out.join("probe");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut all = Vec::new();
+    let mut model = a.model.clone();
+    let mut dialect = a.dialect;
+    for (i, ph) in phases.iter().enumerate() {
+        let share = a.budget * ph.budget_share;
+        eprintln!(
+            "calibrate: probe phase {}/{} {} ({} at a time, up to {share:.0} s)",
+            i + 1,
+            phases.len(),
+            ph.name,
+            ph.users
+        );
+        let requests: Vec<PlannedRequest> = ph
+            .requests
+            .iter()
+            .map(|r| PlannedRequest {
+                arrival_ms: 0.0,
+                shared_prefix_tokens: r.shared_prefix_tokens,
+                unique_prompt_tokens: r.unique_prompt_tokens,
+                output_tokens: r.output_tokens,
+            })
+            .collect();
+        let mut target = TargetSettings::new(url);
+        target.model = model.clone();
+        target.dialect = dialect;
+        target.api_key = a.api_key.clone();
+        let out = dir.join(format!("{i:02}-{}.jsonl", ph.name));
+        let mut s = ReplaySettings::new(
+            target,
+            out.clone(),
+            Traffic::Closed {
+                requests,
+                users: ph.users,
+                think_s: 0.0,
+            },
+            format!("calibrate probe {}", ph.name),
+            i as u64,
+            Some(replay::settings::seconds("the probe phase", share * 0.8)?),
+        )?;
+        s.drain = true;
+        s.drain_grace = replay::settings::seconds("the probe phase's drain", share * 0.2)?;
+        s.scrape_interval = Duration::from_secs_f64((share / 4.0).clamp(0.5, 5.0));
+        s.progress = false;
+        s.max_fail_streak = 3;
+        let log: replay::run::LogFn = std::sync::Arc::new(|_line: &str| {});
+        let outcome = replay::run(
+            s,
+            Hooks {
+                log: Some(log),
+                ..Hooks::default()
+            },
+        )
+        .await
+        .with_context(|| format!("probe phase {}", ph.name))?;
+        anyhow::ensure!(
+            outcome.verdict() == replay::Verdict::Measured,
+            "probe phase {}: {:?} (records in {})",
+            ph.name,
+            outcome.verdict(),
+            out.display()
+        );
+        // Later phases reuse what the first one found out.
+        model = Some(outcome.summary.model.clone());
+        dialect = outcome.summary.dialect;
+        // Each phase's clock starts at its own origin: shift so that runs do not overlap in time.
+        let offset = all
+            .iter()
+            .map(|r: &RequestRecord| r.t_submit + r.wall_s)
+            .fold(0.0, f64::max)
+            + 1.0;
+        all.extend(outcome.records.into_iter().map(|mut r| {
+            r.t_submit += offset;
+            r
+        }));
+    }
+    Ok(all)
+}
+
+/// Records of `--from` files, each file shifted after the previous one in time (they were separate runs).
+pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
+    let mut all = Vec::new();
+    let mut notes = Vec::new();
+    for p in paths {
+        let (recs, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
+        if !bad.is_empty() {
+            notes.push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
+        }
+        let sidecar = replay::summary::sidecar(p, "server");
+        if sidecar.exists() {
+            notes.push(format!("{}: scrape sidecar {} present", p.display(), sidecar.display()));
+        }
+        let offset = all
+            .iter()
+            .map(|r: &RequestRecord| r.t_submit + r.wall_s)
+            .fold(0.0, f64::max)
+            + 1.0;
+        all.extend(recs.into_iter().map(|mut r| {
+            r.t_submit += offset;
+            r
+        }));
+    }
+    Ok((all, notes))
+}
+
+fn write_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v).context("encoding JSON")?;
+    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+}
+
+/// Everything `calibrate` does, returning the fit (tests call this).
+pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let (records, mut notes, d) = match &a.url {
+        Some(url) => {
+            let d = discover(url, a.api_key.as_deref()).await;
+            let lp = limits(a, &d)?;
+            (probe(a, url, &d, &lp).await?, Vec::new(), d)
+        }
+        None => {
+            let (r, n) = read_runs(&a.from)?;
+            anyhow::ensure!(!r.is_empty(), "--from: no records in {:?}", a.from);
+            (r, n, Discovered::default())
+        }
+    };
+    let lp = limits(a, &d)?;
+    let mut fit = calibrate::fit(&records, &FitOptions { limits: Some(lp) }).map_err(|e| {
+        anyhow::anyhow!(
+            "{e} ({} records{})",
+            records.len(),
+            match &a.url {
+                Some(_) => format!("; the probe's records are in {}", a.out.join("probe").display()),
+                None => String::new(),
+            }
+        )
+    })?;
+    fit.notes.append(&mut notes);
+    if !d.sources.is_empty() {
+        fit.notes.push(format!("limits discovered: {}", d.sources.join(", ")));
+    }
+    write_json(&a.out.join("profile.json"), &fit.profile)?;
+    write_json(&a.out.join("fit.json"), &fit)?;
+    Ok(fit)
+}
+
+pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let fit = calibrate(&a).await?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&fit.coefficients).unwrap_or_default()
+    );
+    println!(
+        "decode R² {:.3} over {} requests, prefill R² {:.3} over {}; {} unused",
+        fit.decode.r2,
+        fit.decode.n,
+        fit.prefill.r2,
+        fit.prefill.n,
+        fit.unused.len()
+    );
+    for n in &fit.notes {
+        println!("note: {n}");
+    }
+    println!(
+        "wrote {} and {}",
+        a.out.join("profile.json").display(),
+        a.out.join("fit.json").display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

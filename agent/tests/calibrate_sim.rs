@@ -1,0 +1,296 @@
+//! `loadshape calibrate` against the built-in sim-server (in-process, 127.0.0.1) emulating a known profile: the fit
+//! recovers it. Also `sim-server --profile-file` and calibrate's refusals.
+//!
+//! The sim-server runs `SPEED` times faster than wall time, so a server of profile P looks, from the client, like
+//! one whose millisecond coefficients are P's divided by `SPEED` and whose prefill rate is multiplied by it: the
+//! test scales back before comparing.
+
+use std::path::PathBuf;
+
+use clap::Parser as _;
+use loadshape::cmd::calibrate;
+use loadshape::sim_server::{self, Config, EngineChoice};
+use loadshape::{Cli, Command};
+use shared::engine::EngineProfile;
+
+const SPEED: f64 = 2.0;
+
+fn truth() -> EngineProfile {
+    EngineProfile {
+        name: "truth".into(),
+        basis: "test".into(),
+        block_size: 16,
+        num_kv_blocks: 20_000,
+        max_num_seqs: 8,
+        max_num_batched_tokens: 8192,
+        max_model_len: Some(8192),
+        step_fixed_ms: 16.0,
+        per_seq_ms: 1.5,
+        per_ctx_token_ms: 0.0015,
+        prefill_tokens_per_ms: 6.0,
+        prefill_fixed_ms: 8.0,
+        enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.08,
+        host_cache: None,
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadshape-calib-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
+fn calibrate_args(args: &[&str]) -> calibrate::Args {
+    let mut argv = vec!["loadshape", "calibrate"];
+    argv.extend_from_slice(args);
+    match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+        Command::Calibrate(a) => a,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn start(profile: EngineProfile) -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let config = Config {
+        engine: EngineChoice::Profile(profile),
+        speed: SPEED,
+        ..Config::default()
+    };
+    tokio::spawn(sim_server::serve(listener, config, async {
+        let _ = rx.await;
+    }));
+    (format!("http://{addr}/v1"), tx)
+}
+
+/// The probe recovers the profile the sim-server emulates. Tolerances (relative error of the fitted value,
+/// scaled back by `SPEED`) are what real-time jitter allows at this budget; the measured errors are in
+/// docs/calibration.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_recovers_a_known_profile() {
+    let p = truth();
+    let (url, _stop) = start(p.clone()).await;
+    let out = tmp("recover");
+    let a = calibrate_args(&[
+        "--url",
+        &url,
+        "--out",
+        out.to_str().unwrap_or_default(),
+        "--budget",
+        "60",
+        "--max-prompt-tokens",
+        "2048",
+        "--decode-tokens",
+        "64",
+        "--max-num-seqs",
+        "8",
+    ]);
+    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let c = |name: &str| fit.coefficients[name].value;
+    let rel = |got: f64, want: f64| (got - want) / want;
+    let errors = [
+        ("step_fixed_ms", rel(c("step_fixed_ms") * SPEED, p.step_fixed_ms), 0.05),
+        ("per_seq_ms", rel(c("per_seq_ms") * SPEED, p.per_seq_ms), 0.10),
+        (
+            "per_ctx_token_ms",
+            rel(c("per_ctx_token_ms") * SPEED, p.per_ctx_token_ms),
+            0.10,
+        ),
+        (
+            "prefill_tokens_per_ms",
+            rel(c("prefill_tokens_per_ms") / SPEED, p.prefill_tokens_per_ms),
+            0.05,
+        ),
+        (
+            "prefill_ctx_ms_per_ktok",
+            rel(c("prefill_ctx_ms_per_ktok") * SPEED, p.prefill_ctx_ms_per_ktok),
+            0.05,
+        ),
+    ];
+    eprintln!("relative errors: {errors:?}");
+    eprintln!(
+        "prefill_fixed_ms {} (truth {}), notes {:?}",
+        c("prefill_fixed_ms") * SPEED,
+        p.prefill_fixed_ms,
+        fit.notes
+    );
+    for (name, e, tol) in errors {
+        assert!(e.abs() <= tol, "{name}: relative error {e:.4} > {tol} ({errors:?})");
+    }
+    // The fixed part of a prefill step also holds the client's and server's per-request overhead (HTTP, the
+    // engine task's wake-up): within 5 wall milliseconds (10 emulated).
+    assert!((c("prefill_fixed_ms") * SPEED - p.prefill_fixed_ms).abs() <= 10.0);
+    assert!(
+        fit.decode.r2 > 0.7 && fit.prefill.r2 > 0.7,
+        "{:?} {:?}",
+        fit.decode,
+        fit.prefill
+    );
+    // The files: a profile that reads back and is ready for a scenario, and the report.
+    let text = std::fs::read_to_string(out.join("profile.json")).unwrap_or_else(|e| panic!("{e}"));
+    let back = EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
+    // Equal up to the last bit of a float (serde_json's parser is not correctly rounded).
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
+    assert!(close(back.prefill_tokens_per_ms, fit.profile.prefill_tokens_per_ms));
+    assert!(close(back.per_ctx_token_ms, fit.profile.per_ctx_token_ms));
+    assert_eq!(back.basis, fit.profile.basis);
+    assert!(
+        back.basis.starts_with("measured: loadshape calibrate"),
+        "{}",
+        back.basis
+    );
+    // Limits: the sim-server's cache_config_info gives the KV geometry; --max-num-seqs was given.
+    assert_eq!(
+        (back.block_size, back.num_kv_blocks, back.max_num_seqs),
+        (16, 20_000, 8)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fit.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    for key in [
+        "coefficients",
+        "decode",
+        "prefill",
+        "residuals",
+        "unused",
+        "notes",
+        "method",
+    ] {
+        assert!(report.get(key).is_some(), "fit.json lacks {key}");
+    }
+    assert!(report["coefficients"]["per_seq_ms"]["std_error"].as_f64().is_some());
+    // `--from` the probe's own record files fits the same coefficients (to the decimals the JSONL keeps).
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out.join("probe"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 9, "{files:?}");
+    let again = tmp("again");
+    let mut argv: Vec<String> = vec![
+        "--out".into(),
+        again.display().to_string(),
+        "--max-num-seqs".into(),
+        "8".into(),
+    ];
+    for f in &files {
+        argv.push("--from".into());
+        argv.push(f.display().to_string());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let refit = calibrate::calibrate(&calibrate_args(&argv))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    for (name, co) in &fit.coefficients {
+        let v = refit.coefficients[name].value;
+        assert!(
+            (v - co.value).abs() <= 1e-6 * co.value.abs().max(1e-9),
+            "{name}: {v} vs {}",
+            co.value
+        );
+    }
+}
+
+/// `--from` on a run without usage, or with too few usable requests, is refused naming what is missing.
+#[tokio::test]
+async fn calibrate_refuses_runs_it_cannot_fit() {
+    let dir = tmp("refuse");
+    let rec = |i: u64, prompt: Option<u64>| {
+        let gap = 10.0 + 0.001 * prompt.unwrap_or(0) as f64;
+        let mut r = serde_json::json!({"schema": 1, "session": i, "inst": 0, "step": 0, "steps_asked": 1,
+            "base_asked": 100, "ok": true, "t_submit": i as f64 * 2.0, "ttft_s": 0.05, "wall_s": 0.5,
+            "gen_tokens": 20, "asked_tokens": 20, "prompt_tokens": prompt, "cached_tokens": 0, "sse_frames": 20,
+            "prompt_chars": 400, "itl": {"mean_ms": gap, "p50_ms": gap, "p99_ms": gap, "max_ms": gap},
+            "usage_source": "final_frame"});
+        if prompt.is_none() {
+            r["usage_source"] = "missing".into();
+        }
+        r.to_string()
+    };
+    let no_usage = dir.join("no_usage.jsonl");
+    let lines: Vec<String> = (0..20).map(|i| rec(i, None)).collect();
+    std::fs::write(&no_usage, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+    let a = calibrate_args(&[
+        "--from",
+        no_usage.to_str().unwrap_or_default(),
+        "--out",
+        dir.to_str().unwrap_or(""),
+    ]);
+    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("no usage"));
+    assert!(e.contains("usable requests") && e.contains("usage"), "{e}");
+    let few = dir.join("few.jsonl");
+    let lines: Vec<String> = (0..3).map(|i| rec(i, Some(100))).collect();
+    std::fs::write(&few, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+    let a = calibrate_args(&[
+        "--from",
+        few.to_str().unwrap_or_default(),
+        "--out",
+        dir.to_str().unwrap_or(""),
+    ]);
+    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("too few"));
+    assert!(e.contains("3 usable requests (need 6"), "{e}");
+    // Three prompt lengths only: decode fits (one batch size: per_seq_ms fixed at 0), prefill refuses.
+    let same = dir.join("same.jsonl");
+    let lines: Vec<String> = (0..30)
+        .map(|i| rec(i, Some([100, 2000, 4000][i as usize % 3])))
+        .collect();
+    std::fs::write(&same, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+    let a = calibrate_args(&[
+        "--from",
+        same.to_str().unwrap_or_default(),
+        "--out",
+        dir.to_str().unwrap_or(""),
+    ]);
+    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("one length"));
+    assert!(e.contains("prefill") && e.contains("distinct prompt lengths"), "{e}");
+    assert!(!dir.join("profile.json").exists(), "a refused fit writes no profile");
+}
+
+/// `sim-server --profile-file` serves the profile in the file; a bad file names the path and the field.
+#[test]
+fn sim_server_serves_a_profile_file() {
+    let dir = tmp("twin");
+    let path = dir.join("p.json");
+    let mut p = truth();
+    p.name = "twin".into();
+    std::fs::write(&path, serde_json::to_string(&p).unwrap_or_default()).unwrap_or_else(|e| panic!("{e}"));
+    let args = |file: &PathBuf| match Cli::try_parse_from([
+        "loadshape",
+        "sim-server",
+        "--profile-file",
+        file.to_str().unwrap_or(""),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"))
+    .command
+    {
+        Command::SimServer(a) => a,
+        other => panic!("{other:?}"),
+    };
+    let config = args(&path).config().unwrap_or_else(|e| panic!("{e:#}"));
+    match config.engine {
+        EngineChoice::Profile(got) => assert_eq!(got, p),
+        other => panic!("{other:?}"),
+    }
+    let bad = dir.join("bad.json");
+    let mut v = serde_json::to_value(&p).unwrap_or_default();
+    v["host_cache"] = serde_json::json!({"capacity_tokens": "many", "restore_tokens_per_ms": 1.0});
+    std::fs::write(&bad, v.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let e = format!("{:#}", args(&bad).config().expect_err("bad type"));
+    assert!(
+        e.contains("bad.json") && e.contains("host_cache.capacity_tokens"),
+        "{e}"
+    );
+    v["host_cache"] = serde_json::Value::Null;
+    v["per_seq_ms"] = (-1.0).into();
+    std::fs::write(&bad, v.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let e = format!("{:#}", args(&bad).config().expect_err("bad value"));
+    assert!(e.contains("bad.json") && e.contains("per_seq_ms"), "{e}");
+    let e = format!("{:#}", args(&dir.join("missing.json")).config().expect_err("missing"));
+    assert!(e.contains("missing.json"), "{e}");
+}

@@ -1,0 +1,165 @@
+//! `loadshape predict` as a user runs it: simulated vs live side by side (live here: the simulator's own records,
+//! so the errors of the matching seed are exactly 0), the seeds' spread, the live runs' spread, and refusals.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::loadshape;
+use serde_json::{Value, json};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("loadshape-predict-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+    d
+}
+
+fn profile() -> Value {
+    json!({"name": "twin", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
+           "max_num_batched_tokens": 4096, "step_fixed_ms": 12.0, "per_seq_ms": 0.5, "per_ctx_token_ms": 0.0005,
+           "prefill_tokens_per_ms": 8.0, "prefill_fixed_ms": 3.0, "prefill_ctx_ms_per_ktok": 0.05,
+           "host_cache": {"capacity_tokens": 100000, "restore_tokens_per_ms": 200.0}})
+}
+
+fn scenario(seed: u64, profile: Value) -> Value {
+    json!({"model": "engine", "seed": seed, "counterfactuals": false,
+           "workload": {"kind": "poisson", "num_requests": 60, "rate_rps": 4.0,
+                        "prompt": {"dist": "uniform", "min": 100, "max": 1500},
+                        "output": {"dist": "uniform", "min": 16, "max": 64}, "shared_prefix_tokens": 512},
+           "profile": profile, "slo": {"ttft_ms": 500.0, "tpot_ms": 50.0}})
+}
+
+fn write(path: &PathBuf, v: &Value) {
+    std::fs::write(path, v.to_string()).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn s(p: &std::path::Path) -> &str {
+    p.to_str().unwrap_or_default()
+}
+
+#[test]
+fn predict_sets_simulated_beside_live() {
+    let d = dir("side");
+    let (sc, pf) = (d.join("sc.json"), d.join("profile.json"));
+    write(
+        &sc,
+        &scenario(
+            7,
+            json!({"name": "other", "block_size": 16, "num_kv_blocks": 100, "max_num_seqs": 1,
+        "max_num_batched_tokens": 64, "step_fixed_ms": 1, "per_seq_ms": 0, "per_ctx_token_ms": 0,
+        "prefill_tokens_per_ms": 1}),
+        ),
+    );
+    write(&pf, &profile());
+    // Two "live" runs: the simulator's records of the scenario with the profile, seeds 7 and 8.
+    let mut runs = Vec::new();
+    for seed in [7, 8] {
+        let one = d.join(format!("sc{seed}.json"));
+        write(&one, &scenario(seed, profile()));
+        let rec = d.join(format!("run{seed}.jsonl"));
+        let o = loadshape(&["simulate", s(&one), "--records", s(&rec)], None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        runs.push(rec);
+    }
+    let o = loadshape(
+        &[
+            "predict",
+            s(&sc),
+            "--profile",
+            s(&pf),
+            "--against",
+            s(&runs[0]),
+            "--against",
+            s(&runs[1]),
+            "--seeds",
+            "4",
+            "--json",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["seeds"], json!([7, 8, 9, 10]));
+    // Seed 7 with the profile IS run 7: every error is 0 (to the last bits the JSONL records' decimals keep),
+    // under the scoring module's names.
+    let errors = v["errors"].as_object().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(errors.len(), 12, "{v}");
+    for (f, e) in errors {
+        assert!(e.as_f64().is_some_and(|e| e.abs() < 1e-12), "{f}: {e}");
+    }
+    assert_eq!(v["simulated"]["completed"], v["live"]["completed"]);
+    assert_eq!(v["live_runs"].as_array().map(Vec::len), Some(2));
+    // Spreads: the seeds' and the two live runs' (which differ: different seeds).
+    let ss = &v["simulated_spread"]["ttft_p50_ms"];
+    assert!(
+        ss["min"].as_f64() <= ss["mean"].as_f64() && ss["mean"].as_f64() <= ss["max"].as_f64(),
+        "{ss}"
+    );
+    let ls = &v["live_spread"]["ttft_p50_ms"];
+    assert!(ls["min"].as_f64() < ls["max"].as_f64(), "{ls}");
+    // The text table names each compared field.
+    let o = loadshape(
+        &[
+            "predict",
+            s(&sc),
+            "--profile",
+            s(&pf),
+            "--against",
+            s(&runs[1]),
+            "--seeds",
+            "2",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for f in [
+        "ttft_p90_ms",
+        "tpot_p99_ms",
+        "e2el_p99_ms",
+        "cached_share_achieved",
+        "request_throughput_rps",
+    ] {
+        assert!(text.contains(f), "{text}");
+    }
+    assert!(text.contains('%'), "{text}");
+}
+
+#[test]
+fn predict_refuses_what_it_cannot_compare() {
+    let d = dir("refuse");
+    let (sc, pf) = (d.join("sc.json"), d.join("profile.json"));
+    write(&sc, &scenario(1, profile()));
+    // A profile whose max_model_len no request fits.
+    let mut small = profile();
+    small["max_model_len"] = json!(64);
+    write(&pf, &small);
+    let o = loadshape(&["predict", s(&sc), "--profile", s(&pf)], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("does not fit the scenario"),
+        "{err}"
+    );
+    // A bad profile file names the path and the field.
+    let mut bad = profile();
+    bad["prefill_ctx_ms_per_ktok"] = json!(-2);
+    write(&pf, &bad);
+    let o = loadshape(&["predict", s(&sc), "--profile", s(&pf)], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("profile.json") && err.contains("prefill_ctx_ms_per_ktok"),
+        "{err}"
+    );
+    // The seed model has no engine profile.
+    let seed = d.join("seed.json");
+    std::fs::write(
+        &seed,
+        std::fs::read_to_string("../examples/seed-baseline.json").unwrap_or_default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    write(&pf, &profile());
+    let o = loadshape(&["predict", s(&seed), "--profile", s(&pf)], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("engine-model scenario"), "{err}");
+}

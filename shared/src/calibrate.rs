@@ -1,0 +1,858 @@
+//! Calibration: the probe that `loadshape calibrate --url` sends, and the fit of an [`EngineProfile`] from the
+//! records of any live run(s). Pure: the agent sends the probe and reads the files.
+//!
+//! - [`plan_probe`]: the designed probe, as [`ProbePhase`]s (one closed-loop run each): cold prefills at several
+//!   lengths and warm prefills after cached prefixes, one request at a time; then decode at several batch sizes
+//!   and contexts.
+//! - [`fit`]: from [`RequestRecord`]s to a [`Fit`]: the step-time coefficients, each with a standard error, R² per
+//!   stage, the residuals per request, and the requests it could not use (with why). The method (two robust
+//!   linear regressions, Huber loss by IRLS) and its checks are in `docs/calibration.md`.
+//!
+//! The two stages:
+//! 1. **Decode** (TPOT): a request's median inter-token gap is one decode step of the batch it ran in:
+//!    `gap = step_fixed_ms + per_seq_ms·batch + per_ctx_token_ms·Σcontext`. Batch and Σcontext are reconstructed
+//!    from the records themselves (every request's decode interval, its context growing linearly from its prompt).
+//! 2. **Prefill** (TTFT), requests alone on the server during their prefill: `ttft − per_ctx_token_ms·cached =
+//!    F + new / prefill_tokens_per_ms + prefill_ctx_ms_per_ktok·(new·cached + new(new−1)/2)/1000`, where
+//!    `F = step_fixed_ms + per_seq_ms + prefill_fixed_ms` plus the client's own overhead.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::EngineProfile;
+use crate::record::RequestRecord;
+
+/// One request of the probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeRequest {
+    /// Tokens of the run's shared prefix at the start of the prompt (cacheable once one request sent it).
+    pub shared_prefix_tokens: u32,
+    pub unique_prompt_tokens: u32,
+    pub output_tokens: u32,
+}
+
+/// One closed-loop run of the probe: `users` at a time, the requests in order, for `budget_share` of the budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbePhase {
+    pub name: String,
+    pub users: u32,
+    pub requests: Vec<ProbeRequest>,
+    /// Fraction of the whole budget this phase may take (Σ = 1).
+    pub budget_share: f64,
+}
+
+/// What bounds the probe's sizes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbeLimits {
+    /// Longest prompt sent, tokens (keep it under the server's per-request context).
+    pub max_prompt_tokens: u32,
+    /// Largest decode batch probed (the server's `max_num_seqs`, capped).
+    pub max_batch: u32,
+    /// Output length of the decode probes, tokens.
+    pub decode_output_tokens: u32,
+}
+
+impl Default for ProbeLimits {
+    fn default() -> Self {
+        ProbeLimits {
+            max_prompt_tokens: 4096,
+            max_batch: 8,
+            decode_output_tokens: 96,
+        }
+    }
+}
+
+/// Errors of planning and fitting; each names what is missing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("probe limits: {0}")]
+    Limits(String),
+    #[error("cannot fit {stage}: {reason}")]
+    Unfit { stage: &'static str, reason: String },
+}
+
+/// The designed probe (see the module docs). Cycles are repeated so that whatever prefix of a phase the budget
+/// lets through still covers every length.
+pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
+    if l.max_prompt_tokens < 256 {
+        return Err(CalibrateError::Limits(format!(
+            "max_prompt_tokens must be >= 256 (got {})",
+            l.max_prompt_tokens
+        )));
+    }
+    if l.max_batch == 0 || l.decode_output_tokens < 8 {
+        return Err(CalibrateError::Limits(format!(
+            "max_batch must be >= 1 and decode_output_tokens >= 8 (got {}, {})",
+            l.max_batch, l.decode_output_tokens
+        )));
+    }
+    let m = l.max_prompt_tokens;
+    let cold: Vec<u32> = [1, 2, 4, 8, 16, 24, 32].iter().map(|&k| m * k / 32).collect();
+    let prefix = m * 3 / 4;
+    let warm: Vec<(u32, u32)> = [(m / 4, 64), (m / 2, 64), (prefix, 64), (m / 4, m / 8), (m / 2, m / 8)]
+        .into_iter()
+        .filter(|&(c, u)| c + u <= m)
+        .collect();
+    let mut prefill = vec![ProbeRequest {
+        // Puts the shared prefix in the cache; later warm requests hit a prefix of it.
+        shared_prefix_tokens: prefix,
+        unique_prompt_tokens: 16,
+        output_tokens: 2,
+    }];
+    for _cycle in 0..8 {
+        for (i, &n) in cold.iter().enumerate() {
+            prefill.push(ProbeRequest {
+                shared_prefix_tokens: 0,
+                unique_prompt_tokens: n,
+                output_tokens: 2,
+            });
+            if let Some(&(c, u)) = warm.get(i) {
+                prefill.push(ProbeRequest {
+                    shared_prefix_tokens: c,
+                    unique_prompt_tokens: u,
+                    output_tokens: 2,
+                });
+            }
+        }
+    }
+    let mut batches = vec![1u32];
+    while batches.last().is_some_and(|&b| b * 2 <= l.max_batch.min(64)) {
+        let b = batches.last().copied().unwrap_or(1) * 2;
+        batches.push(b);
+    }
+    if batches.last() != Some(&l.max_batch.min(64)) {
+        batches.push(l.max_batch.min(64));
+    }
+    let contexts = [m / 16, m / 2];
+    let decode_share = 0.6 / (batches.len() * contexts.len()) as f64;
+    let mut phases = vec![ProbePhase {
+        name: "prefill".into(),
+        users: 1,
+        requests: prefill,
+        budget_share: 0.4,
+    }];
+    for &b in &batches {
+        for &p in &contexts {
+            phases.push(ProbePhase {
+                name: format!("decode-b{b}-p{p}"),
+                users: b,
+                requests: vec![
+                    ProbeRequest {
+                        shared_prefix_tokens: 0,
+                        unique_prompt_tokens: p,
+                        output_tokens: l.decode_output_tokens,
+                    };
+                    (b * 40) as usize
+                ],
+                budget_share: decode_share,
+            });
+        }
+    }
+    Ok(phases)
+}
+
+/// What the fit may assume beyond the records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FitOptions {
+    /// Profile the fitted coefficients go into: its name, basis and limits are kept (the limits come from the
+    /// server or the command line).
+    pub limits: Option<EngineProfile>,
+}
+
+/// A fitted coefficient.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Coefficient {
+    pub value: f64,
+    /// Standard error (from the robust fit's covariance; propagated for derived coefficients).
+    pub std_error: f64,
+    /// Whether the data determined it (false: fixed, see the notes).
+    pub identified: bool,
+}
+
+/// One stage's regression quality.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageFit {
+    /// Requests used.
+    pub n: usize,
+    pub r2: f64,
+    /// Root mean square of the residuals, ms.
+    pub rms_ms: f64,
+    /// RMS of the residuals relative to the observations' mean.
+    pub relative_rms: f64,
+}
+
+/// A request's observed and predicted values, ms.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Residual {
+    /// Index of the record among all records given (in the order given).
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_predicted_ms: Option<f64>,
+    /// Per-token decode time of the request (its median inter-token gap per token), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tpot_predicted_ms: Option<f64>,
+}
+
+/// A request the fit did not use, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unused {
+    pub index: usize,
+    pub reason: String,
+}
+
+/// The fit report (`fit.json`) and the profile it gives (`profile.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Fit {
+    pub profile: EngineProfile,
+    /// By profile field name.
+    pub coefficients: std::collections::BTreeMap<String, Coefficient>,
+    pub decode: StageFit,
+    pub prefill: StageFit,
+    pub residuals: Vec<Residual>,
+    /// Requests usable by neither stage (a request may serve one stage and not the other: not listed).
+    pub unused: Vec<Unused>,
+    /// What the fit assumed or fixed.
+    pub notes: Vec<String>,
+    pub method: String,
+}
+
+/// Least observations per stage.
+pub const MIN_DECODE_REQUESTS: usize = 6;
+pub const MIN_PREFILL_REQUESTS: usize = 8;
+/// Least distinct new-token counts (to 5 %) among the prefill observations.
+pub const MIN_DISTINCT_PROMPTS: usize = 4;
+/// A stage whose R² is below this AND whose relative RMS residual is above [`MAX_RELATIVE_RMS`] is refused.
+pub const MIN_R2: f64 = 0.5;
+pub const MAX_RELATIVE_RMS: f64 = 0.15;
+/// Huber's tuning constant (95 % efficiency under normal errors), in robust standard deviations.
+const HUBER_K: f64 = 1.345;
+
+/// Robust linear regression: Huber loss by iteratively reweighted least squares, scale by the MAD of the
+/// residuals. Returns the coefficients, their standard errors (σ̂²·(XᵀWX)⁻¹) and the final weights.
+pub fn huber_fit(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let n = y.len();
+    let p = x.first()?.len();
+    if n <= p {
+        return None;
+    }
+    let mut w = vec![1.0; n];
+    let mut beta = wls(x, y, &w)?.0;
+    for _ in 0..50 {
+        let r: Vec<f64> = (0..n).map(|i| y[i] - dot(&x[i], &beta)).collect();
+        let s = (mad(&r) / 0.6745).max(1e-12);
+        for i in 0..n {
+            let u = (r[i] / s).abs();
+            w[i] = if u <= HUBER_K { 1.0 } else { HUBER_K / u };
+        }
+        let next = wls(x, y, &w)?.0;
+        let change = next
+            .iter()
+            .zip(&beta)
+            .map(|(a, b)| (a - b).abs() / b.abs().max(1e-9))
+            .fold(0.0, f64::max);
+        beta = next;
+        if change < 1e-9 {
+            break;
+        }
+    }
+    let (_, inv) = wls(x, y, &w)?;
+    let r: Vec<f64> = (0..n).map(|i| y[i] - dot(&x[i], &beta)).collect();
+    let sw: f64 = w.iter().sum();
+    let sigma2 = (0..n).map(|i| w[i] * r[i] * r[i]).sum::<f64>() / (sw - p as f64).max(1.0);
+    let se = (0..p).map(|j| (sigma2 * inv[j][j]).max(0.0).sqrt()).collect();
+    Some((beta, se, w))
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn mad(r: &[f64]) -> f64 {
+    let mut v = r.to_vec();
+    let m = median(&mut v);
+    let mut d: Vec<f64> = r.iter().map(|x| (x - m).abs()).collect();
+    median(&mut d)
+}
+
+/// Weighted least squares by the normal equations (p is at most 3 here), with column scaling for conditioning.
+/// Returns β and (XᵀWX)⁻¹.
+fn wls(x: &[Vec<f64>], y: &[f64], w: &[f64]) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
+    let p = x[0].len();
+    let scale: Vec<f64> = (0..p)
+        .map(|j| x.iter().map(|r| r[j].abs()).fold(0.0, f64::max).max(1e-300))
+        .collect();
+    let mut a = vec![vec![0.0; p]; p];
+    let mut b = vec![0.0; p];
+    for i in 0..y.len() {
+        for j in 0..p {
+            let xj = x[i][j] / scale[j];
+            b[j] += w[i] * xj * y[i];
+            for k in 0..p {
+                a[j][k] += w[i] * xj * x[i][k] / scale[k];
+            }
+        }
+    }
+    let inv = invert(&a)?;
+    let beta = (0..p).map(|j| dot(&inv[j], &b) / scale[j]).collect();
+    let inv_unscaled = (0..p)
+        .map(|j| (0..p).map(|k| inv[j][k] / (scale[j] * scale[k])).collect())
+        .collect();
+    Some((beta, inv_unscaled))
+}
+
+/// Gauss–Jordan inverse with partial pivoting; `None` when (nearly) singular.
+fn invert(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
+    let p = a.len();
+    let mut m: Vec<Vec<f64>> = a
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut row = r.clone();
+            row.extend((0..p).map(|j| if i == j { 1.0 } else { 0.0 }));
+            row
+        })
+        .collect();
+    let norm = a.iter().flatten().map(|v| v.abs()).fold(0.0, f64::max);
+    for c in 0..p {
+        let piv = (c..p).max_by(|&i, &j| m[i][c].abs().total_cmp(&m[j][c].abs()))?;
+        if m[piv][c].abs() <= 1e-10 * norm.max(1e-300) {
+            return None;
+        }
+        m.swap(c, piv);
+        let d = m[c][c];
+        for v in m[c].iter_mut() {
+            *v /= d;
+        }
+        for r in 0..p {
+            if r != c {
+                let f = m[r][c];
+                if f != 0.0 {
+                    let row_c = m[c].clone();
+                    for (v, rc) in m[r].iter_mut().zip(row_c) {
+                        *v -= f * rc;
+                    }
+                }
+            }
+        }
+    }
+    Some(m.into_iter().map(|r| r[p..].to_vec()).collect())
+}
+
+/// A request's decode observation: its per-token step time and the batch it ran in.
+struct DecodeObs {
+    index: usize,
+    y: f64,
+    batch: f64,
+    ctx: f64,
+}
+
+struct PrefillObs {
+    index: usize,
+    ttft: f64,
+    new: f64,
+    cached: f64,
+}
+
+/// Distinct values to `rel` relative tolerance.
+fn distinct(v: &[f64], rel: f64) -> usize {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let mut n = 0;
+    let mut last = f64::NEG_INFINITY;
+    for x in s {
+        if x > last * (1.0 + rel) + 1e-9 {
+            n += 1;
+            last = x;
+        }
+    }
+    n
+}
+
+fn stage_fit(y: &[f64], pred: &[f64]) -> StageFit {
+    let n = y.len();
+    let mean = y.iter().sum::<f64>() / n.max(1) as f64;
+    let ss_res: f64 = y.iter().zip(pred).map(|(a, b)| (a - b) * (a - b)).sum();
+    let ss_tot: f64 = y.iter().map(|a| (a - mean) * (a - mean)).sum();
+    let rms = (ss_res / n.max(1) as f64).sqrt();
+    StageFit {
+        n,
+        r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
+        rms_ms: rms,
+        relative_rms: if mean > 0.0 { rms / mean } else { f64::INFINITY },
+    }
+}
+
+fn check_stage(stage: &'static str, f: &StageFit) -> Result<(), CalibrateError> {
+    if !(f.r2.is_finite() && f.rms_ms.is_finite()) {
+        return Err(CalibrateError::Unfit {
+            stage,
+            reason: "the residuals are not finite".into(),
+        });
+    }
+    if f.r2 < MIN_R2 && f.relative_rms > MAX_RELATIVE_RMS {
+        return Err(CalibrateError::Unfit {
+            stage,
+            reason: format!(
+                "the model explains too little: R² {:.3} < {MIN_R2} with residuals {:.0} % of the mean (> {:.0} %)",
+                f.r2,
+                f.relative_rms * 100.0,
+                MAX_RELATIVE_RMS * 100.0
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Coefficients, standard errors and which were fitted (not fixed at 0), in the order of the names.
+type NonnegFit = (Vec<f64>, Vec<f64>, Vec<bool>);
+
+/// Fit with nonnegative coefficients: a coefficient that comes out negative but within 2 standard errors of 0 is
+/// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit.
+fn fit_nonneg(
+    stage: &'static str,
+    names: &[&str],
+    x: &[Vec<f64>],
+    y: &[f64],
+    notes: &mut Vec<String>,
+) -> Result<NonnegFit, CalibrateError> {
+    let p = names.len();
+    let mut active: Vec<bool> = vec![true; p];
+    loop {
+        let cols: Vec<usize> = (0..p).filter(|&j| active[j]).collect();
+        let xs: Vec<Vec<f64>> = x.iter().map(|r| cols.iter().map(|&j| r[j]).collect()).collect();
+        let Some((b, se, _)) = huber_fit(&xs, y) else {
+            return Err(CalibrateError::Unfit {
+                stage,
+                reason: format!(
+                    "the observations do not separate {} (too few, or all alike)",
+                    cols.iter().map(|&j| names[j]).collect::<Vec<_>>().join(", ")
+                ),
+            });
+        };
+        if b.iter().chain(&se).any(|v| !v.is_finite()) {
+            return Err(CalibrateError::Unfit {
+                stage,
+                reason: "a coefficient is not finite".into(),
+            });
+        }
+        let worst = (0..cols.len())
+            .filter(|&k| b[k] < 0.0)
+            .min_by(|&i, &j| (b[i] / se[i].max(1e-300)).total_cmp(&(b[j] / se[j].max(1e-300))));
+        match worst {
+            None => {
+                let mut full = vec![0.0; p];
+                let mut full_se = vec![0.0; p];
+                for (k, &j) in cols.iter().enumerate() {
+                    full[j] = b[k];
+                    full_se[j] = se[k];
+                }
+                return Ok((full, full_se, active));
+            }
+            Some(k) if b[k] + 2.0 * se[k] >= 0.0 && cols.len() > 1 => {
+                notes.push(format!(
+                    "{}: fitted {:.4} ± {:.4}, not distinguishable from 0: fixed at 0",
+                    names[cols[k]], b[k], se[k]
+                ));
+                active[cols[k]] = false;
+            }
+            Some(k) => {
+                return Err(CalibrateError::Unfit {
+                    stage,
+                    reason: format!(
+                        "{} came out negative ({:.4} ± {:.4}): the model does not describe this server",
+                        names[cols[k]], b[k], se[k]
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Fit an engine profile from records (see the module docs and `docs/calibration.md`).
+pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, CalibrateError> {
+    let mut notes = Vec::new();
+    let mut unused_decode: Vec<Option<String>> = vec![None; records.len()];
+    let mut unused_prefill: Vec<Option<String>> = vec![None; records.len()];
+    // Decode intervals [first token, end] and prefill intervals [submit, first token] of every request, seconds.
+    struct Span {
+        submit: f64,
+        first: f64,
+        end: f64,
+        prompt: f64,
+        generated: f64,
+    }
+    let any_cached = records.iter().any(|r| r.cached_tokens.is_some());
+    if !any_cached {
+        notes.push("no record reports cached_tokens: every prompt taken as uncached".into());
+    }
+    let spans: Vec<Option<Span>> = records
+        .iter()
+        .map(|r| {
+            let ttft = r.ttft_s?;
+            Some(Span {
+                submit: r.t_submit,
+                first: r.t_submit + ttft,
+                end: r.t_submit + r.wall_s,
+                prompt: r.prompt_tokens? as f64,
+                generated: r.gen_tokens as f64,
+            })
+        })
+        .collect();
+    // Spans by submission time, and the longest: the spans overlapping `[lo, hi)` are among those submitted in
+    // `[lo − longest, hi)`, found by binary search (O(overlap) per request, not O(records)).
+    let mut order: Vec<usize> = (0..spans.len()).filter(|&j| spans[j].is_some()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (spans[a].as_ref(), spans[b].as_ref());
+        x.map(|s| s.submit)
+            .unwrap_or(0.0)
+            .total_cmp(&y.map(|s| s.submit).unwrap_or(0.0))
+    });
+    let submits: Vec<f64> = order
+        .iter()
+        .filter_map(|&j| spans[j].as_ref().map(|s| s.submit))
+        .collect();
+    let longest = spans.iter().flatten().map(|s| s.end - s.submit).fold(0.0, f64::max);
+    let spans_ref = &spans;
+    let (order_ref, submits_ref) = (&order, &submits);
+    let overlapping = move |lo: f64, hi: f64| {
+        let (spans, order, submits) = (spans_ref, order_ref, submits_ref);
+        let a = submits.partition_point(|&t| t < lo - longest);
+        let b = submits.partition_point(|&t| t < hi);
+        order[a..b]
+            .iter()
+            .filter(move |&&j| spans[j].as_ref().is_some_and(|o| o.end > lo && o.submit < hi))
+            .copied()
+    };
+    let mut dec = Vec::new();
+    let mut pre = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        let why = if !r.ok {
+            Some("failed".to_string())
+        } else if r.prompt_tokens.is_none() {
+            Some("no usage.prompt_tokens (the server did not report usage)".into())
+        } else if r.ttft_s.is_none() {
+            Some("no first token".into())
+        } else {
+            None
+        };
+        if let Some(w) = why {
+            unused_decode[i] = Some(w.clone());
+            unused_prefill[i] = Some(w);
+            continue;
+        }
+        let Some(s) = &spans[i] else { continue };
+        // Prefill: alone on the server from submit to first token.
+        let alone = overlapping(s.submit, s.first).all(|j| j == i);
+        let cached = r.cached_tokens.unwrap_or(0).min(r.prompt_tokens.unwrap_or(0)) as f64;
+        if alone {
+            pre.push(PrefillObs {
+                index: i,
+                ttft: s.first * 1000.0 - s.submit * 1000.0,
+                new: s.prompt - cached,
+                cached,
+            });
+        } else {
+            unused_prefill[i] = Some("not alone on the server during its prefill".into());
+        }
+        // Decode: the median inter-token gap per token.
+        let per_frame = r.gen_tokens as f64 / r.sse_frames.max(1) as f64;
+        let y = match (&r.itl, r.gen_tokens) {
+            (Some(itl), g) if g >= 8 && itl.p50_ms.is_finite() => itl.p50_ms / per_frame.max(1.0),
+            _ => {
+                unused_decode[i] = Some("fewer than 8 output tokens or no inter-token gaps".into());
+                continue;
+            }
+        };
+        // Batch and Σcontext over the request's decode interval, where nobody is prefilling (the steps its
+        // median gap stands for); all of the interval if there is no such moment.
+        let samples = 32;
+        let near: Vec<usize> = overlapping(s.first, s.end.max(s.first + 1e-9)).collect();
+        let (mut nb, mut nc, mut k) = (0.0, 0.0, 0.0);
+        let (mut ab, mut ac) = (0.0, 0.0);
+        for q in 0..samples {
+            let t = s.first + (s.end - s.first) * (q as f64 + 0.5) / samples as f64;
+            let (mut b, mut c, mut prefilling) = (0.0, 0.0, false);
+            for o in near.iter().filter_map(|&j| spans[j].as_ref()) {
+                if o.first <= t && t < o.end {
+                    b += 1.0;
+                    let frac = if o.end > o.first {
+                        (t - o.first) / (o.end - o.first)
+                    } else {
+                        0.0
+                    };
+                    c += o.prompt + o.generated * frac;
+                } else if o.submit <= t && t < o.first {
+                    prefilling = true;
+                }
+            }
+            ab += b;
+            ac += c;
+            if !prefilling {
+                nb += b;
+                nc += c;
+                k += 1.0;
+            }
+        }
+        let (batch, ctx) = if k > 0.0 {
+            (nb / k, nc / k)
+        } else {
+            (ab / samples as f64, ac / samples as f64)
+        };
+        if batch < 1.0 {
+            unused_decode[i] = Some("its decode interval is empty".into());
+            continue;
+        }
+        dec.push(DecodeObs {
+            index: i,
+            y,
+            batch,
+            ctx,
+        });
+    }
+
+    // Stage 1: decode.
+    if dec.len() < MIN_DECODE_REQUESTS {
+        return Err(CalibrateError::Unfit {
+            stage: "decode",
+            reason: format!(
+                "{} usable requests (need {MIN_DECODE_REQUESTS}: ok, usage reported, >= 8 output tokens)",
+                dec.len()
+            ),
+        });
+    }
+    let batches: Vec<f64> = dec.iter().map(|d| d.batch).collect();
+    let two_batches = distinct(&batches, 0.3) >= 2;
+    let (x, names): (Vec<Vec<f64>>, Vec<&str>) = if two_batches {
+        (
+            dec.iter().map(|d| vec![1.0, d.batch, d.ctx]).collect(),
+            vec!["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms"],
+        )
+    } else {
+        notes.push("one batch size only: per_seq_ms not identified, fixed at 0 (folded into step_fixed_ms)".into());
+        (
+            dec.iter().map(|d| vec![1.0, d.ctx]).collect(),
+            vec!["step_fixed_ms", "per_ctx_token_ms"],
+        )
+    };
+    let y: Vec<f64> = dec.iter().map(|d| d.y).collect();
+    let (b, se, active) = fit_nonneg("decode", &names, &x, &y, &mut notes)?;
+    let get = |name: &str| names.iter().position(|n| *n == name).map(|j| (b[j], se[j], active[j]));
+    let (s_fixed, s_fixed_se, _) = get("step_fixed_ms").unwrap_or((0.0, 0.0, false));
+    let (q, q_se, q_id) = get("per_seq_ms").unwrap_or((0.0, 0.0, false));
+    let (k, k_se, k_id) = get("per_ctx_token_ms").unwrap_or((0.0, 0.0, false));
+    if s_fixed + q <= 0.0 {
+        return Err(CalibrateError::Unfit {
+            stage: "decode",
+            reason: "step_fixed_ms + per_seq_ms came out 0: a step would take no time".into(),
+        });
+    }
+    let dec_pred: Vec<f64> = x.iter().map(|r| dot(r, &b)).collect();
+    let decode = stage_fit(&y, &dec_pred);
+    check_stage("decode", &decode)?;
+
+    // Stage 2: prefill.
+    if pre.len() < MIN_PREFILL_REQUESTS {
+        return Err(CalibrateError::Unfit {
+            stage: "prefill",
+            reason: format!(
+                "{} requests were alone on the server during their prefill (need {MIN_PREFILL_REQUESTS})",
+                pre.len()
+            ),
+        });
+    }
+    let news: Vec<f64> = pre.iter().map(|p| p.new).collect();
+    let nd = distinct(&news, 0.05);
+    if nd < MIN_DISTINCT_PROMPTS {
+        return Err(CalibrateError::Unfit {
+            stage: "prefill",
+            reason: format!("{nd} distinct prompt lengths (need {MIN_DISTINCT_PROMPTS})"),
+        });
+    }
+    let px: Vec<Vec<f64>> = pre
+        .iter()
+        .map(|p| vec![1.0, p.new, (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0])
+        .collect();
+    let py: Vec<f64> = pre.iter().map(|p| p.ttft - k * p.cached).collect();
+    let pnames = ["prefill_step_ms", "ms_per_new_token", "prefill_ctx_ms_per_ktok"];
+    let (pb, pse, _) = fit_nonneg("prefill", &pnames, &px, &py, &mut notes)?;
+    if pb[1] <= 0.0 {
+        return Err(CalibrateError::Unfit {
+            stage: "prefill",
+            reason: "the cost per new prompt token came out 0: prefill_tokens_per_ms would be infinite".into(),
+        });
+    }
+    let pre_pred: Vec<f64> = px.iter().zip(&pre).map(|(r, p)| dot(r, &pb) + k * p.cached).collect();
+    let ttfts: Vec<f64> = pre.iter().map(|p| p.ttft).collect();
+    let prefill = stage_fit(&ttfts, &pre_pred);
+    check_stage("prefill", &prefill)?;
+
+    let rate = 1.0 / pb[1];
+    let rate_se = pse[1] / (pb[1] * pb[1]);
+    let mut prefill_fixed = pb[0] - s_fixed - q;
+    let prefill_fixed_se = (pse[0] * pse[0] + s_fixed_se * s_fixed_se + q_se * q_se).sqrt();
+    if prefill_fixed < 0.0 {
+        notes.push(format!(
+            "prefill_fixed_ms: the prefill step's fixed part ({:.3} ms) is below a decode step's ({:.3} ms): set 0",
+            pb[0],
+            s_fixed + q
+        ));
+        prefill_fixed = 0.0;
+    }
+    let mut coefficients = std::collections::BTreeMap::new();
+    let mut put = |name: &str, value: f64, std_error: f64, identified: bool| {
+        coefficients.insert(
+            name.to_string(),
+            Coefficient {
+                value,
+                std_error,
+                identified,
+            },
+        );
+    };
+    put("step_fixed_ms", s_fixed, s_fixed_se, true);
+    put("per_seq_ms", q, q_se, q_id);
+    put("per_ctx_token_ms", k, k_se, k_id);
+    put("prefill_tokens_per_ms", rate, rate_se, true);
+    put("prefill_fixed_ms", prefill_fixed, prefill_fixed_se, true);
+    put("prefill_ctx_ms_per_ktok", pb[2], pse[2], pb[2] > 0.0);
+
+    let mut profile = opts.limits.clone().unwrap_or_else(|| EngineProfile {
+        name: "calibrated".into(),
+        basis: String::new(),
+        block_size: 16,
+        num_kv_blocks: 1_000_000,
+        max_num_seqs: 256,
+        max_num_batched_tokens: 8192,
+        max_model_len: None,
+        step_fixed_ms: 0.0,
+        per_seq_ms: 0.0,
+        per_ctx_token_ms: 0.0,
+        prefill_tokens_per_ms: 1.0,
+        prefill_fixed_ms: 0.0,
+        enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.0,
+        host_cache: None,
+    });
+    profile.step_fixed_ms = s_fixed;
+    profile.per_seq_ms = q;
+    profile.per_ctx_token_ms = k;
+    profile.prefill_tokens_per_ms = rate;
+    profile.prefill_fixed_ms = prefill_fixed;
+    profile.prefill_ctx_ms_per_ktok = pb[2];
+    let method = format!(
+        "loadshape calibrate: Huber (k = {HUBER_K}) IRLS fits of {} decode observations (median inter-token gap \
+         = step_fixed + per_seq·batch + per_ctx·Σcontext, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
+         prefill_ctx·attended/1000, R² {:.3}); see docs/calibration.md",
+        decode.n, decode.r2, prefill.n, prefill.r2
+    );
+    profile.basis = if profile.basis.is_empty() {
+        format!("measured: {method}")
+    } else {
+        format!("measured: {method}; limits: {}", profile.basis)
+    };
+    profile.validate().map_err(|e| CalibrateError::Unfit {
+        stage: "profile",
+        reason: e.to_string(),
+    })?;
+
+    let mut residuals: Vec<Residual> = Vec::new();
+    let mut by_index = std::collections::BTreeMap::new();
+    for (o, p) in pre.iter().zip(&pre_pred) {
+        by_index.entry(o.index).or_insert((None, None)).0 = Some((o.ttft, *p));
+    }
+    for (o, p) in dec.iter().zip(&dec_pred) {
+        by_index.entry(o.index).or_insert((None, None)).1 = Some((o.y, *p));
+    }
+    for (index, (t, d)) in by_index {
+        residuals.push(Residual {
+            index,
+            ttft_ms: t.map(|v| v.0),
+            ttft_predicted_ms: t.map(|v| v.1),
+            tpot_ms: d.map(|v| v.0),
+            tpot_predicted_ms: d.map(|v| v.1),
+        });
+    }
+    let unused = (0..records.len())
+        .filter_map(|i| match (&unused_decode[i], &unused_prefill[i]) {
+            (Some(a), Some(b)) if a == b => Some(Unused {
+                index: i,
+                reason: a.clone(),
+            }),
+            (Some(a), Some(b)) => Some(Unused {
+                index: i,
+                reason: format!("decode: {a}; prefill: {b}"),
+            }),
+            _ => None,
+        })
+        .collect();
+    Ok(Fit {
+        profile,
+        coefficients,
+        decode,
+        prefill,
+        residuals,
+        unused,
+        notes,
+        method,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huber_recovers_a_line_despite_outliers() {
+        let x: Vec<Vec<f64>> = (0..40).map(|i| vec![1.0, f64::from(i)]).collect();
+        let mut y: Vec<f64> = (0..40).map(|i| 3.0 + 0.5 * f64::from(i)).collect();
+        y[5] += 100.0;
+        y[17] -= 80.0;
+        let (b, se, w) = huber_fit(&x, &y).expect("fit");
+        assert!((b[0] - 3.0).abs() < 1e-6 && (b[1] - 0.5).abs() < 1e-6, "{b:?}");
+        assert!(se.iter().all(|s| s.is_finite()));
+        assert!(w[5] < 0.1 && w[17] < 0.1);
+    }
+
+    #[test]
+    fn singular_designs_are_refused() {
+        let x: Vec<Vec<f64>> = (0..10).map(|_| vec![1.0, 2.0]).collect();
+        assert!(huber_fit(&x, &[1.0; 10]).is_none());
+    }
+
+    #[test]
+    fn the_probe_stays_within_its_limits() {
+        let l = ProbeLimits::default();
+        let phases = plan_probe(&l).expect("plan");
+        let share: f64 = phases.iter().map(|p| p.budget_share).sum();
+        assert!((share - 1.0).abs() < 1e-9);
+        for p in &phases {
+            for r in &p.requests {
+                assert!(r.shared_prefix_tokens + r.unique_prompt_tokens <= l.max_prompt_tokens);
+            }
+            assert!(p.users >= 1 && p.users <= l.max_batch);
+        }
+        assert!(
+            plan_probe(&ProbeLimits {
+                max_prompt_tokens: 10,
+                ..l
+            })
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! The fit of `shared::calibrate` on records the engine model itself produced (no clock, no jitter): what it
+//! recovers is limited only by the model's own approximations (batch and context reconstructed from the records).
+
+use shared::calibrate::{FitOptions, fit};
+use shared::engine::{EngineProfile, EngineScenario, SimOptions, simulate_with};
+use shared::metrics::Slo;
+use shared::record::RequestRecord;
+use shared::workload::{ClosedLoopWorkload, LengthDist, Workload};
+
+fn truth() -> EngineProfile {
+    EngineProfile {
+        name: "truth".into(),
+        basis: "test".into(),
+        block_size: 16,
+        num_kv_blocks: 50_000,
+        max_num_seqs: 8,
+        max_num_batched_tokens: 8192,
+        max_model_len: None,
+        step_fixed_ms: 16.0,
+        per_seq_ms: 1.5,
+        per_ctx_token_ms: 0.0015,
+        prefill_tokens_per_ms: 6.0,
+        prefill_fixed_ms: 8.0,
+        enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.08,
+        host_cache: None,
+    }
+}
+
+/// Records of one closed-loop phase, shifted to start at `offset` seconds.
+fn phase(users: u32, n: u64, prompt: LengthDist, output: u32, shared: u32, offset: f64) -> Vec<RequestRecord> {
+    let sc = EngineScenario {
+        workload: Workload::ClosedLoop(ClosedLoopWorkload {
+            users,
+            num_requests: n,
+            think_s: 0.0,
+            prompt,
+            output: LengthDist::Fixed { tokens: output },
+            shared_prefix_tokens: shared,
+        }),
+        profile: truth(),
+        slo: Slo::default(),
+        seed: u64::from(users) * 31 + u64::from(shared),
+        counterfactuals: false,
+    };
+    let opts = SimOptions {
+        record_itl_quantiles: true,
+        keep_records: true,
+    };
+    let mut recs = simulate_with(&sc, opts).expect("valid").records;
+    for r in &mut recs {
+        r.t_submit += offset;
+    }
+    recs
+}
+
+fn probe_records() -> Vec<RequestRecord> {
+    records_of(&[1, 2, 4, 8], true)
+}
+
+/// Decode phases at these batch sizes, after the lone-prefill phases when `prefills`.
+fn records_of(batches: &[u32], prefills: bool) -> Vec<RequestRecord> {
+    let mut all: Vec<RequestRecord> = Vec::new();
+    let mut push = |mut recs: Vec<RequestRecord>| {
+        let end = all.iter().map(|r| r.t_submit + r.wall_s).fold(0.0, f64::max) + 1.0;
+        for r in &mut recs {
+            r.t_submit += end;
+        }
+        all.extend(recs);
+    };
+    if prefills {
+        // Lone prefills: cold, and warm after a 1,024-token shared prefix.
+        push(phase(1, 60, LengthDist::Uniform { min: 32, max: 3000 }, 2, 0, 0.0));
+        push(phase(1, 40, LengthDist::Uniform { min: 32, max: 600 }, 2, 1024, 0.0));
+    }
+    // Decode at several batch sizes and contexts.
+    for &b in batches {
+        for p in [128, 1024] {
+            push(phase(b, u64::from(b) * 4, LengthDist::Fixed { tokens: p }, 96, 0, 0.0));
+        }
+    }
+    all
+}
+
+#[test]
+fn fit_recovers_the_engine_that_made_the_records() {
+    let p = truth();
+    let f = fit(&probe_records(), &FitOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let c = |n: &str| f.coefficients[n].value;
+    let rel = |got: f64, want: f64| (got - want) / want;
+    let errors = [
+        ("step_fixed_ms", rel(c("step_fixed_ms"), p.step_fixed_ms)),
+        ("per_seq_ms", rel(c("per_seq_ms"), p.per_seq_ms)),
+        ("per_ctx_token_ms", rel(c("per_ctx_token_ms"), p.per_ctx_token_ms)),
+        (
+            "prefill_tokens_per_ms",
+            rel(c("prefill_tokens_per_ms"), p.prefill_tokens_per_ms),
+        ),
+        ("prefill_fixed_ms", rel(c("prefill_fixed_ms"), p.prefill_fixed_ms)),
+        (
+            "prefill_ctx_ms_per_ktok",
+            rel(c("prefill_ctx_ms_per_ktok"), p.prefill_ctx_ms_per_ktok),
+        ),
+    ];
+    eprintln!("relative errors {errors:?}\nnotes {:?}", f.notes);
+    for (n, e) in errors {
+        assert!(e.abs() < 0.005, "{n}: {e} ({errors:?})");
+    }
+    assert!(
+        f.decode.r2 > 0.99 && f.prefill.r2 > 0.999,
+        "{:?} {:?}",
+        f.decode,
+        f.prefill
+    );
+    // Standard errors are finite, and the truth is within a few of them for the prefill terms (the decode terms'
+    // error is the reconstruction's bias, not noise).
+    for (n, co) in &f.coefficients {
+        assert!(co.std_error.is_finite() && co.std_error >= 0.0, "{n}: {co:?}");
+    }
+    // Every record is either used or listed with a reason.
+    let used: std::collections::BTreeSet<usize> = f.residuals.iter().map(|r| r.index).collect();
+    for u in &f.unused {
+        assert!(!used.contains(&u.index) && !u.reason.is_empty());
+    }
+}
+
+#[test]
+fn a_fit_never_returns_nonsense() {
+    let mut recs = probe_records();
+    // A server that reports no usage.
+    for r in &mut recs {
+        r.prompt_tokens = None;
+    }
+    let e = fit(&recs, &FitOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("decode") && e.contains("usage"), "{e}");
+    // TTFTs that fall as prompts grow: a negative cost per token is refused, not written.
+    let mut recs = probe_records();
+    for r in &mut recs {
+        if r.gen_tokens <= 2
+            && let (Some(t), Some(p)) = (r.ttft_s, r.prompt_tokens)
+        {
+            r.ttft_s = Some((t - p as f64 * 0.0004).max(0.001));
+        }
+    }
+    let e = fit(&recs, &FitOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("prefill"), "{e}");
+    // No lone prefills at all: only batches of 2 and more, whose users send together.
+    let recs = records_of(&[2, 4, 8], false);
+    let e = fit(&recs, &FitOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("alone on the server"), "{e}");
+}

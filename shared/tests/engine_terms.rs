@@ -1,0 +1,232 @@
+//! The engine profile's optional terms: context-dependent prefill (`prefill_ctx_ms_per_ktok`) and the host-memory
+//! prefix-cache tier (`host_cache`). Off by default they change nothing; on, they do what docs/simulator.md says.
+
+use proptest::prelude::*;
+use shared::engine::profile::HostCache;
+use shared::engine::{Engine, EngineProfile, EngineScenario, PromptBlocks, StepEvent, simulate};
+use shared::metrics::Slo;
+use shared::workload::{SessionWorkload, Workload};
+
+fn profile(kv: u64) -> EngineProfile {
+    EngineProfile {
+        name: "p".into(),
+        basis: "test".into(),
+        block_size: 16,
+        num_kv_blocks: kv,
+        max_num_seqs: 8,
+        max_num_batched_tokens: 8192,
+        max_model_len: None,
+        step_fixed_ms: 5.0,
+        per_seq_ms: 0.1,
+        per_ctx_token_ms: 0.0001,
+        prefill_tokens_per_ms: 20.0,
+        prefill_fixed_ms: 1.0,
+        enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.0,
+        host_cache: None,
+    }
+}
+
+fn sessions(kv: u64, sessions: u32, host: Option<u64>, seed: u64) -> EngineScenario {
+    let mut p = profile(kv);
+    p.host_cache = host.map(|capacity_tokens| HostCache {
+        capacity_tokens,
+        restore_tokens_per_ms: 200.0,
+    });
+    EngineScenario {
+        workload: Workload::Sessions(SessionWorkload {
+            sessions,
+            steps: 6,
+            base_tokens: 3000,
+            gen_tokens: 150,
+            tool_tokens: 400,
+            think_s: 2.0,
+            respawn: false,
+            duration_s: 120.0,
+            stagger_s: 0.5,
+            ..Default::default()
+        }),
+        profile: p,
+        slo: Slo::default(),
+        seed,
+        counterfactuals: false,
+    }
+}
+
+fn report(sc: &EngineScenario) -> String {
+    let r = simulate(sc).expect("valid scenario");
+    format!("{:?}\n{:?}\n{:?}", r.records, r.summary, r.timeline)
+}
+
+/// The duration of the first step of a lone request: its whole prefill.
+fn first_step_ms(p: EngineProfile, prompt: &[u32], output: u32) -> f64 {
+    let mut e = Engine::new(p);
+    e.submit(0.0, PromptBlocks::from_tokens(prompt, 16), output);
+    e.step(0.0).expect("a step").duration_ms
+}
+
+#[test]
+fn prefill_cost_grows_with_the_context_attended() {
+    let mut p = profile(10_000);
+    p.prefill_ctx_ms_per_ktok = 0.146;
+    let n = 4000u32;
+    let prompt: Vec<u32> = (0..n).collect();
+    let base = 5.0 + 0.1 + 1.0 + f64::from(n) / 20.0;
+    let attn = 0.146 * (f64::from(n) * f64::from(n - 1) / 2.0) / 1000.0;
+    let got = first_step_ms(p.clone(), &prompt, 4);
+    assert!((got - (base + attn)).abs() < 1e-9, "{got} vs {}", base + attn);
+    // Off: the old form, to the bit.
+    p.prefill_ctx_ms_per_ktok = 0.0;
+    assert_eq!(first_step_ms(p, &prompt, 4), base);
+}
+
+/// A warm prefill of 320 new tokens after `c` cached ones costs `coef · 320 · (c + 159.5) / 1000` more.
+#[test]
+fn warm_prefill_pays_for_its_cached_context() {
+    let mut p = profile(10_000);
+    p.prefill_ctx_ms_per_ktok = 0.2;
+    let mut e = Engine::new(p);
+    let first: Vec<u32> = (0..3200).collect();
+    e.submit(0.0, PromptBlocks::from_tokens(&first, 16), 1);
+    let mut t = 0.0;
+    while let Some(s) = e.step(t) {
+        t = s.start_ms + s.duration_ms;
+    }
+    let second: Vec<u32> = (0..3200).chain(10_000..10_320).collect();
+    e.submit(t, PromptBlocks::from_tokens(&second, 16), 1);
+    let s = e.step(t).expect("a step");
+    let cached = s
+        .events
+        .iter()
+        .find_map(|ev| match ev {
+            StepEvent::Admitted { cached_tokens, .. } => Some(*cached_tokens),
+            _ => None,
+        })
+        .expect("admitted");
+    assert_eq!(cached, 3200);
+    let (n, c) = (320.0, 3200.0);
+    let want = 5.0 + 0.1 + 0.0001 * c + 1.0 + n / 20.0 + 0.2 * (n * c + n * (n - 1.0) / 2.0) / 1000.0;
+    assert!((s.duration_ms - want).abs() < 1e-9, "{} vs {want}", s.duration_ms);
+}
+
+/// A prompt evicted from a small GPU cache hits in the host tier: cached, and its restore is charged.
+#[test]
+fn host_tier_restores_what_the_gpu_evicted() {
+    // 300 blocks = 4,800 tokens of GPU KV: two 4,000-token prompts cannot both stay.
+    let run = |host: Option<HostCache>| {
+        let mut p = profile(300);
+        p.host_cache = host;
+        let mut e = Engine::new(p);
+        let a: Vec<u32> = (0..4000).collect();
+        let b: Vec<u32> = (100_000..104_000).collect();
+        let mut t = 0.0;
+        let mut admitted = Vec::new();
+        let mut durations = Vec::new();
+        for prompt in [&a, &b, &a] {
+            e.submit(t, PromptBlocks::from_tokens(prompt, 16), 2);
+            while let Some(s) = e.step(t) {
+                t = s.start_ms + s.duration_ms;
+                for ev in &s.events {
+                    if let StepEvent::Admitted { cached_tokens, .. } = ev {
+                        admitted.push(*cached_tokens);
+                        durations.push(s.duration_ms);
+                    }
+                }
+            }
+        }
+        (admitted, durations)
+    };
+    let (off, off_ms) = run(None);
+    // B evicted A's tail (tail first): only A's head is left in the GPU.
+    assert!(
+        off[2] > 0 && off[2] < 100 * 16,
+        "without a host tier A's tail is recomputed: {off:?}"
+    );
+    let host = HostCache {
+        capacity_tokens: 100_000,
+        restore_tokens_per_ms: 400.0,
+    };
+    let (on, on_ms) = run(Some(host));
+    // 3,999 tokens can hit (the last is computed): 249 full blocks.
+    assert_eq!(on, vec![0, 0, 249 * 16]);
+    let restored = f64::from(249 * 16 - off[2]);
+    let hit = f64::from(249 * 16);
+    let want = 5.0 + 0.1 + 0.0001 * hit + 1.0 + 16.0 / 20.0 + restored / 400.0;
+    assert!((on_ms[2] - want).abs() < 1e-9, "{} vs {want}", on_ms[2]);
+    assert!(on_ms[2] < off_ms[2]);
+    // A host tier with room for nothing is no host tier.
+    let zero = HostCache {
+        capacity_tokens: 0,
+        ..host
+    };
+    assert_eq!(run(Some(zero)), (off, off_ms));
+}
+
+#[test]
+fn bad_terms_name_the_field() {
+    let mut sc = sessions(1000, 2, Some(1000), 1);
+    sc.profile.prefill_ctx_ms_per_ktok = -1.0;
+    let e = sc.validate().unwrap_err().to_string();
+    assert!(e.contains("profile.prefill_ctx_ms_per_ktok"), "{e}");
+    sc.profile.prefill_ctx_ms_per_ktok = 0.0;
+    sc.profile.host_cache = Some(HostCache {
+        capacity_tokens: 10,
+        restore_tokens_per_ms: 0.0,
+    });
+    let e = sc.validate().unwrap_err().to_string();
+    assert!(e.contains("profile.host_cache.restore_tokens_per_ms"), "{e}");
+    let unknown = r#"{"name": "x", "block_size": 16, "num_kv_blocks": 10, "max_num_seqs": 1,
+        "max_num_batched_tokens": 8, "step_fixed_ms": 1, "per_seq_ms": 0, "per_ctx_token_ms": 0,
+        "prefill_tokens_per_ms": 1, "host_cache": {"capacity_tokens": 5, "restore": 1}}"#;
+    assert!(serde_json::from_str::<EngineProfile>(unknown).is_err());
+    // Defaults: a profile without the new fields reads as both off and writes without them.
+    let old = r#"{"name": "x", "block_size": 16, "num_kv_blocks": 10, "max_num_seqs": 1,
+        "max_num_batched_tokens": 8, "step_fixed_ms": 1, "per_seq_ms": 0, "per_ctx_token_ms": 0,
+        "prefill_tokens_per_ms": 1}"#;
+    let p: EngineProfile = serde_json::from_str(old).expect("old profile");
+    assert_eq!((p.prefill_ctx_ms_per_ktok, p.host_cache), (0.0, None));
+    let back = serde_json::to_string(&p).expect("json");
+    assert!(!back.contains("host_cache") && !back.contains("prefill_ctx"), "{back}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// A host tier of capacity 0 is the same as none, to the byte, on workloads that evict.
+    #[test]
+    fn zero_capacity_host_tier_is_off(kv in 200u64..3000, n in 2u32..12, seed in any::<u64>()) {
+        prop_assert_eq!(report(&sessions(kv, n, Some(0), seed)), report(&sessions(kv, n, None, seed)));
+    }
+
+    /// A bigger host tier never lowers the cached share of a sessions workload (LRU keeps what a smaller one
+    /// keeps), and some host tier helps when the GPU cache is too small for the sessions.
+    #[test]
+    fn bigger_host_tier_never_lowers_cached_share(
+        kv in 200u64..3000,
+        n in 2u32..12,
+        small in 0u64..40_000,
+        more in 0u64..200_000,
+        seed in any::<u64>(),
+    ) {
+        let share = |host: Option<u64>| {
+            simulate(&sessions(kv, n, host, seed)).expect("valid").summary.cached_share_achieved.unwrap_or(0.0)
+        };
+        let (none, a, b) = (share(None), share(Some(small)), share(Some(small + more)));
+        prop_assert!(a >= none - 1e-12, "host {small}: {a} < none {none}");
+        prop_assert!(b >= a - 1e-12, "host {}: {b} < host {small}: {a}", small + more);
+    }
+}
+
+/// Sessions that outgrow the GPU cache get more of their prompts cached with a host tier.
+#[test]
+fn host_tier_raises_the_cached_share_of_sessions() {
+    let share = |host| {
+        simulate(&sessions(400, 8, host, 7))
+            .expect("valid")
+            .summary
+            .cached_share_achieved
+            .expect("a share")
+    };
+    let (none, host) = (share(None), share(Some(1_000_000)));
+    assert!(host > none + 0.1, "host {host} vs none {none}");
+}
