@@ -30,7 +30,7 @@
 //! Records carry measurements and every conclusion drawn from them is computed here, for simulated and live
 //! records alike: a record's own [`ItlSummary`] ([`itl_summary`] from a live request's frame gaps,
 //! [`itl_from_stretches`] from the engine's stretches of identical decode steps), the hyper path's [`send_delay`],
-//! the CDF points the page draws ([`cdf`], [`ttft_cdf`], [`tpot_cdf`]), and the report's [`Checks`], with cut vs
+//! the CDF points the page draws ([`cdf`], [`ttft_cdf`], [`tpot_cdf`], [`completion_curve`]), and the report's [`Checks`], with cut vs
 //! failed read from the record's typed failure ([`outcome_of`]). The seed model's bit-exact Python scoring
 //! (`seed_model::evaluate`) is the one documented exception.
 
@@ -856,6 +856,24 @@ pub fn tpot_cdf(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)>
     cdf(&ms, max_points)
 }
 
+/// Completions over time, for the live page's progress chart: every record's finish time (`t_submit + wall_s`,
+/// finite ones), sorted, as points `(finish time s, requests finished by then)`, every
+/// `max(⌈n / max_points⌉, 1)`-th one from the first.
+pub fn completion_curve(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)> {
+    let mut done: Vec<f64> = records
+        .iter()
+        .map(|x| x.t_submit + x.wall_s)
+        .filter(|t| t.is_finite())
+        .collect();
+    done.sort_by(f64::total_cmp);
+    let stride = done.len().div_ceil(max_points).max(1);
+    done.iter()
+        .enumerate()
+        .step_by(stride)
+        .map(|(i, t)| (*t, (i + 1) as f64))
+        .collect()
+}
+
 /// Nearest-rank percentile of ascending `sorted`: the element at `ceil(q·n) − 1`, clamped to `[0, n − 1]`;
 /// 0 for no samples. Identical to the seed's `_percentile`.
 pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
@@ -1145,6 +1163,43 @@ mod tests {
         assert!(c.len() <= 102, "{}", c.len());
         assert!(cdf(&[], 10).is_empty());
         assert_eq!(cdf(&[3.0, 1.0], 10), vec![(1.0, 0.0), (1.0, 0.5), (3.0, 1.0)]);
+    }
+
+    /// The completion curve counts finished requests in finish order, thinned to the asked size.
+    #[test]
+    fn completion_curve_counts_in_finish_order() {
+        let rec = |t: f64, wall: f64| RequestRecord {
+            schema: 1,
+            session: 0,
+            inst: 0,
+            step: 0,
+            steps_asked: 1,
+            base_asked: 0,
+            ok: true,
+            t_submit: t,
+            ttft_s: None,
+            wall_s: wall,
+            gen_tokens: 0,
+            asked_tokens: 0,
+            prompt_tokens: None,
+            cached_tokens: None,
+            designed_cached_tokens: None,
+            sse_frames: 0,
+            prompt_chars: 0,
+            queue_s: None,
+            itl: None,
+            finish_reason: None,
+            usage_source: UsageSource::Simulated,
+            rx_clock: None,
+            retries: 0,
+            retry_statuses: Vec::new(),
+            failure: None,
+            error: None,
+        };
+        let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
+        assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);
+        assert_eq!(completion_curve(&recs, 2), vec![(1.5, 1.0), (4.0, 3.0)]);
+        assert!(completion_curve(&[], 10).is_empty());
     }
 
     /// Selection gives exactly what sorting gives, for every size and with ties and repeated ranks.
