@@ -226,6 +226,7 @@ async fn a_request_whose_bytes_were_written_is_never_sent_again(hc: HttpClient) 
             "{:?}",
             o.error
         );
+        assert_eq!(o.failure, Some(shared::record::FailureKind::Connect));
         assert_eq!(server.posts(), i, "request {i}: the server saw each request once");
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{self, Config, Faults};
-use shared::record::{FrameClock, RequestRecord};
+use shared::record::{FailureKind, FrameClock, RequestRecord};
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
@@ -371,6 +371,13 @@ async fn dead_server_aborts_with_exit_2_and_keeps_records(hc: &'static str) {
     for r in recs.iter().filter(|r| !r.ok) {
         let e = r.error.as_deref().unwrap_or_default();
         assert!(e.starts_with("HTTP 503") || e.starts_with("cut:"), "{e}");
+        // The record names the kind of its failure, as its text does.
+        let kind = if e.starts_with("cut:") {
+            FailureKind::Cut
+        } else {
+            FailureKind::HttpStatus
+        };
+        assert_eq!(r.failure, Some(kind), "{e}");
     }
     assert!(
         recs.len() >= received && recs.len() - received <= cut,
@@ -615,6 +622,11 @@ async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static s
         .iter()
         .filter(|r| r.error.as_deref().is_some_and(|e| e.starts_with("cut:")))
         .count();
+    assert_eq!(
+        recs.iter().filter(|r| r.failure == Some(FailureKind::Cut)).count(),
+        cut,
+        "every cut record says so in `failure`"
+    );
     // One record per request the server saw, plus cut requests that had not reached it yet.
     assert!(
         recs.len() >= received && recs.len() - received <= cut,

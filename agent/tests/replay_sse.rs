@@ -14,7 +14,7 @@ use bytes::Bytes;
 use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, Outcome};
 use loadshape::replay::dialect::Dialect;
 use loadshape::replay::rxstamp::RxClock;
-use shared::record::UsageSource;
+use shared::record::{FailureKind, UsageSource};
 use tokio_util::sync::CancellationToken;
 
 /// `name::hyper` and `name::reqwest` tests of each `async fn name(hc: HttpClient)`.
@@ -207,6 +207,7 @@ async fn malformed_json_fails_the_request_but_keeps_counts(hc: HttpClient) {
     assert!(!o.ok);
     let err = o.error.unwrap_or_default();
     assert!(err.starts_with("malformed SSE frame"), "{err}");
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
     assert_eq!((o.frames, o.gen_tokens), (2, 3));
 }
 
@@ -214,6 +215,7 @@ async fn error_frame_fails_with_the_servers_message(hc: HttpClient) {
     let o = run(hc, "error_frame").await;
     assert!(!o.ok);
     assert_eq!(o.error.as_deref(), Some("error frame: CUDA out of memory"));
+    assert_eq!(o.failure, Some(FailureKind::ErrorFrame));
     assert_eq!(o.frames, 1);
 }
 
@@ -255,6 +257,7 @@ async fn stall_between_frames_times_out(hc: HttpClient) {
         "{:?}",
         o.error
     );
+    assert_eq!(o.failure, Some(FailureKind::Stall));
     assert_eq!(o.frames, 1);
     assert!(o.wall < Duration::from_millis(1200), "{:?}", o.wall);
 }
@@ -267,6 +270,7 @@ async fn connection_reset_mid_stream_fails(hc: HttpClient) {
         "{:?}",
         o.error
     );
+    assert_eq!(o.failure, Some(FailureKind::Stream));
     assert_eq!(o.frames, 1);
 }
 
@@ -274,6 +278,7 @@ async fn eof_without_finish_or_done_fails(hc: HttpClient) {
     let o = run(hc, "no_done_eof").await;
     assert!(!o.ok);
     assert!(o.error.unwrap_or_default().contains("without finish_reason"));
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
 }
 
 async fn http_error_status_is_reported(hc: HttpClient) {
@@ -281,6 +286,7 @@ async fn http_error_status_is_reported(hc: HttpClient) {
     assert!(!o.ok);
     let err = o.error.unwrap_or_default();
     assert!(err.starts_with("HTTP 500") && err.contains("boom"), "{err}");
+    assert_eq!(o.failure, Some(FailureKind::HttpStatus));
 }
 
 /// Headers slower than `--timeout`, no stall limit: the whole-request timeout ends it. (With a stall limit shorter
@@ -296,6 +302,7 @@ async fn whole_request_timeout(hc: HttpClient) {
         .complete("prompt", 3, true, &LiveCounters::default(), &CancellationToken::new())
         .await;
     assert!(!o.ok);
+    assert_eq!(o.failure, Some(FailureKind::Timeout));
     let err = o.error.unwrap_or_default();
     assert!(err.starts_with("timeout: no response headers"), "{err}");
 }
@@ -311,6 +318,7 @@ async fn cut_returns_promptly_with_a_cut_record(hc: HttpClient) {
     });
     let o = c.complete("p", 3, false, &LiveCounters::default(), &cut).await;
     assert_eq!(o.error.as_deref(), Some(client::CUT_ERROR));
+    assert_eq!(o.failure, Some(FailureKind::Cut));
     assert_eq!(o.frames, 1);
 }
 

@@ -52,6 +52,7 @@ fn record(i: u64) -> RequestRecord {
         rx_clock: None,
         retries: 0,
         retry_statuses: Vec::new(),
+        failure: None,
         error: None,
     }
 }

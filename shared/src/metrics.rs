@@ -6,7 +6,7 @@
 //! - **TTFT** (time to first token): submit → first content token ([`RequestRecord::ttft_s`]).
 //! - **TPOT** (time per output token, excluding the first): `(e2e − ttft) / (output_tokens − 1)`, only for requests
 //!   with at least two output tokens ([`RequestRecord::tpot_ms`]).
-//! - **ITL** (inter-token latency): gaps between successive streamed chunks, from each record's [`ItlSummary`](crate::record::ItlSummary).
+//! - **ITL** (inter-token latency): gaps between successive streamed chunks, from each record's [`ItlSummary`].
 //! - **E2EL** (end-to-end latency): submit → last byte ([`RequestRecord::wall_s`]).
 //! - **Queue**: submit → admission by the engine ([`RequestRecord::queue_s`], simulator only).
 //!
@@ -26,13 +26,20 @@
 //!
 //! [`timeline`] bins the same records into time series (running and queued requests, submissions, completions,
 //! output tokens) for charts.
+//!
+//! Records carry measurements and every conclusion drawn from them is computed here, for simulated and live
+//! records alike: a record's own [`ItlSummary`] ([`itl_summary`] from a live request's frame gaps,
+//! [`itl_from_stretches`] from the engine's stretches of identical decode steps), the hyper path's [`send_delay`],
+//! the CDF points the page draws ([`cdf`], [`ttft_cdf`], [`tpot_cdf`], [`completion_curve`]), and the report's [`Checks`], with cut vs
+//! failed read from the record's typed failure ([`outcome_of`]). The seed model's bit-exact Python scoring
+//! (`seed_model::evaluate`) is the one documented exception.
 
 use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::record::{FailureKind, FrameClock, ItlSummary, RequestRecord, UsageSource};
 use crate::error::ScenarioError;
-use crate::record::RequestRecord;
 
 /// Service-level objectives a request must meet to count toward goodput (vLLM's `--goodput ttft:… tpot:… e2el:…`).
 /// A request meets them when every given metric is `<=` its target.
@@ -566,6 +573,307 @@ pub(crate) fn weighted_ranks_by<T: Copy, const K: usize>(
     Some(out)
 }
 
+/// One request's [`ItlSummary`] from its measured inter-frame gaps (milliseconds, in arrival order; live records):
+/// the mean over all gaps (summed as `f64`), the nearest-rank p50 and p99 and the max; `None` with no gap. Two
+/// linear-time selections instead of a sort (this runs once per request over every gap). Reorders `gaps_ms`.
+pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
+    if gaps_ms.is_empty() {
+        return None;
+    }
+    let n = gaps_ms.len();
+    let (i50, i99) = (nearest_rank_index(n, 0.5), nearest_rank_index(n, 0.99));
+    let mean = gaps_ms.iter().map(|&g| g as f64).sum::<f64>() / n as f64;
+    let max = gaps_ms.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (below, &mut p99, _) = gaps_ms.select_nth_unstable_by(i99, f32::total_cmp);
+    // Everything left of the p99 rank is <= it, so the p50 rank is selected there.
+    let p50 = if i50 < i99 {
+        *below.select_nth_unstable_by(i50, f32::total_cmp).1
+    } else {
+        p99
+    };
+    Some(ItlSummary {
+        mean_ms: mean,
+        p50_ms: p50 as f64,
+        p99_ms: p99 as f64,
+        max_ms: max as f64,
+    })
+}
+
+/// One simulated request's [`ItlSummary`] from the engine's stretches `(lo, hi, k)`: `k` successive gaps growing
+/// evenly from `lo` to `hi` ms (a stretch of identical decode steps). `mean_ms` is given (the engine knows it
+/// exactly: (finish − first token) / (tokens − 1)); p50 and p99 are the nearest-rank gaps among all `Σ k` gaps,
+/// ordering stretches by `lo` and interpolating inside one; max is the largest `hi`. `None` for no gap. `keys` is
+/// scratch space kept between calls.
+pub fn itl_from_stretches(mean_ms: f64, stretches: &[(f64, f64, u64)], keys: &mut Vec<u64>) -> Option<ItlSummary> {
+    let (mut count, mut max_ms) = (0u64, f64::MIN);
+    for e in stretches {
+        count += e.2;
+        // A comparison, not `f64::max` (a libm call in wasm).
+        if e.1 > max_ms {
+            max_ms = e.1;
+        }
+    }
+    if count == 0 {
+        return None;
+    }
+    let rank = |q: f64| nearest_rank_index(count as usize, q) as u64;
+    let ranks = [rank(0.5), rank(0.99)];
+    let (p50_ms, p99_ms) = if stretches.len() <= PACKED_ITL_MAX {
+        packed_quantiles(stretches, keys, count, ranks)
+    } else {
+        let mut v = stretches.to_vec();
+        weighted_select(&mut v, ranks)
+    };
+    Some(ItlSummary {
+        mean_ms,
+        p50_ms,
+        p99_ms,
+        max_ms,
+    })
+}
+
+/// Stretches per request up to which [`itl_from_stretches`] sorts packed keys (the position takes at most 16 of
+/// the 52 mantissa bits); longer lives use the exact weighted selection.
+const PACKED_ITL_MAX: usize = 1 << 16;
+
+/// Values at ascending ranks `ranks` among stretches `(lo, hi, k)` (ordered by `lo`, interpolated inside one), by
+/// one sort of u64 keys and one scan. A key is `lo`'s bits (lo ≥ 0, so they order like it) with the lowest
+/// `pos_bits` replaced by the stretch's position: stretches whose first durations differ by less than
+/// 2^(pos_bits − 52) relative (≤ 1.5e-11) are taken in log order. Integer keys keep the order identical natively
+/// and in wasm, and sort several times faster than tuples (a request that ran beside 60 others has hundreds of
+/// stretches). `v.len()` must be at most [`PACKED_ITL_MAX`]; `count` is Σ k. The lower rank is found scanning up
+/// from the smallest key, the upper one scanning down from the largest (a p99 is a few stretches from the top).
+fn packed_quantiles(v: &[(f64, f64, u64)], keys: &mut Vec<u64>, count: u64, ranks: [u64; 2]) -> (f64, f64) {
+    let pos_bits = usize::BITS - v.len().saturating_sub(1).leading_zeros();
+    let pos_mask = (1u64 << pos_bits) - 1;
+    keys.clear();
+    keys.extend(
+        v.iter()
+            .enumerate()
+            .map(|(i, e)| (e.0.to_bits() & !pos_mask) | i as u64),
+    );
+    keys.sort_unstable();
+    let at = |k: u64| v[(k & pos_mask) as usize];
+    let mut out = (f64::NAN, f64::NAN);
+    let mut acc = 0;
+    for &k in keys.iter() {
+        let e = at(k);
+        if ranks[0] < acc + e.2 {
+            out.0 = value_in(e, ranks[0] - acc);
+            break;
+        }
+        acc += e.2;
+    }
+    // From the top: `below` is the weight of everything before the stretch in ascending order.
+    let mut above = 0;
+    for &k in keys.iter().rev() {
+        let e = at(k);
+        let below = count - above - e.2;
+        if ranks[1] >= below {
+            out.1 = value_in(e, ranks[1] - below);
+            break;
+        }
+        above += e.2;
+    }
+    out
+}
+
+/// Value `i` (0-based) of a stretch `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`.
+#[inline]
+fn value_in(e: (f64, f64, u64), i: u64) -> f64 {
+    if e.2 > 1 {
+        e.0 + (e.1 - e.0) * i as f64 / (e.2 - 1) as f64
+    } else {
+        e.0
+    }
+}
+
+/// The values at ascending 0-based ranks `ranks` among stretches `(lo, hi, k)` of `k` evenly spaced values from
+/// `lo` to `hi`, ordering stretches by `lo` and interpolating inside one (the weighted selection of
+/// [`weighted_ranks_by`]). Reorders `v`.
+fn weighted_select(v: &mut [(f64, f64, u64)], ranks: [u64; 2]) -> (f64, f64) {
+    match crate::metrics::weighted_ranks_by(v, ranks, |e| e.0, |e| e.2) {
+        Some([(a, i), (b, j)]) => (value_in(a, i), value_in(b, j)),
+        None => (0.0, 0.0),
+    }
+}
+
+/// `summary.json`'s `send_delay_us` (hyper path): how long after `t_submit` each request's last `write` returned,
+/// microseconds: count, nearest-rank median and p99, and max.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SendDelay {
+    pub n: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// [`SendDelay`] of the measured delays (µs, any order); `None` for none. Reorders `delays_us`.
+pub fn send_delay(delays_us: &mut [f32]) -> Option<SendDelay> {
+    if delays_us.is_empty() {
+        return None;
+    }
+    delays_us.sort_unstable_by(f32::total_cmp);
+    let n = delays_us.len();
+    let at = |q: f64| delays_us[nearest_rank_index(n, q)] as f64;
+    Some(SendDelay {
+        n,
+        p50: at(0.5),
+        p99: at(0.99),
+        max: delays_us[n - 1] as f64,
+    })
+}
+
+/// How a record ended, for scoring and the report's checks: completed, cut by the end of the run, or failed
+/// otherwise. By the record's typed [`RequestRecord::failure`]; records written before that field existed
+/// (without it) are cut when their `error` starts with `"cut:"`, the text every cut record has carried.
+pub fn outcome_of(r: &RequestRecord) -> RecordOutcome {
+    if r.ok {
+        return RecordOutcome::Completed;
+    }
+    match r.failure {
+        Some(FailureKind::Cut) => RecordOutcome::Cut,
+        Some(_) => RecordOutcome::Failed,
+        None if r.error.as_deref().is_some_and(|e| e.starts_with("cut:")) => RecordOutcome::Cut,
+        None => RecordOutcome::Failed,
+    }
+}
+
+/// [`outcome_of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// `ok`: scored.
+    Completed,
+    /// Cancelled because the run stopped (a signal, a stop, or the drain grace ran out).
+    Cut,
+    /// Any other failure.
+    Failed,
+}
+
+/// Counts a reader of a record file should know about (shown by `summary.json`, `loadshape report` and the text
+/// report).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Checks {
+    /// Completed records whose `usage` was missing (tokens counted from frames).
+    pub usage_missing: u64,
+    /// Completed records that produced fewer tokens than asked (length not forced).
+    pub short_outputs: u64,
+    /// Records cut by the end of the run ([`outcome_of`]).
+    pub cut: u64,
+    /// Step-0 records reporting cached tokens.
+    pub step0_records: u64,
+    /// Live records whose first content frame (so their TTFT) was timed by the kernel's receive timestamp.
+    pub rx_clock_kernel: u64,
+    /// Live records whose first content frame was timed when the client read it.
+    pub rx_clock_user: u64,
+}
+
+/// `summary.json`'s `rx_clock_requests`: how many records had their first frame timed by each clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RxClockRequests {
+    pub kernel: u64,
+    pub user: u64,
+}
+
+impl Checks {
+    pub fn of(recs: &[RequestRecord]) -> Checks {
+        let mut c = Checks::default();
+        for r in recs {
+            if r.ok && r.usage_source == UsageSource::Missing {
+                c.usage_missing += 1;
+            }
+            if r.ok && r.gen_tokens < r.asked_tokens {
+                c.short_outputs += 1;
+            }
+            if outcome_of(r) == RecordOutcome::Cut {
+                c.cut += 1;
+            }
+            if r.step == 0 && r.cached_tokens.is_some() {
+                c.step0_records += 1;
+            }
+            match r.rx_clock {
+                Some(FrameClock::Kernel) => c.rx_clock_kernel += 1,
+                Some(FrameClock::User) => c.rx_clock_user += 1,
+                None => {}
+            }
+        }
+        c
+    }
+
+    /// Which clock timed the records' first frames: `"kernel"` (every record with a content frame had its first one
+    /// stamped by the kernel), `"user"` (none had), or `"mixed"` (`summary.json`'s `rx_clock`).
+    pub fn rx_clock(&self) -> &'static str {
+        match (self.rx_clock_kernel, self.rx_clock_user) {
+            (k, 0) if k > 0 => "kernel",
+            (0, _) => "user",
+            _ => "mixed",
+        }
+    }
+
+    /// `summary.json`'s `rx_clock_requests`.
+    pub fn rx_clock_requests(&self) -> RxClockRequests {
+        RxClockRequests {
+            kernel: self.rx_clock_kernel,
+            user: self.rx_clock_user,
+        }
+    }
+}
+
+/// The empirical CDF of `values` as step points `(value, share of values ≤ value)`, for charts: the finite values
+/// sorted, the first point at share 0, then every `⌈n / max(max_points, 2)⌉`-th sample `i` (0-based) at share
+/// `(i + 1) / n`, and the largest value at share 1 if the stride did not end there. At most about `max_points + 2`
+/// points; none for no finite value.
+pub fn cdf(values: &[f64], max_points: usize) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return Vec::new();
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let stride = n.div_ceil(max_points.max(2));
+    let mut out = Vec::with_capacity(n / stride + 2);
+    out.push((v[0], 0.0));
+    let mut i = 0;
+    while i < n {
+        out.push((v[i], (i + 1) as f64 / n as f64));
+        i += stride;
+    }
+    if out.last().is_some_and(|&(_, y)| y < 1.0) {
+        out.push((v[n - 1], 1.0));
+    }
+    out
+}
+
+/// [`cdf`] of the TTFT (ms) of every record that saw a first token, simulated or live.
+pub fn ttft_cdf(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)> {
+    let ms: Vec<f64> = records.iter().filter_map(|r| r.ttft_s.map(|t| t * 1000.0)).collect();
+    cdf(&ms, max_points)
+}
+
+/// [`cdf`] of the TPOT (ms, [`RequestRecord::tpot_ms`]) of every record that has one, simulated or live.
+pub fn tpot_cdf(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)> {
+    let ms: Vec<f64> = records.iter().filter_map(RequestRecord::tpot_ms).collect();
+    cdf(&ms, max_points)
+}
+
+/// Completions over time, for the live page's progress chart: every record's finish time (`t_submit + wall_s`,
+/// finite ones), sorted, as points `(finish time s, requests finished by then)`, every
+/// `max(⌈n / max_points⌉, 1)`-th one from the first.
+pub fn completion_curve(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)> {
+    let mut done: Vec<f64> = records
+        .iter()
+        .map(|x| x.t_submit + x.wall_s)
+        .filter(|t| t.is_finite())
+        .collect();
+    done.sort_by(f64::total_cmp);
+    let stride = done.len().div_ceil(max_points).max(1);
+    done.iter()
+        .enumerate()
+        .step_by(stride)
+        .map(|(i, t)| (*t, (i + 1) as f64))
+        .collect()
+}
+
 /// Nearest-rank percentile of ascending `sorted`: the element at `ceil(q·n) − 1`, clamped to `[0, n − 1]`;
 /// 0 for no samples. Identical to the seed's `_percentile`.
 pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
@@ -682,6 +990,16 @@ pub fn timeline(records: &[RequestRecord], bin_s: f64) -> Vec<TimelineBin> {
 mod tests {
     use super::*;
 
+    /// A xorshift64 generator for test inputs.
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     /// The weighted percentiles by selection equal the definition computed by sorting and accumulating `f64`
     /// weights (the former implementation), for every size, with ties and weights from 1 to thousands.
     #[test]
@@ -746,6 +1064,142 @@ mod tests {
                 assert_eq!(got, [units[lo as usize], units[r as usize]], "n = {n}, rank {r}");
             }
         }
+    }
+
+    /// The packed-key sort picks what the exact weighted selection picks (distinct first durations).
+    #[test]
+    fn packed_quantiles_equal_weighted_select() {
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut keys = Vec::new();
+        for n in [1usize, 2, 5, 17, 64, 65, 300, 2000] {
+            let v: Vec<(f64, f64, u64)> = (0..n)
+                .map(|i| {
+                    let lo = 5.0 + (next() % 100_000) as f64 * 1e-3 + i as f64 * 1e-7;
+                    let k = 1 + next() % 50;
+                    (lo, lo + (next() % 100) as f64 * 1e-4, k)
+                })
+                .collect();
+            let count: u64 = v.iter().map(|e| e.2).sum();
+            let ranks = [0.5, 0.99].map(|q| nearest_rank_index(count as usize, q) as u64);
+            let got = packed_quantiles(&v, &mut keys, count, ranks);
+            let want = weighted_select(&mut v.clone(), ranks);
+            assert_eq!(got, want, "n = {n}");
+        }
+    }
+
+    /// Live ITL: nearest rank by selection equals a sort, for every length up to 300.
+    #[test]
+    fn itl_nearest_rank() {
+        let mut g = vec![4.0, 1.0, 3.0, 2.0];
+        let s = itl_summary(&mut g).unwrap_or_else(|| panic!("gaps given"));
+        assert_eq!((s.p50_ms, s.p99_ms, s.max_ms, s.mean_ms), (2.0, 4.0, 4.0, 2.5));
+        assert!(itl_summary(&mut []).is_none());
+        let one = itl_summary(&mut [7.0]).unwrap_or_else(|| panic!("one gap"));
+        assert_eq!((one.p50_ms, one.p99_ms, one.max_ms), (7.0, 7.0, 7.0));
+        let mut state = 12345u32;
+        for n in 1..=300usize {
+            let mut g: Vec<f32> = (0..n)
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 20) as f32 / 7.0
+                })
+                .collect();
+            let mut sorted = g.clone();
+            sorted.sort_unstable_by(f32::total_cmp);
+            let at = |q: f64| sorted[((q * n as f64).ceil() as usize).saturating_sub(1).min(n - 1)] as f64;
+            let s = itl_summary(&mut g).unwrap_or_else(|| panic!("gaps given"));
+            assert_eq!(
+                (s.p50_ms, s.p99_ms, s.max_ms),
+                (at(0.5), at(0.99), sorted[n - 1] as f64),
+                "n={n}"
+            );
+        }
+    }
+
+    /// Stretches of one gap each are plain gaps: the stretch scorer and the gap scorer agree (nearest rank), and
+    /// a stretch's gaps are interpolated evenly.
+    #[test]
+    fn itl_from_stretches_equals_gaps_expanded() {
+        let mut keys = Vec::new();
+        let gaps = [5.0f64, 9.0, 7.0, 6.0, 8.0];
+        let single: Vec<(f64, f64, u64)> = gaps.iter().map(|&g| (g, g, 1)).collect();
+        let s = itl_from_stretches(7.0, &single, &mut keys).unwrap_or_else(|| panic!("gaps given"));
+        let mut g32: Vec<f32> = gaps.iter().map(|&g| g as f32).collect();
+        let l = itl_summary(&mut g32).unwrap_or_else(|| panic!("gaps given"));
+        assert_eq!((s.p50_ms, s.p99_ms, s.max_ms), (l.p50_ms, l.p99_ms, l.max_ms));
+        // One stretch of 5 gaps 10, 11, ..., 14: median 12, p99 14.
+        let s = itl_from_stretches(12.0, &[(10.0, 14.0, 5)], &mut keys).unwrap_or_else(|| panic!("one stretch"));
+        assert_eq!((s.p50_ms, s.p99_ms, s.max_ms, s.mean_ms), (12.0, 14.0, 14.0, 12.0));
+        assert!(itl_from_stretches(1.0, &[], &mut keys).is_none());
+    }
+
+    /// Send delays: nearest rank over the measured delays.
+    #[test]
+    fn send_delay_is_nearest_rank() {
+        assert_eq!(send_delay(&mut []), None);
+        let mut d: Vec<f32> = (1..=100).rev().map(|x| x as f32).collect();
+        assert_eq!(
+            send_delay(&mut d),
+            Some(SendDelay {
+                n: 100,
+                p50: 50.0,
+                p99: 99.0,
+                max: 100.0
+            })
+        );
+    }
+
+    /// The CDF starts at share 0, ends at share 1, never falls, skips non-finite values, and keeps its size bound.
+    #[test]
+    fn cdf_ends_at_one_and_is_monotone() {
+        let v: Vec<f64> = (0..1000)
+            .map(|i| f64::from((i * 7919) % 1000))
+            .chain([f64::NAN])
+            .collect();
+        let c = cdf(&v, 100);
+        assert_eq!(c.first().map(|p| p.1), Some(0.0));
+        assert_eq!(c.last().copied(), Some((999.0, 1.0)));
+        assert!(c.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{c:?}");
+        assert!(c.len() <= 102, "{}", c.len());
+        assert!(cdf(&[], 10).is_empty());
+        assert_eq!(cdf(&[3.0, 1.0], 10), vec![(1.0, 0.0), (1.0, 0.5), (3.0, 1.0)]);
+    }
+
+    /// The completion curve counts finished requests in finish order, thinned to the asked size.
+    #[test]
+    fn completion_curve_counts_in_finish_order() {
+        let rec = |t: f64, wall: f64| RequestRecord {
+            schema: 1,
+            session: 0,
+            inst: 0,
+            step: 0,
+            steps_asked: 1,
+            base_asked: 0,
+            ok: true,
+            t_submit: t,
+            ttft_s: None,
+            wall_s: wall,
+            gen_tokens: 0,
+            asked_tokens: 0,
+            prompt_tokens: None,
+            cached_tokens: None,
+            designed_cached_tokens: None,
+            sse_frames: 0,
+            prompt_chars: 0,
+            queue_s: None,
+            itl: None,
+            finish_reason: None,
+            usage_source: UsageSource::Simulated,
+            rx_clock: None,
+            retries: 0,
+            retry_statuses: Vec::new(),
+            failure: None,
+            error: None,
+        };
+        let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
+        assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);
+        assert_eq!(completion_curve(&recs, 2), vec![(1.5, 1.0), (4.0, 3.0)]);
+        assert!(completion_curve(&[], 10).is_empty());
     }
 
     /// Selection gives exactly what sorting gives, for every size and with ties and repeated ranks.

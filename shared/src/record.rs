@@ -101,9 +101,37 @@ pub struct RequestRecord {
     /// own. Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retry_statuses: Vec<u16>,
+    /// Live records: what kind of failure `error` describes, when `ok` is false. Absent in completed and simulated
+    /// records, and in records written before the field existed ([`crate::metrics::outcome_of`] reads those by
+    /// their `error` text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
     /// Error text when `ok` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Why a live request failed: [`RequestRecord::failure`], set where the error is made (`error` keeps the text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The run stopped before the request finished (a signal, a stop, or the drain grace ran out); `error` starts
+    /// with `cut:`.
+    Cut,
+    /// The whole-request limit (`--timeout`) passed.
+    Timeout,
+    /// No frame (or no response headers) within `--stall-timeout`.
+    Stall,
+    /// The server answered with a status that is not a success (a redirect, a 4xx/5xx, a 429/503 not retried).
+    HttpStatus,
+    /// The request could not be sent or its response not begun (connect, TLS, write, or a bad request setting).
+    Connect,
+    /// The response body broke off mid-stream (a reset, a read error).
+    Stream,
+    /// The server sent an error frame inside the stream.
+    ErrorFrame,
+    /// The stream was not well-formed SSE/JSON, or ended without `finish_reason` or `[DONE]`.
+    Protocol,
 }
 
 /// Per-request inter-token latency summary, milliseconds.
@@ -159,6 +187,7 @@ mod tests {
             rx_clock: Some(FrameClock::Kernel),
             retries: 0,
             retry_statuses: Vec::new(),
+            failure: None,
             error: None,
         }
     }
@@ -183,5 +212,23 @@ mod tests {
         assert!(line.contains(r#""retries":2,"retry_statuses":[503,429]"#), "{line}");
         let back: RequestRecord = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(back, retried);
+    }
+
+    /// A failed live record names its failure kind in snake case beside the error text, and reads back; a record
+    /// without the field (every completed one, and those written before it existed) reads as `None`.
+    #[test]
+    fn failure_kind_is_written_only_when_set() {
+        let cut = RequestRecord {
+            ok: false,
+            failure: Some(FailureKind::HttpStatus),
+            error: Some("HTTP 503 Service Unavailable: busy".into()),
+            ..live()
+        };
+        let line = serde_json::to_string(&cut).unwrap_or_else(|e| panic!("{e}"));
+        assert!(line.contains(r#""failure":"http_status","error":"HTTP 503"#), "{line}");
+        let back: RequestRecord = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, cut);
+        let plain = serde_json::to_string(&live()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!plain.contains("failure"), "{plain}");
     }
 }

@@ -2,12 +2,17 @@
 //! summary field is equal to the seed's.
 //!
 //! - [`build_agent_trace`]: the bursty trace, bit-identical to Python's `random.Random(seed)` draws
-//!   (see [`crate::pyrand`]).
+//!   (see [`crate::pyrand`]); the trace itself is the workload's ([`crate::workload::bursty`]), shared with the
+//!   engine simulator and live replay.
 //! - [`evaluate`]: the admission limit (`max_batch_slots`), the single prefill lane, nearest-rank percentiles over
 //!   samples rounded with Python's [`py_round`], SLO goodput and attainment, and the closed-loop path.
 //! - [`seed_report`]: the seed's whole printed report.
 //!
-//! Principal types: [`SeedScenario`], [`BurstyWorkload`], [`SeedProfile`], [`TraceRequest`], [`SeedSummary`].
+//! Its scoring (the percentiles of [`evaluate`]) is the one documented exception to [`crate::metrics`] being the
+//! only scorer: it must repeat the seed's Python operations exactly (samples rounded with `round(·, 2)`, TPOT per
+//! batch size), so it keeps its own.
+//!
+//! Principal types: [`SeedScenario`], [`BurstyWorkload`], [`SeedProfile`], [`SeedSummary`].
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -17,41 +22,9 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::ScenarioError;
 use crate::metrics::{Slo, nearest_rank_index};
-use crate::pyrand::{PyRandom, PySeed, py_round};
-
-/// The largest trace accepted (the seed has no limit; beyond this a run would take minutes and gigabytes).
-pub const MAX_REQUESTS: u64 = 10_000_000;
-
-/// The seed's bursty agent workload: `build_agent_trace(num_requests, seed, mean_rps)`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BurstyWorkload {
-    /// Requests in the trace, `1..=`[`MAX_REQUESTS`].
-    pub num_requests: u64,
-    /// `random.Random(seed)`; see [`crate::pyrand::PySeed`] for the accepted range.
-    pub seed: PySeed,
-    /// Mean arrival rate before the burst factors, requests per second; `> 0`.
-    pub mean_rps: f64,
-}
-
-impl BurstyWorkload {
-    /// Field paths are relative (`mean_rps`).
-    pub fn validate(&self) -> Result<(), ScenarioError> {
-        if self.num_requests == 0 || self.num_requests > MAX_REQUESTS {
-            return Err(ScenarioError::field(
-                "num_requests",
-                format!("must be in 1..={MAX_REQUESTS} (got {})", self.num_requests),
-            ));
-        }
-        if !(self.mean_rps.is_finite() && self.mean_rps > 0.0) {
-            return Err(ScenarioError::field(
-                "mean_rps",
-                format!("must be > 0 (got {})", self.mean_rps),
-            ));
-        }
-        Ok(())
-    }
-}
+use crate::pyrand::{PySeed, py_round};
+use crate::workload::PlannedRequest;
+pub use crate::workload::bursty::{BurstyWorkload, MAX_REQUESTS};
 
 /// The seed's `EngineProfile`: assumed coefficients of a serving engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -221,112 +194,10 @@ pub fn seed_profile(name: &str) -> Option<SeedProfile> {
     SEED_PROFILES.iter().find(|p| p.name == name).cloned()
 }
 
-/// One request of the seed's trace (`WorkloadRequest`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TraceRequest {
-    /// `req-000`, `req-001`, … (at least three digits).
-    pub request_id: String,
-    /// Arrival time, milliseconds, rounded to 2 decimals as the seed does.
-    pub arrival_ms: f64,
-    pub shared_prefix_tokens: u32,
-    pub unique_prompt_tokens: u32,
-    pub output_tokens: u32,
-}
-
-/// The numbers of one trace request, without its id (what [`evaluate`] consumes).
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct TraceItem {
-    arrival_ms: f64,
-    shared_prefix_tokens: u32,
-    unique_prompt_tokens: u32,
-    output_tokens: u32,
-}
-
-/// Arrivals are drawn this many at a time, in a loop of their own: the draws (a `log` each) do not depend on one
-/// another, so apart from the simulation's own dependency chain they pipeline well.
-const ARRIVAL_CHUNK: usize = 256;
-
-/// The seed's trace, generated lazily: `build_agent_trace` step by step.
-struct BurstyTrace {
-    rng: PyRandom,
-    lambd: f64,
-    /// Index of the next request to yield.
-    idx: u64,
-    n: u64,
-    current_ms: f64,
-    /// Rounded arrivals of requests `idx - pos .. idx - pos + arrivals.len()`.
-    arrivals: Vec<f64>,
-    pos: usize,
-}
-
-impl BurstyTrace {
-    fn new(w: &BurstyWorkload) -> Self {
-        BurstyTrace {
-            rng: PyRandom::new(w.seed),
-            lambd: w.mean_rps / 1000.0,
-            idx: 0,
-            n: w.num_requests,
-            current_ms: 0.0,
-            arrivals: Vec::with_capacity(ARRIVAL_CHUNK),
-            pos: 0,
-        }
-    }
-
-    /// Draw the arrivals of the next chunk of requests, starting at `self.idx`.
-    fn refill(&mut self) {
-        self.arrivals.clear();
-        self.pos = 0;
-        let count = (self.n - self.idx).min(ARRIVAL_CHUNK as u64);
-        for idx in self.idx..self.idx + count {
-            // Bursty gamma-like arrivals: short inter-arrival gaps for indices 2..=6 of every 10, lulls otherwise.
-            let burst_factor = if matches!(idx % 10, 2..=6) { 0.32 } else { 1.55 };
-            self.current_ms += self.rng.expovariate(self.lambd) * burst_factor;
-            self.arrivals.push(py_round(self.current_ms, 2));
-        }
-    }
-}
-
-impl Iterator for BurstyTrace {
-    type Item = TraceItem;
-
-    #[inline]
-    fn next(&mut self) -> Option<TraceItem> {
-        if self.idx >= self.n {
-            return None;
-        }
-        if self.pos == self.arrivals.len() {
-            self.refill();
-        }
-        let idx = self.idx;
-        let arrival_ms = *self.arrivals.get(self.pos)?;
-        self.idx += 1;
-        self.pos += 1;
-        Some(TraceItem {
-            arrival_ms,
-            shared_prefix_tokens: if !idx.is_multiple_of(4) { 3072 } else { 2048 },
-            unique_prompt_tokens: 256 + (idx % 5) as u32 * 64,
-            output_tokens: 96 + (idx % 4) as u32 * 32,
-        })
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = usize::try_from(self.n - self.idx).unwrap_or(usize::MAX);
-        (left, Some(left))
-    }
-}
-
-/// The seed's `build_agent_trace(num_requests, seed, mean_rps)`, bit-identical. Does not validate `w`.
-pub fn build_agent_trace(w: &BurstyWorkload) -> Vec<TraceRequest> {
-    BurstyTrace::new(w)
-        .enumerate()
-        .map(|(idx, t)| TraceRequest {
-            request_id: format!("req-{idx:03}"),
-            arrival_ms: t.arrival_ms,
-            shared_prefix_tokens: t.shared_prefix_tokens,
-            unique_prompt_tokens: t.unique_prompt_tokens,
-            output_tokens: t.output_tokens,
-        })
-        .collect()
+/// The seed's `build_agent_trace(num_requests, seed, mean_rps)`, bit-identical (request `i` is the seed's
+/// `req-00i`). Does not validate `w`. The trace itself lives in [`crate::workload::bursty`].
+pub fn build_agent_trace(w: &BurstyWorkload) -> Vec<PlannedRequest> {
+    w.trace().collect()
 }
 
 /// The seed's `BenchmarkSummary`, field for field and in the seed's order.
@@ -351,7 +222,7 @@ pub fn evaluate(scenario: &SeedScenario) -> Result<SeedSummary, ScenarioError> {
     scenario.validate()?;
     let SeedWorkload::Bursty(w) = &scenario.workload;
     let summary = evaluate_items(
-        BurstyTrace::new(w),
+        w.trace(),
         &scenario.profile,
         &scenario.workload_name,
         scenario.slo.ttft_ms,
@@ -364,20 +235,21 @@ pub fn evaluate(scenario: &SeedScenario) -> Result<SeedSummary, ScenarioError> {
 
 /// The seed's `evaluate_engine_benchmark` over an explicit trace (e.g. from [`build_agent_trace`]).
 pub fn evaluate_trace(
-    trace: &[TraceRequest],
+    trace: &[PlannedRequest],
     profile: &SeedProfile,
     workload_name: &str,
     slo: &Slo,
     closed_loop: bool,
 ) -> Result<SeedSummary, ScenarioError> {
     profile.validate().map_err(|e| e.within("profile"))?;
-    let items = trace.iter().map(|t| TraceItem {
-        arrival_ms: t.arrival_ms,
-        shared_prefix_tokens: t.shared_prefix_tokens,
-        unique_prompt_tokens: t.unique_prompt_tokens,
-        output_tokens: t.output_tokens,
-    });
-    let summary = evaluate_items(items, profile, workload_name, slo.ttft_ms, slo.tpot_ms, closed_loop)?;
+    let summary = evaluate_items(
+        trace.iter().copied(),
+        profile,
+        workload_name,
+        slo.ttft_ms,
+        slo.tpot_ms,
+        closed_loop,
+    )?;
     check_finite(&summary)?;
     Ok(summary)
 }
@@ -400,7 +272,7 @@ fn py_max(a: f64, b: f64) -> f64 {
 /// those counts are the same samples the seed's sorted list holds at the nearest-rank index. TTFT samples are kept
 /// unrounded and only the two selected ones are rounded: `round(·, 2)` is monotone, so that is the same value.
 fn evaluate_items(
-    trace: impl Iterator<Item = TraceItem>,
+    trace: impl Iterator<Item = PlannedRequest>,
     profile: &SeedProfile,
     workload_name: &str,
     ttft_slo_ms: f64,
@@ -627,7 +499,7 @@ fn build_seed_report() -> SeedReport {
         seed: PySeed::new(42),
         mean_rps: 8.5,
     });
-    let run = |trace: &[TraceRequest], profile: &SeedProfile, workload: &str, closed: bool| {
+    let run = |trace: &[PlannedRequest], profile: &SeedProfile, workload: &str, closed: bool| {
         // The seed's own inputs are valid and small: evaluation cannot fail.
         evaluate_trace(trace, profile, workload, &slo, closed).unwrap_or_else(|e| unreachable!("seed inputs: {e}"))
     };

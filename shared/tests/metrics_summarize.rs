@@ -30,6 +30,7 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         rx_clock: None,
         retries: 0,
         retry_statuses: Vec::new(),
+        failure: None,
         error: None,
     }
 }
@@ -279,4 +280,57 @@ fn attainment_by_step_any_step_number() {
             (u32::MAX, 2, 1)
         ]
     );
+}
+
+/// Cut or failed is read from the record's typed `failure`; a record written before the field existed is cut when
+/// its error text says `cut:`. The checks count by that, and tally the clocks and the usage/length checks.
+#[test]
+fn checks_classify_by_the_typed_failure_and_read_old_records_by_their_text() {
+    use shared::metrics::{Checks, RecordOutcome, outcome_of};
+    use shared::record::{FailureKind, FrameClock};
+    let done = rec(0, 0, 0.0, 0.1, 1.0, 8);
+    let typed_cut = RequestRecord {
+        failure: Some(FailureKind::Cut),
+        error: Some("cut: the run stopped before this request finished".to_string()),
+        ..failed(1, 0, 0.0, 1.0)
+    };
+    let old_cut = RequestRecord {
+        error: Some("cut: the run stopped before this request finished".to_string()),
+        ..failed(2, 0, 0.0, 1.0)
+    };
+    // The kind decides, not the text: a timeout whose message happens to start with "cut:" is not a cut.
+    let typed_timeout = RequestRecord {
+        failure: Some(FailureKind::Timeout),
+        error: Some("cut: off by the server".to_string()),
+        ..failed(3, 0, 0.0, 1.0)
+    };
+    let old_failure = failed(4, 0, 0.0, 1.0);
+    assert_eq!(outcome_of(&done), RecordOutcome::Completed);
+    assert_eq!(outcome_of(&typed_cut), RecordOutcome::Cut);
+    assert_eq!(outcome_of(&old_cut), RecordOutcome::Cut);
+    assert_eq!(outcome_of(&typed_timeout), RecordOutcome::Failed);
+    assert_eq!(outcome_of(&old_failure), RecordOutcome::Failed);
+
+    let short_missing = RequestRecord {
+        gen_tokens: 5,
+        usage_source: UsageSource::Missing,
+        rx_clock: Some(FrameClock::User),
+        ..rec(5, 0, 0.0, 0.1, 1.0, 8)
+    };
+    let kernel = RequestRecord {
+        rx_clock: Some(FrameClock::Kernel),
+        cached_tokens: Some(0),
+        ..done.clone()
+    };
+    let c = Checks::of(&[
+        done,
+        typed_cut,
+        old_cut,
+        typed_timeout,
+        old_failure,
+        short_missing,
+        kernel,
+    ]);
+    assert_eq!((c.cut, c.usage_missing, c.short_outputs, c.step0_records), (2, 1, 1, 1));
+    assert_eq!((c.rx_clock_kernel, c.rx_clock_user, c.rx_clock()), (1, 1, "mixed"));
 }

@@ -37,6 +37,7 @@ fn record() -> RequestRecord {
         rx_clock: None,
         retries: 0,
         retry_statuses: Vec::new(),
+        failure: None,
         error: None,
     }
 }

@@ -43,7 +43,7 @@ use futures_util::task::AtomicWaker;
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde_json::Value;
-use shared::record::{ItlSummary, UsageSource};
+use shared::record::{FailureKind, ItlSummary, UsageSource};
 
 use tokio_util::sync::CancellationToken;
 
@@ -163,6 +163,8 @@ pub struct Outcome {
     pub gen_tokens: u64,
     pub finish_reason: Option<String>,
     pub error: Option<String>,
+    /// What kind of failure `error` is (`None` when `ok`): the record's `failure`.
+    pub failure: Option<FailureKind>,
     pub itl: Option<ItlSummary>,
     /// The generated text (only when asked for: sessions append it to the conversation).
     pub text: String,
@@ -341,17 +343,10 @@ impl Client {
         }
     }
 
-    /// Hyper path: `t_submit` → the return of each request's last `write` (µs): count, p50, p99 (nearest rank) and
-    /// max; `None` on the reqwest path or before any response.
-    pub fn send_delay_us(&self) -> Option<(usize, f64, f64, f64)> {
-        let mut d = self.send_delays_us.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if d.is_empty() {
-            return None;
-        }
-        d.sort_unstable_by(f32::total_cmp);
-        let n = d.len();
-        let at = |q: f64| d[shared::metrics::nearest_rank_index(n, q)] as f64;
-        Some((n, at(0.5), at(0.99), d[n - 1] as f64))
+    /// Hyper path: `t_submit` → the return of each request's last `write`, µs, one per attempt that was written
+    /// (scored by `shared::metrics::send_delay`); empty on the reqwest path or before any response.
+    pub fn send_delays_us(&self) -> Vec<f32> {
+        self.send_delays_us.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -499,17 +494,21 @@ impl Client {
             let made = retry_statuses.len() as u32;
             if made >= self.cfg.max_retries {
                 let max = self.cfg.max_retries;
-                break st.fail(format!(
-                    "{error} (Retry-After {wait:?}; not retried: {made} retries made, --max-retries {max})"
-                ));
+                break st.fail(
+                    FailureKind::HttpStatus,
+                    format!("{error} (Retry-After {wait:?}; not retried: {made} retries made, --max-retries {max})"),
+                );
             }
             let left = (st.submitted + self.cfg.timeout).saturating_duration_since(Instant::now());
             if wait >= left {
                 let left = Duration::from_millis(left.as_millis() as u64);
                 let timeout = self.cfg.timeout;
-                break st.fail(format!(
-                    "{error} (Retry-After {wait:?} is beyond the {left:?} left of --timeout {timeout:?}; not retried)"
-                ));
+                break st.fail(
+                    FailureKind::HttpStatus,
+                    format!(
+                        "{error} (Retry-After {wait:?} is beyond the {left:?} left of --timeout {timeout:?}; not retried)"
+                    ),
+                );
             }
             retry_statuses.push(status.as_u16());
             ask.first_submit = Some(st.submitted);
@@ -518,7 +517,7 @@ impl Client {
                 () = cut.cancelled() => false,
             };
             if !waited {
-                break st.fail(CUT_ERROR.to_string());
+                break st.fail(FailureKind::Cut, CUT_ERROR.to_string());
             }
         };
         outcome.retry_statuses = retry_statuses;
@@ -550,7 +549,7 @@ impl Client {
             Err(e) => {
                 live.in_flight.fetch_add(1, Ordering::Relaxed);
                 let st = StreamState::new(Instant::now(), collect_text, max_tokens);
-                return Attempt::Done(st.fail(format!("request failed: {e}")));
+                return Attempt::Done(st.fail(FailureKind::Connect, format!("request failed: {e}")));
             }
         };
         // An idle connection, made ready before the clock starts (`ready` waits only for the connection's own state
@@ -575,9 +574,12 @@ impl Client {
             () = cut.cancelled() => None,
         };
         let (resp, mut conn) = match sent {
-            None => return Attempt::Done(st.fail(CUT_ERROR.to_string())),
-            Some(Err(_)) => return Attempt::Done(st.fail(self.no_head_error(head_by, deadline))),
-            Some(Ok(Err(e))) => return Attempt::Done(st.fail(format!("request failed: {e}"))),
+            None => return Attempt::Done(st.fail(FailureKind::Cut, CUT_ERROR.to_string())),
+            Some(Err(_)) => {
+                let (kind, e) = self.no_head_error(head_by, deadline);
+                return Attempt::Done(st.fail(kind, e));
+            }
+            Some(Ok(Err(e))) => return Attempt::Done(st.fail(FailureKind::Connect, format!("request failed: {e}"))),
             Some(Ok(Ok(sent))) => sent,
         };
         if let Some(w) = conn.last_write().filter(|&w| w >= start) {
@@ -640,12 +642,15 @@ impl Client {
                 r = tokio::time::timeout_at(head_by.into(), pending) => Some(r),
                 () = cut.cancelled() => None,
             },
-            Err(e) => return Attempt::Done(st.fail(format!("request failed: {e}"))),
+            Err(e) => return Attempt::Done(st.fail(FailureKind::Connect, format!("request failed: {e}"))),
         };
         Attempt::Done(match result {
-            None => st.fail(CUT_ERROR.to_string()),
-            Some(Err(_)) => st.fail(self.no_head_error(head_by, deadline)),
-            Some(Ok(Err(e))) => st.fail(format!("request failed: {}", error_chain(&e))),
+            None => st.fail(FailureKind::Cut, CUT_ERROR.to_string()),
+            Some(Err(_)) => {
+                let (kind, e) = self.no_head_error(head_by, deadline);
+                st.fail(kind, e)
+            }
+            Some(Ok(Err(e))) => st.fail(FailureKind::Connect, format!("request failed: {}", error_chain(&e))),
             Some(Ok(Ok(resp))) if !resp.status().is_success() => {
                 let (status, headers) = (resp.status(), resp.headers().clone());
                 let text = tokio::time::timeout_at(self.body_deadline(deadline).into(), resp.bytes()).await;
@@ -667,10 +672,16 @@ impl Client {
     }
 
     /// The error of a request whose head did not come by `head_by` ([`Client::head_deadline`]).
-    fn no_head_error(&self, head_by: Instant, deadline: Instant) -> String {
+    fn no_head_error(&self, head_by: Instant, deadline: Instant) -> (FailureKind, String) {
         match self.cfg.stall_timeout {
-            Some(limit) if head_by < deadline => format!("stall: no response headers within {limit:?}"),
-            _ => format!("timeout: no response headers within {:?}", self.cfg.timeout),
+            Some(limit) if head_by < deadline => (
+                FailureKind::Stall,
+                format!("stall: no response headers within {limit:?}"),
+            ),
+            _ => (
+                FailureKind::Timeout,
+                format!("timeout: no response headers within {:?}", self.cfg.timeout),
+            ),
         }
     }
 
@@ -749,7 +760,12 @@ impl Client {
                         .fetch_add(st.frames - frames_before, Ordering::Relaxed);
                     let flow = match flow {
                         Ok(flow) => flow,
-                        Err(e) => return (st.fail(format!("malformed SSE stream: {e}")), false),
+                        Err(e) => {
+                            return (
+                                st.fail(FailureKind::Protocol, format!("malformed SSE stream: {e}")),
+                                false,
+                            );
+                        }
                     };
                     if flow.is_break() {
                         let outcome = st.finish_done();
@@ -773,20 +789,20 @@ impl Client {
                     }
                 }
                 Step::Chunk(Ok(None)) => return (st.finish_eof(), true),
-                Step::Chunk(Err(e)) => return (st.fail(format!("stream error: {e}")), false),
-                Step::Cut => return (st.fail(CUT_ERROR.to_string()), false),
+                Step::Chunk(Err(e)) => return (st.fail(FailureKind::Stream, format!("stream error: {e}")), false),
+                Step::Cut => return (st.fail(FailureKind::Cut, CUT_ERROR.to_string()), false),
                 Step::Timer => {
                     let now = Instant::now();
                     if now >= deadline {
                         let e = format!("timeout: stream not finished within {:?}", self.cfg.timeout);
-                        return (st.fail(e), false);
+                        return (st.fail(FailureKind::Timeout, e), false);
                     }
                     if let Some(limit) = stall
                         && now.duration_since(last) >= limit
                     {
                         let frames = st.frames;
                         let e = format!("stall: no frame for {limit:?} (after {frames} content frames)");
-                        return (st.fail(e), false);
+                        return (st.fail(FailureKind::Stall, e), false);
                     }
                     timer.as_mut().reset(next_check(last).into());
                     // Poll the re-armed timer once so it is registered with the alarm's waker again.
@@ -833,7 +849,7 @@ impl Attempt {
                 wait,
                 error,
             },
-            None => Attempt::Done(st.fail(error)),
+            None => Attempt::Done(st.fail(FailureKind::HttpStatus, error)),
         }
     }
 }
@@ -1110,20 +1126,27 @@ impl StreamState {
 
     fn finish_eof(self) -> Outcome {
         let err = if self.finish_reason.is_none() {
-            Some("stream ended without finish_reason or [DONE]".to_string())
+            Some((
+                FailureKind::Protocol,
+                "stream ended without finish_reason or [DONE]".to_string(),
+            ))
         } else {
             None
         };
         self.finish(err)
     }
 
-    fn fail(self, error: String) -> Outcome {
-        self.finish(Some(error))
+    fn fail(self, kind: FailureKind, error: String) -> Outcome {
+        self.finish(Some((kind, error)))
     }
 
-    fn finish(mut self, error: Option<String>) -> Outcome {
+    /// The outcome; `error` (with its kind) wins over an error frame, which wins over a malformed frame.
+    fn finish(mut self, error: Option<(FailureKind, String)>) -> Outcome {
         let wall = self.submitted.elapsed();
-        let error = error.or(self.stream_error.take()).or(self.malformed.take());
+        let error = error
+            .or_else(|| self.stream_error.take().map(|e| (FailureKind::ErrorFrame, e)))
+            .or_else(|| self.malformed.take().map(|e| (FailureKind::Protocol, e)));
+        let (failure, error) = error.unzip();
         let usage = self.usage.unwrap_or_default();
         let gen_tokens = usage.completion_tokens.unwrap_or(self.frames);
         Outcome {
@@ -1141,38 +1164,13 @@ impl StreamState {
             gen_tokens,
             finish_reason: self.finish_reason,
             error,
-            itl: itl_summary(&mut self.gaps_ms),
+            failure,
+            itl: shared::metrics::itl_summary(&mut self.gaps_ms),
             text: self.text.unwrap_or_default(),
             first_frame_kernel: self.first_frame_kernel,
             retry_statuses: Vec::new(),
         }
     }
-}
-
-/// Mean, p50, p99 (nearest rank) and max of the inter-frame gaps, milliseconds; `None` with no gap. Two linear-time
-/// selections instead of a sort (this runs once per request over every gap).
-pub fn itl_summary(gaps_ms: &mut [f32]) -> Option<ItlSummary> {
-    if gaps_ms.is_empty() {
-        return None;
-    }
-    let n = gaps_ms.len();
-    let rank = |q: f64| shared::metrics::nearest_rank_index(n, q);
-    let (i50, i99) = (rank(0.5), rank(0.99));
-    let mean = gaps_ms.iter().map(|&g| g as f64).sum::<f64>() / n as f64;
-    let max = gaps_ms.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let (below, &mut p99, _) = gaps_ms.select_nth_unstable_by(i99, f32::total_cmp);
-    // Everything left of the p99 rank is <= it, so the p50 rank is selected there.
-    let p50 = if i50 < i99 {
-        *below.select_nth_unstable_by(i50, f32::total_cmp).1
-    } else {
-        p99
-    };
-    Some(ItlSummary {
-        mean_ms: mean,
-        p50_ms: p50 as f64,
-        p99_ms: p99 as f64,
-        max_ms: max as f64,
-    })
 }
 
 /// The error of an answer that is not a success: `HTTP 503 Service Unavailable: <body>`. Redirects are never
@@ -1562,34 +1560,5 @@ mod tests {
         assert_eq!(wait(StatusCode::INTERNAL_SERVER_ERROR, "1"), None);
         assert_eq!(wait(StatusCode::BAD_GATEWAY, "1"), None);
         assert_eq!(retry_after(busy, &hyper::HeaderMap::new(), now), None);
-    }
-
-    #[test]
-    fn itl_nearest_rank() {
-        let mut g = vec![4.0, 1.0, 3.0, 2.0];
-        let s = itl_summary(&mut g).unwrap_or_else(|| panic!("gaps given"));
-        assert_eq!((s.p50_ms, s.p99_ms, s.max_ms, s.mean_ms), (2.0, 4.0, 4.0, 2.5));
-        assert!(itl_summary(&mut []).is_none());
-        let one = itl_summary(&mut [7.0]).unwrap_or_else(|| panic!("one gap"));
-        assert_eq!((one.p50_ms, one.p99_ms, one.max_ms), (7.0, 7.0, 7.0));
-        // The selections agree with a sort on every length up to 300 (nearest rank).
-        let mut state = 12345u32;
-        for n in 1..=300usize {
-            let mut g: Vec<f32> = (0..n)
-                .map(|_| {
-                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                    (state >> 20) as f32 / 7.0
-                })
-                .collect();
-            let mut sorted = g.clone();
-            sorted.sort_unstable_by(f32::total_cmp);
-            let at = |q: f64| sorted[((q * n as f64).ceil() as usize).saturating_sub(1).min(n - 1)] as f64;
-            let s = itl_summary(&mut g).unwrap_or_else(|| panic!("gaps given"));
-            assert_eq!(
-                (s.p50_ms, s.p99_ms, s.max_ms),
-                (at(0.5), at(0.99), sorted[n - 1] as f64),
-                "n={n}"
-            );
-        }
     }
 }

@@ -320,6 +320,7 @@ mod tests {
             rx_clock: None,
             retries: 0,
             retry_statuses: Vec::new(),
+            failure: None,
             error: None,
         }
     }

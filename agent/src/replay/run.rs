@@ -25,7 +25,7 @@ use super::prom::{Scraper, ServerReport};
 use super::records::{RecordObserver, RecordSink};
 use super::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
 use super::settings::{ReplaySettings, Traffic};
-use super::summary::{self, Checks, RunSummary, SendDelay, ServerScrape};
+use super::summary::{self, Checks, RunSummary, ServerScrape};
 
 pub use super::progress::LogFn;
 
@@ -383,10 +383,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         connections_opened: ctx.client.connections_opened(),
         rx_clock: checks.rx_clock(),
         rx_clock_requests: checks.rx_clock_requests(),
-        send_delay_us: ctx
-            .client
-            .send_delay_us()
-            .map(|(n, p50, p99, max)| SendDelay { n, p50, p99, max }),
+        send_delay_us: metrics::send_delay(&mut ctx.client.send_delays_us()),
         shape: s.shape.clone(),
         wall_s: wall,
         requests_started: ctx.started.load(Ordering::Relaxed),

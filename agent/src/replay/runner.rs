@@ -136,6 +136,7 @@ pub fn to_record(o: &Outcome, origin: Instant, slot: Slot, asked: u32, prompt_ch
         }),
         retries: o.retry_statuses.len() as u32,
         retry_statuses: o.retry_statuses.clone(),
+        failure: o.failure,
         error: o.error.clone(),
     }
 }
@@ -292,15 +293,10 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
     done
 }
 
-/// One open-loop or closed-loop request, ready to send.
-#[derive(Debug, Clone, Copy)]
-pub struct PlannedRequest {
-    /// Arrival after the origin, milliseconds (open loop only).
-    pub arrival_ms: f64,
-    pub shared_prefix_tokens: u32,
-    pub unique_prompt_tokens: u32,
-    pub output_tokens: u32,
-}
+/// One open-loop or closed-loop request, ready to send: the workload's own plan ([`Workload::requests`]).
+///
+/// [`Workload::requests`]: shared::workload::Workload::requests
+pub use shared::workload::PlannedRequest;
 
 /// Prompt text for open/closed-loop requests: a shared prefix (one per run, so requests share it as the workload
 /// designs) plus a unique part per request.

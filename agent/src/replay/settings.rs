@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustls::pki_types::CertificateDer;
 use shared::metrics::Slo;
 use shared::scenario::Scenario;
-use shared::workload::{RequestStream, SessionWorkload, Workload};
+use shared::workload::{SessionWorkload, Workload};
 
 use super::client::{self, Endpoint, HttpClient};
 use super::dialect::Dialect;
@@ -294,27 +294,7 @@ impl ReplaySettings {
     }
 }
 
-/// Requests of an open-loop or closed-loop workload.
+/// Requests of an open-loop or closed-loop workload (none for sessions): the workload's own plan.
 fn planned(w: &Workload, seed: u64) -> Vec<PlannedRequest> {
-    let conv = |g: shared::workload::GenRequest| PlannedRequest {
-        arrival_ms: g.arrival_ms,
-        shared_prefix_tokens: g.shared_prefix_tokens,
-        unique_prompt_tokens: g.unique_prompt_tokens,
-        output_tokens: g.output_tokens,
-    };
-    match w {
-        Workload::Bursty(b) => shared::seed_model::build_agent_trace(b)
-            .into_iter()
-            .map(|t| PlannedRequest {
-                arrival_ms: t.arrival_ms,
-                shared_prefix_tokens: t.shared_prefix_tokens,
-                unique_prompt_tokens: t.unique_prompt_tokens,
-                output_tokens: t.output_tokens,
-            })
-            .collect(),
-        Workload::Poisson(p) => RequestStream::poisson(p, seed).map(conv).collect(),
-        Workload::Gamma(g) => RequestStream::gamma(g, seed).map(conv).collect(),
-        Workload::ClosedLoop(c) => RequestStream::closed(c, seed).map(conv).collect(),
-        Workload::Sessions(_) => Vec::new(),
-    }
+    w.requests(seed).collect()
 }

@@ -1,6 +1,7 @@
 //! What a replay leaves beside its record file, as types: [`RunSummary`] is `<out>.summary.json`, [`ServerScrape`]
-//! is `<out>.server.json`, and [`Checks`] are the counts a reader of any record file should know about (used by the
-//! summary, `loadshape report` and the text report).
+//! is `<out>.server.json`. [`Checks`] (the counts a reader of any record file should know about, used by the
+//! summary, `loadshape report` and the text report) and [`SendDelay`] are computed by `shared::metrics`, the one
+//! scorer; they are re-exported here.
 //!
 //! Both files are written through `serde_json::Value`, whose maps keep their keys sorted (the workspace's
 //! `serde_json` has no `preserve_order`): every object in them, nested ones included, lists its keys in
@@ -10,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+pub use shared::metrics::{Checks, RxClockRequests, SendDelay};
 use shared::metrics::{Slo, Summary};
-use shared::record::{FrameClock, RequestRecord, UsageSource};
 
 use super::client::{Endpoint, HttpClient};
 use super::dialect::Dialect;
@@ -70,22 +71,6 @@ pub struct RunSummary {
     pub loadshape_version: &'static str,
 }
 
-/// [`RunSummary::rx_clock_requests`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RxClockRequests {
-    pub kernel: u64,
-    pub user: u64,
-}
-
-/// [`RunSummary::send_delay_us`]: count, median, p99 and max, microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct SendDelay {
-    pub n: usize,
-    pub p50: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
 /// `<out>.server.json`: every `/metrics` scrape of a run and the server-side report computed from them.
 #[derive(Debug, Clone, Serialize)]
 pub struct ServerScrape {
@@ -99,65 +84,4 @@ pub struct ServerScrape {
 /// Pretty JSON with every object's keys sorted (see the module docs).
 pub fn to_sorted_json<T: Serialize>(value: &T) -> serde_json::Result<Vec<u8>> {
     serde_json::to_vec_pretty(&serde_json::to_value(value)?)
-}
-
-/// Counts a reader of a record file should know about.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Checks {
-    /// Completed records whose `usage` was missing (tokens counted from frames).
-    pub usage_missing: u64,
-    /// Completed records that produced fewer tokens than asked (length not forced).
-    pub short_outputs: u64,
-    /// Records cut by the end of the run.
-    pub cut: u64,
-    /// Step-0 records reporting cached tokens.
-    pub step0_records: u64,
-    /// Live records whose first content frame (so their TTFT) was timed by the kernel's receive timestamp.
-    pub rx_clock_kernel: u64,
-    /// Live records whose first content frame was timed when the client read it.
-    pub rx_clock_user: u64,
-}
-
-impl Checks {
-    pub fn of(recs: &[RequestRecord]) -> Checks {
-        let mut c = Checks::default();
-        for r in recs {
-            if r.ok && r.usage_source == UsageSource::Missing {
-                c.usage_missing += 1;
-            }
-            if r.ok && r.gen_tokens < r.asked_tokens {
-                c.short_outputs += 1;
-            }
-            if r.error.as_deref().is_some_and(|e| e.starts_with("cut:")) {
-                c.cut += 1;
-            }
-            if r.step == 0 && r.cached_tokens.is_some() {
-                c.step0_records += 1;
-            }
-            match r.rx_clock {
-                Some(FrameClock::Kernel) => c.rx_clock_kernel += 1,
-                Some(FrameClock::User) => c.rx_clock_user += 1,
-                None => {}
-            }
-        }
-        c
-    }
-
-    /// Which clock timed the records' first frames: `"kernel"` (every record with a content frame had its first one
-    /// stamped by the kernel), `"user"` (none had), or `"mixed"` (`summary.json`'s `rx_clock`).
-    pub fn rx_clock(&self) -> &'static str {
-        match (self.rx_clock_kernel, self.rx_clock_user) {
-            (k, 0) if k > 0 => "kernel",
-            (0, _) => "user",
-            _ => "mixed",
-        }
-    }
-
-    /// [`RunSummary::rx_clock_requests`].
-    pub fn rx_clock_requests(&self) -> RxClockRequests {
-        RxClockRequests {
-            kernel: self.rx_clock_kernel,
-            user: self.rx_clock_user,
-        }
-    }
 }

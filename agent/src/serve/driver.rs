@@ -12,7 +12,6 @@ use shared::metrics::summarize;
 use shared::protocol::Limits;
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
-use shared::workload::Workload;
 use tokio::sync::watch;
 
 use super::runs::{BoxFuture, Driver, RecordSink, Target};
@@ -72,15 +71,12 @@ pub fn settings_for(
     Ok(s)
 }
 
-/// Concurrency a workload asks for: session slots or closed-loop users (open loop: 0, bounded by its rate).
+/// Concurrency a workload asks for ([`shared::workload::Workload::concurrency`]: session slots or closed-loop
+/// users); 0 for open-loop arrivals, whose concurrency the server's speed sets (bounded by their rate).
 fn concurrency(scenario: &Scenario) -> u32 {
     match scenario {
         Scenario::Seed(_) => 0,
-        Scenario::Engine(e) => match &e.workload {
-            Workload::Sessions(w) => w.ladder.as_ref().map_or(w.sessions, |l| l.rungs.len() as u32),
-            Workload::ClosedLoop(c) => c.users,
-            _ => 0,
-        },
+        Scenario::Engine(e) => e.workload.concurrency().unwrap_or(0),
     }
 }
 

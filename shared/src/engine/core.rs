@@ -1223,37 +1223,13 @@ impl Engine {
             scratch.extend(r.itl_gaps.iter().map(|&g| (g, g, 1)));
             scratch
         };
-        let (mut count, mut max_ms) = (0u64, f64::MIN);
-        for e in stretches {
-            count += e.2;
-            // A comparison, not `f64::max` (a libm call in wasm).
-            if e.1 > max_ms {
-                max_ms = e.1;
-            }
-        }
-        // Every token after the first closed at least one gap (a preempted request's count can be higher), so
-        // `count` is never 0 here: the lean path above, which never counts, returns `Some` exactly when this does.
+        // Every token after the first closed at least one gap (a preempted request's count can be higher), so the
+        // count is never 0 here: the lean path above, which never counts, returns `Some` exactly when this does.
         debug_assert!(
-            count >= u64::from(r.generated - 1),
-            "ITL gaps of request {idx}: {count}"
+            stretches.iter().map(|e| e.2).sum::<u64>() >= u64::from(r.generated - 1),
+            "ITL gaps of request {idx}"
         );
-        if count == 0 {
-            return None;
-        }
-        let rank = |q: f64| crate::metrics::nearest_rank_index(count as usize, q) as u64;
-        let ranks = [rank(0.5), rank(0.99)];
-        let (p50_ms, p99_ms) = if stretches.len() <= PACKED_ITL_MAX {
-            packed_quantiles(stretches, keys, count, ranks)
-        } else {
-            let mut v = stretches.to_vec();
-            weighted_select(&mut v, ranks)
-        };
-        Some(crate::record::ItlSummary {
-            mean_ms,
-            p50_ms,
-            p99_ms,
-            max_ms,
-        })
+        crate::metrics::itl_from_stretches(mean_ms, stretches, keys)
     }
 
     /// One engine iteration at `now_ms` (the engine never runs ahead of the caller's clock: a step starts at
@@ -1387,72 +1363,6 @@ fn classify(r: &Req, hit_blocks: u32, reach: u32, ever: u32, bs: u32) -> MissSpl
 /// Log length below which [`Engine::trim_log`] does nothing.
 const LOG_TRIM_MIN: usize = 4096;
 
-/// Stretches per request up to which [`Engine::itl_summary`] sorts packed keys (the position takes at most 16 of
-/// the 52 mantissa bits); longer lives use the exact weighted selection.
-const PACKED_ITL_MAX: usize = 1 << 16;
-
-/// Values at ascending ranks `ranks` among stretches `(lo, hi, k)` (ordered by `lo`, interpolated inside one), by
-/// one sort of u64 keys and one scan. A key is `lo`'s bits (lo ≥ 0, so they order like it) with the lowest
-/// `pos_bits` replaced by the stretch's position: stretches whose first durations differ by less than
-/// 2^(pos_bits − 52) relative (≤ 1.5e-11) are taken in log order. Integer keys keep the order identical natively
-/// and in wasm, and sort several times faster than tuples (a request that ran beside 60 others has hundreds of
-/// stretches). `v.len()` must be at most [`PACKED_ITL_MAX`]; `count` is Σ k. The lower rank is found scanning up
-/// from the smallest key, the upper one scanning down from the largest (a p99 is a few stretches from the top).
-fn packed_quantiles(v: &[(f64, f64, u64)], keys: &mut Vec<u64>, count: u64, ranks: [u64; 2]) -> (f64, f64) {
-    let pos_bits = usize::BITS - v.len().saturating_sub(1).leading_zeros();
-    let pos_mask = (1u64 << pos_bits) - 1;
-    keys.clear();
-    keys.extend(
-        v.iter()
-            .enumerate()
-            .map(|(i, e)| (e.0.to_bits() & !pos_mask) | i as u64),
-    );
-    keys.sort_unstable();
-    let at = |k: u64| v[(k & pos_mask) as usize];
-    let mut out = (f64::NAN, f64::NAN);
-    let mut acc = 0;
-    for &k in keys.iter() {
-        let e = at(k);
-        if ranks[0] < acc + e.2 {
-            out.0 = value_in(e, ranks[0] - acc);
-            break;
-        }
-        acc += e.2;
-    }
-    // From the top: `below` is the weight of everything before the stretch in ascending order.
-    let mut above = 0;
-    for &k in keys.iter().rev() {
-        let e = at(k);
-        let below = count - above - e.2;
-        if ranks[1] >= below {
-            out.1 = value_in(e, ranks[1] - below);
-            break;
-        }
-        above += e.2;
-    }
-    out
-}
-
-/// Value `i` (0-based) of a stretch `(lo, hi, k)` of `k` evenly spaced values from `lo` to `hi`.
-#[inline]
-fn value_in(e: (f64, f64, u64), i: u64) -> f64 {
-    if e.2 > 1 {
-        e.0 + (e.1 - e.0) * i as f64 / (e.2 - 1) as f64
-    } else {
-        e.0
-    }
-}
-
-/// The values at ascending 0-based ranks `ranks` among stretches `(lo, hi, k)` of `k` evenly spaced values from
-/// `lo` to `hi`, ordering stretches by `lo` and interpolating inside one (the weighted selection of
-/// [`crate::metrics::weighted_ranks_by`]). Reorders `v`.
-fn weighted_select(v: &mut [(f64, f64, u64)], ranks: [u64; 2]) -> (f64, f64) {
-    match crate::metrics::weighted_ranks_by(v, ranks, |e| e.0, |e| e.2) {
-        Some([(a, i), (b, j)]) => (value_in(a, i), value_in(b, j)),
-        None => (0.0, 0.0),
-    }
-}
-
 /// Milliseconds that `k` steps of durations `a, a + b, a + 2b, …` take: one expression for the stretch's length,
 /// the until-time check and [`steps_to_cover`], so that they agree to the bit.
 #[inline]
@@ -1523,27 +1433,6 @@ mod tests {
                 remove_ordered(&mut got, &gone);
                 assert_eq!(got, want, "list {list:?} gone {gone:?}");
             }
-        }
-    }
-
-    /// The packed-key sort picks what the exact weighted selection picks (distinct first durations).
-    #[test]
-    fn packed_quantiles_equal_weighted_select() {
-        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
-        let mut keys = Vec::new();
-        for n in [1usize, 2, 5, 17, 64, 65, 300, 2000] {
-            let v: Vec<(f64, f64, u64)> = (0..n)
-                .map(|i| {
-                    let lo = 5.0 + (next() % 100_000) as f64 * 1e-3 + i as f64 * 1e-7;
-                    let k = 1 + next() % 50;
-                    (lo, lo + (next() % 100) as f64 * 1e-4, k)
-                })
-                .collect();
-            let count: u64 = v.iter().map(|e| e.2).sum();
-            let ranks = [0.5, 0.99].map(|q| crate::metrics::nearest_rank_index(count as usize, q) as u64);
-            let got = packed_quantiles(&v, &mut keys, count, ranks);
-            let want = weighted_select(&mut v.clone(), ranks);
-            assert_eq!(got, want, "n = {n}");
         }
     }
 

@@ -20,8 +20,7 @@ use super::profile::EngineProfile;
 use super::{EngineScenario, SimOptions};
 use crate::metrics::{Slo, Summarizer, Summary};
 use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
-use crate::seed_model::build_agent_trace;
-use crate::workload::{GenRequest, RequestStream, SessionPlan, SessionWorkload, Workload};
+use crate::workload::{PlannedRequest, Requests, SessionPlan, SessionWorkload, Workload};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -84,11 +83,11 @@ struct Slot {
 
 enum Source {
     Open {
-        reqs: std::iter::Peekable<Box<dyn Iterator<Item = GenRequest>>>,
+        reqs: std::iter::Peekable<Requests>,
         shared: u32,
     },
     Closed {
-        reqs: Box<dyn Iterator<Item = GenRequest>>,
+        reqs: Requests,
         think_ms: f64,
         shared: u32,
     },
@@ -333,6 +332,7 @@ impl Driver<'_> {
             rx_clock: None,
             retries: 0,
             retry_statuses: Vec::new(),
+            failure: None,
             error: None,
         });
         if fits {
@@ -394,39 +394,9 @@ impl Driver<'_> {
     }
 }
 
-fn open_requests(w: &Workload, seed: u64) -> Option<Box<dyn Iterator<Item = GenRequest>>> {
-    match w {
-        Workload::Bursty(b) => Some(Box::new(build_agent_trace(b).into_iter().map(|t| GenRequest {
-            arrival_ms: t.arrival_ms,
-            shared_prefix_tokens: t.shared_prefix_tokens,
-            unique_prompt_tokens: t.unique_prompt_tokens,
-            output_tokens: t.output_tokens,
-        }))),
-        Workload::Poisson(p) => Some(Box::new(RequestStream::poisson(p, seed))),
-        Workload::Gamma(g) => Some(Box::new(RequestStream::gamma(g, seed))),
-        _ => None,
-    }
-}
-
 /// Requests the workload will send (an estimate for sessions), to size the record vector once.
 fn expected_requests(w: &Workload) -> usize {
-    let n = match w {
-        Workload::Bursty(b) => b.num_requests as f64,
-        Workload::Poisson(p) => p.num_requests as f64,
-        Workload::Gamma(g) => g.num_requests as f64,
-        Workload::ClosedLoop(c) => c.num_requests as f64,
-        // A step takes its think time plus its generation (assumed >= 10 ms per token).
-        Workload::Sessions(s) => {
-            let step_s = s.think_s + f64::from(s.gen_tokens) * 0.01 + 0.5;
-            let by_time = f64::from(s.slot_count()) * (s.duration_s / step_s + 1.0);
-            if s.respawn {
-                by_time
-            } else {
-                by_time.min(f64::from(s.slot_count()) * f64::from(s.steps) * 3.0)
-            }
-        }
-    };
-    n.clamp(0.0, 2_000_000.0) as usize
+    w.expected_requests().min(2_000_000) as usize
 }
 
 fn estimate_ms(w: &Workload) -> f64 {
@@ -512,8 +482,8 @@ fn run_with(
             }
         }
         (Workload::ClosedLoop(c), _) => {
-            let reqs: Box<dyn Iterator<Item = GenRequest>> = Box::new(RequestStream::closed(c, sc.seed));
-            for u in 0..c.users.min(c.num_requests.min(u64::from(u32::MAX)) as u32) {
+            let reqs = sc.workload.requests(sc.seed);
+            for u in 0..sc.workload.concurrency().unwrap_or(0) {
                 d.push_ev(0.0, u, false);
             }
             Source::Closed {
@@ -523,7 +493,7 @@ fn run_with(
             }
         }
         (w, Mode::AsGiven) => {
-            let reqs = open_requests(w, sc.seed).unwrap_or_else(|| Box::new(std::iter::empty()));
+            let reqs = w.requests(sc.seed);
             let shared = shared_of(w);
             Source::Open {
                 reqs: reqs.peekable(),
@@ -531,7 +501,7 @@ fn run_with(
             }
         }
         (w, Mode::OneAtATime) => {
-            let reqs = open_requests(w, sc.seed).unwrap_or_else(|| Box::new(std::iter::empty()));
+            let reqs = w.requests(sc.seed);
             d.push_ev(0.0, 0, false);
             Source::Closed {
                 reqs,
@@ -716,7 +686,7 @@ fn dispatch(src: &mut Source, d: &mut Driver, shared_chain: u32, bs: u32, open_i
     }
 }
 
-fn send_gen(d: &mut Driver, t_ms: f64, g: GenRequest, shared: u32, shared_chain: u32, bs: u32, i: u64) -> usize {
+fn send_gen(d: &mut Driver, t_ms: f64, g: PlannedRequest, shared: u32, shared_chain: u32, bs: u32, i: u64) -> usize {
     let chain = if shared > 0 {
         d.eng.new_chain(shared_chain, shared / bs)
     } else {

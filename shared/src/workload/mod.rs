@@ -1,20 +1,26 @@
 //! Workloads shared by the simulator and the live replay, as one [`Workload`] enum tagged on `"kind"`.
 //!
-//! - `bursty`: the seed's trace ([`crate::seed_model::BurstyWorkload`], `build_agent_trace`): a 2,048/3,072-token
+//! - `bursty`: the seed's trace ([`bursty::BurstyWorkload`], `build_agent_trace`): a 2,048/3,072-token
 //!   prefix of ONE common system prompt plus a unique part per request;
 //! - `poisson` / `gamma`: open-loop arrivals with length distributions ([`open_loop`]);
 //! - `sessions`: agent sessions as the seed's `agent_replay.py` ([`session::SessionWorkload`]);
 //! - `closed_loop`: N users, each sending the next request when the previous finishes ([`open_loop`]).
+//!
+//! The request plan is made here only (`plan.rs`): [`Workload::requests`] (one request type, [`PlannedRequest`]),
+//! [`Workload::expected_requests`] and [`Workload::concurrency`].
 
+pub mod bursty;
 pub mod open_loop;
+mod plan;
 pub mod session;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::ScenarioError;
-use crate::seed_model::BurstyWorkload;
 
-pub use open_loop::{ClosedLoopWorkload, GammaWorkload, GenRequest, LengthDist, PoissonWorkload, RequestStream};
+pub use bursty::{BurstyTrace, BurstyWorkload};
+pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorkload, RequestStream};
+pub use plan::{PlannedRequest, Requests};
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
 
 /// What traffic to send.

@@ -12,6 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ScenarioError;
+use super::PlannedRequest;
 use crate::pyrand::{PyRandom, PySeed};
 
 /// Largest accepted request count.
@@ -232,17 +233,7 @@ impl ClosedLoopWorkload {
     }
 }
 
-/// One generated request of an open-loop or closed-loop workload.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GenRequest {
-    /// Arrival, milliseconds (closed loop: 0; the driver decides).
-    pub arrival_ms: f64,
-    pub shared_prefix_tokens: u32,
-    pub unique_prompt_tokens: u32,
-    pub output_tokens: u32,
-}
-
-/// Draws arrivals and lengths deterministically from a seed.
+/// Draws arrivals and lengths deterministically from a seed ([`super::Workload::requests`] is the way in).
 #[derive(Debug, Clone)]
 pub struct RequestStream {
     rng: PyRandom,
@@ -338,9 +329,9 @@ impl RequestStream {
 }
 
 impl Iterator for RequestStream {
-    type Item = GenRequest;
+    type Item = PlannedRequest;
 
-    fn next(&mut self) -> Option<GenRequest> {
+    fn next(&mut self) -> Option<PlannedRequest> {
         if self.left == 0 {
             return None;
         }
@@ -352,12 +343,17 @@ impl Iterator for RequestStream {
         }
         let unique = self.prompt.sample(&mut self.rng);
         let output = self.output.sample(&mut self.rng);
-        Some(GenRequest {
+        Some(PlannedRequest {
             arrival_ms: self.t_ms,
             shared_prefix_tokens: self.shared,
             unique_prompt_tokens: unique,
             output_tokens: output,
         })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = usize::try_from(self.left).unwrap_or(usize::MAX);
+        (left, Some(left))
     }
 }
 
