@@ -6,7 +6,7 @@
 //! page validated (integers stay integers, `u64` seeds above 2^53 stay exact); the worker reads it with
 //! `Scenario::from_value`, as the CLI reads a file. Binary rather than JSON: a result carries CDF points (at most 402
 //! per chart) and the engine's timeline (up to 2,048 rows), and as JSON the 10k-session result is 2.6 times the bytes
-//! and took 20 times as long to write and read; exact JSON floats would also need serde_json's `float_roundtrip`,
+//! and took 10 to 20 times as long to write and read; exact JSON floats would also need serde_json's `float_roundtrip`,
 //! 20 KB of the page's wasm (docs/page.md, "Worker messages").
 
 use serde::{Deserialize, Serialize};
