@@ -4,7 +4,7 @@
 //! timelines, live-vs-simulated overlays) with thresholds, and chartistry 0.2 brings `leptos-use`, `chrono` and
 //! tens of MB of dependencies into a wasm bundle budgeted at 500 KB gzip, on a build machine shared by six.
 //! This module is ~250 lines, renders with plain `<path>`s, and exposes `data-chart`/`data-series` attributes
-//! so browser tests can check what is drawn. See docs/page.md.
+//! so browser tests can check what is drawn. CDF points come from `shared::metrics::cdf_points`. See docs/page.md.
 
 use leptos::prelude::*;
 
@@ -63,28 +63,6 @@ pub const PALETTE: [&str; 4] = [
     "var(--series-c)",
     "var(--series-d)",
 ];
-
-/// The empirical CDF of `values` as step points (value, fraction ≤ value), at most `max_points` of them.
-pub fn cdf(values: &[f64], max_points: usize) -> Vec<(f64, f64)> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return Vec::new();
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let stride = n.div_ceil(max_points.max(2));
-    let mut out = Vec::with_capacity(n / stride + 2);
-    out.push((v[0], 0.0));
-    let mut i = 0;
-    while i < n {
-        out.push((v[i], (i + 1) as f64 / n as f64));
-        i += stride;
-    }
-    if out.last().is_some_and(|&(_, y)| y < 1.0) {
-        out.push((v[n - 1], 1.0));
-    }
-    out
-}
 
 /// "Nice" tick values covering `lo..=hi` (1, 2, 5 × 10^k steps), about `count` of them.
 pub fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
@@ -304,16 +282,6 @@ mod tests {
         let t = ticks(0.0, 10235.0, 6);
         assert_eq!(t.first(), Some(&0.0));
         assert!(t.len() >= 4 && t.len() <= 8, "{t:?}");
-    }
-
-    #[test]
-    fn cdf_ends_at_one_and_is_monotone() {
-        let v: Vec<f64> = (0..1000).map(|i| (i * 7 % 1000) as f64).collect();
-        let c = cdf(&v, 100);
-        assert!(c.len() <= 103);
-        assert_eq!(c.last().map(|p| p.1), Some(1.0));
-        assert!(c.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
-        assert!(cdf(&[], 10).is_empty());
     }
 
     #[test]

@@ -1,15 +1,19 @@
-//! The page's only door into the models: turns a `shared::scenario::Scenario` into what the page draws.
+//! The page's view model: turns a `shared::scenario::Scenario` into what the page draws.
 //!
-//! Every number comes from `shared` (`seed_model::evaluate`, `engine::simulate`, `metrics::summarize`); this
-//! module only reshapes results for display (flat metric lists, CDF samples, call-outs) and builds derived
-//! scenarios (the rate sweep, the closed-loop counterfactual) that it hands back to `shared`.
+//! Every number comes from `shared` (`seed_model::evaluate` and `seed_diagnostics::diagnose`, `engine::simulate`,
+//! `metrics::summarize` and `metrics::cdf_points`), and so does every scenario the page derives (the defaults and
+//! presets of `shared::presets`, the sweep's `Workload::scaled`); this module only reshapes results for display:
+//! flat metric lists, chart points, call-outs with their text. [`Outcome`] is what crosses from the compute worker
+//! ([`crate::wire`]), so it derives serde.
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use shared::engine::{self, EngineReport, EngineScenario};
+use shared::metrics::cdf_points;
 use shared::scenario::Scenario;
-use shared::seed_model::{self, SeedScenario};
-
-use crate::charts::cdf;
+use shared::seed_diagnostics::{self, SeedDiagnostics};
+use shared::seed_model::{self, SeedScenario, SeedWorkload};
+use shared::workload::Workload;
 
 /// Points of the TTFT and TPOT CDFs a result carries (the charts draw them as they are).
 pub const CDF_POINTS: usize = 400;
@@ -17,73 +21,30 @@ pub const CDF_POINTS: usize = 400;
 /// The models the page offers: (`model` tag, label).
 pub const MODELS: [(&str, &str); 2] = [("seed", "Seed model"), ("engine", "Engine model")];
 
-/// The workload kinds of the engine model, with labels.
-pub const WORKLOAD_KINDS: [(&str, &str); 5] = [
-    ("sessions", "Agent sessions"),
-    ("bursty", "Bursty trace (seed)"),
-    ("poisson", "Poisson arrivals"),
-    ("gamma", "Gamma arrivals"),
-    ("closed_loop", "Closed-loop users"),
-];
+/// The label of a workload kind of the engine model ([`shared::presets::WORKLOAD_KINDS`]).
+pub fn workload_label(kind: &str) -> &'static str {
+    match kind {
+        "sessions" => "Agent sessions",
+        "bursty" => "Bursty trace (seed)",
+        "poisson" => "Poisson arrivals",
+        "gamma" => "Gamma arrivals",
+        "closed_loop" => "Closed-loop users",
+        _ => "Workload",
+    }
+}
 
-/// A default workload of each kind (the session defaults are the seed replay's, shortened to 20 minutes).
+/// [`shared::presets::default_workload`] as the JSON the form edits.
 pub fn default_workload(kind: &str) -> Option<Value> {
-    Some(lit(match kind {
-        "sessions" => {
-            r#"{"kind": "sessions", "sessions": 8, "steps": 12, "base_tokens": 22000, "gen_tokens": 700,
-            "tool_tokens": 2020, "think_s": 6.0, "dist": "lognormal", "spread": 0.5, "respawn": false,
-            "stagger_s": 4.0, "duration_s": 1200.0, "drain": false, "drain_grace_s": 420.0, "task_tokens": 16}"#
-        }
-        "bursty" => r#"{"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5}"#,
-        "poisson" => {
-            r#"{"kind": "poisson", "num_requests": 500, "rate_rps": 4.0,
-            "prompt": {"dist": "lognormal", "median": 2048, "sigma": 0.6}, "output": {"dist": "fixed", "tokens": 256},
-            "shared_prefix_tokens": 1024}"#
-        }
-        "gamma" => {
-            r#"{"kind": "gamma", "num_requests": 500, "rate_rps": 4.0, "cv": 2.0,
-            "prompt": {"dist": "lognormal", "median": 2048, "sigma": 0.6}, "output": {"dist": "fixed", "tokens": 256},
-            "shared_prefix_tokens": 1024}"#
-        }
-        "closed_loop" => {
-            r#"{"kind": "closed_loop", "users": 8, "num_requests": 400, "think_s": 0.0,
-            "prompt": {"dist": "fixed", "tokens": 2048}, "output": {"dist": "fixed", "tokens": 256},
-            "shared_prefix_tokens": 1024}"#
-        }
-        _ => return None,
-    }))
+    serde_json::to_value(shared::presets::default_workload(kind)?).ok()
 }
 
-/// A JSON constant written as text. `json!` compiles every key and value into code: the page's presets and
-/// defaults as text take 1.7 KB less of its gzip'd wasm (same values). The tests apply every constant (a typo
-/// would be `Null`, which no scenario accepts).
-fn lit(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
-}
-
-/// A default length distribution of each shape, centred on `typical` tokens.
+/// [`shared::presets::default_length`] as the JSON the form edits.
 pub fn default_length(dist: &str, typical: f64) -> Option<Value> {
-    let t = typical.round().max(1.0) as u64;
-    Some(match dist {
-        "fixed" => json!({"dist": "fixed", "tokens": t}),
-        "uniform" => json!({"dist": "uniform", "min": (t / 2).max(1), "max": t + t / 2}),
-        "lognormal" => json!({"dist": "lognormal", "median": t, "sigma": 0.5}),
-        _ => return None,
-    })
-}
-
-/// The engine model's default scenario: agent sessions on a Llama-3-8B / H100 profile.
-pub fn default_engine_scenario() -> Option<Scenario> {
-    let profile = serde_json::to_value(engine::presets::llama3_8b_h100()).ok()?;
-    let mut sc =
-        lit(r#"{"model": "engine", "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 42, "counterfactuals": true}"#);
-    sc["workload"] = default_workload("sessions")?;
-    sc["profile"] = profile;
-    Scenario::from_value(sc).ok()
+    serde_json::to_value(shared::presets::default_length(dist, typical)?).ok()
 }
 
 /// How loud a diagnostic is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Severity {
     Good,
     Info,
@@ -92,7 +53,7 @@ pub enum Severity {
 }
 
 /// A diagnostic call-out with its numbers.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Callout {
     /// `data-diagnostic` id (`overbatched`, `closed_loop_illusion`, ...).
     pub id: String,
@@ -102,7 +63,7 @@ pub struct Callout {
 }
 
 /// One point of the time series charts.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TimelineRow {
     pub t_s: f64,
     pub running: f64,
@@ -114,7 +75,7 @@ pub struct TimelineRow {
 }
 
 /// One point of the goodput-vs-load sweep.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SweepPoint {
     pub x: f64,
     pub goodput_rps: f64,
@@ -122,7 +83,7 @@ pub struct SweepPoint {
 }
 
 /// Everything the explorer shows for one scenario.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     /// Numeric summary fields by their scoring-module (or seed) names, in the summary's order.
     pub metrics: Vec<(String, f64)>,
@@ -199,199 +160,9 @@ pub fn flatten(summary: &Value) -> (NumericFields, TextFields) {
     (nums, texts)
 }
 
-/// The seed's default scenario: its bursty trace (80 requests, seed 42, 8.5 rps) on `profile`.
-pub fn seed_scenario_with(profile: seed_model::SeedProfile) -> Option<Scenario> {
-    let mut sc = lit(
-        r#"{"model": "seed", "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
-        "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0}, "closed_loop": false, "workload_name": "agent-shared-prefix"}"#,
-    );
-    sc["profile"] = serde_json::to_value(profile).ok()?;
-    Scenario::from_value(sc).ok()
-}
-
-/// The scenario a fresh page opens with.
+/// The scenario a fresh page opens with ([`shared::presets::default_scenario`]), as the JSON the form edits.
 pub fn default_scenario() -> Value {
-    seed_scenario_with(seed_model::SEED_PROFILES[0].clone()).map_or(Value::Null, |s| s.to_value())
-}
-
-/// The default scenario of a model (`seed`, `engine`).
-pub fn default_for_model(model: &str) -> Option<Scenario> {
-    match model {
-        "seed" => seed_scenario_with(seed_model::SEED_PROFILES[0].clone()),
-        "engine" => default_engine_scenario(),
-        _ => None,
-    }
-}
-
-/// What a preset changes.
-#[derive(Debug, Clone)]
-pub enum PresetKind {
-    /// Replaces the whole scenario.
-    Scenario(Box<Scenario>),
-    /// Replaces the engine profile (switching to the engine model if needed).
-    EngineProfile(Value),
-    /// Replaces the workload of an engine-model scenario (switching to the engine model if needed).
-    Workload(Value),
-    /// Replaces the SLOs.
-    Slo(Value),
-}
-
-/// A named preset with where its numbers come from.
-#[derive(Debug, Clone)]
-pub struct Preset {
-    pub id: String,
-    pub label: String,
-    pub basis: String,
-    pub kind: PresetKind,
-}
-
-impl Preset {
-    /// The scenario after applying this preset to `current`.
-    pub fn apply(&self, current: &Value) -> Option<Scenario> {
-        let engine_base = || {
-            if current.get("model").and_then(Value::as_str) == Some("engine") {
-                Some(current.clone())
-            } else {
-                default_engine_scenario().map(|s| s.to_value())
-            }
-        };
-        let replace = |mut base: Value, key: &str, v: &Value| {
-            base[key] = v.clone();
-            Scenario::from_value(base).ok()
-        };
-        match &self.kind {
-            PresetKind::Scenario(s) => Some((**s).clone()),
-            PresetKind::EngineProfile(p) => replace(engine_base()?, "profile", p),
-            PresetKind::Workload(w) => replace(engine_base()?, "workload", w),
-            PresetKind::Slo(slo) => replace(current.clone(), "slo", slo),
-        }
-    }
-}
-
-/// All presets: the seed's profiles and diagnostics, then the engine presets.
-pub fn presets() -> Vec<Preset> {
-    let mut out = Vec::new();
-    for p in seed_model::SEED_PROFILES.iter() {
-        if let Some(sc) = seed_scenario_with(p.clone()) {
-            out.push(Preset {
-                id: format!("seed:{}", p.name),
-                label: format!("Seed · {}", p.name),
-                basis: "the seed's profile (scenario_sim.py): assumed coefficients, not measurements; \
-                        trace of 80 bursty requests at 8.5 rps, seed 42"
-                    .to_string(),
-                kind: PresetKind::Scenario(Box::new(sc)),
-            });
-        }
-    }
-    if let Some(Scenario::Seed(mut s)) = seed_scenario_with(seed_model::OVERBATCHED_PROFILE.clone()) {
-        set_seed_rate(&mut s, 15.0);
-        s.workload_name = "overbatched-tail-violation".to_string();
-        out.push(Preset {
-            id: "seed:overbatched_unbounded".to_string(),
-            label: "Seed · overbatched (48 slots, 15 rps)".to_string(),
-            basis: "the seed's over-batched diagnostic: 48 slots keep TTFT low but push TPOT past its SLO".to_string(),
-            kind: PresetKind::Scenario(Box::new(Scenario::Seed(s))),
-        });
-    }
-    for p in engine::presets::all() {
-        if let Ok(v) = serde_json::to_value(&p) {
-            out.push(Preset {
-                id: format!("engine:{}", p.name),
-                label: format!("Engine · {}", p.name),
-                basis: p.basis.clone(),
-                kind: PresetKind::EngineProfile(v),
-            });
-        }
-    }
-    let workloads = [
-        (
-            "prod-ladder",
-            "Workload · production ladder (seed 002)",
-            "the seed's LADDER_PROD, solved for production (median 26,032 / p90 64,648 prompt tokens, 97 % cached): \
-             10 respawning slots, reply 700 + tool output 2,020 tokens per step",
-            r#"{"kind": "sessions", "sessions": 10, "steps": 12, "base_tokens": 22000, "gen_tokens": 700,
-                "tool_tokens": 2020, "think_s": 6.0, "dist": "lognormal", "spread": 0.5,
-                "respawn": true, "stagger_s": 4.0, "duration_s": 1800.0,
-                "drain": true, "drain_grace_s": 420.0, "task_tokens": 16}"#,
-        ),
-        (
-            "agentic-coding",
-            "Workload · agentic coding (SWE-bench-like)",
-            "PRESETS.md: sessions of 8–15 calls, 1–3k-token inputs, 50–300 ms tool gaps",
-            r#"{"kind": "sessions", "sessions": 16, "steps": 12, "base_tokens": 2000, "gen_tokens": 300,
-                "tool_tokens": 1200, "think_s": 0.175, "dist": "uniform", "spread": 0.25, "respawn": false,
-                "stagger_s": 0.5, "duration_s": 1800.0, "drain": false, "drain_grace_s": 60.0, "task_tokens": 16}"#,
-        ),
-        (
-            "chat",
-            "Workload · chat 256/256",
-            "PRESETS.md: the classic benchmark shape, 256 prompt / 256 output tokens, Poisson arrivals",
-            r#"{"kind": "poisson", "num_requests": 1000, "rate_rps": 10.0,
-                "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 256},
-                "shared_prefix_tokens": 0}"#,
-        ),
-        (
-            "summarization",
-            "Workload · summarization 4,096/512",
-            "PRESETS.md: long prompts, medium outputs, Poisson arrivals",
-            r#"{"kind": "poisson", "num_requests": 500, "rate_rps": 2.0,
-                "prompt": {"dist": "fixed", "tokens": 4096}, "output": {"dist": "fixed", "tokens": 512},
-                "shared_prefix_tokens": 0}"#,
-        ),
-        (
-            "long-prefix",
-            "Workload · long shared prefix",
-            "PRESETS.md: 5 turns on a 6.5–10k-token prefix, 128-token turns and outputs",
-            r#"{"kind": "sessions", "sessions": 16, "steps": 5, "base_tokens": 8000, "gen_tokens": 128,
-                "tool_tokens": 128, "think_s": 2.0, "dist": "uniform", "spread": 0.2, "respawn": false,
-                "stagger_s": 1.0, "duration_s": 1800.0, "drain": false, "drain_grace_s": 60.0, "task_tokens": 16}"#,
-        ),
-    ];
-    for (id, label, basis, w) in workloads {
-        let mut w = lit(w);
-        if id == "prod-ladder" {
-            w["ladder"] = Value::from(shared::ladder::LADDER_PROD);
-        }
-        out.push(Preset {
-            id: format!("workload:{id}"),
-            label: label.to_string(),
-            basis: basis.to_string(),
-            kind: PresetKind::Workload(w),
-        });
-    }
-    for (id, label, basis, slo) in [
-        (
-            "seed",
-            "SLO · seed (TTFT 500 ms, TPOT 35 ms)",
-            "the seed's SLOs",
-            r#"{"ttft_ms": 500.0, "tpot_ms": 35.0}"#,
-        ),
-        (
-            "distserve",
-            "SLO · DistServe (TTFT 200 ms, TPOT 100 ms)",
-            "DistServe's example SLOs (judged at 90 % attainment)",
-            r#"{"ttft_ms": 200.0, "tpot_ms": 100.0}"#,
-        ),
-        (
-            "vidur",
-            "SLO · Vidur search (TTFT 2 s, TPOT 200 ms)",
-            "Vidur's search constraints (TTFT p90 < 2 s, TBT p99 < 200 ms)",
-            r#"{"ttft_ms": 2000.0, "tpot_ms": 200.0}"#,
-        ),
-    ] {
-        out.push(Preset {
-            id: format!("slo:{id}"),
-            label: label.to_string(),
-            basis: basis.to_string(),
-            kind: PresetKind::Slo(lit(slo)),
-        });
-    }
-    out
-}
-
-fn set_seed_rate(s: &mut SeedScenario, rps: f64) {
-    let seed_model::SeedWorkload::Bursty(w) = &mut s.workload;
-    w.mean_rps = rps;
+    shared::presets::default_scenario().to_value()
 }
 
 /// The work a scenario represents (requests or session steps, counterfactual runs included), to decide whether
@@ -430,12 +201,6 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
     let report = engine::simulate_with(e, SUMMARY_ONLY).map_err(|err| err.to_string())?;
     let value = serde_json::to_value(&report.summary).map_err(|err| err.to_string())?;
     let (metrics, labels) = flatten(&value);
-    let ttft_ms: Vec<f64> = report
-        .records
-        .iter()
-        .filter_map(|r| r.ttft_s.map(|t| t * 1000.0))
-        .collect();
-    let tpot_ms: Vec<f64> = report.records.iter().filter_map(|r| r.tpot_ms()).collect();
     let timeline = report
         .timeline
         .iter()
@@ -447,15 +212,17 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
             cache_hit: (p.prompt_tokens > 0).then(|| p.cache_hit_tokens as f64 / p.prompt_tokens as f64),
         })
         .collect();
-    let (sweep_label, sweep_current) = load_field(&e.workload).map_or((String::new(), None), |(name, v)| {
-        (format!("x: {name} (0.25×–4× the current value)"), Some(v))
-    });
+    let sweep_label = format!("x: {} (0.25×–4× the current value)", load_label(&e.workload));
+    let sweep_current = Some(e.workload.load());
     Ok(Outcome {
         metrics,
         labels,
         exact: false,
-        ttft_cdf: cdf(&ttft_ms, CDF_POINTS),
-        tpot_cdf: cdf(&tpot_ms, CDF_POINTS),
+        ttft_cdf: cdf_points(
+            report.records.iter().filter_map(|r| r.ttft_s.map(|t| t * 1000.0)),
+            CDF_POINTS,
+        ),
+        tpot_cdf: cdf_points(report.records.iter().filter_map(|r| r.tpot_ms()), CDF_POINTS),
         timeline,
         diagnostics: engine_callouts(e, &report),
         slo_ttft_ms: e.slo.ttft_ms,
@@ -470,16 +237,14 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
     })
 }
 
-/// The workload field that sets its load, for the sweep's axis: (label, value).
-fn load_field(w: &shared::workload::Workload) -> Option<(&'static str, f64)> {
-    use shared::workload::Workload;
-    Some(match w {
-        Workload::Bursty(w) => ("mean arrival rate (req/s)", w.mean_rps),
-        Workload::Poisson(w) => ("arrival rate (req/s)", w.rate_rps),
-        Workload::Gamma(w) => ("arrival rate (req/s)", w.rate_rps),
-        Workload::Sessions(w) => ("concurrent sessions", f64::from(w.sessions)),
-        Workload::ClosedLoop(w) => ("closed-loop users", f64::from(w.users)),
-    })
+/// What the sweep's x axis is: the name of [`Workload::load`] for `w`'s kind.
+fn load_label(w: &Workload) -> &'static str {
+    match w {
+        Workload::Bursty(_) => "mean arrival rate (req/s)",
+        Workload::Poisson(_) | Workload::Gamma(_) => "arrival rate (req/s)",
+        Workload::Sessions(_) => "concurrent sessions",
+        Workload::ClosedLoop(_) => "closed-loop users",
+    }
 }
 
 fn tokens(n: u64) -> String {
@@ -614,83 +379,8 @@ fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
     let summary = seed_model::evaluate(s).map_err(|e| e.to_string())?;
     let value = serde_json::to_value(&summary).map_err(|e| e.to_string())?;
     let (metrics, labels) = flatten(&value);
-    let seed_model::SeedWorkload::Bursty(w) = &s.workload;
-    let mut diagnostics = Vec::new();
-    // Closed-loop illusion: the same trace, one request at a time.
-    let mut flipped = s.clone();
-    flipped.closed_loop = !s.closed_loop;
-    if let Ok(other) = seed_model::evaluate(&flipped) {
-        let (open, closed) = if s.closed_loop {
-            (&other, &summary)
-        } else {
-            (&summary, &other)
-        };
-        let gap = closed.slo_attainment_ratio - open.slo_attainment_ratio;
-        diagnostics.push(Callout {
-            id: "closed_loop_illusion".to_string(),
-            severity: if gap > 0.2 { Severity::Warn } else { Severity::Info },
-            title: "Closed-loop illusion".to_string(),
-            body: format!(
-                "Open loop (requests arrive on their own schedule): TTFT p50 {} ms, attainment {}. \
-                 Closed loop on the same trace (one request at a time): TTFT p50 {} ms, attainment {}, \
-                 but only {} req/s. A closed-loop benchmark hides the queueing that agent traffic meets.",
-                open.ttft_p50_ms,
-                crate::fmt::pct(open.slo_attainment_ratio),
-                closed.ttft_p50_ms,
-                crate::fmt::pct(closed.slo_attainment_ratio),
-                closed.request_throughput_rps
-            ),
-        });
-    }
-    // Over-batching: TPOT grows with the batch; say where it crosses the SLO.
-    let p = &s.profile;
-    if p.batch_tpot_slope_ms > 0.0 {
-        let cross = (s.slo.tpot_ms - p.base_tpot_ms) / p.batch_tpot_slope_ms;
-        let at_full = p.base_tpot_ms + p.batch_tpot_slope_ms * p.max_batch_slots as f64;
-        let over = (p.max_batch_slots as f64) > cross;
-        diagnostics.push(Callout {
-            id: "overbatched".to_string(),
-            severity: if over { Severity::Bad } else { Severity::Good },
-            title: if over {
-                "Over-batched".to_string()
-            } else {
-                "Batch size within the TPOT SLO".to_string()
-            },
-            body: format!(
-                "TPOT = {} + {} × batch ms: it crosses the {} ms SLO at a batch of {:.1}; with all {} slots busy \
-                 it is {:.2} ms.{}",
-                p.base_tpot_ms,
-                p.batch_tpot_slope_ms,
-                s.slo.tpot_ms,
-                cross.max(0.0),
-                p.max_batch_slots,
-                at_full,
-                if over {
-                    " Fewer slots would trade queueing (TTFT) for per-token speed."
-                } else {
-                    ""
-                }
-            ),
-        });
-    }
-    if summary.ttft_p50_ms > s.slo.ttft_ms {
-        diagnostics.push(Callout {
-            id: "queueing".to_string(),
-            severity: Severity::Bad,
-            title: "Requests queue for the prefill lane".to_string(),
-            body: format!(
-                "Half the requests wait more than {} ms for their first token (SLO {} ms): the arrival rate \
-                 ({} req/s mean, bursty) exceeds what one prefill lane at {} tok/ms with {} of the shared prefix \
-                 cached can serve ({} req/s achieved).",
-                summary.ttft_p50_ms,
-                s.slo.ttft_ms,
-                w.mean_rps,
-                p.prefill_tokens_per_ms,
-                crate::fmt::pct(p.prefix_cache_hit_efficiency),
-                summary.request_throughput_rps
-            ),
-        });
-    }
+    let SeedWorkload::Bursty(w) = &s.workload;
+    let diagnostics = seed_callouts(s, &summary, &seed_diagnostics::diagnose(s, &summary));
     Ok(Outcome {
         metrics,
         labels,
@@ -709,6 +399,80 @@ fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
             if s.closed_loop { " · closed loop" } else { "" }
         ),
     })
+}
+
+/// The seed model's diagnostics as call-outs with their numbers (the seed's own values, printed exactly).
+fn seed_callouts(s: &SeedScenario, summary: &seed_model::SeedSummary, d: &SeedDiagnostics) -> Vec<Callout> {
+    let mut out = Vec::new();
+    if let Some(c) = &d.closed_loop_illusion {
+        let (open, closed) = (&c.open, &c.closed);
+        out.push(Callout {
+            id: "closed_loop_illusion".to_string(),
+            severity: if c.attainment_gap > 0.2 {
+                Severity::Warn
+            } else {
+                Severity::Info
+            },
+            title: "Closed-loop illusion".to_string(),
+            body: format!(
+                "Open loop (requests arrive on their own schedule): TTFT p50 {} ms, attainment {}. \
+                 Closed loop on the same trace (one request at a time): TTFT p50 {} ms, attainment {}, \
+                 but only {} req/s. A closed-loop benchmark hides the queueing that agent traffic meets.",
+                open.ttft_p50_ms,
+                crate::fmt::pct(open.slo_attainment_ratio),
+                closed.ttft_p50_ms,
+                crate::fmt::pct(closed.slo_attainment_ratio),
+                closed.request_throughput_rps
+            ),
+        });
+    }
+    if let Some(o) = &d.overbatched {
+        out.push(Callout {
+            id: "overbatched".to_string(),
+            severity: if o.overbatched { Severity::Bad } else { Severity::Good },
+            title: if o.overbatched {
+                "Over-batched".to_string()
+            } else {
+                "Batch size within the TPOT SLO".to_string()
+            },
+            body: format!(
+                "TPOT = {} + {} × batch ms: it crosses the {} ms SLO at a batch of {:.1}; with all {} slots busy \
+                 it is {:.2} ms.{}",
+                o.base_tpot_ms,
+                o.batch_tpot_slope_ms,
+                o.tpot_slo_ms,
+                o.slo_batch_limit,
+                o.max_batch_slots,
+                o.tpot_at_max_batch_ms,
+                if o.overbatched {
+                    " Fewer slots would trade queueing (TTFT) for per-token speed."
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    if d.prefill_queueing {
+        let SeedWorkload::Bursty(w) = &s.workload;
+        let p = &s.profile;
+        out.push(Callout {
+            id: "queueing".to_string(),
+            severity: Severity::Bad,
+            title: "Requests queue for the prefill lane".to_string(),
+            body: format!(
+                "Half the requests wait more than {} ms for their first token (SLO {} ms): the arrival rate \
+                 ({} req/s mean, bursty) exceeds what one prefill lane at {} tok/ms with {} of the shared prefix \
+                 cached can serve ({} req/s achieved).",
+                summary.ttft_p50_ms,
+                s.slo.ttft_ms,
+                w.mean_rps,
+                p.prefill_tokens_per_ms,
+                crate::fmt::pct(p.prefix_cache_hit_efficiency),
+                summary.request_throughput_rps
+            ),
+        });
+    }
+    out
 }
 
 /// The explorer's scenario with its session workload using `ladder` (and the solver's shape: reply, tool output
@@ -747,54 +511,56 @@ pub fn with_ladder(
 
 /// The engine model's default agent-session scenario.
 pub fn default_sessions_scenario() -> Option<Scenario> {
-    default_engine_scenario()
+    Some(Scenario::Engine(shared::presets::default_engine_scenario()))
 }
 
 /// Multipliers of the current load for the sweep.
 const SWEEP: [f64; 10] = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0];
 
-/// The fields that set a workload's load, in order of preference, and whether they are integers.
-const LOAD_FIELDS: [(&str, bool); 5] = [
-    ("mean_rps", false),
-    ("rate_rps", false),
-    ("sessions", true),
-    ("users", true),
-    ("concurrency", true),
-];
+/// The scenario's workload with its load scaled by `factor` ([`Workload::scaled`]), without the counterfactual runs
+/// (a sweep point draws only goodput and throughput).
+fn with_load(sc: &Scenario, factor: f64) -> Scenario {
+    match sc {
+        Scenario::Seed(s) => {
+            let mut s = s.clone();
+            let SeedWorkload::Bursty(w) = &mut s.workload;
+            if let Workload::Bursty(scaled) = Workload::Bursty(w.clone()).scaled(factor) {
+                *w = scaled;
+            }
+            Scenario::Seed(s)
+        }
+        Scenario::Engine(e) => Scenario::Engine(EngineScenario {
+            workload: e.workload.scaled(factor),
+            counterfactuals: false,
+            ..e.clone()
+        }),
+    }
+}
 
-/// The scenarios of the goodput-vs-load sweep: the current one with its load scaled.
+/// The load of a scenario's workload ([`Workload::load`]; the seed's bursty trace: its `mean_rps`): the sweep's x.
+fn load_of(sc: &Scenario) -> f64 {
+    match sc {
+        Scenario::Seed(s) => {
+            let SeedWorkload::Bursty(w) = &s.workload;
+            w.mean_rps
+        }
+        Scenario::Engine(e) => e.workload.load(),
+    }
+}
+
+/// The scenarios of the goodput-vs-load sweep: the current one with its load scaled by each of [`SWEEP`] (a count
+/// that rounds to the same value as an earlier point is not run twice), each valid.
 pub fn sweep_plan(sc: &Scenario) -> Vec<Scenario> {
-    let json = sc.to_value();
-    let Some(workload) = json.get("workload") else {
-        return Vec::new();
-    };
-    let Some((field, integer, current)) = LOAD_FIELDS
-        .iter()
-        .find_map(|(f, i)| workload.get(*f).and_then(Value::as_f64).map(|v| (*f, *i, v)))
-    else {
-        return Vec::new();
-    };
     let mut seen = Vec::new();
     let mut out = Vec::new();
     for m in SWEEP {
-        let x = if integer {
-            (current * m).round().max(1.0)
-        } else {
-            current * m
-        };
-        if seen.contains(&x.to_bits()) {
+        let s = with_load(sc, m);
+        let x = load_of(&s).to_bits();
+        if seen.contains(&x) {
             continue;
         }
-        seen.push(x.to_bits());
-        let mut j = json.clone();
-        if let Some(slot) = j.pointer_mut(&format!("/workload/{field}")) {
-            *slot = if integer { Value::from(x as u64) } else { Value::from(x) };
-        }
-        // Sweep points skip the counterfactual runs: only goodput and throughput are drawn.
-        if j.get("counterfactuals").is_some() {
-            j["counterfactuals"] = Value::Bool(false);
-        }
-        if let Ok(s) = Scenario::from_value(j) {
+        seen.push(x);
+        if s.validate().is_ok() {
             out.push(s);
         }
     }
@@ -803,10 +569,7 @@ pub fn sweep_plan(sc: &Scenario) -> Vec<Scenario> {
 
 /// One sweep point: the scenario's load and its goodput and throughput.
 pub fn sweep_point(sc: &Scenario) -> Option<SweepPoint> {
-    let json = sc.to_value();
-    let x = LOAD_FIELDS
-        .iter()
-        .find_map(|(f, _)| json.get("workload")?.get(*f)?.as_f64())?;
+    let x = load_of(sc);
     match sc {
         Scenario::Seed(s) => {
             let r = seed_model::evaluate(s).ok()?;
@@ -833,12 +596,9 @@ pub fn seed_comparisons() -> Vec<(String, Result<Value, String>)> {
     seed_model::SEED_PROFILES
         .iter()
         .map(|p| {
-            let result = match seed_scenario_with(p.clone()) {
-                Some(Scenario::Seed(s)) => seed_model::evaluate(&s)
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string())),
-                _ => Err("the seed scenario did not validate".to_string()),
-            };
+            let result = seed_model::evaluate(&shared::presets::seed_scenario(p.clone()))
+                .map_err(|e| e.to_string())
+                .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()));
             (p.name.to_string(), result)
         })
         .collect()
@@ -869,22 +629,21 @@ mod tests {
     }
 
     #[test]
-    fn every_default_and_preset_is_valid() {
-        for (kind, _) in WORKLOAD_KINDS {
-            let mut j = default_engine_scenario().expect("engine default").to_value();
-            j["workload"] = default_workload(kind).expect(kind);
-            Scenario::from_value(j).unwrap_or_else(|e| panic!("{kind}: {e}"));
+    fn the_form_defaults_are_the_shared_ones_and_every_kind_has_a_label() {
+        for kind in shared::presets::WORKLOAD_KINDS {
+            let w = default_workload(kind).expect(kind);
+            assert_eq!(w["kind"], kind);
+            assert_ne!(workload_label(kind), "Workload", "{kind}");
         }
-        let current = default_scenario();
-        for p in presets() {
-            assert!(p.apply(&current).is_some(), "preset {} does not apply", p.id);
-            assert!(!p.basis.is_empty(), "{}", p.id);
-        }
+        assert_eq!(
+            default_length("fixed", 300.0),
+            Some(serde_json::json!({"dist": "fixed", "tokens": 300}))
+        );
     }
 
     #[test]
     fn engine_default_computes_with_samples_and_callouts() {
-        let sc = default_engine_scenario().unwrap();
+        let sc = default_sessions_scenario().unwrap();
         let o = compute(&sc).expect("computes");
         assert!(o.get("ttft_p50_ms").is_some() && o.get("goodput_rps").is_some());
         assert!(!o.ttft_cdf.is_empty() && !o.tpot_cdf.is_empty() && !o.timeline.is_empty());
@@ -899,6 +658,22 @@ mod tests {
         assert_eq!(plan.len(), SWEEP.len());
         let pts: Vec<SweepPoint> = plan.iter().filter_map(sweep_point).collect();
         assert_eq!(pts.len(), plan.len());
-        assert!((pts[3].x - 8.5).abs() < 1e-12);
+        assert_eq!(pts[3].x, 8.5);
+        assert_eq!(pts[0].x, 8.5 * 0.25);
+        // Engine sessions: counts are rounded and never repeated; the counterfactual runs are off.
+        let Some(Scenario::Engine(mut e)) = default_sessions_scenario() else {
+            panic!("engine default")
+        };
+        let Workload::Sessions(w) = &mut e.workload else {
+            panic!("sessions")
+        };
+        w.sessions = 2;
+        let plan = sweep_plan(&Scenario::Engine(e));
+        let xs: Vec<f64> = plan.iter().map(load_of).collect();
+        assert_eq!(xs, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0]);
+        assert!(
+            plan.iter()
+                .all(|s| matches!(s, Scenario::Engine(e) if !e.counterfactuals))
+        );
     }
 }

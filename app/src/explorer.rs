@@ -60,7 +60,7 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
         ex.json
             .with(|j| j.get("model").and_then(|m| m.as_str()).unwrap_or("seed").to_string())
     });
-    let presets = compute::presets();
+    let presets = shared::presets::all();
     let basis = RwSignal::new(None::<String>);
     view! {
         <div class="card-head">
@@ -76,7 +76,7 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                                 class:active=move || model.get() == id
                                 on:click=move |_| {
                                     if model.get_untracked() != id
-                                        && let Some(sc) = compute::default_for_model(id)
+                                        && let Some(sc) = shared::presets::default_for_model(id)
                                     {
                                         ex.set_scenario(&sc);
                                         basis.set(None);
@@ -97,8 +97,10 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                 data-control="preset"
                 on:change=move |ev| {
                     let name = event_target_value(&ev);
-                    if let Some(p) = compute::presets().into_iter().find(|p| p.id == name)
-                        && let Some(sc) = p.apply(&ex.json.get_untracked())
+                    // A preset applies to the scenario shown, or to the default one while that is invalid.
+                    let current = ex.scenario().unwrap_or_else(shared::presets::default_scenario);
+                    if let Some(p) = shared::presets::Preset::by_id(&name)
+                        && let Ok(sc) = p.apply(&current)
                     {
                         basis.set(Some(format!("{}: {}", p.label, p.basis)));
                         ex.set_scenario(&sc);
@@ -127,9 +129,9 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                         }
                     }
                 >
-                    {compute::WORKLOAD_KINDS
+                    {shared::presets::WORKLOAD_KINDS
                         .into_iter()
-                        .map(|(id, label)| view! { <option value=id>{label}</option> })
+                        .map(|id| view! { <option value=id>{compute::workload_label(id)}</option> })
                         .collect_view()}
                 </select>
             </div>

@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 use serde_json::Value;
-use shared::metrics::{Slo, Summary, summarize};
+use shared::metrics::{Slo, Summary, cdf_points, summarize};
 use shared::protocol::{ClientMsg, RunInfo, RunState, ServerMsg, TargetInfo};
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 
 use crate::agent_ws::{AgentConn, Status};
-use crate::charts::{LineChart, PALETTE, Series, cdf};
+use crate::charts::{LineChart, PALETTE, Series};
 use crate::compute::Outcome;
 use crate::offload::{self, Lane};
 use crate::state::Explorer;
@@ -559,20 +559,15 @@ fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
 #[component]
 fn LiveCharts(live: Live, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl IntoView {
     let ttft = Signal::derive(move || {
-        let live_pts = live.records.with(|r| {
-            cdf(
-                &r.iter()
-                    .filter_map(|x| x.ttft_s.map(|t| t * 1000.0))
-                    .collect::<Vec<_>>(),
-                400,
-            )
-        });
+        let live_pts = live
+            .records
+            .with(|r| cdf_points(r.iter().filter_map(|x| x.ttft_s.map(|t| t * 1000.0)), 400));
         overlay(live_pts, simulated.get().map(|o| o.ttft_cdf.clone()))
     });
     let tpot = Signal::derive(move || {
         let live_pts = live
             .records
-            .with(|r| cdf(&r.iter().filter_map(RequestRecord::tpot_ms).collect::<Vec<_>>(), 400));
+            .with(|r| cdf_points(r.iter().filter_map(RequestRecord::tpot_ms), 400));
         overlay(live_pts, simulated.get().map(|o| o.tpot_cdf.clone()))
     });
     let progress = Signal::derive(move || {

@@ -184,7 +184,7 @@ async fn a_broken_link_shows_a_message_and_the_default() {
 #[wasm_bindgen_test]
 fn pure_helpers_behave_in_wasm() {
     assert_eq!(loadshape_app::fmt::num(3915.16), "3,915");
-    let c = loadshape_app::charts::cdf(&[3.0, 1.0, 2.0], 10);
+    let c = shared::metrics::cdf_points([3.0, 1.0, 2.0], 10);
     assert_eq!(c.last(), Some(&(3.0, 1.0)));
     assert_eq!(
         loadshape_app::url::param("#token=a&s=1.x", "", "s").as_deref(),

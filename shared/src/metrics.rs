@@ -30,7 +30,7 @@
 //! Records carry measurements and every conclusion drawn from them is computed here, for simulated and live
 //! records alike: a record's own [`ItlSummary`] ([`itl_summary`] from a live request's frame gaps,
 //! [`itl_from_stretches`] from the engine's stretches of identical decode steps), the hyper path's [`send_delay`],
-//! the CDF points the page draws ([`cdf`], [`ttft_cdf`], [`tpot_cdf`], [`completion_curve`]), and the report's [`Checks`], with cut vs
+//! the CDF points the page draws ([`cdf_points`], [`ttft_cdf`], [`tpot_cdf`], [`completion_curve`]), and the report's [`Checks`], with cut vs
 //! failed read from the record's typed failure ([`outcome_of`]). The seed model's bit-exact Python scoring
 //! (`seed_model::evaluate`) is the one documented exception.
 
@@ -819,41 +819,16 @@ impl Checks {
     }
 }
 
-/// The empirical CDF of `values` as step points `(value, share of values ≤ value)`, for charts: the finite values
-/// sorted, the first point at share 0, then every `⌈n / max(max_points, 2)⌉`-th sample `i` (0-based) at share
-/// `(i + 1) / n`, and the largest value at share 1 if the stride did not end there. At most about `max_points + 2`
-/// points; none for no finite value.
-pub fn cdf(values: &[f64], max_points: usize) -> Vec<(f64, f64)> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return Vec::new();
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let stride = n.div_ceil(max_points.max(2));
-    let mut out = Vec::with_capacity(n / stride + 2);
-    out.push((v[0], 0.0));
-    let mut i = 0;
-    while i < n {
-        out.push((v[i], (i + 1) as f64 / n as f64));
-        i += stride;
-    }
-    if out.last().is_some_and(|&(_, y)| y < 1.0) {
-        out.push((v[n - 1], 1.0));
-    }
-    out
-}
-
-/// [`cdf`] of the TTFT (ms) of every record that saw a first token, simulated or live.
+/// [`cdf_points`] of the TTFT (ms) of every record that saw a first token, simulated or live.
 pub fn ttft_cdf(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)> {
     let ms: Vec<f64> = records.iter().filter_map(|r| r.ttft_s.map(|t| t * 1000.0)).collect();
-    cdf(&ms, max_points)
+    cdf_points(ms, max_points)
 }
 
-/// [`cdf`] of the TPOT (ms, [`RequestRecord::tpot_ms`]) of every record that has one, simulated or live.
+/// [`cdf_points`] of the TPOT (ms, [`RequestRecord::tpot_ms`]) of every record that has one, simulated or live.
 pub fn tpot_cdf(records: &[RequestRecord], max_points: usize) -> Vec<(f64, f64)> {
     let ms: Vec<f64> = records.iter().filter_map(RequestRecord::tpot_ms).collect();
-    cdf(&ms, max_points)
+    cdf_points(ms, max_points)
 }
 
 /// Completions over time, for the live page's progress chart: every record's finish time (`t_submit + wall_s`,
@@ -887,6 +862,36 @@ pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
 pub fn nearest_rank_index(n: usize, q: f64) -> usize {
     let pos = (q * n as f64).ceil() - 1.0;
     if pos <= 0.0 { 0 } else { (pos as usize).min(n - 1) }
+}
+
+/// The empirical CDF of `samples` as the points a step chart draws: `F(x)` = the share of samples `<= x`.
+///
+/// With the `n` finite samples sorted (`x_1 <= … <= x_n`; NaN and infinities are dropped), the points are
+/// `(x_1, 0)`, then `(x_k, k / n)` for `k = 1, 1 + s, 1 + 2s, …` and finally `(x_n, 1)`, where the stride
+/// `s = ceil(n / max(max_points, 2))` keeps them to at most `max_points + 2`; with `n <= max_points` every sample
+/// is a point. So each point `(x, k / n)` is the `k`-th smallest sample, which is the nearest-rank `k / n`-quantile of
+/// this module's percentiles (index `ceil(q·n) − 1`): a chart read at `y = 0.9` shows the `ttft_p90_ms` of the
+/// summary, up to the stride. Ties give several points at one `x` (a vertical step). Deterministic: the same
+/// samples in any order give the same points. No samples give no points.
+pub fn cdf_points(samples: impl IntoIterator<Item = f64>, max_points: usize) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = samples.into_iter().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return Vec::new();
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let stride = n.div_ceil(max_points.max(2));
+    let mut out = Vec::with_capacity(n / stride + 2);
+    out.push((v[0], 0.0));
+    let mut i = 0;
+    while i < n {
+        out.push((v[i], (i + 1) as f64 / n as f64));
+        i += stride;
+    }
+    if out.last().is_some_and(|&(_, y)| y < 1.0) {
+        out.push((v[n - 1], 1.0));
+    }
+    out
 }
 
 /// The most bins [`timeline`] returns; a finer `bin_s` is widened to fit.
@@ -989,6 +994,48 @@ pub fn timeline(records: &[RequestRecord], bin_s: f64) -> Vec<TimelineBin> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cdf_points_are_the_sorted_samples_at_their_ranks() {
+        // 7 samples, out of order, with a tie and a NaN that is dropped.
+        let pts = cdf_points([5.0, 1.0, 3.0, f64::NAN, 3.0, 9.0, 2.0, 7.0], 100);
+        let want = [1.0, 2.0, 3.0, 3.0, 5.0, 7.0, 9.0];
+        assert_eq!(pts.len(), want.len() + 1);
+        assert_eq!(pts[0], (1.0, 0.0));
+        for (k, (p, x)) in pts[1..].iter().zip(want).enumerate() {
+            assert_eq!(*p, (x, (k + 1) as f64 / 7.0));
+        }
+        assert!(cdf_points([], 10).is_empty());
+        assert!(cdf_points([f64::INFINITY, f64::NAN], 10).is_empty());
+        assert_eq!(cdf_points([4.0], 10), vec![(4.0, 0.0), (4.0, 1.0)]);
+    }
+
+    #[test]
+    fn cdf_points_are_bounded_monotone_and_meet_the_percentiles() {
+        // 10,007 samples in a scrambled order (a prime count, so the stride does not divide it).
+        let n = 10_007usize;
+        let samples: Vec<f64> = (0..n).map(|i| ((i * 7_919) % n) as f64 * 0.5).collect();
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        for max_points in [0, 1, 2, 400, 10_007, 20_000] {
+            let pts = cdf_points(samples.iter().copied(), max_points);
+            assert!(pts.len() <= max_points.max(2) + 2, "{max_points}: {} points", pts.len());
+            assert_eq!(pts.first(), Some(&(0.0, 0.0)));
+            assert_eq!(pts.last(), Some(&(sorted[n - 1], 1.0)));
+            assert!(pts.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+            for &(x, y) in &pts[1..] {
+                let k = (y * n as f64).round() as usize;
+                assert_eq!(x, sorted[k - 1], "the k-th smallest sample at k / n");
+            }
+        }
+        // Every sample is a point when they fit; the order of the samples does not matter.
+        let all = cdf_points(samples.iter().copied(), n);
+        assert_eq!(all.len(), n + 1);
+        assert_eq!(all, cdf_points(sorted.iter().copied(), n));
+        // Read at 0.9, the chart shows the summary's p90 (nearest rank).
+        let k90 = all.iter().find(|p| p.1 >= 0.9).map(|p| p.0);
+        assert_eq!(k90, Some(percentile_sorted(&sorted, 0.9)));
+    }
 
     /// A xorshift64 generator for test inputs.
     fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
@@ -1156,13 +1203,13 @@ mod tests {
             .map(|i| f64::from((i * 7919) % 1000))
             .chain([f64::NAN])
             .collect();
-        let c = cdf(&v, 100);
+        let c = cdf_points(v.iter().copied(), 100);
         assert_eq!(c.first().map(|p| p.1), Some(0.0));
         assert_eq!(c.last().copied(), Some((999.0, 1.0)));
         assert!(c.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1), "{c:?}");
         assert!(c.len() <= 102, "{}", c.len());
-        assert!(cdf(&[], 10).is_empty());
-        assert_eq!(cdf(&[3.0, 1.0], 10), vec![(1.0, 0.0), (1.0, 0.5), (3.0, 1.0)]);
+        assert!(cdf_points([], 10).is_empty());
+        assert_eq!(cdf_points([3.0, 1.0], 10), vec![(1.0, 0.0), (1.0, 0.5), (3.0, 1.0)]);
     }
 
     /// The completion curve counts finished requests in finish order, thinned to the asked size.

@@ -33,3 +33,18 @@ mod golden_common;
 fn engine_report_in_wasm_is_identical_to_native() {
     assert_eq!(golden_common::engine_golden(), include_str!("data/engine_golden.json"));
 }
+
+#[wasm_bindgen_test]
+fn cdf_points_and_scaled_workloads_in_wasm_equal_native() {
+    // The same points the native unit test expects: the k-th smallest sample at k / n.
+    let pts = shared::metrics::cdf_points([5.0, 1.0, 3.0, f64::NAN, 3.0, 9.0, 2.0, 7.0], 100);
+    let want = [1.0, 2.0, 3.0, 3.0, 5.0, 7.0, 9.0];
+    assert_eq!(pts[0], (1.0, 0.0));
+    for (k, (p, x)) in pts[1..].iter().zip(want).enumerate() {
+        assert_eq!(*p, (x, (k + 1) as f64 / 7.0));
+    }
+    let shared::scenario::Scenario::Engine(e) = shared::presets::default_for_model("engine").expect("engine") else {
+        panic!("the engine default is an engine scenario")
+    };
+    assert_eq!(e.workload.scaled(1.5).load(), 12.0);
+}
