@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shared::engine::{self, EngineReport, EngineScenario};
-use shared::metrics::cdf_points;
+use shared::metrics::{tpot_cdf, ttft_cdf};
 use shared::scenario::Scenario;
 use shared::seed_diagnostics::{self, SeedDiagnostics};
 use shared::seed_model::{self, SeedScenario, SeedWorkload};
@@ -218,11 +218,8 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
         metrics,
         labels,
         exact: false,
-        ttft_cdf: cdf_points(
-            report.records.iter().filter_map(|r| r.ttft_s.map(|t| t * 1000.0)),
-            CDF_POINTS,
-        ),
-        tpot_cdf: cdf_points(report.records.iter().filter_map(|r| r.tpot_ms()), CDF_POINTS),
+        ttft_cdf: ttft_cdf(&report.records, CDF_POINTS),
+        tpot_cdf: tpot_cdf(&report.records, CDF_POINTS),
         timeline,
         diagnostics: engine_callouts(e, &report),
         slo_ttft_ms: e.slo.ttft_ms,

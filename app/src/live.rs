@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 use serde_json::Value;
-use shared::metrics::{Slo, Summary, cdf_points, summarize};
+use shared::metrics::{Slo, Summary, completion_curve, summarize, tpot_cdf, ttft_cdf};
 use shared::protocol::{ClientMsg, RunInfo, RunState, ServerMsg, TargetInfo};
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
@@ -559,32 +559,15 @@ fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
 #[component]
 fn LiveCharts(live: Live, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl IntoView {
     let ttft = Signal::derive(move || {
-        let live_pts = live
-            .records
-            .with(|r| cdf_points(r.iter().filter_map(|x| x.ttft_s.map(|t| t * 1000.0)), 400));
+        let live_pts = live.records.with(|r| ttft_cdf(r, 400));
         overlay(live_pts, simulated.get().map(|o| o.ttft_cdf.clone()))
     });
     let tpot = Signal::derive(move || {
-        let live_pts = live
-            .records
-            .with(|r| cdf_points(r.iter().filter_map(RequestRecord::tpot_ms), 400));
+        let live_pts = live.records.with(|r| tpot_cdf(r, 400));
         overlay(live_pts, simulated.get().map(|o| o.tpot_cdf.clone()))
     });
     let progress = Signal::derive(move || {
-        let pts = live.records.with(|r| {
-            let mut done: Vec<f64> = r
-                .iter()
-                .map(|x| x.t_submit + x.wall_s)
-                .filter(|t| t.is_finite())
-                .collect();
-            done.sort_by(f64::total_cmp);
-            let stride = done.len().div_ceil(300).max(1);
-            done.iter()
-                .enumerate()
-                .step_by(stride)
-                .map(|(i, t)| (*t, (i + 1) as f64))
-                .collect::<Vec<_>>()
-        });
+        let pts = live.records.with(|r| completion_curve(r, 300));
         if pts.is_empty() {
             Vec::new()
         } else {
