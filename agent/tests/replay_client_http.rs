@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, Outcome};
+use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, RequestOutcome};
 use loadshape::replay::dialect::Dialect;
 use loadshape::replay::rxstamp::RxClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -206,7 +206,7 @@ fn client_for(cfg: ClientConfig) -> Client {
     Client::new(client::http_client(&[]).unwrap_or_else(|e| panic!("{e}")), cfg)
 }
 
-async fn send(c: &Client) -> Outcome {
+async fn send(c: &Client) -> RequestOutcome {
     c.complete("prompt", 1, false, &LiveCounters::default(), &CancellationToken::new())
         .await
 }

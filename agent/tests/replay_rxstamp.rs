@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, Outcome};
+use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, RequestOutcome};
 use loadshape::replay::dialect::Dialect;
 use loadshape::replay::runner::{self, Slot};
 use loadshape::replay::rxstamp::RxClock;
@@ -95,7 +95,7 @@ fn serve_one(listener: std::net::TcpListener, flags: Arc<Flags>) {
 
 /// One request through the hyper path with `clock`; the client's thread blocks for `BLOCK` just before the
 /// server answers. Returns the outcome and the client's record of which clock timed it.
-async fn blocked_run(clock: RxClock) -> (Outcome, &'static str) {
+async fn blocked_run(clock: RxClock) -> (RequestOutcome, &'static str) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let flags = Arc::new(Flags::default());
@@ -154,7 +154,7 @@ async fn blocked_run(clock: RxClock) -> (Outcome, &'static str) {
     (o, used)
 }
 
-fn check_common(o: &Outcome) -> Duration {
+fn check_common(o: &RequestOutcome) -> Duration {
     assert!(o.ok, "{:?}", o.error);
     assert_eq!((o.frames, o.gen_tokens), (2, 2));
     let ttft = o.ttft.unwrap_or_else(|| panic!("a first frame arrived"));

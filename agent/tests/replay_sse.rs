@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, Outcome};
+use loadshape::replay::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters, RequestOutcome};
 use loadshape::replay::dialect::Dialect;
 use loadshape::replay::rxstamp::RxClock;
 use shared::record::{FailureKind, UsageSource};
@@ -178,11 +178,11 @@ fn client(hc: HttpClient, base: &str, case: &str, endpoint: Endpoint, dialect: D
     )
 }
 
-async fn run(hc: HttpClient, case: &str) -> Outcome {
+async fn run(hc: HttpClient, case: &str) -> RequestOutcome {
     run_with(hc, case, Endpoint::Completions).await
 }
 
-async fn run_with(hc: HttpClient, case: &str, endpoint: Endpoint) -> Outcome {
+async fn run_with(hc: HttpClient, case: &str, endpoint: Endpoint) -> RequestOutcome {
     let base = server().await;
     let c = client(hc, &base, case, endpoint, Dialect::Vllm);
     c.complete("prompt", 3, true, &LiveCounters::default(), &CancellationToken::new())
@@ -451,7 +451,7 @@ async fn raw_server(mode: ConnMode) -> (String, std::sync::Arc<std::sync::atomic
 }
 
 /// `n` requests one after another on one client; their outcomes.
-async fn sequential(hc: HttpClient, base: &str, n: usize) -> (Client, Vec<Outcome>) {
+async fn sequential(hc: HttpClient, base: &str, n: usize) -> (Client, Vec<RequestOutcome>) {
     let c = client(hc, base, "m", Endpoint::Completions, Dialect::Vllm);
     let mut outs = Vec::new();
     for _ in 0..n {

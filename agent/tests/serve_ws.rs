@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use loadshape::serve::driver::ReplayDriver;
-use loadshape::serve::runs::{BoxFuture, Driver, RecordSink};
+use loadshape::serve::runs::{BoxFuture, Driver, RunSink};
 use loadshape::serve::store::RunStore;
 use loadshape::serve::{AppState, Runs, Target, allowed_hosts, app};
 use shared::protocol::{ClientMsg, ErrorCode, Limits, PROTOCOL_VERSION, RunState, ServerMsg};
@@ -62,7 +62,7 @@ impl Driver for ScriptedDriver {
         &self,
         _target: Target,
         _scenario: serde_json::Value,
-        sink: RecordSink,
+        sink: RunSink,
         mut stop: watch::Receiver<bool>,
     ) -> BoxFuture<anyhow::Result<()>> {
         let (n, every) = (self.records, self.every_ms);
@@ -683,7 +683,7 @@ impl Driver for BurstDriver {
         &self,
         _target: Target,
         _scenario: serde_json::Value,
-        sink: RecordSink,
+        sink: RunSink,
         _stop: watch::Receiver<bool>,
     ) -> BoxFuture<anyhow::Result<()>> {
         Box::pin(async move {

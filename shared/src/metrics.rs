@@ -38,8 +38,8 @@ use rustc_hash::FxHashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::{FailureKind, FrameClock, ItlSummary, RequestRecord, UsageSource};
 use crate::error::ScenarioError;
+use crate::record::{FailureKind, FrameClock, ItlSummary, RequestRecord, UsageSource};
 
 /// Service-level objectives a request must meet to count toward goodput (vLLM's `--goodput ttft:… tpot:… e2el:…`).
 /// A request meets them when every given metric is `<=` its target.

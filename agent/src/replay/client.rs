@@ -1,6 +1,6 @@
 //! The streaming client: one forced-length completion over `/v1/completions` or `/v1/chat/completions`, read as SSE.
 //!
-//! [`Client::complete`] sends one request and returns an [`Outcome`]: TTFT, E2E, content frames, the server's
+//! [`Client::complete`] sends one request and returns an [`RequestOutcome`]: TTFT, E2E, content frames, the server's
 //! `usage` (and where it came from: a final frame, the `finish_reason` frame, or missing), cached prompt tokens,
 //! the finish reason, an inter-token-latency summary and the error text if it failed.
 //!
@@ -148,7 +148,7 @@ pub struct UsageCounts {
 
 /// The result of one request.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct RequestOutcome {
     pub ok: bool,
     /// When the request was handed to the connection.
     pub submitted: Instant,
@@ -458,7 +458,7 @@ impl Client {
     ///
     /// A 429 or 503 answer with `Retry-After` is waited out and the request sent again, at most
     /// [`ClientConfig::max_retries`] times and only while the wait ends inside `timeout` (else it fails at once,
-    /// naming the `Retry-After`); the statuses of the retried attempts are [`Outcome::retry_statuses`]. The clock
+    /// naming the `Retry-After`); the statuses of the retried attempts are [`RequestOutcome::retry_statuses`]. The clock
     /// starts at the first attempt: `submitted`, TTFT and E2E are what the user waited, the waits included.
     pub async fn complete(
         &self,
@@ -467,7 +467,7 @@ impl Client {
         collect_text: bool,
         live: &LiveCounters,
         cut: &CancellationToken,
-    ) -> Outcome {
+    ) -> RequestOutcome {
         let mut retry_statuses = Vec::new();
         let mut ask = Ask {
             prompt,
@@ -702,7 +702,7 @@ impl Client {
         deadline: Instant,
         live: &LiveCounters,
         cut: &CancellationToken,
-    ) -> (Outcome, bool) {
+    ) -> (RequestOutcome, bool) {
         let mut sse = SseDecoder::new();
         let stall = self.cfg.stall_timeout;
         let mut last = start;
@@ -827,7 +827,7 @@ struct Ask<'a> {
 
 /// How one attempt of a request ended.
 enum Attempt {
-    Done(Outcome),
+    Done(RequestOutcome),
     /// A 429 or 503 whose `Retry-After` asks to come back after `wait`: the caller waits and sends again, or fails
     /// the request with `error` (and why it did not wait) — [`Client::complete`] decides.
     RetryAfter {
@@ -1120,11 +1120,11 @@ impl StreamState {
         ControlFlow::Continue(())
     }
 
-    fn finish_done(self) -> Outcome {
+    fn finish_done(self) -> RequestOutcome {
         self.finish(None)
     }
 
-    fn finish_eof(self) -> Outcome {
+    fn finish_eof(self) -> RequestOutcome {
         let err = if self.finish_reason.is_none() {
             Some((
                 FailureKind::Protocol,
@@ -1136,12 +1136,12 @@ impl StreamState {
         self.finish(err)
     }
 
-    fn fail(self, kind: FailureKind, error: String) -> Outcome {
+    fn fail(self, kind: FailureKind, error: String) -> RequestOutcome {
         self.finish(Some((kind, error)))
     }
 
     /// The outcome; `error` (with its kind) wins over an error frame, which wins over a malformed frame.
-    fn finish(mut self, error: Option<(FailureKind, String)>) -> Outcome {
+    fn finish(mut self, error: Option<(FailureKind, String)>) -> RequestOutcome {
         let wall = self.submitted.elapsed();
         let error = error
             .or_else(|| self.stream_error.take().map(|e| (FailureKind::ErrorFrame, e)))
@@ -1149,7 +1149,7 @@ impl StreamState {
         let (failure, error) = error.unzip();
         let usage = self.usage.unwrap_or_default();
         let gen_tokens = usage.completion_tokens.unwrap_or(self.frames);
-        Outcome {
+        RequestOutcome {
             ok: error.is_none(),
             submitted: self.submitted,
             ttft: self.first.map(|f| f.duration_since(self.submitted)),
@@ -1351,7 +1351,7 @@ mod tests {
         }
     }
 
-    fn feed(frames: &[&str]) -> Outcome {
+    fn feed(frames: &[&str]) -> RequestOutcome {
         let mut st = StreamState::new(Instant::now(), true, 8);
         for f in frames {
             if st.on_data(f.as_bytes(), Instant::now()).is_break() {

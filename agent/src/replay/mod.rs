@@ -9,7 +9,7 @@
 //! - [`summary`]: the typed `<out>.summary.json` ([`summary::RunSummary`]), `<out>.server.json`
 //!   ([`summary::ServerScrape`]) and the record [`summary::Checks`].
 //! - [`render`]: the text report `replay` and `report` print.
-//! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::Outcome`]).
+//! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::RequestOutcome`]).
 //! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream), `http://` and `https://`.
 //! - [`tls`]: what `https://` trusts (the platform's roots plus `--ca-cert`).
 //! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.

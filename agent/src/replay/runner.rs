@@ -26,7 +26,7 @@ use shared::workload::SessionWorkload;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Client, LiveCounters, Outcome};
+use super::client::{Client, LiveCounters, RequestOutcome};
 use super::records::RecordSink;
 
 /// The seed's task line, appended to every session's base context.
@@ -89,7 +89,7 @@ pub struct Slot {
 
 impl Ctx {
     /// Send one request (cut-aware), hand its record to the writer, and return the outcome.
-    pub async fn request(&self, slot: Slot, prompt: &str, asked: u32, collect_text: bool) -> Outcome {
+    pub async fn request(&self, slot: Slot, prompt: &str, asked: u32, collect_text: bool) -> RequestOutcome {
         self.started.fetch_add(1, Ordering::Relaxed);
         let outcome = self
             .client
@@ -104,7 +104,7 @@ impl Ctx {
 }
 
 /// One record from one outcome.
-pub fn to_record(o: &Outcome, origin: Instant, slot: Slot, asked: u32, prompt_chars: u64) -> RequestRecord {
+pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, prompt_chars: u64) -> RequestRecord {
     RequestRecord {
         schema: RECORD_SCHEMA_VERSION,
         session: slot.session,

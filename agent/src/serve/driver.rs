@@ -14,7 +14,7 @@ use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 use tokio::sync::watch;
 
-use super::runs::{BoxFuture, Driver, RecordSink, Target};
+use super::runs::{BoxFuture, Driver, RunSink, Target};
 use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Verdict};
 
 /// Runs scenarios with the replay client.
@@ -85,7 +85,7 @@ impl Driver for ReplayDriver {
         &self,
         target: Target,
         scenario: serde_json::Value,
-        sink: RecordSink,
+        sink: RunSink,
         stop: watch::Receiver<bool>,
     ) -> BoxFuture<anyhow::Result<()>> {
         let max_seconds = self.max_run_seconds;

@@ -71,7 +71,7 @@ pub trait Driver: Send + Sync + 'static {
         &self,
         target: Target,
         scenario: serde_json::Value,
-        sink: RecordSink,
+        sink: RunSink,
         stop: watch::Receiver<bool>,
     ) -> BoxFuture<anyhow::Result<()>>;
 
@@ -104,12 +104,12 @@ pub struct LiveRun {
 
 /// The handle a driver pushes records into.
 #[derive(Clone)]
-pub struct RecordSink {
+pub struct RunSink {
     run: Arc<LiveRun>,
     records_path: std::path::PathBuf,
 }
 
-impl RecordSink {
+impl RunSink {
     /// The run's `records.jsonl` (for drivers that write it themselves).
     pub fn records_path(&self) -> &std::path::Path {
         &self.records_path
@@ -256,7 +256,7 @@ impl Runs {
         let fut = self.driver.run(
             target,
             scenario.clone(),
-            RecordSink {
+            RunSink {
                 run: run.clone(),
                 records_path,
             },

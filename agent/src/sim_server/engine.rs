@@ -26,7 +26,7 @@ pub enum ReqEvent {
 
 /// What one engine step did, per request id.
 #[derive(Debug, Clone, PartialEq)]
-pub enum StepEvent {
+pub enum ServerEvent {
     Admitted { id: u64, cached_tokens: u64 },
     Tokens { id: u64, n: u32 },
     Finished { id: u64 },
@@ -39,7 +39,7 @@ pub trait StepEngine: Send + 'static {
     fn submit(&mut self, now_ms: f64, prompt_tokens: u32, block_hashes: Vec<u64>, output_tokens: u32) -> u64;
     fn cancel(&mut self, id: u64);
     /// Run one iteration starting at `now_ms`: returns its duration and events, or `None` when idle.
-    fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<StepEvent>)>;
+    fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<ServerEvent>)>;
     /// (running, waiting) request counts.
     fn load(&self) -> (usize, usize);
     /// Block size the engine hashes prompts with.
@@ -147,19 +147,19 @@ async fn drive(
         tokio::time::sleep_until(wake).await;
         for ev in events {
             match ev {
-                StepEvent::Admitted { id, cached_tokens } => {
+                ServerEvent::Admitted { id, cached_tokens } => {
                     m.prefix_cache_hits_total.fetch_add(cached_tokens, Ordering::Relaxed);
                     if let Some((tx, _)) = sinks.get(&id) {
                         let _ = tx.send(ReqEvent::Admitted { cached_tokens });
                     }
                 }
-                StepEvent::Tokens { id, n } => {
+                ServerEvent::Tokens { id, n } => {
                     m.generation_tokens_total.fetch_add(u64::from(n), Ordering::Relaxed);
                     if let Some((tx, _)) = sinks.get(&id) {
                         let _ = tx.send(ReqEvent::Tokens(n));
                     }
                 }
-                StepEvent::Finished { id } => {
+                ServerEvent::Finished { id } => {
                     if let Some((tx, _)) = sinks.remove(&id) {
                         m.request_success_total.fetch_add(1, Ordering::Relaxed);
                         let _ = tx.send(ReqEvent::Finished);

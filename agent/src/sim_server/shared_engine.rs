@@ -3,7 +3,7 @@
 
 use shared::engine::{Engine, EngineProfile, PromptBlocks, ReqId};
 
-use super::engine::{StepEngine, StepEvent};
+use super::engine::{ServerEvent, StepEngine};
 
 /// The simulator's engine, stepped in real time by the sim-server.
 pub struct SharedEngine {
@@ -36,18 +36,18 @@ impl StepEngine for SharedEngine {
         self.engine.cancel(ReqId(id));
     }
 
-    fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<StepEvent>)> {
+    fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<ServerEvent>)> {
         let step = self.engine.step(now_ms)?;
         let events = step
             .events
             .into_iter()
             .filter_map(|e| match e {
-                shared::engine::StepEvent::Admitted { id, cached_tokens, .. } => Some(StepEvent::Admitted {
+                shared::engine::StepEvent::Admitted { id, cached_tokens, .. } => Some(ServerEvent::Admitted {
                     id: id.0,
                     cached_tokens: u64::from(cached_tokens),
                 }),
-                shared::engine::StepEvent::Tokens { id, tokens } => Some(StepEvent::Tokens { id: id.0, n: tokens }),
-                shared::engine::StepEvent::Finished { id, .. } => Some(StepEvent::Finished { id: id.0 }),
+                shared::engine::StepEvent::Tokens { id, tokens } => Some(ServerEvent::Tokens { id: id.0, n: tokens }),
+                shared::engine::StepEvent::Finished { id, .. } => Some(ServerEvent::Finished { id: id.0 }),
                 shared::engine::StepEvent::Preempted { .. } => None,
             })
             .collect();
@@ -78,22 +78,22 @@ mod tests {
         let mut admitted = Vec::new();
         while let Some((d, ev)) = e.step(now) {
             now += d;
-            admitted.extend(ev.into_iter().filter(|x| matches!(x, StepEvent::Admitted { .. })));
+            admitted.extend(ev.into_iter().filter(|x| matches!(x, ServerEvent::Admitted { .. })));
         }
         let b = e.submit(now, 130, blocks, 1);
         while let Some((d, ev)) = e.step(now) {
             now += d;
-            admitted.extend(ev.into_iter().filter(|x| matches!(x, StepEvent::Admitted { .. })));
+            admitted.extend(ev.into_iter().filter(|x| matches!(x, ServerEvent::Admitted { .. })));
         }
         assert_eq!(
             admitted[0],
-            StepEvent::Admitted {
+            ServerEvent::Admitted {
                 id: a,
                 cached_tokens: 0
             }
         );
         match admitted[1] {
-            StepEvent::Admitted { id, cached_tokens } => {
+            ServerEvent::Admitted { id, cached_tokens } => {
                 assert_eq!(id, b);
                 assert!(cached_tokens >= 112, "{cached_tokens}");
             }

@@ -266,7 +266,7 @@ impl<'s> Records<'s> {
     }
 }
 
-struct Driver<'s> {
+struct SimLoop<'s> {
     eng: Engine,
     records: Records<'s>,
     misses: CacheMisses,
@@ -293,7 +293,7 @@ struct Meta {
     designed_cached: u64,
 }
 
-impl Driver<'_> {
+impl SimLoop<'_> {
     fn push_ev(&mut self, t_ms: f64, slot: u32, start_instance: bool) {
         self.seq += 1;
         self.heap.push(Ev {
@@ -431,7 +431,7 @@ fn run_with(
 ) -> RunOut {
     let mut eng = Engine::new(profile.clone());
     eng.lazy_ok = lazy;
-    let mut d = Driver {
+    let mut d = SimLoop {
         eng,
         // Quantiles only for records someone reads.
         itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
@@ -599,12 +599,12 @@ fn shared_of(w: &Workload) -> u32 {
 }
 
 /// Every source keeps its next event in the heap (an open-loop source: exactly its next arrival).
-fn next_time(d: &Driver) -> Option<f64> {
+fn next_time(d: &SimLoop) -> Option<f64> {
     d.heap.peek().map(|e| e.t_ms)
 }
 
 /// Handle the earliest due event.
-fn dispatch(src: &mut Source, d: &mut Driver, shared_chain: u32, bs: u32, open_idx: &mut u64) {
+fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_idx: &mut u64) {
     let Some(ev) = d.heap.pop() else { return };
     match src {
         Source::Open { reqs, shared } => {
@@ -686,7 +686,7 @@ fn dispatch(src: &mut Source, d: &mut Driver, shared_chain: u32, bs: u32, open_i
     }
 }
 
-fn send_gen(d: &mut Driver, t_ms: f64, g: PlannedRequest, shared: u32, shared_chain: u32, bs: u32, i: u64) -> usize {
+fn send_gen(d: &mut SimLoop, t_ms: f64, g: PlannedRequest, shared: u32, shared_chain: u32, bs: u32, i: u64) -> usize {
     let chain = if shared > 0 {
         d.eng.new_chain(shared_chain, shared / bs)
     } else {
@@ -704,7 +704,7 @@ fn send_gen(d: &mut Driver, t_ms: f64, g: PlannedRequest, shared: u32, shared_ch
     d.submit(t_ms, chain, prompt, g.output_tokens, true, m)
 }
 
-fn end_instance(d: &mut Driver, slot: &mut Slot) {
+fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
     if slot.chain != NONE {
         d.eng.kv.release(slot.chain);
         slot.chain = NONE;
@@ -713,7 +713,7 @@ fn end_instance(d: &mut Driver, slot: &mut Slot) {
 }
 
 /// A request finished (or failed at submission) at `t_ms`: schedule what its sender does next.
-fn on_done(src: &mut Source, d: &mut Driver, ri: usize, t_ms: f64, ok: bool) {
+fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
     match src {
         Source::Open { .. } => {}
         Source::Closed { think_ms, .. } => {

@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::PlannedRequest;
-use crate::pyrand::{PyRandom, PySeed, py_round};
 use crate::error::ScenarioError;
+use crate::pyrand::{PyRandom, PySeed, py_round};
 
 /// The largest trace accepted (the seed has no limit; beyond this a run would take minutes and gigabytes).
 pub const MAX_REQUESTS: u64 = 10_000_000;

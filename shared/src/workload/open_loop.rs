@@ -11,8 +11,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::ScenarioError;
 use super::PlannedRequest;
+use crate::error::ScenarioError;
 use crate::pyrand::{PyRandom, PySeed};
 
 /// Largest accepted request count.
