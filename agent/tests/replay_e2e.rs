@@ -40,6 +40,7 @@ both!(
     scenario_open_and_closed_loop_run_live,
     connection_dropped_mid_stream_is_a_failed_record,
     https_with_ca_cert_runs_and_without_it_fails,
+    max_concurrency_bounds_an_open_loop_in_flight,
 );
 
 struct Sim {
@@ -833,4 +834,61 @@ async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
         // 2 warmed connections, each lost with its request: one per request in the end.
         assert_eq!(meta["connections_opened"], 6, "{meta}");
     }
+}
+
+/// The most records whose `[t_submit, t_submit + wall_s]` overlap at one moment.
+fn peak_in_flight(recs: &[RequestRecord]) -> usize {
+    let mut edges: Vec<(f64, i32)> = recs
+        .iter()
+        .flat_map(|r| [(r.t_submit, 1), (r.t_submit + r.wall_s, -1)])
+        .collect();
+    // Ends before starts at the same instant: a request that ended frees its permit for the next.
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+async fn max_concurrency_bounds_an_open_loop_in_flight(hc: &'static str) {
+    // 24 requests arriving at 400 rps, each streaming 40 tokens at the sim-server's pace: far more than 2 would be
+    // in flight at once. With --max-concurrency 2 a due request waits for one to end (issue #16 item 2).
+    let s = sim(fast()).await;
+    let workload = serde_json::json!({"kind": "poisson", "num_requests": 24, "rate_rps": 400.0,
+        "prompt": {"dist": "fixed", "tokens": 200}, "output": {"dist": "fixed", "tokens": 40},
+        "shared_prefix_tokens": 0});
+    let scen = tmp(hc, "capped.json");
+    std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
+    let scen_s = scen.to_string_lossy().to_string();
+    let mut peaks = Vec::new();
+    for cap in [None, Some("2")] {
+        let out = tmp(hc, &format!("capped-{}.jsonl", cap.unwrap_or("none")));
+        let out_s = out.to_string_lossy().to_string();
+        let mut args = vec!["--url", &s.base, "--out", &out_s, "--scenario", &scen_s, "--quiet"];
+        args.extend(["--metrics-url", "none"]);
+        if let Some(c) = cap {
+            args.extend(["--max-concurrency", c]);
+        }
+        let (code, _, stderr) = replay(hc, &args).await;
+        assert_eq!(code, 0, "{stderr}");
+        let recs = records(&out);
+        assert_eq!(recs.len(), 24, "every planned request is sent and recorded");
+        assert!(recs.iter().all(|r| r.ok), "{stderr}");
+        peaks.push(peak_in_flight(&recs));
+    }
+    assert!(
+        peaks[0] > 2,
+        "without the cap the open loop overlaps: peak {}",
+        peaks[0]
+    );
+    assert!(
+        peaks[1] <= 2,
+        "--max-concurrency 2 held {} requests in flight at once",
+        peaks[1]
+    );
+    let (code, _, stderr) = replay(hc, &["--url", &s.base, "--out", "/dev/null", "--max-concurrency", "0"]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("--max-concurrency"), "{stderr}");
 }

@@ -592,6 +592,7 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
 
     let driver = Arc::new(ReplayDriver {
         max_run_seconds: Some(30.0),
+        max_in_flight: None,
     });
     let agent = start_agent_with(tempdir("live"), Target::sim(sim_url), driver).await;
 

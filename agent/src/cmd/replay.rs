@@ -104,6 +104,11 @@ pub struct Args {
     /// --timeout; 0 = fail at once.
     #[arg(long, default_value_t = client::DEFAULT_MAX_RETRIES)]
     pub max_retries: u32,
+    /// Most requests in flight at once for open-loop arrivals (vLLM's `--max-concurrency`): a request due while
+    /// that many run is sent when one ends (its clock starts then). Sessions and closed loops are bounded by their
+    /// slots and users.
+    #[arg(long)]
+    pub max_concurrency: Option<u32>,
     /// Structure seed: session shapes and filler word choice (default: the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -294,6 +299,10 @@ impl Args {
             .then(|| seconds("--stall-timeout", a.stall_timeout))
             .transpose()?;
         s.max_retries = a.max_retries;
+        if a.max_concurrency == Some(0) {
+            anyhow::bail!("--max-concurrency must be at least 1 (got 0)");
+        }
+        s.max_concurrency = a.max_concurrency;
         s.http_client = a.http_client;
         s.rx_clock = a.rx_clock;
         s.drain = a.drain;

@@ -141,6 +141,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         limits,
         Arc::new(ReplayDriver {
             max_run_seconds: Some(args.max_run_seconds),
+            max_in_flight: Some(args.max_concurrent_requests_per_run),
         }),
     ));
 

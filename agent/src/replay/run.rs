@@ -259,7 +259,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     // The traffic, the deadline, the drain grace, the stop hook and the interrupts.
     let (drain, grace) = s.drain_and_grace();
     let fail_limit = u64::from(s.max_fail_streak.max(1)) * 10;
-    let (seed, nonce) = (s.seed, s.nonce);
+    let (seed, nonce, max_concurrency) = (s.seed, s.nonce, s.max_concurrency);
     let c2 = ctx.clone();
     let traffic = s.traffic.clone();
     let session_deadline = run_origin + s.max_duration.unwrap_or(Duration::from_secs(86_400 * 365 * 100));
@@ -278,7 +278,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             }
             Traffic::Open(reqs) => {
                 let maker = Arc::new(prompt_maker(&reqs, seed, nonce));
-                runner::run_open_loop(c2, reqs, maker, fail_limit).await;
+                runner::run_open_loop(c2, reqs, maker, fail_limit, max_concurrency).await;
             }
             Traffic::Closed {
                 requests,

@@ -371,11 +371,23 @@ fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
 }
 
 /// Send each request at its arrival time. `fail_limit` consecutive failures abort the run.
-pub async fn run_open_loop(ctx: Arc<Ctx>, requests: Vec<PlannedRequest>, prompts: Arc<PromptMaker>, fail_limit: u64) {
+///
+/// `max_in_flight` (`--max-concurrency`, vLLM's bench flag) bounds the requests in flight: a request due while that
+/// many are running waits for one to end and is sent then, so its `t_submit` is when it was sent, as in `vllm bench
+/// serve` (the wait is not part of its TTFT). Without it an open loop's concurrency is whatever the server's speed
+/// makes of the arrival rate.
+pub async fn run_open_loop(
+    ctx: Arc<Ctx>,
+    requests: Vec<PlannedRequest>,
+    prompts: Arc<PromptMaker>,
+    fail_limit: u64,
+    max_in_flight: Option<u32>,
+) {
     let streak = Arc::new(FailStreak {
         current: AtomicU64::new(0),
         limit: fail_limit.max(1),
     });
+    let permits = max_in_flight.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1) as usize)));
     let mut tasks = JoinSet::new();
     for (i, r) in requests.into_iter().enumerate() {
         let at = ctx.origin + Duration::from_secs_f64((r.arrival_ms / 1000.0).max(0.0));
@@ -386,8 +398,17 @@ pub async fn run_open_loop(ctx: Arc<Ctx>, requests: Vec<PlannedRequest>, prompts
         if ctx.stops.no_new_steps.is_cancelled() {
             break;
         }
+        let permit = match &permits {
+            Some(p) => tokio::select! {
+                permit = p.clone().acquire_owned() => permit.ok(),
+                () = ctx.stops.no_new_steps.cancelled() => break,
+            },
+            None => None,
+        };
+        while tasks.try_join_next().is_some() {}
         let (ctx, prompts, streak) = (ctx.clone(), prompts.clone(), streak.clone());
         tasks.spawn(async move {
+            let _permit = permit;
             let prompt = prompts.prompt(i as u64, &r);
             let o = ctx
                 .request(slot_for(i as u64, &r), &prompt, r.output_tokens, false)

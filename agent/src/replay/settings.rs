@@ -107,6 +107,8 @@ pub struct ReplaySettings {
     pub stall_timeout: Option<Duration>,
     /// Times a request answered 429/503 with `Retry-After` is sent again after the asked wait, within `timeout`.
     pub max_retries: u32,
+    /// Most open-loop requests in flight at once (`--max-concurrency`); `None`: as many as the arrivals make.
+    pub max_concurrency: Option<u32>,
     pub http_client: HttpClient,
     /// Which clock times frames on the hyper path.
     pub rx_clock: RxClock,
@@ -197,6 +199,7 @@ impl ReplaySettings {
             timeout: Duration::from_secs_f64(defaults::TIMEOUT_S),
             stall_timeout: Some(Duration::from_secs_f64(defaults::STALL_TIMEOUT_S)),
             max_retries: client::DEFAULT_MAX_RETRIES,
+            max_concurrency: None,
             http_client: HttpClient::default(),
             rx_clock: RxClock::default(),
             out,

@@ -22,6 +22,9 @@ use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings
 pub struct ReplayDriver {
     /// Longest a run may last, seconds.
     pub max_run_seconds: Option<f64>,
+    /// Most requests in flight at once in a run (`--max-concurrent-requests-per-run`): admission checks the plan's
+    /// estimate, and open-loop runs are held to it while they run (`ReplaySettings::max_concurrency`).
+    pub max_in_flight: Option<u32>,
 }
 
 /// The settings of a live run of `scenario` against `target`, writing `records` (the run's `records.jsonl`), for
@@ -88,11 +91,12 @@ impl Driver for ReplayDriver {
         sink: RunSink,
         stop: watch::Receiver<bool>,
     ) -> BoxFuture<anyhow::Result<()>> {
-        let max_seconds = self.max_run_seconds;
+        let (max_seconds, max_in_flight) = (self.max_run_seconds, self.max_in_flight);
         Box::pin(async move {
             let scenario = Scenario::from_value(scenario).map_err(|e| anyhow::anyhow!("the scenario: {e}"))?;
-            let settings = settings_for(&target, &scenario, sink.records_path(), max_seconds)
+            let mut settings = settings_for(&target, &scenario, sink.records_path(), max_seconds)
                 .context("building the replay for this run")?;
+            settings.max_concurrency = max_in_flight;
             let run_id = sink
                 .run_dir()
                 .file_name()
