@@ -190,6 +190,6 @@ fn pure_helpers_behave_in_wasm() {
         loadshape_app::url::param("#token=a&s=1.x", "", "s").as_deref(),
         Some("1.x")
     );
-    let (records, skipped) = loadshape_app::live::parse_jsonl("{}\n");
+    let (records, skipped) = loadshape_app::live::parse_jsonl(b"{}\n");
     assert!(records.is_empty() && skipped.len() == 1);
 }
