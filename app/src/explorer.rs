@@ -227,7 +227,7 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
         move || {
             let since = ex.computing_since.get_untracked();
             let shown = since
-                .map(|t0| (crate::state::now_ms() - t0) / 1000.0)
+                .map(|t0| (crate::offload::now_ms() - t0) / 1000.0)
                 .filter(|s| *s >= 0.5);
             if shown.is_some() || elapsed.get_untracked().is_some() {
                 elapsed.set(shown);

@@ -26,11 +26,11 @@ pub fn LadderPanel(ex: Explorer) -> impl IntoView {
         // Paint "solving…" first; the solver is synchronous.
         set_timeout(
             move || {
-                let t0 = crate::state::now_ms();
+                let t0 = crate::offload::now_ms();
                 let result = serde_json::from_value::<SolveOptions>(opts)
                     .map_err(|e| format!("invalid solver options: {e}"))
                     .and_then(|o| solve(&o).map_err(|e| e.to_string()));
-                solve_ms.set(Some(crate::state::now_ms() - t0));
+                solve_ms.set(Some(crate::offload::now_ms() - t0));
                 solution.set(Some(result));
                 solving.set(false);
             },

@@ -520,6 +520,7 @@ fn on_worker_message(epoch: u64, data: JsValue) {
     }
 }
 
-fn now_ms() -> f64 {
-    crate::state::now_ms()
+/// The page's monotonic clock, milliseconds (`performance.now()`; 0 where there is none).
+pub fn now_ms() -> f64 {
+    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
 }

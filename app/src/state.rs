@@ -14,7 +14,7 @@ use serde_json::Value;
 use shared::scenario::Scenario;
 
 use crate::compute::{self, Outcome, SweepPoint};
-use crate::offload::{self, Lane};
+use crate::offload::{self, Lane, now_ms};
 use crate::wire::{Done, Job};
 
 /// Quiet time after the last edit before recomputing, milliseconds.
@@ -259,9 +259,4 @@ pub fn too_large(records: f64) -> String {
         crate::fmt::num(MAX_RECORDS),
         offload::WASM_MEMORY_LIMIT / f64::from(1u32 << 30)
     )
-}
-
-/// `performance.now()`, milliseconds.
-pub fn now_ms() -> f64 {
-    web_sys::window().and_then(|w| w.performance()).map_or(0.0, |p| p.now())
 }

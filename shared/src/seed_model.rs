@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use crate::error::ScenarioError;
 use crate::metrics::{Slo, nearest_rank_index};
 use crate::pyrand::{PySeed, py_round};
-use crate::workload::PlannedRequest;
 pub use crate::workload::bursty::{BurstyWorkload, MAX_REQUESTS};
+use crate::workload::request::PlannedRequest;
 
 /// The seed's `EngineProfile`: assumed coefficients of a serving engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,6 @@ pub mod store;
 pub mod ws;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
 use axum::body::Body;
@@ -215,15 +214,6 @@ pub fn token_from<E: std::fmt::Display>(fill: impl FnOnce(&mut [u8]) -> Result<(
         anyhow::anyhow!("cannot read the operating system's random generator for the access token: {e}")
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// A process-unique counter mixed with the clock, for ids and temp names.
-pub(crate) fn unique() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) ^ u64::from(nanos) ^ u64::from(std::process::id())
 }
 
 #[derive(Debug, Deserialize)]

@@ -526,5 +526,5 @@ fn now_ms() -> u64 {
 }
 
 fn new_run_id() -> String {
-    format!("r{}-{:04x}", now_ms(), super::unique() & 0xffff)
+    format!("r{}-{:04x}", now_ms(), super::store::unique() & 0xffff)
 }

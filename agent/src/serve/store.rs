@@ -379,6 +379,16 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))
 }
 
+/// A process-unique counter mixed with the clock, for ids and temp names.
+pub(crate) fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (NEXT.fetch_add(1, Ordering::Relaxed) << 32) ^ u64::from(nanos) ^ u64::from(std::process::id())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -537,11 +547,7 @@ mod tests {
     }
 
     pub(crate) fn tempdir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "loadshape-store-{}-{}",
-            std::process::id(),
-            super::super::unique()
-        ));
+        let dir = std::env::temp_dir().join(format!("loadshape-store-{}-{}", std::process::id(), super::unique()));
         fs::create_dir_all(&dir).unwrap();
         dir
     }

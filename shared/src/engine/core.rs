@@ -215,7 +215,7 @@ pub struct Engine {
     pub(crate) log: Vec<LogEntry>,
     pub(crate) log_base: u64,
     log_trim_at: usize,
-    /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::PromptBlocks`]).
+    /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::types::PromptBlocks`]).
     hashes: std::collections::HashMap<u64, (u32, u32), BuildIdHasher>,
     pub(crate) stats: EngineStats,
 }
@@ -397,11 +397,11 @@ impl Engine {
         ReqId::new(idx, self.reqs[idx as usize].generation)
     }
 
-    /// Queue a request given as chained block hashes (see [`super::PromptBlocks`]). Hashes past the prompt's
+    /// Queue a request given as chained block hashes (see [`super::types::PromptBlocks`]). Hashes past the prompt's
     /// full blocks may describe the output the caller will stream, so that a later prompt resending it hits.
     /// A request that can never fit (`prompt + output > max_model_len`, or empty) is returned as finished with
     /// zero tokens at the next [`Self::step`].
-    pub fn submit(&mut self, now_ms: f64, prompt: super::PromptBlocks, output_tokens: u32) -> ReqId {
+    pub fn submit(&mut self, now_ms: f64, prompt: super::types::PromptBlocks, output_tokens: u32) -> ReqId {
         let n = prompt.block_hashes.len();
         // Longest known prefix of the hash chain.
         let mut known = 0usize;

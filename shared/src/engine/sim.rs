@@ -12,12 +12,12 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::TimelinePoint;
 use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
 use super::kv::NONE;
 use super::profile::EngineProfile;
-use super::{EngineScenario, SimOptions};
+use super::types::TimelinePoint;
+use super::types::{EngineScenario, SimOptions};
 use crate::metrics::{Slo, Summarizer, Summary};
 use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
 use crate::workload::{PlannedRequest, Requests, SessionPlan, SessionWorkload, Workload};

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::PlannedRequest;
+use super::request::PlannedRequest;
 use crate::error::ScenarioError;
 use crate::pyrand::{PyRandom, PySeed, py_round};
 

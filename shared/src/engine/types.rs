@@ -1,0 +1,136 @@
+//! What a simulation takes and gives: the [`EngineScenario`], a request's prompt as [`PromptBlocks`], the
+//! [`SimOptions`], and the [`EngineReport`] with its [`TimelinePoint`]s. In a file of their own so that the engine's
+//! modules (`core`, `sim`) and `engine/mod.rs` all depend on them and none on another in a loop.
+
+use serde::{Deserialize, Serialize};
+
+use super::diagnostics::Diagnostics;
+use super::profile::EngineProfile;
+use crate::error::ScenarioError;
+use crate::metrics::{Slo, Summary};
+use crate::record::RequestRecord;
+use crate::workload::Workload;
+
+fn yes() -> bool {
+    true
+}
+
+/// One engine-model experiment: workload + engine profile + SLOs + seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineScenario {
+    pub workload: Workload,
+    pub profile: EngineProfile,
+    #[serde(default)]
+    pub slo: Slo,
+    /// Seed of every random draw (arrivals, lengths, session shapes), except the `bursty` trace, which keeps the
+    /// seed's own `workload.seed`.
+    #[serde(default)]
+    pub seed: u64,
+    /// Also run the counterfactuals (cache off; closed loop for open-loop workloads). Each costs one more run.
+    #[serde(default = "yes")]
+    pub counterfactuals: bool,
+}
+
+impl EngineScenario {
+    /// Checks every field; paths are relative to the scenario (`workload.rate_rps`, `profile.block_size`).
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        self.workload.validate().map_err(|e| e.within("workload"))?;
+        self.profile.validate().map_err(|e| e.within("profile"))?;
+        self.slo.validate().map_err(|e| e.within("slo"))?;
+        Ok(())
+    }
+}
+
+/// A prompt as the engine sees it: its token count and the chained hashes of its full blocks
+/// (hash `i` covers tokens `0..(i+1)·block_size`, so equal hashes mean equal prefixes). Hashes past the prompt may
+/// describe output the caller will stream, so that a later prompt which resends it can hit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptBlocks {
+    pub tokens: u32,
+    pub block_hashes: Vec<u64>,
+}
+
+impl PromptBlocks {
+    /// Chained hashes of `tokens`' full blocks of `block_size` (a trailing partial block has no hash).
+    pub fn from_tokens(tokens: &[u32], block_size: u32) -> Self {
+        let bs = block_size.max(1) as usize;
+        let mut h = 0x9e37_79b9_7f4a_7c15u64;
+        let block_hashes = tokens
+            .chunks_exact(bs)
+            .map(|block| {
+                for &t in block {
+                    h = (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3);
+                }
+                h = splitmix64(h);
+                h
+            })
+            .collect();
+        PromptBlocks {
+            tokens: tokens.len().min(u32::MAX as usize) as u32,
+            block_hashes,
+        }
+    }
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One point of the time series for charts. Counters are per interval (since the previous point).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TimelinePoint {
+    /// Seconds since the run's origin.
+    pub t_s: f64,
+    pub running: u32,
+    pub queued: u32,
+    /// KV blocks referenced by running requests.
+    pub kv_blocks_used: u64,
+    pub kv_capacity: u64,
+    /// Prompt tokens that hit the prefix cache at admissions in this interval.
+    pub cache_hit_tokens: u64,
+    /// Prompt tokens admitted in this interval.
+    pub prompt_tokens: u64,
+}
+
+/// Everything [`simulate`](super::simulate) produces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EngineReport {
+    pub records: Vec<RequestRecord>,
+    pub summary: Summary,
+    pub timeline: Vec<TimelinePoint>,
+    pub diagnostics: Diagnostics,
+}
+
+/// What [`simulate_with`](super::simulate_with) computes beyond the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Each record's own ITL p50, p99 and max (`RequestRecord::itl`). They read every stretch of the request (and
+    /// the quantiles sort them); nothing in the summary uses them (its ITL figures weigh each request's mean), so a
+    /// caller that only shows the summary (the page) can skip them: its records then hold `NaN` there.
+    pub record_itl_quantiles: bool,
+    /// Keep every record in [`EngineReport::records`]. Without them the records are scored as they complete and
+    /// dropped (the summary is the same to the bit), and `records` is empty: a million-request run then holds a
+    /// few numbers per request instead of the whole record.
+    pub keep_records: bool,
+}
+
+impl SimOptions {
+    /// Only the summary: no records and none of their own ITL figures (what counterfactual runs need).
+    pub const SUMMARY: SimOptions = SimOptions {
+        record_itl_quantiles: false,
+        keep_records: false,
+    };
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            record_itl_quantiles: true,
+            keep_records: true,
+        }
+    }
+}
