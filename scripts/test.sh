@@ -24,6 +24,7 @@ printf '{"goog:chromeOptions":{"binary":"/usr/bin/chromium","args":[%s]}}\n' \
   "$(for f in $CHROMIUM_FLAGS; do printf '"%s",' "$f"; done | sed 's/,$//')" >"$webdriver_json"
 
 run "cargo fmt --check" cargo fmt --all --check
+run "no import loops between files (ARCHITECTURE.md)" python3 scripts/import_cycles.py shared/src agent/src app/src
 run "clippy (native)" cargo clippy --all-targets --locked -- -D warnings
 run "clippy (wasm32: shared, app)" cargo clippy -p loadshape-shared -p loadshape-app --lib --bins --target $WASM --locked -- -D warnings
 run "unit and integration tests (native)" cargo test --locked
