@@ -323,6 +323,7 @@ impl SimLoop<'_> {
             prompt_tokens: Some(prompt),
             cached_tokens: None,
             designed_cached_tokens: Some(m.designed_cached),
+            designed_prompt_tokens: None,
             sse_frames: 0,
             prompt_chars: 0,
             queue_s: None,
