@@ -4,7 +4,9 @@
 //!   prefix of ONE common system prompt plus a unique part per request;
 //! - `poisson` / `gamma`: open-loop arrivals with length distributions ([`open_loop`]);
 //! - `sessions`: agent sessions as the seed's `agent_replay.py` ([`session::SessionWorkload`]);
-//! - `closed_loop`: N users, each sending the next request when the previous finishes ([`open_loop`]).
+//! - `closed_loop`: N users, each sending the next request when the previous finishes ([`open_loop`]);
+//! - `trace`: explicit requests with their arrivals and lengths ([`trace::TraceWorkload`]), e.g. a live run's
+//!   records (`loadshape simulate --like RUN.jsonl`).
 //!
 //! The request plan is made here only (`plan.rs`): [`Workload::requests`] (one request type, [`PlannedRequest`]),
 //! [`Workload::expected_requests`] and [`Workload::concurrency`].
@@ -13,6 +15,7 @@ pub mod bursty;
 pub mod open_loop;
 mod plan;
 pub mod session;
+pub mod trace;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +25,7 @@ pub use bursty::{BurstyTrace, BurstyWorkload};
 pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorkload, RequestStream};
 pub use plan::{PlannedRequest, Requests};
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
+pub use trace::{TraceRequest, TraceWorkload};
 
 /// What traffic to send.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +41,8 @@ pub enum Workload {
     Sessions(SessionWorkload),
     /// Closed-loop users.
     ClosedLoop(ClosedLoopWorkload),
+    /// Explicit requests (open loop).
+    Trace(TraceWorkload),
 }
 
 impl Workload {
@@ -48,6 +54,7 @@ impl Workload {
             Workload::Gamma(w) => w.validate(),
             Workload::Sessions(w) => w.validate_fields(),
             Workload::ClosedLoop(w) => w.validate(),
+            Workload::Trace(w) => w.validate(),
         }
     }
 
@@ -60,6 +67,7 @@ impl Workload {
             Workload::Gamma(w) => w.rate_rps,
             Workload::Sessions(w) => f64::from(w.sessions),
             Workload::ClosedLoop(w) => f64::from(w.users),
+            Workload::Trace(w) => w.rate_rps(),
         }
     }
 
@@ -77,6 +85,8 @@ impl Workload {
             Workload::Gamma(w) => w.rate_rps *= factor,
             Workload::Sessions(w) => w.sessions = count(w.sessions),
             Workload::ClosedLoop(w) => w.users = count(w.users),
+            // Arrivals `factor` times as dense: the rate times `factor`.
+            Workload::Trace(w) => w.requests.iter_mut().for_each(|r| r.arrival_ms /= factor),
         }
         out
     }
@@ -89,6 +99,7 @@ impl Workload {
             Workload::Gamma(_) => "gamma",
             Workload::Sessions(_) => "sessions",
             Workload::ClosedLoop(_) => "closed_loop",
+            Workload::Trace(_) => "trace",
         }
     }
 
@@ -109,6 +120,11 @@ impl Workload {
             ),
             Workload::Gamma(w) => peak_overlap(
                 RequestStream::gamma(w, seed).map(|r| (r.arrival_ms, r.output_tokens)),
+                request_ms,
+                cap,
+            ),
+            Workload::Trace(w) => peak_overlap(
+                w.requests.iter().map(|r| (r.arrival_ms, r.output_tokens)),
                 request_ms,
                 cap,
             ),
@@ -200,6 +216,14 @@ impl Workload {
         match self {
             // The seed's trace: a 2,048/3,072-token shared prefix plus a unique part of up to about as much.
             Workload::Bursty(w) => open(w.num_requests, 6_144.0),
+            Workload::Trace(w) => open(
+                w.requests.len() as u64,
+                w.requests
+                    .iter()
+                    .map(|r| f64::from(r.shared_prefix_tokens) + f64::from(r.unique_prompt_tokens))
+                    .sum::<f64>()
+                    / (w.requests.len().max(1)) as f64,
+            ),
             Workload::Poisson(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
             Workload::Gamma(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
             Workload::ClosedLoop(w) => WorkloadSize {
