@@ -111,7 +111,7 @@ pub struct Args {
     #[arg(long)]
     pub max_concurrency: Option<u32>,
     /// Size the filler for the target's tokenizer, measured before the run (`POST /tokenize`, else
-    /// `usage.prompt_tokens` of 4 probe requests): auto = measure and scale, unscaled when neither answers;
+    /// `usage.prompt_tokens` of 12 probe requests): auto = measure and scale, unscaled when neither answers;
     /// on = refuse the run when neither answers; off = the seed's word counts unscaled (docs/replay.md).
     #[arg(long, value_enum, default_value_t = MatchTokenizer::Auto)]
     pub match_tokenizer: MatchTokenizer,
