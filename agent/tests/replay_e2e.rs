@@ -892,3 +892,237 @@ async fn max_concurrency_bounds_an_open_loop_in_flight(hc: &'static str) {
     assert_ne!(code, 0);
     assert!(stderr.contains("--max-concurrency"), "{stderr}");
 }
+
+/// A `--scenario` file of 16 Poisson requests of exactly `tokens` designed prompt tokens (no shared prefix).
+fn fixed_prompt_scenario(name: &str, tokens: u32) -> String {
+    let scen = tmp("tok", name);
+    let workload = serde_json::json!({"kind": "poisson", "num_requests": 16, "rate_rps": 40.0,
+        "prompt": {"dist": "fixed", "tokens": tokens}, "output": {"dist": "fixed", "tokens": 4},
+        "shared_prefix_tokens": 0});
+    std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
+    scen.to_string_lossy().to_string()
+}
+
+/// Median of `prompt_tokens / designed_prompt_tokens` over a run's records (each must carry both).
+fn median_ratio(recs: &[RequestRecord]) -> f64 {
+    let mut r: Vec<f64> = recs
+        .iter()
+        .map(|r| {
+            let d = r
+                .designed_prompt_tokens
+                .unwrap_or_else(|| panic!("no designed_prompt_tokens: {r:?}"));
+            let p = r.prompt_tokens.unwrap_or_else(|| panic!("no prompt_tokens: {r:?}"));
+            p as f64 / d as f64
+        })
+        .collect();
+    r.sort_by(f64::total_cmp);
+    r[r.len().div_ceil(2) - 1] // nearest rank, as shared::metrics
+}
+
+/// A sim-server whose tokenizer counts every piece twice (about 2 tokens per designed prose token): without
+/// matching the realized prompts miss the designed ones; with it (the default) they land within 1 % on the median,
+/// every record carries both sizes, and summary.json reports the measurement and both medians.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenizer_matching_makes_realized_prompts_the_designed_ones() {
+    let s = sim(Config {
+        tokens_per_piece: 2,
+        ..fast()
+    })
+    .await;
+    let scen = fixed_prompt_scenario("fixed2000.json", 2000);
+    let mut ratios = Vec::new();
+    for mode in ["off", "auto"] {
+        let out = tmp("tok", &format!("match-{mode}.jsonl"));
+        let out_s = out.to_string_lossy().to_string();
+        let (code, stdout, stderr) = replay(
+            "hyper",
+            &[
+                "--url",
+                &s.base,
+                "--out",
+                &out_s,
+                "--scenario",
+                &scen,
+                "--quiet",
+                "--metrics-url",
+                "none",
+                "--match-tokenizer",
+                mode,
+            ],
+        )
+        .await;
+        assert_eq!(code, 0, "{mode}: {stdout}\n{stderr}");
+        let recs = records(&out);
+        assert_eq!(recs.len(), 16);
+        assert!(
+            recs.iter().all(|r| r.ok && r.designed_prompt_tokens == Some(2000)),
+            "{recs:?}"
+        );
+        let summary = sidecar(&out_s, "summary");
+        let tok = &summary["tokenizer"];
+        let ratio = median_ratio(&recs);
+        if mode == "auto" {
+            assert_eq!(tok["source"], "tokenize", "{summary}");
+            assert!(
+                tok["endpoint"].as_str().is_some_and(|e| e.ends_with("/tokenize")),
+                "{tok}"
+            );
+            let prose = tok["prose_ratio"].as_f64().unwrap_or(0.0);
+            let code_r = tok["code_ratio"].as_f64().unwrap_or(0.0);
+            assert!((1.9..2.2).contains(&prose) && code_r > prose, "{tok}");
+            assert!((ratio - 1.0).abs() < 0.01, "matched: realized/designed median {ratio}");
+            assert!(stderr.contains("tokenizer (tokenize)"), "{stderr}");
+        } else {
+            assert_eq!(tok["source"], "off", "{summary}");
+            assert!(
+                (ratio - 1.0).abs() > 0.02,
+                "unmatched: realized/designed median {ratio}"
+            );
+        }
+        let sm = &summary["summary"];
+        assert_eq!(sm["designed_prompt_tokens_p50"], 2000.0, "{sm}");
+        assert!(sm["realized_prompt_tokens_p50"].as_f64().is_some(), "{sm}");
+        let r50 = sm["realized_to_designed_prompt_ratio_p50"].as_f64().unwrap_or(0.0);
+        assert!((r50 - ratio).abs() < 1e-9, "{r50} vs {ratio}");
+        ratios.push(ratio);
+    }
+    assert!(ratios[0] > 1.8 && (ratios[1] - 1.0).abs() < 0.01, "{ratios:?}");
+}
+
+/// Sessions' base context (code on odd slots, prose on even) and tool output are sized for the tokenizer too (the
+/// sim-server's own rule: about 1.02 server tokens per designed prose token, a third more for code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenizer_matching_sizes_session_filler() {
+    let s = sim(fast()).await;
+    for mode in ["off", "auto"] {
+        let out = tmp("tok", &format!("sessions-{mode}.jsonl"));
+        let out_s = out.to_string_lossy().to_string();
+        let (code, stdout, stderr) = replay(
+            "hyper",
+            &[
+                "--url",
+                &s.base,
+                "--model",
+                "sim",
+                "--out",
+                &out_s,
+                "--sessions",
+                "2",
+                "--steps",
+                "2",
+                "--spread",
+                "0",
+                "--base",
+                "3000",
+                "--gen",
+                "16",
+                "--tool",
+                "200",
+                "--think",
+                "0",
+                "--stagger",
+                "0",
+                "--max-seconds",
+                "20",
+                "--seed",
+                "3",
+                "--quiet",
+                "--metrics-url",
+                "none",
+                "--match-tokenizer",
+                mode,
+            ],
+        )
+        .await;
+        assert_eq!(code, 0, "{mode}: {stdout}\n{stderr}");
+        let recs = records(&out);
+        assert_eq!(recs.len(), 4);
+        // Slot 1's base is code: 1.33 server tokens per designed token unscaled.
+        let worst = recs
+            .iter()
+            .map(|r| {
+                let d = r.designed_prompt_tokens.unwrap_or(0) as f64;
+                (r.prompt_tokens.unwrap_or(0) as f64 / d - 1.0).abs()
+            })
+            .fold(0.0, f64::max);
+        if mode == "auto" {
+            // Each prompt is one draw of words (code words are 1 to 6 tokens), so single prompts scatter by a
+            // percent or two around the matched size.
+            assert!(worst < 0.05, "every step within 5 % when matched: {worst}");
+        } else {
+            assert!(worst > 0.1, "the code session misses unmatched: {worst}");
+        }
+    }
+}
+
+/// A server without `/tokenize` is measured through `usage.prompt_tokens` of probe requests (not recorded); a
+/// target that answers neither runs unscaled with `auto` and is refused, naming `/tokenize`, with `on`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokenizer_falls_back_to_usage_probes_and_on_refuses_when_nothing_answers() {
+    let s = sim(Config {
+        faults: Faults {
+            no_tokenize: true,
+            ..Faults::default()
+        },
+        tokens_per_piece: 2,
+        ..fast()
+    })
+    .await;
+    let scen = fixed_prompt_scenario("fixed1500.json", 1500);
+    let out = tmp("tok", "probes.jsonl");
+    let out_s = out.to_string_lossy().to_string();
+    let (code, stdout, stderr) = replay(
+        "hyper",
+        &[
+            "--url",
+            &s.base,
+            "--out",
+            &out_s,
+            "--scenario",
+            &scen,
+            "--quiet",
+            "--metrics-url",
+            "none",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let summary = sidecar(&out_s, "summary");
+    assert_eq!(summary["tokenizer"]["source"], "usage", "{summary}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 16, "the probes are not recorded");
+    let ratio = median_ratio(&recs);
+    assert!((ratio - 1.0).abs() < 0.01, "matched through probes: {ratio}");
+    assert!(stderr.contains("/tokenize did not count tokens"), "{stderr}");
+
+    // Nothing listens here: neither /tokenize nor a probe answers.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        l.local_addr().unwrap_or_else(|e| panic!("{e}")).port()
+    };
+    let url = format!("http://127.0.0.1:{dead}/v1");
+    let out2 = tmp("tok", "refused.jsonl").to_string_lossy().to_string();
+    let args = [
+        "--url",
+        &url,
+        "--model",
+        "m",
+        "--dialect",
+        "vllm",
+        "--out",
+        &out2,
+        "--scenario",
+        &scen,
+        "--quiet",
+    ];
+    let (code, _, stderr) = replay(
+        "hyper",
+        &[&args[..], &["--metrics-url", "none", "--match-tokenizer", "on"]].concat(),
+    )
+    .await;
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{dead}/tokenize")) && stderr.contains("--match-tokenizer on"),
+        "{stderr}"
+    );
+}

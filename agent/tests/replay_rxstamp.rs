@@ -142,6 +142,7 @@ async fn blocked_run(clock: RxClock) -> (RequestOutcome, &'static str) {
         steps_asked: 1,
         base_asked: 0,
         designed_cached_tokens: None,
+        designed_prompt_tokens: None,
     };
     let used = match runner::to_record(&o, Instant::now(), slot, 2, 1).rx_clock {
         Some(FrameClock::Kernel) => "kernel",

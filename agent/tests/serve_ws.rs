@@ -43,6 +43,7 @@ fn record(i: u64) -> RequestRecord {
         prompt_tokens: Some(4000 + i),
         cached_tokens: Some(i),
         designed_cached_tokens: None,
+        designed_prompt_tokens: None,
         sse_frames: 64,
         prompt_chars: 16000,
         queue_s: None,

@@ -298,3 +298,44 @@ async fn fault_stall_and_drop() {
     assert_eq!(s, StatusCode::OK);
     assert!(body.is_err(), "the body must end in an error, not a clean [DONE]");
 }
+
+/// `/tokenize` answers llama.cpp's and vLLM's bodies with the count `usage.prompt_tokens` reports, scaled by
+/// `tokens_per_piece`; `no_tokenize` leaves the route out (404), like a server without one.
+#[tokio::test]
+async fn tokenize_route_in_both_shapes() {
+    let text = "def resolve(self, name): return entry.load()";
+    let n = tokenize::count_tokens(text);
+    let app = router(fast());
+    let (s, body) = call(&app, "/tokenize", json!({"content": text})).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body.unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["tokens"].as_array().map(Vec::len), Some(n), "{v}");
+    let dense = router(Config {
+        tokens_per_piece: 3,
+        ..fast()
+    });
+    let (s, body) = call(&dense, "/tokenize", json!({"model": "sim", "prompt": text})).await;
+    assert_eq!(s, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body.unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["count"], 3 * n as u64, "{v}");
+    let (s, body) = call(
+        &dense,
+        "/v1/completions",
+        json!({"model": "sim", "prompt": text, "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body.unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["usage"]["prompt_tokens"], 3 * n as u64, "{v}");
+    let (s, _) = call(&app, "/tokenize", json!({"text": text})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let none = router(Config {
+        faults: Faults {
+            no_tokenize: true,
+            ..Faults::default()
+        },
+        ..fast()
+    });
+    let (s, _) = call(&none, "/tokenize", json!({"content": text})).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}

@@ -300,3 +300,73 @@ fn replay_refuses_a_scenario_too_large_for_memory_before_sending() {
     assert!(err.contains("too large") && err.contains("100,000,000"), "{err}");
     assert!(!out.exists(), "nothing may be recorded for a refused run");
 }
+
+/// A recorded run's lines: 20 requests at uneven arrivals with their own prompt sizes, cache hits and outputs;
+/// one failed (its asked output is simulated) and one whose server reported no prompt size (its designed one is).
+fn recorded_run() -> Vec<shared::record::RequestRecord> {
+    (0..20u64)
+        .map(|i| {
+            let line = serde_json::json!({
+                "schema": 1, "session": i, "inst": 0, "step": 0, "steps_asked": 1, "base_asked": 900 + i,
+                "ok": i != 7, "t_submit": 0.05 * (i * i) as f64 / 4.0, "ttft_s": 0.1, "wall_s": 1.0,
+                "gen_tokens": if i == 7 { 3 } else { 10 + i }, "asked_tokens": 10 + i,
+                "prompt_tokens": if i == 11 { None } else { Some(1000 + 37 * i) },
+                "designed_prompt_tokens": 990 + 37 * i,
+                "cached_tokens": if i % 3 == 0 { 0 } else { 256 }, "sse_frames": 10, "prompt_chars": 4000,
+                "usage_source": "final_frame"
+            });
+            serde_json::from_value(line).expect("a record")
+        })
+        .collect()
+}
+
+#[test]
+fn simulate_like_replays_a_runs_arrivals_and_lengths() {
+    let dir = std::env::temp_dir().join(format!("loadshape-like-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    let run = dir.join("run.jsonl");
+    let live = recorded_run();
+    let text: String = live
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("json") + "\n")
+        .collect();
+    std::fs::write(&run, text).expect("write");
+    let out = dir.join("sim.jsonl");
+    let profile = shared::engine::presets::llama3_8b_h100().name;
+    let (run_s, out_s) = (run.to_string_lossy(), out.to_string_lossy());
+    let o = simulate(
+        &["--like", &run_s, "--profile", &profile, "--json", "--records", &out_s],
+        None,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(report["summary"]["completed"], 20, "{report}");
+    let sim: Vec<shared::record::RequestRecord> = std::fs::read_to_string(&out)
+        .expect("records")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record"))
+        .collect();
+    assert_eq!(sim.len(), live.len());
+    for (s, l) in sim.iter().zip(&live) {
+        assert!((s.t_submit - l.t_submit).abs() < 1e-9, "arrival: {s:?} vs {l:?}");
+        let prompt = l.prompt_tokens.or(l.designed_prompt_tokens);
+        assert_eq!(s.prompt_tokens, prompt, "prompt: {s:?} vs {l:?}");
+        let out = if l.ok { l.gen_tokens } else { l.asked_tokens };
+        assert_eq!(s.gen_tokens, out, "output: {s:?} vs {l:?}");
+    }
+    // A scenario file gives the engine instead; a model other than the engine's is refused.
+    let o = simulate(&["--like", &run_s, "../examples/seed-baseline.json"], None);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--like needs an engine scenario"), "{}", stderr(&o));
+
+    // A bad line is refused, naming it.
+    let bad = dir.join("bad.jsonl");
+    let first = serde_json::to_string(&live[0]).expect("json");
+    std::fs::write(&bad, format!("{first}\n{{\"schema\": 1, \"nope\n{first}\n")).expect("write");
+    let o = simulate(&["--like", &bad.to_string_lossy(), "--profile", &profile], None);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("bad.jsonl line 2"), "{}", stderr(&o));
+    let o = simulate(&["--like", &run_s], None);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--profile"), "{}", stderr(&o));
+}

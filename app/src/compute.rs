@@ -238,7 +238,7 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
 fn load_label(w: &Workload) -> &'static str {
     match w {
         Workload::Bursty(_) => "mean arrival rate (req/s)",
-        Workload::Poisson(_) | Workload::Gamma(_) => "arrival rate (req/s)",
+        Workload::Poisson(_) | Workload::Gamma(_) | Workload::Trace(_) => "arrival rate (req/s)",
         Workload::Sessions(_) => "concurrent sessions",
         Workload::ClosedLoop(_) => "closed-loop users",
     }

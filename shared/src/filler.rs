@@ -70,6 +70,17 @@ impl FillerKind {
         words as usize
     }
 
+    /// Words to emit for `tokens` designed tokens when the target's tokenizer counts `scale` of its tokens per
+    /// designed token of this kind ([`TokenScale`]): `floor(tokens / (tokens_per_word · scale))`. With a scale of
+    /// exactly 1 this is [`Self::words_for_tokens`] to the word (so unscaled runs send the seed's text).
+    pub fn words_for_scaled_tokens(self, tokens: u64, scale: f64) -> usize {
+        if scale == 1.0 || !scale.is_finite() || scale <= 0.0 {
+            return self.words_for_tokens(tokens);
+        }
+        // The nudge keeps an exact quotient (9000 / (1.8 · 0.8) = 6250) from flooring one below on rounding.
+        (tokens as f64 / (self.tokens_per_word() * scale) + 1e-9).floor() as usize
+    }
+
     /// The seed's choice for a session's base context: code for odd slots, prose for even ones.
     pub const fn for_slot(slot: u32) -> Self {
         if slot % 2 == 1 { Self::Code } else { Self::Prose }
@@ -82,6 +93,50 @@ impl fmt::Display for FillerKind {
             Self::Prose => "prose",
             Self::Code => "code",
         })
+    }
+}
+
+/// Server tokens per designed token, per filler kind: what the target's tokenizer makes of text sized with
+/// [`FillerKind::tokens_per_word`] (measured before a live run; see docs/replay.md "Tokenizer matching"). Filler of
+/// `tokens` designed tokens gets `1 / ratio` times the words, so the server counts about `tokens`. The default,
+/// [`TokenScale::ONE`], changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TokenScale {
+    pub prose: f64,
+    pub code: f64,
+}
+
+impl Default for TokenScale {
+    fn default() -> Self {
+        Self::ONE
+    }
+}
+
+impl TokenScale {
+    /// No scaling: the seed's word counts.
+    pub const ONE: TokenScale = TokenScale { prose: 1.0, code: 1.0 };
+
+    /// A scale from measured ratios; each must be finite and > 0.
+    pub fn new(prose: f64, code: f64) -> Result<TokenScale, String> {
+        for (name, r) in [("prose", prose), ("code", code)] {
+            if !(r.is_finite() && r > 0.0) {
+                return Err(format!("the {name} token ratio must be a number > 0 (got {r})"));
+            }
+        }
+        Ok(TokenScale { prose, code })
+    }
+
+    /// The ratio of `kind`.
+    pub const fn of(&self, kind: FillerKind) -> f64 {
+        match kind {
+            FillerKind::Prose => self.prose,
+            FillerKind::Code => self.code,
+        }
+    }
+
+    /// Words for `tokens` designed tokens of `kind` under this scale.
+    pub fn words(&self, tokens: u64, kind: FillerKind) -> usize {
+        kind.words_for_scaled_tokens(tokens, self.of(kind))
     }
 }
 
@@ -143,7 +198,11 @@ fn corpus_vec(kind: FillerKind) -> &'static [&'static str] {
 /// About `tokens` tokens of `kind` filler: [`FillerKind::words_for_tokens`] words drawn uniformly (with
 /// replacement) from the corpus, joined by single spaces, with a trailing space. Empty for `tokens == 0`.
 pub fn text<R: WordRng + ?Sized>(tokens: u64, kind: FillerKind, rng: &mut R) -> String {
-    let n = kind.words_for_tokens(tokens);
+    words(kind.words_for_tokens(tokens), kind, rng)
+}
+
+/// [`text`] with `n` words exactly.
+pub fn words<R: WordRng + ?Sized>(n: usize, kind: FillerKind, rng: &mut R) -> String {
     if n == 0 {
         return String::new();
     }
@@ -159,16 +218,27 @@ pub fn text<R: WordRng + ?Sized>(tokens: u64, kind: FillerKind, rng: &mut R) -> 
     out
 }
 
-/// A run's filler generator: a structure seed and a content nonce. See the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A run's filler generator: a structure seed, a content nonce and a [`TokenScale`]. See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Filler {
     pub structure_seed: u64,
     pub nonce: u64,
+    /// Sizes every piece for the target's tokenizer; [`TokenScale::ONE`] from [`Filler::new`].
+    pub scale: TokenScale,
 }
 
 impl Filler {
     pub const fn new(structure_seed: u64, nonce: u64) -> Self {
-        Self { structure_seed, nonce }
+        Self {
+            structure_seed,
+            nonce,
+            scale: TokenScale::ONE,
+        }
+    }
+
+    /// The same generator with its pieces sized by `scale` (the words drawn are the same stream, fewer or more).
+    pub const fn with_scale(self, scale: TokenScale) -> Self {
+        Self { scale, ..self }
     }
 
     /// The independent stream of session `(slot, inst)`. Its seed mixes all four inputs through SplitMix64, so
@@ -177,20 +247,24 @@ impl Filler {
         let mut h = splitmix_mix(self.structure_seed ^ 0x6c6f_6164_7368_6170); // "loadshap"
         h = splitmix_mix(h ^ self.nonce.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         h = splitmix_mix(h ^ (u64::from(slot) << 32 | u64::from(inst)));
-        FillerStream { rng: FillerRng::new(h) }
+        FillerStream {
+            rng: FillerRng::new(h),
+            scale: self.scale,
+        }
     }
 }
 
 /// One session's filler stream (see [`Filler::stream`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct FillerStream {
     rng: FillerRng,
+    scale: TokenScale,
 }
 
 impl FillerStream {
-    /// The next `tokens` tokens of `kind` filler from this stream.
+    /// The next `tokens` designed tokens of `kind` filler from this stream (sized by the filler's scale).
     pub fn text(&mut self, tokens: u64, kind: FillerKind) -> String {
-        text(tokens, kind, &mut self.rng)
+        words(self.scale.words(tokens, kind), kind, &mut self.rng)
     }
 
     /// The underlying generator, for a caller that wants to draw other content from the same stream.
@@ -252,6 +326,37 @@ mod tests {
         let returns = t.split_whitespace().filter(|w| *w == "return").count() as f64;
         // "return" is 2 of the 20 code words.
         assert!((returns / n - 0.1).abs() < 0.01, "{}", returns / n);
+    }
+
+    /// A scale of exactly 1 sends the seed's words; a measured ratio r sends 1/r as many (the same stream's
+    /// first words).
+    #[test]
+    fn token_scale_resizes_and_one_changes_nothing() {
+        for tokens in [0u64, 1, 9, 2020, 20_500] {
+            for kind in [FillerKind::Prose, FillerKind::Code] {
+                assert_eq!(TokenScale::ONE.words(tokens, kind), kind.words_for_tokens(tokens));
+            }
+        }
+        let plain = Filler::new(4, 5).stream(1, 0).text(9000, FillerKind::Prose);
+        let one = Filler::new(4, 5)
+            .with_scale(TokenScale::ONE)
+            .stream(1, 0)
+            .text(9000, FillerKind::Prose);
+        assert_eq!(plain, one);
+        let scale = TokenScale::new(1.6, 0.8).unwrap_or_else(|e| panic!("{e}"));
+        let prose = Filler::new(4, 5)
+            .with_scale(scale)
+            .stream(1, 0)
+            .text(9000, FillerKind::Prose);
+        assert_eq!(prose.split_whitespace().count(), 5000); // 9000 / (1.125 · 1.6)
+        assert!(plain.starts_with(&prose));
+        let code = Filler::new(4, 5)
+            .with_scale(scale)
+            .stream(1, 0)
+            .text(9000, FillerKind::Code);
+        assert_eq!(code.split_whitespace().count(), 6250); // 9000 / (1.8 · 0.8)
+        assert!(TokenScale::new(0.0, 1.0).is_err());
+        assert!(TokenScale::new(1.0, f64::NAN).is_err());
     }
 
     #[test]

@@ -193,6 +193,18 @@ pub struct Summary {
     pub cached_share_designed: Option<f64>,
     /// Achieved cached share over step-0 records only (cold starts: ideally the shared base context only).
     pub step0_cached_share: Option<f64>,
+    /// Live runs: nearest-rank median of the prompt tokens the workload designed (`designed_prompt_tokens`) over
+    /// completed records that carry it and the server's count (`prompt_tokens`). Absent otherwise (simulated
+    /// records carry no designed size: there the two agree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub designed_prompt_tokens_p50: Option<f64>,
+    /// The same records' median server-counted prompt tokens (`prompt_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realized_prompt_tokens_p50: Option<f64>,
+    /// The same records' median of `prompt_tokens / designed_prompt_tokens` per request (1 = the server saw the
+    /// designed sizes; tokenizer matching aims within 1 %).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realized_to_designed_prompt_ratio_p50: Option<f64>,
 }
 
 /// Steps up to which [`summarize`] counts attainment by step in a vector rather than a map.
@@ -230,6 +242,8 @@ pub struct Summarizer {
     achieved: CachedShare,
     designed: CachedShare,
     step0: CachedShare,
+    /// (designed, realized) prompt tokens of completed records carrying both.
+    prompt_sizes: Vec<(u64, u64)>,
 }
 
 impl Summarizer {
@@ -253,6 +267,7 @@ impl Summarizer {
             achieved: CachedShare::default(),
             designed: CachedShare::default(),
             step0: CachedShare::default(),
+            prompt_sizes: Vec::new(),
         }
     }
 
@@ -312,6 +327,9 @@ impl Summarizer {
             if let Some(d) = r.designed_cached_tokens {
                 self.designed.add(d, prompt);
             }
+            if let Some(d) = r.designed_prompt_tokens {
+                self.prompt_sizes.push((d, prompt));
+            }
         }
     }
 
@@ -334,6 +352,7 @@ impl Summarizer {
             achieved,
             designed,
             step0,
+            prompt_sizes,
             ..
         } = self;
         if records == 0 {
@@ -372,6 +391,18 @@ impl Summarizer {
         s.cached_share_achieved = achieved.share();
         s.cached_share_designed = designed.share();
         s.step0_cached_share = step0.share();
+        if !prompt_sizes.is_empty() {
+            let mut designed: Vec<f64> = prompt_sizes.iter().map(|p| p.0 as f64).collect();
+            let mut realized: Vec<f64> = prompt_sizes.iter().map(|p| p.1 as f64).collect();
+            let mut ratio: Vec<f64> = prompt_sizes
+                .iter()
+                .filter(|p| p.0 > 0)
+                .map(|p| p.1 as f64 / p.0 as f64)
+                .collect();
+            s.designed_prompt_tokens_p50 = Some(Stats::of(&mut designed).p50);
+            s.realized_prompt_tokens_p50 = Some(Stats::of(&mut realized).p50);
+            s.realized_to_designed_prompt_ratio_p50 = (!ratio.is_empty()).then(|| Stats::of(&mut ratio).p50);
+        }
 
         (
             s.ttft_mean_ms,
@@ -1231,6 +1262,7 @@ mod tests {
             prompt_tokens: None,
             cached_tokens: None,
             designed_cached_tokens: None,
+            designed_prompt_tokens: None,
             sse_frames: 0,
             prompt_chars: 0,
             queue_s: None,

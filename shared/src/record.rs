@@ -64,8 +64,12 @@ pub struct RequestRecord {
     pub gen_tokens: u64,
     /// Output length that was forced (`max_tokens` = `min_tokens`).
     pub asked_tokens: u64,
-    /// Prompt tokens as the server counted them (`usage.prompt_tokens`), if reported.
+    /// Prompt tokens as the server counted them (`usage.prompt_tokens`), if reported: the realized prompt.
     pub prompt_tokens: Option<u64>,
+    /// Live records: prompt tokens the workload designed for this request (the plan's size the filler was made
+    /// for); `prompt_tokens` is what the server counted of it. Absent in simulated records (there the two agree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub designed_prompt_tokens: Option<u64>,
     /// Prefix-cached prompt tokens (`usage.prompt_tokens_details.cached_tokens`), if reported.
     pub cached_tokens: Option<u64>,
     /// Prompt tokens the workload designed to be cacheable (previous prompt + reply), if known.
@@ -176,6 +180,7 @@ mod tests {
             gen_tokens: 64,
             asked_tokens: 64,
             prompt_tokens: Some(4000),
+            designed_prompt_tokens: None,
             cached_tokens: Some(0),
             designed_cached_tokens: None,
             sse_frames: 64,

@@ -21,6 +21,7 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         prompt_tokens: None,
         cached_tokens: None,
         designed_cached_tokens: None,
+        designed_prompt_tokens: None,
         sse_frames: gen_tokens,
         prompt_chars: 0,
         queue_s: None,

@@ -23,6 +23,7 @@ fn record() -> RequestRecord {
         prompt_tokens: Some(15812),
         cached_tokens: Some(13104),
         designed_cached_tokens: Some(13109),
+        designed_prompt_tokens: None,
         sse_frames: 700,
         prompt_chars: 61234,
         queue_s: None,

@@ -21,6 +21,7 @@ use crate::replay::dialect::Dialect;
 use crate::replay::render::render;
 use crate::replay::rxstamp::RxClock;
 use crate::replay::settings::{self, defaults, seconds};
+use crate::replay::tokenizer::MatchTokenizer;
 use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Traffic, Verdict};
 
 /// The tool-output size `LADDER_PROD` was solved for (G = 700 + 2,020 ≈ 2,703 tokens per step).
@@ -109,6 +110,11 @@ pub struct Args {
     /// slots and users.
     #[arg(long)]
     pub max_concurrency: Option<u32>,
+    /// Size the filler for the target's tokenizer, measured before the run (`POST /tokenize`, else
+    /// `usage.prompt_tokens` of 12 probe requests): auto = measure and scale, unscaled when neither answers;
+    /// on = refuse the run when neither answers; off = the seed's word counts unscaled (docs/replay.md).
+    #[arg(long, value_enum, default_value_t = MatchTokenizer::Auto)]
+    pub match_tokenizer: MatchTokenizer,
     /// Structure seed: session shapes and filler word choice (default: the clock).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -303,6 +309,7 @@ impl Args {
             anyhow::bail!("--max-concurrency must be at least 1 (got 0)");
         }
         s.max_concurrency = a.max_concurrency;
+        s.match_tokenizer = a.match_tokenizer;
         s.http_client = a.http_client;
         s.rx_clock = a.rx_clock;
         s.drain = a.drain;

@@ -70,6 +70,13 @@ pub struct Args {
     /// Fault injection: close the connection mid-stream once N tokens were sent.
     #[arg(long)]
     pub drop_after_tokens: Option<u32>,
+    /// Serve no `/tokenize` (a server without one: replay's tokenizer matching falls back to usage probes).
+    #[arg(long)]
+    pub no_tokenize: bool,
+    /// Count every piece of the tokenization rule as N tokens (a tokenizer N times as dense, for testing
+    /// `replay --match-tokenizer`).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub tokens_per_piece: u32,
     /// Seed for the injected error draw.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -136,8 +143,10 @@ impl Args {
                 stall_after_tokens: self.stall_after_tokens,
                 stall_ms: self.stall_ms,
                 drop_after_tokens: self.drop_after_tokens,
+                no_tokenize: self.no_tokenize,
             },
             seed: self.seed,
+            tokens_per_piece: self.tokens_per_piece.max(1),
         })
     }
 }

@@ -25,9 +25,18 @@ use shared::seed_model::{self, SeedSummary};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario file (JSON); `-` reads standard input.
-    #[arg(required_unless_present = "seed_report", conflicts_with = "seed_report")]
+    /// Scenario file (JSON); `-` reads standard input. With `--like`: the engine scenario whose profile, SLO and
+    /// seed the live run's requests are simulated with (its workload is replaced).
+    #[arg(required_unless_present_any = ["seed_report", "like"], conflicts_with = "seed_report")]
     pub file: Option<PathBuf>,
+    /// Simulate a live run's own requests (a `loadshape replay` record file): its arrivals (`t_submit`), realized
+    /// prompt tokens, cache hits and outputs, as an open-loop `trace` workload (docs/simulator.md).
+    #[arg(long, value_name = "RUN.jsonl", conflicts_with = "seed_report")]
+    pub like: Option<PathBuf>,
+    /// With `--like` and no scenario FILE: the engine preset to simulate with (`loadshape sim-server --profile
+    /// list` names them), with the default engine scenario's SLO (TTFT 2 s, TPOT 50 ms) and seed.
+    #[arg(long, value_name = "NAME", requires = "like", conflicts_with = "file")]
+    pub profile: Option<String>,
     /// Print the seed simulator's whole report (equal to the seed's `scenario_sim_output.json`).
     #[arg(long)]
     pub seed_report: bool,
@@ -55,11 +64,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         println!("{}", seed_model::seed_report_json());
         return Ok(ExitCode::SUCCESS);
     }
-    let Some(path) = args.file else {
-        anyhow::bail!("give a scenario FILE (or `-` for stdin), or --seed-report");
+    let (scenario, source) = match &args.like {
+        Some(run) => like_scenario(run, args.file.as_ref(), args.profile.as_deref())?,
+        None => {
+            let Some(path) = &args.file else {
+                anyhow::bail!("give a scenario FILE (or `-` for stdin), --like RUN.jsonl, or --seed-report");
+            };
+            let (text, source) = read_input(path)?;
+            (Scenario::from_json(&text).with_context(|| source.clone())?, source)
+        }
     };
-    let (text, source) = read_input(&path)?;
-    let scenario = Scenario::from_json(&text).with_context(|| source.clone())?;
     let budget = Budget {
         max_requests: args.max_requests as f64,
         max_bytes: args.max_memory_gib * GIB,
@@ -112,6 +126,48 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--like RUN`: the run's records as a `trace` workload, simulated with `file`'s engine scenario (profile, SLO,
+/// seed) or the preset `profile`. A malformed line refuses the file, naming the line (a record that cannot be read
+/// would silently change the arrivals).
+fn like_scenario(run: &Path, file: Option<&PathBuf>, profile: Option<&str>) -> anyhow::Result<(Scenario, String)> {
+    let (records, bad) = crate::replay::records::read_records(run)?;
+    if let Some(b) = bad.first() {
+        anyhow::bail!(
+            "{} line {}: {}{} ({} malformed line(s) in all)",
+            run.display(),
+            b.line,
+            b.error,
+            if b.torn { " (a torn last line)" } else { "" },
+            bad.len()
+        );
+    }
+    let trace = shared::workload::TraceWorkload::from_records(&records)
+        .with_context(|| format!("{}: no records to simulate", run.display()))?;
+    let mut base = match (file, profile) {
+        (Some(path), _) => {
+            let (text, source) = read_input(path)?;
+            match Scenario::from_json(&text).with_context(|| source.clone())? {
+                Scenario::Engine(e) => e,
+                _ => anyhow::bail!("{source}: --like needs an engine scenario (\"model\": \"engine\")"),
+            }
+        }
+        (None, Some(name)) => {
+            let profile = shared::engine::presets::by_name(name).with_context(|| {
+                format!("--profile {name:?} is not a preset (`loadshape sim-server --profile list` names them)")
+            })?;
+            let mut e = shared::presets::default_engine_scenario();
+            e.profile = profile;
+            e
+        }
+        (None, None) => anyhow::bail!("--like needs a scenario FILE or --profile NAME for the engine to simulate"),
+    };
+    base.workload = shared::workload::Workload::Trace(trace);
+    // The counterfactuals ask what the arrivals would do one at a time; a replayed trace is about its own run.
+    base.counterfactuals = false;
+    let source = format!("{} (like)", run.display());
+    Ok((Scenario::Engine(base), source))
 }
 
 /// The scenario text and a name for messages.

@@ -20,6 +20,7 @@
 //! - [`sse`]: the `text/event-stream` decoder (zero-copy; checked against the `sse-stream` crate in its tests).
 //! - [`prom`]: `/metrics` scraping and the server-side report.
 //! - [`progress`]: the live progress line.
+//! - [`tokenizer`]: measuring the target's tokenizer before a run (`--match-tokenizer`), so filler is sized for it.
 
 pub mod client;
 pub mod dialect;
@@ -35,6 +36,7 @@ pub mod settings;
 pub mod sse;
 pub mod summary;
 pub mod tls;
+pub mod tokenizer;
 
 pub use run::{Hooks, Interrupt, ReplayOutcome, Verdict, run};
 pub use settings::{ReplaySettings, ScenarioOptions, TargetSettings, Traffic};

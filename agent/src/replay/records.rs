@@ -311,6 +311,7 @@ mod tests {
             prompt_tokens: Some(4100),
             cached_tokens: Some(0),
             designed_cached_tokens: Some(0),
+            designed_prompt_tokens: None,
             sse_frames: 64,
             prompt_chars: 20000,
             queue_s: None,

@@ -26,6 +26,7 @@ use super::records::{RecordObserver, RecordSink};
 use super::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
 use super::settings::{ReplaySettings, Traffic};
 use super::summary::{self, Checks, RunSummary, ServerScrape};
+use super::tokenizer;
 
 pub use super::progress::LogFn;
 
@@ -219,6 +220,36 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             ca_certs: s.target.ca_certs.clone(),
         },
     );
+    // The target's tokenizer, before anything is sent: the filler is sized for it.
+    let probe_url = format!(
+        "{}{}",
+        s.target.url.trim_end_matches('/'),
+        match s.endpoint {
+            Endpoint::Completions => "/completions",
+            Endpoint::Chat => "/chat/completions",
+        }
+    );
+    let (tokenizer, tok_note) = tokenizer::measure(
+        s.match_tokenizer,
+        &http,
+        &client::origin_of(&s.target.url)?,
+        &model,
+        s.target.api_key.as_deref(),
+        &client,
+        &probe_url,
+        s.nonce,
+    )
+    .await?;
+    if let Some(n) = tok_note {
+        note(&n);
+    }
+    if tokenizer.source != "off" {
+        note(&format!(
+            "tokenizer ({}): {:.4} server tokens per designed token of prose, {:.4} of code; filler sized to match",
+            tokenizer.source, tokenizer.prose_ratio, tokenizer.code_ratio
+        ));
+    }
+    let scale = tokenizer.scale();
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
     // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
     client.warm(s.traffic.expected_streams().min(2048)).await;
@@ -272,12 +303,13 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                     seed,
                     nonce,
                     max_fail_streak,
+                    scale,
                     deadline: session_deadline,
                 };
                 runner::run_sessions(c2, Arc::new(run)).await;
             }
             Traffic::Open(reqs) => {
-                let maker = Arc::new(prompt_maker(&reqs, seed, nonce));
+                let maker = Arc::new(prompt_maker(&reqs, seed, nonce, scale));
                 runner::run_open_loop(c2, reqs, maker, fail_limit, max_concurrency).await;
             }
             Traffic::Closed {
@@ -285,7 +317,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                 users,
                 think_s,
             } => {
-                let maker = Arc::new(prompt_maker(&requests, seed, nonce));
+                let maker = Arc::new(prompt_maker(&requests, seed, nonce, scale));
                 runner::run_closed_loop(c2, requests, maker, users, think_s, fail_limit).await;
             }
         }
@@ -393,6 +425,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         slo: s.slo,
         summary: metrics::summarize(&records, &s.slo),
         server: server.as_ref().map(|sc| sc.report.clone()),
+        tokenizer,
         loadshape_version: shared::version::LOADSHAPE_VERSION,
     };
     if s.write_summary {
@@ -417,9 +450,9 @@ fn write_sidecar<T: serde::Serialize>(path: &std::path::Path, value: &T, note: &
     }
 }
 
-fn prompt_maker(reqs: &[PlannedRequest], seed: u64, nonce: u64) -> PromptMaker {
+fn prompt_maker(reqs: &[PlannedRequest], seed: u64, nonce: u64, scale: shared::filler::TokenScale) -> PromptMaker {
     let max_shared = reqs.iter().map(|r| r.shared_prefix_tokens).max().unwrap_or(0);
-    PromptMaker::new(seed, nonce, max_shared)
+    PromptMaker::new(seed, nonce, max_shared, scale)
 }
 
 async fn first_model(http: &reqwest::Client, base: &str, key: Option<&str>) -> anyhow::Result<String> {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use shared::filler::{Filler, FillerKind};
+use shared::filler::{Filler, FillerKind, TokenScale};
 use shared::record::{FrameClock, RECORD_SCHEMA_VERSION, RequestRecord};
 use shared::workload::SessionWorkload;
 use tokio::task::JoinSet;
@@ -85,6 +85,8 @@ pub struct Slot {
     pub steps_asked: u32,
     pub base_asked: u64,
     pub designed_cached_tokens: Option<u64>,
+    /// The plan's prompt size, tokens (the record's `designed_prompt_tokens`).
+    pub designed_prompt_tokens: Option<u64>,
 }
 
 impl Ctx {
@@ -121,6 +123,7 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         prompt_tokens: o.usage.prompt_tokens,
         cached_tokens: o.usage.cached_tokens,
         designed_cached_tokens: slot.designed_cached_tokens,
+        designed_prompt_tokens: slot.designed_prompt_tokens,
         sse_frames: o.frames,
         prompt_chars,
         queue_s: None,
@@ -158,6 +161,8 @@ pub struct SessionRun {
     /// Content nonce: makes the text unique per run.
     pub nonce: u64,
     pub max_fail_streak: u32,
+    /// Sizes the filler for the target's tokenizer ([`TokenScale::ONE`]: the seed's word counts).
+    pub scale: TokenScale,
     /// No new instance starts after this.
     pub deadline: Instant,
 }
@@ -220,7 +225,9 @@ async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
 /// One session instance; returns the number of steps that completed.
 async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
     let plan = run.workload.plan(slot, inst, run.seed);
-    let mut filler = Filler::new(run.seed, run.nonce).stream(slot, inst);
+    let mut filler = Filler::new(run.seed, run.nonce)
+        .with_scale(run.scale)
+        .stream(slot, inst);
     let mut convo = filler.text(plan.base_tokens, FillerKind::for_slot(slot));
     convo.push_str(TASK_LINE);
     if ctx.verbose {
@@ -254,6 +261,7 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
             steps_asked: plan.steps,
             base_asked: plan.base_tokens,
             designed_cached_tokens: designed,
+            designed_prompt_tokens: Some(plan.prompt_tokens(step)),
         };
         let o = ctx.request(s, &convo, asked, true).await;
         if !o.ok {
@@ -307,9 +315,10 @@ pub struct PromptMaker {
 }
 
 impl PromptMaker {
-    /// `max_shared` = the longest shared prefix any request asks for.
-    pub fn new(seed: u64, nonce: u64, max_shared: u32) -> Self {
-        let filler = Filler::new(seed, nonce);
+    /// `max_shared` = the longest shared prefix any request asks for; `scale` sizes the text for the target's
+    /// tokenizer.
+    pub fn new(seed: u64, nonce: u64, max_shared: u32, scale: TokenScale) -> Self {
+        let filler = Filler::new(seed, nonce).with_scale(scale);
         let text = filler
             .stream(u32::MAX, 0)
             .text(u64::from(max_shared), FillerKind::Prose);
@@ -320,8 +329,10 @@ impl PromptMaker {
     }
 
     pub fn prompt(&self, index: u64, r: &PlannedRequest) -> String {
-        let words = FillerKind::Prose
-            .words_for_tokens(u64::from(r.shared_prefix_tokens))
+        let words = self
+            .filler
+            .scale
+            .words(u64::from(r.shared_prefix_tokens), FillerKind::Prose)
             .min(self.shared_words.len());
         let mut p = String::new();
         for w in &self.shared_words[..words] {
@@ -367,6 +378,7 @@ fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
         steps_asked: 1,
         base_asked: u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens),
         designed_cached_tokens: Some(u64::from(r.shared_prefix_tokens)),
+        designed_prompt_tokens: Some(u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens)),
     }
 }
 

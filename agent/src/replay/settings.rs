@@ -18,6 +18,7 @@ use super::client::{self, Endpoint, HttpClient};
 use super::dialect::Dialect;
 use super::runner::PlannedRequest;
 use super::rxstamp::RxClock;
+use super::tokenizer::MatchTokenizer;
 
 /// Defaults shared by `loadshape replay`'s flags and by runs `loadshape serve` starts.
 pub mod defaults {
@@ -144,6 +145,9 @@ pub struct ReplaySettings {
     pub progress: bool,
     /// Log a line per step, not only failures.
     pub verbose: bool,
+    /// Measure the target's tokenizer before the run and size the filler for it (`--match-tokenizer`; default
+    /// `auto`).
+    pub match_tokenizer: MatchTokenizer,
     /// Write `<out>.summary.json` ([`crate::replay::summary::RunSummary`]). `loadshape serve` keeps its own
     /// `summary.json` in the run's folder and turns this off.
     pub write_summary: bool,
@@ -218,6 +222,7 @@ impl ReplaySettings {
             threads: defaults::THREADS,
             progress: true,
             verbose: false,
+            match_tokenizer: MatchTokenizer::default(),
             write_summary: true,
         })
     }

@@ -17,6 +17,7 @@ use shared::metrics::{Slo, Summary};
 use super::client::{Endpoint, HttpClient};
 use super::dialect::Dialect;
 use super::prom::{ServerReport, Snapshot};
+use super::tokenizer::TokenizerReport;
 
 /// `<out>.<suffix>` beside the record file (`suffix`: `summary.json`, `server.json`).
 pub fn sidecar(out: &Path, suffix: &str) -> PathBuf {
@@ -68,6 +69,9 @@ pub struct RunSummary {
     pub summary: Summary,
     /// The server's `/metrics` over the run; `null` when not scraped.
     pub server: Option<ServerReport>,
+    /// What the run measured of the target's tokenizer and the ratios its filler was sized by
+    /// (`--match-tokenizer`): `{source, prose_ratio, code_ratio, endpoint}`.
+    pub tokenizer: TokenizerReport,
     pub loadshape_version: &'static str,
 }
 

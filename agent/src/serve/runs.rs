@@ -475,6 +475,8 @@ pub fn check_workload_limits(scenario: &Scenario, limits: &Limits) -> Result<(),
         Workload::Poisson(w) => Some(("rate_rps", w.rate_rps)),
         Workload::Gamma(w) => Some(("rate_rps", w.rate_rps)),
         Workload::Bursty(w) => Some(("mean_rps", w.mean_rps)),
+        // A trace's rate: its requests over the span of their arrivals.
+        Workload::Trace(w) => Some(("requests", w.rate_rps())),
         Workload::Sessions(_) | Workload::ClosedLoop(_) => None,
     };
     let closed_seed = matches!(scenario, Scenario::Seed(s) if s.closed_loop);
@@ -504,7 +506,7 @@ pub fn check_workload_limits(scenario: &Scenario, limits: &Limits) -> Result<(),
                 None => format!("workload.sessions is {}", w.sessions),
             },
             Workload::ClosedLoop(w) => format!("workload.users is {}", w.users),
-            Workload::Poisson(_) | Workload::Gamma(_) | Workload::Bursty(_) => {
+            Workload::Poisson(_) | Workload::Gamma(_) | Workload::Bursty(_) | Workload::Trace(_) => {
                 let (field, rps) = rate.unwrap_or(("rate_rps", 0.0));
                 format!(
                     "workload.{field} = {rps} requests/s would hold more than {max} requests in flight at once \

@@ -1,7 +1,7 @@
 //! `loadshape sim-server`: the built-in emulated engine as an OpenAI-compatible streaming server.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (streaming SSE or one JSON answer), `GET /v1/models`,
-//! `GET /health`, `GET /version`, `GET /metrics` (vLLM's metric names). One tokio task steps the emulated engine in
+//! `GET /health`, `GET /version`, `GET /metrics` (vLLM's metric names), `POST /tokenize` (llama.cpp's and vLLM's shapes). One tokio task steps the emulated engine in
 //! real time ([`engine`]): each step's duration is slept (divided by `speed`) and the step's tokens are fanned out to
 //! the requests' streams. Prompts are tokenized by a documented deterministic rule ([`tokenize`]) and their full
 //! blocks hashed, so the prefix cache is real: a resent conversation hits it, a new nonce does not.
@@ -50,6 +50,8 @@ pub struct Faults {
     pub stall_ms: u64,
     /// Close the connection mid-stream once N tokens have been sent.
     pub drop_after_tokens: Option<u32>,
+    /// Serve no `/tokenize` (404), like a server without one: clients fall back to `usage` probes.
+    pub no_tokenize: bool,
 }
 
 /// Which engine model the server emulates.
@@ -95,6 +97,8 @@ pub struct Config {
     pub natural_len: Option<u32>,
     pub faults: Faults,
     pub seed: u64,
+    /// Tokens each piece of the tokenization rule counts as ([`tokenize::tokenize_with`]); 1 = the rule itself.
+    pub tokens_per_piece: u32,
 }
 
 impl Default for Config {
@@ -107,6 +111,7 @@ impl Default for Config {
             natural_len: None,
             faults: Faults::default(),
             seed: 0,
+            tokens_per_piece: 1,
         }
     }
 }
@@ -118,6 +123,7 @@ struct AppState {
     natural_len: Option<u32>,
     faults: Faults,
     seed: u64,
+    tokens_per_piece: u32,
     engine: EngineHandle,
     requests: AtomicU64,
     rejected: AtomicU64,
@@ -142,12 +148,14 @@ pub fn router(config: Config) -> Router {
         natural_len: config.natural_len,
         faults: config.faults,
         seed: config.seed,
+        tokens_per_piece: config.tokens_per_piece.max(1),
         engine: EngineHandle::spawn(engine, config.speed),
         requests: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         cache_config,
     });
-    Router::new()
+    let no_tokenize = state.faults.no_tokenize;
+    let router = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
@@ -156,8 +164,34 @@ pub fn router(config: Config) -> Router {
             "/version",
             get(|| async { axum::Json(json!({"version": concat!("loadshape-sim ", env!("CARGO_PKG_VERSION"))})) }),
         )
-        .route("/metrics", get(metrics))
-        .with_state(state)
+        .route("/metrics", get(metrics));
+    let router = if no_tokenize {
+        router
+    } else {
+        router.route("/tokenize", post(tokenize_route))
+    };
+    router.with_state(state)
+}
+
+/// `POST /tokenize` in llama.cpp's shape (`{"content": TEXT}` → `{"tokens": [...]}`) or vLLM's (`{"model": M,
+/// "prompt": TEXT}` → `{"count": N, "max_model_len": ..., "tokens": [...]}`), with [`tokenize`]'s rule: the count
+/// is exactly what `usage.prompt_tokens` reports for the same text. Not counted as a request.
+async fn tokenize_route(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    let v: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error_response(StatusCode::BAD_REQUEST, &format!("body is not JSON: {e}")),
+    };
+    if let Some(text) = v.get("content").and_then(serde_json::Value::as_str) {
+        return axum::Json(json!({"tokens": tokenize::tokenize_with(text, st.tokens_per_piece)})).into_response();
+    }
+    if let Some(text) = v.get("prompt").and_then(serde_json::Value::as_str) {
+        let tokens = tokenize::tokenize_with(text, st.tokens_per_piece);
+        return axum::Json(json!({"count": tokens.len(), "max_model_len": u32::MAX, "tokens": tokens})).into_response();
+    }
+    error_response(
+        StatusCode::BAD_REQUEST,
+        "need \"content\" (llama.cpp) or \"prompt\" (vLLM), a string",
+    )
 }
 
 /// Serve [`router`] on `listener` until `shutdown` resolves.
@@ -317,9 +351,9 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
 
     // Prompt tokens, then the output's tokens (known in advance), hashed into blocks: a later prompt that resends
     // this prompt and its reply hits the cache for both, as in vLLM.
-    let mut tokens = tokenize::tokenize(&text);
+    let mut tokens = tokenize::tokenize_with(&text, st.tokens_per_piece);
     let prompt_tokens = tokens.len().min(u32::MAX as usize) as u32;
-    tokens.extend((0..out_tokens).map(|i| tokenize::gen_token_id(n, i)));
+    (0..out_tokens).for_each(|i| tokenize::gen_token_ids(n, i, st.tokens_per_piece, &mut tokens));
     let blocks = shared::engine::PromptBlocks::from_tokens(&tokens, st.engine.block_size as u32).block_hashes;
     drop(tokens);
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {

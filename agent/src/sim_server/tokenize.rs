@@ -38,6 +38,27 @@ pub fn tokenize(text: &str) -> Vec<u32> {
     out
 }
 
+/// [`tokenize`] with every piece counted as `per_piece` tokens (the piece's id, then derived ids): a tokenizer
+/// that counts `per_piece` times as many tokens, for tests of clients that measure the server's tokenizer
+/// (`loadshape sim-server --tokens-per-piece`). `per_piece` 1 (or 0) is [`tokenize`].
+pub fn tokenize_with(text: &str, per_piece: u32) -> Vec<u32> {
+    let mut out = Vec::with_capacity(text.len() / 4 + 1);
+    for_each_piece(text, |piece| push_piece(&mut out, fnv1a(piece.as_bytes()), per_piece));
+    out
+}
+
+fn push_piece(out: &mut Vec<u32>, id: u32, per_piece: u32) {
+    out.push(id);
+    for k in 1..per_piece {
+        out.push(id ^ k.wrapping_mul(0x9e37_79b9));
+    }
+}
+
+/// The ids [`tokenize_with`] gives for generated token `i` of request `req` (its text re-sent in a prompt).
+pub fn gen_token_ids(req: u64, i: u32, per_piece: u32, out: &mut Vec<u32>) {
+    push_piece(out, gen_token_id(req, i), per_piece);
+}
+
 /// Number of tokens of `text` under the rule above (no allocation).
 pub fn count_tokens(text: &str) -> usize {
     let mut n = 0;
@@ -114,6 +135,17 @@ mod tests {
         assert_eq!(count_tokens(""), 0);
         assert_eq!(count_tokens("ééééééééé"), 3); // 18 bytes: 8, 8, 2
         assert_eq!(tokenize("a b"), tokenize("a\nb"));
+    }
+
+    #[test]
+    fn tokens_per_piece_multiplies_the_count() {
+        let text = "resolve(self, placed, ";
+        assert_eq!(tokenize_with(text, 1), tokenize(text));
+        assert_eq!(tokenize_with(text, 3).len(), 3 * tokenize(text).len());
+        let mut ids = Vec::new();
+        (0..5).for_each(|i| gen_token_ids(7, i, 2, &mut ids));
+        let reply: String = (0..5).map(|i| gen_token(7, i)).collect();
+        assert_eq!(tokenize_with(&reply, 2), ids);
     }
 
     #[test]

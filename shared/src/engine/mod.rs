@@ -64,7 +64,7 @@ pub fn simulate_streaming(
     let closed_loop_illusion = if scenario.counterfactuals
         && matches!(
             scenario.workload,
-            Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_)
+            Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_) | Workload::Trace(_)
         ) {
         // Counterfactual runs are only summarized.
         let cs = sim::run(

@@ -323,6 +323,7 @@ impl SimLoop<'_> {
             prompt_tokens: Some(prompt),
             cached_tokens: None,
             designed_cached_tokens: Some(m.designed_cached),
+            designed_prompt_tokens: None,
             sse_frames: 0,
             prompt_chars: 0,
             queue_s: None,
@@ -406,6 +407,7 @@ fn estimate_ms(w: &Workload) -> f64 {
         Workload::Gamma(g) => g.num_requests as f64 / g.rate_rps * 1000.0,
         Workload::Sessions(s) => (s.duration_s + if s.drain { s.drain_grace_s } else { 0.0 }) * 1000.0,
         Workload::ClosedLoop(c) => c.num_requests as f64 * 1000.0 / f64::from(c.users),
+        Workload::Trace(t) => t.requests.last().map_or(0.0, |r| r.arrival_ms).max(1000.0),
     }
 }
 

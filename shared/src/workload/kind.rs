@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::bursty::BurstyWorkload;
 use super::open_loop::{ClosedLoopWorkload, GammaWorkload, PoissonWorkload, RequestStream};
 use super::session::SessionWorkload;
+use super::trace::TraceWorkload;
 use crate::error::ScenarioError;
 
 /// What traffic to send.
@@ -23,6 +24,8 @@ pub enum Workload {
     Sessions(SessionWorkload),
     /// Closed-loop users.
     ClosedLoop(ClosedLoopWorkload),
+    /// Explicit requests (open loop).
+    Trace(TraceWorkload),
 }
 
 impl Workload {
@@ -34,6 +37,7 @@ impl Workload {
             Workload::Gamma(w) => w.validate(),
             Workload::Sessions(w) => w.validate_fields(),
             Workload::ClosedLoop(w) => w.validate(),
+            Workload::Trace(w) => w.validate(),
         }
     }
 
@@ -46,6 +50,7 @@ impl Workload {
             Workload::Gamma(w) => w.rate_rps,
             Workload::Sessions(w) => f64::from(w.sessions),
             Workload::ClosedLoop(w) => f64::from(w.users),
+            Workload::Trace(w) => w.rate_rps(),
         }
     }
 
@@ -63,6 +68,8 @@ impl Workload {
             Workload::Gamma(w) => w.rate_rps *= factor,
             Workload::Sessions(w) => w.sessions = count(w.sessions),
             Workload::ClosedLoop(w) => w.users = count(w.users),
+            // Arrivals `factor` times as dense: the rate times `factor`.
+            Workload::Trace(w) => w.requests.iter_mut().for_each(|r| r.arrival_ms /= factor),
         }
         out
     }
@@ -75,6 +82,7 @@ impl Workload {
             Workload::Gamma(_) => "gamma",
             Workload::Sessions(_) => "sessions",
             Workload::ClosedLoop(_) => "closed_loop",
+            Workload::Trace(_) => "trace",
         }
     }
 
@@ -95,6 +103,11 @@ impl Workload {
             ),
             Workload::Gamma(w) => peak_overlap(
                 RequestStream::gamma(w, seed).map(|r| (r.arrival_ms, r.output_tokens)),
+                request_ms,
+                cap,
+            ),
+            Workload::Trace(w) => peak_overlap(
+                w.requests.iter().map(|r| (r.arrival_ms, r.output_tokens)),
                 request_ms,
                 cap,
             ),
@@ -159,6 +172,14 @@ impl Workload {
         match self {
             // The seed's trace: a 2,048/3,072-token shared prefix plus a unique part of up to about as much.
             Workload::Bursty(w) => open(w.num_requests, 6_144.0),
+            Workload::Trace(w) => open(
+                w.requests.len() as u64,
+                w.requests
+                    .iter()
+                    .map(|r| f64::from(r.shared_prefix_tokens) + f64::from(r.unique_prompt_tokens))
+                    .sum::<f64>()
+                    / (w.requests.len().max(1)) as f64,
+            ),
             Workload::Poisson(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
             Workload::Gamma(w) => open(w.num_requests, w.prompt.mean() + f64::from(w.shared_prefix_tokens)),
             Workload::ClosedLoop(w) => WorkloadSize {

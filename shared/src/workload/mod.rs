@@ -4,7 +4,9 @@
 //!   prefix of ONE common system prompt plus a unique part per request;
 //! - `poisson` / `gamma`: open-loop arrivals with length distributions ([`open_loop`]);
 //! - `sessions`: agent sessions as the seed's `agent_replay.py` ([`session::SessionWorkload`]);
-//! - `closed_loop`: N users, each sending the next request when the previous finishes ([`open_loop`]).
+//! - `closed_loop`: N users, each sending the next request when the previous finishes ([`open_loop`]);
+//! - `trace`: explicit requests with their arrivals and lengths ([`trace::TraceWorkload`]), e.g. a live run's
+//!   records (`loadshape simulate --like RUN.jsonl`).
 //!
 //! The request plan is made here only (`plan.rs`): [`Workload::requests`] (one request type, [`PlannedRequest`]),
 //! [`Workload::expected_requests`] and [`Workload::concurrency`].
@@ -15,6 +17,7 @@ pub mod open_loop;
 mod plan;
 pub(crate) mod request;
 pub mod session;
+pub mod trace;
 
 pub use bursty::{BurstyTrace, BurstyWorkload};
 pub use kind::{Workload, WorkloadSize};
@@ -22,6 +25,7 @@ pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorklo
 pub use plan::Requests;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
+pub use trace::{TraceRequest, TraceWorkload};
 
 #[cfg(test)]
 mod peak_tests {

@@ -14,6 +14,8 @@ pub enum Requests {
     Bursty(BurstyTrace),
     /// Poisson, gamma or closed-loop draws.
     Stream(RequestStream),
+    /// Explicit requests (a trace).
+    Listed(std::vec::IntoIter<PlannedRequest>),
     /// Agent sessions: no request plan (each step's prompt grows by the replies; see [`super::SessionWorkload::plan`]).
     Sessions,
 }
@@ -26,6 +28,7 @@ impl Iterator for Requests {
         match self {
             Requests::Bursty(t) => t.next(),
             Requests::Stream(s) => s.next(),
+            Requests::Listed(l) => l.next(),
             Requests::Sessions => None,
         }
     }
@@ -34,6 +37,7 @@ impl Iterator for Requests {
         match self {
             Requests::Bursty(t) => t.size_hint(),
             Requests::Stream(s) => s.size_hint(),
+            Requests::Listed(l) => l.size_hint(),
             Requests::Sessions => (0, Some(0)),
         }
     }
@@ -49,6 +53,7 @@ impl Workload {
             Workload::Poisson(p) => Requests::Stream(RequestStream::poisson(p, seed)),
             Workload::Gamma(g) => Requests::Stream(RequestStream::gamma(g, seed)),
             Workload::ClosedLoop(c) => Requests::Stream(RequestStream::closed(c, seed)),
+            Workload::Trace(t) => Requests::Listed(t.planned()),
             Workload::Sessions(_) => Requests::Sessions,
         }
     }
@@ -62,6 +67,7 @@ impl Workload {
             Workload::Poisson(p) => p.num_requests,
             Workload::Gamma(g) => g.num_requests,
             Workload::ClosedLoop(c) => c.num_requests,
+            Workload::Trace(t) => t.requests.len() as u64,
             Workload::Sessions(s) => {
                 let step_s = s.think_s + f64::from(s.gen_tokens) * 0.01 + 0.5;
                 let by_time = f64::from(s.slot_count()) * (s.duration_s / step_s + 1.0);
@@ -84,7 +90,7 @@ impl Workload {
         match self {
             Workload::Sessions(s) => Some(s.slot_count()),
             Workload::ClosedLoop(c) => Some(c.users.min(u32::try_from(c.num_requests).unwrap_or(u32::MAX))),
-            Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_) => None,
+            Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_) | Workload::Trace(_) => None,
         }
     }
 }
