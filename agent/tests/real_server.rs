@@ -199,6 +199,28 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) {
             "{endpoint}: TTFT within E2E"
         );
     }
+    // Tokenizer matching (on by default): the filler was sized with the server's own /tokenize, so the prompts it
+    // counted are the designed ones. Without it this BPE tokenizer counts about 1.5× (docs/replay.md).
+    let mut ratios: Vec<f64> = records
+        .iter()
+        .filter_map(|r| Some(r.prompt_tokens? as f64 / r.designed_prompt_tokens? as f64))
+        .collect();
+    assert_eq!(
+        ratios.len(),
+        records.len(),
+        "{endpoint}: every record carries designed and realized tokens"
+    );
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    // Measured here over runs: 1.004 to 1.033 (the nonce changes the filler); the goal is 1 % (issue #17): the samples /tokenize
+    // counts are not the sessions' exact text (task line, tool output, chat template). 5 % still fails by far
+    // without matching (about 1.5× with this tokenizer).
+    let tolerance = 0.05;
+    eprintln!("{endpoint}: realized/designed prompt tokens, median {median:.4}");
+    assert!(
+        (median - 1.0).abs() < tolerance,
+        "{endpoint}: realized/designed prompt tokens median {median:.3}"
+    );
     for r in records.iter().filter(|r| r.step > 0) {
         let prev = records
             .iter()

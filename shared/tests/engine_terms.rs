@@ -197,25 +197,13 @@ proptest! {
     fn zero_capacity_host_tier_is_off(kv in 200u64..3000, n in 2u32..12, seed in any::<u64>()) {
         prop_assert_eq!(report(&sessions(kv, n, Some(0), seed)), report(&sessions(kv, n, None, seed)));
     }
-
-    /// A bigger host tier never lowers the cached share of a sessions workload (LRU keeps what a smaller one
-    /// keeps), and some host tier helps when the GPU cache is too small for the sessions.
-    #[test]
-    fn bigger_host_tier_never_lowers_cached_share(
-        kv in 200u64..3000,
-        n in 2u32..12,
-        small in 0u64..40_000,
-        more in 0u64..200_000,
-        seed in any::<u64>(),
-    ) {
-        let share = |host: Option<u64>| {
-            simulate(&sessions(kv, n, host, seed)).expect("valid").summary.cached_share_achieved.unwrap_or(0.0)
-        };
-        let (none, a, b) = (share(None), share(Some(small)), share(Some(small + more)));
-        prop_assert!(a >= none - 1e-12, "host {small}: {a} < none {none}");
-        prop_assert!(b >= a - 1e-12, "host {}: {b} < host {small}: {a}", small + more);
-    }
 }
+
+// No property says a bigger host tier never lowers the cached share: it is false. Restores take GPU blocks and
+// step time, which reorders the sessions' accesses, and an earlier version of this file's property found
+// kv = 1689 blocks, 9 sessions, a 2,496-token host tier: cached share 0.141 against 0.157 without a host tier
+// (docs/simulator.md, `host_cache`). What holds is below: capacity 0 is off, and a host tier that can keep what
+// the GPU evicts raises the share of sessions that outgrow the GPU cache.
 
 /// Sessions that outgrow the GPU cache get more of their prompts cached with a host tier.
 #[test]
