@@ -943,6 +943,9 @@ async fn tokenizer_matching_makes_realized_prompts_the_designed_ones() {
                 &out_s,
                 "--scenario",
                 &scen,
+                // Pinned content: the ratio a sample measures depends on the filler's words (docs/replay.md).
+                "--nonce",
+                "7",
                 "--quiet",
                 "--metrics-url",
                 "none",
@@ -1026,6 +1029,9 @@ async fn tokenizer_matching_sizes_session_filler() {
                 "20",
                 "--seed",
                 "3",
+                // Pinned content: the ratio a sample measures depends on the filler's words (docs/replay.md).
+                "--nonce",
+                "7",
                 "--quiet",
                 "--metrics-url",
                 "none",
@@ -1080,6 +1086,9 @@ async fn tokenizer_falls_back_to_usage_probes_and_on_refuses_when_nothing_answer
             &out_s,
             "--scenario",
             &scen,
+            // Pinned content: the ratio a sample measures depends on the filler's words (docs/replay.md).
+            "--nonce",
+            "7",
             "--quiet",
             "--metrics-url",
             "none",
