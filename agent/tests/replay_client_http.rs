@@ -14,21 +14,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-/// `name::hyper` and `name::reqwest` tests of each `async fn name(hc: HttpClient)`.
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test]
-            async fn hyper() {
-                super::$name(super::HttpClient::Hyper).await
-            }
-            #[tokio::test]
-            async fn reqwest() {
-                super::$name(super::HttpClient::Reqwest).await
-            }
-        }
-    )*};
-}
+#[macro_use]
+#[path = "common/both_clients.rs"]
+mod both_clients;
 
 both!(
     a_request_whose_bytes_were_written_is_never_sent_again,

@@ -17,21 +17,9 @@ use loadshape::replay::rxstamp::RxClock;
 use shared::record::{FailureKind, UsageSource};
 use tokio_util::sync::CancellationToken;
 
-/// `name::hyper` and `name::reqwest` tests of each `async fn name(hc: HttpClient)`.
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test]
-            async fn hyper() {
-                super::$name(super::HttpClient::Hyper).await
-            }
-            #[tokio::test]
-            async fn reqwest() {
-                super::$name(super::HttpClient::Reqwest).await
-            }
-        }
-    )*};
-}
+#[macro_use]
+#[path = "common/both_clients.rs"]
+mod both_clients;
 
 both!(
     usage_in_a_final_frame,
