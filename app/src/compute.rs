@@ -13,6 +13,7 @@ use shared::metrics::{tpot_cdf, ttft_cdf};
 use shared::scenario::Scenario;
 use shared::seed_diagnostics::{self, SeedDiagnostics};
 use shared::seed_model::{self, SeedScenario, SeedWorkload};
+use shared::window::InFlight;
 use shared::workload::Workload;
 
 /// Points of the TTFT and TPOT CDFs a result carries (the charts draw them as they are).
@@ -193,12 +194,34 @@ const SUMMARY_ONLY: engine::SimOptions = engine::SimOptions {
 pub fn compute(sc: &Scenario) -> Result<Outcome, String> {
     match sc {
         Scenario::Seed(s) => compute_seed(s),
-        Scenario::Engine(e) => compute_engine(e),
+        Scenario::Engine(e) => compute_engine(e, None),
     }
 }
 
-fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
-    let report = engine::simulate_with(e, SUMMARY_ONLY).map_err(|err| err.to_string())?;
+/// [`compute`] over a live run's window (`shared::window`, like with like): the simulated requests of
+/// `[0, end_s)`, recorded as a live run of that window records them, scored with the one scoring module. The seed
+/// model has no per-request times to clip: it is computed whole, and `describe` says so.
+pub fn compute_window(sc: &Scenario, end_s: f64, in_flight: InFlight) -> Result<Outcome, String> {
+    if !(end_s.is_finite() && end_s >= 0.0) {
+        return Err(format!("the live run's window must end at a time >= 0 s (got {end_s})"));
+    }
+    match sc {
+        Scenario::Seed(s) => compute_seed(s).map(|mut o| {
+            o.describe = format!("{} · whole run (the seed model has no per-request times)", o.describe);
+            o
+        }),
+        Scenario::Engine(e) => compute_engine(e, Some((end_s, in_flight))),
+    }
+}
+
+fn compute_engine(e: &EngineScenario, window: Option<(f64, InFlight)>) -> Result<Outcome, String> {
+    let mut report = engine::simulate_with(e, SUMMARY_ONLY).map_err(|err| err.to_string())?;
+    let simulated = report.summary.completed + report.summary.failed;
+    if let Some((end_s, in_flight)) = window {
+        report.records = shared::window::clip(&report.records, end_s, in_flight);
+        report.summary = shared::metrics::summarize(&report.records, &e.slo);
+        report.timeline.retain(|p| p.t_s < end_s);
+    }
     let value = serde_json::to_value(&report.summary).map_err(|err| err.to_string())?;
     let (metrics, labels) = flatten(&value);
     let timeline = report
@@ -226,11 +249,14 @@ fn compute_engine(e: &EngineScenario) -> Result<Outcome, String> {
         slo_tpot_ms: e.slo.tpot_ms,
         sweep_label,
         sweep_current,
-        describe: format!(
-            "{} requests · engine model · {} workload",
-            report.summary.completed + report.summary.failed,
-            e.workload.kind()
-        ),
+        describe: match window {
+            None => format!("{simulated} requests · engine model · {} workload", e.workload.kind()),
+            Some((end_s, _)) => format!(
+                "{} of {simulated} requests: the live run's first {end_s:.1} s · engine model · {} workload",
+                report.records.len(),
+                e.workload.kind()
+            ),
+        },
     })
 }
 
@@ -646,6 +672,29 @@ mod tests {
         assert!(!o.ttft_cdf.is_empty() && !o.tpot_cdf.is_empty() && !o.timeline.is_empty());
         assert!(o.ttft_cdf.len() <= CDF_POINTS + 2);
         assert!(o.diagnostics.iter().any(|d| d.id == "overbatched"));
+    }
+
+    #[test]
+    fn a_window_scores_only_the_requests_of_that_window() {
+        let sc = default_sessions_scenario().unwrap();
+        let whole = compute(&sc).expect("computes");
+        let Scenario::Engine(e) = &sc else {
+            panic!("engine default")
+        };
+        let report = engine::simulate_with(e, SUMMARY_ONLY).unwrap();
+        let end = report.records.iter().map(|r| r.t_submit).fold(0.0, f64::max) / 4.0;
+        let early = compute_window(&sc, end, InFlight::Cut).expect("computes");
+        let sent = report.records.iter().filter(|r| r.t_submit < end).count() as f64;
+        let done = report.records.iter().filter(|r| r.t_submit + r.wall_s <= end).count() as f64;
+        assert_eq!(early.get("completed"), Some(done));
+        assert_eq!(early.get("completed").unwrap() + early.get("failed").unwrap(), sent);
+        assert!(early.get("completed") < whole.get("completed"));
+        assert!(early.describe.contains("first"), "{}", early.describe);
+        // A window past the run's end changes no number.
+        let all = compute_window(&sc, 1e9, InFlight::Cut).expect("computes");
+        assert_eq!(all.metrics, whole.metrics);
+        assert_eq!(all.ttft_cdf, whole.ttft_cdf);
+        assert!(compute_window(&sc, f64::NAN, InFlight::Cut).is_err());
     }
 
     #[test]

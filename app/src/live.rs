@@ -370,13 +370,30 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     // Why the simulated overlay is missing (the worker failed, the model refused the scenario).
     let sim_error = RwSignal::new(None::<String>);
     let sim_generation = StoredValue::new(0u64);
+    // Like with like (`shared::window`): the simulated requests of the window the live records cover.
+    let window = Memo::new(move |_| {
+        let state = match live.source.get() {
+            Some(Source::Run(r)) => Some(r.state),
+            Some(Source::File { .. }) => None,
+            None => return None,
+        };
+        live.records.with(|r| overlay_window(state, r))
+    });
+    let shown_scenario = StoredValue::new(None::<Value>);
     Effect::new(move |_| {
         let generation = offload::new_generation();
         sim_generation.set_value(generation);
         offload::supersede(Lane::Live, generation);
-        simulated.set(None);
+        let json = live.scenario.get();
+        let window = window.get();
+        // A new scenario clears the overlay; a wider window keeps the old one until the new one arrives.
+        if shown_scenario.with_value(|s| *s != json) {
+            shown_scenario.set_value(json.clone());
+            simulated.set(None);
+        }
         sim_error.set(None);
-        let Some(sc) = live.scenario.get().and_then(|v| Scenario::from_value(v).ok()) else {
+        let Some(sc) = json.and_then(|v| Scenario::from_value(v).ok()) else {
+            simulated.set(None);
             return;
         };
         let size = crate::compute::size_of(&sc);
@@ -389,7 +406,11 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             )));
             return;
         }
-        offload::submit(Lane::Live, generation, size, Job::Compute(sc.to_value()), move |f| {
+        let job = match window {
+            Some((end_s, cut)) => Job::ComputeWindow(sc.to_value(), end_s, cut),
+            None => Job::Compute(sc.to_value()),
+        };
+        offload::submit(Lane::Live, generation, size, job, move |f| {
             if sim_generation.try_get_value() != Some(generation) {
                 return;
             }
@@ -464,6 +485,9 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                 <SourceLine live=live/>
                 <LiveSummary summary=summary/>
                 {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
+                {move || simulated.get().map(|o| view! {
+                    <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
+                })}
                 <LiveCharts live=live simulated=simulated/>
             </div>
         </div>
@@ -553,6 +577,29 @@ fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
                 </div>
             })
         }}
+    }
+}
+
+/// The window of the simulated overlay (`shared::window`): `Some((end s, running requests are cut))`, or `None`
+/// for the whole simulated run. A run still going covers up to where its records reach (rounded down, so the
+/// overlay is recomputed every few seconds, not at every record); a stopped, failed or interrupted run, or a
+/// finished one with cut records (its deadline cut it), up to its end; a run (or an imported file) that ran to its
+/// end uncut, everything.
+pub fn overlay_window(state: Option<RunState>, records: &[RequestRecord]) -> Option<(f64, bool)> {
+    let covered = shared::window::covered_s(records)?;
+    match state {
+        Some(RunState::Running) => {
+            let step = if covered < 30.0 {
+                1.0
+            } else if covered < 300.0 {
+                5.0
+            } else {
+                30.0
+            };
+            Some(((covered / step).floor() * step, false))
+        }
+        Some(RunState::Finished) | None => shared::window::was_cut(records).then_some((covered, true)),
+        Some(RunState::Stopped | RunState::Failed | RunState::Interrupted | RunState::Damaged) => Some((covered, true)),
     }
 }
 
@@ -681,5 +728,31 @@ mod tests {
         let slo = slo_of(Some(&sc));
         assert_eq!((slo.ttft_ms, slo.tpot_ms), (300.0, 20.0));
         assert_eq!(slo_of(None).ttft_ms, Slo::default().ttft_ms);
+    }
+
+    #[test]
+    fn the_overlay_covers_the_live_window() {
+        let line = |t: f64, wall: f64, ok: bool| {
+            let cut = if ok {
+                ""
+            } else {
+                r#","failure":"cut","error":"cut: stopped""#
+            };
+            format!(
+                r#"{{"schema":1,"session":0,"inst":0,"step":0,"steps_asked":1,"base_asked":100,"ok":{ok},"t_submit":{t},"ttft_s":0.1,"wall_s":{wall},"gen_tokens":5,"asked_tokens":5,"prompt_tokens":100,"cached_tokens":0,"sse_frames":5,"prompt_chars":400{cut}}}"#
+            )
+        };
+        let (done, _) = parse_jsonl(format!("{}\n{}\n", line(0.0, 1.0, true), line(40.0, 7.5, true)).as_bytes());
+        let (cut, _) = parse_jsonl(format!("{}\n{}\n", line(0.0, 1.0, true), line(40.0, 5.0, false)).as_bytes());
+        // Still running: up to where the records reach, rounded down to 5 s past 30 s.
+        assert_eq!(overlay_window(Some(RunState::Running), &done), Some((45.0, false)));
+        // Stopped: up to its end, running requests cut.
+        assert_eq!(overlay_window(Some(RunState::Stopped), &done), Some((47.5, true)));
+        // Ran to its end: the whole run, unless its deadline cut requests.
+        assert_eq!(overlay_window(Some(RunState::Finished), &done), None);
+        assert_eq!(overlay_window(Some(RunState::Finished), &cut), Some((45.0, true)));
+        assert_eq!(overlay_window(None, &done), None);
+        assert_eq!(overlay_window(None, &cut), Some((45.0, true)));
+        assert_eq!(overlay_window(Some(RunState::Running), &[]), None);
     }
 }

@@ -293,7 +293,11 @@ fn pump() {
             }
             Step::OnMainThread(id, job) => {
                 // A timer tick lets the browser paint "computing…" first; the job is synchronous here.
-                let delay = if matches!(job, Job::Compute(_)) { 16 } else { 0 };
+                let delay = if matches!(job, Job::Compute(_) | Job::ComputeWindow(..)) {
+                    16
+                } else {
+                    0
+                };
                 set_timeout(
                     move || {
                         let t0 = now_ms();

@@ -21,6 +21,10 @@ pub enum Job {
     Compute(#[serde(with = "json_tree")] Value),
     /// One point of the goodput-vs-load sweep ([`crate::compute::sweep_point`]).
     SweepPoint(#[serde(with = "json_tree")] Value),
+    /// What a scenario's simulation shows over a live run's window ([`crate::compute::compute_window`]): the
+    /// scenario, the window's end (s), and whether requests running at its end are cut records (the live run has
+    /// ended) rather than not yet recorded (it is still going).
+    ComputeWindow(#[serde(with = "json_tree")] Value, f64, bool),
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -114,13 +118,25 @@ impl Job {
                     .ok()
                     .and_then(|sc| crate::compute::sweep_point(&sc)),
             ),
+            Job::ComputeWindow(v, end_s, cut) => {
+                let in_flight = if *cut {
+                    shared::window::InFlight::Cut
+                } else {
+                    shared::window::InFlight::Drop
+                };
+                Done::Outcome(
+                    Scenario::from_value(v.clone())
+                        .map_err(|e| e.to_string())
+                        .and_then(|sc| crate::compute::compute_window(&sc, *end_s, in_flight)),
+                )
+            }
         }
     }
 
     /// The job as failed (the worker crashed while running it).
     pub fn failed(&self, why: &str) -> Done {
         match self {
-            Job::Compute(_) => Done::Outcome(Err(why.to_string())),
+            Job::Compute(_) | Job::ComputeWindow(..) => Done::Outcome(Err(why.to_string())),
             Job::SweepPoint(_) => Done::Point(None),
         }
     }

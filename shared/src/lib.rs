@@ -23,4 +23,5 @@ pub mod scenario;
 pub mod seed_diagnostics;
 pub mod seed_model;
 pub mod version;
+pub mod window;
 pub mod workload;
