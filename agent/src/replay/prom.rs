@@ -277,6 +277,11 @@ impl Scraper {
         &self.url
     }
 
+    /// Time later scrapes from `origin` (a scrape taken before it is stamped 0 s: it was before the run).
+    pub fn set_origin(&mut self, origin: Instant) {
+        self.origin = origin;
+    }
+
     /// Take one scrape now and keep it.
     pub async fn scrape(&self) -> Snapshot {
         let t_s = self.origin.elapsed().as_secs_f64();

@@ -180,7 +180,6 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         d => (d, "--dialect".to_string()),
     };
 
-    let run_origin = Instant::now();
     let http_client = s.http_client.resolve();
     note(&format!(
         "loadshape replay: {}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {}, content nonce {}, http client {http_client}{}",
@@ -260,6 +259,29 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     let mut interrupts = hooks.interrupts;
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), s.progress, note.clone());
+    // Server side: scrape before, every few seconds during, and after.
+    let mut scraper = s
+        .metrics_url
+        .clone()
+        .map(|u| Scraper::new(http.clone(), u, Instant::now()));
+    if let Some(sc) = &scraper {
+        let first = sc.scrape().await;
+        if let Some(e) = &first.error {
+            note(&format!(
+                "note: server metrics unavailable at {} ({e}); client-side numbers only",
+                sc.url()
+            ));
+        }
+    }
+    // The run's origin (t_submit 0, the simulator's t = 0): after the preparation above (dialect, tokenizer
+    // probes, connection warm-up, the first scrape), so that a plan's first arrivals and session starts are sent
+    // at their times instead of late in a burst, and a live run lays over its simulation from the same instant.
+    let run_origin = Instant::now();
+    let mut periodic = None;
+    if let Some(sc) = &mut scraper {
+        sc.set_origin(run_origin);
+        periodic = Some(sc.spawn_periodic(s.scrape_interval));
+    }
     let stops = Stops::default();
     let ctx = Arc::new(Ctx {
         client,
@@ -272,20 +294,6 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         verbose: s.verbose,
         started: AtomicU64::new(0),
     });
-
-    // Server side: scrape before, every few seconds during, and after.
-    let scraper = s.metrics_url.clone().map(|u| Scraper::new(http.clone(), u, run_origin));
-    let mut periodic = None;
-    if let Some(sc) = &scraper {
-        let first = sc.scrape().await;
-        if let Some(e) = &first.error {
-            note(&format!(
-                "note: server metrics unavailable at {} ({e}); client-side numbers only",
-                sc.url()
-            ));
-        }
-        periodic = Some(sc.spawn_periodic(s.scrape_interval));
-    }
 
     // The traffic, the deadline, the drain grace, the stop hook and the interrupts.
     let (drain, grace) = s.drain_and_grace();
