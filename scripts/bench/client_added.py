@@ -46,6 +46,16 @@ def client_pairs(client_dir: Path, label: str):
             if line.strip():
                 s, t = line.split()
                 pairs.append((float(s), float(t)))
+    elif label.startswith("vllmbench"):
+        # vllm-bench --save-detailed: per request `start_times` (s after its start, monotonic), `ttfts` (s) and
+        # `errors` ("" when it succeeded).
+        path = client_dir / f"{label}.vllmbench.json"
+        if not path.exists():
+            return None
+        r = json.loads(path.read_text())
+        for s, t, e in zip(r["start_times"], r["ttfts"], r["errors"]):
+            if not e and t is not None:
+                pairs.append((float(s), float(t)))
     else:
         if not jsonl.exists():
             return None

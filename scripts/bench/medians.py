@@ -83,6 +83,20 @@ def loadshape_ttft(res, label, conc):
     return {"mean": statistics.mean(t), "p50": pct(t, 0.5), "p99": pct(t, 0.99), "p99s": pct(steady, 0.99), "n": len(t)}
 
 
+def vllmbench_ttft(res, label, conc):
+    """vllm-bench's per-request TTFTs (--save-detailed), the same figures as loadshape's."""
+    path = os.path.join(res, "client", label + ".vllmbench.json")
+    if not os.path.exists(path):
+        return None
+    r = json.load(open(path))
+    t = sorted((s, x * 1000.0) for s, x, e in zip(r["start_times"], r["ttfts"], r["errors"]) if not e and x is not None)
+    if not t:
+        return None
+    steady = [x for _, x in t[2 * conc:]]
+    t = [x for _, x in t]
+    return {"mean": statistics.mean(t), "p50": pct(t, 0.5), "p99": pct(t, 0.99), "p99s": pct(steady, 0.99), "n": len(t)}
+
+
 def main():
     res = sys.argv[1] if len(sys.argv) > 1 else "results"
     cells = {}
@@ -95,7 +109,12 @@ def main():
             continue
         client, conc, itl, rnd = mo.group(1), int(mo.group(2)), float(mo.group(3)), int(mo.group(4) or 1)
         cpu = r.get("marginal_cpu_s_per_1M_tokens") or r.get("total_cpu_s_per_1M_tokens")
-        ttft = floor_ttft(res, r["label"]) if client == "floor" else loadshape_ttft(res, r["label"], conc)
+        if client == "floor":
+            ttft = floor_ttft(res, r["label"])
+        elif client == "vllmbench":
+            ttft = vllmbench_ttft(res, r["label"], conc)
+        else:
+            ttft = loadshape_ttft(res, r["label"], conc)
         cells.setdefault((conc, itl), {}).setdefault(client, {})[rnd] = {
             "cpu": cpu, "rc": r.get("rc"), "other": (r.get("other_cpu_s") or 0) / max(r.get("wall_s") or 1, 1e-9),
             "ttft": ttft, "requests": r.get("server_completed_streams"), "late": server_late(res, r["label"]),
