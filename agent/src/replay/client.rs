@@ -1352,7 +1352,13 @@ impl StreamState {
     fn finish(mut self, error: Option<(FailureKind, String)>) -> RequestOutcome {
         let wall = self.submitted.elapsed();
         if self.anthropic {
-            self.usage = self.anthropic_usage.as_ref().map(UsageCounts::anthropic);
+            self.usage = self.anthropic_usage.as_ref().map(UsageCounts::anthropic).map(|mut u| {
+                // `message_start`'s `output_tokens` (0 or 1) is not the count: only a `message_delta`'s is.
+                if !self.anthropic_output {
+                    u.completion_tokens = None;
+                }
+                u
+            });
             self.usage_source = UsageSource::FinalFrame;
         }
         let missing_usage = self.anthropic.then(|| self.anthropic_missing_usage()).flatten();
@@ -1713,7 +1719,7 @@ mod tests {
             "plain words",
             "quotes \" and \\ backslashes, tabs\t, newlines\n\r, control \u{1} \u{1f}, unicode é 漢字 🦀, </script>",
         ];
-        for endpoint in [Endpoint::Completions, Endpoint::Chat] {
+        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
             for dialect in [
                 Dialect::Vllm,
                 Dialect::Sglang,
@@ -1742,17 +1748,25 @@ mod tests {
                             assert_eq!(parsed, c.body(p, n), "{endpoint:?} {dialect:?} {model:?} {p:?} {n}");
                         }
                     }
-                    let req = c.request("p", 3).unwrap_or_else(|e| panic!("{e}"));
+                    let req = c.request("p".into(), 3).unwrap_or_else(|e| panic!("{e}"));
                     assert_eq!(
                         req.url().as_str(),
                         match endpoint {
                             Endpoint::Completions => "http://127.0.0.1:9/v1/completions",
                             Endpoint::Chat => "http://127.0.0.1:9/v1/chat/completions",
+                            Endpoint::Messages => "http://127.0.0.1:9/v1/messages",
                         }
                     );
                     assert_eq!(req.headers()["content-type"], "application/json");
                     assert_eq!(req.headers()["authorization"], "Bearer sk-1");
                     assert!(req.headers()["authorization"].is_sensitive());
+                    if endpoint == Endpoint::Messages {
+                        assert_eq!(req.headers()["anthropic-version"], ANTHROPIC_VERSION);
+                        assert_eq!(req.headers()["x-api-key"], "sk-1");
+                        assert!(req.headers()["x-api-key"].is_sensitive());
+                    } else {
+                        assert!(req.headers().get("x-api-key").is_none());
+                    }
                 }
             }
         }
@@ -1764,7 +1778,49 @@ mod tests {
                 ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
             },
         );
-        assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
+        assert!(c.request("p".into(), 1).is_err_and(|e| e.contains("API key")));
+    }
+
+    /// A session's conversation: completions sends its flat text (the seed's bytes), chat and Messages their
+    /// message lists, each with the dialect's length fields and the same tail.
+    #[test]
+    fn conversation_bodies_per_endpoint() {
+        use crate::replay::conversation::{Conversation, ToolResults};
+        let mut convo = Conversation::new("base".into(), "\n\nTask: t.\n");
+        convo.push_turn(" r", "out");
+        let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
+        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
+            for tr in [ToolResults::Tool, ToolResults::User] {
+                let c = Client::new(
+                    http.clone(),
+                    ClientConfig {
+                        endpoint,
+                        ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
+                    },
+                );
+                let bytes = c.body_bytes(Prompt::Conversation(&convo, tr), 7);
+                let v: Value = serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
+                assert_eq!((v["max_tokens"].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
+                assert_eq!(v["stream"], true);
+                match endpoint {
+                    Endpoint::Completions => assert_eq!(v["prompt"], convo.flat()),
+                    Endpoint::Chat => {
+                        let mut m = Vec::new();
+                        convo.write_chat_messages(&mut m, tr);
+                        let m: Value = serde_json::from_slice(&m).unwrap_or_else(|e| panic!("{e}"));
+                        assert_eq!(v["messages"], m);
+                        assert_eq!(v["stream_options"]["include_usage"], true);
+                    }
+                    Endpoint::Messages => {
+                        assert_eq!(v["system"], "base");
+                        assert_eq!(v["messages"][0]["content"], "Task: t.");
+                        assert_eq!(v.get("tools").is_some(), tr == ToolResults::Tool);
+                        assert!(v.get("stream_options").is_none());
+                    }
+                }
+            }
+        }
     }
 
     /// The API key's header is made here and handed to the hyper pool ([`H1Pool::new`] takes headers): a key that
