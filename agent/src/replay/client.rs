@@ -1308,11 +1308,7 @@ impl StreamState {
                 }
             }
             "message_stop" => return ControlFlow::Break(()),
-            "error" => {
-                if self.stream_error.is_none() {
-                    self.stream_error = Some(anthropic_error_text(data));
-                }
-            }
+            "error" if self.stream_error.is_none() => self.stream_error = Some(anthropic_error_text(data)),
             _ => {}
         }
         ControlFlow::Continue(())

@@ -109,7 +109,7 @@ pub const REUSE_MIN_DESIGNED: f64 = 0.10;
 /// size, or the designed share is under [`REUSE_MIN_DESIGNED`].
 pub fn prefix_reuse(s: &Summary) -> Option<PrefixReuse> {
     let (achieved, designed) = (s.cached_share_achieved?, s.cached_share_designed?);
-    if !(designed >= REUSE_MIN_DESIGNED) {
+    if designed.is_nan() || designed < REUSE_MIN_DESIGNED {
         return None;
     }
     let ratio = achieved / designed;
