@@ -66,7 +66,7 @@ fn summary(out: &Path) -> serde_json::Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Two sessions of five steps whose growth (reply + tool output, ≈ 3,064 tokens a step) is large beside their
+/// Two sessions of six steps whose growth (reply + tool output, ≈ 3,064 tokens a step) is large beside their
 /// base (4,000, the least a session draws), against `base`;
 /// returns the stdout (the report) after checking the run succeeded.
 async fn sessions(base: &str, out: &Path, extra: &[&str]) -> String {
@@ -82,7 +82,7 @@ async fn sessions(base: &str, out: &Path, extra: &[&str]) -> String {
         "--sessions",
         "2",
         "--steps",
-        "5",
+        "6",
         "--spread",
         "0",
         "--base",
@@ -133,7 +133,7 @@ fn reuse(recs: &[RequestRecord]) -> f64 {
 }
 
 fn check_records(recs: &[RequestRecord]) {
-    assert_eq!(recs.len(), 10, "2 sessions x 5 steps: {recs:?}");
+    assert_eq!(recs.len(), 12, "2 sessions x 6 steps: {recs:?}");
     for r in recs {
         assert!(r.ok, "{r:?}");
         assert_eq!(r.gen_tokens, r.asked_tokens, "forced length: {r:?}");
@@ -184,7 +184,7 @@ async fn a_template_that_rerenders_earlier_turns_collapses_reuse_and_is_flagged(
     let (ra, rb) = (reuse(&a), reuse(&b));
     eprintln!("warm-step reuse of the designed prefix: stable {ra:.3}, rerender {rb:.3}");
     assert!(ra > 0.95, "stable template: {ra}");
-    assert!(rb < 0.5, "re-rendering template: {rb}");
+    assert!(rb < 0.6, "re-rendering template: {rb}");
     // What is left is the part before the first assistant turn (system + task), the same at every warm step.
     for y in b.iter().filter(|r| r.step > 0) {
         let first_warm = b.iter().find(|r| r.session == y.session && r.step == 1);
@@ -192,6 +192,11 @@ async fn a_template_that_rerenders_earlier_turns_collapses_reuse_and_is_flagged(
         assert!(y.cached_tokens.unwrap_or(0) > 0, "system + task still hit: {y:?}");
     }
     let meta = summary(&out_b);
+    eprintln!(
+        "reuse vs design (summary.json): stable {}, rerender {}",
+        summary(&out_a)["prefix_reuse"]["ratio"],
+        meta["prefix_reuse"]["ratio"]
+    );
     assert_eq!(meta["prefix_reuse"]["below_design"], true, "{meta}");
     assert!(stdout.contains("WARNING: below 80 %"), "{stdout}");
     let rep = Command::new(BIN)
@@ -229,6 +234,6 @@ async fn messages_sessions_run_against_sim_server() {
     sessions(&r.base, &out, &["--endpoint", "messages"]).await;
     let recs = records(&out);
     check_records(&recs);
-    assert!(reuse(&recs) < 0.5, "{recs:?}");
+    assert!(reuse(&recs) < 0.6, "{recs:?}");
     assert_eq!(summary(&out)["prefix_reuse"]["below_design"], true);
 }
