@@ -1179,20 +1179,8 @@ impl StreamState {
         if data == b"[DONE]" {
             return ControlFlow::Break(());
         }
-        // One UTF-8 check of the whole frame, then the `&str` parser (which does not check each string again):
-        // cheaper than `from_slice`, which validates every string it borrows one by one.
-        let parsed = std::str::from_utf8(data)
-            .map_err(|e| e.to_string())
-            .and_then(|text| serde_json::from_str::<Chunk<'_>>(text).map_err(|e| e.to_string()));
-        let chunk = match parsed {
-            Ok(c) => c,
-            Err(e) => {
-                if self.malformed.is_none() {
-                    let text = String::from_utf8_lossy(data);
-                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(&text, 120)));
-                }
-                return ControlFlow::Continue(());
-            }
+        let Some(chunk) = self.parse::<Chunk<'_>>(data) else {
+            return ControlFlow::Continue(());
         };
         if chunk.error.is_some() || chunk.object.as_ref().is_some_and(|o| o.0 == "error") {
             if self.stream_error.is_none() {
@@ -1215,15 +1203,7 @@ impl StreamState {
                     })
                 });
             if let Some(piece) = piece {
-                self.frames += 1;
-                match self.last_content {
-                    None => self.first = Some(now),
-                    Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
-                }
-                self.last_content = Some(now);
-                if let Some(text) = &mut self.text {
-                    text.push_str(piece);
-                }
+                self.on_content(piece, now);
             }
             if let Some(reason) = choice.finish_reason {
                 finish_here = true;
@@ -1245,6 +1225,26 @@ impl StreamState {
         ControlFlow::Continue(())
     }
 
+    /// One frame's JSON as `T`, borrowing from `data`; a frame that is not UTF-8 or not `T` is noted as malformed
+    /// (the first one's text becomes the error if nothing worse happens) and gives `None`. One UTF-8 check of the
+    /// whole frame, then the `&str` parser (which does not check each string again): cheaper than `from_slice`,
+    /// which validates every string it borrows one by one.
+    fn parse<'d, T: Deserialize<'d>>(&mut self, data: &'d [u8]) -> Option<T> {
+        let parsed = std::str::from_utf8(data)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<T>(text).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(v) => Some(v),
+            Err(e) => {
+                if self.malformed.is_none() {
+                    let text = String::from_utf8_lossy(data);
+                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(&text, 120)));
+                }
+                None
+            }
+        }
+    }
+
     /// One content piece (text) arrived at `now`.
     fn on_content(&mut self, piece: &str, now: Instant) {
         self.frames += 1;
@@ -1264,18 +1264,8 @@ impl StreamState {
     /// and the output side of `usage`; `message_stop` ends the stream (as `[DONE]` does); `error` is an error event.
     /// `ping`, block starts and stops and tool-input deltas carry nothing to record.
     fn on_anthropic(&mut self, data: &[u8], now: Instant) -> ControlFlow<()> {
-        let parsed = std::str::from_utf8(data)
-            .map_err(|e| e.to_string())
-            .and_then(|text| serde_json::from_str::<AnthropicEvent<'_>>(text).map_err(|e| e.to_string()));
-        let ev = match parsed {
-            Ok(ev) => ev,
-            Err(e) => {
-                if self.malformed.is_none() {
-                    let text = String::from_utf8_lossy(data);
-                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(&text, 120)));
-                }
-                return ControlFlow::Continue(());
-            }
+        let Some(ev) = self.parse::<AnthropicEvent<'_>>(data) else {
+            return ControlFlow::Continue(());
         };
         let kind = ev.kind.as_ref().map_or("", |k| &*k.0);
         match kind {
