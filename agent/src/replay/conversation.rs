@@ -306,9 +306,8 @@ mod tests {
         );
         // No step yet: no tools; an empty reply sends the tool call alone.
         let mut first = Conversation::new("s".into(), TASK);
-        let mut out = b"{".to_vec();
+        let mut out = b"{\"x\":1".to_vec();
         first.write_anthropic(&mut out, ToolResults::Tool);
-        out[1] = b' ';
         out.push(b'}');
         let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
         assert!(v.get("tools").is_none());

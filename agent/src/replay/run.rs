@@ -396,6 +396,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     }
     let records = finished.records;
     let checks = Checks::of(&records);
+    let scored = metrics::summarize(&records, &s.slo);
     let run_summary = RunSummary {
         url: s.target.url.clone(),
         model,
@@ -416,14 +417,12 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         interrupted: interrupted.map(|i| i.name.to_string()),
         aborted: ctx.aborted.load(Ordering::Relaxed),
         slo: s.slo,
-        summary: metrics::summarize(&records, &s.slo),
-        prefix_reuse: None,
+        prefix_reuse: summary::prefix_reuse(&scored),
+        summary: scored,
         server: server.as_ref().map(|sc| sc.report.clone()),
         tokenizer,
         loadshape_version: shared::version::LOADSHAPE_VERSION,
     };
-    let mut run_summary = run_summary;
-    run_summary.prefix_reuse = summary::prefix_reuse(&run_summary.summary);
     if s.write_summary {
         write_sidecar(&summary::sidecar(&s.out, "summary.json"), &run_summary, &note);
     }

@@ -7,8 +7,8 @@
 //! `+ reply + "\n\n[tool output]\n" + tool filler + "\n"`, exactly the seed's growth, with `think_s[k]` after step
 //! `k`. That text is what `/v1/completions` gets; chat and Messages get the same pieces as a message list
 //! ([`Conversation`]: the base as the system prompt, the task as a user message, each reply as an assistant
-//! message and each tool output as the tool's answer or a user message, `--tool-results`). A slot whose instance completes no step counts toward its fail streak; `max_fail_streak` in a row aborts the
-//! run (exit 2), with a backoff of `min(30, 2·streak)` s between failing instances; a slot that finishes an instance
+//! message and each tool output as the tool's answer or a user message, `--tool-results`). A slot whose instance
+//! completes no step counts toward its fail streak; `max_fail_streak` in a row aborts the run (exit 2), with a backoff of `min(30, 2·streak)` s between failing instances; a slot that finishes an instance
 //! in under a second waits one second (the seed's guards against hammering a dead server).
 //!
 //! **Open loop** ([`run_open_loop`]): each request is sent at its arrival time; **closed loop**
