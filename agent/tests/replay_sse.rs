@@ -36,6 +36,11 @@ both!(
     whole_request_timeout,
     cut_returns_promptly_with_a_cut_record,
     request_body_per_dialect,
+    anthropic_stream_maps_usage_and_text,
+    anthropic_error_event_fails_with_its_type_and_message,
+    anthropic_stream_without_usage_fails,
+    anthropic_stream_without_message_stop_fails,
+    anthropic_request_body_and_headers,
 );
 
 fn data(name: &str) -> Vec<u8> {
@@ -108,6 +113,22 @@ async fn canned(headers: axum::http::HeaderMap, body: Bytes) -> Response {
             );
             sse(vec![Ok(Bytes::from(frame))])
         }
+        "echo_messages" => {
+            // The request body and its headers, as the text of one Anthropic stream.
+            let mut sent: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            for h in ["authorization", "x-api-key", "anthropic-version"] {
+                let v = headers.get(h).and_then(|v| v.to_str().ok()).unwrap_or_default();
+                sent[format!("_{h}")] = v.into();
+            }
+            let text = serde_json::to_string(&sent.to_string()).unwrap_or_default();
+            let events = format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":3}}}}}}\n\n\
+                 event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":{text}}}}}\n\n\
+                 event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"max_tokens\"}},\"usage\":{{\"output_tokens\":1}}}}\n\n\
+                 event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+            );
+            sse(vec![Ok(Bytes::from(events))])
+        }
         name => sse(chunked(data(name))),
     }
 }
@@ -135,7 +156,8 @@ fn async_stream_like(
 async fn server() -> String {
     let app = Router::new()
         .route("/v1/completions", post(canned))
-        .route("/v1/chat/completions", post(canned));
+        .route("/v1/chat/completions", post(canned))
+        .route("/v1/messages", post(canned));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -341,6 +363,95 @@ async fn request_body_per_dialect(hc: HttpClient) {
         }
         for k in absent {
             assert!(sent.get(k).is_none(), "{dialect} should not send {k}: {sent}");
+        }
+    }
+}
+
+// ---- the Anthropic Messages API (`--endpoint messages`) ----
+
+async fn anthropic_stream_maps_usage_and_text(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_ok", Endpoint::Messages).await;
+    assert!(o.ok, "{:?}", o.error);
+    // prompt = input (uncached) + cache_read + cache_creation; cached = cache_read; output from message_delta.
+    assert_eq!(
+        (o.usage.prompt_tokens, o.usage.cached_tokens, o.usage.completion_tokens),
+        (Some(12 + 90 + 5), Some(90), Some(3))
+    );
+    assert_eq!(
+        (o.frames, o.gen_tokens, o.usage_source),
+        (3, 3, UsageSource::FinalFrame)
+    );
+    assert_eq!(o.text, " a b\n c");
+    assert_eq!(o.finish_reason.as_deref(), Some("max_tokens"));
+    // TTFT at the first text delta (the message_start, block start and ping before it are not content).
+    assert!(o.ttft.is_some() && o.itl.is_some());
+}
+
+async fn anthropic_error_event_fails_with_its_type_and_message(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_error_event", Endpoint::Messages).await;
+    assert!(!o.ok);
+    assert_eq!(o.error.as_deref(), Some("error event: overloaded_error: Overloaded"));
+    assert_eq!(o.failure, Some(FailureKind::ErrorFrame));
+    assert_eq!(o.frames, 1);
+}
+
+async fn anthropic_stream_without_usage_fails(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_missing_usage", Endpoint::Messages).await;
+    assert!(!o.ok);
+    assert_eq!(
+        o.error.as_deref(),
+        Some("missing usage: no message_delta carried usage.output_tokens")
+    );
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
+    // What arrived is kept: the frames, and the tokens counted from them.
+    assert_eq!((o.frames, o.gen_tokens, o.usage_source), (2, 2, UsageSource::Missing));
+    let o = run_with(hc, "anthropic_no_start_usage", Endpoint::Messages).await;
+    assert!(!o.ok);
+    assert_eq!(
+        o.error.as_deref(),
+        Some("missing usage: message_start carried no usage.input_tokens")
+    );
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
+}
+
+async fn anthropic_stream_without_message_stop_fails(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_truncated", Endpoint::Messages).await;
+    assert!(!o.ok);
+    assert_eq!(
+        o.error.as_deref(),
+        Some("stream ended without message_stop (truncated Anthropic stream)")
+    );
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
+    assert_eq!(o.frames, 2);
+    // An OpenAI stream is not an Anthropic one: read as Messages it has no message_stop.
+    let o = run_with(hc, "ok_final_usage", Endpoint::Messages).await;
+    assert!(!o.ok && o.failure == Some(FailureKind::Protocol), "{:?}", o.error);
+}
+
+async fn anthropic_request_body_and_headers(hc: HttpClient) {
+    let base = server().await;
+    for (dialect, want) in [(Dialect::Vllm, Some("min_tokens")), (Dialect::Openai, None)] {
+        let c = client(hc, &base, "echo_messages", Endpoint::Messages, dialect);
+        let o = c
+            .complete("hello", 5, true, &LiveCounters::default(), &CancellationToken::new())
+            .await;
+        assert!(o.ok, "{:?}", o.error);
+        let sent: serde_json::Value = serde_json::from_str(&o.text).unwrap_or_else(|e| panic!("{e}: {}", o.text));
+        assert_eq!(sent["_anthropic-version"], client::ANTHROPIC_VERSION);
+        assert_eq!(sent["_x-api-key"], "k", "--api-key as Anthropic's header");
+        assert_eq!(
+            sent["_authorization"], "Bearer k",
+            "and as a bearer token (vLLM, llama.cpp)"
+        );
+        assert_eq!(sent["max_tokens"], 5);
+        assert_eq!(sent["stream"], true);
+        assert!(sent.get("stream_options").is_none(), "{sent}");
+        assert_eq!(
+            sent["messages"],
+            serde_json::json!([{"role": "user", "content": "hello"}])
+        );
+        if let Some(k) = want {
+            assert!(sent.get(k).is_some(), "{dialect}: {sent}");
         }
     }
 }

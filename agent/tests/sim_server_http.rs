@@ -339,3 +339,120 @@ async fn tokenize_route_in_both_shapes() {
     let (s, _) = call(&none, "/tokenize", json!({"content": text})).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+/// `POST /v1/messages` with the `anthropic-version` header.
+async fn call_messages(app: &axum::Router, body: Value, version: bool) -> (StatusCode, String) {
+    let mut req = Request::post("/v1/messages").header("content-type", "application/json");
+    if version {
+        req = req.header("anthropic-version", "2023-06-01");
+    }
+    let req = req.body(Body::from(body.to_string())).unwrap_or_else(|e| panic!("{e}"));
+    let resp = app.clone().oneshot(req).await.unwrap_or_else(|e| match e {});
+    let status = resp.status();
+    let b = to_bytes(resp.into_body(), 1 << 24).await.unwrap_or_default();
+    (status, String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The Anthropic Messages API: its stream events in order, usage split into the uncached `input_tokens` and
+/// `cache_read_input_tokens` (a resent conversation reads the cache), the non-streaming answer's shape, and the
+/// header and field the API requires.
+#[tokio::test]
+async fn messages_stream_events_and_usage() {
+    let app = router(fast());
+    let convo = json!([{"role": "user", "content": "find why the loader refuses the shard ".repeat(20)}]);
+    let body = |messages: &Value, stream: bool| {
+        json!({"model": "sim", "system": "you are a coding agent", "messages": messages, "max_tokens": 5,
+               "stream": stream, "ignore_eos": true})
+    };
+    let (s, text) = call_messages(&app, body(&convo, true), true).await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let events: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(
+        events,
+        [
+            "message_start",
+            "content_block_start",
+            "ping",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    let (data, done) = frames(&text);
+    assert!(!done, "no [DONE] in an Anthropic stream");
+    let start = &data[0]["message"]["usage"];
+    let prompt = start["input_tokens"].as_u64().unwrap_or(0);
+    assert!(prompt > 100, "{start}");
+    assert_eq!(start["cache_read_input_tokens"], 0);
+    let reply: String = data
+        .iter()
+        .filter(|d| d["type"] == "content_block_delta")
+        .map(|d| d["delta"]["text"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let delta = data
+        .iter()
+        .find(|d| d["type"] == "message_delta")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(delta["usage"]["output_tokens"], 5);
+    assert_eq!(delta["delta"]["stop_reason"], "max_tokens");
+    // The conversation resent with the reply and a user turn: the cache serves the previous prompt and reply.
+    let next = json!([convo[0], {"role": "assistant", "content": reply}, {"role": "user", "content": "go on"}]);
+    let (s, text) = call_messages(&app, body(&next, false), true).await;
+    assert_eq!(s, StatusCode::OK, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap_or_default();
+    assert_eq!(
+        (v["type"].as_str(), v["content"][0]["type"].as_str()),
+        (Some("message"), Some("text"))
+    );
+    let u = &v["usage"];
+    let cached = u["cache_read_input_tokens"].as_u64().unwrap_or(0);
+    assert!(cached >= (prompt + 5) / 16 * 16 - 16 && cached > 0, "{u}");
+    assert_eq!(u["output_tokens"], 5);
+    // What the API requires.
+    let (s, text) = call_messages(&app, body(&convo, true), false).await;
+    assert!(
+        s == StatusCode::BAD_REQUEST && text.contains("anthropic-version"),
+        "{text}"
+    );
+    let (s, text) = call_messages(&app, json!({"model": "sim", "messages": convo}), true).await;
+    assert!(s == StatusCode::BAD_REQUEST && text.contains("max_tokens"), "{text}");
+}
+
+/// `--template rerender` changes the rendering of earlier assistant turns at every request, so a resent
+/// conversation hits the cache only before its first assistant turn; `stable` hits through the reply.
+#[tokio::test]
+async fn rerender_template_misses_from_the_first_assistant_turn() {
+    use loadshape::sim_server::Template;
+    let system = "system prompt words ".repeat(40);
+    for (template, expect_through_reply) in [(Template::Stable, true), (Template::Rerender, false)] {
+        let app = router(Config { template, ..fast() });
+        let first = json!([{"role": "system", "content": system}, {"role": "user", "content": "task"}]);
+        let req =
+            |m: &Value| json!({"model": "sim", "messages": m, "max_tokens": 64, "ignore_eos": true, "stream": false});
+        let (_, a) = call(&app, "/v1/chat/completions", req(&first)).await;
+        let a: Value = serde_json::from_str(&a.unwrap_or_default()).unwrap_or_default();
+        let reply = a["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let p0 = a["usage"]["prompt_tokens"].as_u64().unwrap_or(0);
+        let second =
+            json!([first[0], first[1], {"role": "assistant", "content": reply}, {"role": "tool", "content": "x"}]);
+        let (_, b) = call(&app, "/v1/chat/completions", req(&second)).await;
+        let b: Value = serde_json::from_str(&b.unwrap_or_default()).unwrap_or_default();
+        let cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0);
+        if expect_through_reply {
+            assert!(cached >= p0 + 64 - 16, "{template:?}: {cached} of {p0} + 64");
+        } else {
+            assert!(cached <= p0 && cached + 16 > p0, "{template:?}: {cached} vs {p0}");
+        }
+    }
+}

@@ -17,6 +17,7 @@ use shared::workload::{SessionDist, SessionWorkload};
 
 use super::signals::Signals;
 use crate::replay::client::{self, Endpoint, HttpClient};
+use crate::replay::conversation::ToolResults;
 use crate::replay::dialect::Dialect;
 use crate::replay::render::render;
 use crate::replay::rxstamp::RxClock;
@@ -128,9 +129,14 @@ pub struct Args {
     /// sessions), with the same workload code the simulator uses.
     #[arg(long)]
     pub scenario: Option<PathBuf>,
-    /// Which route carries the prompt.
+    /// Which route carries the prompt: completions (one prompt text, the seed's), chat (/v1/chat/completions with
+    /// the session's message list), messages (the Anthropic Messages API, /v1/messages).
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
+    /// How sessions send each tool output on chat and messages: tool = a `tool` message (Anthropic: a
+    /// `tool_result` block) answering the assistant's tool call; user = a user message after a plain reply.
+    #[arg(long, value_enum, default_value_t = ToolResults::Tool)]
+    pub tool_results: ToolResults,
     /// How to force the output length; auto asks the server.
     #[arg(long, value_enum, default_value_t = Dialect::Auto)]
     pub dialect: Dialect,
@@ -299,6 +305,7 @@ impl Args {
         }
         s.append = a.append;
         s.endpoint = a.endpoint;
+        s.tool_results = a.tool_results;
         s.temperature = a.temp;
         s.timeout = seconds("--timeout", a.timeout)?;
         s.stall_timeout = (a.stall_timeout > 0.0)

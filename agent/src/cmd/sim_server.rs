@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use shared::engine::presets;
 
-use crate::sim_server::{self, Config, EngineChoice, Faults};
+use crate::sim_server::{self, Config, EngineChoice, Faults, Template};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -77,6 +77,11 @@ pub struct Args {
     /// `replay --match-tokenizer`).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub tokens_per_piece: u32,
+    /// How chat and Messages message lists become the prompt: stable = each message's text, the same at every
+    /// turn (a growing conversation keeps its prefix cached); rerender = earlier assistant turns are re-rendered at
+    /// every request (a template that rewrites earlier turns: the prefix cache misses from the first assistant turn).
+    #[arg(long, value_enum, default_value_t = Template::Stable)]
+    pub template: Template,
     /// Seed for the injected error draw.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -147,6 +152,7 @@ impl Args {
             },
             seed: self.seed,
             tokens_per_piece: self.tokens_per_piece.max(1),
+            template: self.template,
         })
     }
 }

@@ -1,4 +1,5 @@
-//! The streaming client: one forced-length completion over `/v1/completions` or `/v1/chat/completions`, read as SSE.
+//! The streaming client: one forced-length completion over `/v1/completions`, `/v1/chat/completions` or the
+//! Anthropic Messages API (`/v1/messages`), read as SSE.
 //!
 //! [`Client::complete`] sends one request and returns an [`RequestOutcome`]: TTFT, E2E, content frames, the server's
 //! `usage` (and where it came from: a final frame, the `finish_reason` frame, or missing), cached prompt tokens,
@@ -47,6 +48,7 @@ use shared::record::{FailureKind, ItlSummary, UsageSource};
 
 use tokio_util::sync::CancellationToken;
 
+use super::conversation::{Conversation, ToolResults};
 use super::dialect::{self, Dialect};
 use super::h1::{Conn, H1Pool};
 use super::rxstamp::RxClock;
@@ -62,8 +64,58 @@ pub enum Endpoint {
     /// `/v1/completions` with `prompt` (the seed's route: the prompt is sent byte for byte, no chat template).
     #[default]
     Completions,
-    /// `/v1/chat/completions` with one user message.
+    /// `/v1/chat/completions`: a session's message list (system, the task, then per step the assistant reply and
+    /// the tool output: [`Conversation::write_chat_messages`]); open/closed-loop prompts as one user message.
     Chat,
+    /// The Anthropic Messages API, `/v1/messages` (`system`, `messages`, `max_tokens`, `stream: true`; headers
+    /// `anthropic-version` and, with an API key, `x-api-key`): the same session model
+    /// ([`Conversation::write_anthropic`]); its stream events parsed as Anthropic defines them.
+    Messages,
+}
+
+impl Endpoint {
+    /// The route under the base URL: `/completions`, `/chat/completions` or `/messages`.
+    pub fn route(self) -> &'static str {
+        match self {
+            Endpoint::Completions => "/completions",
+            Endpoint::Chat => "/chat/completions",
+            Endpoint::Messages => "/messages",
+        }
+    }
+}
+
+/// The `anthropic-version` header sent with `--endpoint messages` (the Messages API's current version).
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// What one request sends: a plain prompt (open/closed loop, tokenizer probes), or a session's conversation with
+/// how its tool outputs go back. Each endpoint writes either ([`Client::body_bytes`]): `/v1/completions` sends a
+/// conversation as its flat text (the seed's bytes), chat and Messages as their message lists.
+#[derive(Debug, Clone, Copy)]
+pub enum Prompt<'a> {
+    Text(&'a str),
+    Conversation(&'a Conversation, ToolResults),
+}
+
+impl<'a> From<&'a str> for Prompt<'a> {
+    fn from(text: &'a str) -> Self {
+        Prompt::Text(text)
+    }
+}
+
+impl<'a> From<&'a String> for Prompt<'a> {
+    fn from(text: &'a String) -> Self {
+        Prompt::Text(text)
+    }
+}
+
+impl Prompt<'_> {
+    /// Characters of prompt text (the record's `prompt_chars`).
+    pub fn chars(&self) -> u64 {
+        match self {
+            Prompt::Text(t) => t.len() as u64,
+            Prompt::Conversation(c, _) => c.chars(),
+        }
+    }
 }
 
 /// Which HTTP client carries the streams (`--http-client`).
@@ -146,6 +198,20 @@ pub struct UsageCounts {
     pub cached_tokens: Option<u64>,
 }
 
+impl UsageCounts {
+    /// The Anthropic usage fields as the record counts them: prompt tokens = `input_tokens` (the uncached part) +
+    /// `cache_read_input_tokens` + `cache_creation_input_tokens`; cached = `cache_read_input_tokens`.
+    fn anthropic(u: &AnthropicUsage) -> UsageCounts {
+        UsageCounts {
+            prompt_tokens: u
+                .input_tokens
+                .map(|i| i + u.cache_read_input_tokens.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0)),
+            completion_tokens: u.output_tokens,
+            cached_tokens: u.cache_read_input_tokens,
+        }
+    }
+}
+
 /// The result of one request.
 #[derive(Debug, Clone)]
 pub struct RequestOutcome {
@@ -184,11 +250,9 @@ pub struct RequestOutcome {
 #[derive(Debug, Clone)]
 pub struct Client {
     transport: Transport,
-    /// The body up to the prompt's JSON string: `{"model":…,"prompt":` (or the chat message's `"content":`).
+    /// The body up to the prompt: `{"model":…`.
     body_head: Vec<u8>,
-    /// After the prompt's string: the rest of the chat message (empty for completions).
-    body_after_prompt: &'static [u8],
-    /// After the length fields: temperature, `stream`, `stream_options` and the closing brace.
+    /// After the length fields: temperature, `stream`, `stream_options` (not for Messages) and the closing brace.
     body_tail: Vec<u8>,
     cfg: Arc<ClientConfig>,
     /// Hyper path: the send → the return of the request's last `write`, µs, one per attempt that got a response head
@@ -239,16 +303,28 @@ pub fn http_client(ca_certs: &[rustls::pki_types::CertificateDer<'static>]) -> a
 }
 
 /// The headers every request carries: `content-type: application/json` and, with an API key, `authorization:
-/// Bearer …` (marked sensitive, so it is never printed).
-fn request_headers(api_key: Option<&str>) -> Result<reqwest::header::HeaderMap, String> {
-    use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-    let mut h = HeaderMap::with_capacity(2);
+/// Bearer …` (marked sensitive, so it is never printed). The Messages endpoint adds `anthropic-version` and, with
+/// a key, `x-api-key` (Anthropic's header; vLLM and llama.cpp read the bearer token, so both are sent).
+fn request_headers(api_key: Option<&str>, endpoint: Endpoint) -> Result<reqwest::header::HeaderMap, String> {
+    use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+    let mut h = HeaderMap::with_capacity(4);
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let bad_key = || "the API key holds characters an HTTP header cannot carry".to_string();
     if let Some(key) = api_key {
-        let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
-            .map_err(|_| "the API key holds characters an HTTP header cannot carry".to_string())?;
+        let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| bad_key())?;
         v.set_sensitive(true);
         h.insert(AUTHORIZATION, v);
+    }
+    if endpoint == Endpoint::Messages {
+        h.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(ANTHROPIC_VERSION),
+        );
+        if let Some(key) = api_key {
+            let mut v = HeaderValue::from_str(key).map_err(|_| bad_key())?;
+            v.set_sensitive(true);
+            h.insert(HeaderName::from_static("x-api-key"), v);
+        }
     }
     Ok(h)
 }
@@ -299,44 +375,33 @@ pub async fn detect_dialect(
 
 impl Client {
     pub fn new(http: reqwest::Client, cfg: ClientConfig) -> Self {
-        let route = match cfg.endpoint {
-            Endpoint::Completions => "completions",
-            Endpoint::Chat => "chat/completions",
-        };
-        let url_text = format!("{}/{route}", cfg.base_url.trim_end_matches('/'));
+        let url_text = format!("{}{}", cfg.base_url.trim_end_matches('/'), cfg.endpoint.route());
         let transport = match cfg.http_client.resolve() {
             HttpClient::Hyper => Transport::Hyper(
-                request_headers(cfg.api_key.as_deref())
+                request_headers(cfg.api_key.as_deref(), cfg.endpoint)
                     .and_then(|headers| H1Pool::new(&url_text, headers, cfg.rx_clock, &cfg.ca_certs))
                     .map(Arc::new),
             ),
             _ => Transport::Reqwest {
                 http,
                 url: reqwest::Url::parse(&url_text).map_err(|e| format!("invalid URL {url_text:?}: {e}")),
-                headers: request_headers(cfg.api_key.as_deref()),
+                headers: request_headers(cfg.api_key.as_deref(), cfg.endpoint),
             },
         };
         let mut body_head = Vec::with_capacity(64 + cfg.model.len());
         body_head.extend_from_slice(b"{\"model\":");
         // Serializing a `&str` or an `f64` into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut body_head, cfg.model.as_str());
-        let body_after_prompt: &'static [u8] = match cfg.endpoint {
-            Endpoint::Completions => {
-                body_head.extend_from_slice(b",\"prompt\":");
-                b""
-            }
-            Endpoint::Chat => {
-                body_head.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
-                b"}]"
-            }
-        };
         let mut body_tail = b",\"temperature\":".to_vec();
         let _ = serde_json::to_writer(&mut body_tail, &cfg.temperature);
-        body_tail.extend_from_slice(b",\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+        body_tail.extend_from_slice(match cfg.endpoint {
+            // The Messages API streams its usage in `message_start` and `message_delta`; it has no stream_options.
+            Endpoint::Messages => b",\"stream\":true}",
+            _ => b",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+        });
         Client {
             transport,
             body_head,
-            body_after_prompt,
             body_tail,
             cfg: Arc::new(cfg),
             send_delays_us: Arc::default(),
@@ -351,6 +416,11 @@ impl Client {
 
     pub fn config(&self) -> &ClientConfig {
         &self.cfg
+    }
+
+    /// Whether the stream is Anthropic's (`--endpoint messages`) rather than OpenAI's.
+    fn anthropic(&self) -> bool {
+        self.cfg.endpoint == Endpoint::Messages
     }
 
     /// The HTTP client the requests go through (`Auto` resolved).
@@ -403,13 +473,44 @@ impl Client {
     }
 
     /// The JSON body of one forced-length streaming request, as sent: the prepared constant parts around the
-    /// prompt's JSON string and the dialect's length fields. The same object as the tests' reference `Client::body`.
-    pub fn body_bytes(&self, prompt: &str, max_tokens: u32) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.body_head.len() + prompt.len() + prompt.len() / 16 + 160);
+    /// prompt (its JSON string, or the conversation's messages) and the dialect's length fields. The same object as
+    /// the tests' reference `Client::body`.
+    pub fn body_bytes<'p>(&self, prompt: impl Into<Prompt<'p>>, max_tokens: u32) -> Vec<u8> {
+        let prompt = prompt.into();
+        let chars = prompt.chars() as usize;
+        let mut out = Vec::with_capacity(self.body_head.len() + chars + chars / 16 + 400);
         out.extend_from_slice(&self.body_head);
         // Serializing a `&str` into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut out, prompt);
-        out.extend_from_slice(self.body_after_prompt);
+        let json_str = |out: &mut Vec<u8>, s: &str| {
+            let _ = serde_json::to_writer(&mut *out, s);
+        };
+        match (self.cfg.endpoint, prompt) {
+            (Endpoint::Completions, p) => {
+                out.extend_from_slice(b",\"prompt\":");
+                json_str(
+                    &mut out,
+                    match p {
+                        Prompt::Text(t) => t,
+                        Prompt::Conversation(c, _) => c.flat(),
+                    },
+                );
+            }
+            (Endpoint::Chat, Prompt::Text(t)) => {
+                out.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
+                json_str(&mut out, t);
+                out.extend_from_slice(b"}]");
+            }
+            (Endpoint::Chat, Prompt::Conversation(c, tr)) => {
+                out.extend_from_slice(b",\"messages\":");
+                c.write_chat_messages(&mut out, tr);
+            }
+            (Endpoint::Messages, Prompt::Text(t)) => {
+                out.extend_from_slice(b",\"messages\":[{\"role\":\"user\",\"content\":");
+                json_str(&mut out, t);
+                out.extend_from_slice(b"}]");
+            }
+            (Endpoint::Messages, Prompt::Conversation(c, tr)) => c.write_anthropic(&mut out, tr),
+        }
         self.cfg.dialect.write_length(&mut out, max_tokens);
         out.extend_from_slice(&self.body_tail);
         out
@@ -417,7 +518,7 @@ impl Client {
 
     /// One reqwest request, ready to send (or why it cannot be: a bad URL or API key, or the hyper path
     /// configured, reported as the request's error).
-    fn request(&self, prompt: &str, max_tokens: u32) -> Result<reqwest::Request, String> {
+    fn request(&self, prompt: Prompt<'_>, max_tokens: u32) -> Result<reqwest::Request, String> {
         let Transport::Reqwest { url, headers, .. } = &self.transport else {
             return Err("this client sends through hyper, not reqwest".to_string());
         };
@@ -439,7 +540,7 @@ impl Client {
             Endpoint::Completions => {
                 body.insert("prompt".into(), prompt.into());
             }
-            Endpoint::Chat => {
+            Endpoint::Chat | Endpoint::Messages => {
                 body.insert(
                     "messages".into(),
                     serde_json::json!([{"role": "user", "content": prompt}]),
@@ -449,7 +550,9 @@ impl Client {
         self.cfg.dialect.apply_length(&mut body, max_tokens);
         body.insert("temperature".into(), self.cfg.temperature.into());
         body.insert("stream".into(), true.into());
-        body.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        if self.cfg.endpoint != Endpoint::Messages {
+            body.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        }
         Value::Object(body)
     }
 
@@ -460,9 +563,9 @@ impl Client {
     /// [`ClientConfig::max_retries`] times and only while the wait ends inside `timeout` (else it fails at once,
     /// naming the `Retry-After`); the statuses of the retried attempts are [`RequestOutcome::retry_statuses`]. The clock
     /// starts at the first attempt: `submitted`, TTFT and E2E are what the user waited, the waits included.
-    pub async fn complete(
+    pub async fn complete<'p>(
         &self,
-        prompt: &str,
+        prompt: impl Into<Prompt<'p>>,
         max_tokens: u32,
         collect_text: bool,
         live: &LiveCounters,
@@ -470,7 +573,7 @@ impl Client {
     ) -> RequestOutcome {
         let mut retry_statuses = Vec::new();
         let mut ask = Ask {
-            prompt,
+            prompt: prompt.into(),
             max_tokens,
             collect_text,
             live,
@@ -548,7 +651,7 @@ impl Client {
             Ok(p) => p,
             Err(e) => {
                 live.in_flight.fetch_add(1, Ordering::Relaxed);
-                let st = StreamState::new(Instant::now(), collect_text, max_tokens);
+                let st = StreamState::new(Instant::now(), collect_text, max_tokens, self.anthropic());
                 return Attempt::Done(st.fail(FailureKind::Connect, format!("request failed: {e}")));
             }
         };
@@ -565,7 +668,12 @@ impl Client {
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens);
+        let st = StreamState::new(
+            first_submit.unwrap_or(start),
+            collect_text,
+            max_tokens,
+            self.anthropic(),
+        );
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
         let sent = tokio::select! {
@@ -633,7 +741,12 @@ impl Client {
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens);
+        let st = StreamState::new(
+            first_submit.unwrap_or(start),
+            collect_text,
+            max_tokens,
+            self.anthropic(),
+        );
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
         let result = match pending {
@@ -816,7 +929,7 @@ impl Client {
 /// One request as [`Client::complete`] was asked for it, handed to each of its attempts.
 #[derive(Clone, Copy)]
 struct Ask<'a> {
-    prompt: &'a str,
+    prompt: Prompt<'a>,
     max_tokens: u32,
     collect_text: bool,
     live: &'a LiveCounters,
@@ -1025,11 +1138,20 @@ struct StreamState {
     gaps_ms: Vec<f32>,
     text: Option<String>,
     first_frame_kernel: bool,
+    /// The stream is the Anthropic Messages API's (its events: [`StreamState::on_anthropic`]).
+    anthropic: bool,
+    /// Anthropic: the usage of `message_start` (input side), updated by `message_delta`'s.
+    anthropic_usage: Option<AnthropicUsage>,
+    /// Anthropic: `message_delta` carried `usage.output_tokens`.
+    anthropic_output: bool,
 }
 
 impl StreamState {
-    fn new(submitted: Instant, collect_text: bool, max_tokens: u32) -> Self {
+    fn new(submitted: Instant, collect_text: bool, max_tokens: u32, anthropic: bool) -> Self {
         StreamState {
+            anthropic,
+            anthropic_usage: None,
+            anthropic_output: false,
             submitted,
             first: None,
             last_content: None,
@@ -1051,23 +1173,14 @@ impl StreamState {
         if data.is_empty() {
             return ControlFlow::Continue(());
         }
+        if self.anthropic {
+            return self.on_anthropic(data, now);
+        }
         if data == b"[DONE]" {
             return ControlFlow::Break(());
         }
-        // One UTF-8 check of the whole frame, then the `&str` parser (which does not check each string again):
-        // cheaper than `from_slice`, which validates every string it borrows one by one.
-        let parsed = std::str::from_utf8(data)
-            .map_err(|e| e.to_string())
-            .and_then(|text| serde_json::from_str::<Chunk<'_>>(text).map_err(|e| e.to_string()));
-        let chunk = match parsed {
-            Ok(c) => c,
-            Err(e) => {
-                if self.malformed.is_none() {
-                    let text = String::from_utf8_lossy(data);
-                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(&text, 120)));
-                }
-                return ControlFlow::Continue(());
-            }
+        let Some(chunk) = self.parse::<Chunk<'_>>(data) else {
+            return ControlFlow::Continue(());
         };
         if chunk.error.is_some() || chunk.object.as_ref().is_some_and(|o| o.0 == "error") {
             if self.stream_error.is_none() {
@@ -1090,15 +1203,7 @@ impl StreamState {
                     })
                 });
             if let Some(piece) = piece {
-                self.frames += 1;
-                match self.last_content {
-                    None => self.first = Some(now),
-                    Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
-                }
-                self.last_content = Some(now);
-                if let Some(text) = &mut self.text {
-                    text.push_str(piece);
-                }
+                self.on_content(piece, now);
             }
             if let Some(reason) = choice.finish_reason {
                 finish_here = true;
@@ -1120,11 +1225,100 @@ impl StreamState {
         ControlFlow::Continue(())
     }
 
+    /// One frame's JSON as `T`, borrowing from `data`; a frame that is not UTF-8 or not `T` is noted as malformed
+    /// (the first one's text becomes the error if nothing worse happens) and gives `None`. One UTF-8 check of the
+    /// whole frame, then the `&str` parser (which does not check each string again): cheaper than `from_slice`,
+    /// which validates every string it borrows one by one.
+    fn parse<'d, T: Deserialize<'d>>(&mut self, data: &'d [u8]) -> Option<T> {
+        let parsed = std::str::from_utf8(data)
+            .map_err(|e| e.to_string())
+            .and_then(|text| serde_json::from_str::<T>(text).map_err(|e| e.to_string()));
+        match parsed {
+            Ok(v) => Some(v),
+            Err(e) => {
+                if self.malformed.is_none() {
+                    let text = String::from_utf8_lossy(data);
+                    self.malformed = Some(format!("malformed SSE frame ({e}): {}", truncate(&text, 120)));
+                }
+                None
+            }
+        }
+    }
+
+    /// One content piece (text) arrived at `now`.
+    fn on_content(&mut self, piece: &str, now: Instant) {
+        self.frames += 1;
+        match self.last_content {
+            None => self.first = Some(now),
+            Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
+        }
+        self.last_content = Some(now);
+        if let Some(text) = &mut self.text {
+            text.push_str(piece);
+        }
+    }
+
+    /// One event of the Anthropic Messages stream (by its data's `type`; the `event:` line says the same):
+    /// `message_start` brings the input side of `usage`; `content_block_delta` with a `text_delta` (or a
+    /// `thinking_delta`, as reasoning counts in the chat stream) is content; `message_delta` brings `stop_reason`
+    /// and the output side of `usage`; `message_stop` ends the stream (as `[DONE]` does); `error` is an error event.
+    /// `ping`, block starts and stops and tool-input deltas carry nothing to record.
+    fn on_anthropic(&mut self, data: &[u8], now: Instant) -> ControlFlow<()> {
+        let Some(ev) = self.parse::<AnthropicEvent<'_>>(data) else {
+            return ControlFlow::Continue(());
+        };
+        let kind = ev.kind.as_ref().map_or("", |k| &*k.0);
+        match kind {
+            "message_start" => {
+                if let Some(u) = ev.message.and_then(|m| m.usage) {
+                    self.anthropic_usage = Some(u);
+                }
+            }
+            "content_block_delta" => {
+                if let Some(d) = &ev.delta {
+                    let piece = [&d.text, &d.thinking]
+                        .into_iter()
+                        .find_map(|p| p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty()));
+                    if let Some(piece) = piece {
+                        self.on_content(piece, now);
+                    }
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = ev.delta.and_then(|d| d.stop_reason) {
+                    self.finish_reason = Some(reason.0.into_owned());
+                }
+                if let Some(u) = ev.usage {
+                    self.anthropic_output |= u.output_tokens.is_some();
+                    let merged = match self.anthropic_usage.take() {
+                        Some(start) => start.updated_by(&u),
+                        None => u,
+                    };
+                    self.anthropic_usage = Some(merged);
+                }
+            }
+            "message_stop" => return ControlFlow::Break(()),
+            "error" if self.stream_error.is_none() => self.stream_error = Some(anthropic_error_text(data)),
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
     fn finish_done(self) -> RequestOutcome {
         self.finish(None)
     }
 
     fn finish_eof(self) -> RequestOutcome {
+        if self.anthropic {
+            // A stream that ends without `message_stop` was cut short, unless an error event already said why.
+            let err = self.stream_error.is_none().then(|| {
+                (
+                    FailureKind::Protocol,
+                    "stream ended without message_stop (truncated Anthropic stream)".to_string(),
+                )
+            });
+            return self.finish(err);
+        }
         let err = if self.finish_reason.is_none() {
             Some((
                 FailureKind::Protocol,
@@ -1143,9 +1337,21 @@ impl StreamState {
     /// The outcome; `error` (with its kind) wins over an error frame, which wins over a malformed frame.
     fn finish(mut self, error: Option<(FailureKind, String)>) -> RequestOutcome {
         let wall = self.submitted.elapsed();
+        if self.anthropic {
+            self.usage = self.anthropic_usage.as_ref().map(UsageCounts::anthropic).map(|mut u| {
+                // `message_start`'s `output_tokens` (0 or 1) is not the count: only a `message_delta`'s is.
+                if !self.anthropic_output {
+                    u.completion_tokens = None;
+                }
+                u
+            });
+            self.usage_source = UsageSource::FinalFrame;
+        }
+        let missing_usage = self.anthropic.then(|| self.anthropic_missing_usage()).flatten();
         let error = error
             .or_else(|| self.stream_error.take().map(|e| (FailureKind::ErrorFrame, e)))
-            .or_else(|| self.malformed.take().map(|e| (FailureKind::Protocol, e)));
+            .or_else(|| self.malformed.take().map(|e| (FailureKind::Protocol, e)))
+            .or_else(|| missing_usage.map(|e| (FailureKind::Protocol, e)));
         let (failure, error) = error.unzip();
         let usage = self.usage.unwrap_or_default();
         let gen_tokens = usage.completion_tokens.unwrap_or(self.frames);
@@ -1170,6 +1376,18 @@ impl StreamState {
             first_frame_kernel: self.first_frame_kernel,
             retry_statuses: Vec::new(),
         }
+    }
+
+    /// Anthropic: why the stream's usage is not enough for a record (`message_start` without
+    /// `usage.input_tokens`, or no `message_delta` with `usage.output_tokens`), if it is not.
+    fn anthropic_missing_usage(&self) -> Option<String> {
+        if self.anthropic_usage.as_ref().is_none_or(|u| u.input_tokens.is_none()) {
+            return Some("missing usage: message_start carried no usage.input_tokens".into());
+        }
+        if !self.anthropic_output {
+            return Some("missing usage: no message_delta carried usage.output_tokens".into());
+        }
+        None
     }
 }
 
@@ -1196,6 +1414,19 @@ fn error_frame_text(data: &[u8]) -> String {
         .map(str::to_owned)
         .unwrap_or_else(|| truncate(&String::from_utf8_lossy(data), 200));
     format!("error frame: {msg}")
+}
+
+/// An Anthropic `error` event (`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`):
+/// `error event: overloaded_error: Overloaded`.
+fn anthropic_error_text(data: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let kind = v.pointer("/error/type").and_then(Value::as_str).unwrap_or("error");
+    let msg = v
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| truncate(&String::from_utf8_lossy(data), 200));
+    format!("error event: {kind}: {msg}")
 }
 
 /// `err: cause: cause`, the whole source chain on one line.
@@ -1268,6 +1499,64 @@ struct Usage {
 struct Details {
     #[serde(default)]
     cached_tokens: Option<u64>,
+}
+
+// ---- the borrowed view of one Anthropic Messages event ----
+
+#[derive(Deserialize)]
+struct AnthropicEvent<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Text<'a>>,
+    /// `message_start`'s message (its `usage`).
+    #[serde(default)]
+    message: Option<AnthropicMessage>,
+    /// `content_block_delta`'s delta (`text`, `thinking`) or `message_delta`'s (`stop_reason`).
+    #[serde(borrow, default)]
+    delta: Option<AnthropicDelta<'a>>,
+    /// `message_delta`'s usage.
+    #[serde(default)]
+    usage: Option<AnthropicUsage>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicMessage {
+    #[serde(default)]
+    usage: Option<AnthropicUsage>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicDelta<'a> {
+    #[serde(borrow, default)]
+    text: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    thinking: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    stop_reason: Option<Text<'a>>,
+}
+
+/// Anthropic's `usage`: `input_tokens` is the uncached part of the prompt; the cache fields are the rest.
+#[derive(Deserialize, Debug, Clone, Copy, Default)]
+struct AnthropicUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+}
+
+impl AnthropicUsage {
+    /// `message_start`'s usage with the fields a later `message_delta` carries (Anthropic's are cumulative).
+    fn updated_by(self, later: &AnthropicUsage) -> AnthropicUsage {
+        AnthropicUsage {
+            input_tokens: later.input_tokens.or(self.input_tokens),
+            output_tokens: later.output_tokens.or(self.output_tokens),
+            cache_read_input_tokens: later.cache_read_input_tokens.or(self.cache_read_input_tokens),
+            cache_creation_input_tokens: later.cache_creation_input_tokens.or(self.cache_creation_input_tokens),
+        }
+    }
 }
 
 /// A JSON string borrowed from the frame unless it holds escapes. (`Option<Cow<'a, str>>` with `#[serde(borrow)]`
@@ -1352,7 +1641,7 @@ mod tests {
     }
 
     fn feed(frames: &[&str]) -> RequestOutcome {
-        let mut st = StreamState::new(Instant::now(), true, 8);
+        let mut st = StreamState::new(Instant::now(), true, 8, false);
         for f in frames {
             if st.on_data(f.as_bytes(), Instant::now()).is_break() {
                 return st.finish_done();
@@ -1396,7 +1685,7 @@ mod tests {
 
     #[test]
     fn a_frame_that_is_not_utf8_is_malformed() {
-        let mut st = StreamState::new(Instant::now(), false, 4);
+        let mut st = StreamState::new(Instant::now(), false, 4, false);
         let flow = st.on_data(b"{\"choices\":[{\"text\":\"\xff\"}]}", Instant::now());
         assert!(flow.is_continue());
         let o = st.finish_done();
@@ -1416,7 +1705,7 @@ mod tests {
             "plain words",
             "quotes \" and \\ backslashes, tabs\t, newlines\n\r, control \u{1} \u{1f}, unicode é 漢字 🦀, </script>",
         ];
-        for endpoint in [Endpoint::Completions, Endpoint::Chat] {
+        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
             for dialect in [
                 Dialect::Vllm,
                 Dialect::Sglang,
@@ -1445,17 +1734,25 @@ mod tests {
                             assert_eq!(parsed, c.body(p, n), "{endpoint:?} {dialect:?} {model:?} {p:?} {n}");
                         }
                     }
-                    let req = c.request("p", 3).unwrap_or_else(|e| panic!("{e}"));
+                    let req = c.request("p".into(), 3).unwrap_or_else(|e| panic!("{e}"));
                     assert_eq!(
                         req.url().as_str(),
                         match endpoint {
                             Endpoint::Completions => "http://127.0.0.1:9/v1/completions",
                             Endpoint::Chat => "http://127.0.0.1:9/v1/chat/completions",
+                            Endpoint::Messages => "http://127.0.0.1:9/v1/messages",
                         }
                     );
                     assert_eq!(req.headers()["content-type"], "application/json");
                     assert_eq!(req.headers()["authorization"], "Bearer sk-1");
                     assert!(req.headers()["authorization"].is_sensitive());
+                    if endpoint == Endpoint::Messages {
+                        assert_eq!(req.headers()["anthropic-version"], ANTHROPIC_VERSION);
+                        assert_eq!(req.headers()["x-api-key"], "sk-1");
+                        assert!(req.headers()["x-api-key"].is_sensitive());
+                    } else {
+                        assert!(req.headers().get("x-api-key").is_none());
+                    }
                 }
             }
         }
@@ -1467,7 +1764,49 @@ mod tests {
                 ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
             },
         );
-        assert!(c.request("p", 1).is_err_and(|e| e.contains("API key")));
+        assert!(c.request("p".into(), 1).is_err_and(|e| e.contains("API key")));
+    }
+
+    /// A session's conversation: completions sends its flat text (the seed's bytes), chat and Messages their
+    /// message lists, each with the dialect's length fields and the same tail.
+    #[test]
+    fn conversation_bodies_per_endpoint() {
+        use crate::replay::conversation::{Conversation, ToolResults};
+        let mut convo = Conversation::new("base".into(), "\n\nTask: t.\n");
+        convo.push_turn(" r", "out");
+        let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
+        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
+            for tr in [ToolResults::Tool, ToolResults::User] {
+                let c = Client::new(
+                    http.clone(),
+                    ClientConfig {
+                        endpoint,
+                        ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
+                    },
+                );
+                let bytes = c.body_bytes(Prompt::Conversation(&convo, tr), 7);
+                let v: Value = serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
+                assert_eq!((v["max_tokens"].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
+                assert_eq!(v["stream"], true);
+                match endpoint {
+                    Endpoint::Completions => assert_eq!(v["prompt"], convo.flat()),
+                    Endpoint::Chat => {
+                        let mut m = Vec::new();
+                        convo.write_chat_messages(&mut m, tr);
+                        let m: Value = serde_json::from_slice(&m).unwrap_or_else(|e| panic!("{e}"));
+                        assert_eq!(v["messages"], m);
+                        assert_eq!(v["stream_options"]["include_usage"], true);
+                    }
+                    Endpoint::Messages => {
+                        assert_eq!(v["system"], "base");
+                        assert_eq!(v["messages"][0]["content"], "Task: t.");
+                        assert_eq!(v.get("tools").is_some(), tr == ToolResults::Tool);
+                        assert!(v.get("stream_options").is_none());
+                    }
+                }
+            }
+        }
     }
 
     /// The API key's header is made here and handed to the hyper pool ([`H1Pool::new`] takes headers): a key that

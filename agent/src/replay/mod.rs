@@ -9,7 +9,10 @@
 //! - [`summary`]: the typed `<out>.summary.json` ([`summary::RunSummary`]), `<out>.server.json`
 //!   ([`summary::ServerScrape`]) and the record [`summary::Checks`].
 //! - [`render`]: the text report `replay` and `report` print.
-//! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::RequestOutcome`]).
+//! - [`client`]: one forced-length streaming request ([`client::Client::complete`] → [`client::RequestOutcome`]) over
+//!   `/v1/completions`, `/v1/chat/completions` or the Anthropic Messages API.
+//! - [`conversation`]: a session's conversation as agents send it (system, task, replies, tool outputs), written
+//!   as one prompt or as the chat or Messages message list.
 //! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream), `http://` and `https://`.
 //! - [`tls`]: what `https://` trusts (the platform's roots plus `--ca-cert`).
 //! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.
@@ -23,6 +26,7 @@
 //! - [`tokenizer`]: measuring the target's tokenizer before a run (`--match-tokenizer`), so filler is sized for it.
 
 pub mod client;
+pub mod conversation;
 pub mod dialect;
 pub mod h1;
 pub mod progress;

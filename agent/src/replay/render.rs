@@ -7,7 +7,7 @@ use shared::metrics::{Slo, Summary};
 use shared::record::RequestRecord;
 
 use super::prom::ServerReport;
-use super::summary::Checks;
+use super::summary::{Checks, REUSE_FLAG_RATIO, prefix_reuse};
 
 fn pct(x: Option<f64>) -> String {
     x.map_or("n/a".into(), |v| format!("{:.2} %", v * 100.0))
@@ -105,6 +105,19 @@ pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&Se
         None => "n/a (server reports no cached_tokens)".into(),
     };
     line(&mut o, "Step-0 cached share:", step0);
+    if let Some(r) = prefix_reuse(s) {
+        let v = if r.below_design {
+            format!(
+                "{:.1} % of designed -- WARNING: below {:.0} %: the server recomputed prefixes the sessions resent \
+                 unchanged (a chat template that re-renders earlier turns, or cache eviction)",
+                r.ratio * 100.0,
+                REUSE_FLAG_RATIO * 100.0
+            )
+        } else {
+            format!("{:.1} % of designed (ok)", r.ratio * 100.0)
+        };
+        line(&mut o, "Reuse vs design:", v);
+    }
     let c = Checks::of(recs);
     if c.rx_clock_kernel + c.rx_clock_user > 0 {
         line(

@@ -18,7 +18,7 @@ use shared::metrics;
 use shared::record::RequestRecord;
 use tokio::sync::{mpsc, watch};
 
-use super::client::{self, Client, ClientConfig, Endpoint, HttpClient, LiveCounters};
+use super::client::{self, Client, ClientConfig, HttpClient, LiveCounters};
 use super::dialect::Dialect;
 use super::progress::Progress;
 use super::prom::{Scraper, ServerReport};
@@ -185,10 +185,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         "loadshape replay: {}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {}, content nonce {}, http client {http_client}{}",
         s.shape,
         s.target.url,
-        match s.endpoint {
-            Endpoint::Completions => "/completions",
-            Endpoint::Chat => "/chat/completions",
-        },
+        s.endpoint.route(),
         s.temperature,
         s.seed,
         s.nonce,
@@ -220,14 +217,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         },
     );
     // The target's tokenizer, before anything is sent: the filler is sized for it.
-    let probe_url = format!(
-        "{}{}",
-        s.target.url.trim_end_matches('/'),
-        match s.endpoint {
-            Endpoint::Completions => "/completions",
-            Endpoint::Chat => "/chat/completions",
-        }
-    );
+    let probe_url = format!("{}{}", s.target.url.trim_end_matches('/'), s.endpoint.route());
     let (tokenizer, tok_note) = tokenizer::measure(
         s.match_tokenizer,
         &http,
@@ -303,6 +293,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     let traffic = s.traffic.clone();
     let session_deadline = run_origin + s.max_duration.unwrap_or(Duration::from_secs(86_400 * 365 * 100));
     let max_fail_streak = s.max_fail_streak;
+    let tool_results = s.tool_results;
     let mut task = tokio::spawn(async move {
         match traffic {
             Traffic::Sessions(workload) => {
@@ -313,6 +304,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                     max_fail_streak,
                     scale,
                     deadline: session_deadline,
+                    tool_results,
                 };
                 runner::run_sessions(c2, Arc::new(run)).await;
             }
@@ -412,11 +404,13 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     }
     let records = finished.records;
     let checks = Checks::of(&records);
+    let scored = metrics::summarize(&records, &s.slo);
     let run_summary = RunSummary {
         url: s.target.url.clone(),
         model,
         dialect,
         endpoint: s.endpoint,
+        tool_results: s.tool_results,
         seed,
         nonce,
         http_client: ctx.client.http_client(),
@@ -431,7 +425,8 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         interrupted: interrupted.map(|i| i.name.to_string()),
         aborted: ctx.aborted.load(Ordering::Relaxed),
         slo: s.slo,
-        summary: metrics::summarize(&records, &s.slo),
+        prefix_reuse: summary::prefix_reuse(&scored),
+        summary: scored,
         server: server.as_ref().map(|sc| sc.report.clone()),
         tokenizer,
         loadshape_version: shared::version::LOADSHAPE_VERSION,

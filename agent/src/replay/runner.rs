@@ -5,8 +5,10 @@
 //! `shared::workload::SessionWorkload::plan(s, i, seed)` (the same draw the simulator uses); its text from
 //! `shared::filler` (structure seed + per-run nonce): `base + "\n\nTask: …\n"`, then after each step
 //! `+ reply + "\n\n[tool output]\n" + tool filler + "\n"`, exactly the seed's growth, with `think_s[k]` after step
-//! `k`. A slot whose instance completes no step counts toward its fail streak; `max_fail_streak` in a row aborts the
-//! run (exit 2), with a backoff of `min(30, 2·streak)` s between failing instances; a slot that finishes an instance
+//! `k`. That text is what `/v1/completions` gets; chat and Messages get the same pieces as a message list
+//! ([`Conversation`]: the base as the system prompt, the task as a user message, each reply as an assistant
+//! message and each tool output as the tool's answer or a user message, `--tool-results`). A slot whose instance
+//! completes no step counts toward its fail streak; `max_fail_streak` in a row aborts the run (exit 2), with a backoff of `min(30, 2·streak)` s between failing instances; a slot that finishes an instance
 //! in under a second waits one second (the seed's guards against hammering a dead server).
 //!
 //! **Open loop** ([`run_open_loop`]): each request is sent at its arrival time; **closed loop**
@@ -26,7 +28,8 @@ use shared::workload::SessionWorkload;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Client, LiveCounters, RequestOutcome};
+use super::client::{Client, LiveCounters, Prompt, RequestOutcome};
+use super::conversation::{Conversation, ToolResults};
 use super::records::RecordSink;
 
 /// The seed's task line, appended to every session's base context.
@@ -91,13 +94,20 @@ pub struct Slot {
 
 impl Ctx {
     /// Send one request (cut-aware), hand its record to the writer, and return the outcome.
-    pub async fn request(&self, slot: Slot, prompt: &str, asked: u32, collect_text: bool) -> RequestOutcome {
+    pub async fn request<'p>(
+        &self,
+        slot: Slot,
+        prompt: impl Into<Prompt<'p>>,
+        asked: u32,
+        collect_text: bool,
+    ) -> RequestOutcome {
+        let prompt = prompt.into();
         self.started.fetch_add(1, Ordering::Relaxed);
         let outcome = self
             .client
             .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
             .await;
-        let rec = to_record(&outcome, self.origin, slot, asked, prompt.len() as u64);
+        let rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());
         if let Err(e) = self.sink.submit(rec) {
             (self.log)(&format!("could not write a record: {e:#}"));
         }
@@ -165,6 +175,8 @@ pub struct SessionRun {
     pub scale: TokenScale,
     /// No new instance starts after this.
     pub deadline: Instant,
+    /// How tool outputs are sent on `chat` and `messages` (`--tool-results`; `/v1/completions` sends the flat text).
+    pub tool_results: ToolResults,
 }
 
 /// Run agent sessions until every slot is done (or the stops say so).
@@ -228,8 +240,7 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
     let mut filler = Filler::new(run.seed, run.nonce)
         .with_scale(run.scale)
         .stream(slot, inst);
-    let mut convo = filler.text(plan.base_tokens, FillerKind::for_slot(slot));
-    convo.push_str(TASK_LINE);
+    let mut convo = Conversation::new(filler.text(plan.base_tokens, FillerKind::for_slot(slot)), TASK_LINE);
     if ctx.verbose {
         (ctx.log)(&format!(
             "[s{slot}#{inst}] base ~{} tokens, {} steps",
@@ -263,7 +274,9 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
             designed_cached_tokens: designed,
             designed_prompt_tokens: Some(plan.prompt_tokens(step)),
         };
-        let o = ctx.request(s, &convo, asked, true).await;
+        let o = ctx
+            .request(s, Prompt::Conversation(&convo, run.tool_results), asked, true)
+            .await;
         if !o.ok {
             (ctx.log)(&format!(
                 "[s{slot}#{inst} step{step}] {}",
@@ -288,11 +301,10 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
                 o.wall.as_secs_f64()
             ));
         }
-        // The reply and a synthetic tool result both become part of the next prompt.
-        convo.push_str(&o.text);
-        convo.push_str("\n\n[tool output]\n");
-        convo.push_str(&filler.text(u64::from(plan.tool_tokens), FillerKind::Code));
-        convo.push('\n');
+        // The reply and a synthetic tool result both become part of the next prompt (one more assistant message and
+        // tool output on chat and messages; the seed's appended text on completions).
+        let tool = filler.text(u64::from(plan.tool_tokens), FillerKind::Code);
+        convo.push_turn(&o.text, &tool);
         let think = plan.think_s.get(step as usize).copied().unwrap_or(0.0).max(0.0);
         if think > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think)).await {
             return done;

@@ -15,6 +15,7 @@ use shared::scenario::Scenario;
 use shared::workload::{SessionWorkload, Workload};
 
 use super::client::{self, Endpoint, HttpClient};
+use super::conversation::ToolResults;
 use super::dialect::Dialect;
 use super::runner::PlannedRequest;
 use super::rxstamp::RxClock;
@@ -101,6 +102,8 @@ pub struct ReplaySettings {
     pub target: TargetSettings,
     /// Which route carries the prompt.
     pub endpoint: Endpoint,
+    /// How sessions send tool outputs on `chat` and `messages` (`--tool-results`).
+    pub tool_results: ToolResults,
     pub temperature: f64,
     /// Whole-request limit.
     pub timeout: Duration,
@@ -199,6 +202,7 @@ impl ReplaySettings {
         Ok(ReplaySettings {
             target,
             endpoint: Endpoint::default(),
+            tool_results: ToolResults::default(),
             temperature: defaults::TEMPERATURE,
             timeout: Duration::from_secs_f64(defaults::TIMEOUT_S),
             stall_timeout: Some(Duration::from_secs_f64(defaults::STALL_TIMEOUT_S)),

@@ -15,6 +15,7 @@ pub use shared::metrics::{Checks, RxClockRequests, SendDelay};
 use shared::metrics::{Slo, Summary};
 
 use super::client::{Endpoint, HttpClient};
+use super::conversation::ToolResults;
 use super::dialect::Dialect;
 use super::prom::{ServerReport, Snapshot};
 use super::tokenizer::TokenizerReport;
@@ -37,6 +38,8 @@ pub struct RunSummary {
     /// Dialect used to force output lengths (resolved, never `auto`).
     pub dialect: Dialect,
     pub endpoint: Endpoint,
+    /// How sessions sent their tool outputs on `chat` and `messages` (`--tool-results`: `tool` or `user`).
+    pub tool_results: ToolResults,
     /// Structure seed: session shapes, arrivals, filler word choice.
     pub seed: u64,
     /// Content nonce: makes the text unique per run.
@@ -67,12 +70,55 @@ pub struct RunSummary {
     pub slo: Slo,
     /// The records scored by `shared::metrics::summarize`.
     pub summary: Summary,
+    /// The server's prefix reuse against the sessions' design ([`prefix_reuse`]); `null` when the server reports no
+    /// cached tokens or the design caches little.
+    pub prefix_reuse: Option<PrefixReuse>,
     /// The server's `/metrics` over the run; `null` when not scraped.
     pub server: Option<ServerReport>,
     /// What the run measured of the target's tokenizer and the ratios its filler was sized by
     /// (`--match-tokenizer`): `{source, prose_ratio, code_ratio, endpoint}`.
     pub tokenizer: TokenizerReport,
     pub loadshape_version: &'static str,
+}
+
+/// A run's prefix reuse beside what its traffic designed ([`prefix_reuse`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PrefixReuse {
+    /// `Summary::cached_share_achieved`: Σ cached_tokens / Σ prompt_tokens (the server's usage).
+    pub achieved: f64,
+    /// `Summary::cached_share_designed`: Σ designed_cached_tokens / Σ prompt_tokens (each session step's previous
+    /// prompt and reply).
+    pub designed: f64,
+    /// achieved / designed.
+    pub ratio: f64,
+    /// `ratio` < [`REUSE_FLAG_RATIO`]: the server reused far less than the traffic designed.
+    pub below_design: bool,
+}
+
+/// Below this share of the designed reuse a run is flagged ([`prefix_reuse`]): more than a fifth of the prompt
+/// tokens the sessions resent unchanged were computed again. A template that keeps earlier turns byte-stable
+/// loses only a partial block per step (vLLM) or one token (llama.cpp); eviction or a template that re-renders
+/// earlier turns loses whole stretches.
+pub const REUSE_FLAG_RATIO: f64 = 0.8;
+
+/// A designed cached share below this is not judged (open-loop traffic with little or no shared prefix).
+pub const REUSE_MIN_DESIGNED: f64 = 0.10;
+
+/// The prefix-reuse check: the achieved cached share against the designed one, flagged `below_design` when it is
+/// under [`REUSE_FLAG_RATIO`] of it. `None` when the server reports no cached tokens, no record carries a designed
+/// size, or the designed share is under [`REUSE_MIN_DESIGNED`].
+pub fn prefix_reuse(s: &Summary) -> Option<PrefixReuse> {
+    let (achieved, designed) = (s.cached_share_achieved?, s.cached_share_designed?);
+    if designed.is_nan() || designed < REUSE_MIN_DESIGNED {
+        return None;
+    }
+    let ratio = achieved / designed;
+    Some(PrefixReuse {
+        achieved,
+        designed,
+        ratio,
+        below_design: ratio < REUSE_FLAG_RATIO,
+    })
 }
 
 /// `<out>.server.json`: every `/metrics` scrape of a run and the server-side report computed from them.

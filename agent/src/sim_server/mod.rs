@@ -1,6 +1,7 @@
 //! `loadshape sim-server`: the built-in emulated engine as an OpenAI-compatible streaming server.
 //!
-//! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (streaming SSE or one JSON answer), `GET /v1/models`,
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions`, `POST /v1/messages` (the Anthropic Messages API:
+//! its stream events and usage fields; streaming SSE or one JSON answer each), `GET /v1/models`,
 //! `GET /health`, `GET /version`, `GET /metrics` (vLLM's metric names), `POST /tokenize` (llama.cpp's and vLLM's shapes). One tokio task steps the emulated engine in
 //! real time ([`engine`]): each step's duration is slept (divided by `speed`) and the step's tokens are fanned out to
 //! the requests' streams. Prompts are tokenized by a documented deterministic rule ([`tokenize`]) and their full
@@ -9,6 +10,11 @@
 //! Length control as vLLM: `max_tokens` (or `max_completion_tokens`, or llama.cpp's `n_predict`), `min_tokens`,
 //! `ignore_eos` (TabbyAPI's `ban_eos_token` too). A request whose length is not forced stops at `natural_len` tokens
 //! when one is configured (the emulated EOS), else at `max_tokens`.
+//!
+//! Chat templates ([`Template`], `--template`): a message list becomes prompt text by one rule, each message's text
+//! and a line break (a system prompt first on `/v1/messages`); `stable` renders every message the same way at every
+//! turn (the prefix of a growing conversation stays byte-stable), `rerender` emulates a template that re-renders
+//! earlier assistant turns (see [`Template::Rerender`]).
 //!
 //! Embedding: [`router`] builds the axum `Router` (call it inside a tokio runtime: it starts the engine task) and
 //! [`serve`] runs it on a listener; `loadshape serve` mounts it as target `sim`.
@@ -52,6 +58,20 @@ pub struct Faults {
     pub drop_after_tokens: Option<u32>,
     /// Serve no `/tokenize` (404), like a server without one: clients fall back to `usage` probes.
     pub no_tokenize: bool,
+}
+
+/// How a message list becomes the prompt (`sim-server --template`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Template {
+    /// Each message rendered as its text and a line break, the same at every turn: a resent conversation's earlier
+    /// turns tokenize as they did, so its prefix (the generated replies included) hits the cache.
+    #[default]
+    Stable,
+    /// Every earlier assistant turn is rendered with a marker naming how far back it lies (`[past turn 3] `), as a
+    /// template that renders earlier turns relative to the latest one does (one that rewrites or drops earlier
+    /// reasoning or tool calls): the text of the first assistant turn changes at every request, so the prefix cache
+    /// matches only what comes before it (the system prompt and the task).
+    Rerender,
 }
 
 /// Which engine model the server emulates.
@@ -99,6 +119,8 @@ pub struct Config {
     pub seed: u64,
     /// Tokens each piece of the tokenization rule counts as ([`tokenize::tokenize_with`]); 1 = the rule itself.
     pub tokens_per_piece: u32,
+    /// How chat and Messages message lists are rendered into the prompt.
+    pub template: Template,
 }
 
 impl Default for Config {
@@ -112,6 +134,7 @@ impl Default for Config {
             faults: Faults::default(),
             seed: 0,
             tokens_per_piece: 1,
+            template: Template::Stable,
         }
     }
 }
@@ -124,6 +147,7 @@ struct AppState {
     faults: Faults,
     seed: u64,
     tokens_per_piece: u32,
+    template: Template,
     engine: EngineHandle,
     requests: AtomicU64,
     rejected: AtomicU64,
@@ -149,6 +173,7 @@ pub fn router(config: Config) -> Router {
         faults: config.faults,
         seed: config.seed,
         tokens_per_piece: config.tokens_per_piece.max(1),
+        template: config.template,
         engine: EngineHandle::spawn(engine, config.speed),
         requests: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
@@ -158,6 +183,7 @@ pub fn router(config: Config) -> Router {
     let router = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route(
@@ -219,6 +245,8 @@ pub async fn serve(
 struct GenBody {
     prompt: Option<Value>,
     messages: Option<Vec<Value>>,
+    /// Anthropic's top-level system prompt (a string or text blocks).
+    system: Option<Value>,
     max_tokens: Option<u64>,
     max_completion_tokens: Option<u64>,
     n_predict: Option<i64>,
@@ -239,6 +267,8 @@ struct StreamOptions {
 enum Kind {
     Completions,
     Chat,
+    /// The Anthropic Messages API.
+    Messages,
 }
 
 /// Largest output length accepted.
@@ -252,13 +282,21 @@ async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> Respo
     generate(st, Kind::Chat, body).await
 }
 
+/// `POST /v1/messages`: Anthropic's API requires the `anthropic-version` header (and `max_tokens`); so does this.
+async fn messages(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
+    if !headers.contains_key("anthropic-version") {
+        return error_response(StatusCode::BAD_REQUEST, "anthropic-version: header is required");
+    }
+    generate(st, Kind::Messages, body).await
+}
+
 fn error_response(status: StatusCode, message: &str) -> Response {
     let body =
         json!({"object": "error", "error": {"message": message, "type": "sim_server_error", "code": status.as_u16()}});
     (status, axum::Json(body)).into_response()
 }
 
-fn prompt_text(kind: Kind, body: &GenBody) -> Result<String, String> {
+fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String, String> {
     match kind {
         Kind::Completions => match &body.prompt {
             Some(Value::String(s)) => Ok(s.clone()),
@@ -268,25 +306,54 @@ fn prompt_text(kind: Kind, body: &GenBody) -> Result<String, String> {
             Some(_) => Err("prompt must be a string (or a one-element array of strings)".into()),
             None => Err("prompt is required".into()),
         },
-        Kind::Chat => {
+        Kind::Chat | Kind::Messages => {
             let msgs = body.messages.as_ref().ok_or("messages is required")?;
             let mut text = String::new();
+            if kind == Kind::Messages
+                && let Some(system) = &body.system
+            {
+                push_content(&mut text, system);
+                text.push('\n');
+            }
+            let assistants = msgs
+                .iter()
+                .filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+                .count();
+            let mut seen = 0;
             for m in msgs {
-                match m.get("content") {
-                    Some(Value::String(s)) => text.push_str(s),
-                    Some(Value::Array(parts)) => {
-                        for p in parts {
-                            if let Some(t) = p.get("text").and_then(Value::as_str) {
-                                text.push_str(t);
-                            }
-                        }
+                if m.get("role").and_then(Value::as_str) == Some("assistant") {
+                    if template == Template::Rerender {
+                        let _ = write!(text, "[past turn {}] ", assistants - seen);
                     }
-                    _ => {}
+                    seen += 1;
+                }
+                if let Some(content) = m.get("content") {
+                    push_content(&mut text, content);
                 }
                 text.push('\n');
             }
             Ok(text)
         }
+    }
+}
+
+/// A message's content as text: a string, or the text of its parts (OpenAI `text` parts; Anthropic `text` blocks
+/// and `tool_result` blocks, whose content is a string or text blocks; `tool_use` blocks carry no text).
+fn push_content(text: &mut String, content: &Value) {
+    match content {
+        Value::String(s) => text.push_str(s),
+        Value::Array(parts) => {
+            for p in parts {
+                if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    text.push_str(t);
+                } else if p.get("type").and_then(Value::as_str) == Some("tool_result")
+                    && let Some(c) = p.get("content")
+                {
+                    push_content(text, c);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -322,11 +389,14 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         Ok(b) => b,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, &format!("invalid JSON body: {e}")),
     };
-    let text = match prompt_text(kind, &body) {
+    if kind == Kind::Messages && body.max_tokens.is_none() {
+        return error_response(StatusCode::BAD_REQUEST, "max_tokens: field required");
+    }
+    let text = match prompt_text(kind, &body, st.template) {
         Ok(t) => t,
         Err(e) => return error_response(StatusCode::BAD_REQUEST, &e),
     };
-    let default_max = if kind == Kind::Chat { 256 } else { 16 };
+    let default_max = if kind == Kind::Completions { 16 } else { 256 };
     let n_predict = body.n_predict.filter(|&v| v > 0).map(|v| v as u64);
     let max = body
         .max_tokens
@@ -359,11 +429,13 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };
-    let include_usage = body
-        .stream_options
-        .as_ref()
-        .and_then(|o| o.include_usage)
-        .unwrap_or(false);
+    // The Messages API always streams its usage (in `message_start` and `message_delta`).
+    let include_usage = kind == Kind::Messages
+        || body
+            .stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false);
     let g = Gen {
         st: st.clone(),
         rx,
@@ -424,7 +496,33 @@ impl Gen {
         match self.kind {
             Kind::Completions => "text_completion",
             Kind::Chat => "chat.completion.chunk",
+            Kind::Messages => "message",
         }
+    }
+
+    /// Anthropic's stop reason for the OpenAI one: `length` → `max_tokens`, `stop` → `end_turn`.
+    fn stop_reason(&self) -> &'static str {
+        if self.finish_reason == "length" {
+            "max_tokens"
+        } else {
+            "end_turn"
+        }
+    }
+
+    /// Anthropic's `usage`: `input_tokens` is the uncached part; the cached part is `cache_read_input_tokens`
+    /// (this engine caches automatically: nothing is counted as `cache_creation_input_tokens`).
+    fn anthropic_usage_json(&self, output_tokens: u32) -> String {
+        format!(
+            r#"{{"input_tokens":{},"cache_creation_input_tokens":0,"cache_read_input_tokens":{},"output_tokens":{}}}"#,
+            u64::from(self.prompt_tokens).saturating_sub(self.cached),
+            self.cached,
+            output_tokens
+        )
+    }
+
+    /// One Anthropic SSE event: `event: NAME` and its data.
+    fn event(name: &str, data: &str) -> Bytes {
+        Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
     }
 
     fn usage_json(&self) -> String {
@@ -460,6 +558,10 @@ impl Gen {
                 r#"data: {{"id":"chatcmpl-{}","object":"chat.completion.chunk","created":0,"model":{},"choices":[{{"index":0,"delta":{{"content":"{}"}},"logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
                 self.req, self.st.model_json, text, finish
             ),
+            Kind::Messages => write!(
+                out,
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}"
+            ),
         };
         out.push_str("\n\n");
         Bytes::from(out)
@@ -472,7 +574,24 @@ impl Gen {
                 Phase::End => return None,
                 Phase::Done => {
                     self.phase = Phase::End;
+                    if self.kind == Kind::Messages {
+                        return Some(Ok(Self::event("message_stop", r#"{"type":"message_stop"}"#)));
+                    }
                     return Some(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+                }
+                Phase::Usage if self.kind == Kind::Messages => {
+                    self.phase = Phase::Done;
+                    let mut out =
+                        Self::event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#).to_vec();
+                    out.extend_from_slice(&Self::event(
+                        "message_delta",
+                        &format!(
+                            r#"{{"type":"message_delta","delta":{{"stop_reason":"{}","stop_sequence":null}},"usage":{{"output_tokens":{}}}}}"#,
+                            self.stop_reason(),
+                            self.sent
+                        ),
+                    ));
+                    return Some(Ok(Bytes::from(out)));
                 }
                 Phase::Usage => {
                     self.phase = Phase::Done;
@@ -496,6 +615,21 @@ impl Gen {
                         }
                         Some(ReqEvent::Admitted { cached_tokens }) => {
                             self.cached = cached_tokens;
+                            if self.kind == Kind::Messages {
+                                let start = format!(
+                                    r#"{{"type":"message_start","message":{{"id":"msg_{}","type":"message","role":"assistant","content":[],"model":{},"stop_reason":null,"stop_sequence":null,"usage":{}}}}}"#,
+                                    self.req,
+                                    self.st.model_json,
+                                    self.anthropic_usage_json(0)
+                                );
+                                let mut out = Self::event("message_start", &start).to_vec();
+                                out.extend_from_slice(&Self::event(
+                                    "content_block_start",
+                                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                                ));
+                                out.extend_from_slice(&Self::event("ping", r#"{"type":"ping"}"#));
+                                return Some(Ok(Bytes::from(out)));
+                            }
                             if self.kind == Kind::Chat {
                                 let frame = format!(
                                     "data: {{\"id\":\"chatcmpl-{}\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
@@ -506,6 +640,14 @@ impl Gen {
                         }
                         Some(ReqEvent::Finished) => {
                             if self.sent + self.pending == 0 && self.out_tokens > 0 {
+                                if self.kind == Kind::Messages {
+                                    // Anthropic ends a failed stream with the error event: no message_stop.
+                                    self.phase = Phase::End;
+                                    return Some(Ok(Self::event(
+                                        "error",
+                                        r#"{"type":"error","error":{"type":"invalid_request_error","message":"the request does not fit the emulated engine (prompt + output exceed max_model_len or the KV cache)"}}"#,
+                                    )));
+                                }
                                 self.phase = Phase::Done;
                                 let frame = "data: {\"object\":\"error\",\"error\":{\"message\":\"the request does not fit the emulated engine (prompt + output exceed max_model_len or the KV cache)\",\"type\":\"BadRequestError\",\"code\":400}}\n\n";
                                 return Some(Ok(Bytes::from_static(frame.as_bytes())));
@@ -575,6 +717,11 @@ impl Gen {
                 "id": format!("chatcmpl-{}", self.req), "object": "chat.completion", "created": 0, "model": self.st.model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
                 "usage": usage,
+            }),
+            Kind::Messages => json!({
+                "id": format!("msg_{}", self.req), "type": "message", "role": "assistant", "model": self.st.model,
+                "content": [{"type": "text", "text": text}], "stop_reason": self.stop_reason(), "stop_sequence": null,
+                "usage": serde_json::from_str::<Value>(&self.anthropic_usage_json(self.sent)).unwrap_or(Value::Null),
             }),
         };
         axum::Json(body).into_response()
