@@ -71,7 +71,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("give a scenario FILE (or `-` for stdin), --like RUN.jsonl, or --seed-report");
             };
             let (text, source) = read_input(path)?;
-            (Scenario::from_json(&text).with_context(|| source.clone())?, source)
+            let mut scenario = Scenario::from_json(&text).with_context(|| source.clone())?;
+            let file = (path.as_os_str() != "-").then_some(path.as_path());
+            crate::tracefile::load_traces(&mut scenario, file).with_context(|| source.clone())?;
+            (scenario, source)
         }
     };
     let budget = Budget {
