@@ -12,7 +12,9 @@ use shared::workload::Workload;
 /// working directory for standard input). Nothing to do for other workloads or inline requests.
 pub fn load_traces(scenario: &mut Scenario, scenario_file: Option<&Path>) -> anyhow::Result<()> {
     let Scenario::Engine(e) = scenario else { return Ok(()) };
-    let Workload::Trace(t) = &mut e.workload else { return Ok(()) };
+    let Workload::Trace(t) = &mut e.workload else {
+        return Ok(());
+    };
     if !t.needs_file() {
         return Ok(());
     }

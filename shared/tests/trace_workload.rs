@@ -58,16 +58,19 @@ fn public_trace_loads_and_simulates() {
     let stats = TraceStats::of(&t);
     assert_eq!(stats.requests, 12_031);
     assert!(stats.prompt_median_tokens > 1000.0 && stats.prompt_p90_tokens >= stats.prompt_median_tokens);
-    assert!(stats.reuse_share > 0.0 && stats.reuse_share < 1.0, "{}", stats.reuse_share);
+    assert!(
+        stats.reuse_share > 0.0 && stats.reuse_share < 1.0,
+        "{}",
+        stats.reuse_share
+    );
     // The trace spans about an hour (its last timestamp is 3,536,999 ms).
     assert!((stats.span_s - 3537.0).abs() < 1.0, "{}", stats.span_s);
     let report = engine::simulate_with(&sc, SimOptions::SUMMARY).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(report.summary.completed + report.summary.failed, 12_031);
     assert!(report.summary.cached_share_achieved.unwrap_or(0.0) > 0.0);
     // A time-scaled window: a minute of the trace twice as fast is the requests of that minute, in 30 s.
-    let mut sc = scenario_with(
-        r#"{"kind": "trace", "path": "x.jsonl", "start_s": 600, "end_s": 660, "time_scale": 0.5}"#,
-    );
+    let mut sc =
+        scenario_with(r#"{"kind": "trace", "path": "x.jsonl", "start_s": 600, "end_s": 660, "time_scale": 0.5}"#);
     let w = loaded(&mut sc, &text);
     let direct = text
         .lines()
@@ -104,7 +107,11 @@ fn unbounded_cache_reuse_equals_the_hash_ids_reuse() {
         sc.profile.enable_prefix_caching = true;
         let report = engine::simulate(&sc).unwrap_or_else(|e| panic!("{e}"));
         let want = direct_reuse(&t.requests, 512, engine_bs);
-        let got: Vec<u64> = report.records.iter().map(|r| r.cached_tokens.unwrap_or(u64::MAX)).collect();
+        let got: Vec<u64> = report
+            .records
+            .iter()
+            .map(|r| r.cached_tokens.unwrap_or(u64::MAX))
+            .collect();
         assert_eq!(report.diagnostics.kv_thrash.evicted_blocks, 0, "block size {engine_bs}");
         assert_eq!(got.len(), want.len());
         let first_diff = got.iter().zip(&want).position(|(a, b)| a != b);
@@ -125,10 +132,17 @@ fn session_turns_wait_for_the_previous_turn() {
     let report = engine::simulate(&sc).unwrap_or_else(|e| panic!("{e}"));
     let recs = &report.records;
     assert_eq!(recs.len(), 4);
-    let first = recs.iter().find(|r| r.step == 0 && r.base_asked == 600).expect("turn 1");
+    let first = recs
+        .iter()
+        .find(|r| r.step == 0 && r.base_asked == 600)
+        .expect("turn 1");
     let second = recs.iter().find(|r| r.step == 1).expect("turn 2");
     let done = first.t_submit + first.wall_s;
-    assert!((second.t_submit - (done + 2.0)).abs() < 1e-9, "{} vs {done}", second.t_submit);
+    assert!(
+        (second.t_submit - (done + 2.0)).abs() < 1e-9,
+        "{} vs {done}",
+        second.t_submit
+    );
     assert_eq!(second.session, first.session);
     // The second turn reuses what the first turn computed of its hash blocks: 600 tokens, 592 in whole engine
     // blocks of 16.

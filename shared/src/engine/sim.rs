@@ -139,7 +139,12 @@ impl TraceRun {
                 roots.push(i as u32);
             }
         }
-        let sessions = w.requests.iter().filter_map(|r| r.session).max().map_or(0, |s| s as usize + 1);
+        let sessions = w
+            .requests
+            .iter()
+            .filter_map(|r| r.session)
+            .max()
+            .map_or(0, |s| s as usize + 1);
         TraceRun {
             w: w.clone(),
             roots,
@@ -389,6 +394,7 @@ impl SimLoop<'_> {
             retry_statuses: Vec::new(),
             failure: None,
             error: None,
+            prompt_block_hashes: Vec::new(),
         });
         if fits {
             self.eng
@@ -551,7 +557,11 @@ fn run_with(
         (Workload::Trace(t), mode) if t.is_structured() => {
             let run = TraceRun::new(t, mode == Mode::OneAtATime);
             if let Some(&first) = run.roots.first() {
-                let t0 = if run.one_at_a_time { 0.0 } else { t.requests[first as usize].arrival_ms };
+                let t0 = if run.one_at_a_time {
+                    0.0
+                } else {
+                    t.requests[first as usize].arrival_ms
+                };
                 d.push_ev(t0, u32::MAX, false);
             }
             Source::Trace(Box::new(run))

@@ -125,10 +125,16 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
         let output = row.output_length.ok_or_else(|| missing("output_length"))?;
         let hash_ids = row.hash_ids.ok_or_else(|| missing("hash_ids"))?;
         if input == 0 || input > u64::from(u32::MAX) {
-            return Err(err(line, format!("input_length must be 1..={} (got {input})", u32::MAX)));
+            return Err(err(
+                line,
+                format!("input_length must be 1..={} (got {input})", u32::MAX),
+            ));
         }
         if output == 0 || output > u64::from(u32::MAX) {
-            return Err(err(line, format!("output_length must be 1..={} (got {output})", u32::MAX)));
+            return Err(err(
+                line,
+                format!("output_length must be 1..={} (got {output})", u32::MAX),
+            ));
         }
         if (hash_ids.len() as u64).saturating_sub(1) * bs >= input {
             return Err(err(
@@ -140,7 +146,11 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
                 ),
             ));
         }
-        for (name, v) in [("timestamp", row.timestamp), ("delay", row.delay), ("tool_wait_ms", row.tool_wait_ms)] {
+        for (name, v) in [
+            ("timestamp", row.timestamp),
+            ("delay", row.delay),
+            ("tool_wait_ms", row.tool_wait_ms),
+        ] {
             if let Some(v) = v
                 && !(v.is_finite() && v >= 0.0)
             {
@@ -149,7 +159,9 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
         }
         let session = match &row.session_id {
             None | Some(Value::Null) => None,
-            Some(v) => Some(id_of(v).ok_or_else(|| err(line, format!("session_id must be a string or number (got {v})")))?),
+            Some(v) => {
+                Some(id_of(v).ok_or_else(|| err(line, format!("session_id must be a string or number (got {v})")))?)
+            }
         };
         let idx = rows.len();
         let mut after = Vec::new();
@@ -170,7 +182,11 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
                 }
             }
             TraceFormat::AgenticMooncake => {
-                let id = row.request_id.as_ref().and_then(id_of).ok_or_else(|| missing("request_id"))?;
+                let id = row
+                    .request_id
+                    .as_ref()
+                    .and_then(id_of)
+                    .ok_or_else(|| missing("request_id"))?;
                 for w in &row.wait_for {
                     let wid = id_of(w).ok_or_else(|| err(line, format!("wait_for holds {w}, not an id")))?;
                     let &d = ids
@@ -373,6 +389,43 @@ pub fn direct_reuse(requests: &[TraceRequest], trace_bs: u32, engine_bs: u32) ->
         .collect()
 }
 
+/// Tokens of a hash block in what `loadshape report --export` writes (Mooncake's 512).
+pub const EXPORT_BLOCK_TOKENS: u32 = 512;
+
+/// FNV-1a of a word.
+fn word_hash(w: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in w.as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Chained hashes of `text`'s whitespace-separated words in blocks of `block_words` words, the last block partial
+/// (hash `i` identifies the words `0 .. (i+1)·block_words`, so two texts agree on a hash exactly when they agree on
+/// every word up to there). What a live run records of each prompt ([`crate::record::RequestRecord`]'s
+/// `prompt_block_hashes`).
+pub fn text_block_hashes(text: &str, block_words: usize) -> Vec<u64> {
+    let bw = block_words.max(1);
+    let mut out = Vec::new();
+    let mut h = 0x7472_6163_6562_6c6bu64;
+    let mut n = 0usize;
+    for w in text.split_whitespace() {
+        h = mix(h ^ word_hash(w));
+        n += 1;
+        if n == bw {
+            out.push(h);
+            h = mix(h);
+            n = 0;
+        }
+    }
+    if n > 0 {
+        out.push(h);
+    }
+    out
+}
+
 /// A trace's own statistics (what the page shows beside a simulated result).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TraceStats {
@@ -413,7 +466,11 @@ impl TraceStats {
         let bs = w.hash_block_size();
         let reusable: u64 = direct_reuse(reqs, bs, bs).iter().sum();
         let prompt_tokens: u64 = prompts.iter().sum();
-        let roots: Vec<f64> = reqs.iter().filter(|r| r.after.is_empty()).map(|r| r.arrival_ms).collect();
+        let roots: Vec<f64> = reqs
+            .iter()
+            .filter(|r| r.after.is_empty())
+            .map(|r| r.arrival_ms)
+            .collect();
         let span_ms = roots.iter().copied().fold(0.0, f64::max);
         let bins = if span_ms > 0.0 { 60 } else { 1 };
         let width_ms = (span_ms / bins as f64).max(1.0);
@@ -459,6 +516,80 @@ pub struct ExportRow {
     pub hash_ids: Vec<u64>,
     /// The request it follows (agentic `wait_for`), and the delay after that one's completion.
     pub wait_for: Option<(String, u64)>,
+}
+
+/// A run's records as trace rows, in submission order: `timestamp` = `t_submit` (ms from the first), `input_length`
+/// = the server's `prompt_tokens` (else the designed size), `output_length` = the tokens generated (a failed
+/// request: those asked), `hash_ids` = the record's `prompt_block_hashes` numbered 0, 1, 2, … in order of first
+/// appearance (Mooncake's convention), at most as many as `input_length` holds at [`EXPORT_BLOCK_TOKENS`]. Records
+/// of one `(session, inst)` with more than one step are a session: each later step waits for the previous one, with
+/// the gap between that one's end and its own submission as `delay`. Records without block hashes (simulated runs,
+/// older records) are refused, naming the first.
+pub fn export_records(records: &[crate::record::RequestRecord]) -> Result<Vec<ExportRow>, String> {
+    let mut order: Vec<usize> = (0..records.len()).collect();
+    order.sort_by(|&a, &b| records[a].t_submit.total_cmp(&records[b].t_submit).then(a.cmp(&b)));
+    let t0 = order.first().map_or(0.0, |&i| records[i].t_submit);
+    let mut group_size: HashMap<(u64, u32), u32> = HashMap::new();
+    for r in records {
+        *group_size.entry((r.session, r.inst)).or_insert(0) += 1;
+    }
+    let mut ids: HashMap<u64, u64> = HashMap::new();
+    let mut last_of_group: HashMap<(u64, u32), usize> = HashMap::new();
+    let bs = u64::from(EXPORT_BLOCK_TOKENS);
+    let mut rows = Vec::with_capacity(records.len());
+    for (n, &i) in order.iter().enumerate() {
+        let r = &records[i];
+        if r.prompt_block_hashes.is_empty() {
+            return Err(format!(
+                "record {} (session {}, step {}) carries no prompt_block_hashes: only live runs of this loadshape \
+                 record the prompt blocks they sent",
+                i + 1,
+                r.session,
+                r.step
+            ));
+        }
+        let input = r
+            .prompt_tokens
+            .or(r.designed_prompt_tokens)
+            .unwrap_or(r.base_asked)
+            .max(1);
+        let output = if r.ok && r.gen_tokens > 0 {
+            r.gen_tokens
+        } else {
+            r.asked_tokens.max(1)
+        };
+        let keep = input.div_ceil(bs) as usize;
+        let hash_ids = r
+            .prompt_block_hashes
+            .iter()
+            .take(keep)
+            .map(|h| {
+                let next = ids.len() as u64;
+                *ids.entry(*h).or_insert(next)
+            })
+            .collect();
+        let key = (r.session, r.inst);
+        let session = group_size.get(&key).copied().unwrap_or(1) > 1;
+        let wait_for = if session {
+            last_of_group.insert(key, n).map(|prev| {
+                let p = &records[order[prev]];
+                let gap = ((r.t_submit - (p.t_submit + p.wall_s)) * 1000.0).max(0.0).round() as u64;
+                (format!("r{prev}"), gap)
+            })
+        } else {
+            None
+        };
+        rows.push(ExportRow {
+            request_id: format!("r{n}"),
+            session_id: session.then(|| format!("{}.{}", r.session, r.inst)),
+            timestamp_ms: ((r.t_submit - t0) * 1000.0).max(0.0).round() as u64,
+            input_length: input,
+            output_length: output,
+            hash_ids,
+            wait_for,
+        });
+    }
+    Ok(rows)
 }
 
 /// Rows as Mooncake JSONL (`agentic`: Dynamo's agentic Mooncake, with `request_id`, `session_id`, `wait_for`,
@@ -512,7 +643,9 @@ mod tests {
     #[test]
     fn bad_rows_are_named_by_line() {
         let ok = r#"{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1, 2]}"#;
-        let e = line_of(&format!("{ok}\n{{\"timestamp\": 5, \"output_length\": 2, \"hash_ids\": []}}\n"));
+        let e = line_of(&format!(
+            "{ok}\n{{\"timestamp\": 5, \"output_length\": 2, \"hash_ids\": []}}\n"
+        ));
         assert!(e.contains("line 2") && e.contains("input_length"), "{e}");
         let e = line_of(&format!(
             "{ok}\n\n{}\n",
@@ -549,7 +682,10 @@ mod tests {
             ..opts()
         };
         let r = parse(agentic, &half).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((r[2].after.clone(), r[2].delay_ms, r[0].arrival_ms), (vec![0, 1], 12.5, 50.0));
+        assert_eq!(
+            (r[2].after.clone(), r[2].delay_ms, r[0].arrival_ms),
+            (vec![0, 1], 12.5, 50.0)
+        );
         // A window that drops a dependency drops its dependents; max_requests keeps the first N.
         let late = TraceOptions {
             start_s: Some(0.001),
@@ -580,7 +716,12 @@ mod tests {
         // Blocks of 4: the second request shares 2 blocks (8 tokens), the third shares the first block and 2 tokens
         // of the second (the first request held all 4 of it, the third has only 2), then at engine block size 2
         // that is 6 tokens; the fourth repeats the first exactly: all but its last block.
-        let reqs = [req(12, &[1, 2, 3]), req(10, &[1, 2, 9]), req(6, &[1, 2]), req(12, &[1, 2, 3])];
+        let reqs = [
+            req(12, &[1, 2, 3]),
+            req(10, &[1, 2, 9]),
+            req(6, &[1, 2]),
+            req(12, &[1, 2, 3]),
+        ];
         assert_eq!(direct_reuse(&reqs, 4, 4), vec![0, 8, 4, 8]);
         assert_eq!(direct_reuse(&reqs, 4, 2), vec![0, 8, 4, 10]);
         assert_eq!(direct_reuse(&reqs, 4, 1), vec![0, 8, 5, 11]);

@@ -151,14 +151,20 @@ impl TraceWorkload {
         if let (Some(a), Some(b)) = (self.start_s, self.end_s)
             && b <= a
         {
-            return Err(ScenarioError::field("end_s", format!("must be > start_s {a} (got {b})")));
+            return Err(ScenarioError::field(
+                "end_s",
+                format!("must be > start_s {a} (got {b})"),
+            ));
         }
         if self.needs_file() {
             // Read later: `loadshape simulate`/`replay` read `path`, the page the file it is given.
             return Ok(());
         }
         if self.requests.is_empty() {
-            return Err(ScenarioError::field("requests", "must hold at least one request (or give a trace `path`)"));
+            return Err(ScenarioError::field(
+                "requests",
+                "must hold at least one request (or give a trace `path`)",
+            ));
         }
         let mut last = 0.0;
         for (i, r) in self.requests.iter().enumerate() {
@@ -223,7 +229,9 @@ impl TraceWorkload {
     /// Whether any request carries hash ids or dependencies (the simulator then keys content by hash id and
     /// schedules dependents on completion).
     pub fn is_structured(&self) -> bool {
-        self.requests.iter().any(|r| !r.hash_ids.is_empty() || !r.after.is_empty())
+        self.requests
+            .iter()
+            .any(|r| !r.hash_ids.is_empty() || !r.after.is_empty())
     }
 
     /// Requests per second over the span of the arrivals (all the requests when they arrive at once).
