@@ -48,7 +48,7 @@ fn main() {
         w.load_text(&text).unwrap_or_else(|e| panic!("{e}"));
         let n = w.requests.len();
         let t_parse = t0.elapsed().as_secs_f64();
-        sc.workload = Workload::Trace(w);
+        sc.workload = Workload::Trace(Box::new(w));
         let report = simulate_with(&sc, SimOptions::SUMMARY).unwrap_or_else(|e| panic!("{e}"));
         let t_all = t0.elapsed().as_secs_f64();
         let c = cpu_s().zip(c0).map_or(f64::NAN, |(a, b)| a - b);

@@ -43,7 +43,7 @@ fn loaded(sc: &mut EngineScenario, text: &str) -> TraceWorkload {
     };
     assert!(t.needs_file());
     t.load_text(text).unwrap_or_else(|e| panic!("{e}"));
-    t.clone()
+    (**t).clone()
 }
 
 /// The whole public trace: 12,031 requests read, every one simulated, and its statistics.
@@ -98,7 +98,7 @@ fn unbounded_cache_reuse_equals_the_hash_ids_reuse() {
         for (i, r) in t.requests.iter_mut().enumerate() {
             r.arrival_ms = i as f64 * 600_000.0;
         }
-        sc.workload = Workload::Trace(t.clone());
+        sc.workload = Workload::Trace(Box::new(t.clone()));
         sc.profile.block_size = engine_bs;
         // More than every token of the 1,500 requests (about 21 M): nothing is ever evicted.
         sc.profile.num_kv_blocks = 40_000_000 / u64::from(engine_bs);

@@ -166,7 +166,7 @@ fn like_scenario(run: &Path, file: Option<&PathBuf>, profile: Option<&str>) -> a
         }
         (None, None) => anyhow::bail!("--like needs a scenario FILE or --profile NAME for the engine to simulate"),
     };
-    base.workload = shared::workload::Workload::Trace(trace);
+    base.workload = shared::workload::Workload::Trace(Box::new(trace));
     // The counterfactuals ask what the arrivals would do one at a time; a replayed trace is about its own run.
     base.counterfactuals = false;
     let source = format!("{} (like)", run.display());

@@ -276,7 +276,7 @@ impl ReplaySettings {
                 users: 1,
                 think_s: 0.0,
             },
-            Workload::Trace(t) if t.is_structured() => Traffic::Trace(std::sync::Arc::new(t.clone())),
+            Workload::Trace(t) if t.is_structured() => Traffic::Trace(std::sync::Arc::new((**t).clone())),
             _ => Traffic::Open(planned(&workload, seed)),
         };
         let own = match &workload {
