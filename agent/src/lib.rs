@@ -7,6 +7,7 @@ pub mod cmd;
 pub mod replay;
 pub mod serve;
 pub mod sim_server;
+pub mod tracefile;
 
 use std::process::ExitCode;
 

@@ -55,6 +55,7 @@ fn record(i: u64) -> RequestRecord {
         retry_statuses: Vec::new(),
         failure: None,
         error: None,
+        prompt_block_hashes: Vec::new(),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod metric;
 pub mod offload;
 pub mod seed_panel;
 pub mod state;
+pub mod trace_panel;
 pub mod url;
 pub mod wire;
 pub mod worker;
@@ -105,6 +106,7 @@ pub fn App() -> impl IntoView {
         <main class="page">
             <section class="view" id="view-explorer" class:hidden=move || view.get() != View::Explorer>
                 <explorer::ExplorerView ex=ex/>
+                <trace_panel::TracePanel ex=ex/>
                 <seed_panel::SeedPanel/>
             </section>
             <section class="view" id="view-compare" class:hidden=move || view.get() != View::Compare>

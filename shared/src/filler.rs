@@ -218,6 +218,30 @@ pub fn words<R: WordRng + ?Sized>(n: usize, kind: FillerKind, rng: &mut R) -> St
     out
 }
 
+/// `n` words of `kind` in whole shuffled passes over the corpus: each pass is a fresh random order of every corpus
+/// word once (Fisher–Yates from `rng`), the last pass cut short. Any tokenizer that counts words one by one counts
+/// the same tokens for every whole pass, so the count of such text varies only by the words of its last pass, not
+/// by the luck of the draw: what trace replay's blocks and tokenizer matching's samples use. The first `k` words
+/// of a stream are the same whatever `n ≥ k` is asked.
+pub fn balanced_words<R: WordRng + ?Sized>(n: usize, kind: FillerKind, rng: &mut R) -> String {
+    let words = corpus_vec(kind);
+    let mut out = String::with_capacity(n * 8);
+    let mut order: Vec<usize> = (0..words.len()).collect();
+    let mut left = n;
+    while left > 0 {
+        for i in (1..order.len()).rev() {
+            let j = ((u128::from(rng.next_word_u64()) * (i as u128 + 1)) >> 64) as usize;
+            order.swap(i, j);
+        }
+        for &k in order.iter().take(left) {
+            out.push_str(words[k]);
+            out.push(' ');
+        }
+        left = left.saturating_sub(order.len());
+    }
+    out
+}
+
 /// A run's filler generator: a structure seed, a content nonce and a [`TokenScale`]. See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Filler {

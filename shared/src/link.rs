@@ -76,8 +76,18 @@ impl From<ScenarioError> for LinkError {
     }
 }
 
-/// Encode a scenario as a fragment payload `1.<base64url(zlib(json))>`.
+/// Encode a scenario as a fragment payload `1.<base64url(zlib(json))>`. A trace workload read from a file (it has
+/// a `sha256`) is encoded without its requests: the link names the trace by its content hash and the file stays
+/// with whoever has it (the page asks for it when the link is opened).
 pub fn encode(scenario: &Scenario) -> String {
+    if let Scenario::Engine(e) = scenario
+        && let crate::workload::Workload::Trace(t) = &e.workload
+        && t.sha256.is_some()
+    {
+        let mut e = e.clone();
+        e.workload = crate::workload::Workload::Trace(Box::new(t.without_requests()));
+        return pack(&Scenario::Engine(e).to_value().to_string());
+    }
     pack(&scenario.to_value().to_string())
 }
 
@@ -251,6 +261,30 @@ mod tests {
         assert!(err.to_string().contains("mean_rps"), "{err}");
         let unknown = SEED_FORM.replace("\"closed_loop\"", "\"surprise\": 1, \"closed_loop\"");
         assert!(decode(&pack(&unknown)).unwrap_err().to_string().contains("surprise"));
+    }
+
+    /// A trace read from a file travels as its options and content hash, never its requests.
+    #[test]
+    fn a_trace_file_travels_by_its_hash() {
+        let mut e = crate::presets::default_engine_scenario();
+        let mut t = crate::workload::TraceWorkload::inline(Vec::new());
+        t.path = Some("t.jsonl".into());
+        t.load_text(r#"{"timestamp": 0, "input_length": 900, "output_length": 5, "hash_ids": [1, 2]}"#)
+            .unwrap_or_else(|err| panic!("{err}"));
+        let hash = t.sha256.clone();
+        assert!(!t.requests.is_empty());
+        e.workload = crate::workload::Workload::Trace(Box::new(t));
+        let back = decode(&encode(&Scenario::Engine(e))).unwrap_or_else(|err| panic!("{err}"));
+        let Scenario::Engine(b) = back else { panic!("engine") };
+        let crate::workload::Workload::Trace(bt) = &b.workload else {
+            panic!("trace")
+        };
+        assert!(bt.requests.is_empty() && bt.needs_file());
+        assert_eq!(bt.sha256, hash);
+        // Another file is refused by the hash.
+        let mut other = (**bt).clone();
+        let e = other.load_text(r#"{"timestamp": 0, "input_length": 901, "output_length": 5, "hash_ids": [1, 2]}"#);
+        assert!(e.is_err_and(|e| e.to_string().contains("sha256")));
     }
 
     #[test]

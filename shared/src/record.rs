@@ -113,6 +113,13 @@ pub struct RequestRecord {
     /// Error text when `ok` is false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Live runs: chained hashes of the prompt text sent, in blocks of
+    /// [`crate::workload::mooncake::EXPORT_BLOCK_TOKENS`] designed prose tokens (whitespace-separated words, as
+    /// many as the run's filler uses for that many tokens), the last block partial
+    /// ([`crate::workload::mooncake::text_block_hashes`]): what `loadshape report --export` writes as hash ids.
+    /// Empty (and absent from the JSON) where not recorded: simulated runs, older records.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompt_block_hashes: Vec<u64>,
 }
 
 /// Why a live request failed: [`RequestRecord::failure`], set where the error is made (`error` keeps the text).
@@ -194,6 +201,7 @@ mod tests {
             retry_statuses: Vec::new(),
             failure: None,
             error: None,
+            prompt_block_hashes: Vec::new(),
         }
     }
 

@@ -33,6 +33,7 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         retry_statuses: Vec::new(),
         failure: None,
         error: None,
+        prompt_block_hashes: Vec::new(),
     }
 }
 
@@ -42,6 +43,7 @@ fn failed(session: u64, step: u32, t: f64, wall: f64) -> RequestRecord {
         ttft_s: None,
         gen_tokens: 0,
         error: Some("reset".to_string()),
+        prompt_block_hashes: Vec::new(),
         ..rec(session, step, t, 0.0, wall, 0)
     }
 }

@@ -40,6 +40,7 @@ fn record() -> RequestRecord {
         retry_statuses: Vec::new(),
         failure: None,
         error: None,
+        prompt_block_hashes: Vec::new(),
     }
 }
 

@@ -268,7 +268,10 @@ impl Args {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading the scenario {}", path.display()))?;
-                let scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                let mut scenario =
+                    Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                crate::tracefile::load_traces(&mut scenario, Some(path))
+                    .with_context(|| format!("{}", path.display()))?;
                 let opts = ScenarioOptions {
                     seed: a.seed,
                     max_seconds: a.max_seconds,

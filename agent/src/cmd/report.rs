@@ -4,7 +4,7 @@
 //! Run with `loadshape report run.jsonl [--json] [--ttft-slo-ms 500 --tpot-slo-ms 35]`. Lines that do not parse are
 //! reported with their line numbers and skipped (a torn last line, cut before its newline by a crash, is named as
 //! such), and how many were skipped is said. A `<FILE>.server.json` written by `replay` beside the file is shown
-//! too.
+//! too. `--export mooncake|agentic-mooncake` writes the run as a trace instead (`shared::workload::mooncake`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +30,19 @@ pub struct Args {
     /// TPOT target for goodput, ms.
     #[arg(long, default_value_t = Slo::default().tpot_ms)]
     pub tpot_slo_ms: f64,
+    /// Instead of the report, write the run to standard output as a trace that Mooncake readers (AIPerf, Dynamo,
+    /// SGLang, loadshape's `trace` workload) replay: hash ids over the prompt blocks the run sent (512 tokens).
+    #[arg(long, value_name = "FORMAT")]
+    pub export: Option<ExportFormat>,
+}
+
+/// `--export` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Mooncake JSONL: timestamp, input_length, output_length, hash_ids (and session_id, delay for sessions).
+    Mooncake,
+    /// Dynamo's agentic Mooncake: request_id, session_id, wait_for and delay besides Mooncake's fields.
+    AgenticMooncake,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -44,6 +57,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         eprintln!("{line}");
     }
     anyhow::ensure!(!recs.is_empty(), "{} holds no record", a.file.display());
+    if let Some(format) = a.export {
+        let rows = shared::workload::mooncake::export_records(&recs)
+            .map_err(|e| anyhow::anyhow!("{}: cannot export: {e}", a.file.display()))?;
+        print!(
+            "{}",
+            shared::workload::mooncake::export(&rows, format == ExportFormat::AgenticMooncake)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let summary = metrics::summarize(&recs, &slo);
     let side = sidecar(&a.file, "server.json");
     let server_json = std::fs::read(&side)

@@ -71,7 +71,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("give a scenario FILE (or `-` for stdin), --like RUN.jsonl, or --seed-report");
             };
             let (text, source) = read_input(path)?;
-            (Scenario::from_json(&text).with_context(|| source.clone())?, source)
+            let mut scenario = Scenario::from_json(&text).with_context(|| source.clone())?;
+            let file = (path.as_os_str() != "-").then_some(path.as_path());
+            crate::tracefile::load_traces(&mut scenario, file).with_context(|| source.clone())?;
+            (scenario, source)
         }
     };
     let budget = Budget {
@@ -163,7 +166,7 @@ fn like_scenario(run: &Path, file: Option<&PathBuf>, profile: Option<&str>) -> a
         }
         (None, None) => anyhow::bail!("--like needs a scenario FILE or --profile NAME for the engine to simulate"),
     };
-    base.workload = shared::workload::Workload::Trace(trace);
+    base.workload = shared::workload::Workload::Trace(Box::new(trace));
     // The counterfactuals ask what the arrivals would do one at a time; a replayed trace is about its own run.
     base.counterfactuals = false;
     let source = format!("{} (like)", run.display());

@@ -41,6 +41,7 @@ pub mod sse;
 pub mod summary;
 pub mod tls;
 pub mod tokenizer;
+pub mod trace_run;
 
 pub use run::{Hooks, Interrupt, ReplayOutcome, Verdict, run};
 pub use settings::{ReplaySettings, ScenarioOptions, TargetSettings, Traffic};

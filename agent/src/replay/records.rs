@@ -323,6 +323,7 @@ mod tests {
             retry_statuses: Vec::new(),
             failure: None,
             error: None,
+            prompt_block_hashes: Vec::new(),
         }
     }
 

@@ -283,6 +283,10 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         log: progress.printer(),
         verbose: s.verbose,
         started: AtomicU64::new(0),
+        prompt_block_words: scale.words(
+            u64::from(shared::workload::mooncake::EXPORT_BLOCK_TOKENS),
+            shared::filler::FillerKind::Prose,
+        ),
     });
 
     // The traffic, the deadline, the drain grace, the stop hook and the interrupts.
@@ -311,6 +315,15 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             Traffic::Open(reqs) => {
                 let maker = Arc::new(prompt_maker(&reqs, seed, nonce, scale));
                 runner::run_open_loop(c2, reqs, maker, fail_limit, max_concurrency).await;
+            }
+            Traffic::Trace(trace) => {
+                let prompts = Arc::new(super::trace_run::TracePrompts::new(
+                    seed,
+                    nonce,
+                    trace.hash_block_size(),
+                    scale,
+                ));
+                super::trace_run::run_trace(c2, trace, prompts, fail_limit, max_concurrency).await;
             }
             Traffic::Closed {
                 requests,

@@ -77,6 +77,9 @@ pub struct Ctx {
     pub verbose: bool,
     /// Requests started (each gets exactly one record).
     pub started: AtomicU64,
+    /// Words of a block of `shared::workload::mooncake::EXPORT_BLOCK_TOKENS` designed prose tokens: each record's
+    /// `prompt_block_hashes` cut the prompt there (0: none recorded).
+    pub prompt_block_words: usize,
 }
 
 /// Where a request sits in the workload, for its record.
@@ -107,7 +110,14 @@ impl Ctx {
             .client
             .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
             .await;
-        let rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());
+        let mut rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());
+        if self.prompt_block_words > 0 {
+            let text = match prompt {
+                Prompt::Text(t) => t,
+                Prompt::Conversation(c, _) => c.flat(),
+            };
+            rec.prompt_block_hashes = shared::workload::mooncake::text_block_hashes(text, self.prompt_block_words);
+        }
         if let Err(e) = self.sink.submit(rec) {
             (self.log)(&format!("could not write a record: {e:#}"));
         }
@@ -151,6 +161,7 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         retry_statuses: o.retry_statuses.clone(),
         failure: o.failure,
         error: o.error.clone(),
+        prompt_block_hashes: Vec::new(),
     }
 }
 
@@ -363,13 +374,20 @@ impl PromptMaker {
 }
 
 /// Fail-streak guard for request-level traffic: `limit` consecutive failures abort the run.
-struct FailStreak {
+pub(crate) struct FailStreak {
     current: AtomicU64,
     limit: u64,
 }
 
 impl FailStreak {
-    fn note(&self, ctx: &Ctx, ok: bool) {
+    pub(crate) fn new(limit: u64) -> FailStreak {
+        FailStreak {
+            current: AtomicU64::new(0),
+            limit: limit.max(1),
+        }
+    }
+
+    pub(crate) fn note(&self, ctx: &Ctx, ok: bool) {
         if ok {
             self.current.store(0, Ordering::Relaxed);
             return;

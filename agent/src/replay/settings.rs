@@ -76,6 +76,9 @@ pub enum Traffic {
     Sessions(SessionWorkload),
     /// Each request sent at its arrival time.
     Open(Vec<PlannedRequest>),
+    /// A trace with hash ids or dependencies (`replay::trace_run`): content from the hash ids, dependents sent on
+    /// completion.
+    Trace(std::sync::Arc<shared::workload::TraceWorkload>),
     /// `users` workers, each sending the next request when its previous one ends, after `think_s`.
     Closed {
         requests: Vec<PlannedRequest>,
@@ -91,6 +94,7 @@ impl Traffic {
             Traffic::Sessions(w) => w.slot_count() as usize,
             Traffic::Closed { users, .. } => *users as usize,
             Traffic::Open(reqs) => reqs.len().min(64),
+            Traffic::Trace(t) => t.requests.len().min(64),
         }
     }
 }
@@ -276,6 +280,7 @@ impl ReplaySettings {
                 users: 1,
                 think_s: 0.0,
             },
+            Workload::Trace(t) if t.is_structured() => Traffic::Trace(std::sync::Arc::new((**t).clone())),
             _ => Traffic::Open(planned(&workload, seed)),
         };
         let own = match &workload {

@@ -76,7 +76,8 @@ fn samples(kind: FillerKind, nonce: u64) -> Vec<(usize, String)> {
         .flat_map(|_| [SMALL_TOKENS, LARGE_TOKENS])
         .map(|t| {
             let n = kind.words_for_tokens(t);
-            (n, filler::words(n, kind, &mut rng))
+            // Whole shuffled passes over the corpus: the count measures the corpus' mean, not the draw's luck.
+            (n, filler::balanced_words(n, kind, &mut rng))
         })
         .collect()
 }

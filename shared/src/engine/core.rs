@@ -397,17 +397,16 @@ impl Engine {
         ReqId::new(idx, self.reqs[idx as usize].generation)
     }
 
-    /// Queue a request given as chained block hashes (see [`super::types::PromptBlocks`]). Hashes past the prompt's
-    /// full blocks may describe the output the caller will stream, so that a later prompt resending it hits.
-    /// A request that can never fit (`prompt + output > max_model_len`, or empty) is returned as finished with
-    /// zero tokens at the next [`Self::step`].
-    pub fn submit(&mut self, now_ms: f64, prompt: super::types::PromptBlocks, output_tokens: u32) -> ReqId {
-        let n = prompt.block_hashes.len();
+    /// The chain a prompt given as chained block hashes uses (see [`super::types::PromptBlocks`]): the known chain
+    /// its hashes end on, a child of it for new content, or a new root; hashes seen for the first time are
+    /// remembered. What [`Self::submit`] queues a request on, and the simulator's trace requests too.
+    pub(crate) fn chain_for_blocks(&mut self, block_hashes: &[u64]) -> u32 {
+        let n = block_hashes.len();
         // Longest known prefix of the hash chain.
         let mut known = 0usize;
         let mut at: Option<(u32, u32)> = None;
         while known < n {
-            match self.hashes.get(&prompt.block_hashes[known]) {
+            match self.hashes.get(&block_hashes[known]) {
                 Some(&(c, j)) if (self.kv.chains[c as usize].offset + j) as usize == known => {
                     at = Some((c, j));
                     known += 1;
@@ -415,7 +414,7 @@ impl Engine {
                 _ => break,
             }
         }
-        let chain = match at {
+        match at {
             Some((c, j)) if known == n => {
                 if j + 1 == self.kv.chains[c as usize].limit {
                     c
@@ -428,19 +427,27 @@ impl Engine {
                 // New content after a known prefix: a child chain (chains are never extended in place, so a
                 // request's own output can never be mistaken for someone else's content).
                 let nc = self.kv.new_chain(c, j + 1, (n - known) as u32);
-                for (i, h) in prompt.block_hashes[known..].iter().enumerate() {
+                for (i, h) in block_hashes[known..].iter().enumerate() {
                     self.hashes.entry(*h).or_insert((nc, i as u32));
                 }
                 nc
             }
             None => {
                 let nc = self.kv.new_chain(NONE, 0, n as u32);
-                for (i, h) in prompt.block_hashes.iter().enumerate() {
+                for (i, h) in block_hashes.iter().enumerate() {
                     self.hashes.entry(*h).or_insert((nc, i as u32));
                 }
                 nc
             }
-        };
+        }
+    }
+
+    /// Queue a request given as chained block hashes (see [`super::types::PromptBlocks`]). Hashes past the prompt's
+    /// full blocks may describe the output the caller will stream, so that a later prompt resending it hits.
+    /// A request that can never fit (`prompt + output > max_model_len`, or empty) is returned as finished with
+    /// zero tokens at the next [`Self::step`].
+    pub fn submit(&mut self, now_ms: f64, prompt: super::types::PromptBlocks, output_tokens: u32) -> ReqId {
+        let chain = self.chain_for_blocks(&prompt.block_hashes);
         if !self.fits(prompt.tokens, output_tokens) {
             let id = self.submit_chain(now_ms, chain, prompt.tokens.max(1), output_tokens.max(1), 0, false);
             self.waiting.pop_back();

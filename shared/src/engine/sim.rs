@@ -20,7 +20,8 @@ use super::types::TimelinePoint;
 use super::types::{EngineScenario, SimOptions};
 use crate::metrics::{Slo, Summarizer, Summary};
 use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
-use crate::workload::{PlannedRequest, Requests, SessionPlan, SessionWorkload, Workload};
+use crate::workload::mooncake::engine_block_hashes;
+use crate::workload::{PlannedRequest, Requests, SessionPlan, SessionWorkload, TraceWorkload, Workload};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -98,6 +99,64 @@ enum Source {
         stop_ms: f64,
         aborted: bool,
     },
+    /// A trace with hash ids or dependencies: content keyed by hash id, dependents sent on completion.
+    Trace(Box<TraceRun>),
+}
+
+/// A structured trace's state in a run: the next open-loop request, each request's unfinished dependencies and its
+/// dependents, and which request each record is.
+struct TraceRun {
+    w: TraceWorkload,
+    /// Indices of the requests without dependencies, in arrival order, and the next one to send.
+    roots: Vec<u32>,
+    next_root: usize,
+    /// Dependencies not completed yet, per request.
+    pending: Vec<u32>,
+    /// Requests waiting for each request.
+    dependents: Vec<Vec<u32>>,
+    /// Latest completion among each request's dependencies, ms.
+    ready_ms: Vec<f64>,
+    /// Record index → request index.
+    request_of: Vec<u32>,
+    /// Turns sent so far per trace session (the record's `step`).
+    turns: Vec<u32>,
+    one_at_a_time: bool,
+}
+
+impl TraceRun {
+    fn new(w: &TraceWorkload, one_at_a_time: bool) -> TraceRun {
+        let n = w.requests.len();
+        let mut dependents = vec![Vec::new(); n];
+        let mut pending = vec![0u32; n];
+        let mut roots = Vec::new();
+        for (i, r) in w.requests.iter().enumerate() {
+            pending[i] = r.after.len() as u32;
+            for &d in &r.after {
+                dependents[d as usize].push(i as u32);
+            }
+            // One at a time: every request in file order (its dependencies, earlier in the file, are done).
+            if r.after.is_empty() || one_at_a_time {
+                roots.push(i as u32);
+            }
+        }
+        let sessions = w
+            .requests
+            .iter()
+            .filter_map(|r| r.session)
+            .max()
+            .map_or(0, |s| s as usize + 1);
+        TraceRun {
+            w: w.clone(),
+            roots,
+            next_root: 0,
+            pending,
+            dependents,
+            ready_ms: vec![0.0; n],
+            request_of: Vec::with_capacity(n),
+            turns: vec![0; sessions],
+            one_at_a_time,
+        }
+    }
 }
 
 struct Timeline {
@@ -335,6 +394,7 @@ impl SimLoop<'_> {
             retry_statuses: Vec::new(),
             failure: None,
             error: None,
+            prompt_block_hashes: Vec::new(),
         });
         if fits {
             self.eng
@@ -494,6 +554,18 @@ fn run_with(
                 shared: c.shared_prefix_tokens,
             }
         }
+        (Workload::Trace(t), mode) if t.is_structured() => {
+            let run = TraceRun::new(t, mode == Mode::OneAtATime);
+            if let Some(&first) = run.roots.first() {
+                let t0 = if run.one_at_a_time {
+                    0.0
+                } else {
+                    t.requests[first as usize].arrival_ms
+                };
+                d.push_ev(t0, u32::MAX, false);
+            }
+            Source::Trace(Box::new(run))
+        }
         (w, Mode::AsGiven) => {
             let reqs = w.requests(sc.seed);
             let shared = shared_of(w);
@@ -609,6 +681,23 @@ fn next_time(d: &SimLoop) -> Option<f64> {
 fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_idx: &mut u64) {
     let Some(ev) = d.heap.pop() else { return };
     match src {
+        Source::Trace(run) => {
+            // `u32::MAX`: the next request without dependencies; else the request whose dependencies completed.
+            let i = if ev.slot == u32::MAX {
+                let Some(&i) = run.roots.get(run.next_root) else { return };
+                run.next_root += 1;
+                if !run.one_at_a_time
+                    && let Some(&n) = run.roots.get(run.next_root)
+                {
+                    let t = run.w.requests[n as usize].arrival_ms.max(ev.t_ms);
+                    d.push_ev(t, u32::MAX, false);
+                }
+                i
+            } else {
+                ev.slot
+            };
+            send_trace(d, run, i as usize, ev.t_ms, shared_chain, bs);
+        }
         Source::Open { reqs, shared } => {
             // The heap holds exactly one event: the next arrival.
             if let Some(g) = reqs.next() {
@@ -706,6 +795,46 @@ fn send_gen(d: &mut SimLoop, t_ms: f64, g: PlannedRequest, shared: u32, shared_c
     d.submit(t_ms, chain, prompt, g.output_tokens, true, m)
 }
 
+/// Send trace request `i`: its content as engine blocks keyed by its hash ids (or, without them, the shared-prefix
+/// chain of `send_gen`).
+fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64, shared_chain: u32, bs: u32) {
+    let r = &run.w.requests[i];
+    let step = match r.session {
+        Some(s) => {
+            let k = run.turns[s as usize];
+            run.turns[s as usize] += 1;
+            k
+        }
+        None => 0,
+    };
+    let prompt = r.prompt_tokens();
+    let (chain, release) = if r.hash_ids.is_empty() {
+        let sh = r.shared_prefix_tokens;
+        let c = if sh > 0 {
+            d.eng.new_chain(shared_chain, sh / bs)
+        } else {
+            d.eng.new_chain(NONE, 0)
+        };
+        (c, true)
+    } else {
+        let blocks = engine_block_hashes(r, run.w.hash_block_size(), bs);
+        (d.eng.chain_for_blocks(&blocks), false)
+    };
+    let m = Meta {
+        session: r.session.map_or(i as u64, u64::from),
+        inst: 0,
+        step,
+        steps_asked: 1,
+        base_asked: prompt,
+        designed_cached: u64::from(r.shared_prefix_tokens),
+    };
+    let ri = d.submit(t_ms, chain, prompt, r.output_tokens, release, m);
+    if run.request_of.len() <= ri {
+        run.request_of.resize(ri + 1, u32::MAX);
+    }
+    run.request_of[ri] = i as u32;
+}
+
 fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
     if slot.chain != NONE {
         d.eng.kv.release(slot.chain);
@@ -718,6 +847,25 @@ fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
 fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
     match src {
         Source::Open { .. } => {}
+        Source::Trace(run) => {
+            if run.one_at_a_time {
+                if run.next_root < run.roots.len() {
+                    d.push_ev(t_ms, u32::MAX, false);
+                }
+                return;
+            }
+            // Failed or not, a completion releases the requests waiting for it.
+            let i = run.request_of[ri] as usize;
+            for k in 0..run.dependents[i].len() {
+                let j = run.dependents[i][k] as usize;
+                run.ready_ms[j] = run.ready_ms[j].max(t_ms);
+                run.pending[j] -= 1;
+                if run.pending[j] == 0 {
+                    let r = &run.w.requests[j];
+                    d.push_ev((run.ready_ms[j] + r.delay_ms).max(r.arrival_ms), j as u32, false);
+                }
+            }
+        }
         Source::Closed { think_ms, .. } => {
             let rec = d.records.get_mut(ri);
             let user = rec.inst;

@@ -25,7 +25,7 @@ pub enum Workload {
     /// Closed-loop users.
     ClosedLoop(ClosedLoopWorkload),
     /// Explicit requests (open loop).
-    Trace(TraceWorkload),
+    Trace(Box<TraceWorkload>),
 }
 
 impl Workload {

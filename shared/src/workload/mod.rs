@@ -6,13 +6,15 @@
 //! - `sessions`: agent sessions as the seed's `agent_replay.py` ([`session::SessionWorkload`]);
 //! - `closed_loop`: N users, each sending the next request when the previous finishes ([`open_loop`]);
 //! - `trace`: explicit requests with their arrivals and lengths ([`trace::TraceWorkload`]), e.g. a live run's
-//!   records (`loadshape simulate --like RUN.jsonl`).
+//!   records (`loadshape simulate --like RUN.jsonl`), or a production trace file (Mooncake JSONL, agentic
+//!   Mooncake) read by [`mooncake`], whose hash ids key the content and whose sessions and `wait_for` order it.
 //!
 //! The request plan is made here only (`plan.rs`): [`Workload::requests`] (one request type, [`PlannedRequest`]),
 //! [`Workload::expected_requests`] and [`Workload::concurrency`].
 
 pub mod bursty;
 mod kind;
+pub mod mooncake;
 pub mod open_loop;
 mod plan;
 pub(crate) mod request;
@@ -25,7 +27,7 @@ pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorklo
 pub use plan::Requests;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
-pub use trace::{TraceRequest, TraceWorkload};
+pub use trace::{TraceFormat, TraceRequest, TraceWorkload};
 
 #[cfg(test)]
 mod peak_tests {

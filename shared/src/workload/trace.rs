@@ -1,7 +1,11 @@
 //! `trace`: explicit requests, each with its arrival and lengths ([`TraceWorkload`]): what `loadshape simulate
 //! --like RUN.jsonl` builds from a live run's records ([`TraceWorkload::from_records`]), so the simulator sees the
-//! live run's own arrivals, prompt sizes, cache hits and outputs. An open-loop trace: each request arrives at its
-//! `arrival_ms`, whatever the engine's speed.
+//! live run's own arrivals, prompt sizes, cache hits and outputs; or a production trace file (Mooncake JSONL or
+//! Dynamo's agentic Mooncake, `path`), whose requests carry their block `hash_ids` (content identity) and their
+//! dependencies (`after`: a session's previous turn, `wait_for`). The file is parsed by
+//! [`super::mooncake`] from text the caller read (this crate does no I/O). A request with no dependency arrives at
+//! its `arrival_ms`, whatever the engine's speed; one with dependencies is sent `delay_ms` after the last of them
+//! completes (and not before its `arrival_ms`).
 
 use serde::{Deserialize, Serialize};
 
@@ -10,36 +14,180 @@ use crate::record::RequestRecord;
 
 use super::request::PlannedRequest;
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 /// One request of a trace.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceRequest {
-    /// Arrival after the run's origin, milliseconds.
+    /// Arrival after the run's origin, milliseconds (a request with dependencies: the earliest it is sent).
     pub arrival_ms: f64,
     /// Tokens of the one shared system prompt this request starts with (what the prefix cache can hit).
     #[serde(default)]
     pub shared_prefix_tokens: u32,
-    /// Tokens after the shared prefix.
+    /// Tokens after the shared prefix (with `hash_ids`: the whole prompt, the trace's `input_length`).
     pub unique_prompt_tokens: u32,
     /// Output tokens (forced).
     pub output_tokens: u32,
+    /// The trace's block hash ids: block `i` covers prompt tokens `i·block_size .. (i+1)·block_size` (the last one
+    /// may be partial), and two requests whose lists start alike share exactly those blocks of content. Empty: the
+    /// content is described by `shared_prefix_tokens` alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hash_ids: Vec<u64>,
+    /// Indices of earlier requests this one waits for (a session's previous turn, agentic `wait_for`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<u32>,
+    /// With `after`: milliseconds between the last dependency completing and this request being sent (the trace's
+    /// `delay` plus `tool_wait_ms`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_ms: f64,
+    /// The trace's session (`session_id`, numbered in order of first appearance), if it names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u32>,
 }
 
-/// Explicit requests, in arrival order.
+impl TraceRequest {
+    /// Prompt tokens.
+    pub fn prompt_tokens(&self) -> u64 {
+        u64::from(self.shared_prefix_tokens) + u64::from(self.unique_prompt_tokens)
+    }
+}
+
+/// Which trace file format `path` holds ([`super::mooncake`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`; optional `session_id`,
+    /// `delay`.
+    Mooncake,
+    /// Dynamo's agentic Mooncake: Mooncake's fields plus `request_id`, `wait_for`, `tool_wait_ms`, `branches`,
+    /// `prefix_reset`.
+    #[serde(alias = "agentic-mooncake")]
+    AgenticMooncake,
+}
+
+/// Explicit requests, in arrival order, given inline (`requests`) or read from a trace file (`path` and the
+/// options after it; the agent or the page reads the file and [`TraceWorkload::load_text`] fills `requests`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceWorkload {
+    #[serde(default)]
     pub requests: Vec<TraceRequest>,
+    /// The trace file, relative to the scenario file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The file's format; absent: detected from its first line (`request_id` means agentic Mooncake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<TraceFormat>,
+    /// Tokens per hash block of the trace (default 512, Mooncake's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    /// Multiplies every time of the trace (timestamps and delays): 0.5 replays it twice as fast (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_scale: Option<f64>,
+    /// Keep only the first N requests of the window (default: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u64>,
+    /// Window: only requests whose timestamp is at or after this many seconds of trace time; arrivals then count
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_s: Option<f64>,
+    /// Window: only requests whose timestamp is before this many seconds of trace time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_s: Option<f64>,
+    /// SHA-256 of the trace file's bytes (hex), set when it is loaded: a link names the trace by it, and a file
+    /// given for the link must match it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 impl TraceWorkload {
+    /// Inline requests.
+    pub fn inline(requests: Vec<TraceRequest>) -> TraceWorkload {
+        TraceWorkload {
+            requests,
+            path: None,
+            format: None,
+            block_size: None,
+            time_scale: None,
+            max_requests: None,
+            start_s: None,
+            end_s: None,
+            sha256: None,
+        }
+    }
+
+    /// Tokens per hash block (`block_size`, default 512).
+    pub fn hash_block_size(&self) -> u32 {
+        self.block_size.unwrap_or(512)
+    }
+
+    /// Whether the requests still have to be read from `path` (no request given or loaded yet).
+    pub fn needs_file(&self) -> bool {
+        self.requests.is_empty() && (self.path.is_some() || self.sha256.is_some())
+    }
+
     pub fn validate(&self) -> Result<(), ScenarioError> {
+        if self.block_size == Some(0) {
+            return Err(ScenarioError::field("block_size", "must be >= 1 (got 0)"));
+        }
+        if let Some(t) = self.time_scale
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(ScenarioError::field("time_scale", format!("must be > 0 (got {t})")));
+        }
+        if self.max_requests == Some(0) {
+            return Err(ScenarioError::field("max_requests", "must be >= 1 (got 0)"));
+        }
+        for (name, v) in [("start_s", self.start_s), ("end_s", self.end_s)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(ScenarioError::field(name, format!("must be >= 0 (got {v})")));
+            }
+        }
+        if let (Some(a), Some(b)) = (self.start_s, self.end_s)
+            && b <= a
+        {
+            return Err(ScenarioError::field(
+                "end_s",
+                format!("must be > start_s {a} (got {b})"),
+            ));
+        }
+        if self.needs_file() {
+            // Read later: `loadshape simulate`/`replay` read `path`, the page the file it is given.
+            return Ok(());
+        }
         if self.requests.is_empty() {
-            return Err(ScenarioError::field("requests", "must hold at least one request"));
+            return Err(ScenarioError::field(
+                "requests",
+                "must hold at least one request (or give a trace `path`)",
+            ));
         }
         let mut last = 0.0;
         for (i, r) in self.requests.iter().enumerate() {
-            if !(r.arrival_ms.is_finite() && r.arrival_ms >= last) {
+            if let Some(&d) = r.after.iter().find(|&&d| d as usize >= i) {
+                return Err(ScenarioError::field(
+                    format!("requests[{i}].after"),
+                    format!("must name earlier requests only (got {d})"),
+                ));
+            }
+            if !(r.delay_ms.is_finite() && r.delay_ms >= 0.0) {
+                return Err(ScenarioError::field(
+                    format!("requests[{i}].delay_ms"),
+                    format!("must be >= 0 (got {})", r.delay_ms),
+                ));
+            }
+            if !r.after.is_empty() {
+                if !(r.arrival_ms.is_finite() && r.arrival_ms >= 0.0) {
+                    return Err(ScenarioError::field(
+                        format!("requests[{i}].arrival_ms"),
+                        format!("must be >= 0 (got {})", r.arrival_ms),
+                    ));
+                }
+            } else if !(r.arrival_ms.is_finite() && r.arrival_ms >= last) {
                 return Err(ScenarioError::field(
                     format!("requests[{i}].arrival_ms"),
                     format!(
@@ -47,27 +195,48 @@ impl TraceWorkload {
                         r.arrival_ms
                     ),
                 ));
+            } else {
+                last = r.arrival_ms;
             }
-            last = r.arrival_ms;
             if r.output_tokens == 0 {
                 return Err(ScenarioError::field(
                     format!("requests[{i}].output_tokens"),
                     "must be >= 1 (got 0)",
                 ));
             }
-            if u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens) == 0 {
+            if r.prompt_tokens() == 0 {
                 return Err(ScenarioError::field(
                     format!("requests[{i}]"),
                     "the prompt must be >= 1 token",
+                ));
+            }
+            let bs = u64::from(self.hash_block_size());
+            if (r.hash_ids.len() as u64).saturating_sub(1) * bs >= r.prompt_tokens() {
+                return Err(ScenarioError::field(
+                    format!("requests[{i}].hash_ids"),
+                    format!(
+                        "{} hash ids of {bs} tokens need more than {} prompt tokens (got {})",
+                        r.hash_ids.len(),
+                        (r.hash_ids.len() as u64 - 1) * bs,
+                        r.prompt_tokens()
+                    ),
                 ));
             }
         }
         Ok(())
     }
 
+    /// Whether any request carries hash ids or dependencies (the simulator then keys content by hash id and
+    /// schedules dependents on completion).
+    pub fn is_structured(&self) -> bool {
+        self.requests
+            .iter()
+            .any(|r| !r.hash_ids.is_empty() || !r.after.is_empty())
+    }
+
     /// Requests per second over the span of the arrivals (all the requests when they arrive at once).
     pub fn rate_rps(&self) -> f64 {
-        let span_s = self.requests.last().map_or(0.0, |r| r.arrival_ms) / 1000.0;
+        let span_s = self.requests.iter().map(|r| r.arrival_ms).fold(0.0, f64::max) / 1000.0;
         if span_s > 0.0 {
             self.requests.len() as f64 / span_s
         } else {
@@ -75,7 +244,8 @@ impl TraceWorkload {
         }
     }
 
-    /// The planned requests.
+    /// The planned requests: every request in order (one with dependencies at its `arrival_ms`; the simulator and
+    /// replay send those on completion instead, see [`TraceWorkload::is_structured`]).
     pub fn planned(&self) -> std::vec::IntoIter<PlannedRequest> {
         self.requests
             .iter()
@@ -118,10 +288,14 @@ impl TraceWorkload {
                     shared_prefix_tokens: clamp(cached),
                     unique_prompt_tokens: clamp(prompt - cached),
                     output_tokens: clamp(output).max(1),
+                    hash_ids: Vec::new(),
+                    after: Vec::new(),
+                    delay_ms: 0.0,
+                    session: None,
                 }
             })
             .collect();
-        Some(TraceWorkload { requests })
+        Some(TraceWorkload::inline(requests))
     }
 }
 
