@@ -21,6 +21,8 @@ pub enum Job {
     Compute(#[serde(with = "json_tree")] Value),
     /// One point of the goodput-vs-load sweep ([`crate::compute::sweep_point`]).
     SweepPoint(#[serde(with = "json_tree")] Value),
+    /// The simulated capacity search ([`crate::capacity_panel::capacity_view`]).
+    Capacity(#[serde(with = "json_tree")] Value),
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -97,6 +99,7 @@ mod json_tree {
 pub enum Done {
     Outcome(Result<Outcome, String>),
     Point(Option<SweepPoint>),
+    Capacity(Result<crate::capacity_panel::CapacityView, String>),
 }
 
 impl Job {
@@ -114,6 +117,11 @@ impl Job {
                     .ok()
                     .and_then(|sc| crate::compute::sweep_point(&sc)),
             ),
+            Job::Capacity(v) => Done::Capacity(
+                Scenario::from_value(v.clone())
+                    .map_err(|e| e.to_string())
+                    .and_then(|sc| crate::capacity_panel::capacity_view(&sc)),
+            ),
         }
     }
 
@@ -122,6 +130,7 @@ impl Job {
         match self {
             Job::Compute(_) => Done::Outcome(Err(why.to_string())),
             Job::SweepPoint(_) => Done::Point(None),
+            Job::Capacity(_) => Done::Capacity(Err(why.to_string())),
         }
     }
 }
