@@ -309,3 +309,53 @@ fn preemptions_make_a_level_overloaded() {
     assert_eq!(l.saturation, Saturation::Overloaded);
     assert!(l.engine.kv_peak_use.is_some_and(|u| u > 0.5 && u <= 1.0), "{l:?}");
 }
+
+fn record(t_submit: f64, ttft_s: f64, outcome: &str) -> shared::record::RequestRecord {
+    let mut v = serde_json::json!({
+        "schema": 1, "session": (t_submit * 1000.0) as u64, "inst": 0, "step": 0, "steps_asked": 1,
+        "base_asked": 100, "ok": outcome == "ok", "t_submit": t_submit, "ttft_s": ttft_s, "wall_s": ttft_s + 0.2,
+        "gen_tokens": 11, "asked_tokens": 11, "prompt_tokens": 100, "cached_tokens": 0, "sse_frames": 11,
+        "prompt_chars": 400
+    });
+    match outcome {
+        "cut" => v["error"] = "cut: the run ended".into(),
+        "failed" => v["error"] = "http 500".into(),
+        _ => {}
+    }
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_window_leaves_out_warm_up_drain_and_cut_records() {
+    let goal = Goal::from_slo(&shared::metrics::Slo::default());
+    let side = capacity::EngineSide::default();
+    let mut recs: Vec<_> = (0..100).map(|i| record(f64::from(i), 0.1, "ok")).collect();
+    recs.extend((0..5).map(|_| record(50.0, 0.1, "cut")));
+    // Span 0..99 s: the first 20 % (19.8 s) is warm-up.
+    let l = capacity::score_level(7.0, &recs, &goal, &Window::default(), 0.0, side);
+    assert_eq!((l.scored, l.excluded), (80, 25));
+    assert_eq!(l.summary.completed, 80);
+    assert!(l.pass && l.saturation == Saturation::Stable, "{l:?}");
+    // A level of 50 s: nothing submitted after it is scored.
+    let w = Window {
+        warmup_fraction: 0.2,
+        end_s: Some(50.0),
+    };
+    let l = capacity::score_level(7.0, &recs, &goal, &w, 0.0, side);
+    assert_eq!(l.scored, 41, "10..=50");
+    // A ramp longer than the fraction sets the warm-up, capped at half the span.
+    let l = capacity::score_level(7.0, &recs, &goal, &Window::default(), 40.0, side);
+    assert_eq!(l.scored, 60, "40..=99");
+    let l = capacity::score_level(7.0, &recs, &goal, &Window::default(), 80.0, side);
+    assert_eq!(l.scored, 50, "49.5..=99");
+    // A failure in the window: overloaded; a growing TTFT: backlogged.
+    let mut failing = recs.clone();
+    failing.push(record(60.0, 0.1, "failed"));
+    let l = capacity::score_level(7.0, &failing, &goal, &Window::default(), 0.0, side);
+    assert_eq!((l.saturation, l.summary.failed), (Saturation::Overloaded, 1));
+    let growing: Vec<_> = (0..100)
+        .map(|i| record(f64::from(i), 0.05 + 0.01 * f64::from(i), "ok"))
+        .collect();
+    let l = capacity::score_level(7.0, &growing, &goal, &Window::default(), 0.0, side);
+    assert_eq!(l.saturation, Saturation::Backlogged, "{l:?}");
+}
