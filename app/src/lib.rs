@@ -11,6 +11,7 @@
 
 pub mod agent_ws;
 pub mod capacity_panel;
+pub mod capacity_view;
 pub mod charts;
 pub mod compare;
 pub mod compute;

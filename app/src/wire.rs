@@ -21,7 +21,7 @@ pub enum Job {
     Compute(#[serde(with = "json_tree")] Value),
     /// One point of the goodput-vs-load sweep ([`crate::compute::sweep_point`]).
     SweepPoint(#[serde(with = "json_tree")] Value),
-    /// The simulated capacity search ([`crate::capacity_panel::capacity_view`]).
+    /// The simulated capacity search ([`crate::capacity_view::capacity_view`]).
     Capacity(#[serde(with = "json_tree")] Value),
 }
 
@@ -99,7 +99,7 @@ mod json_tree {
 pub enum Done {
     Outcome(Result<Outcome, String>),
     Point(Option<SweepPoint>),
-    Capacity(Result<crate::capacity_panel::CapacityView, String>),
+    Capacity(Result<crate::capacity_view::CapacityView, String>),
 }
 
 impl Job {
@@ -120,7 +120,7 @@ impl Job {
             Job::Capacity(v) => Done::Capacity(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::capacity_panel::capacity_view(&sc)),
+                    .and_then(|sc| crate::capacity_view::capacity_view(&sc)),
             ),
         }
     }
