@@ -232,6 +232,20 @@ async fn live_search_matches_the_simulator_and_the_guide_saves_levels() {
     assert_eq!(g, 2, "guided: {:?}", loads(&guided, "levels"));
     assert!(g < p, "guided {g} levels, unguided {p}: {:?}", loads(&plain, "levels"));
     assert_eq!(plain["unguided_levels_simulated"].as_u64(), Some(5));
+    // 8 users: every 2nd request waits a whole request for a slot, so the level is clearly failing and stops
+    // before its 40 requests are done (in-flight ones are cut and recorded).
+    let eight = plain["levels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|l| l["load"] == 8.0);
+    let eight = eight.unwrap_or_else(|| panic!("no level of 8: {:?}", loads(&plain, "levels")));
+    assert_eq!(eight["stopped_early"], true, "{eight}");
+    assert_eq!(eight["pass"], false);
+    assert!(
+        eight["summary"]["completed"].as_u64().is_some_and(|n| n < 40),
+        "{eight}"
+    );
     // One record file per level run, and the report, in each run folder.
     assert_eq!(record_files(&guided_dir) as u64, g);
     assert_eq!(record_files(&plain_dir) as u64, p);
