@@ -299,3 +299,45 @@ async fn live_sessions_search_with_repeats_keeps_every_run() {
         assert_eq!(l["records"].as_array().map(Vec::len), Some(2), "{l}");
     }
 }
+
+/// An open-loop rate live, guided: the knob is `rate_rps` and the live capacity is the simulator's within one
+/// resolution step (1 rps here: the knee of Poisson arrivals is soft, near 5 rps for 4 slots of 0.65 s requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_rate_search_matches_the_simulator_within_a_step() {
+    let (url, _stop) = start().await;
+    let dir = tmp("rate");
+    let s = write_scenario(
+        &dir,
+        json!({"kind": "poisson", "num_requests": 60, "rate_rps": 3.0,
+               "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}}),
+    );
+    let out = dir.join("run");
+    let v = capacity::capacity(&args(&[
+        "--scenario",
+        s.to_str().unwrap_or(""),
+        "--url",
+        &url,
+        "--out",
+        out.to_str().unwrap_or(""),
+        "--resolution",
+        "1",
+        "--min",
+        "0.5",
+        "--max",
+        "20",
+        "--json",
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(v["knob"], "rate_rps");
+    let sim = v["simulated_capacity"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    let live = v["capacity"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{:?}", loads(&v, "levels")));
+    assert!(
+        (live - sim).abs() <= 1.0 + 1e-9,
+        "live {live} vs simulated {sim}: {:?}",
+        loads(&v, "levels")
+    );
+    assert_eq!(record_files(&out) as u64, v["levels_run"].as_u64().unwrap_or(0));
+}
