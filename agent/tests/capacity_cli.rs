@@ -78,6 +78,23 @@ async fn start() -> (String, tokio::sync::oneshot::Sender<()>) {
     (format!("http://{addr}/v1"), tx)
 }
 
+/// `capacity --scenario S --url URL --out OUT --json EXTRA...`, run in-process.
+async fn live(scenario: &Path, url: &str, out: &Path, extra: &[&str]) -> Value {
+    let mut argv = vec![
+        "--scenario",
+        scenario.to_str().unwrap_or(""),
+        "--url",
+        url,
+        "--out",
+        out.to_str().unwrap_or(""),
+        "--json",
+    ];
+    argv.extend_from_slice(extra);
+    capacity::capacity(&args(&argv))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"))
+}
+
 fn loads(v: &Value, key: &str) -> Vec<f64> {
     v[key]
         .as_array()
@@ -180,32 +197,10 @@ async fn live_search_matches_the_simulator_and_the_guide_saves_levels() {
     let (url, _stop) = start().await;
     let dir = tmp("live");
     let s = closed_loop(&dir, 40);
-    let s = s.to_str().unwrap_or("");
     let guided_dir = dir.join("guided");
     let plain_dir = dir.join("plain");
-    let guided = capacity::capacity(&args(&[
-        "--scenario",
-        s,
-        "--url",
-        &url,
-        "--out",
-        guided_dir.to_str().unwrap_or(""),
-        "--json",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
-    let plain = capacity::capacity(&args(&[
-        "--scenario",
-        s,
-        "--url",
-        &url,
-        "--out",
-        plain_dir.to_str().unwrap_or(""),
-        "--no-guide",
-        "--json",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    let guided = live(&s, &url, &guided_dir, &[]).await;
+    let plain = live(&s, &url, &plain_dir, &["--no-guide"]).await;
     let sim = guided["simulated_capacity"]
         .as_f64()
         .unwrap_or_else(|| panic!("{guided}"));
@@ -257,7 +252,7 @@ async fn live_search_matches_the_simulator_and_the_guide_saves_levels() {
     );
 }
 
-/// Sessions live, each level capped by `--duration` and run twice (`--repeat 2`): a record file per run, the
+/// Sessions live, each level capped at 8 s by `--duration` (the scenario says 30 s) and run twice (`--repeat 2`): a record file per run, the
 /// spread per level, and the capacity of the simulator within one step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_sessions_search_with_repeats_keeps_every_run() {
@@ -266,25 +261,17 @@ async fn live_sessions_search_with_repeats_keeps_every_run() {
     let s = write_scenario(
         &dir,
         json!({"kind": "sessions", "sessions": 2, "steps": 40, "base_tokens": 200, "gen_tokens": 40,
-               "tool_tokens": 20, "think_s": 0.0, "spread": 0.0, "stagger_s": 0.1, "duration_s": 8.0,
+               "tool_tokens": 20, "think_s": 0.0, "spread": 0.0, "stagger_s": 0.1, "duration_s": 30.0,
                "drain": true, "drain_grace_s": 5.0, "task_tokens": 16}),
     );
     let out = dir.join("run");
-    let v = capacity::capacity(&args(&[
-        "--scenario",
-        s.to_str().unwrap_or(""),
-        "--url",
+    let v = live(
+        &s,
         &url,
-        "--out",
-        out.to_str().unwrap_or(""),
-        "--repeat",
-        "2",
-        "--goal",
-        "ttft_ms=300",
-        "--json",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
+        &out,
+        &["--repeat", "2", "--goal", "ttft_ms=300", "--duration", "8"],
+    )
+    .await;
     let sim = v["simulated_capacity"].as_f64().unwrap_or_else(|| panic!("{v}"));
     assert_eq!(sim, 4.0, "{:?}", loads(&v, "simulated_levels"));
     let live = v["capacity"]
@@ -312,23 +299,7 @@ async fn live_rate_search_matches_the_simulator_within_a_step() {
                "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}}),
     );
     let out = dir.join("run");
-    let v = capacity::capacity(&args(&[
-        "--scenario",
-        s.to_str().unwrap_or(""),
-        "--url",
-        &url,
-        "--out",
-        out.to_str().unwrap_or(""),
-        "--resolution",
-        "1",
-        "--min",
-        "0.5",
-        "--max",
-        "20",
-        "--json",
-    ]))
-    .await
-    .unwrap_or_else(|e| panic!("{e:#}"));
+    let v = live(&s, &url, &out, &["--resolution", "1", "--min", "0.5", "--max", "20"]).await;
     assert_eq!(v["knob"], "rate_rps");
     let sim = v["simulated_capacity"].as_f64().unwrap_or_else(|| panic!("{v}"));
     let live = v["capacity"]

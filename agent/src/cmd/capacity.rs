@@ -132,12 +132,20 @@ fn parse_goal(a: &Args, slo: &metrics::Slo) -> anyhow::Result<Goal> {
 fn resolve(a: &Args) -> anyhow::Result<(EngineScenario, CapacitySpec, Knob, f64, Bounds)> {
     let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {}", a.scenario.display()))?;
     let scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.scenario.display()))?;
-    let Scenario::Engine(e) = scenario else {
+    let Scenario::Engine(mut e) = scenario else {
         anyhow::bail!(
             "{}: model must be \"engine\" for a capacity search (the seed model has no knob to scale)",
             a.scenario.display()
         );
     };
+    // A sessions level lasts `--duration` live: the simulated levels last as long (open- and closed-loop plans
+    // are sized by requests, which the simulator runs whole).
+    if let (Some(d), shared::workload::Workload::Sessions(w)) = (a.duration, &mut e.workload)
+        && d.is_finite()
+        && d > 0.0
+    {
+        w.duration_s = w.duration_s.min(d);
+    }
     let knob = a
         .knob
         .as_deref()
