@@ -36,9 +36,9 @@ use crate::workload::Workload;
 
 /// The number of a workload a capacity search scales.
 ///
-/// Adding a knob is one variant here and one arm in `Knob::slot` (e.g. a trace's `time_scale`:
-/// `(Knob::TimeScale, Workload::Trace(t)) => Some(Slot::Real(&mut t.time_scale))`); reading, writing, rounding and
-/// the error for a workload without it all go through `slot`.
+/// Adding a knob is a variant here, its name in [`Knob::name`] and [`Knob::ALL`], and one arm in `Knob::slot`
+/// (e.g. a trace's `time_scale`: `(Knob::TimeScale, Workload::Trace(t)) => Some(Slot::Real(&mut t.time_scale))`);
+/// reading, writing, rounding, the default knob and the error for a workload without it all go through `slot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Knob {
