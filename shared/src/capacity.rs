@@ -79,7 +79,10 @@ impl Knob {
         Knob::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
             ScenarioError::field(
                 "knob",
-                format!("must be one of \"sessions\", \"users\", \"rate_rps\" (got \"{name}\")"),
+                format!(
+                    "must be one of {} (got \"{name}\")",
+                    Knob::ALL.map(|k| format!("\"{}\"", k.name())).join(", ")
+                ),
             )
         })
     }
