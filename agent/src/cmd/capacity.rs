@@ -173,6 +173,12 @@ fn resolve(a: &Args) -> anyhow::Result<(EngineScenario, CapacitySpec, Knob, f64,
 
 /// Everything `capacity` prints with `--json` (tests call this).
 pub async fn capacity(a: &Args) -> anyhow::Result<Value> {
+    capacity_until(a, None).await
+}
+
+/// [`capacity`], ended early when `interrupt` turns true: the running level is cut (its records kept), no further
+/// level starts, and the report says so in `notes`.
+pub async fn capacity_until(a: &Args, interrupt: Option<tokio::sync::watch::Receiver<bool>>) -> anyhow::Result<Value> {
     let (scenario, spec, knob, current, bounds) = resolve(a)?;
     let simulated =
         capacity::search_simulated(&scenario, &spec, None).map_err(|e| anyhow::anyhow!("simulated search: {e}"))?;
@@ -213,12 +219,24 @@ pub async fn capacity(a: &Args) -> anyhow::Result<Value> {
         knob,
         dir: &dir,
         model: a.model.clone(),
+        interrupt,
     };
     let mut levels: Vec<LiveLevel> = Vec::new();
+    let mut interrupted = false;
     while let Some(load) = search.next_level() {
         let level = live.level(levels.len(), load).await?;
+        if live.interrupted() {
+            // A cut level says nothing about the load: kept in the table, not in the search.
+            interrupted = true;
+            levels.push(level);
+            break;
+        }
         search.record(load, level.level.pass);
         levels.push(level);
+    }
+    let mut notes = search.notes();
+    if interrupted {
+        notes.push("interrupted: the last level was cut and does not count".to_string());
     }
     let unguided = unguided_levels(&scenario, &spec, knob, current, bounds);
     let report = json!({
@@ -230,7 +248,7 @@ pub async fn capacity(a: &Args) -> anyhow::Result<Value> {
         "goal": spec.goal,
         "strategy": strategy,
         "guided": matches!(strategy, Strategy::Bracket { .. }),
-        "notes": search.notes(),
+        "notes": notes,
         "simulated_capacity": simulated.capacity,
         "simulated_levels": simulated.levels,
         "unguided_levels_simulated": unguided,
@@ -272,9 +290,14 @@ struct LiveRun<'a> {
     knob: Knob,
     dir: &'a Path,
     model: Option<String>,
+    interrupt: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl LiveRun<'_> {
+    fn interrupted(&self) -> bool {
+        self.interrupt.as_ref().is_some_and(|r| *r.borrow())
+    }
+
     async fn level(&mut self, index: usize, load: f64) -> anyhow::Result<LiveLevel> {
         let level = capacity::level_scenario(self.scenario, self.knob, load).map_err(|e| anyhow::anyhow!("{e}"))?;
         let ramp = capacity::ramp_s(&level.workload);
@@ -296,6 +319,9 @@ impl LiveRun<'_> {
         };
         let mut runs = Vec::new();
         for rep in 0..self.a.repeat {
+            if rep > 0 && self.interrupted() {
+                break;
+            }
             let name = if self.a.repeat > 1 {
                 format!("level-{:02}-{}-r{}.jsonl", index + 1, fmt_load(load), rep + 1)
             } else {
@@ -395,6 +421,21 @@ impl LiveRun<'_> {
                 }
             })
         };
+        // An interrupt of the whole search cuts this level too.
+        let forward = self.interrupt.clone().map(|mut rx| {
+            let stop_tx = stop_tx.clone();
+            tokio::spawn(async move {
+                while rx.changed().await.is_ok() {
+                    if *rx.borrow() {
+                        let _ = stop_tx.send(true);
+                        return;
+                    }
+                }
+            })
+        });
+        if self.interrupted() {
+            let _ = stop_tx.send(true);
+        }
         let log: replay::run::LogFn = Arc::new(|_line: &str| {});
         let outcome = replay::run(
             s,
@@ -407,6 +448,9 @@ impl LiveRun<'_> {
         )
         .await
         .with_context(|| format!("live level {}", out.display()))?;
+        if let Some(task) = forward {
+            task.abort();
+        }
         anyhow::ensure!(
             !outcome.summary.aborted,
             "the server stopped answering (fail streak) during {}; records kept there",
@@ -414,7 +458,7 @@ impl LiveRun<'_> {
         );
         // Later levels reuse the model the first one found.
         self.model = Some(outcome.summary.model.clone());
-        let stopped = *stop_tx.borrow();
+        let stopped = *stop_tx.borrow() && !self.interrupted();
         Ok((outcome.records, stopped))
     }
 }
@@ -471,7 +515,7 @@ pub fn render(r: &Value) -> String {
     let knob = r.get("knob").and_then(Value::as_str).unwrap_or("?");
     let cap = |v: Option<&Value>| match v.and_then(Value::as_f64) {
         Some(c) => format!("{knob} = {}", fmt_load(c)),
-        None => "none (even the lowest load fails)".to_string(),
+        None => "none (see the notes)".to_string(),
     };
     let levels = |k: &str| r.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
     let mut out = String::new();
@@ -532,11 +576,35 @@ pub fn render(r: &Value) -> String {
 }
 
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let out = capacity(&a).await?;
+    if a.url.is_none() {
+        let out = capacity(&a).await?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        } else {
+            print!("{}", render(&out));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Live: SIGINT/SIGTERM end the search after cutting the running level (records and capacity.json are written).
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let mut signals = super::signals::Signals::new()?;
+    let watcher = tokio::spawn(async move {
+        let sig = signals.recv().await;
+        let _ = tx.send(true);
+        sig
+    });
+    let out = capacity_until(&a, Some(rx)).await;
+    let code = if watcher.is_finished() {
+        watcher.await.ok().map(|sig| ExitCode::from(sig.exit_code))
+    } else {
+        watcher.abort();
+        None
+    };
+    let out = out?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print!("{}", render(&out));
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code.unwrap_or(ExitCode::SUCCESS))
 }
