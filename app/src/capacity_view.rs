@@ -70,3 +70,49 @@ pub fn capacity_view(sc: &Scenario) -> Result<CapacityView, String> {
         notes: r.notes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+    use crate::wire::{Done, Job, decode_done, encode_done};
+
+    fn knee() -> Scenario {
+        let v = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "closed_loop", "users": 2, "num_requests": 200,
+                         "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 20}},
+            "profile": {"name": "knee", "basis": "test", "block_size": 16, "num_kv_blocks": 20000,
+                        "max_num_seqs": 4, "max_num_batched_tokens": 8192, "step_fixed_ms": 15.0,
+                        "per_seq_ms": 0.5, "per_ctx_token_ms": 0.0, "prefill_tokens_per_ms": 20.0,
+                        "prefill_fixed_ms": 5.0},
+            "slo": {"ttft_ms": 150.0, "tpot_ms": 35.0}, "seed": 3, "counterfactuals": false
+        });
+        Scenario::from_value(v).expect("a valid scenario")
+    }
+
+    #[test]
+    fn the_card_shows_the_shared_search_and_crosses_the_worker_exactly() {
+        let sc = knee();
+        let done = Job::Capacity(sc.to_value()).run();
+        let Done::Capacity(Ok(view)) = &done else {
+            panic!("a capacity view: {done:?}")
+        };
+        assert_eq!((view.knob.as_str(), view.capacity), ("users", Some(4.0)));
+        let loads: Vec<f64> = view.levels.iter().map(|l| l.load).collect();
+        assert_eq!(loads, vec![2.0, 4.0, 8.0, 6.0, 5.0]);
+        assert!(view.levels.iter().all(|l| l.pass == (l.load <= 4.0)));
+        assert_eq!(
+            decode_done(&encode_done(4, 1.5, 0.0, &done)),
+            Ok((4, 1.5, 0.0, done.clone()))
+        );
+        // The seed model has no knob: a message, not a panic.
+        let seed = Job::Capacity(shared::presets::default_scenario().to_value()).run();
+        assert!(
+            matches!(seed, Done::Capacity(Err(ref e)) if e.contains("engine model")),
+            "{seed:?}"
+        );
+    }
+}
