@@ -41,6 +41,8 @@ pub enum Command {
     Calibrate(cmd::calibrate::Args),
     /// Simulate a scenario with a profile and compare with live runs.
     Predict(cmd::predict::Args),
+    /// The most sessions, users or rate a deployment serves within its SLOs: in the simulator, then live.
+    Capacity(cmd::capacity::Args),
 }
 
 /// Execute a parsed command line. Errors are printed once, here, with their context chain.
@@ -56,6 +58,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::SimServer(args) => block_on(cmd::sim_server::run(args)),
         Command::Calibrate(args) => block_on(cmd::calibrate::run(args)),
         Command::Predict(args) => cmd::predict::run(args),
+        Command::Capacity(args) => block_on(cmd::capacity::run(args)),
     };
     match result {
         Ok(code) => code,

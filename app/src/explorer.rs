@@ -46,6 +46,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
                 <ChartsGrid ex=ex/>
+                <crate::capacity_panel::CapacityCard ex=ex/>
                 <Diagnostics ex=ex/>
                 <AllMetrics ex=ex/>
             </div>

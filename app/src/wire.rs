@@ -25,6 +25,8 @@ pub enum Job {
     /// scenario, the window's end (s), and whether requests running at its end are cut records (the live run has
     /// ended) rather than not yet recorded (it is still going).
     ComputeWindow(#[serde(with = "json_tree")] Value, f64, bool),
+    /// The simulated capacity search ([`crate::capacity_view::capacity_view`]).
+    Capacity(#[serde(with = "json_tree")] Value),
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -101,6 +103,7 @@ mod json_tree {
 pub enum Done {
     Outcome(Result<Outcome, String>),
     Point(Option<SweepPoint>),
+    Capacity(Result<crate::capacity_view::CapacityView, String>),
 }
 
 impl Job {
@@ -130,6 +133,11 @@ impl Job {
                         .and_then(|sc| crate::compute::compute_window(&sc, *end_s, in_flight)),
                 )
             }
+            Job::Capacity(v) => Done::Capacity(
+                Scenario::from_value(v.clone())
+                    .map_err(|e| e.to_string())
+                    .and_then(|sc| crate::capacity_view::capacity_view(&sc)),
+            ),
         }
     }
 
@@ -138,6 +146,7 @@ impl Job {
         match self {
             Job::Compute(_) | Job::ComputeWindow(..) => Done::Outcome(Err(why.to_string())),
             Job::SweepPoint(_) => Done::Point(None),
+            Job::Capacity(_) => Done::Capacity(Err(why.to_string())),
         }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod budget;
 pub mod calibrate;
+pub mod capacity;
 pub mod engine;
 pub mod error;
 pub mod filler;

@@ -2,6 +2,7 @@
 //! the SIGINT/SIGTERM stream `replay` and `serve` share.
 
 pub mod calibrate;
+pub mod capacity;
 pub mod ladder;
 pub mod link;
 pub mod predict;
