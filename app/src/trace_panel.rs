@@ -73,7 +73,7 @@ pub fn TracePanel(ex: Explorer) -> impl IntoView {
                         };
                         let mut json = ex.json.get_untracked();
                         if json.get("model").and_then(Value::as_str) != Some("engine") {
-                            json = crate::compute::default_scenario();
+                            json = shared::scenario::Scenario::Engine(shared::presets::default_engine_scenario()).to_value();
                         }
                         match load(&json, &name, &bytes) {
                             Ok(t) => {
