@@ -9,7 +9,8 @@
 //!   records (`loadshape simulate --like RUN.jsonl`).
 //!
 //! The request plan is made here only (`plan.rs`): [`Workload::requests`] (one request type, [`PlannedRequest`]),
-//! [`Workload::expected_requests`] and [`Workload::concurrency`].
+//! [`Workload::expected_requests`] and [`Workload::concurrency`]; its deterministic shards (`replay --shard I/N`)
+//! in `shard.rs` ([`Workload::shard`]).
 
 pub mod bursty;
 mod kind;
@@ -17,6 +18,7 @@ pub mod open_loop;
 mod plan;
 pub(crate) mod request;
 pub mod session;
+pub mod shard;
 pub mod trace;
 
 pub use bursty::{BurstyTrace, BurstyWorkload};
@@ -25,6 +27,7 @@ pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorklo
 pub use plan::Requests;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
+pub use shard::{Shard, ShardError, ShardPlan, ShardUnit};
 pub use trace::{TraceRequest, TraceWorkload};
 
 #[cfg(test)]
