@@ -12,6 +12,7 @@ pub mod calibrate;
 pub mod engine;
 pub mod error;
 pub mod filler;
+pub mod hist;
 pub mod ladder;
 pub mod link;
 pub mod metrics;

@@ -125,6 +125,11 @@ impl Shard {
         self.owns(index % u64::from(users.max(1)))
     }
 
+    /// Closed loop: the users that have a request, `min(users, requests)` (at least 1): what a shard splits.
+    pub fn closed_loop_users(users: u32, requests: u64) -> u32 {
+        users.min(u32::try_from(requests).unwrap_or(u32::MAX)).max(1)
+    }
+
     /// Closed loop: how many of `users` users this shard runs.
     pub fn users(self, users: u32) -> u32 {
         self.slots(users).count() as u32
@@ -178,7 +183,10 @@ impl Workload {
     pub fn shard_units(&self) -> (ShardUnit, u64) {
         match self {
             Workload::Sessions(s) => (ShardUnit::Slots, u64::from(s.slot_count())),
-            Workload::ClosedLoop(_) => (ShardUnit::Users, u64::from(self.concurrency().unwrap_or(1))),
+            Workload::ClosedLoop(c) => (
+                ShardUnit::Users,
+                u64::from(Shard::closed_loop_users(c.users, c.num_requests)),
+            ),
             _ => (ShardUnit::Requests, self.expected_requests()),
         }
     }
