@@ -149,7 +149,11 @@ fn record(h: &mut Histogram<u64>, v: u64, count: u64) {
 
 /// Milliseconds as whole nanoseconds (negative and non-finite values, which no record should carry, as 0).
 fn ns(ms: f64) -> u64 {
-    if ms.is_finite() && ms > 0.0 { (ms * 1e6).round() as u64 } else { 0 }
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1e6).round() as u64
+    } else {
+        0
+    }
 }
 
 impl Mergeable {
@@ -338,13 +342,31 @@ impl Mergeable {
         };
         let [ttft, tpot, itl, e2el] = &self.hists;
         if !ttft.is_empty() {
-            (s.ttft_mean_ms, s.ttft_p50_ms, s.ttft_p90_ms, s.ttft_p95_ms, s.ttft_p99_ms) = stats(ttft);
+            (
+                s.ttft_mean_ms,
+                s.ttft_p50_ms,
+                s.ttft_p90_ms,
+                s.ttft_p95_ms,
+                s.ttft_p99_ms,
+            ) = stats(ttft);
         }
         if !tpot.is_empty() {
-            (s.tpot_mean_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p95_ms, s.tpot_p99_ms) = stats(tpot);
+            (
+                s.tpot_mean_ms,
+                s.tpot_p50_ms,
+                s.tpot_p90_ms,
+                s.tpot_p95_ms,
+                s.tpot_p99_ms,
+            ) = stats(tpot);
         }
         if !e2el.is_empty() {
-            (s.e2el_mean_ms, s.e2el_p50_ms, s.e2el_p90_ms, s.e2el_p95_ms, s.e2el_p99_ms) = stats(e2el);
+            (
+                s.e2el_mean_ms,
+                s.e2el_p50_ms,
+                s.e2el_p90_ms,
+                s.e2el_p95_ms,
+                s.e2el_p99_ms,
+            ) = stats(e2el);
         }
         if !itl.is_empty() {
             let (m, p50, p90, p95, p99) = stats(itl);
@@ -377,7 +399,11 @@ pub fn decode(bytes: &[u8]) -> Result<Histogram<u64>, HistError> {
 /// relative amount (each value at its bucket's middle).
 pub fn within_bound(exact: f64, h: f64, is_mean: bool) -> bool {
     let slack = exact.abs() * RELATIVE_BOUND + ABSOLUTE_BOUND_MS;
-    let low = if is_mean { exact - slack } else { exact - ABSOLUTE_BOUND_MS };
+    let low = if is_mean {
+        exact - slack
+    } else {
+        exact - ABSOLUTE_BOUND_MS
+    };
     h >= low - 1e-12 && h <= exact + slack + 1e-12
 }
 
@@ -456,7 +482,13 @@ mod tests {
         let exact = summarize(&all, &slo);
         let h = whole.summary();
         assert_eq!(
-            (h.completed, h.failed, h.total_input_tokens, h.total_output_tokens, h.sessions),
+            (
+                h.completed,
+                h.failed,
+                h.total_input_tokens,
+                h.total_output_tokens,
+                h.sessions
+            ),
             (
                 exact.completed,
                 exact.failed,
@@ -497,8 +529,19 @@ mod tests {
     #[test]
     fn different_slos_do_not_merge_and_bad_bytes_are_named() {
         let a = Mergeable::of(&[rec(1, true)], &Slo::default());
-        let mut b = Mergeable::of(&[rec(2, true)], &Slo { ttft_ms: 1.0, ..Slo::default() });
+        let mut b = Mergeable::of(
+            &[rec(2, true)],
+            &Slo {
+                ttft_ms: 1.0,
+                ..Slo::default()
+            },
+        );
         assert!(matches!(b.merge(&a, 0.0), Err(HistError::SloMismatch { .. })));
-        assert!(decode(b"not a histogram").unwrap_err().to_string().contains("HdrHistogram"));
+        assert!(
+            decode(b"not a histogram")
+                .unwrap_err()
+                .to_string()
+                .contains("HdrHistogram")
+        );
     }
 }

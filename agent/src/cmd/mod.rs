@@ -4,6 +4,7 @@
 pub mod calibrate;
 pub mod ladder;
 pub mod link;
+pub mod merge;
 pub mod predict;
 pub mod replay;
 pub mod report;

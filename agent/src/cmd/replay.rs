@@ -405,7 +405,10 @@ pub fn shard_out(out: &std::path::Path, shard: Shard) -> PathBuf {
     let tag = format!("shard-{}-of-{}", shard.index, shard.count);
     let name = match (out.file_stem(), out.extension()) {
         (Some(stem), Some(ext)) => format!("{}.{tag}.{}", stem.to_string_lossy(), ext.to_string_lossy()),
-        _ => format!("{}.{tag}", out.file_name().map_or("run".into(), |n| n.to_string_lossy())),
+        _ => format!(
+            "{}.{tag}",
+            out.file_name().map_or("run".into(), |n| n.to_string_lossy())
+        ),
     };
     out.with_file_name(name)
 }

@@ -443,7 +443,10 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         write_sidecar(&summary::sidecar(&s.out, "counters.json"), &stats.counters, &note);
         for (metric, h) in stats.histograms() {
             let path = summary::sidecar(&s.out, &format!("{}.hdr", metric.name()));
-            if let Err(e) = shared::hist::encode(h).map_err(std::io::Error::other).and_then(|b| std::fs::write(&path, b)) {
+            if let Err(e) = shared::hist::encode(h)
+                .map_err(std::io::Error::other)
+                .and_then(|b| std::fs::write(&path, b))
+            {
                 note(&format!("could not write {}: {e}", path.display()));
             }
         }
