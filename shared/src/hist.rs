@@ -436,7 +436,7 @@ mod tests {
             sse_frames: 1 + i % 300,
             prompt_chars: 4000,
             queue_s: None,
-            itl: (i % 300 > 0).then_some(ItlSummary {
+            itl: (!i.is_multiple_of(300)).then_some(ItlSummary {
                 mean_ms: x * 0.37,
                 p50_ms: 0.0,
                 p99_ms: 0.0,
