@@ -44,7 +44,10 @@ fn main() -> anyhow::Result<()> {
         let stats = Mergeable::of(part, &slo);
         std::fs::write(side("counters.json"), serde_json::to_vec(&stats.counters)?)?;
         for (m, h) in stats.histograms() {
-            std::fs::write(side(&format!("{}.hdr", m.name())), hist::encode(h).map_err(anyhow::Error::msg)?)?;
+            std::fs::write(
+                side(&format!("{}.hdr", m.name())),
+                hist::encode(h).map_err(anyhow::Error::msg)?,
+            )?;
         }
     }
     Ok(())

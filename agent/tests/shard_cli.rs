@@ -358,6 +358,7 @@ async fn sharded_sessions_merge_to_the_single_run() {
     let (code, v) = merge(&[&shards], &[]).await;
     assert_eq!(code, 3);
     assert!(v["missing"].to_string().contains("no summary.json"), "{v}");
+    let _ = std::fs::remove_dir_all(shards.parent().unwrap_or(&shards));
 }
 
 /// An open-loop scenario (Poisson arrivals, a shared system prompt) in 2 shards: request `i` runs in shard
@@ -401,6 +402,8 @@ async fn sharded_open_loop_merges_to_the_single_run() {
         e2e_ms: None,
     };
     check_merged(&v, &single, &union, &slo);
+    let _ = std::fs::remove_dir_all(&d);
+    let _ = std::fs::remove_dir_all(shards.parent().unwrap_or(&shards));
 }
 
 /// Bad shard flags are refused before anything is sent, each naming what is wrong.
@@ -447,4 +450,5 @@ async fn bad_shard_flags_are_refused_by_name() {
     let (code, err) = replay(&base(&["--shard", "0/2"]), None).await;
     assert_ne!(code, 0);
     assert!(err.contains("needs the same content nonce in every shard"), "{err}");
+    let _ = std::fs::remove_dir_all(std::path::Path::new(&out).parent().unwrap_or(Path::new(&out)));
 }

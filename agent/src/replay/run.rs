@@ -251,7 +251,15 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     let scale = tokenizer.scale();
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
     // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
-    client.warm(s.traffic.expected_streams().min(2048)).await;
+    // A shard holds about its share of the plan's streams.
+    client
+        .warm(
+            s.traffic
+                .expected_streams()
+                .div_ceil(s.shard.count.max(1) as usize)
+                .min(2048),
+        )
+        .await;
     // The origin (`t_submit` 0): now, or the common `--start-at` instant every shard waits for.
     let (run_origin, origin_unix_s) = match s.start_at_unix_s {
         Some(t) => wait_for_start(t, &note).await?,
