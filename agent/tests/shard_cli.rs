@@ -452,3 +452,77 @@ async fn bad_shard_flags_are_refused_by_name() {
     assert!(err.contains("needs the same content nonce in every shard"), "{err}");
     let _ = std::fs::remove_dir_all(std::path::Path::new(&out).parent().unwrap_or(Path::new(&out)));
 }
+
+/// `--start-at`: a shard that reaches it more than 5 s late refuses to run and writes nothing; one signalled while
+/// it waits ends at once, having sent nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_at_late_is_refused_and_a_signal_ends_the_wait() {
+    let s = sim().await;
+    let d = dir("start-at");
+    let out = d.join("run.jsonl");
+    let args = |start: f64| -> Vec<String> {
+        [
+            "--url",
+            &s.base,
+            "--model",
+            "sim",
+            "--quiet",
+            "--match-tokenizer",
+            "off",
+            "--metrics-url",
+            "none",
+            "--sessions",
+            "2",
+            "--steps",
+            "1",
+            "--base",
+            "500",
+            "--gen",
+            "8",
+            "--max-seconds",
+            "10",
+            "--seed",
+            "1",
+            "--nonce",
+            "1",
+            "--out",
+            &out.display().to_string(),
+            "--start-at",
+            &start.to_string(),
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect()
+    };
+    let (code, err) = replay(&args(unix_now() - 60.0), None).await;
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("passed 60") && err.contains("this shard would start late"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a refused shard writes no record file");
+
+    let child = Command::new(BIN)
+        .arg("replay")
+        .args(args(unix_now() + 60.0))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pid = child.id().unwrap_or_else(|| panic!("child has a pid"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(status.success());
+    let done = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("replay did not end within 10 s of SIGTERM while waiting"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(!done.status.success());
+    assert!(err.contains("SIGTERM while waiting for --start-at"), "{err}");
+    assert!(!out.exists(), "nothing was sent");
+    let _ = std::fs::remove_dir_all(&d);
+}

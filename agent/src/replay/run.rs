@@ -260,16 +260,21 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                 .min(2048),
         )
         .await;
-    // The origin (`t_submit` 0): now, or the common `--start-at` instant every shard waits for.
+    let mut external_stop = hooks.stop;
+    let mut interrupts = hooks.interrupts;
+    // The origin (`t_submit` 0): now, or the common `--start-at` instant every shard waits for (a signal or a stop
+    // while waiting ends the run before it sends anything).
     let (run_origin, origin_unix_s) = match s.start_at_unix_s {
-        Some(t) => wait_for_start(t, &note).await?,
+        Some(t) => tokio::select! {
+            r = wait_for_start(t, &note) => r?,
+            i = next_interrupt(&mut interrupts) => anyhow::bail!("{} while waiting for --start-at {t}: nothing was sent", i.name),
+            () = stop_requested(&mut external_stop) => anyhow::bail!("stop requested while waiting for --start-at {t}: nothing was sent"),
+        },
         None => (Instant::now(), unix_now_s()),
     };
     // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
     // streams only hands each one over.
     let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
-    let mut external_stop = hooks.stop;
-    let mut interrupts = hooks.interrupts;
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), s.progress, note.clone());
     let stops = Stops::default();
