@@ -353,6 +353,20 @@ async fn sharded_sessions_merge_to_the_single_run() {
         missing.contains("run.shard-1-of-3.jsonl: cut short (SIGTERM)"),
         "{missing}"
     );
+    // A shard whose histogram file is gone: partial, named, and still in the exact summary.
+    let hdr = shards.join("run.shard-2-of-3.jsonl.ttft.hdr");
+    let kept = std::fs::read(&hdr).unwrap_or_default();
+    std::fs::remove_file(&hdr).unwrap_or_else(|e| panic!("{e}"));
+    let (code, v) = merge(&[&shards], &[]).await;
+    assert_eq!(code, 3, "{v}");
+    assert!(
+        v["missing"]
+            .to_string()
+            .contains("run.shard-2-of-3.jsonl: no histogram statistics"),
+        "{v}"
+    );
+    assert_eq!(v["records"].as_u64(), Some(union.len() as u64));
+    std::fs::write(&hdr, kept).unwrap_or_else(|e| panic!("{e}"));
     // A shard that left no summary (it did not finish): partial too.
     std::fs::remove_file(&cut).unwrap_or_else(|e| panic!("{e}"));
     let (code, v) = merge(&[&shards], &[]).await;

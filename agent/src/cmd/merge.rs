@@ -69,6 +69,8 @@ struct Run {
     records: Vec<RequestRecord>,
     bad_lines: usize,
     stats: Option<Mergeable>,
+    /// Why its counters or histograms could not be read.
+    stats_error: Option<String>,
 }
 
 /// The record files a list of runs names (folders expanded to their `*.jsonl`, sorted).
@@ -122,13 +124,20 @@ fn read_run(file: &Path, fast: bool) -> anyhow::Result<Run> {
         let (r, bad) = records::read_records(file)?;
         (r, bad.len())
     };
-    let stats = if info.is_some() { Some(read_stats(file)?) } else { None };
+    let (stats, stats_error) = match &info {
+        Some(_) => match read_stats(file) {
+            Ok(m) => (Some(m), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        },
+        None => (None, None),
+    };
     Ok(Run {
         file: file.to_path_buf(),
         info,
         records,
         bad_lines,
         stats,
+        stats_error,
     })
 }
 
@@ -226,6 +235,11 @@ fn merge(runs: Vec<Run>, fast: bool) -> anyhow::Result<Merged> {
                     ));
                 }
             }
+        }
+        if let Some(e) = &r.stats_error {
+            partial.push(format!(
+                "{name}: no histogram statistics ({e}); its records are in the exact summary only"
+            ));
         }
         if r.bad_lines > 0 {
             partial.push(format!("{name}: {} line(s) unreadable", r.bad_lines));
