@@ -11,6 +11,7 @@ need_apt=()
 command -v chromium >/dev/null || need_apt+=(chromium)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 command -v node >/dev/null || need_apt+=(nodejs npm)
+python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if ((${#need_apt[@]})); then
   step "apt: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -43,6 +44,16 @@ fi
 if [ ! -d tests/browser/node_modules/playwright-core ]; then
   step "npm: playwright-core (drives Debian's chromium)"
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+# The Kubernetes manifest checker (scripts/check_manifests.sh): PyPI's kubernetes-validate, which bundles the
+# Kubernetes JSON schemas, pinned in deploy/kubernetes/requirements.txt, in a venv outside the clone.
+kube_venv="${LOADSHAPE_KUBE_VENV:-$HOME/.cache/loadshape-kube-validate}"
+kube_want="$(awk -F'==' '/^kubernetes-validate==/ {print $2}' deploy/kubernetes/requirements.txt)"
+if [ "$("$kube_venv/bin/pip" show kubernetes-validate 2>/dev/null | awk '/^Version/ {print $2}')" != "$kube_want" ]; then
+  step "pip: kubernetes-validate $kube_want (Kubernetes schemas for deploy/kubernetes/)"
+  python3 -m venv "$kube_venv"
+  "$kube_venv/bin/pip" install -q -r deploy/kubernetes/requirements.txt
 fi
 
 if [ "${1:-}" = "--with-real-server" ]; then

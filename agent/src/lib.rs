@@ -37,6 +37,9 @@ pub enum Command {
     Link(cmd::link::Args),
     /// Score a JSONL record file with the same module the simulator uses.
     Report(cmd::report::Args),
+    /// Merge the shards of a run (`replay --shard I/N`): the exact summary from the records and the fast one from
+    /// the histograms, each labelled; "partial" when a shard is missing or cut short.
+    Merge(cmd::merge::Args),
     /// Fit an engine profile to a server (a designed probe) or to live runs' records.
     Calibrate(cmd::calibrate::Args),
     /// Simulate a scenario with a profile and compare with live runs.
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Ladder(args) => cmd::ladder::run(args),
         Command::Link(args) => cmd::link::run(args),
         Command::Report(args) => cmd::report::run(args),
+        Command::Merge(args) => cmd::merge::run(args),
         Command::Serve(args) => block_on(cmd::serve::run(args)),
         Command::Replay(args) => block_on(cmd::replay::run(args)),
         Command::SimServer(args) => block_on(cmd::sim_server::run(args)),

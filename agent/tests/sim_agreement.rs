@@ -47,7 +47,9 @@ fn sim_server(profile: &std::path::Path) -> (Server, String) {
     let stdout = child.stdout.take().expect("stdout");
     let server = Server(child);
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read the listening line");
     let base = line
         .split("OpenAI base URL ")
         .nth(1)
@@ -71,7 +73,11 @@ fn json_of(args: &[&str]) -> Value {
 fn sim_server_and_simulate_agree_on_the_same_scenario() {
     let dir = std::env::temp_dir().join(format!("loadshape-agree-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let (sc, prof, out) = (dir.join("scenario.json"), dir.join("profile.json"), dir.join("live.jsonl"));
+    let (sc, prof, out) = (
+        dir.join("scenario.json"),
+        dir.join("profile.json"),
+        dir.join("live.jsonl"),
+    );
     std::fs::write(&sc, scenario()).expect("write scenario");
     std::fs::write(&prof, PROFILE).expect("write profile");
     let (sc_s, out_s) = (sc.to_str().expect("utf-8 path"), out.to_str().expect("utf-8 path"));
@@ -79,18 +85,35 @@ fn sim_server_and_simulate_agree_on_the_same_scenario() {
     let simulated = json_of(&["simulate", "--json", sc_s]);
     let (_server, base) = sim_server(&prof);
     let replay = Command::new(BIN)
-        .args(["replay", "--url", &base, "--model", "sim", "--quiet", "--metrics-url", "none"])
+        .args([
+            "replay",
+            "--url",
+            &base,
+            "--model",
+            "sim",
+            "--quiet",
+            "--metrics-url",
+            "none",
+        ])
         .args(["--scenario", sc_s, "--out", out_s, "--nonce", "7"])
         .output()
         .expect("run replay");
-    assert!(replay.status.success(), "replay failed: {}", String::from_utf8_lossy(&replay.stderr));
+    assert!(
+        replay.status.success(),
+        "replay failed: {}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
     let live = json_of(&["report", "--json", out_s]);
     let (sim, live) = (&simulated["summary"], &live["summary"]);
 
     assert_eq!(live["failed"], 0, "every live request completed: {live}");
     eprintln!("completed: simulated {}, live {}", sim["completed"], live["completed"]);
     let count = |v: &Value| v["completed"].as_f64().expect("completed");
-    assert!(count(sim) >= 40.0, "enough requests for the percentiles to mean something: {}", count(sim));
+    assert!(
+        count(sim) >= 40.0,
+        "enough requests for the percentiles to mean something: {}",
+        count(sim)
+    );
     assert!(
         (count(live) - count(sim)).abs() <= 0.05 * count(sim),
         "completed: live {} vs simulated {}",
@@ -106,11 +129,17 @@ fn sim_server_and_simulate_agree_on_the_same_scenario() {
         ("tpot_p99_ms", 0.10),
         ("e2el_p99_ms", 0.10),
     ] {
-        let (s, l) = (sim[metric].as_f64().expect(metric), live[metric].as_f64().expect(metric));
+        let (s, l) = (
+            sim[metric].as_f64().expect(metric),
+            live[metric].as_f64().expect(metric),
+        );
         let err = l / s - 1.0;
         eprintln!("{metric}: simulated {s:.2}, live {l:.2} ({:+.1} %)", 100.0 * err);
         if err.abs() > bound {
-            misses.push(format!("{metric}: live {l:.2} vs simulated {s:.2} ({:+.1} %, bound {bound})", 100.0 * err));
+            misses.push(format!(
+                "{metric}: live {l:.2} vs simulated {s:.2} ({:+.1} %, bound {bound})",
+                100.0 * err
+            ));
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

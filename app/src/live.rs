@@ -461,24 +461,47 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                 <h3 class="section">"Import records"</h3>
                 <input
                     type="file"
+                    multiple=true
                     accept=".jsonl,.json,.ndjson,text/plain"
                     data-control="import"
                     on:change=move |ev| {
                         use wasm_bindgen::JsCast;
                         let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else { return };
-                        let Some(file) = input.files().and_then(|f| f.get(0)) else { return };
-                        let name = file.name();
+                        let Some(list) = input.files() else { return };
+                        let files: Vec<web_sys::File> = (0..list.length()).filter_map(|i| list.get(i)).collect();
+                        if files.is_empty() {
+                            return;
+                        }
                         let scenario = ex.scenario().map(|s| s.to_value());
                         leptos::task::spawn_local(async move {
-                            // The bytes, not `text()`: that would replace a torn UTF-8 sequence and hide it.
-                            match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
-                                Ok(buf) => live.import(name, &js_sys::Uint8Array::new(&buf).to_vec(), scenario),
-                                Err(_) => live.message.set(Some(format!("cannot read {name}"))),
+                            // Several files are the shards of one run (`replay --shard I/N` with one --start-at:
+                            // one time line), scored together as `loadshape merge` scores them.
+                            let mut all = Vec::new();
+                            let names: Vec<String> = files.iter().map(web_sys::File::name).collect();
+                            for file in &files {
+                                // The bytes, not `text()`: that would replace a torn UTF-8 sequence and hide it.
+                                match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
+                                    Ok(buf) => {
+                                        all.extend(js_sys::Uint8Array::new(&buf).to_vec());
+                                        if all.last().is_some_and(|b| *b != b'\n') {
+                                            all.push(b'\n');
+                                        }
+                                    }
+                                    Err(_) => {
+                                        live.message.set(Some(format!("cannot read {}", file.name())));
+                                        return;
+                                    }
+                                }
                             }
+                            let name = match names.as_slice() {
+                                [one] => one.clone(),
+                                many => format!("{} files (merged): {}", many.len(), many.join(", ")),
+                            };
+                            live.import(name, &all, scenario);
                         });
                     }
                 />
-                <p class="faint small">"A run's records.jsonl (one RequestRecord per line), scored against the explorer's SLOs."</p>
+                <p class="faint small">"A run's records.jsonl (one RequestRecord per line), scored against the explorer's SLOs; several files (the shards of one run) are scored as one run."</p>
                 <RunHistory live=live conn=conn/>
             </aside>
             <div class="results" data-summary="live">

@@ -205,6 +205,14 @@ test('run history: export a run, import the file (bad lines reported), reopen th
   assert.match(await page.locator('[data-import-skipped]').innerText(), /line 2:/);
   assert.equal(await recordsShown(page), agentRecords.length);
 
+  // Several files (the shards of one run, issue #20): scored together as the one file they were cut from.
+  const shardA = scratchFile('run.shard-0-of-2.jsonl', lines.filter((_, i) => i % 2 === 0).join('\n') + '\n');
+  const shardB = scratchFile('run.shard-1-of-2.jsonl', lines.filter((_, i) => i % 2 === 1).join('\n'));
+  await page.locator('input[data-control="import"]').setInputFiles([shardA, shardB]);
+  await page.locator(`${LIVE} .status-line .mono`, { hasText: '2 files (merged)' }).waitFor({ timeout: 20000 });
+  assert.equal(await recordsShown(page), agentRecords.length);
+  assertSameSummary(await readMetrics(page.locator(LIVE)), report(file, scenario), 'two shard files');
+
   // Reopen: the run from the history replaces the imported file, with every record, scored as `report` does.
   await item.locator('[data-action="open-run"]').click();
   await page.locator(`${LIVE} .status-line .mono`, { hasText: runId }).waitFor({ timeout: 20000 });

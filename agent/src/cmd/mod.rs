@@ -5,6 +5,7 @@ pub mod calibrate;
 pub mod capacity;
 pub mod ladder;
 pub mod link;
+pub mod merge;
 pub mod predict;
 pub mod replay;
 pub mod report;

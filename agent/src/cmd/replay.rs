@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use shared::ladder::{LADDER_PROD, Ladder};
 use shared::scenario::Scenario;
-use shared::workload::{SessionDist, SessionWorkload};
+use shared::workload::{SessionDist, SessionWorkload, Shard};
 
 use super::signals::Signals;
 use crate::replay::client::{self, Endpoint, HttpClient};
@@ -171,6 +171,16 @@ pub struct Args {
     /// receive timestamp; Linux, else user), user = when the client's task read them. reqwest's path is always user.
     #[arg(long, value_enum, default_value_t = RxClock::Kernel)]
     pub rx_clock: RxClock,
+    /// Run shard I of N of the plan: session slots, open-loop requests or closed-loop users `u` with
+    /// `u mod N == I`, each under its global number, so the N shards together send the single plan (docs/scale.md).
+    /// `N` (or `/N`) alone takes I from $JOB_COMPLETION_INDEX, as a Kubernetes Indexed Job sets it. The records go
+    /// to `<out stem>.shard-I-of-N.<ext>`.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Start the traffic at this wall-clock time, Unix seconds (give every shard the same): the run connects and
+    /// warms up, waits for it, and takes it as its origin (`t_submit` 0). A shard more than 5 s late refuses to run.
+    #[arg(long, value_name = "UNIX_TIME")]
+    pub start_at: Option<f64>,
     /// No progress display.
     #[arg(long, short)]
     pub quiet: bool,
@@ -334,8 +344,83 @@ impl Args {
         s.threads = a.threads;
         s.progress = !a.quiet;
         s.verbose = a.verbose;
+        if let Some(t) = a.start_at {
+            let now = settings::unix_now_s();
+            anyhow::ensure!(
+                t.is_finite() && t > 0.0,
+                "--start-at must be a Unix time in seconds (got {t})"
+            );
+            anyhow::ensure!(
+                t - now <= MAX_START_AHEAD_S,
+                "--start-at {t} is {:.0} s from now, more than a day: is it in milliseconds? (it takes seconds)",
+                t - now
+            );
+            s.start_at_unix_s = Some(t);
+        }
+        let shard = resolve_shard(
+            a.shard.as_deref(),
+            std::env::var("JOB_COMPLETION_INDEX").ok().as_deref(),
+        )?;
+        if !shard.is_whole() {
+            s.traffic
+                .check_shard(shard)
+                .map_err(|e| anyhow::anyhow!("--shard {shard}: {e}"))?;
+            // Every shard must plan with the same seed and write with the same nonce: pinned, the scenario's, or
+            // derived from the common --start-at.
+            let start = a.start_at.map(|t| t.floor() as u64);
+            if a.scenario.is_none() && a.seed.is_none() {
+                s.seed = start.context(
+                    "--shard needs the same structure seed in every shard: give --seed, or --start-at (the seed is then derived from it)",
+                )?;
+            }
+            if a.nonce.is_none() {
+                s.nonce = start.map(Shard::nonce_for_start).context(
+                    "--shard needs the same content nonce in every shard: give --nonce, or --start-at (the nonce is then derived from it)",
+                )?;
+            }
+            s.out = shard_out(&s.out, shard);
+            s.shape = format!("{}, shard {shard}", s.shape);
+        }
+        s.shard = shard;
         Ok(s)
     }
+}
+
+/// The most `--start-at` may lie ahead, seconds (a larger value is likely milliseconds).
+const MAX_START_AHEAD_S: f64 = 86_400.0;
+
+/// The shard `--shard` names, its index from `job_index` (`$JOB_COMPLETION_INDEX`) when the flag gives only a
+/// count; [`Shard::WHOLE`] without the flag.
+pub fn resolve_shard(flag: Option<&str>, job_index: Option<&str>) -> anyhow::Result<Shard> {
+    let Some(text) = flag else {
+        return Ok(Shard::WHOLE);
+    };
+    let (index, count) = Shard::parse(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let index = match index {
+        Some(i) => i,
+        None => {
+            let env = job_index.with_context(|| {
+                format!("--shard {text} gives no index and JOB_COMPLETION_INDEX is not set (give --shard I/{count})")
+            })?;
+            env.trim().parse::<u32>().map_err(|_| {
+                anyhow::anyhow!("JOB_COMPLETION_INDEX must be a whole number 0 <= I < {count} (got {env:?})")
+            })?
+        }
+    };
+    Shard::new(index, count).map_err(|e| anyhow::anyhow!("--shard {text}: {e}"))
+}
+
+/// A shard's record file: `run.jsonl` → `run.shard-3-of-8.jsonl` (its sidecars follow it).
+pub fn shard_out(out: &std::path::Path, shard: Shard) -> PathBuf {
+    let tag = format!("shard-{}-of-{}", shard.index, shard.count);
+    let name = match (out.file_stem(), out.extension()) {
+        (Some(stem), Some(ext)) => format!("{}.{tag}.{}", stem.to_string_lossy(), ext.to_string_lossy()),
+        _ => format!(
+            "{}.{tag}",
+            out.file_name().map_or("run".into(), |n| n.to_string_lossy())
+        ),
+    };
+    out.with_file_name(name)
 }
 
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {

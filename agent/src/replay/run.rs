@@ -24,7 +24,7 @@ use super::progress::Progress;
 use super::prom::{Scraper, ServerReport};
 use super::records::{RecordObserver, RecordSink};
 use super::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
-use super::settings::{ReplaySettings, Traffic};
+use super::settings::{ReplaySettings, Traffic, unix_now_s};
 use super::summary::{self, Checks, RunSummary, ServerScrape};
 use super::tokenizer;
 
@@ -241,12 +241,20 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     let scale = tokenizer.scale();
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
     // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
-    client.warm(s.traffic.expected_streams().min(2048)).await;
+    // A shard holds about its share of the plan's streams.
+    client
+        .warm(
+            s.traffic
+                .expected_streams()
+                .div_ceil(s.shard.count.max(1) as usize)
+                .min(2048),
+        )
+        .await;
+    let mut external_stop = hooks.stop;
+    let mut interrupts = hooks.interrupts;
     // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
     // streams only hands each one over.
     let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
-    let mut external_stop = hooks.stop;
-    let mut interrupts = hooks.interrupts;
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), s.progress, note.clone());
     // Server side: scrape before, every few seconds during, and after.
@@ -265,8 +273,17 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     }
     // The run's origin (t_submit 0, the simulator's t = 0): after the preparation above (dialect, tokenizer
     // probes, connection warm-up, the first scrape), so that a plan's first arrivals and session starts are sent
-    // at their times instead of late in a burst, and a live run lays over its simulation from the same instant.
-    let run_origin = Instant::now();
+    // at their times instead of late in a burst, and a live run lays over its simulation from the same instant:
+    // now, or the common `--start-at` instant every shard waits for (a signal or a stop while waiting ends the run
+    // before it sends anything).
+    let (run_origin, origin_unix_s) = match s.start_at_unix_s {
+        Some(t) => tokio::select! {
+            r = wait_for_start(t, &note) => r?,
+            i = next_interrupt(&mut interrupts) => anyhow::bail!("{} while waiting for --start-at {t}: nothing was sent", i.name),
+            () = stop_requested(&mut external_stop) => anyhow::bail!("stop requested while waiting for --start-at {t}: nothing was sent"),
+        },
+        None => (Instant::now(), unix_now_s()),
+    };
     let mut periodic = None;
     if let Some(sc) = &mut scraper {
         sc.set_origin(run_origin);
@@ -292,7 +309,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     // The traffic, the deadline, the drain grace, the stop hook and the interrupts.
     let (drain, grace) = s.drain_and_grace();
     let fail_limit = u64::from(s.max_fail_streak.max(1)) * 10;
-    let (seed, nonce, max_concurrency) = (s.seed, s.nonce, s.max_concurrency);
+    let (seed, nonce, max_concurrency, shard) = (s.seed, s.nonce, s.max_concurrency, s.shard);
     let c2 = ctx.clone();
     let traffic = s.traffic.clone();
     let session_deadline = run_origin + s.max_duration.unwrap_or(Duration::from_secs(86_400 * 365 * 100));
@@ -309,12 +326,13 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                     scale,
                     deadline: session_deadline,
                     tool_results,
+                    shard,
                 };
                 runner::run_sessions(c2, Arc::new(run)).await;
             }
             Traffic::Open(reqs) => {
                 let maker = Arc::new(prompt_maker(&reqs, seed, nonce, scale));
-                runner::run_open_loop(c2, reqs, maker, fail_limit, max_concurrency).await;
+                runner::run_open_loop(c2, reqs, maker, fail_limit, max_concurrency, shard).await;
             }
             Traffic::Trace(trace) => {
                 let prompts = Arc::new(super::trace_run::TracePrompts::new(
@@ -331,7 +349,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                 think_s,
             } => {
                 let maker = Arc::new(prompt_maker(&requests, seed, nonce, scale));
-                runner::run_closed_loop(c2, requests, maker, users, think_s, fail_limit).await;
+                runner::run_closed_loop(c2, requests, maker, users, think_s, fail_limit, shard).await;
             }
         }
     });
@@ -442,10 +460,25 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         summary: scored,
         server: server.as_ref().map(|sc| sc.report.clone()),
         tokenizer,
+        origin_unix_s,
+        start_at_unix_s: s.start_at_unix_s,
+        shard: (!s.shard.is_whole()).then_some(s.shard),
         loadshape_version: shared::version::LOADSHAPE_VERSION,
     };
     if s.write_summary {
         write_sidecar(&summary::sidecar(&s.out, "summary.json"), &run_summary, &note);
+        // The mergeable statistics (`loadshape merge`): exact counters and an HDR histogram per metric.
+        let stats = shared::hist::Mergeable::of(&records, &s.slo);
+        write_sidecar(&summary::sidecar(&s.out, "counters.json"), &stats.counters, &note);
+        for (metric, h) in stats.histograms() {
+            let path = summary::sidecar(&s.out, &format!("{}.hdr", metric.name()));
+            if let Err(e) = shared::hist::encode(h)
+                .map_err(std::io::Error::other)
+                .and_then(|b| std::fs::write(&path, b))
+            {
+                note(&format!("could not write {}: {e}", path.display()));
+            }
+        }
     }
     Ok(ReplayOutcome {
         summary: run_summary,
@@ -454,6 +487,28 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         interrupted,
         out: s.out,
     })
+}
+
+/// The latest a shard may reach its `--start-at` and still run the plan's timing, seconds.
+pub const MAX_START_LATE_S: f64 = 5.0;
+
+/// Waits for the wall-clock instant `start_at` (Unix seconds) and returns it as the run's origin: an `Instant`
+/// (taken back by however late this process woke) and the same instant in Unix seconds. A process that reaches it
+/// more than [`MAX_START_LATE_S`] late refuses to run (its units would start late against the other shards').
+async fn wait_for_start(start_at: f64, note: &LogFn) -> anyhow::Result<(Instant, f64)> {
+    let ahead = start_at - unix_now_s();
+    if ahead > 0.0 {
+        note(&format!("waiting {ahead:.1} s for --start-at {start_at}"));
+        tokio::time::sleep(Duration::from_secs_f64(ahead)).await;
+    }
+    let (now, wall) = (Instant::now(), unix_now_s());
+    let late = (wall - start_at).max(0.0);
+    anyhow::ensure!(
+        late <= MAX_START_LATE_S,
+        "--start-at {start_at} passed {late:.1} s ago (more than {MAX_START_LATE_S} s): this shard would start late \
+         against the others, so it does not run (choose a start time after every shard is up)"
+    );
+    Ok((now.checked_sub(Duration::from_secs_f64(late)).unwrap_or(now), start_at))
 }
 
 /// Writes a sidecar file; a failure is noted, not fatal (the records are already on disk).

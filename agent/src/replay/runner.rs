@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use shared::filler::{Filler, FillerKind, TokenScale};
 use shared::record::{FrameClock, RECORD_SCHEMA_VERSION, RequestRecord};
-use shared::workload::SessionWorkload;
+use shared::workload::{SessionWorkload, Shard};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -188,17 +188,23 @@ pub struct SessionRun {
     pub deadline: Instant,
     /// How tool outputs are sent on `chat` and `messages` (`--tool-results`; `/v1/completions` sends the flat text).
     pub tool_results: ToolResults,
+    /// The slots this process runs (`--shard`): slot `s` with `s mod count == index`, under its global number.
+    pub shard: Shard,
 }
 
 /// Run agent sessions until every slot is done (or the stops say so).
 pub async fn run_sessions(ctx: Arc<Ctx>, run: Arc<SessionRun>) {
     let mut workers = JoinSet::new();
     let slots = run.workload.slot_count();
-    for slot in 0..slots {
+    let stagger = run.workload.stagger_s.max(0.0);
+    for slot in run.shard.slots(slots) {
+        // Slot `s` starts `s × stagger` after the origin (its global number: a shard's slots start when they
+        // would in the single process).
+        let at = ctx.origin + Duration::try_from_secs_f64(stagger * f64::from(slot)).unwrap_or(Duration::ZERO);
         if slot > 0 {
-            let wait = Duration::from_secs_f64(run.workload.stagger_s.max(0.0));
-            if !sleep_or(&ctx.stops.no_new_sessions, wait).await {
-                break;
+            tokio::select! {
+                () = tokio::time::sleep_until(at.into()) => {}
+                () = ctx.stops.no_new_sessions.cancelled() => break,
             }
         }
         if ctx.stops.no_new_sessions.is_cancelled() || Instant::now() > run.deadline {
@@ -424,6 +430,7 @@ pub async fn run_open_loop(
     prompts: Arc<PromptMaker>,
     fail_limit: u64,
     max_in_flight: Option<u32>,
+    shard: Shard,
 ) {
     let streak = Arc::new(FailStreak {
         current: AtomicU64::new(0),
@@ -432,6 +439,9 @@ pub async fn run_open_loop(
     let permits = max_in_flight.map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1) as usize)));
     let mut tasks = JoinSet::new();
     for (i, r) in requests.into_iter().enumerate() {
+        if !shard.owns(i as u64) {
+            continue;
+        }
         let at = ctx.origin + Duration::from_secs_f64((r.arrival_ms / 1000.0).max(0.0));
         tokio::select! {
             () = tokio::time::sleep_until(at.into()) => {}
@@ -470,14 +480,28 @@ pub async fn run_closed_loop(
     users: u32,
     think_s: f64,
     fail_limit: u64,
+    shard: Shard,
 ) {
     let streak = Arc::new(FailStreak {
         current: AtomicU64::new(0),
         limit: fail_limit.max(1),
     });
-    let queue = Arc::new(std::sync::Mutex::new(requests.into_iter().enumerate()));
+    // A shard runs its users (`shared::workload::Shard`): request `i` goes with user `i mod U`, `U` the users that
+    // have a request.
+    let all_users = Shard::closed_loop_users(users, requests.len() as u64);
+    let mine: Vec<(usize, PlannedRequest)> = requests
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| shard.owns_closed_request(*i as u64, all_users))
+        .collect();
+    let queue = Arc::new(std::sync::Mutex::new(mine.into_iter()));
     let mut tasks = JoinSet::new();
-    for _ in 0..users.max(1) {
+    let workers = if shard.is_whole() {
+        users.max(1)
+    } else {
+        shard.users(all_users)
+    };
+    for _ in 0..workers {
         let (ctx, prompts, streak, queue) = (ctx.clone(), prompts.clone(), streak.clone(), queue.clone());
         tasks.spawn(async move {
             loop {

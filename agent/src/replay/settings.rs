@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustls::pki_types::CertificateDer;
 use shared::metrics::Slo;
 use shared::scenario::Scenario;
-use shared::workload::{SessionWorkload, Workload};
+use shared::workload::{SessionWorkload, Shard, ShardError, ShardUnit, Workload};
 
 use super::client::{self, Endpoint, HttpClient};
 use super::conversation::ToolResults;
@@ -97,6 +97,22 @@ impl Traffic {
             Traffic::Trace(t) => t.requests.len().min(64),
         }
     }
+
+    /// Refuses a shard of this traffic that would have nothing to run (fewer slots, requests or users than
+    /// shards; `shared::workload::shard`).
+    pub fn check_shard(&self, shard: Shard) -> Result<(), ShardError> {
+        let (unit, units) = match self {
+            Traffic::Trace(_) if shard.is_whole() => return Ok(()),
+            Traffic::Trace(_) => return Err(ShardError::TraceNotShardable),
+            Traffic::Sessions(w) => (ShardUnit::Slots, u64::from(w.slot_count())),
+            Traffic::Open(reqs) => (ShardUnit::Requests, reqs.len() as u64),
+            Traffic::Closed { requests, users, .. } => (
+                ShardUnit::Users,
+                u64::from(Shard::closed_loop_users(*users, requests.len() as u64)),
+            ),
+        };
+        shard.check(units, unit)
+    }
 }
 
 /// One live run, resolved. Build it with [`ReplaySettings::new`] or [`ReplaySettings::for_scenario`] (every field
@@ -155,6 +171,12 @@ pub struct ReplaySettings {
     /// Measure the target's tokenizer before the run and size the filler for it (`--match-tokenizer`; default
     /// `auto`).
     pub match_tokenizer: MatchTokenizer,
+    /// Which shard of the plan this process runs (`--shard I/N`; [`Shard::WHOLE`]: all of it). Units keep their
+    /// global numbers (slots, request indices), so the shards' records together are the single plan's.
+    pub shard: Shard,
+    /// Wall-clock start, Unix seconds (`--start-at`): the run waits for it after its warm-up, and its origin (the
+    /// records' `t_submit` 0) is that instant, so every shard's records share one time line.
+    pub start_at_unix_s: Option<f64>,
     /// Write `<out>.summary.json` ([`crate::replay::summary::RunSummary`]). `loadshape serve` keeps its own
     /// `summary.json` in the run's folder and turns this off.
     pub write_summary: bool,
@@ -177,6 +199,13 @@ pub fn clock_nonce() -> u64 {
 /// A structure seed from the clock (epoch seconds), for flag-described sessions without `--seed`.
 pub fn clock_seed() -> u64 {
     now_nanos() / 1_000_000_000
+}
+
+/// The wall clock, Unix seconds.
+pub fn unix_now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn now_nanos() -> u64 {
@@ -231,6 +260,8 @@ impl ReplaySettings {
             progress: true,
             verbose: false,
             match_tokenizer: MatchTokenizer::default(),
+            shard: Shard::WHOLE,
+            start_at_unix_s: None,
             write_summary: true,
         })
     }

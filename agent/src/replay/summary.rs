@@ -78,6 +78,15 @@ pub struct RunSummary {
     /// What the run measured of the target's tokenizer and the ratios its filler was sized by
     /// (`--match-tokenizer`): `{source, prose_ratio, code_ratio, endpoint}`.
     pub tokenizer: TokenizerReport,
+    /// The run's origin (`t_submit` 0) on the wall clock, Unix seconds: `start_at_unix_s` when given, else when the
+    /// traffic began. `loadshape merge` lays runs on one time line by it.
+    pub origin_unix_s: f64,
+    /// `--start-at`, Unix seconds; absent when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_at_unix_s: Option<f64>,
+    /// `--shard I/N`: `{index, count}`; absent for a whole-plan run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<shared::workload::Shard>,
     pub loadshape_version: &'static str,
 }
 

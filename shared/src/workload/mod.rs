@@ -10,7 +10,8 @@
 //!   Mooncake) read by [`mooncake`], whose hash ids key the content and whose sessions and `wait_for` order it.
 //!
 //! The request plan is made here only (`plan.rs`): [`Workload::requests`] (one request type, [`PlannedRequest`]),
-//! [`Workload::expected_requests`] and [`Workload::concurrency`].
+//! [`Workload::expected_requests`] and [`Workload::concurrency`]; its deterministic shards (`replay --shard I/N`)
+//! in `shard.rs` ([`Workload::shard`]).
 
 pub mod bursty;
 mod kind;
@@ -19,6 +20,7 @@ pub mod open_loop;
 mod plan;
 pub(crate) mod request;
 pub mod session;
+pub mod shard;
 pub mod trace;
 
 pub use bursty::{BurstyTrace, BurstyWorkload};
@@ -27,6 +29,7 @@ pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorklo
 pub use plan::Requests;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
+pub use shard::{Shard, ShardError, ShardPlan, ShardUnit};
 pub use trace::{TraceFormat, TraceRequest, TraceWorkload};
 
 #[cfg(test)]

@@ -1,0 +1,415 @@
+//! `loadshape merge RUN... [--json] [--fast]`: the summary of a run made of several record files — the shards of a
+//! `replay --shard I/N` run (docs/scale.md) — computed two ways and labelled:
+//!
+//! - **exact**: every record of every run, laid on one time line (each run's `t_submit` shifted by its
+//!   `origin_unix_s` minus the earliest one's; shards started with one `--start-at` share an origin, so nothing
+//!   moves), sorted by `(t_submit, session, inst, step)` and scored by `shared::metrics::summarize` — the figures
+//!   one process would report for the same records;
+//! - **histogram** (fast: reads no record): each run's `<out>.counters.json` (exact counts, summed) and
+//!   `<out>.{ttft,tpot,itl,e2el}.hdr` (HDR histograms, added), by `shared::hist` — counts, rates and ratios exact,
+//!   latency means and percentiles within `shared::hist::RELATIVE_BOUND` (+0.5 ns) of the exact ones.
+//!
+//! A run is `RUN.jsonl` or a folder (its `*.jsonl` files). The merged report says **partial** — and exits 3 — when
+//! a shard of the split is missing, a shard was cut short (interrupted or aborted), a shard left no `summary.json`
+//! (it did not finish), or a record file holds fewer lines than its summary says it wrote. Runs that are not shards
+//! of one plan (different splits, seeds, nonces or SLOs, or one index twice) are refused.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+use serde_json::json;
+use shared::hist::{self, Counters, Mergeable, Metric};
+use shared::metrics::{self, Slo, Summary};
+use shared::record::RequestRecord;
+use shared::workload::Shard;
+
+use crate::replay::records;
+use crate::replay::render::render;
+use crate::replay::summary::{Checks, sidecar};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Record files (`RUN.jsonl`, e.g. `run.shard-0-of-4.jsonl`) or folders of them.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Print JSON: the exact summary (as `report --json`), the histogram summary, what each is and its bound.
+    #[arg(long)]
+    pub json: bool,
+    /// Only the histogram summary (reads no record file: counters and histograms only).
+    #[arg(long)]
+    pub fast: bool,
+}
+
+/// What merge reads of a run's `summary.json`.
+#[derive(Debug, Clone, Deserialize)]
+struct RunInfo {
+    seed: u64,
+    nonce: u64,
+    slo: Slo,
+    #[serde(default)]
+    shard: Option<Shard>,
+    #[serde(default)]
+    origin_unix_s: Option<f64>,
+    #[serde(default)]
+    start_at_unix_s: Option<f64>,
+    #[serde(default)]
+    interrupted: Option<String>,
+    #[serde(default)]
+    aborted: bool,
+    records_written: u64,
+}
+
+/// One run as merge found it.
+struct Run {
+    file: PathBuf,
+    info: Option<RunInfo>,
+    records: Vec<RequestRecord>,
+    bad_lines: usize,
+    stats: Option<Mergeable>,
+    /// Why its counters or histograms could not be read.
+    stats_error: Option<String>,
+}
+
+/// The record files a list of runs names (folders expanded to their `*.jsonl`, sorted).
+fn record_files(runs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for r in runs {
+        if r.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(r)
+                .with_context(|| format!("reading the folder {}", r.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && p.is_file())
+                .collect();
+            inside.sort();
+            anyhow::ensure!(!inside.is_empty(), "{} holds no *.jsonl record file", r.display());
+            files.extend(inside);
+        } else {
+            anyhow::ensure!(r.is_file(), "{} is not a record file or a folder", r.display());
+            files.push(r.clone());
+        }
+    }
+    Ok(files)
+}
+
+fn read_stats(file: &Path) -> anyhow::Result<Mergeable> {
+    let path = sidecar(file, "counters.json");
+    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+    let counters: Counters = serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
+    let mut hists = Vec::new();
+    for m in Metric::ALL {
+        let path = sidecar(file, &format!("{}.hdr", m.name()));
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        hists.push(hist::decode(&bytes).with_context(|| format!("{}", path.display()))?);
+    }
+    let hists: [_; 4] = hists
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("four histograms expected"))?;
+    Mergeable::from_parts(counters, hists).with_context(|| file.display().to_string())
+}
+
+fn read_run(file: &Path, fast: bool) -> anyhow::Result<Run> {
+    let info = match std::fs::read(sidecar(file, "summary.json")) {
+        Ok(bytes) => Some(
+            serde_json::from_slice::<RunInfo>(&bytes)
+                .with_context(|| format!("parsing {}", sidecar(file, "summary.json").display()))?,
+        ),
+        Err(_) => None,
+    };
+    let (records, bad_lines) = if fast {
+        (Vec::new(), 0)
+    } else {
+        let (r, bad) = records::read_records(file)?;
+        (r, bad.len())
+    };
+    let (stats, stats_error) = match &info {
+        Some(_) => match read_stats(file) {
+            Ok(m) => (Some(m), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        },
+        None => (None, None),
+    };
+    Ok(Run {
+        file: file.to_path_buf(),
+        info,
+        records,
+        bad_lines,
+        stats,
+        stats_error,
+    })
+}
+
+/// The merged result, before printing.
+struct Merged {
+    partial: Vec<String>,
+    notes: Vec<String>,
+    slo: Slo,
+    exact: Option<(Summary, Checks, usize)>,
+    histogram: Option<Summary>,
+    records: Vec<RequestRecord>,
+    shards: Option<u32>,
+}
+
+fn merge(runs: Vec<Run>, fast: bool) -> anyhow::Result<Merged> {
+    let mut partial = Vec::new();
+    let mut notes = Vec::new();
+    let infos: Vec<(&Run, &RunInfo)> = runs.iter().filter_map(|r| r.info.as_ref().map(|i| (r, i))).collect();
+    anyhow::ensure!(
+        !infos.is_empty(),
+        "no run has a summary.json beside its records: nothing says how they were run (a shard that did not finish \
+         leaves none)"
+    );
+    let first = infos[0].1.clone();
+    let first = &first;
+    for (r, i) in &infos {
+        let name = r.file.display();
+        anyhow::ensure!(
+            i.seed == first.seed && i.nonce == first.nonce,
+            "{name}: planned with seed {} nonce {}, but {} with seed {} nonce {}: not shards of one plan",
+            i.seed,
+            i.nonce,
+            infos[0].0.file.display(),
+            first.seed,
+            first.nonce
+        );
+        anyhow::ensure!(
+            i.slo == first.slo,
+            "{name}: scored against SLO {:?}, the others against {:?}",
+            i.slo,
+            first.slo
+        );
+    }
+    // The split: every run a shard of the same N, each index once, all present.
+    let counts: Vec<u32> = infos.iter().map(|(_, i)| i.shard.map_or(1, |s| s.count)).collect();
+    let shards = if counts.iter().all(|&c| c == counts[0]) && counts[0] > 1 {
+        let n = counts[0];
+        let mut seen: BTreeMap<u32, &Path> = BTreeMap::new();
+        for (r, i) in &infos {
+            let index = i.shard.map_or(0, |s| s.index);
+            if let Some(other) = seen.insert(index, &r.file) {
+                anyhow::bail!(
+                    "shard {index}/{n} appears twice: {} and {}",
+                    other.display(),
+                    r.file.display()
+                );
+            }
+        }
+        let missing: Vec<String> = (0..n)
+            .filter(|i| !seen.contains_key(i))
+            .map(|i| i.to_string())
+            .collect();
+        if !missing.is_empty() {
+            partial.push(format!("missing shard(s) {} of {n}", missing.join(", ")));
+        }
+        Some(n)
+    } else if counts.iter().any(|&c| c > 1) {
+        anyhow::bail!("the runs are shards of different splits (counts {counts:?}): merge the shards of one run");
+    } else {
+        notes.push(format!(
+            "{} whole-plan run(s), not shards: merged as one set of records",
+            infos.len()
+        ));
+        None
+    };
+    for r in &runs {
+        let name = r.file.display();
+        match &r.info {
+            None => partial.push(format!(
+                "{name}: no summary.json (the shard did not finish); its {} record(s) are in the exact summary only",
+                r.records.len()
+            )),
+            Some(i) => {
+                if let Some(why) = &i.interrupted {
+                    partial.push(format!("{name}: cut short ({why})"));
+                }
+                if i.aborted {
+                    partial.push(format!("{name}: cut short (aborted: the server stopped answering)"));
+                }
+                if !fast && (r.records.len() as u64) < i.records_written {
+                    partial.push(format!(
+                        "{name}: {} record(s) readable, its summary says {} were written",
+                        r.records.len(),
+                        i.records_written
+                    ));
+                }
+            }
+        }
+        if let Some(e) = &r.stats_error {
+            partial.push(format!(
+                "{name}: no histogram statistics ({e}); its records are in the exact summary only"
+            ));
+        }
+        if r.bad_lines > 0 {
+            partial.push(format!("{name}: {} line(s) unreadable", r.bad_lines));
+        }
+    }
+    // One time line: shift each run by its origin's distance from the earliest.
+    let origins: Vec<Option<f64>> = runs
+        .iter()
+        .map(|r| r.info.as_ref().and_then(|i| i.origin_unix_s))
+        .collect();
+    let base = origins.iter().flatten().copied().fold(f64::INFINITY, f64::min);
+    let offset = |o: Option<f64>| match o {
+        Some(o) if base.is_finite() => o - base,
+        _ => 0.0,
+    };
+    let starts: Vec<Option<f64>> = infos.iter().map(|(_, i)| i.start_at_unix_s).collect();
+    let n_infos = infos.len();
+    drop(infos);
+    if n_infos > 1 && !(starts[0].is_some() && starts.iter().all(|s| *s == starts[0])) {
+        notes.push(
+            "the runs were not started with one --start-at: laid on one time line by their wall-clock origins \
+             (origin_unix_s), as good as the hosts' clocks agree"
+                .to_string(),
+        );
+    }
+    let mut histogram: Option<Mergeable> = None;
+    for (r, o) in runs.iter().zip(&origins) {
+        if let Some(st) = &r.stats {
+            match &mut histogram {
+                None => {
+                    let mut m = Mergeable::of(&[], &first.slo);
+                    m.merge(st, offset(*o))?;
+                    histogram = Some(m);
+                }
+                Some(m) => m.merge(st, offset(*o))?,
+            }
+        }
+    }
+    let mut all = Vec::new();
+    let exact = if fast {
+        None
+    } else {
+        for (r, o) in runs.into_iter().zip(&origins) {
+            let off = offset(*o);
+            all.extend(r.records.into_iter().map(|mut rec| {
+                rec.t_submit += off;
+                rec
+            }));
+        }
+        all.sort_by(|a, b| {
+            a.t_submit
+                .total_cmp(&b.t_submit)
+                .then(a.session.cmp(&b.session))
+                .then(a.inst.cmp(&b.inst))
+                .then(a.step.cmp(&b.step))
+        });
+        let n = all.len();
+        Some((metrics::summarize(&all, &first.slo), Checks::of(&all), n))
+    };
+    Ok(Merged {
+        partial,
+        notes,
+        slo: first.slo,
+        exact,
+        histogram: histogram.map(|m| m.summary()),
+        records: all,
+        shards,
+    })
+}
+
+/// The figures the two summaries share, `(name, exact, histogram, is a latency figure)`.
+fn figures(e: &Summary, h: &Summary) -> Vec<(&'static str, f64, f64, bool)> {
+    let o = |x: Option<f64>| x.unwrap_or(f64::NAN);
+    vec![
+        ("completed", e.completed as f64, h.completed as f64, false),
+        ("failed", e.failed as f64, h.failed as f64, false),
+        ("sessions", e.sessions as f64, h.sessions as f64, false),
+        (
+            "total_output_tokens",
+            e.total_output_tokens as f64,
+            h.total_output_tokens as f64,
+            false,
+        ),
+        ("duration_s", e.duration_s, h.duration_s, false),
+        ("goodput_rps", e.goodput_rps, h.goodput_rps, false),
+        ("ttft_mean_ms", e.ttft_mean_ms, h.ttft_mean_ms, true),
+        ("ttft_p50_ms", e.ttft_p50_ms, h.ttft_p50_ms, true),
+        ("ttft_p99_ms", e.ttft_p99_ms, h.ttft_p99_ms, true),
+        ("tpot_p50_ms", e.tpot_p50_ms, h.tpot_p50_ms, true),
+        ("tpot_p99_ms", e.tpot_p99_ms, h.tpot_p99_ms, true),
+        ("itl_p50_ms", o(e.itl_p50_ms), o(h.itl_p50_ms), true),
+        ("itl_p99_ms", o(e.itl_p99_ms), o(h.itl_p99_ms), true),
+        ("e2el_p50_ms", e.e2el_p50_ms, h.e2el_p50_ms, true),
+        ("e2el_p99_ms", e.e2el_p99_ms, h.e2el_p99_ms, true),
+    ]
+}
+
+const EXACT_IS: &str = "exact: every record of every run, on one time line, scored by shared::metrics::summarize";
+const HIST_IS: &str = "histogram: counts, rates and ratios exact (summed counters); latency means and percentiles \
+from HDR histograms with 3 significant digits: exact p - 0.5 ns <= histogram < p * (1 + 1/1024) + 0.5 ns \
+(means within 1/1024 either side); queue and designed/realized prompt medians need the records (absent)";
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let files = record_files(&a.runs)?;
+    let runs = files
+        .iter()
+        .map(|f| read_run(f, a.fast))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let m = merge(runs, a.fast)?;
+    if a.json {
+        let (summary, checks, n) = match &m.exact {
+            Some((s, c, n)) => (Some(s), Some(c), Some(*n)),
+            None => (None, None, None),
+        };
+        let out = json!({
+            "runs": files, "shards": m.shards, "records": n,
+            "partial": !m.partial.is_empty(), "missing": m.partial, "notes": m.notes,
+            "slo": m.slo, "summary": summary, "checks": checks, "histogram_summary": m.histogram,
+            "sources": {"summary": EXACT_IS, "histogram_summary": HIST_IS},
+            "bound": {"relative": hist::RELATIVE_BOUND, "absolute_ms": hist::ABSOLUTE_BOUND_MS,
+                      "significant_digits": hist::SIGNIFICANT_DIGITS},
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).context("serializing the merge")?
+        );
+    } else {
+        if !m.partial.is_empty() {
+            println!("PARTIAL: {}", m.partial.join("; "));
+        }
+        for n in &m.notes {
+            println!("note: {n}");
+        }
+        match &m.exact {
+            Some((s, _, n)) => {
+                println!("merged {} run(s), {n} records ({EXACT_IS})", files.len());
+                println!("{}", render(&m.records, s, &m.slo, None));
+            }
+            None => println!("merged {} run(s) from their histograms only (--fast)", files.len()),
+        }
+        if let Some(h) = &m.histogram {
+            println!("\n{HIST_IS}");
+            let exact = m.exact.as_ref().map(|e| &e.0);
+            println!("{:<24}{:>16}{:>16}  within bound", "figure", "exact", "histogram");
+            for (name, e, x, latency) in figures(exact.unwrap_or(h), h) {
+                let (e_text, ok) = match exact {
+                    Some(_) => (
+                        format!("{e:.4}"),
+                        if latency {
+                            let mean = name.ends_with("mean_ms");
+                            if e.is_nan() && x.is_nan() || hist::within_bound(e, x, mean) {
+                                "yes"
+                            } else {
+                                "NO"
+                            }
+                        } else if e == x || e.is_nan() && x.is_nan() {
+                            "equal"
+                        } else {
+                            "NO"
+                        },
+                    ),
+                    None => ("-".to_string(), ""),
+                };
+                println!("{name:<24}{e_text:>16}{x:>16.4}  {ok}");
+            }
+        }
+    }
+    Ok(if m.partial.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}
