@@ -23,6 +23,7 @@ fn profile(kv: u64) -> EngineProfile {
         prefill_fixed_ms: 1.0,
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
     }
 }

@@ -215,6 +215,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
         prefill_fixed_ms: 0.0,
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms,
