@@ -666,12 +666,15 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             dec.iter()
                 .map(|d| vec![1.0, d.batch, d.ctx, d.batch_ctx / 1000.0])
                 .collect(),
-            vec!["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms", "batch_kv_ms_per_ktok"],
+            vec![
+                "step_fixed_ms",
+                "per_seq_ms",
+                "per_ctx_token_ms",
+                "batch_kv_ms_per_ktok",
+            ],
         )
     } else if two_batches {
-        notes.push(
-            "two batch sizes only: batch_kv_ms_per_ktok not identified, fixed at 0 (probe 3 or more)".into(),
-        );
+        notes.push("two batch sizes only: batch_kv_ms_per_ktok not identified, fixed at 0 (probe 3 or more)".into());
         (
             dec.iter().map(|d| vec![1.0, d.batch, d.ctx]).collect(),
             vec!["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms"],

@@ -79,13 +79,37 @@ fn records_of(prof: &EngineProfile, batches: &[u32], prefills: bool) -> Vec<Requ
     };
     if prefills {
         // Lone prefills: cold, and warm after a 1,024-token shared prefix.
-        push(phase(prof, 1, 60, LengthDist::Uniform { min: 32, max: 3000 }, 2, 0, 0.0));
-        push(phase(prof, 1, 40, LengthDist::Uniform { min: 32, max: 600 }, 2, 1024, 0.0));
+        push(phase(
+            prof,
+            1,
+            60,
+            LengthDist::Uniform { min: 32, max: 3000 },
+            2,
+            0,
+            0.0,
+        ));
+        push(phase(
+            prof,
+            1,
+            40,
+            LengthDist::Uniform { min: 32, max: 600 },
+            2,
+            1024,
+            0.0,
+        ));
     }
     // Decode at several batch sizes and contexts.
     for &b in batches {
         for p in [128, 1024] {
-            push(phase(prof, b, u64::from(b) * 4, LengthDist::Fixed { tokens: p }, 96, 0, 0.0));
+            push(phase(
+                prof,
+                b,
+                u64::from(b) * 4,
+                LengthDist::Fixed { tokens: p },
+                96,
+                0,
+                0.0,
+            ));
         }
     }
     all
@@ -178,7 +202,10 @@ fn fit_recovers_a_unified_kv_engine() {
         ("step_fixed_ms", rel(c("step_fixed_ms"), p.step_fixed_ms)),
         ("per_seq_ms", rel(c("per_seq_ms"), p.per_seq_ms)),
         ("per_ctx_token_ms", rel(c("per_ctx_token_ms"), p.per_ctx_token_ms)),
-        ("batch_kv_ms_per_ktok", rel(c("batch_kv_ms_per_ktok"), p.batch_kv_ms_per_ktok)),
+        (
+            "batch_kv_ms_per_ktok",
+            rel(c("batch_kv_ms_per_ktok"), p.batch_kv_ms_per_ktok),
+        ),
         (
             "prefill_tokens_per_ms",
             rel(c("prefill_tokens_per_ms"), p.prefill_tokens_per_ms),

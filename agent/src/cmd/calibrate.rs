@@ -88,6 +88,9 @@ pub struct Discovered {
     pub sources: Vec<String>,
 }
 
+/// llama-server's default `--batch-size` (logical batch: tokens per server iteration).
+pub const LLAMA_CPP_DEFAULT_N_BATCH: u32 = 2048;
+
 /// llama.cpp's `/props`: `total_slots`, `default_generation_settings.n_ctx` (per slot), `n_batch` when given.
 pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
     let slots = v.get("total_slots").and_then(serde_json::Value::as_u64);
@@ -113,6 +116,14 @@ pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
     }
     if slots.is_some() || n_ctx.is_some() {
         d.sources.push("llama.cpp /props".into());
+        if d.max_num_batched_tokens.is_none() {
+            // `/props` does not say; llama-server's `-b`/`--batch-size` default: prompt tokens + one per decoding
+            // slot per server iteration.
+            d.max_num_batched_tokens = Some(LLAMA_CPP_DEFAULT_N_BATCH);
+            d.sources.push(format!(
+                "llama.cpp's default n_batch {LLAMA_CPP_DEFAULT_N_BATCH} (not in /props; flag to change)"
+            ));
+        }
     }
 }
 
@@ -233,11 +244,15 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         "--budget must be at least 5 seconds (got {})",
         a.budget
     );
-    let max_prompt = a
-        .max_prompt_tokens
-        .or_else(|| limits_p.max_model_len.map(|l| (l / 2).min(u64::from(u32::MAX)) as u32))
-        .unwrap_or(4096)
-        .min(limits_p.max_num_batched_tokens.max(256));
+    // Default: half the per-request context, at most one step's token budget (the prefill fit takes a prefill
+    // as one step); `--max-prompt-tokens` is taken as given.
+    let max_prompt = a.max_prompt_tokens.unwrap_or_else(|| {
+        limits_p
+            .max_model_len
+            .map(|l| (l / 2).min(u64::from(u32::MAX)) as u32)
+            .unwrap_or(4096)
+            .min(limits_p.max_num_batched_tokens.max(256))
+    });
     let pl = ProbeLimits {
         max_prompt_tokens: max_prompt,
         max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),

@@ -9,8 +9,8 @@
 //! - `prefill_ctx_ms_per_ktok`: attention makes a prefilled token cost more the more context it attends to. A
 //!   chunk of `n` new tokens after `c` tokens of context adds `prefill_ctx_ms_per_ktok · Σ_{i<n} (c + i) / 1000`
 //!   ms = `prefill_ctx_ms_per_ktok · (n·c + n(n−1)/2) / 1000` (a cold prefill of `n` grows as `n²/2000`).
-//! - `batch_kv_ms_per_ktok`: a step whose sequences each attend over the KV of the whole batch, not only their
-//!   own (llama.cpp's unified KV cache: every sequence's attention reads, masked, every cell in use). A step of
+//! - `batch_kv_ms_per_ktok`: a step whose sequences each attend over more than their own KV (llama.cpp: one view
+//!   per sequence sized to the batch's largest, or with `--kv-unified` every cell in use, masked). A step of
 //!   `seqs` sequences holding `Σcontext` tokens of KV adds `batch_kv_ms_per_ktok · seqs · Σcontext / 1000` ms, so
 //!   at equal contexts a decode step grows with the square of the batch. vLLM's paged attention reads only each
 //!   sequence's own blocks (the linear `per_ctx_token_ms` term); leave this 0 for such engines.
