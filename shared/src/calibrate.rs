@@ -426,7 +426,7 @@ fn check_stage(stage: &'static str, f: &StageFit) -> Result<(), CalibrateError> 
 /// Coefficients, standard errors and which were fitted (not fixed at 0), in the order of the names.
 type NonnegFit = (Vec<f64>, Vec<f64>, Vec<bool>);
 
-/// The decode term that only some engines have (llama.cpp's unified KV cache): a negative fit of it means the
+/// The decode term that only some engines have (llama.cpp's attention over the batch's KV): a negative fit means the
 /// engine has none, so it is fixed at 0 (noted) however many standard errors it is from 0.
 const OPTIONAL_TERM: &str = "batch_kv_ms_per_ktok";
 /// The optional term is kept only when its share of the largest observed step is at least this.

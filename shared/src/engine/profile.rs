@@ -5,7 +5,7 @@
 //! prefill_tokens_per_ms if the step carries prefill]`, where `seqs` counts every sequence scheduled in the step and
 //! `Σcontext` sums their KV context (tokens already computed) at the start of the step.
 //!
-//! Two optional terms, off by default (so profiles written before them give the same results to the bit):
+//! Three optional terms, off by default (so profiles written before them give the same results to the bit):
 //! - `prefill_ctx_ms_per_ktok`: attention makes a prefilled token cost more the more context it attends to. A
 //!   chunk of `n` new tokens after `c` tokens of context adds `prefill_ctx_ms_per_ktok · Σ_{i<n} (c + i) / 1000`
 //!   ms = `prefill_ctx_ms_per_ktok · (n·c + n(n−1)/2) / 1000` (a cold prefill of `n` grows as `n²/2000`).
