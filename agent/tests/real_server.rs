@@ -357,9 +357,9 @@ fn calibrate_and_predict_against_the_real_server() {
     assert!(profile.step_fixed_ms + profile.per_seq_ms > 0.0 && profile.prefill_tokens_per_ms > 0.0);
     // Prefill cost grows with context on this server (REALSERVER.md): the fit finds it.
     assert!(profile.prefill_ctx_ms_per_ktok > 0.0, "{text}");
-    // Fits measured here explain most of the variance (decode R² 0.77-0.95, prefill 0.97-0.98 over runs); the
-    // floors leave room for a loaded machine.
-    let r2 = |stage: &str| fit[stage]["r2"].as_f64().unwrap_or(0.0);
+    // Fits measured here explain most of the bulk's variance (robust R²: decode 0.90 at load 10, prefill 0.80;
+    // plain R² 0.95 / 0.97 on a quiet machine); the floors leave room for a loaded one.
+    let r2 = |stage: &str| fit[stage]["r2_robust"].as_f64().unwrap_or(0.0);
     assert!(
         r2("prefill") > 0.8 && r2("decode") > 0.3,
         "R² {} / {}",
