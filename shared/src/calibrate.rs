@@ -453,6 +453,8 @@ type NonnegFit = (Vec<f64>, Vec<f64>, Vec<bool>);
 const OPTIONAL_TERM: &str = "batch_kv_ms_per_ktok";
 /// The optional term is kept only when its share of the largest observed step is at least this.
 const MIN_OPTIONAL_SHARE: f64 = 0.02;
+/// ... and only when it narrows the decode residuals' robust spread (MAD) by at least this.
+const MIN_OPTIONAL_GAIN: f64 = 0.2;
 
 /// Fit with nonnegative coefficients: a coefficient that comes out negative but within 2 standard errors of 0 is
 /// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit ([`OPTIONAL_TERM`]
@@ -718,18 +720,38 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     {
         let top = x.iter().map(|r| r[j]).fold(0.0, f64::max);
         let share = b[j] * top / y.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
-        if b[j] <= 2.0 * se[j] || share < MIN_OPTIONAL_SHARE {
+        let mut x3 = x.clone();
+        for r in x3.iter_mut() {
+            r.remove(j);
+        }
+        let mut names3 = names.clone();
+        names3.remove(j);
+        let mut notes3 = Vec::new();
+        let without = fit_nonneg("decode", &names3, &x3, &y, &mut notes3);
+        // The residuals' robust spread with and without the term: a term that the bulk does not need (it only
+        // moves cost between itself and per_ctx_token_ms, as real-time noise at large batches can) is dropped.
+        let spread = |xs: &[Vec<f64>], bs: &[f64]| {
+            let r: Vec<f64> = xs.iter().zip(&y).map(|(row, yy)| yy - dot(row, bs)).collect();
+            mad(&r)
+        };
+        let gain = match &without {
+            Ok((b3, _, _)) => 1.0 - spread(&x, &b) / spread(&x3, b3).max(1e-300),
+            Err(_) => 1.0,
+        };
+        if b[j] <= 2.0 * se[j] || share < MIN_OPTIONAL_SHARE || gain < MIN_OPTIONAL_GAIN {
             notes.push(format!(
-                "{OPTIONAL_TERM}: fitted {:.4} ± {:.4} ({:.1} % of the largest step), not significant: fixed at 0",
+                "{OPTIONAL_TERM}: fitted {:.4} ± {:.4} ({:.1} % of the largest step; it narrows the residuals by \
+                 {:.0} %), not needed (> 2 s.e., >= {:.0} % and >= {:.0} % are): fixed at 0",
                 b[j],
                 se[j],
-                share * 100.0
+                share * 100.0,
+                gain * 100.0,
+                MIN_OPTIONAL_SHARE * 100.0,
+                MIN_OPTIONAL_GAIN * 100.0
             ));
-            names.remove(j);
-            for r in x.iter_mut() {
-                r.remove(j);
-            }
-            (b, se, active) = fit_nonneg("decode", &names, &x, &y, &mut notes)?;
+            (x, names) = (x3, names3);
+            notes.extend(notes3);
+            (b, se, active) = without?;
         }
     }
     let get = |name: &str| names.iter().position(|n| *n == name).map(|j| (b[j], se[j], active[j]));
