@@ -158,6 +158,10 @@ pub struct FitOptions {
     /// Profile the fitted coefficients go into: its name, basis and limits are kept (the limits come from the
     /// server or the command line).
     pub limits: Option<EngineProfile>,
+    /// `batch_kv_ms_per_ktok`: `None` lets the data decide (the rules in `docs/calibration.md`), `Some(false)` fixes
+    /// it at 0 (an engine known to have no such term, like vLLM), `Some(true)` keeps it wherever it is identified
+    /// and not negative.
+    pub batch_kv: Option<bool>,
 }
 
 /// A fitted coefficient.
@@ -685,7 +689,10 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     let batches: Vec<f64> = dec.iter().map(|d| d.batch).collect();
     let n_batches = distinct(&batches, 0.3);
     let two_batches = n_batches >= 2;
-    let (x, names): (Vec<Vec<f64>>, Vec<&str>) = if n_batches >= 3 {
+    if opts.batch_kv == Some(false) {
+        notes.push(format!("{OPTIONAL_TERM}: fixed at 0 as asked"));
+    }
+    let (x, names): (Vec<Vec<f64>>, Vec<&str>) = if n_batches >= 3 && opts.batch_kv != Some(false) {
         (
             dec.iter()
                 .map(|d| vec![1.0, d.batch, d.ctx, d.batch_ctx / 1000.0])
@@ -698,7 +705,10 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             ],
         )
     } else if two_batches {
-        notes.push("two batch sizes only: batch_kv_ms_per_ktok not identified, fixed at 0 (probe 3 or more)".into());
+        if opts.batch_kv != Some(false) {
+            notes
+                .push("two batch sizes only: batch_kv_ms_per_ktok not identified, fixed at 0 (probe 3 or more)".into());
+        }
         (
             dec.iter().map(|d| vec![1.0, d.batch, d.ctx]).collect(),
             vec!["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms"],
@@ -717,6 +727,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     // step observed): an engine without it (vLLM's paged attention) should not pay its noise in the other three.
     if let Some(j) = names.iter().position(|n| *n == OPTIONAL_TERM)
         && active[j]
+        && opts.batch_kv.is_none()
     {
         let top = x.iter().map(|r| r[j]).fold(0.0, f64::max);
         let share = b[j] * top / y.iter().copied().fold(f64::MIN_POSITIVE, f64::max);

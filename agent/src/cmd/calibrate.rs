@@ -72,9 +72,21 @@ pub struct Args {
     /// Host-memory prefix-cache tier, tokens (llama.cpp `--cache-ram`, vLLM CPU offload): written as given.
     #[arg(long)]
     pub host_cache_tokens: Option<u64>,
+    /// The `batch_kv_ms_per_ktok` term (each sequence pays for the batch's KV, as in llama.cpp): `auto` keeps it
+    /// where the data need it, `off` fixes it at 0 (vLLM-like engines), `on` keeps it wherever identified.
+    #[arg(long, value_enum, default_value_t = Choice::Auto)]
+    pub batch_kv: Choice,
     /// Restore speed of the host tier, tokens/ms (with `--host-cache-tokens`).
     #[arg(long, default_value_t = 100.0)]
     pub host_restore_tok_per_ms: f64,
+}
+
+/// `--batch-kv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Choice {
+    Auto,
+    On,
+    Off,
 }
 
 /// Server limits found by asking it; `None` where it does not say.
@@ -391,7 +403,19 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
         }
     };
     let lp = limits(a, &d)?;
-    let mut fit = calibrate::fit(&records, &FitOptions { limits: Some(lp) }).map_err(|e| {
+    let batch_kv = match a.batch_kv {
+        Choice::Auto => None,
+        Choice::On => Some(true),
+        Choice::Off => Some(false),
+    };
+    let mut fit = calibrate::fit(
+        &records,
+        &FitOptions {
+            limits: Some(lp),
+            batch_kv,
+        },
+    )
+    .map_err(|e| {
         anyhow::anyhow!(
             "{e} ({} records{})",
             records.len(),
