@@ -19,7 +19,19 @@ fn llamacpp_props_give_slots_and_context() {
     assert_eq!(d.max_model_len, Some(8192));
     // The whole KV: 4 slots × 8,192 tokens in blocks of 16.
     assert_eq!((d.block_size, d.num_kv_blocks), (Some(16), Some(2048)));
-    assert_eq!(d.sources, vec!["llama.cpp /props".to_string()]);
+    // /props does not give n_batch: llama-server's default --batch-size, named as such.
+    assert_eq!(d.max_num_batched_tokens, Some(2048));
+    assert_eq!(d.sources.len(), 2, "{:?}", d.sources);
+    assert_eq!(d.sources[0], "llama.cpp /props");
+    assert!(d.sources[1].contains("default n_batch 2048"), "{:?}", d.sources);
+    // One that gives n_batch is taken at its word.
+    let mut given = Discovered::default();
+    parse_props(
+        &json!({"default_generation_settings": {"n_ctx": 4096, "n_batch": 512}, "total_slots": 2}),
+        &mut given,
+    );
+    assert_eq!(given.max_num_batched_tokens, Some(512));
+    assert_eq!(given.sources, vec!["llama.cpp /props".to_string()]);
     // A server without /props fields says nothing.
     let mut none = Discovered::default();
     parse_props(&json!({"object": "list"}), &mut none);

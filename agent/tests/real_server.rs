@@ -254,3 +254,172 @@ fn sessions_through_completions_and_chat_have_exact_lengths_and_reuse_the_prefix
         check_sessions(&records, endpoint);
     }
 }
+
+/// Runs the binary; `Err(stderr)` when it fails.
+fn run(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("({}): {}", out.status, String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+/// Runs the binary; panics with its stderr (and the server's log) when it fails.
+fn run_ok(llama: &Llama, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "loadshape {args:?} failed ({}): {}\nserver log tail: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&llama.log)
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A short `calibrate --url` against llama.cpp (4 slots) is accepted with sane coefficients, and `predict` of a
+/// held-out scenario (6 sessions on 4 slots, a shape the probe never sent) lands near a live run of it. The bounds
+/// are loose on purpose: this machine is shared (2 cores; the server, the client and other builds compete), and
+/// what the fit is worth is measured by `scripts/bench_fidelity.sh` (figures in docs/calibration.md), not here.
+#[test]
+fn calibrate_and_predict_against_the_real_server() {
+    let Some((server, model)) = paths() else { return };
+    let llama = start(&server, &model, 4);
+    let cal = tmp("cal");
+    let cal_s = cal.to_string_lossy().into_owned();
+    // A loaded machine can garble a probe's timings (frames read in bunches, a descheduled server thread), and
+    // then the fit refuses them ("the model explains too little"), as it should: one more probe is allowed.
+    let args = [
+        "calibrate",
+        "--url",
+        &llama.base,
+        "--out",
+        &cal_s,
+        "--budget",
+        "50",
+        "--max-prompt-tokens",
+        "2048",
+        "--decode-tokens",
+        "64",
+    ];
+    if let Err(first) = run(&args) {
+        eprintln!("first calibrate refused, probing again: {first}");
+        if let Err(second) = run(&args) {
+            // Refused twice: it must be one of the documented refusals (never a crash or a bad profile), and no
+            // profile is written. Where the machine is known to be quiet, LOADSHAPE_REQUIRE_FIT=1 makes it fatal.
+            assert!(
+                second.contains("cannot fit") && !cal.join("profile.json").exists(),
+                "calibrate failed otherwise than by refusing the fit: {second}"
+            );
+            assert!(
+                std::env::var("LOADSHAPE_REQUIRE_FIT").as_deref() != Ok("1"),
+                "LOADSHAPE_REQUIRE_FIT=1 and calibrate refused twice: {second}"
+            );
+            eprintln!(
+                "calibrate refused the probe twice (the machine is too loaded for its timings); held-out predict not \
+                 checked: {second}"
+            );
+            return;
+        }
+    }
+    let fit: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cal.join("fit.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("fit.json: {e}"));
+    let text = std::fs::read_to_string(cal.join("profile.json")).unwrap_or_default();
+    let profile = shared::engine::EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    eprintln!("fitted: {text}\nnotes: {}", fit["notes"]);
+    // Limits from /props: 4 slots of 8,192 tokens.
+    assert_eq!((profile.max_num_seqs, profile.max_model_len), (4, Some(8192)));
+    // Every coefficient finite and >= 0 (validate checks that too), with a finite standard error; the decode
+    // step and the prefill rate positive.
+    for (name, c) in fit["coefficients"].as_object().into_iter().flatten() {
+        let (v, se) = (
+            c["value"].as_f64().unwrap_or(-1.0),
+            c["std_error"].as_f64().unwrap_or(-1.0),
+        );
+        assert!(v.is_finite() && v >= 0.0 && se.is_finite() && se >= 0.0, "{name}: {c}");
+    }
+    assert!(profile.step_fixed_ms + profile.per_seq_ms > 0.0 && profile.prefill_tokens_per_ms > 0.0);
+    // Prefill cost grows with context on this server (REALSERVER.md): the fit finds it.
+    assert!(profile.prefill_ctx_ms_per_ktok > 0.0, "{text}");
+    // Fits measured here explain most of the bulk's variance (robust R²: decode 0.90 at load 10, prefill 0.80;
+    // plain R² 0.95 / 0.97 on a quiet machine); the floors leave room for a loaded one.
+    let r2 = |stage: &str| fit[stage]["r2_robust"].as_f64().unwrap_or(0.0);
+    assert!(
+        r2("prefill") > 0.8 && r2("decode") > 0.3,
+        "R² {} / {}",
+        r2("decode"),
+        r2("prefill")
+    );
+
+    // The held-out scenario, live and predicted.
+    let scenario = tmp("heldout.json");
+    let sc = serde_json::json!({"model": "engine",
+        "workload": {"kind": "sessions", "ladder": "1000:3,1000:3,1000:3,1000:3,1000:3,1000:3", "gen_tokens": 48,
+                     "tool_tokens": 150, "think_s": 0.3, "stagger_s": 0.3, "duration_s": 120.0},
+        "profile": serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 3});
+    std::fs::write(&scenario, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let (scenario_s, live) = (scenario.to_string_lossy().into_owned(), tmp("heldout.jsonl"));
+    let live_s = live.to_string_lossy().into_owned();
+    run_ok(
+        &llama,
+        &[
+            "replay",
+            "--url",
+            &llama.base,
+            "--scenario",
+            &scenario_s,
+            "--out",
+            &live_s,
+            "--quiet",
+        ],
+    );
+    let out = run_ok(
+        &llama,
+        &[
+            "predict",
+            &scenario_s,
+            "--profile",
+            &cal.join("profile.json").to_string_lossy(),
+            "--against",
+            &live_s,
+            "--seeds",
+            "3",
+            "--json",
+        ],
+    );
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("predict --json: {e}: {out}"));
+    eprintln!("held-out errors: {}", p["errors"]);
+    for f in ["ttft_p50_ms", "tpot_p50_ms", "e2el_p50_ms"] {
+        let e = p["errors"][f]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no error for {f}: {}", p["errors"]));
+        // HELDOUT_BOUND: see the constant.
+        assert!(
+            e.is_finite() && 1.0 + e > 1.0 / HELDOUT_BOUND && 1.0 + e < HELDOUT_BOUND,
+            "{f}: predicted/live − 1 = {e:+.3} ({})",
+            p["errors"]
+        );
+    }
+}
+
+/// Largest factor between a held-out p50 predicted and live here (sim/live within [1/4, 4]). The goal (10 %) is
+/// the benchmark's; on this shared 2-core machine two live runs of the same scenario, minutes apart, differed by
+/// up to 3× (TTFT p50 +202 %, docs/calibration.md), so a tighter bound would test the machine's load, not the fit.
+const HELDOUT_BOUND: f64 = 4.0;

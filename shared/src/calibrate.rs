@@ -10,8 +10,10 @@
 //!
 //! The two stages:
 //! 1. **Decode** (TPOT): a request's median inter-token gap is one decode step of the batch it ran in:
-//!    `gap = step_fixed_ms + per_seq_ms·batch + per_ctx_token_ms·Σcontext`. Batch and Σcontext are reconstructed
-//!    from the records themselves (every request's decode interval, its context growing linearly from its prompt).
+//!    `gap = step_fixed_ms + per_seq_ms·batch + per_ctx_token_ms·Σcontext + batch_kv_ms_per_ktok·batch·Σcontext/1000`
+//!    (the last term only with 3 or more batch sizes, and kept only where it is significant). Batch and Σcontext
+//!    are reconstructed from the records themselves (every request's decode interval, its context growing
+//!    linearly from its prompt).
 //! 2. **Prefill** (TTFT), requests alone on the server during their prefill: `ttft − per_ctx_token_ms·cached =
 //!    F + new / prefill_tokens_per_ms + prefill_ctx_ms_per_ktok·(new·cached + new(new−1)/2)/1000`, where
 //!    `F = step_fixed_ms + per_seq_ms + prefill_fixed_ms` plus the client's own overhead.
@@ -156,6 +158,10 @@ pub struct FitOptions {
     /// Profile the fitted coefficients go into: its name, basis and limits are kept (the limits come from the
     /// server or the command line).
     pub limits: Option<EngineProfile>,
+    /// `batch_kv_ms_per_ktok`: `None` lets the data decide (the rules in `docs/calibration.md`), `Some(false)` fixes
+    /// it at 0 (an engine known to have no such term, like vLLM), `Some(true)` keeps it wherever it is identified
+    /// and not negative.
+    pub batch_kv: Option<bool>,
 }
 
 /// A fitted coefficient.
@@ -174,6 +180,13 @@ pub struct StageFit {
     /// Requests used.
     pub n: usize,
     pub r2: f64,
+    /// R² of the bulk: `1 − (MAD(residuals) / MAD(observations))²`, insensitive to the heavy tail a loaded
+    /// machine adds (what the checks use).
+    #[serde(default)]
+    pub r2_robust: f64,
+    /// Robust relative spread of the residuals: `1.4826·MAD(residuals) / median(observations)`.
+    #[serde(default)]
+    pub relative_mad: f64,
     /// Root mean square of the residuals, ms.
     pub rms_ms: f64,
     /// RMS of the residuals relative to the observations' mean.
@@ -360,6 +373,8 @@ struct DecodeObs {
     y: f64,
     batch: f64,
     ctx: f64,
+    /// Mean of batch·Σcontext over the same points (the `batch_kv_ms_per_ktok` regressor, before /1000).
+    batch_ctx: f64,
 }
 
 struct PrefillObs {
@@ -385,6 +400,8 @@ fn distinct(v: &[f64], rel: f64) -> usize {
 }
 
 fn stage_fit(y: &[f64], pred: &[f64]) -> StageFit {
+    let res: Vec<f64> = y.iter().zip(pred).map(|(a, b)| a - b).collect();
+    let med_y = median(&mut y.to_vec());
     let n = y.len();
     let mean = y.iter().sum::<f64>() / n.max(1) as f64;
     let ss_res: f64 = y.iter().zip(pred).map(|(a, b)| (a - b) * (a - b)).sum();
@@ -395,24 +412,37 @@ fn stage_fit(y: &[f64], pred: &[f64]) -> StageFit {
         r2: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
         rms_ms: rms,
         relative_rms: if mean > 0.0 { rms / mean } else { f64::INFINITY },
+        r2_robust: {
+            let my = mad(y);
+            if my > 0.0 { 1.0 - (mad(&res) / my).powi(2) } else { 0.0 }
+        },
+        relative_mad: if med_y > 0.0 {
+            1.4826 * mad(&res) / med_y
+        } else {
+            f64::INFINITY
+        },
     }
 }
 
 fn check_stage(stage: &'static str, f: &StageFit) -> Result<(), CalibrateError> {
-    if !(f.r2.is_finite() && f.rms_ms.is_finite()) {
+    if !(f.r2.is_finite() && f.rms_ms.is_finite() && f.r2_robust.is_finite()) {
         return Err(CalibrateError::Unfit {
             stage,
             reason: "the residuals are not finite".into(),
         });
     }
-    if f.r2 < MIN_R2 && f.relative_rms > MAX_RELATIVE_RMS {
+    // On the bulk (robust R² and spread): Huber fits the bulk, and a loaded machine's heavy tail would otherwise
+    // refuse a fit that describes every phase of the probe.
+    if f.r2_robust < MIN_R2 && f.relative_mad > MAX_RELATIVE_RMS {
         return Err(CalibrateError::Unfit {
             stage,
             reason: format!(
-                "the model explains too little: R² {:.3} < {MIN_R2} with residuals {:.0} % of the mean (> {:.0} %)",
-                f.r2,
-                f.relative_rms * 100.0,
-                MAX_RELATIVE_RMS * 100.0
+                "the model explains too little: robust R² {:.3} < {MIN_R2} with residuals {:.0} % of the median \
+                 (> {:.0} %; plain R² {:.3})",
+                f.r2_robust,
+                f.relative_mad * 100.0,
+                MAX_RELATIVE_RMS * 100.0,
+                f.r2
             ),
         });
     }
@@ -422,8 +452,17 @@ fn check_stage(stage: &'static str, f: &StageFit) -> Result<(), CalibrateError> 
 /// Coefficients, standard errors and which were fitted (not fixed at 0), in the order of the names.
 type NonnegFit = (Vec<f64>, Vec<f64>, Vec<bool>);
 
+/// The decode term that only some engines have (llama.cpp's attention over the batch's KV): a negative fit means the
+/// engine has none, so it is fixed at 0 (noted) however many standard errors it is from 0.
+const OPTIONAL_TERM: &str = "batch_kv_ms_per_ktok";
+/// The optional term is kept only when its share of the largest observed step is at least this.
+const MIN_OPTIONAL_SHARE: f64 = 0.02;
+/// ... and only when it narrows the decode residuals' robust spread (MAD) by at least this.
+const MIN_OPTIONAL_GAIN: f64 = 0.2;
+
 /// Fit with nonnegative coefficients: a coefficient that comes out negative but within 2 standard errors of 0 is
-/// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit.
+/// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit ([`OPTIONAL_TERM`]
+/// excepted: fixed at 0).
 fn fit_nonneg(
     stage: &'static str,
     names: &[&str],
@@ -463,6 +502,13 @@ fn fit_nonneg(
                     full_se[j] = se[k];
                 }
                 return Ok((full, full_se, active));
+            }
+            Some(k) if names[cols[k]] == OPTIONAL_TERM && cols.len() > 1 => {
+                notes.push(format!(
+                    "{}: fitted {:.4} ± {:.4}, negative: fixed at 0 (this server shows no such term)",
+                    names[cols[k]], b[k], se[k]
+                ));
+                active[cols[k]] = false;
             }
             Some(k) if b[k] + 2.0 * se[k] >= 0.0 && cols.len() > 1 => {
                 notes.push(format!(
@@ -583,8 +629,8 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         // median gap stands for); all of the interval if there is no such moment.
         let samples = 32;
         let near: Vec<usize> = overlapping(s.first, s.end.max(s.first + 1e-9)).collect();
-        let (mut nb, mut nc, mut k) = (0.0, 0.0, 0.0);
-        let (mut ab, mut ac) = (0.0, 0.0);
+        let (mut nb, mut nc, mut nbc, mut k) = (0.0, 0.0, 0.0, 0.0);
+        let (mut ab, mut ac, mut abc) = (0.0, 0.0, 0.0);
         for q in 0..samples {
             let t = s.first + (s.end - s.first) * (q as f64 + 0.5) / samples as f64;
             let (mut b, mut c, mut prefilling) = (0.0, 0.0, false);
@@ -603,16 +649,19 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             }
             ab += b;
             ac += c;
+            abc += b * c;
             if !prefilling {
                 nb += b;
                 nc += c;
+                nbc += b * c;
                 k += 1.0;
             }
         }
-        let (batch, ctx) = if k > 0.0 {
-            (nb / k, nc / k)
+        let (batch, ctx, batch_ctx) = if k > 0.0 {
+            (nb / k, nc / k, nbc / k)
         } else {
-            (ab / samples as f64, ac / samples as f64)
+            let m = samples as f64;
+            (ab / m, ac / m, abc / m)
         };
         if batch < 1.0 {
             unused_decode[i] = Some("its decode interval is empty".into());
@@ -623,6 +672,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             y,
             batch,
             ctx,
+            batch_ctx,
         });
     }
 
@@ -637,8 +687,28 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         });
     }
     let batches: Vec<f64> = dec.iter().map(|d| d.batch).collect();
-    let two_batches = distinct(&batches, 0.3) >= 2;
-    let (x, names): (Vec<Vec<f64>>, Vec<&str>) = if two_batches {
+    let n_batches = distinct(&batches, 0.3);
+    let two_batches = n_batches >= 2;
+    if opts.batch_kv == Some(false) {
+        notes.push(format!("{OPTIONAL_TERM}: fixed at 0 as asked"));
+    }
+    let (x, names): (Vec<Vec<f64>>, Vec<&str>) = if n_batches >= 3 && opts.batch_kv != Some(false) {
+        (
+            dec.iter()
+                .map(|d| vec![1.0, d.batch, d.ctx, d.batch_ctx / 1000.0])
+                .collect(),
+            vec![
+                "step_fixed_ms",
+                "per_seq_ms",
+                "per_ctx_token_ms",
+                "batch_kv_ms_per_ktok",
+            ],
+        )
+    } else if two_batches {
+        if opts.batch_kv != Some(false) {
+            notes
+                .push("two batch sizes only: batch_kv_ms_per_ktok not identified, fixed at 0 (probe 3 or more)".into());
+        }
         (
             dec.iter().map(|d| vec![1.0, d.batch, d.ctx]).collect(),
             vec!["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms"],
@@ -651,11 +721,55 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         )
     };
     let y: Vec<f64> = dec.iter().map(|d| d.y).collect();
-    let (b, se, active) = fit_nonneg("decode", &names, &x, &y, &mut notes)?;
+    let (mut b, mut se, mut active) = fit_nonneg("decode", &names, &x, &y, &mut notes)?;
+    let (mut x, mut names) = (x, names);
+    // The across-the-batch KV term is kept only where the data show it (> 2 s.e., and at least 2 % of the largest
+    // step observed): an engine without it (vLLM's paged attention) should not pay its noise in the other three.
+    if let Some(j) = names.iter().position(|n| *n == OPTIONAL_TERM)
+        && active[j]
+        && opts.batch_kv.is_none()
+    {
+        let top = x.iter().map(|r| r[j]).fold(0.0, f64::max);
+        let share = b[j] * top / y.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
+        let mut x3 = x.clone();
+        for r in x3.iter_mut() {
+            r.remove(j);
+        }
+        let mut names3 = names.clone();
+        names3.remove(j);
+        let mut notes3 = Vec::new();
+        let without = fit_nonneg("decode", &names3, &x3, &y, &mut notes3);
+        // The residuals' robust spread with and without the term: a term that the bulk does not need (it only
+        // moves cost between itself and per_ctx_token_ms, as real-time noise at large batches can) is dropped.
+        let spread = |xs: &[Vec<f64>], bs: &[f64]| {
+            let r: Vec<f64> = xs.iter().zip(&y).map(|(row, yy)| yy - dot(row, bs)).collect();
+            mad(&r)
+        };
+        let gain = match &without {
+            Ok((b3, _, _)) => 1.0 - spread(&x, &b) / spread(&x3, b3).max(1e-300),
+            Err(_) => 1.0,
+        };
+        if b[j] <= 2.0 * se[j] || share < MIN_OPTIONAL_SHARE || gain < MIN_OPTIONAL_GAIN {
+            notes.push(format!(
+                "{OPTIONAL_TERM}: fitted {:.4} ± {:.4} ({:.1} % of the largest step; it narrows the residuals by \
+                 {:.0} %), not needed (> 2 s.e., >= {:.0} % and >= {:.0} % are): fixed at 0",
+                b[j],
+                se[j],
+                share * 100.0,
+                gain * 100.0,
+                MIN_OPTIONAL_SHARE * 100.0,
+                MIN_OPTIONAL_GAIN * 100.0
+            ));
+            (x, names) = (x3, names3);
+            notes.extend(notes3);
+            (b, se, active) = without?;
+        }
+    }
     let get = |name: &str| names.iter().position(|n| *n == name).map(|j| (b[j], se[j], active[j]));
     let (s_fixed, s_fixed_se, _) = get("step_fixed_ms").unwrap_or((0.0, 0.0, false));
     let (q, q_se, q_id) = get("per_seq_ms").unwrap_or((0.0, 0.0, false));
     let (k, k_se, k_id) = get("per_ctx_token_ms").unwrap_or((0.0, 0.0, false));
+    let (bkv, bkv_se, bkv_id) = get("batch_kv_ms_per_ktok").unwrap_or((0.0, 0.0, false));
     if s_fixed + q <= 0.0 {
         return Err(CalibrateError::Unfit {
             stage: "decode",
@@ -688,7 +802,9 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         .iter()
         .map(|p| vec![1.0, p.new, (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0])
         .collect();
-    let py: Vec<f64> = pre.iter().map(|p| p.ttft - k * p.cached).collect();
+    // A lone prefill step's decode part: one sequence holding `cached` tokens of KV.
+    let kc = k + bkv / 1000.0;
+    let py: Vec<f64> = pre.iter().map(|p| p.ttft - kc * p.cached).collect();
     let pnames = ["prefill_step_ms", "ms_per_new_token", "prefill_ctx_ms_per_ktok"];
     let (pb, pse, _) = fit_nonneg("prefill", &pnames, &px, &py, &mut notes)?;
     if pb[1] <= 0.0 {
@@ -697,7 +813,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             reason: "the cost per new prompt token came out 0: prefill_tokens_per_ms would be infinite".into(),
         });
     }
-    let pre_pred: Vec<f64> = px.iter().zip(&pre).map(|(r, p)| dot(r, &pb) + k * p.cached).collect();
+    let pre_pred: Vec<f64> = px.iter().zip(&pre).map(|(r, p)| dot(r, &pb) + kc * p.cached).collect();
     let ttfts: Vec<f64> = pre.iter().map(|p| p.ttft).collect();
     let prefill = stage_fit(&ttfts, &pre_pred);
     check_stage("prefill", &prefill)?;
@@ -728,6 +844,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     put("step_fixed_ms", s_fixed, s_fixed_se, true);
     put("per_seq_ms", q, q_se, q_id);
     put("per_ctx_token_ms", k, k_se, k_id);
+    put("batch_kv_ms_per_ktok", bkv, bkv_se, bkv_id);
     put("prefill_tokens_per_ms", rate, rate_se, true);
     put("prefill_fixed_ms", prefill_fixed, prefill_fixed_se, true);
     put("prefill_ctx_ms_per_ktok", pb[2], pse[2], pb[2] > 0.0);
@@ -747,17 +864,19 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         prefill_fixed_ms: 0.0,
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
     });
     profile.step_fixed_ms = s_fixed;
     profile.per_seq_ms = q;
     profile.per_ctx_token_ms = k;
+    profile.batch_kv_ms_per_ktok = bkv;
     profile.prefill_tokens_per_ms = rate;
     profile.prefill_fixed_ms = prefill_fixed;
     profile.prefill_ctx_ms_per_ktok = pb[2];
     let method = format!(
         "loadshape calibrate: Huber (k = {HUBER_K}) IRLS fits of {} decode observations (median inter-token gap \
-         = step_fixed + per_seq·batch + per_ctx·Σcontext, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
+         = step_fixed + per_seq·batch + per_ctx·Σcontext + batch_kv·batch·Σcontext/1000, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
          prefill_ctx·attended/1000, R² {:.3}); see docs/calibration.md",
         decode.n, decode.r2, prefill.n, prefill.r2
     );

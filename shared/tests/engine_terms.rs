@@ -23,6 +23,7 @@ fn profile(kv: u64) -> EngineProfile {
         prefill_fixed_ms: 1.0,
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
     }
 }
@@ -169,6 +170,12 @@ fn bad_terms_name_the_field() {
     let e = sc.validate().unwrap_err().to_string();
     assert!(e.contains("profile.prefill_ctx_ms_per_ktok"), "{e}");
     sc.profile.prefill_ctx_ms_per_ktok = 0.0;
+    for bad in [-0.1, f64::NAN, f64::INFINITY] {
+        sc.profile.batch_kv_ms_per_ktok = bad;
+        let e = sc.validate().unwrap_err().to_string();
+        assert!(e.contains("profile.batch_kv_ms_per_ktok"), "{e}");
+    }
+    sc.profile.batch_kv_ms_per_ktok = 0.0;
     sc.profile.host_cache = Some(HostCache {
         capacity_tokens: 10,
         restore_tokens_per_ms: 0.0,
@@ -185,8 +192,12 @@ fn bad_terms_name_the_field() {
         "prefill_tokens_per_ms": 1}"#;
     let p: EngineProfile = serde_json::from_str(old).expect("old profile");
     assert_eq!((p.prefill_ctx_ms_per_ktok, p.host_cache), (0.0, None));
+    assert_eq!(p.batch_kv_ms_per_ktok, 0.0);
     let back = serde_json::to_string(&p).expect("json");
-    assert!(!back.contains("host_cache") && !back.contains("prefill_ctx"), "{back}");
+    assert!(
+        !back.contains("host_cache") && !back.contains("prefill_ctx") && !back.contains("batch_kv"),
+        "{back}"
+    );
 }
 
 proptest! {
@@ -217,4 +228,87 @@ fn host_tier_raises_the_cached_share_of_sessions() {
     };
     let (none, host) = (share(None), share(Some(1_000_000)));
     assert!(host > none + 0.1, "host {host} vs none {none}");
+}
+
+/// `batch_kv_ms_per_ktok`: a step of `n` sequences holding `Σcontext` tokens of KV costs
+/// `batch_kv_ms_per_ktok · n · Σcontext / 1000` more; off, the old step to the bit.
+#[test]
+fn batch_kv_term_charges_every_sequence_for_the_batch_context() {
+    let decode_step = |coef: f64| {
+        let mut p = profile(10_000);
+        p.batch_kv_ms_per_ktok = coef;
+        let mut e = Engine::new(p);
+        for i in 0..4u32 {
+            let prompt: Vec<u32> = (i * 10_000..i * 10_000 + 1000).collect();
+            e.submit(0.0, PromptBlocks::from_tokens(&prompt, 16), 20);
+        }
+        let first = e.step(0.0).expect("the prefill step");
+        let t = first.start_ms + first.duration_ms;
+        e.step(t).expect("a decode step").duration_ms
+    };
+    let off = decode_step(0.0);
+    // Σcontext from the linear model: off = 5 + 0.1·4 + 0.0001·Σ.
+    let sum_ctx = (off - 5.0 - 0.4) / 0.0001;
+    assert!((sum_ctx - 4.0 * 1000.0).abs() < 1e-6, "Σcontext {sum_ctx}");
+    let on = decode_step(0.5);
+    let want = off + 0.5 * 4.0 * sum_ctx / 1000.0;
+    assert!((on - want).abs() < 1e-9, "{on} vs {want}");
+}
+
+/// The closed-form decode stretches of `simulate` (step time growing by `n·(per_ctx + batch_kv·n/1000)` per step)
+/// agree with the step API run one step at a time.
+#[test]
+fn batch_kv_stretches_agree_with_single_steps() {
+    use shared::engine::{SimOptions, simulate_with};
+    use shared::workload::{TraceRequest, TraceWorkload};
+    let mut p = profile(10_000);
+    p.batch_kv_ms_per_ktok = 0.3;
+    let outputs = [40u32, 90, 150, 220];
+    let mut e = Engine::new(p.clone());
+    for (i, &out) in outputs.iter().enumerate() {
+        let prompt: Vec<u32> = (i as u32 * 10_000..i as u32 * 10_000 + 700).collect();
+        e.submit(0.0, PromptBlocks::from_tokens(&prompt, 16), out);
+    }
+    let mut t = 0.0;
+    let mut ends = Vec::new();
+    while let Some(s) = e.step(t) {
+        t = s.start_ms + s.duration_ms;
+        for ev in &s.events {
+            if let StepEvent::Finished { .. } = ev {
+                ends.push(t);
+            }
+        }
+    }
+    let sc = EngineScenario {
+        workload: Workload::Trace(TraceWorkload {
+            requests: outputs
+                .iter()
+                .map(|&o| TraceRequest {
+                    arrival_ms: 0.0,
+                    shared_prefix_tokens: 0,
+                    unique_prompt_tokens: 700,
+                    output_tokens: o,
+                })
+                .collect(),
+        }),
+        profile: p,
+        slo: Slo::default(),
+        seed: 1,
+        counterfactuals: false,
+    };
+    let opts = SimOptions {
+        record_itl_quantiles: false,
+        keep_records: true,
+    };
+    let mut sim: Vec<f64> = simulate_with(&sc, opts)
+        .expect("valid")
+        .records
+        .iter()
+        .map(|r| r.wall_s * 1000.0)
+        .collect();
+    sim.sort_by(f64::total_cmp);
+    assert_eq!(ends.len(), 4);
+    for (a, b) in ends.iter().zip(&sim) {
+        assert!((a - b).abs() < 1e-6 * a, "step API {ends:?} vs simulate {sim:?}");
+    }
 }

@@ -22,6 +22,7 @@ fn single_server() -> EngineProfile {
         prefill_fixed_ms: 0.0,
         enable_prefix_caching: false,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
     }
 }
@@ -114,6 +115,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             prefill_fixed_ms: 2.0,
             enable_prefix_caching: true,
             prefill_ctx_ms_per_ktok: 0.0,
+            batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
         },
         slo: Slo::default(),

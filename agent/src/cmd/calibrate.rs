@@ -72,9 +72,21 @@ pub struct Args {
     /// Host-memory prefix-cache tier, tokens (llama.cpp `--cache-ram`, vLLM CPU offload): written as given.
     #[arg(long)]
     pub host_cache_tokens: Option<u64>,
+    /// The `batch_kv_ms_per_ktok` term (each sequence pays for the batch's KV, as in llama.cpp): `auto` keeps it
+    /// where the data need it, `off` fixes it at 0 (vLLM-like engines), `on` keeps it wherever identified.
+    #[arg(long, value_enum, default_value_t = Choice::Auto)]
+    pub batch_kv: Choice,
     /// Restore speed of the host tier, tokens/ms (with `--host-cache-tokens`).
     #[arg(long, default_value_t = 100.0)]
     pub host_restore_tok_per_ms: f64,
+}
+
+/// `--batch-kv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Choice {
+    Auto,
+    On,
+    Off,
 }
 
 /// Server limits found by asking it; `None` where it does not say.
@@ -87,6 +99,9 @@ pub struct Discovered {
     pub max_num_batched_tokens: Option<u32>,
     pub sources: Vec<String>,
 }
+
+/// llama-server's default `--batch-size` (logical batch: tokens per server iteration).
+pub const LLAMA_CPP_DEFAULT_N_BATCH: u32 = 2048;
 
 /// llama.cpp's `/props`: `total_slots`, `default_generation_settings.n_ctx` (per slot), `n_batch` when given.
 pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
@@ -113,6 +128,14 @@ pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
     }
     if slots.is_some() || n_ctx.is_some() {
         d.sources.push("llama.cpp /props".into());
+        if d.max_num_batched_tokens.is_none() {
+            // `/props` does not say; llama-server's `-b`/`--batch-size` default: prompt tokens + one per decoding
+            // slot per server iteration.
+            d.max_num_batched_tokens = Some(LLAMA_CPP_DEFAULT_N_BATCH);
+            d.sources.push(format!(
+                "llama.cpp's default n_batch {LLAMA_CPP_DEFAULT_N_BATCH} (not in /props; flag to change)"
+            ));
+        }
     }
 }
 
@@ -215,6 +238,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
         prefill_fixed_ms: 0.0,
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms,
@@ -232,11 +256,15 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         "--budget must be at least 5 seconds (got {})",
         a.budget
     );
-    let max_prompt = a
-        .max_prompt_tokens
-        .or_else(|| limits_p.max_model_len.map(|l| (l / 2).min(u64::from(u32::MAX)) as u32))
-        .unwrap_or(4096)
-        .min(limits_p.max_num_batched_tokens.max(256));
+    // Default: half the per-request context, at most one step's token budget (the prefill fit takes a prefill
+    // as one step); `--max-prompt-tokens` is taken as given.
+    let max_prompt = a.max_prompt_tokens.unwrap_or_else(|| {
+        limits_p
+            .max_model_len
+            .map(|l| (l / 2).min(u64::from(u32::MAX)) as u32)
+            .unwrap_or(4096)
+            .min(limits_p.max_num_batched_tokens.max(256))
+    });
     let pl = ProbeLimits {
         max_prompt_tokens: max_prompt,
         max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
@@ -299,16 +327,21 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         )
         .await
         .with_context(|| format!("probe phase {}", ph.name))?;
-        anyhow::ensure!(
-            outcome.verdict() == replay::Verdict::Measured,
-            "probe phase {}: {:?} (records in {})",
-            ph.name,
-            outcome.verdict(),
-            out.display()
-        );
-        // Later phases reuse what the first one found out.
-        model = Some(outcome.summary.model.clone());
-        dialect = outcome.summary.dialect;
+        match outcome.verdict() {
+            replay::Verdict::Measured => {
+                // Later phases reuse what the first one found out.
+                model = Some(outcome.summary.model.clone());
+                dialect = outcome.summary.dialect;
+            }
+            // A slow server (or a loaded machine) can use a phase's whole share on its first requests; the
+            // phase adds no observations and the fit says what it lacks.
+            replay::Verdict::NothingCompleted if i > 0 => eprintln!(
+                "calibrate: probe phase {}: no request completed within its {share:.0} s (a longer --budget gives it \
+                 time); going on without it",
+                ph.name
+            ),
+            v => anyhow::bail!("probe phase {}: {v:?} (records in {})", ph.name, out.display()),
+        }
         // Each phase's clock starts at its own origin: shift so that runs do not overlap in time.
         let offset = all
             .iter()
@@ -370,7 +403,19 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
         }
     };
     let lp = limits(a, &d)?;
-    let mut fit = calibrate::fit(&records, &FitOptions { limits: Some(lp) }).map_err(|e| {
+    let batch_kv = match a.batch_kv {
+        Choice::Auto => None,
+        Choice::On => Some(true),
+        Choice::Off => Some(false),
+    };
+    let mut fit = calibrate::fit(
+        &records,
+        &FitOptions {
+            limits: Some(lp),
+            batch_kv,
+        },
+    )
+    .map_err(|e| {
         anyhow::anyhow!(
             "{e} ({} records{})",
             records.len(),

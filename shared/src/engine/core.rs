@@ -721,6 +721,9 @@ impl Engine {
         }
         let n = (self.sched.len() as u64 + self.lz.n) as f64;
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
+        if self.p.batch_kv_ms_per_ktok > 0.0 {
+            d += self.p.batch_kv_ms_per_ktok * n * ctx as f64 / 1000.0;
+        }
         if prefill_tokens > 0 {
             d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
             if self.p.prefill_ctx_ms_per_ktok > 0.0 {
@@ -1000,7 +1003,15 @@ impl Engine {
         }
         let n = self.sched.len() as u64 + self.lz.n;
         let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
-        let b = if pure { self.p.per_ctx_token_ms * n as f64 } else { 0.0 };
+        // Σcontext grows by n per pure-decode step: the step time grows by `b` per step.
+        let b = if !pure {
+            0.0
+        } else if self.p.batch_kv_ms_per_ktok > 0.0 {
+            let nf = n as f64;
+            nf * (self.p.per_ctx_token_ms + self.p.batch_kv_ms_per_ktok * nf / 1000.0)
+        } else {
+            self.p.per_ctx_token_ms * n as f64
+        };
         let mut k = 1u64;
         let mut extra_at_k: Option<(u64, u64)> = None;
         if pure && max_steps > 1 {
@@ -1465,6 +1476,7 @@ mod tests {
                 prefill_fixed_ms: 1.0,
                 enable_prefix_caching: true,
                 prefill_ctx_ms_per_ktok: 0.0,
+                batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
             });
             e.lazy_ok = lazy;

@@ -22,8 +22,9 @@ pub struct Diagnostics {
     pub cache_off: Option<CacheOff>,
 }
 
-/// Where TPOT crosses the SLO. Model: TPOT(b) ≈ `step_fixed_ms + b·(per_seq_ms + per_ctx_token_ms·C)` for `b`
-/// decoding sequences of mean context `C` (prefill interleaving only adds to it).
+/// Where TPOT crosses the SLO. Model: TPOT(b) ≈ `step_fixed_ms + b·(per_seq_ms + per_ctx_token_ms·C) +
+/// b²·batch_kv_ms_per_ktok·C/1000` for `b` decoding sequences of mean context `C` (prefill interleaving only adds
+/// to it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overbatched {
     pub tpot_slo_ms: f64,

@@ -37,6 +37,7 @@ fn profile(
         prefill_fixed_ms,
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
     }
 }

@@ -5,10 +5,15 @@
 //! prefill_tokens_per_ms if the step carries prefill]`, where `seqs` counts every sequence scheduled in the step and
 //! `Σcontext` sums their KV context (tokens already computed) at the start of the step.
 //!
-//! Two optional terms, off by default (so profiles written before them give the same results to the bit):
+//! Three optional terms, off by default (so profiles written before them give the same results to the bit):
 //! - `prefill_ctx_ms_per_ktok`: attention makes a prefilled token cost more the more context it attends to. A
 //!   chunk of `n` new tokens after `c` tokens of context adds `prefill_ctx_ms_per_ktok · Σ_{i<n} (c + i) / 1000`
 //!   ms = `prefill_ctx_ms_per_ktok · (n·c + n(n−1)/2) / 1000` (a cold prefill of `n` grows as `n²/2000`).
+//! - `batch_kv_ms_per_ktok`: a step whose sequences each attend over more than their own KV (llama.cpp: one view
+//!   per sequence sized to the batch's largest, or with `--kv-unified` every cell in use, masked). A step of
+//!   `seqs` sequences holding `Σcontext` tokens of KV adds `batch_kv_ms_per_ktok · seqs · Σcontext / 1000` ms, so
+//!   at equal contexts a decode step grows with the square of the batch. vLLM's paged attention reads only each
+//!   sequence's own blocks (the linear `per_ctx_token_ms` term); leave this 0 for such engines.
 //! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
 //!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
 //!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
@@ -85,6 +90,10 @@ pub struct EngineProfile {
     /// docs). Default 0: prefill cost independent of context.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prefill_ctx_ms_per_ktok: f64,
+    /// Extra cost per step per scheduled sequence per 1,000 tokens of KV context the whole step holds
+    /// (`Σcontext`), milliseconds (see the module docs). Default 0: each sequence reads only its own KV.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub batch_kv_ms_per_ktok: f64,
     /// Host-memory prefix-cache tier; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cache: Option<HostCache>,
@@ -117,7 +126,10 @@ impl EngineProfile {
 
     /// Step time of a pure-decode step with `batch` sequences of `mean_context` tokens each, milliseconds.
     pub fn decode_step_ms(&self, batch: f64, mean_context: f64) -> f64 {
-        self.step_fixed_ms + self.per_seq_ms * batch + self.per_ctx_token_ms * batch * mean_context
+        self.step_fixed_ms
+            + self.per_seq_ms * batch
+            + self.per_ctx_token_ms * batch * mean_context
+            + self.batch_kv_ms_per_ktok * batch * batch * mean_context / 1000.0
     }
 
     /// Field paths are relative (`block_size`); see [`ScenarioError::within`].
@@ -180,6 +192,7 @@ impl EngineProfile {
             ("per_ctx_token_ms", self.per_ctx_token_ms),
             ("prefill_fixed_ms", self.prefill_fixed_ms),
             ("prefill_ctx_ms_per_ktok", self.prefill_ctx_ms_per_ktok),
+            ("batch_kv_ms_per_ktok", self.batch_kv_ms_per_ktok),
         ] {
             if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
                 return Err(f(

@@ -950,8 +950,14 @@ pub(crate) fn overbatched(sc: &EngineScenario, out: &RunOut) -> Overbatched {
     };
     let slope = p.per_seq_ms + p.per_ctx_token_ms * mean_ctx;
     let slo = sc.slo.tpot_ms;
-    let limit = if p.step_fixed_ms + slope > slo {
+    // TPOT(b) = step_fixed + slope·b + quad·b² (quad from a KV read across the batch, `batch_kv_ms_per_ktok`).
+    let quad = p.batch_kv_ms_per_ktok * mean_ctx / 1000.0;
+    let limit = if p.step_fixed_ms + slope + quad > slo {
         Some(0)
+    } else if quad > 0.0 {
+        let room = slo - p.step_fixed_ms;
+        let b = (-slope + (slope * slope + 4.0 * quad * room).sqrt()) / (2.0 * quad);
+        Some(b.floor().min(f64::from(u32::MAX)) as u32)
     } else if slope <= 0.0 {
         None
     } else {
@@ -995,6 +1001,7 @@ mod tests {
                 prefill_fixed_ms: 1.0,
                 enable_prefix_caching: caching,
                 prefill_ctx_ms_per_ktok: 0.0,
+                batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
             },
             slo: Slo {
