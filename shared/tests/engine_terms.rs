@@ -280,17 +280,21 @@ fn batch_kv_stretches_agree_with_single_steps() {
         }
     }
     let sc = EngineScenario {
-        workload: Workload::Trace(TraceWorkload {
-            requests: outputs
+        workload: Workload::Trace(Box::new(TraceWorkload::inline(
+            outputs
                 .iter()
                 .map(|&o| TraceRequest {
                     arrival_ms: 0.0,
                     shared_prefix_tokens: 0,
                     unique_prompt_tokens: 700,
                     output_tokens: o,
+                    hash_ids: Vec::new(),
+                    after: Vec::new(),
+                    delay_ms: 0.0,
+                    session: None,
                 })
                 .collect(),
-        }),
+        ))),
         profile: p,
         slo: Slo::default(),
         seed: 1,
