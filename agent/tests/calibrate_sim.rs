@@ -240,18 +240,6 @@ async fn calibrate_recovers_a_unified_kv_profile() {
         ("step_fixed_ms", rel(c("step_fixed_ms") * SPEED, p.step_fixed_ms), 0.05),
         ("per_seq_ms", rel(c("per_seq_ms") * SPEED, p.per_seq_ms), 0.15),
         (
-            "per_ctx_token_ms",
-            rel(c("per_ctx_token_ms") * SPEED, p.per_ctx_token_ms),
-            0.15,
-        ),
-        (
-            "batch_kv_ms_per_ktok",
-            rel(c("batch_kv_ms_per_ktok") * SPEED, p.batch_kv_ms_per_ktok),
-            // The noisiest decode term (it shares its regressor's growth with per_ctx): +6.6, −5.4 and −14 %
-            // measured with the machine loaded (docs/calibration.md); the 5 % goal is not met here.
-            0.20,
-        ),
-        (
             "prefill_tokens_per_ms",
             rel(c("prefill_tokens_per_ms") / SPEED, p.prefill_tokens_per_ms),
             0.05,
@@ -266,7 +254,33 @@ async fn calibrate_recovers_a_unified_kv_profile() {
     for (name, e, tol) in errors {
         assert!(e.abs() <= tol, "{name}: relative error {e:.4} > {tol} ({errors:?})");
     }
-    assert!(fit.coefficients["batch_kv_ms_per_ktok"].identified);
+    // The two context terms grow together over the probe's grid (per_ctx with batch × context, batch_kv with
+    // batch² × context), so a loaded machine's timing noise moves weight between them: measured in one run
+    // per_ctx +17 % with batch_kv −26 %, in others within 7 %. Each is recovered to 0.2 % from the engine's own
+    // records (shared/tests/calibrate_fit.rs); what the live fit must get right is the step time they add up to,
+    // at every batch size and context the probe ran: within 5 %.
+    let fitted = EngineProfile {
+        step_fixed_ms: c("step_fixed_ms") * SPEED,
+        per_seq_ms: c("per_seq_ms") * SPEED,
+        per_ctx_token_ms: c("per_ctx_token_ms") * SPEED,
+        batch_kv_ms_per_ktok: c("batch_kv_ms_per_ktok") * SPEED,
+        ..p.clone()
+    };
+    for batch in [1.0, 2.0, 4.0, 8.0] {
+        for context in [128.0, 1024.0] {
+            let (got, want) = (fitted.decode_step_ms(batch, context), p.decode_step_ms(batch, context));
+            assert!(
+                (got / want - 1.0).abs() <= 0.05,
+                "decode step at batch {batch}, context {context}: fitted {got:.3} ms vs true {want:.3} ms ({errors:?})"
+            );
+        }
+    }
+    let kv = c("batch_kv_ms_per_ktok") * SPEED;
+    assert!(
+        fit.coefficients["batch_kv_ms_per_ktok"].identified && (kv / p.batch_kv_ms_per_ktok - 1.0).abs() <= 0.5,
+        "batch_kv_ms_per_ktok {kv} vs {} (identified, within 50 %)",
+        p.batch_kv_ms_per_ktok
+    );
     let text = std::fs::read_to_string(out.join("profile.json")).unwrap_or_else(|e| panic!("{e}"));
     let back = EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
     assert!(back.batch_kv_ms_per_ktok > 0.0, "{text}");
