@@ -1,7 +1,7 @@
 //! Splits a record file into the files N shards of one run would leave (for `scripts/bench_merge.sh`): record `r`
 //! goes to shard `r.session mod N` (the slot or request index, as `replay --shard` splits), and each shard gets
 //! the sidecars `loadshape merge` reads — a `summary.json` with the fields merge checks, `counters.json` and the
-//! four `.hdr` histograms, made by `shared::hist` exactly as `replay` makes them.
+//! four `.hdr` histograms, made by `shared::metrics::hist` exactly as `replay` makes them.
 //!
 //! Run with `cargo run --release -p loadshape --example make_shards -- RECORDS.jsonl N OUT_DIR`.
 
@@ -9,8 +9,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use loadshape::replay::records::read_records;
-use shared::hist::{self, Mergeable};
 use shared::metrics::Slo;
+use shared::metrics::hist::{self, Mergeable};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -163,3 +163,72 @@ fn predict_refuses_what_it_cannot_compare() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("engine-model scenario"), "{err}");
 }
+
+/// Like with like (issue #17 item 5): a live run stopped early is compared with the simulated requests of its own
+/// window. "Live" here is the simulator's own run of the same seed, stopped at a third of its span (its records cut
+/// as a stopped replay writes them), so the windowed prediction matches it exactly, while the whole simulated run
+/// (what predict compared before) does not.
+#[test]
+fn a_stopped_run_is_compared_with_the_simulated_requests_of_its_window() {
+    use loadshape::replay::records::read_records;
+    use shared::window::{InFlight, clip};
+    let d = dir("window");
+    let (sc, pf, rec, cut) = (
+        d.join("sc.json"),
+        d.join("profile.json"),
+        d.join("all.jsonl"),
+        d.join("cut.jsonl"),
+    );
+    let mut heavy = scenario(7, profile());
+    heavy["workload"]["num_requests"] = json!(300);
+    heavy["workload"]["rate_rps"] = json!(12.0);
+    write(&sc, &heavy);
+    write(&pf, &profile());
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (all, bad) = read_records(&rec).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(bad.is_empty());
+    let span = all.iter().map(|r| r.t_submit + r.wall_s).fold(0.0, f64::max);
+    let stopped = clip(&all, span / 3.0, InFlight::Cut);
+    assert!(stopped.iter().any(|r| !r.ok), "the stop cut requests that were running");
+    let lines: Vec<String> = stopped
+        .iter()
+        .map(|r| serde_json::to_string(r).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    std::fs::write(&cut, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+
+    let predict = |against: &PathBuf| -> Value {
+        let o = loadshape(
+            &[
+                "predict",
+                s(&sc),
+                "--profile",
+                s(&pf),
+                "--against",
+                s(against),
+                "--seeds",
+                "1",
+                "--json",
+            ],
+            None,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let v = predict(&cut);
+    let end = v["window_s"].as_f64().unwrap_or_else(|| panic!("a window: {v}"));
+    assert!(
+        (end - span / 3.0).abs() < 1e-3,
+        "the window ends where the stopped run's records do: {end}"
+    );
+    assert_eq!(v["simulated"]["completed"], v["live"]["completed"], "{v}");
+    assert_eq!(v["simulated"]["failed"], v["live"]["failed"], "{v}");
+    for (f, e) in v["errors"].as_object().unwrap_or_else(|| panic!("{v}")) {
+        assert!(e.as_f64().is_some_and(|e| e.abs() < 1e-6), "{f}: {e}");
+    }
+    assert!(v["notes"].to_string().contains("window"), "{v}");
+    // The whole run is not windowed, and the whole simulated run differs from the stopped one.
+    let whole = predict(&rec);
+    assert!(whole["window_s"].is_null(), "{whole}");
+    assert_ne!(whole["simulated"]["completed"], v["simulated"]["completed"]);
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{self, Config};
-use shared::hist;
+use shared::metrics::hist;
 use shared::metrics::{self, Slo, Summary};
 use shared::record::RequestRecord;
 use tokio::process::Command;

@@ -13,7 +13,6 @@ pub mod capacity;
 pub mod engine;
 pub mod error;
 pub mod filler;
-pub mod hist;
 pub mod ladder;
 pub mod link;
 pub mod metrics;

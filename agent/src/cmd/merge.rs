@@ -6,8 +6,8 @@
 //!   moves), sorted by `(t_submit, session, inst, step)` and scored by `shared::metrics::summarize` — the figures
 //!   one process would report for the same records;
 //! - **histogram** (fast: reads no record): each run's `<out>.counters.json` (exact counts, summed) and
-//!   `<out>.{ttft,tpot,itl,e2el}.hdr` (HDR histograms, added), by `shared::hist` — counts, rates and ratios exact,
-//!   latency means and percentiles within `shared::hist::RELATIVE_BOUND` (+0.5 ns) of the exact ones.
+//!   `<out>.{ttft,tpot,itl,e2el}.hdr` (HDR histograms, added), by `shared::metrics::hist` — counts, rates and ratios exact,
+//!   latency means and percentiles within `shared::metrics::hist::RELATIVE_BOUND` (+0.5 ns) of the exact ones.
 //!
 //! A run is `RUN.jsonl` or a folder (its `*.jsonl` files). The merged report says **partial** — and exits 3 — when
 //! a shard of the split is missing, a shard was cut short (interrupted or aborted), a shard left no `summary.json`
@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde::Deserialize;
 use serde_json::json;
-use shared::hist::{self, Counters, Mergeable, Metric};
+use shared::metrics::hist::{self, Counters, Mergeable, Metric};
 use shared::metrics::{self, Slo, Summary};
 use shared::record::RequestRecord;
 use shared::workload::Shard;

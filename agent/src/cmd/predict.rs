@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use shared::engine::{self, SimOptions};
 use shared::metrics::{self, Summary};
 use shared::scenario::Scenario;
+use shared::window;
 
 use crate::replay::records::read_records;
 
@@ -92,14 +93,43 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
     sc.validate()
         .map_err(|e| anyhow::anyhow!("{} with profile {}: {e}", a.scenario.display(), a.profile.display()))?;
     let mut notes = Vec::new();
+    // The live runs first: one that stopped early or was cut at its deadline is compared with the simulated
+    // requests of its own window (`shared::window`), not with the whole simulated run.
+    let mut live_records = Vec::new();
+    for p in &a.against {
+        let (records, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
+        anyhow::ensure!(!records.is_empty(), "{}: no records", p.display());
+        if !bad.is_empty() {
+            notes.push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
+        }
+        live_records.push(records);
+    }
+    let window = live_records
+        .iter()
+        .filter(|r| window::was_cut(r))
+        .filter_map(|r| window::covered_s(r))
+        .reduce(f64::min);
+    if let Some(end) = window {
+        notes.push(format!(
+            "a live run was cut (stopped early or at its deadline): the simulated figures are those of its window, \
+             the requests submitted in the first {end:.1} s (running ones cut there, as the live run's were)"
+        ));
+    }
+    let options = SimOptions {
+        keep_records: window.is_some(),
+        ..SimOptions::SUMMARY
+    };
     let mut sims = Vec::new();
     let mut seeds = Vec::new();
     let mut first: Option<Summary> = None;
     for i in 0..a.seeds {
         let mut s = sc.clone();
         s.seed = sc.seed.wrapping_add(u64::from(i));
-        let report = engine::simulate_with(&s, SimOptions::SUMMARY)
+        let mut report = engine::simulate_with(&s, options)
             .with_context(|| format!("simulating {} with seed {}", a.scenario.display(), s.seed))?;
+        if let Some(end) = window {
+            report.summary = metrics::summarize(&window::clip(&report.records, end, window::InFlight::Cut), &s.slo);
+        }
         if report.summary.completed == 0 {
             anyhow::bail!(
                 "the profile does not fit the scenario: none of its {} requests completes (prompt + output above \
@@ -126,16 +156,12 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         "seeds": seeds,
         "simulated": first,
         "simulated_spread": spread(&sims),
+        "window_s": window,
     });
     if !a.against.is_empty() {
         let mut lives = Vec::new();
-        for p in &a.against {
-            let (records, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
-            anyhow::ensure!(!records.is_empty(), "{}: no records", p.display());
-            if !bad.is_empty() {
-                notes.push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
-            }
-            lives.push(serde_json::to_value(metrics::summarize(&records, &sc.slo))?);
+        for records in &live_records {
+            lives.push(serde_json::to_value(metrics::summarize(records, &sc.slo))?);
         }
         let live = lives[0].clone();
         let sim = &out["simulated"];

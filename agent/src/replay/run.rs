@@ -252,9 +252,6 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         .await;
     let mut external_stop = hooks.stop;
     let mut interrupts = hooks.interrupts;
-    // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
-    // streams only hands each one over.
-    let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), s.progress, note.clone());
     // Server side: scrape before, every few seconds during, and after.
@@ -284,6 +281,9 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         },
         None => (Instant::now(), unix_now_s()),
     };
+    // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
+    // streams only hands each one over. Made after the wait, so a shard refused at its --start-at leaves no file.
+    let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
     let mut periodic = None;
     if let Some(sc) = &mut scraper {
         sc.set_origin(run_origin);
@@ -468,11 +468,11 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     if s.write_summary {
         write_sidecar(&summary::sidecar(&s.out, "summary.json"), &run_summary, &note);
         // The mergeable statistics (`loadshape merge`): exact counters and an HDR histogram per metric.
-        let stats = shared::hist::Mergeable::of(&records, &s.slo);
+        let stats = shared::metrics::hist::Mergeable::of(&records, &s.slo);
         write_sidecar(&summary::sidecar(&s.out, "counters.json"), &stats.counters, &note);
         for (metric, h) in stats.histograms() {
             let path = summary::sidecar(&s.out, &format!("{}.hdr", metric.name()));
-            if let Err(e) = shared::hist::encode(h)
+            if let Err(e) = shared::metrics::hist::encode(h)
                 .map_err(std::io::Error::other)
                 .and_then(|b| std::fs::write(&path, b))
             {

@@ -447,13 +447,12 @@ pub struct TraceStats {
     pub arrival_rate: Vec<(f64, f64)>,
 }
 
-/// Nearest-rank quantile of sorted values.
+/// Nearest-rank quantile of sorted values (`shared::metrics`' rank rule).
 fn quantile(sorted: &[u64], q: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    let k = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[k - 1] as f64
+    sorted[crate::metrics::nearest_rank_index(sorted.len(), q)] as f64
 }
 
 impl TraceStats {
