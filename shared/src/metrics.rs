@@ -34,7 +34,6 @@
 //! failed read from the record's typed failure ([`outcome_of`]). The seed model's bit-exact Python scoring
 //! (`seed_model::evaluate`) is the one documented exception.
 
-/// Mergeable statistics: exact counters and HDR histograms per latency (`replay --shard`, `loadshape merge`).
 pub mod hist;
 
 use rustc_hash::FxHashMap;

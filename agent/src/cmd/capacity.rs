@@ -176,7 +176,7 @@ pub async fn capacity(a: &Args) -> anyhow::Result<Value> {
     capacity_until(a, None).await
 }
 
-/// [`capacity`], ended early when `interrupt` turns true: the running level is cut (its records kept), no further
+/// [`capacity()`], ended early when `interrupt` turns true: the running level is cut (its records kept), no further
 /// level starts, and the report says so in `notes`.
 pub async fn capacity_until(a: &Args, interrupt: Option<tokio::sync::watch::Receiver<bool>>) -> anyhow::Result<Value> {
     let (scenario, spec, knob, current, bounds) = resolve(a)?;
