@@ -442,6 +442,23 @@ impl Engine {
         }
     }
 
+    /// Leading blocks of `block_hashes` resident in this engine's GPU cache, without remembering anything (what a
+    /// prefix-aware router asks each replica).
+    pub(crate) fn cached_blocks_for_hashes(&self, block_hashes: &[u64]) -> u32 {
+        let mut known = 0usize;
+        let mut at: Option<(u32, u32)> = None;
+        while known < block_hashes.len() {
+            match self.hashes.get(&block_hashes[known]) {
+                Some(&(c, j)) if (self.kv.chains[c as usize].offset + j) as usize == known => {
+                    at = Some((c, j));
+                    known += 1;
+                }
+                _ => break,
+            }
+        }
+        at.map_or(0, |(c, _)| self.kv.reach(c).min(known as u32))
+    }
+
     /// Queue a request given as chained block hashes (see [`super::types::PromptBlocks`]). Hashes past the prompt's
     /// full blocks may describe the output the caller will stream, so that a later prompt resending it hits.
     /// A request that can never fit (`prompt + output > max_model_len`, or empty) is returned as finished with
@@ -1322,6 +1339,13 @@ impl Engine {
     pub(crate) fn idle_until(&mut self, t_ms: f64) {
         if t_ms > self.now_ms {
             self.now_ms = t_ms;
+        }
+    }
+
+    /// [`Self::idle_until`] when nothing is running or waiting.
+    pub(crate) fn idle_until_if_idle(&mut self, t_ms: f64) {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            self.idle_until(t_ms);
         }
     }
 }
