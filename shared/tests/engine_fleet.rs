@@ -44,6 +44,19 @@ fn poisson_shared_prefix() -> EngineScenario {
     )
 }
 
+fn closed_loop_users() -> EngineScenario {
+    engine(
+        r#"{"model": "engine", "seed": 3,
+        "workload": {"kind": "closed_loop", "users": 12, "num_requests": 240, "think_s": 0.5,
+                     "shared_prefix_tokens": 512, "prompt": {"dist": "uniform", "min": 50, "max": 2000},
+                     "output": {"dist": "fixed", "tokens": 120}},
+        "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 2500, "max_num_seqs": 8,
+                    "max_num_batched_tokens": 2048, "step_fixed_ms": 8.0, "per_seq_ms": 0.3,
+                    "per_ctx_token_ms": 0.00005, "prefill_tokens_per_ms": 10.0, "prefill_fixed_ms": 3.0},
+        "slo": {"ttft_ms": 1000.0, "tpot_ms": 30.0}}"#,
+    )
+}
+
 fn with_fleet(sc: &EngineScenario, replicas: u32, router: Router) -> EngineScenario {
     EngineScenario {
         fleet: Some(FleetSpec {
@@ -66,7 +79,7 @@ fn cached_share(r: &EngineReport) -> f64 {
 
 #[test]
 fn one_replica_is_the_single_engine_model_byte_for_byte() {
-    for sc in [golden(), agent_sessions(), poisson_shared_prefix()] {
+    for sc in [golden(), agent_sessions(), poisson_shared_prefix(), closed_loop_users()] {
         let single = json(&simulate(&sc).expect("simulates"));
         for router in Router::ALL {
             let one = json(&simulate(&with_fleet(&sc, 1, router)).expect("simulates"));
@@ -77,7 +90,7 @@ fn one_replica_is_the_single_engine_model_byte_for_byte() {
 
 #[test]
 fn every_router_is_deterministic_and_reports_each_replica() {
-    for sc in [agent_sessions(), poisson_shared_prefix(), golden()] {
+    for sc in [agent_sessions(), poisson_shared_prefix(), golden(), closed_loop_users()] {
         for router in Router::ALL {
             let f = with_fleet(&sc, 3, router);
             let a = simulate(&f).expect("simulates");

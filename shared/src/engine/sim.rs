@@ -1295,8 +1295,8 @@ mod tests {
     /// Everything a run produces, compared exactly.
     fn digest(o: &RunOut) -> String {
         format!(
-            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
-            o.records, o.summary, o.timeline, o.kv_thrash, o.misses, o.stats
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            o.records, o.summary, o.timeline, o.kv_thrash, o.misses, o.stats, o.fleet
         )
     }
 
@@ -1321,6 +1321,8 @@ mod tests {
             seed in any::<u64>(),
             host_tokens in prop_oneof![Just(None), (0u64..300_000).prop_map(Some)],
             attn in prop_oneof![Just(0.0f64), 0.0f64..0.5],
+            replicas in prop_oneof![Just(1u32), 2u32..5],
+            router in 0usize..4,
         ) {
             let w = if kind == 2 {
                 Workload::ClosedLoop(ClosedLoopWorkload {
@@ -1364,6 +1366,14 @@ mod tests {
                 restore_tokens_per_ms: 50.0,
             });
             sc.profile.prefill_ctx_ms_per_ktok = attn;
+            // And fleets: replicas stepping in turn must not change what lazy decoding computes either.
+            if replicas > 1 {
+                sc.fleet = Some(crate::engine::FleetSpec {
+                    replicas,
+                    router: crate::engine::Router::ALL[router],
+                    load_cap: 1.5,
+                });
+            }
             prop_assume!(sc.validate().is_ok());
             let all = SimOptions::default();
             let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, all, None);
