@@ -419,7 +419,7 @@ impl SimLoop<'_> {
         });
     }
 
-    /// Pick the replica for a request sent at `t_ms`; returns it and the prompt tokens cached on another replica
+    /// Pick the replica for a request being sent; returns it and the prompt tokens cached on another replica
     /// beyond the chosen one's. `affinity` is the replica of the request's session ([`NONE`] before its first).
     fn route(&mut self, content: &Content, prompt: u64, affinity: Option<&mut u32>) -> (usize, u64) {
         let Some(f) = &mut self.fleet else { return (0, 0) };
