@@ -1342,6 +1342,26 @@ impl Engine {
         }
     }
 
+    /// A lower bound of when a request queued now can next finish (infinite when none is): every step takes at
+    /// least `step_fixed_ms`, starts at or after the clock, and gives a request at most one token, so the request
+    /// with the fewest tokens left needs that many steps. A fleet steps each replica no further than the others'
+    /// bounds (see `sim.rs`). O(eager running + waiting).
+    pub(crate) fn earliest_finish_ms(&mut self) -> f64 {
+        let left = |r: &Req| u64::from(r.output.saturating_sub(r.generated)).max(1);
+        let mut k = u64::MAX;
+        for &q in self.eager.iter().chain(self.waiting.iter()) {
+            k = k.min(left(&self.reqs[q as usize]));
+        }
+        if self.lz.n > 0 {
+            k = k.min(self.lazy_next_finish().saturating_sub(self.lz.d).max(1));
+        }
+        if k == u64::MAX {
+            f64::INFINITY
+        } else {
+            self.now_ms + k as f64 * self.p.step_fixed_ms
+        }
+    }
+
     /// [`Self::idle_until`] when nothing is running or waiting.
     pub(crate) fn idle_until_if_idle(&mut self, t_ms: f64) {
         if self.running.is_empty() && self.waiting.is_empty() {
