@@ -176,3 +176,52 @@ fn bad_fleet_fields_are_refused_by_name() {
         })
     );
 }
+
+/// A trace with hash ids: 7 conversations of 6 turns, turn `k` resending its conversation's first `2 + 2k` blocks
+/// of 64 tokens (block hashes shared by nothing else), interleaved in time.
+fn hashed_conversations() -> EngineScenario {
+    let mut requests = Vec::new();
+    for k in 0..6u64 {
+        for s in 0..7u64 {
+            let blocks = 2 + 2 * k;
+            let hash_ids: Vec<u64> = (0..blocks).map(|b| s * 1000 + b).collect();
+            requests.push(serde_json::json!({
+                "arrival_ms": (k * 7 + s) as f64 * 400.0,
+                "unique_prompt_tokens": blocks * 64,
+                "output_tokens": 32,
+                "hash_ids": hash_ids,
+                "session": s,
+            }));
+        }
+    }
+    let text = serde_json::json!({
+        "model": "engine", "seed": 1, "counterfactuals": false,
+        "workload": {"kind": "trace", "block_size": 64, "requests": requests},
+        "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 8,
+                    "max_num_batched_tokens": 2048, "step_fixed_ms": 8.0, "per_seq_ms": 0.3,
+                    "per_ctx_token_ms": 0.00005, "prefill_tokens_per_ms": 10.0, "prefill_fixed_ms": 3.0},
+        "slo": {"ttft_ms": 1000.0, "tpot_ms": 30.0}
+    });
+    engine(&text.to_string())
+}
+
+#[test]
+fn a_hashed_trace_keeps_its_conversations_with_prefix_aware_and_affinity_routing() {
+    let sc = hashed_conversations();
+    let single = json(&simulate(&sc).expect("simulates"));
+    assert_eq!(
+        json(&simulate(&with_fleet(&sc, 1, Router::PrefixAware)).expect("simulates")),
+        single
+    );
+    let share = |router| cached_share(&simulate(&with_fleet(&sc, 4, router)).expect("simulates"));
+    let (rr, aff, pa) = (
+        share(Router::RoundRobin),
+        share(Router::SessionAffinity),
+        share(Router::PrefixAware),
+    );
+    // Round robin sends turn k of conversation s to replica (7k + s) mod 4: a different one each turn.
+    assert!(
+        aff > rr + 0.2 && pa > rr + 0.2,
+        "affinity {aff}, prefix aware {pa}, round robin {rr}"
+    );
+}
