@@ -370,3 +370,71 @@ fn simulate_like_replays_a_runs_arrivals_and_lengths() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--profile"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_fleet_prints_each_replica_and_the_misses_routed_away() {
+    let o = simulate(&["../examples/engine-fleet-sessions.json"], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("4 replicas, router prefix_aware"), "{out}");
+    for r in 0..4 {
+        assert!(out.contains(&format!("replica {r}")), "{out}");
+    }
+    assert!(out.contains("routed to another replica"), "{out}");
+    let o = simulate(&["--json", "../examples/engine-fleet-sessions.json"], None);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(v["fleet"]["replicas"].as_array().map(Vec::len), Some(4));
+    // A single engine's JSON has no fleet and no routed-away count.
+    let o = simulate(&["--json", "-"], Some(&engine_small()));
+    assert!(!stdout(&o).contains("fleet") && !stdout(&o).contains("routed_to_another"));
+}
+
+#[test]
+fn compare_routers_shows_cached_share_and_ttft_per_router() {
+    let o = simulate(
+        &["--compare-routers", "--json", "../examples/engine-fleet-sessions.json"],
+        None,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let share = |name: &str| {
+        let row = rows.iter().find(|r| r["router"] == name).expect("a row per router");
+        assert!(row["ttft_p50_ms"].as_f64().is_some() && row["ttft_p99_ms"].as_f64().is_some());
+        row["cached_share"].as_f64().expect("a share")
+    };
+    assert_eq!(rows.len(), 4);
+    assert!(share("session_affinity") > share("round_robin") + 0.3);
+    assert!(share("prefix_aware") > share("round_robin") + 0.3);
+    let o = simulate(
+        &[
+            "--compare-routers",
+            "--replicas",
+            "3",
+            "../examples/engine-fleet-sessions.json",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = stdout(&o);
+    assert!(
+        table.starts_with("3 replicas") && table.contains("least_outstanding"),
+        "{table}"
+    );
+}
+
+#[test]
+fn bad_fleet_flags_are_named() {
+    let o = simulate(&["--router", "random", "../examples/engine-fleet-sessions.json"], None);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--router") && stderr(&o).contains("random"),
+        "{}",
+        stderr(&o)
+    );
+    let o = simulate(&["--replicas", "0", "../examples/engine-fleet-sessions.json"], None);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("fleet.replicas"), "{}", stderr(&o));
+    let o = simulate(&["--compare-routers", "-"], Some(&engine_small()));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--compare-routers"), "{}", stderr(&o));
+}

@@ -316,7 +316,7 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             title: "Why prompt tokens missed the prefix cache".to_string(),
             body: format!(
                 "{} of {} prompt tokens were cached ({}; designed cacheable: {}). Missed {}: cold first steps {}, \
-                 new content (tool output, task) {}, evicted during think time {}, evicted for capacity {}, other {}.",
+                 new content (tool output, task) {}, evicted during think time {}, evicted for capacity {}, other {}{}.",
                 tokens(m.cached_tokens),
                 tokens(m.prompt_tokens),
                 share(m.cached_tokens),
@@ -326,7 +326,47 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
                 tokens(m.new_content_tokens),
                 tokens(m.evicted_think_tokens),
                 tokens(m.capacity_tokens),
-                tokens(m.other_tokens)
+                tokens(m.other_tokens),
+                if r.fleet.is_some() {
+                    format!(", routed to another replica {}", tokens(m.routed_to_another_replica_tokens))
+                } else {
+                    String::new()
+                }
+            ),
+        });
+    }
+    if let Some(f) = &r.fleet {
+        let rows: Vec<String> = f
+            .replicas
+            .iter()
+            .map(|x| {
+                format!(
+                    "replica {}: {} requests, cached {}, mean running {:.1}, busy {}",
+                    x.replica,
+                    x.requests,
+                    crate::fmt::pct(x.cached_share),
+                    x.mean_running,
+                    crate::fmt::pct(x.busy_share)
+                )
+            })
+            .collect();
+        out.push(Callout {
+            id: "fleet".to_string(),
+            severity: if m.routed_to_another_replica_tokens * 10 > m.prompt_tokens {
+                Severity::Warn
+            } else {
+                Severity::Info
+            },
+            title: format!("Fleet: {} replicas, router {}", f.replicas.len(), f.router.name()),
+            body: format!(
+                "Cached share {}; {} prompt tokens were cached on another replica than the one routed to. {}.",
+                crate::fmt::pct(if m.prompt_tokens > 0 {
+                    m.cached_tokens as f64 / m.prompt_tokens as f64
+                } else {
+                    0.0
+                }),
+                tokens(m.routed_to_another_replica_tokens),
+                rows.join("; ")
             ),
         });
     }
@@ -641,6 +681,37 @@ mod tests {
             let got = result.expect("seed profile evaluates");
             assert_eq!(got, report["scenario_comparisons"][&name], "{name}");
         }
+    }
+
+    #[test]
+    fn a_fleet_scenario_shows_each_replica_and_the_misses_routed_away() {
+        let Some(Scenario::Engine(mut e)) = default_sessions_scenario() else {
+            panic!("the sessions default is an engine scenario")
+        };
+        e.counterfactuals = false;
+        e.fleet = Some(shared::engine::FleetSpec {
+            replicas: 3,
+            router: shared::engine::Router::RoundRobin,
+            load_cap: 1.5,
+        });
+        let o = compute(&Scenario::Engine(e)).expect("computes");
+        let f = o
+            .diagnostics
+            .iter()
+            .find(|d| d.id == "fleet")
+            .expect("a fleet call-out");
+        assert!(
+            f.title.contains("3 replicas") && f.title.contains("round_robin"),
+            "{}",
+            f.title
+        );
+        assert!(
+            f.body.contains("replica 0") && f.body.contains("replica 2"),
+            "{}",
+            f.body
+        );
+        let m = o.diagnostics.iter().find(|d| d.id == "cache_misses").expect("misses");
+        assert!(m.body.contains("routed to another replica"), "{}", m.body);
     }
 
     #[test]

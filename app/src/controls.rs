@@ -69,9 +69,24 @@ pub fn shape(json: &Value) -> Vec<Group> {
     if !general.leaves.is_empty() {
         groups.push(general);
     }
+    // An engine scenario without a fleet offers one (replicas behind a router), as an unset optional field.
+    if let Value::Object(map) = json
+        && map.get("model").and_then(Value::as_str) == Some("engine")
+        && !map.contains_key("fleet")
+    {
+        groups.push(Group {
+            key: "fleet".into(),
+            title: fields::group_title("fleet"),
+            leaves: vec![Leaf {
+                pointer: "/fleet".into(),
+                name: "fleet".into(),
+                kind: Kind::Unset,
+            }],
+        });
+    }
     // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
     let rank = |k: &str| {
-        ["workload", "profile", "slo", "general", "shape"]
+        ["workload", "profile", "fleet", "slo", "general", "shape"]
             .iter()
             .position(|x| *x == k)
             .unwrap_or(9)
@@ -143,6 +158,11 @@ pub fn set_at(json: RwSignal<Value>, pointer: &str, value: Value) {
             map.insert(key.to_string(), value);
         }
     });
+}
+
+/// What "set" on an engine scenario's absent `fleet` puts there: two replicas behind a round-robin router.
+pub fn default_fleet() -> Value {
+    serde_json::json!({"replicas": 2, "router": "round_robin", "load_cap": 1.5})
 }
 
 /// All the controls of a JSON document (a scenario, solver options), grouped.
@@ -333,7 +353,9 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                     <button
                         class="btn small"
                         on:click=move |_| {
-                            if let Some(v) = Number::from_f64(default) {
+                            if p == "/fleet" {
+                                set_at(json, &p, default_fleet());
+                            } else if let Some(v) = Number::from_f64(default) {
                                 set_at(json, &p, Value::Number(v));
                             }
                         }
@@ -353,6 +375,35 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+
+    #[test]
+    fn an_engine_scenario_offers_a_fleet_with_replicas_and_router_controls() {
+        let mut j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
+            "profile": {"name": "p", "num_kv_blocks": 100}
+        });
+        let s = shape(&j);
+        let fleet = s.iter().find(|g| g.key == "fleet").expect("a fleet group");
+        assert_eq!(fleet.title, "Fleet");
+        assert_eq!(fleet.leaves[0].pointer, "/fleet");
+        assert_eq!(fleet.leaves[0].kind, Kind::Unset);
+        j["fleet"] = default_fleet();
+        let s = shape(&j);
+        let fleet = s.iter().find(|g| g.key == "fleet").expect("a fleet group");
+        let kind = |p: &str| fleet.leaves.iter().find(|l| l.pointer == p).map(|l| l.kind.clone());
+        assert_eq!(kind("/fleet/router"), Some(Kind::Text));
+        assert_eq!(kind("/fleet/replicas"), Some(Kind::Integer));
+        assert_eq!(kind("/fleet/load_cap"), Some(Kind::Float));
+        assert!(crate::fields::choices("router").is_some_and(|c| c.len() == 4));
+        assert!(crate::fields::spec("replicas").is_some());
+        // The default fleet is a valid scenario field; a seed scenario gets no fleet group.
+        j["profile"] =
+            serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset")).expect("json");
+        shared::scenario::Scenario::from_value(j).expect("a fleet scenario is valid");
+        let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
+        assert!(shape(&seed).iter().all(|g| g.key != "fleet"));
+    }
 
     #[test]
     fn shape_lists_every_leaf_with_its_kind() {

@@ -261,6 +261,23 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             0.001,
             "error that may be traded for margins",
         ),
+        // fleet
+        "replicas" => f(
+            "Replicas",
+            "engines",
+            1.0,
+            64.0,
+            1.0,
+            "engines behind the router, each with its own prefix cache",
+        ),
+        "load_cap" => f(
+            "Load cap",
+            "× mean",
+            1.0,
+            10.0,
+            0.1,
+            "prefix_aware: most outstanding requests of the cache-best replica, over the fleet mean",
+        ),
         "seed" => FieldSpec {
             no_slider: true,
             ..f("Seed", "", 0.0, 1e9, 1.0, "random seed")
@@ -310,6 +327,7 @@ pub fn choices(name: &str) -> Option<&'static [&'static str]> {
         "cached_definition" => Some(&["tokens", "requests"]),
         "weighting" => Some(&["respawn", "single"]),
         "priority" => Some(&["exact", "margins"]),
+        "router" => Some(&["round_robin", "least_outstanding", "session_affinity", "prefix_aware"]),
         _ => None,
     }
 }
@@ -321,6 +339,7 @@ pub fn group_title(key: &str) -> String {
         "profile" | "engine" => "Engine profile".to_string(),
         "slo" => "SLOs".to_string(),
         "shape" => "Session shape".to_string(),
+        "fleet" => "Fleet".to_string(),
         other => humanize(other),
     }
 }

@@ -750,6 +750,7 @@ pub fn level_scenario(s: &EngineScenario, knob: Knob, load: f64) -> Result<Engin
     Ok(EngineScenario {
         workload,
         counterfactuals: false,
+        fleet: None,
         ..s.clone()
     })
 }

@@ -118,6 +118,7 @@ pub fn default_engine_scenario() -> EngineScenario {
         },
         seed: 42,
         counterfactuals: true,
+        fleet: None,
     }
 }
 

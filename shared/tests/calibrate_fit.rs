@@ -51,6 +51,7 @@ fn phase(
         slo: Slo::default(),
         seed: u64::from(users) * 31 + u64::from(shared),
         counterfactuals: false,
+        fleet: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: true,

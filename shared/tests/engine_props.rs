@@ -97,6 +97,7 @@ proptest! {
             slo: Slo::default(),
             seed,
             counterfactuals: true,
+            fleet: None,
         };
         let a = simulate(&sc).expect("valid");
         let b = simulate(&sc).expect("valid");
@@ -206,6 +207,7 @@ proptest! {
             slo: Slo::default(),
             seed: 1,
             counterfactuals: false,
+            fleet: None,
         };
         match simulate(&sc) {
             Ok(r) => prop_assert!(!r.records.is_empty()),
@@ -231,6 +233,7 @@ fn bad_input_names_the_field() {
         slo: Slo::default(),
         seed: 1,
         counterfactuals: false,
+        fleet: None,
     };
     simulate(&good).expect("valid");
     type Mutation = Box<dyn Fn(&mut EngineScenario)>;

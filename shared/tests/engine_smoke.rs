@@ -30,6 +30,7 @@ fn default_sessions_on_a_preset() {
         slo: Default::default(),
         seed: 1,
         counterfactuals: true,
+        fleet: None,
     };
     let r = simulate(&sc).expect("ok");
     // Six sessions, each of its drawn number of steps, all completed (no respawn).
@@ -58,6 +59,7 @@ fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
         slo: Default::default(),
         seed: 0,
         counterfactuals: true,
+        fleet: None,
     };
     let r = simulate(&sc).expect("ok");
     let m = &r.diagnostics.cache_misses;

@@ -51,6 +51,7 @@ fn sessions(kv: u64, sessions: u32, host: Option<u64>, seed: u64) -> EngineScena
         slo: Slo::default(),
         seed,
         counterfactuals: false,
+        fleet: None,
     }
 }
 
@@ -299,6 +300,7 @@ fn batch_kv_stretches_agree_with_single_steps() {
         slo: Slo::default(),
         seed: 1,
         counterfactuals: false,
+        fleet: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: false,

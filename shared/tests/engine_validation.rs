@@ -41,6 +41,7 @@ fn single_server_poisson(num_requests: u64, rate_rps: f64, output: LengthDist, s
         slo: Slo::default(),
         seed,
         counterfactuals: false,
+        fleet: None,
     }
 }
 
@@ -121,6 +122,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
         slo: Slo::default(),
         seed: 3,
         counterfactuals: false,
+        fleet: None,
     }
 }
 

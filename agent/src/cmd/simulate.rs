@@ -7,6 +7,10 @@
 //! - `--records PATH` writes the engine model's per-request records as JSONL (what `loadshape report` reads), in
 //!   submission order, each as soon as it and every earlier request have completed.
 //!
+//! - Fleets (`"fleet"` in an engine scenario, or `--replicas N --router NAME` here): the table gains a row per
+//!   replica and the misses routed to another replica; `--compare-routers` runs the fleet under every router and
+//!   prints cached share and TTFT per router.
+//!
 //! Bad input exits non-zero with a message naming the field (`workload.mean_rps must be > 0 (got 0)`). A scenario
 //! larger than `--max-requests` (requests or session steps, default 2,000,000) or whose estimated memory passes
 //! `--max-memory-gib` (default 4) is refused before it starts, with the estimate (`shared::budget`, the rule the page
@@ -18,7 +22,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use shared::budget::Budget;
-use shared::engine::{self, EngineReport, SimOptions};
+use shared::engine::{self, EngineReport, EngineScenario, FleetSpec, Router, SimOptions};
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 use shared::seed_model::{self, SeedSummary};
@@ -49,6 +53,17 @@ pub struct Args {
     /// Engine model: write the per-request records to this JSONL file (in submission order, as they complete).
     #[arg(long, value_name = "PATH")]
     pub records: Option<PathBuf>,
+    /// Engine model: run this many replicas of the profile behind a router (overrides the scenario's
+    /// `fleet.replicas`; with no fleet in the file the router defaults to `round_robin`).
+    #[arg(long, value_name = "N")]
+    pub replicas: Option<u32>,
+    /// Engine model: the fleet's router (`round_robin`, `least_outstanding`, `session_affinity`, `prefix_aware`);
+    /// overrides the scenario's `fleet.router`.
+    #[arg(long, value_name = "NAME")]
+    pub router: Option<String>,
+    /// Engine model: run the fleet under every router and print cached share and TTFT per router.
+    #[arg(long)]
+    pub compare_routers: bool,
     /// Refuse scenarios of more requests (or session steps) than this.
     #[arg(long, value_name = "N", default_value_t = Budget::DEFAULT.max_requests as u64)]
     pub max_requests: u64,
@@ -98,7 +113,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 print!("{}", seed_table(&summary, s.closed_loop));
             }
         }
-        Scenario::Engine(s) => {
+        Scenario::Engine(mut s) => {
+            apply_fleet_flags(&mut s, &args)?;
+            if args.compare_routers {
+                return compare_routers(&s, &source, args.json);
+            }
             // Records are never kept: each is scored as it completes, and with `--records` written as it is
             // scored (in submission order), so a million-request run never holds them all; the report is the
             // same either way. Each record's own ITL p50/p99/max (they read its decode stretches) are computed
@@ -119,6 +138,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             if args.json {
                 let mut out = serde_json::json!({"summary": report.summary, "diagnostics": report.diagnostics});
+                if let Some(f) = &report.fleet {
+                    out["fleet"] = serde_json::to_value(f)?;
+                }
                 if args.timeline {
                     out["timeline"] = serde_json::to_value(&report.timeline)?;
                 }
@@ -127,6 +149,95 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 print!("{}", engine_table(&report));
             }
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--replicas` / `--router` into the scenario's fleet, validated as a scenario's `fleet` is.
+fn apply_fleet_flags(s: &mut EngineScenario, args: &Args) -> anyhow::Result<()> {
+    if args.replicas.is_none() && args.router.is_none() && !args.compare_routers {
+        return Ok(());
+    }
+    let mut f = s.fleet.unwrap_or(FleetSpec {
+        replicas: 1,
+        router: Router::RoundRobin,
+        load_cap: 1.5,
+    });
+    if let Some(n) = args.replicas {
+        f.replicas = n;
+    }
+    if let Some(name) = &args.router {
+        f.router = Router::ALL.into_iter().find(|r| r.name() == name).with_context(|| {
+            let names: Vec<&str> = Router::ALL.iter().map(|r| r.name()).collect();
+            format!("--router must be one of {} (got {name:?})", names.join(", "))
+        })?;
+    }
+    f.validate()
+        .map_err(|e| anyhow::anyhow!("--replicas/--router: {}", e.within("fleet")))?;
+    if args.compare_routers && f.replicas < 2 {
+        anyhow::bail!("--compare-routers needs a fleet of 2 or more replicas (give --replicas N or \"fleet\")");
+    }
+    s.fleet = Some(f);
+    Ok(())
+}
+
+/// `--compare-routers`: the same fleet under every router, one row each.
+fn compare_routers(s: &EngineScenario, source: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let fleet = s.fleet.context("--compare-routers needs a fleet")?;
+    let mut rows = Vec::new();
+    for router in Router::ALL {
+        let sc = EngineScenario {
+            fleet: Some(FleetSpec { router, ..fleet }),
+            counterfactuals: false,
+            ..s.clone()
+        };
+        let r = engine::simulate_with(&sc, SimOptions::SUMMARY).with_context(|| format!("cannot simulate {source}"))?;
+        rows.push((router, r));
+    }
+    if json {
+        let out: Vec<_> = rows
+            .iter()
+            .map(|(router, r)| {
+                serde_json::json!({
+                    "router": router,
+                    "cached_share": r.summary.cached_share_achieved,
+                    "ttft_p50_ms": r.summary.ttft_p50_ms,
+                    "ttft_p99_ms": r.summary.ttft_p99_ms,
+                    "routed_to_another_replica_tokens": r.diagnostics.cache_misses.routed_to_another_replica_tokens,
+                    "summary": r.summary,
+                    "fleet": r.fleet,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} replicas, load cap {} (prefix_aware)\n{:<19}{:>13}{:>15}{:>15}{:>22}{:>17}",
+        fleet.replicas,
+        fleet.load_cap,
+        "router",
+        "cached share",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "routed-away tokens",
+        "requests min/max"
+    );
+    for (router, r) in &rows {
+        let f = r.fleet.as_ref();
+        let reqs = |pick: fn(u64, u64) -> u64| {
+            f.and_then(|f| f.replicas.iter().map(|x| x.requests).reduce(pick))
+                .unwrap_or(0)
+        };
+        println!(
+            "{:<19}{:>13}{:>15}{:>15}{:>22}{:>17}",
+            router.name(),
+            pct(r.summary.cached_share_achieved),
+            ms(r.summary.ttft_p50_ms),
+            ms(r.summary.ttft_p99_ms),
+            r.diagnostics.cache_misses.routed_to_another_replica_tokens,
+            format!("{}/{}", reqs(u64::min), reqs(u64::max))
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -336,10 +447,15 @@ fn engine_table(r: &EngineReport) -> String {
         ),
     );
     let m = &d.cache_misses;
+    let routed = if r.fleet.is_some() {
+        format!(", routed to another replica {}", m.routed_to_another_replica_tokens)
+    } else {
+        String::new()
+    };
     row(
         "cache misses (tokens)",
         format!(
-            "{} missed: cold first step {}, new content {}, evicted while idle {}, capacity {}, other {}",
+            "{} missed: cold first step {}, new content {}, evicted while idle {}, capacity {}, other {}{routed}",
             m.missed_tokens,
             m.cold_first_step_tokens,
             m.new_content_tokens,
@@ -385,6 +501,31 @@ fn engine_table(r: &EngineReport) -> String {
                 c.ttft_p50_ms, c.cache_on_ttft_p50_ms, c.output_throughput_tok_s, c.cache_on_output_throughput_tok_s
             ),
         );
+    }
+    if let Some(f) = &r.fleet {
+        row(
+            "fleet",
+            format!(
+                "{} replicas, router {} (load cap {})",
+                f.replicas.len(),
+                f.router.name(),
+                f.load_cap
+            ),
+        );
+        for x in &f.replicas {
+            row(
+                &format!("  replica {}", x.replica),
+                format!(
+                    "{} requests, cached share {}, mean running {:.1}, busy {:.1} %, max running {}, {} preemptions",
+                    x.requests,
+                    pct(Some(x.cached_share)),
+                    x.mean_running,
+                    x.busy_share * 100.0,
+                    x.max_running,
+                    x.preemptions
+                ),
+            );
+        }
     }
     out
 }

@@ -442,6 +442,23 @@ impl Engine {
         }
     }
 
+    /// Leading blocks of `block_hashes` resident in this engine's GPU cache, without remembering anything (what a
+    /// prefix-aware router asks each replica).
+    pub(crate) fn cached_blocks_for_hashes(&self, block_hashes: &[u64]) -> u32 {
+        let mut known = 0usize;
+        let mut at: Option<(u32, u32)> = None;
+        while known < block_hashes.len() {
+            match self.hashes.get(&block_hashes[known]) {
+                Some(&(c, j)) if (self.kv.chains[c as usize].offset + j) as usize == known => {
+                    at = Some((c, j));
+                    known += 1;
+                }
+                _ => break,
+            }
+        }
+        at.map_or(0, |(c, _)| self.kv.reach(c).min(known as u32))
+    }
+
     /// Queue a request given as chained block hashes (see [`super::types::PromptBlocks`]). Hashes past the prompt's
     /// full blocks may describe the output the caller will stream, so that a later prompt resending it hits.
     /// A request that can never fit (`prompt + output > max_model_len`, or empty) is returned as finished with
@@ -1322,6 +1339,33 @@ impl Engine {
     pub(crate) fn idle_until(&mut self, t_ms: f64) {
         if t_ms > self.now_ms {
             self.now_ms = t_ms;
+        }
+    }
+
+    /// A lower bound of when a request queued now can next finish (infinite when none is): every step takes at
+    /// least `step_fixed_ms`, starts at or after the clock, and gives a request at most one token, so the request
+    /// with the fewest tokens left needs that many steps. A fleet steps each replica no further than the others'
+    /// bounds (see `sim.rs`). O(eager running + waiting).
+    pub(crate) fn earliest_finish_ms(&mut self) -> f64 {
+        let left = |r: &Req| u64::from(r.output.saturating_sub(r.generated)).max(1);
+        let mut k = u64::MAX;
+        for &q in self.eager.iter().chain(self.waiting.iter()) {
+            k = k.min(left(&self.reqs[q as usize]));
+        }
+        if self.lz.n > 0 {
+            k = k.min(self.lazy_next_finish().saturating_sub(self.lz.d).max(1));
+        }
+        if k == u64::MAX {
+            f64::INFINITY
+        } else {
+            self.now_ms + k as f64 * self.p.step_fixed_ms
+        }
+    }
+
+    /// [`Self::idle_until`] when nothing is running or waiting.
+    pub(crate) fn idle_until_if_idle(&mut self, t_ms: f64) {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            self.idle_until(t_ms);
         }
     }
 }

@@ -90,6 +90,14 @@ pub struct CacheMisses {
     /// The rest: block alignment (a hit is whole blocks, and never the prompt's last token) and content another
     /// request was still computing.
     pub other_tokens: u64,
+    /// Fleets only: cached on another replica when the request was routed (its best replica's resident prefix
+    /// beyond the chosen one's), taken out of the causes above. Absent from the JSON when zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub routed_to_another_replica_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The same scenario with prefix caching disabled.

@@ -22,6 +22,7 @@
 
 pub mod core;
 pub mod diagnostics;
+pub mod fleet;
 pub(crate) mod kv;
 pub mod presets;
 pub mod profile;
@@ -35,6 +36,7 @@ use crate::workload::Workload;
 
 pub use self::core::{Engine, ReqId, Step, StepEvent};
 pub use diagnostics::Diagnostics;
+pub use fleet::{FleetReport, FleetSpec, ReplicaLoad, Router};
 pub use profile::EngineProfile;
 pub use types::{EngineReport, EngineScenario, PromptBlocks, SimOptions, TimelinePoint};
 
@@ -122,5 +124,6 @@ pub fn simulate_streaming(
         summary,
         timeline: main.timeline,
         diagnostics,
+        fleet: main.fleet,
     })
 }

@@ -10,10 +10,11 @@
 //! `min(30, 2·streak)` s between them, as the seed does.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
+use super::fleet::{FleetReport, FleetSpec, ReplicaLoad, Router};
 use super::kv::NONE;
 use super::profile::EngineProfile;
 use super::types::TimelinePoint;
@@ -39,7 +40,10 @@ pub(crate) struct RunOut {
     pub timeline: Vec<TimelinePoint>,
     pub kv_thrash: KvThrash,
     pub misses: CacheMisses,
+    /// Summed over the replicas (the maxima: the largest).
     pub stats: EngineStats,
+    /// Per-replica load, for more than one replica.
+    pub fleet: Option<FleetReport>,
 }
 
 /// A timed driver event, ordered by time then insertion.
@@ -72,7 +76,10 @@ impl Ord for Ev {
 struct Slot {
     inst: u32,
     plan: Option<SessionPlan>,
-    chain: u32,
+    /// The conversation's chain on each replica ([`NONE`] until a step is sent there).
+    chains: Vec<u32>,
+    /// The replica of this instance's first step ([`NONE`] before it), for `session_affinity`.
+    replica: u32,
     step: u32,
     prompt: u64,
     ok_steps: u32,
@@ -120,6 +127,8 @@ struct TraceRun {
     request_of: Vec<u32>,
     /// Turns sent so far per trace session (the record's `step`).
     turns: Vec<u32>,
+    /// Replica of each trace session's first request ([`NONE`] before it), for `session_affinity`.
+    replica_of: Vec<u32>,
     one_at_a_time: bool,
 }
 
@@ -154,6 +163,7 @@ impl TraceRun {
             ready_ms: vec![0.0; n],
             request_of: Vec::with_capacity(n),
             turns: vec![0; sessions],
+            replica_of: vec![NONE; sessions],
             one_at_a_time,
         }
     }
@@ -181,17 +191,19 @@ impl Timeline {
         }
     }
 
-    fn sample(&mut self, eng: &Engine) {
-        let now = eng.now_ms();
+    /// A point at `engs[e]`'s clock, with the fleet's state summed over its replicas.
+    fn sample(&mut self, engs: &[Engine], e: usize) {
+        let now = engs[e].now_ms();
         if now < self.next_ms {
             return;
         }
+        let sum = |f: fn(&Engine) -> u64| engs.iter().map(f).sum::<u64>();
         self.points.push(TimelinePoint {
             t_s: now / 1000.0,
-            running: eng.running() as u32,
-            queued: eng.waiting() as u32,
-            kv_blocks_used: eng.kv_blocks_used(),
-            kv_capacity: eng.kv_capacity(),
+            running: sum(|x| x.running() as u64) as u32,
+            queued: sum(|x| x.waiting() as u64) as u32,
+            kv_blocks_used: sum(Engine::kv_blocks_used),
+            kv_capacity: sum(Engine::kv_capacity),
             cache_hit_tokens: self.hit,
             prompt_tokens: self.prompt,
         });
@@ -325,8 +337,38 @@ impl<'s> Records<'s> {
     }
 }
 
+/// What a request's prompt is made of, as each replica holds it.
+enum Content<'a> {
+    /// A session's conversation: its chain on each replica, created on first use (kept after the request).
+    Session(&'a mut [u32]),
+    /// A fresh chain after `tokens` of the common system prompt (none when 0), released after the request.
+    Shared(u32),
+    /// Chained block hashes (a trace with hash ids), kept.
+    Hashes(&'a [u64]),
+}
+
+/// The router's state and the per-replica counters.
+struct Fleet {
+    spec: FleetSpec,
+    /// Requests routed so far (round robin).
+    sent: u64,
+    /// Scratch: leading cached blocks per replica.
+    cached: Vec<u64>,
+    /// Record index → prompt tokens cached on another replica when it was routed (nonzero only).
+    routed_away: HashMap<usize, u64>,
+    requests: Vec<u64>,
+    prompt_tokens: Vec<u64>,
+    cached_tokens: Vec<u64>,
+}
+
 struct SimLoop<'s> {
-    eng: Engine,
+    /// One engine per replica (exactly one without a fleet).
+    engs: Vec<Engine>,
+    /// More than one replica: the router.
+    fleet: Option<Fleet>,
+    /// Each replica's chain of the common system prompt.
+    shared_chains: Vec<u32>,
+    bs: u32,
     records: Records<'s>,
     misses: CacheMisses,
     timeline: Timeline,
@@ -340,6 +382,11 @@ struct SimLoop<'s> {
     seed: u64,
     /// Requests that failed at submission this round: (record index, time).
     failed_now: Vec<(usize, f64)>,
+    /// Per replica: its last advance did nothing, and nothing was sent to it since (idle, or unable to admit).
+    stalled: Vec<bool>,
+    /// Fleets: per replica, a lower bound of its next finish (`Engine::earliest_finish_ms`, lowered as requests
+    /// are sent to it).
+    finish_lb: Vec<f64>,
 }
 
 /// Record fields known at submission.
@@ -353,6 +400,18 @@ struct Meta {
 }
 
 impl SimLoop<'_> {
+    /// The replica to step next: the earliest clock among those with work (stalled ones only when all are), ties
+    /// to the lowest index.
+    fn earliest(&self) -> usize {
+        let key = |r: usize| (self.stalled[r], self.engs[r].now_ms());
+        (0..self.engs.len())
+            .min_by(|&a, &b| {
+                let (ka, kb) = (key(a), key(b));
+                ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1)).then(a.cmp(&b))
+            })
+            .unwrap_or(0)
+    }
+
     fn push_ev(&mut self, t_ms: f64, slot: u32, start_instance: bool) {
         self.seq += 1;
         self.heap.push(Ev {
@@ -363,9 +422,97 @@ impl SimLoop<'_> {
         });
     }
 
+    /// Pick the replica for a request being sent; returns it and the prompt tokens cached on another replica
+    /// beyond the chosen one's. `affinity` is the replica of the request's session ([`NONE`] before its first).
+    fn route(&mut self, content: &Content, prompt: u64, affinity: Option<&mut u32>) -> (usize, u64) {
+        let Some(f) = &mut self.fleet else { return (0, 0) };
+        let bs = u64::from(self.bs);
+        let max_blocks = prompt / bs;
+        f.cached.clear();
+        for (r, e) in self.engs.iter().enumerate() {
+            let blocks = match content {
+                Content::Session(chains) => {
+                    if chains[r] == NONE {
+                        0
+                    } else {
+                        e.kv.reach(chains[r])
+                    }
+                }
+                Content::Shared(tokens) => {
+                    if *tokens > 0 {
+                        e.kv.reach(self.shared_chains[r]).min(*tokens / self.bs)
+                    } else {
+                        0
+                    }
+                }
+                Content::Hashes(h) => e.cached_blocks_for_hashes(h),
+            };
+            f.cached.push(u64::from(blocks).min(max_blocks));
+        }
+        let outstanding = |r: usize| (self.engs[r].running() + self.engs[r].waiting()) as u64;
+        let least = || (0..self.engs.len()).min_by_key(|&r| (outstanding(r), r)).unwrap_or(0);
+        let n = self.engs.len();
+        let r = match f.spec.router {
+            Router::RoundRobin => (f.sent % n as u64) as usize,
+            Router::LeastOutstanding => least(),
+            Router::SessionAffinity => match affinity {
+                Some(a) if *a != NONE => *a as usize,
+                Some(a) => {
+                    let r = least();
+                    *a = r as u32;
+                    r
+                }
+                None => least(),
+            },
+            Router::PrefixAware => {
+                let best = (0..n)
+                    .min_by_key(|&r| (std::cmp::Reverse(f.cached[r]), outstanding(r), r))
+                    .unwrap_or(0);
+                let total: u64 = (0..n).map(outstanding).sum();
+                let mean = total as f64 / n as f64;
+                if f.cached[best] == 0 || outstanding(best) as f64 > f.spec.load_cap * mean {
+                    least()
+                } else {
+                    best
+                }
+            }
+        };
+        f.sent += 1;
+        let elsewhere = (0..n).filter(|&o| o != r).map(|o| f.cached[o]).max().unwrap_or(0);
+        let away = (elsewhere.saturating_sub(f.cached[r]) * bs).min(prompt);
+        (r, away)
+    }
+
     /// Send one request; returns its record index. A request that cannot fit fails at once (see `failed_now`).
-    fn submit(&mut self, t_ms: f64, chain: u32, prompt: u64, output: u32, release: bool, m: Meta) -> usize {
-        let fits = prompt <= u64::from(u32::MAX) && self.eng.fits(prompt as u32, output);
+    fn submit(
+        &mut self,
+        t_ms: f64,
+        content: Content,
+        prompt: u64,
+        output: u32,
+        affinity: Option<&mut u32>,
+        m: Meta,
+    ) -> usize {
+        let (r, away) = self.route(&content, prompt, affinity);
+        let eng = &mut self.engs[r];
+        let (chain, release) = match content {
+            Content::Session(chains) => {
+                if chains[r] == NONE {
+                    chains[r] = eng.new_chain(NONE, 0);
+                }
+                (chains[r], false)
+            }
+            Content::Shared(tokens) => {
+                let c = if tokens > 0 {
+                    eng.new_chain(self.shared_chains[r], tokens / self.bs)
+                } else {
+                    eng.new_chain(NONE, 0)
+                };
+                (c, true)
+            }
+            Content::Hashes(h) => (eng.chain_for_blocks(h), false),
+        };
+        let fits = prompt <= u64::from(u32::MAX) && eng.fits(prompt as u32, output);
         let idx = self.records.push(RequestRecord {
             schema: RECORD_SCHEMA_VERSION,
             session: m.session,
@@ -396,31 +543,43 @@ impl SimLoop<'_> {
             error: None,
             prompt_block_hashes: Vec::new(),
         });
+        let eng = &mut self.engs[r];
         if fits {
-            self.eng
-                .submit_chain(t_ms, chain, prompt as u32, output, idx as u64, release);
+            if self.fleet.is_some() {
+                // An idle replica's clock may lag the fleet's: it must not start this request before it arrives.
+                eng.idle_until_if_idle(t_ms);
+                self.stalled[r] = false;
+                let lb = eng.now_ms() + f64::from(output.max(1)) * eng.profile().step_fixed_ms;
+                self.finish_lb[r] = self.finish_lb[r].min(lb);
+                if away > 0
+                    && let Some(f) = &mut self.fleet
+                {
+                    f.routed_away.insert(idx, away);
+                }
+            }
+            eng.submit_chain(t_ms, chain, prompt as u32, output, idx as u64, release);
         } else {
             self.records.get_mut(idx).error = Some(format!(
                 "prompt {prompt} + output {output} tokens exceed max_model_len {}",
-                self.eng.profile().model_len()
+                eng.profile().model_len()
             ));
             if release {
-                self.eng.kv.release(chain);
+                eng.kv.release(chain);
             }
             self.failed_now.push((idx, t_ms));
         }
         idx
     }
 
-    /// Fill the records of requests the last advance finished; returns (record index, finish time) pairs.
-    fn collect_finished(&mut self, out: &mut Vec<(usize, f64)>) {
+    /// Fill the records of requests replica `e`'s last advance finished; returns (record index, finish time)
+    /// pairs.
+    fn collect_finished(&mut self, e: usize, out: &mut Vec<(usize, f64)>) {
         out.clear();
-        for fi in 0..self.eng.finished.len() {
-            let idx = self.eng.finished[fi];
-            let itl = self
-                .eng
-                .itl_summary(idx, &mut self.scratch, &mut self.keys, self.itl_quantiles);
-            let r = &self.eng.reqs[idx as usize];
+        let eng = &mut self.engs[e];
+        for fi in 0..eng.finished.len() {
+            let idx = eng.finished[fi];
+            let itl = eng.itl_summary(idx, &mut self.scratch, &mut self.keys, self.itl_quantiles);
+            let r = &eng.reqs[idx as usize];
             let ri = r.tag as usize;
             let rec = self.records.get_mut(ri);
             rec.ok = true;
@@ -437,21 +596,43 @@ impl SimLoop<'_> {
             m.cached_tokens += u64::from(r.cached_tokens);
             m.designed_cached_tokens += rec.designed_cached_tokens.unwrap_or(0);
             m.missed_tokens += prompt - u64::from(r.cached_tokens);
-            if rec.step == 0 {
-                m.cold_first_step_tokens += r.miss.cold;
-            } else {
-                m.new_content_tokens += r.miss.cold;
+            let mut miss = r.miss;
+            if let Some(f) = &mut self.fleet {
+                f.requests[e] += 1;
+                f.prompt_tokens[e] += prompt;
+                f.cached_tokens[e] += u64::from(r.cached_tokens);
+                if let Some(away) = f.routed_away.remove(&ri) {
+                    // Tokens cached elsewhere are missed here as never computed (or evicted) on this replica:
+                    // moved to their own cause, so that the causes still sum to the missed tokens.
+                    let mut left = away;
+                    for part in [
+                        &mut miss.cold,
+                        &mut miss.evicted_idle,
+                        &mut miss.other,
+                        &mut miss.evicted_queued,
+                    ] {
+                        let t = left.min(*part);
+                        *part -= t;
+                        left -= t;
+                    }
+                    m.routed_to_another_replica_tokens += away - left;
+                }
             }
-            m.evicted_think_tokens += r.miss.evicted_idle;
-            m.capacity_tokens += r.miss.evicted_queued;
-            m.other_tokens += r.miss.other;
+            if rec.step == 0 {
+                m.cold_first_step_tokens += miss.cold;
+            } else {
+                m.new_content_tokens += miss.cold;
+            }
+            m.evicted_think_tokens += miss.evicted_idle;
+            m.capacity_tokens += miss.evicted_queued;
+            m.other_tokens += miss.other;
             out.push((ri, r.finish_ms));
         }
-        for fi in 0..self.eng.finished.len() {
-            let idx = self.eng.finished[fi];
-            self.eng.forget(idx);
+        for fi in 0..eng.finished.len() {
+            let idx = eng.finished[fi];
+            eng.forget(idx);
         }
-        self.eng.finished.clear();
+        eng.finished.clear();
     }
 }
 
@@ -479,7 +660,7 @@ pub(crate) fn run(
     opts: SimOptions,
     sink: Option<Sink<'_>>,
 ) -> RunOut {
-    run_with(sc, profile, mode, true, opts, sink)
+    run_with(sc, profile, mode, true, false, opts, sink)
 }
 
 /// [`run`], with lazy decoders allowed or not (see `core::Lazy`; the results must not differ).
@@ -488,13 +669,35 @@ fn run_with(
     profile: &EngineProfile,
     mode: Mode,
     lazy: bool,
+    clock_bound: bool,
     opts: SimOptions,
     sink: Option<Sink<'_>>,
 ) -> RunOut {
-    let mut eng = Engine::new(profile.clone());
-    eng.lazy_ok = lazy;
+    let replicas = sc.replicas().max(1) as usize;
+    let engs: Vec<Engine> = (0..replicas)
+        .map(|_| {
+            let mut eng = Engine::new(profile.clone());
+            eng.lazy_ok = lazy;
+            eng
+        })
+        .collect();
+    let fleet = sc.fleet.filter(|_| replicas > 1).map(|spec| Fleet {
+        spec,
+        sent: 0,
+        cached: Vec::with_capacity(replicas),
+        routed_away: HashMap::new(),
+        requests: vec![0; replicas],
+        prompt_tokens: vec![0; replicas],
+        cached_tokens: vec![0; replicas],
+    });
+    let bs = profile.block_size.max(1);
     let mut d = SimLoop {
-        eng,
+        engs,
+        fleet,
+        shared_chains: Vec::with_capacity(replicas),
+        bs,
+        stalled: vec![false; replicas],
+        finish_lb: vec![f64::INFINITY; replicas],
         // Quantiles only for records someone reads.
         itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
         records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
@@ -508,7 +711,6 @@ fn run_with(
         seed: sc.seed,
         failed_now: Vec::new(),
     };
-    let bs = profile.block_size.max(1);
     let mut src = match (&sc.workload, mode) {
         (Workload::Sessions(w), _) => {
             let slots = w.slot_count();
@@ -527,7 +729,8 @@ fn run_with(
             let slot = Slot {
                 inst: 0,
                 plan: None,
-                chain: NONE,
+                chains: vec![NONE; replicas],
+                replica: NONE,
                 step: 0,
                 prompt: 0,
                 ok_steps: 0,
@@ -590,40 +793,72 @@ fn run_with(
         let t = first.arrival_ms;
         d.push_ev(t, 0, false);
     }
-    // One common system prompt for every request with a shared prefix.
-    let shared_chain = d.eng.new_chain(NONE, 0);
+    // One common system prompt for every request with a shared prefix (one chain per replica).
+    for e in 0..replicas {
+        let c = d.engs[e].new_chain(NONE, 0);
+        d.shared_chains.push(c);
+    }
     let mut open_idx: u64 = 0;
     let mut finished: Vec<(usize, f64)> = Vec::new();
 
-    loop {
-        // Send everything due by the engine's clock.
-        let now = d.eng.now_ms();
+    // One replica: the engine steps up to the next event. A fleet: the replica with the earliest clock steps, up
+    // to the next event and no further than any other replica's clock, so that a request another replica's
+    // completion sends is never routed to a replica that has already stepped past its arrival (it lands in the
+    // step under way, as an arrival does on one engine).
+    'run: loop {
+        let e = if replicas == 1 { 0 } else { d.earliest() };
+        // Send everything due by that clock.
+        let now = d.engs[e].now_ms();
         loop {
             let next = next_time(&d);
             let Some(t) = next else { break };
             if t > now {
                 break;
             }
-            dispatch(&mut src, &mut d, shared_chain, bs, &mut open_idx);
+            dispatch(&mut src, &mut d, &mut open_idx);
             // Submission failures complete at once.
             while let Some((ri, t_fail)) = d.failed_now.pop() {
                 on_done(&mut src, &mut d, ri, t_fail, false);
                 d.records.close(ri);
             }
+            // An idle replica that took a request now has the earliest clock: it steps before later arrivals.
+            if replicas > 1 && d.engs[d.earliest()].now_ms() < now {
+                continue 'run;
+            }
         }
-        let until = next_time(&d).unwrap_or(f64::INFINITY);
-        let step_start = d.eng.now_ms();
-        match d.eng.advance(u64::MAX, until) {
+        // A fleet: no further than the earliest any other replica can finish a request (the earliest a
+        // completion there can send a request here); requests sent later arrive later still.
+        let mut until = next_time(&d).unwrap_or(f64::INFINITY);
+        if replicas > 1 {
+            for o in (0..replicas).filter(|&o| o != e && !d.stalled[o]) {
+                // The tests' reference: the other clocks, the tightest bound.
+                let bound = if clock_bound {
+                    d.engs[o].now_ms()
+                } else {
+                    d.finish_lb[o]
+                };
+                until = until.min(bound);
+            }
+        }
+        let step_start = d.engs[e].now_ms();
+        match d.engs[e].advance(u64::MAX, until) {
             Some(_) => {
-                for &q in &d.eng.admitted {
-                    let r = &d.eng.reqs[q as usize];
+                d.stalled[e] = false;
+                let eng = &d.engs[e];
+                for &q in &eng.admitted {
+                    let r = &eng.reqs[q as usize];
                     if r.admit_ms >= step_start && r.preemptions == 0 {
                         d.timeline.hit += u64::from(r.cached_tokens);
                         d.timeline.prompt += u64::from(r.prompt);
                     }
                 }
-                d.peak_kv = d.peak_kv.max(d.eng.kv_blocks_used());
-                d.collect_finished(&mut finished);
+                let used = if replicas == 1 {
+                    eng.kv_blocks_used()
+                } else {
+                    d.engs.iter().map(Engine::kv_blocks_used).sum()
+                };
+                d.peak_kv = d.peak_kv.max(used);
+                d.collect_finished(e, &mut finished);
                 for &(ri, t) in &finished {
                     on_done(&mut src, &mut d, ri, t, true);
                     d.records.close(ri);
@@ -633,32 +868,79 @@ fn run_with(
                     d.records.close(ri);
                 }
                 d.records.flush();
-                d.timeline.sample(&d.eng);
+                d.timeline.sample(&d.engs, e);
+                if replicas > 1 {
+                    d.finish_lb[e] = d.engs[e].earliest_finish_ms();
+                }
             }
             None => {
-                if until.is_infinite() {
+                d.stalled[e] = true;
+                if next_time(&d).is_none() && d.stalled.iter().all(|&s| s) {
                     break;
                 }
-                d.eng.idle_until(until);
-                d.timeline.sample(&d.eng);
+                if until.is_finite() {
+                    d.engs[e].idle_until(until);
+                }
+                d.timeline.sample(&d.engs, e);
             }
         }
     }
-    let stats = d.eng.stats;
+    let mut stats = d.engs[0].stats;
+    for o in &d.engs[1..] {
+        let s = &o.stats;
+        stats.steps += s.steps;
+        stats.preemptions += s.preemptions;
+        stats.recomputed_tokens += s.recomputed_tokens;
+        stats.batch_time_ms += s.batch_time_ms;
+        stats.busy_ms += s.busy_ms;
+        stats.max_running = stats.max_running.max(s.max_running);
+        stats.ctx_time += s.ctx_time;
+        stats.decode_time_ms += s.decode_time_ms;
+        stats.host_hit_tokens += s.host_hit_tokens;
+    }
+    let fleet = d.fleet.as_ref().map(|f| {
+        let end_ms = d.engs.iter().map(Engine::now_ms).fold(0.0, f64::max);
+        let per_ms = |x: f64| if end_ms > 0.0 { x / end_ms } else { 0.0 };
+        FleetReport {
+            router: f.spec.router,
+            load_cap: f.spec.load_cap,
+            replicas: d
+                .engs
+                .iter()
+                .enumerate()
+                .map(|(r, e)| ReplicaLoad {
+                    replica: r as u32,
+                    requests: f.requests[r],
+                    prompt_tokens: f.prompt_tokens[r],
+                    cached_tokens: f.cached_tokens[r],
+                    cached_share: if f.prompt_tokens[r] > 0 {
+                        f.cached_tokens[r] as f64 / f.prompt_tokens[r] as f64
+                    } else {
+                        0.0
+                    },
+                    mean_running: per_ms(e.stats.batch_time_ms),
+                    busy_share: per_ms(e.stats.busy_ms),
+                    max_running: e.stats.max_running,
+                    preemptions: e.stats.preemptions,
+                })
+                .collect(),
+        }
+    });
     let (records, summary) = d.records.finish(&sc.slo);
     RunOut {
         kv_thrash: KvThrash {
             preemptions: stats.preemptions,
             recomputed_tokens: stats.recomputed_tokens,
-            evicted_blocks: d.eng.kv.evicted_blocks,
+            evicted_blocks: d.engs.iter().map(|e| e.kv.evicted_blocks).sum(),
             peak_kv_blocks_used: d.peak_kv,
-            kv_capacity_blocks: d.eng.kv_capacity(),
+            kv_capacity_blocks: d.engs.iter().map(Engine::kv_capacity).sum(),
         },
         records,
         summary,
         timeline: d.timeline.points,
         misses: d.misses,
         stats,
+        fleet,
     }
 }
 
@@ -678,7 +960,7 @@ fn next_time(d: &SimLoop) -> Option<f64> {
 }
 
 /// Handle the earliest due event.
-fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_idx: &mut u64) {
+fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
     let Some(ev) = d.heap.pop() else { return };
     match src {
         Source::Trace(run) => {
@@ -696,13 +978,13 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_
             } else {
                 ev.slot
             };
-            send_trace(d, run, i as usize, ev.t_ms, shared_chain, bs);
+            send_trace(d, run, i as usize, ev.t_ms);
         }
         Source::Open { reqs, shared } => {
             // The heap holds exactly one event: the next arrival.
             if let Some(g) = reqs.next() {
                 let sh = if *shared > 0 { *shared } else { g.shared_prefix_tokens };
-                send_gen(d, ev.t_ms, g, sh, shared_chain, bs, *open_idx);
+                send_gen(d, ev.t_ms, g, sh, *open_idx);
                 *open_idx += 1;
             }
             if let Some(n) = reqs.peek() {
@@ -713,7 +995,7 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_
         Source::Closed { reqs, shared, .. } => {
             if let Some(g) = reqs.next() {
                 let sh = if *shared > 0 { *shared } else { g.shared_prefix_tokens };
-                let ri = send_gen(d, ev.t_ms, g, sh, shared_chain, bs, *open_idx);
+                let ri = send_gen(d, ev.t_ms, g, sh, *open_idx);
                 *open_idx += 1;
                 // Remember which user sent it: the record's session field holds the request index; the user is
                 // recovered from the event slot through `inst`.
@@ -744,7 +1026,8 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_
                         p
                     }
                 };
-                slot.chain = d.eng.new_chain(NONE, 0);
+                // The conversation's chain on a replica is created when a step is first sent there.
+                slot.replica = NONE;
                 slot.step = 0;
                 slot.prompt = plan.base_tokens + u64::from(plan.task_tokens);
                 slot.ok_steps = 0;
@@ -754,7 +1037,7 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_
                 end_instance(d, &mut slots[s]);
                 return;
             }
-            let slot = &slots[s];
+            let slot = &mut slots[s];
             let Some(plan) = &slot.plan else { return };
             let k = slot.step;
             let designed = if k == 0 {
@@ -771,18 +1054,20 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, shared_chain: u32, bs: u32, open_
                 designed_cached: designed,
             };
             let gen_t = plan.gen_tokens[k as usize];
-            let (chain, prompt) = (slot.chain, slot.prompt);
-            d.submit(ev.t_ms, chain, prompt, gen_t, false, m);
+            let prompt = slot.prompt;
+            d.submit(
+                ev.t_ms,
+                Content::Session(&mut slot.chains),
+                prompt,
+                gen_t,
+                Some(&mut slot.replica),
+                m,
+            );
         }
     }
 }
 
-fn send_gen(d: &mut SimLoop, t_ms: f64, g: PlannedRequest, shared: u32, shared_chain: u32, bs: u32, i: u64) -> usize {
-    let chain = if shared > 0 {
-        d.eng.new_chain(shared_chain, shared / bs)
-    } else {
-        d.eng.new_chain(NONE, 0)
-    };
+fn send_gen(d: &mut SimLoop, t_ms: f64, g: PlannedRequest, shared: u32, i: u64) -> usize {
     let prompt = u64::from(shared) + u64::from(g.unique_prompt_tokens);
     let m = Meta {
         session: i,
@@ -792,12 +1077,13 @@ fn send_gen(d: &mut SimLoop, t_ms: f64, g: PlannedRequest, shared: u32, shared_c
         base_asked: u64::from(shared),
         designed_cached: u64::from(shared),
     };
-    d.submit(t_ms, chain, prompt, g.output_tokens, true, m)
+    d.submit(t_ms, Content::Shared(shared), prompt, g.output_tokens, None, m)
 }
 
 /// Send trace request `i`: its content as engine blocks keyed by its hash ids (or, without them, the shared-prefix
 /// chain of `send_gen`).
-fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64, shared_chain: u32, bs: u32) {
+fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
+    let bs = d.bs;
     let r = &run.w.requests[i];
     let step = match r.session {
         Some(s) => {
@@ -808,17 +1094,15 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64, shared_c
         None => 0,
     };
     let prompt = r.prompt_tokens();
-    let (chain, release) = if r.hash_ids.is_empty() {
-        let sh = r.shared_prefix_tokens;
-        let c = if sh > 0 {
-            d.eng.new_chain(shared_chain, sh / bs)
-        } else {
-            d.eng.new_chain(NONE, 0)
-        };
-        (c, true)
+    let blocks = if r.hash_ids.is_empty() {
+        Vec::new()
     } else {
-        let blocks = engine_block_hashes(r, run.w.hash_block_size(), bs);
-        (d.eng.chain_for_blocks(&blocks), false)
+        engine_block_hashes(r, run.w.hash_block_size(), bs)
+    };
+    let content = if r.hash_ids.is_empty() {
+        Content::Shared(r.shared_prefix_tokens)
+    } else {
+        Content::Hashes(&blocks)
     };
     let m = Meta {
         session: r.session.map_or(i as u64, u64::from),
@@ -828,7 +1112,16 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64, shared_c
         base_asked: prompt,
         designed_cached: u64::from(r.shared_prefix_tokens),
     };
-    let ri = d.submit(t_ms, chain, prompt, r.output_tokens, release, m);
+    let affinity = r.session.map(|s| s as usize);
+    let output = r.output_tokens;
+    let ri = d.submit(
+        t_ms,
+        content,
+        prompt,
+        output,
+        affinity.map(|s| &mut run.replica_of[s]),
+        m,
+    );
     if run.request_of.len() <= ri {
         run.request_of.resize(ri + 1, u32::MAX);
     }
@@ -836,9 +1129,11 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64, shared_c
 }
 
 fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
-    if slot.chain != NONE {
-        d.eng.kv.release(slot.chain);
-        slot.chain = NONE;
+    for (r, c) in slot.chains.iter_mut().enumerate() {
+        if *c != NONE {
+            d.engs[r].kv.release(*c);
+            *c = NONE;
+        }
     }
     slot.plan = None;
 }
@@ -1011,14 +1306,15 @@ mod tests {
             },
             seed,
             counterfactuals: false,
+            fleet: None,
         }
     }
 
     /// Everything a run produces, compared exactly.
     fn digest(o: &RunOut) -> String {
         format!(
-            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
-            o.records, o.summary, o.timeline, o.kv_thrash, o.misses, o.stats
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            o.records, o.summary, o.timeline, o.kv_thrash, o.misses, o.stats, o.fleet
         )
     }
 
@@ -1043,6 +1339,8 @@ mod tests {
             seed in any::<u64>(),
             host_tokens in prop_oneof![Just(None), (0u64..300_000).prop_map(Some)],
             attn in prop_oneof![Just(0.0f64), 0.0f64..0.5],
+            replicas in prop_oneof![Just(1u32), 2u32..5],
+            router in 0usize..4,
         ) {
             let w = if kind == 2 {
                 Workload::ClosedLoop(ClosedLoopWorkload {
@@ -1086,17 +1384,46 @@ mod tests {
                 restore_tokens_per_ms: 50.0,
             });
             sc.profile.prefill_ctx_ms_per_ktok = attn;
+            // And fleets: neither lazy decoding nor stepping each replica up to the others' finish bounds (against
+            // the others' clocks, step by step) changes anything.
+            if replicas > 1 {
+                sc.fleet = Some(crate::engine::FleetSpec {
+                    replicas,
+                    router: crate::engine::Router::ALL[router],
+                    load_cap: 1.5,
+                });
+            }
             prop_assume!(sc.validate().is_ok());
             let all = SimOptions::default();
-            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, all, None);
-            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, all, None);
+            let lazy = run_with(&sc, &sc.profile, Mode::AsGiven, true, false, all, None);
+            let eager = run_with(&sc, &sc.profile, Mode::AsGiven, false, false, all, None);
             prop_assert_eq!(digest(&lazy), digest(&eager));
+            // Without ties: sessions with think time and stagger, or Poisson arrivals. (Where requests are sent at
+            // the same instant, a rounding difference of one ulp in a stretch's end reorders them and the runs
+            // part ways, as any change of summation order would.)
+            let untied = kind == 0 || (kind == 1 && rate >= 20.0);
+            if replicas > 1 && untied {
+                // Stepping each replica up to the others' finish bounds gives what stepping it no further than
+                // their clocks gives: the same requests, tokens and cache hits, the same times to rounding (a
+                // stretch of steps cut elsewhere sums its step times in another order). The timeline is sampled
+                // where replicas stop, which the bounds decide, so it is not compared.
+                let reference = run_with(&sc, &sc.profile, Mode::AsGiven, false, true, all, None);
+                prop_assert_eq!(lazy.records.len(), reference.records.len());
+                for (a, b) in lazy.records.iter().zip(&reference.records) {
+                    let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * (1.0 + x.abs().max(y.abs()));
+                    prop_assert!(a.ok == b.ok && a.gen_tokens == b.gen_tokens && a.cached_tokens == b.cached_tokens);
+                    prop_assert!(close(a.t_submit, b.t_submit) && close(a.wall_s, b.wall_s), "{a:?}\n{b:?}");
+                    prop_assert!(close(a.ttft_s.unwrap_or(0.0), b.ttft_s.unwrap_or(0.0)), "{a:?}\n{b:?}");
+                }
+                prop_assert_eq!(format!("{:?}", lazy.misses), format!("{:?}", reference.misses));
+                prop_assert_eq!(lazy.stats.steps, reference.stats.steps);
+            }
             // Scoring records as they close, without keeping them, gives the same summary to the bit, and a sink
             // sees exactly the records a run keeps, in the same order.
             let mut seen = Vec::new();
             let mut sink = |r: &RequestRecord| seen.push(r.clone());
             let streamed = SimOptions { keep_records: false, ..all };
-            let lean = run_with(&sc, &sc.profile, Mode::AsGiven, true, streamed, Some(&mut sink));
+            let lean = run_with(&sc, &sc.profile, Mode::AsGiven, true, false, streamed, Some(&mut sink));
             prop_assert!(lean.records.is_empty());
             prop_assert_eq!(format!("{seen:?}"), format!("{:?}", lazy.records));
             prop_assert_eq!(format!("{:?}", lean.summary), format!("{:?}", lazy.summary));

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::diagnostics::Diagnostics;
+use super::fleet::{FleetReport, FleetSpec};
 use super::profile::EngineProfile;
 use crate::error::ScenarioError;
 use crate::metrics::{Slo, Summary};
@@ -30,6 +31,9 @@ pub struct EngineScenario {
     /// Also run the counterfactuals (cache off; closed loop for open-loop workloads). Each costs one more run.
     #[serde(default = "yes")]
     pub counterfactuals: bool,
+    /// Replicas behind a router ([`FleetSpec`]); absent: one engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSpec>,
 }
 
 impl EngineScenario {
@@ -38,7 +42,15 @@ impl EngineScenario {
         self.workload.validate().map_err(|e| e.within("workload"))?;
         self.profile.validate().map_err(|e| e.within("profile"))?;
         self.slo.validate().map_err(|e| e.within("slo"))?;
+        if let Some(f) = &self.fleet {
+            f.validate().map_err(|e| e.within("fleet"))?;
+        }
         Ok(())
+    }
+
+    /// Replicas the scenario runs (1 without a fleet).
+    pub fn replicas(&self) -> u32 {
+        self.fleet.map_or(1, |f| f.replicas)
     }
 }
 
@@ -103,6 +115,9 @@ pub struct EngineReport {
     pub summary: Summary,
     pub timeline: Vec<TimelinePoint>,
     pub diagnostics: Diagnostics,
+    /// Per-replica load, for a fleet of more than one replica.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetReport>,
 }
 
 /// What [`simulate_with`](super::simulate_with) computes beyond the summary.
