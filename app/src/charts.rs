@@ -18,6 +18,8 @@ pub struct Series {
     /// Draw as a step function (for CDFs).
     pub step: bool,
     pub dashed: bool,
+    /// Draw each point as a dot, unjoined (a scatter).
+    pub dots: bool,
 }
 
 impl Series {
@@ -28,6 +30,7 @@ impl Series {
             points,
             step: false,
             dashed: false,
+            dots: false,
         }
     }
 
@@ -38,6 +41,15 @@ impl Series {
             points,
             step: true,
             dashed: false,
+            dots: false,
+        }
+    }
+
+    /// A scatter: one dot per point (a zero-length round-capped stroke each).
+    pub fn dots(name: impl Into<String>, color: &'static str, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            dots: true,
+            ..Series::line(name, color, points)
         }
     }
 
@@ -190,6 +202,7 @@ pub fn LineChart(
                     }
                     let (px, py) = (sx(x), sy(y.min(y1)));
                     match prev {
+                        _ if s.dots => d.push_str(&format!("M{px:.1},{py:.1}h0")),
                         None => d.push_str(&format!("M{px:.1},{py:.1}")),
                         Some(_) if s.step => d.push_str(&format!("H{px:.1}V{py:.1}")),
                         Some(_) => d.push_str(&format!("L{px:.1},{py:.1}")),
@@ -201,6 +214,7 @@ pub fn LineChart(
                         d=d
                         class="series"
                         class:dashed=s.dashed
+                        class:dots=s.dots
                         stroke=s.color
                         data-series=s.name.clone()
                         data-points=s.points.len()

@@ -512,6 +512,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
                 })}
                 <LiveCharts live=live simulated=simulated/>
+                <crate::fit_panel::FitCard live=live ex=ex/>
             </div>
         </div>
     }
