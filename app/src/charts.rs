@@ -20,6 +20,8 @@ pub struct Series {
     pub dashed: bool,
     /// Draw each point as a dot, unjoined (a scatter).
     pub dots: bool,
+    /// A closed polygon, filled and unstroked (a band).
+    pub fill: bool,
 }
 
 impl Series {
@@ -31,6 +33,7 @@ impl Series {
             step: false,
             dashed: false,
             dots: false,
+            fill: false,
         }
     }
 
@@ -42,6 +45,7 @@ impl Series {
             step: true,
             dashed: false,
             dots: false,
+            fill: false,
         }
     }
 
@@ -49,6 +53,14 @@ impl Series {
     pub fn dots(name: impl Into<String>, color: &'static str, points: Vec<(f64, f64)>) -> Series {
         Series {
             dots: true,
+            ..Series::line(name, color, points)
+        }
+    }
+
+    /// A shaded area: the points are a closed polygon.
+    pub fn band(name: impl Into<String>, color: &'static str, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            fill: true,
             ..Series::line(name, color, points)
         }
     }
@@ -209,12 +221,17 @@ pub fn LineChart(
                     }
                     prev = Some((px, py));
                 }
+                if s.fill && prev.is_some() {
+                    d.push('Z');
+                }
                 view! {
                     <path
                         d=d
                         class="series"
                         class:dashed=s.dashed
                         class:dots=s.dots
+                        class:band=s.fill
+                        fill=s.fill.then_some(s.color)
                         stroke=s.color
                         data-series=s.name.clone()
                         data-points=s.points.len()
@@ -261,7 +278,7 @@ pub fn LineChart(
             .map(|s| {
                 view! {
                     <span class="legend-item">
-                        <span class="swatch" class:dashed=s.dashed style:background=s.color></span>
+                        <span class="swatch" class:dashed=s.dashed class:band=s.fill style:background=s.color></span>
                         {s.name}
                     </span>
                 }

@@ -166,7 +166,7 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
                     match done.done {
                         Done::Outcome(Ok(o)) => predicted.set(Some(Arc::new(o))),
                         Done::Outcome(Err(e)) => predict_note.set(Some(format!("No prediction: {e}"))),
-                        Done::Point(_) | Done::Capacity(_) => {}
+                        Done::Point(_) | Done::Capacity(_) | Done::Band(_) => {}
                     }
                 });
             }
@@ -298,11 +298,11 @@ fn FitTables(f: Arc<Fit>, ms: Option<f64>) -> impl IntoView {
     let unused = f.unused.len();
     view! {
         <div class="fit-tables">
-            <table class="table fit-coefs" data-fit-coefficients="">
+            <table class="data fit-coefs" data-fit-coefficients="">
                 <thead><tr><th>"coefficient"</th><th class="num">"value ± std error"</th><th>"unit"</th></tr></thead>
                 <tbody>{rows}</tbody>
             </table>
-            <table class="table fit-stages">
+            <table class="data fit-stages">
                 <thead><tr><th>"stage"</th><th class="num">"requests"</th><th class="num">"R²"</th><th class="num">"robust R²"</th><th class="num">"resid. spread"</th></tr></thead>
                 <tbody>{decode}{prefill}</tbody>
             </table>

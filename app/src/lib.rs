@@ -24,6 +24,7 @@ pub mod ladder_panel;
 pub mod live;
 pub mod metric;
 pub mod offload;
+pub mod seed_band;
 pub mod seed_panel;
 pub mod state;
 pub mod trace_panel;

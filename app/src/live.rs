@@ -417,7 +417,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             match f.done {
                 Done::Outcome(Ok(o)) => simulated.set(Some(Arc::new(o))),
                 Done::Outcome(Err(e)) => sim_error.set(Some(format!("No simulated overlay: {e}"))),
-                Done::Point(_) | Done::Capacity(_) => {}
+                Done::Point(_) | Done::Capacity(_) | Done::Band(_) => {}
             }
         });
     });
