@@ -101,9 +101,10 @@ fn scatter_series(pts: Vec<(f64, f64)>) -> Vec<Series> {
     if pts.is_empty() {
         return Vec::new();
     }
-    let hi = pts.iter().fold(0.0f64, |m, &(x, y)| m.max(x).max(y));
+    let lo = pts.iter().fold(f64::INFINITY, |m, &(x, y)| m.min(x).min(y));
+    let hi = pts.iter().fold(f64::NEG_INFINITY, |m, &(x, y)| m.max(x).max(y));
     vec![
-        Series::line("predicted = live", PALETTE[3], vec![(0.0, 0.0), (hi, hi)]).dashed(),
+        Series::line("predicted = live", PALETTE[3], vec![(lo, lo), (hi, hi)]).dashed(),
         Series::dots("requests", PALETTE[0], pts),
     ]
 }
@@ -251,8 +252,8 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
             }}
             {move || predict_note.get().map(|m| view! { <p class="muted" data-fit-predict-note="">{m}</p> })}
             <div class="charts" class:hidden=move || !matches!(fitted.get(), Some(Ok(_)))>
-                <LineChart id="fit-ttft-scatter" title="TTFT per request: predicted vs live" x_label="predicted TTFT (ms)" y_label="live TTFT (ms)" series=ttft_scatter empty="no lone prefills"/>
-                <LineChart id="fit-tpot-scatter" title="TPOT per request: predicted vs live" x_label="predicted TPOT (ms)" y_label="live TPOT (ms)" series=tpot_scatter empty="no decode observations"/>
+                <LineChart id="fit-ttft-scatter" title="TTFT per request: predicted vs live" x_label="predicted TTFT (ms)" y_label="live TTFT (ms)" series=ttft_scatter zoom=true empty="no lone prefills"/>
+                <LineChart id="fit-tpot-scatter" title="TPOT per request: predicted vs live" x_label="predicted TPOT (ms)" y_label="live TPOT (ms)" series=tpot_scatter zoom=true empty="no decode observations"/>
                 <LineChart id="fit-ttft-cdf" title="TTFT: live vs predicted" x_label="TTFT (ms)" y_label="share ≤ x" series=ttft_cdfs y_max=1.0 empty="predicting…"/>
                 <LineChart id="fit-tpot-cdf" title="TPOT: live vs predicted" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot_cdfs y_max=1.0 empty="predicting…"/>
             </div>
