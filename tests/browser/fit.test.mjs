@@ -132,6 +132,13 @@ test('fit a live run on the page: the coefficients are calibrate --from\'s; use 
     assert.ok(close(Number(await box.inputValue()), cliFit.coefficients.step_fixed_ms.value),
       `the explorer's form shows the fitted step_fixed_ms (${await box.inputValue()})`);
     await page.locator('[data-summary="explorer"] [data-metric="ttft_p50_ms"]').first().waitFor({ timeout: 30000 });
+    // The seed band: the fitted scenario over 5 seeds, shaded under both CDFs (99 shares, a closed polygon).
+    for (const chart of ['ttft-cdf', 'tpot-cdf']) {
+      const band = page.locator(`figure[data-chart="${chart}"] path[data-series="5 seeds: min–max"]`);
+      await band.waitFor({ timeout: 30000 });
+      assert.equal(Number(await band.getAttribute('data-points')), 198, `${chart} band points`);
+      assert.match(await band.getAttribute('d'), /Z$/);
+    }
     await screenshot(page, 'page-explorer-fitted-1280x800');
 
     // Too few records: calibrate's refusal, on the page, no panic.
