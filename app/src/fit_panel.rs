@@ -5,9 +5,10 @@
 //! fitted profile (and the run's workload when the run's scenario is an engine scenario), so the share link
 //! carries it.
 //!
-//! The fit runs on the main thread, on click: it is one pass of two small robust regressions over the records (a
-//! few ms for the hundreds of records of a page run, measured and shown in `[data-fit-ms]`), so a worker round
-//! trip (the records serialized both ways) would cost more than it saves. The prediction is a simulation and runs
+//! The fit runs on the main thread, on click: two small robust regressions over the records, whose batch and
+//! context reconstruction costs O(records × concurrency) (a binary search per request); 0.9–1.4 ms for the browser
+//! test's 30 records, shown in `[data-fit-ms]`. A worker round trip (the records serialized to it) would cost
+//! about as much as the fit for a page-sized run. The prediction is a simulation and runs
 //! in the worker ([`Lane::Fit`]).
 
 use std::sync::Arc;
