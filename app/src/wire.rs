@@ -305,6 +305,12 @@ mod tests {
                 goodput_rps: 0.1 + 0.2,
                 throughput_rps: f64::MIN_POSITIVE,
             })),
+            Done::Band(Err("the seed model has no seed band".into())),
+            Done::Band(Ok(crate::seed_band::SeedBand {
+                seeds: vec![42, 43],
+                ttft: vec![(0.01, 0.1 + 0.2, 1e300), (0.99, f64::MIN_POSITIVE, 3.0)],
+                tpot: Vec::new(),
+            })),
         ] {
             assert_eq!(
                 decode_done(&encode_done(9, 0.0, 4294967296.0, &done)),
