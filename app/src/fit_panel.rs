@@ -23,7 +23,6 @@ use shared::scenario::Scenario;
 
 use crate::charts::{LineChart, PALETTE, Series};
 use crate::compute::Outcome;
-use crate::live::{Live, Source, overlay_window};
 use crate::offload::{self, Lane};
 use crate::state::Explorer;
 use crate::wire::{Done, Job};
@@ -110,9 +109,16 @@ fn scatter_series(pts: Vec<(f64, f64)>) -> Vec<Series> {
     ]
 }
 
-/// The fit card under the live charts.
+/// The fit card under the live charts: the live panel's records, the scenario they ran, what is shown (a run id or
+/// a file name; a change clears the fit) and the live window (`live::overlay_window`) the prediction covers.
 #[component]
-pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
+pub fn FitCard(
+    records: RwSignal<Vec<RequestRecord>>,
+    scenario: RwSignal<Option<Value>>,
+    #[prop(into)] source: Signal<Option<String>>,
+    #[prop(into)] window: Signal<Option<(f64, bool)>>,
+    ex: Explorer,
+) -> impl IntoView {
     let fitted = RwSignal::new(None::<Result<Arc<Fit>, String>>);
     let fit_ms = RwSignal::new(None::<f64>);
     // The scenario the fit's run had (for the prediction and "Use in explorer").
@@ -125,7 +131,7 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
 
     // Another run (or file) shown: the fit was of the old one.
     Effect::new(move |_| {
-        live.source.track();
+        source.track();
         fitted.set(None);
         predicted.set(None);
         predict_note.set(None);
@@ -133,9 +139,9 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
     });
 
     let do_fit = move |_| {
-        let scenario = live.scenario.get_untracked();
+        let scenario = scenario.get_untracked();
         let t0 = offload::now_ms();
-        let result = live.records.with_untracked(|r| fit_run(r, scenario.as_ref()));
+        let result = records.with_untracked(|r| fit_run(r, scenario.as_ref()));
         fit_ms.set(Some(offload::now_ms() - t0));
         used.set(None);
         predicted.set(None);
@@ -151,12 +157,7 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
                     "No prediction: the run's scenario is not an engine-model scenario.".into(),
                 ));
             } else {
-                let state = match live.source.get_untracked() {
-                    Some(Source::Run(r)) => Some(r.state),
-                    _ => None,
-                };
-                let window = live.records.with_untracked(|r| overlay_window(state, r));
-                let job = match window {
+                let job = match window.get_untracked() {
                     Some((end_s, cut)) => Job::ComputeWindow(sc.to_value(), end_s, cut),
                     None => Job::Compute(sc.to_value()),
                 };
@@ -190,11 +191,11 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
         }
     };
 
-    let has_records = move || live.records.with(|r| !r.is_empty());
+    let has_records = move || records.with(|r| !r.is_empty());
     let ttft_cdfs = Signal::derive(move || {
         let mut s = Vec::new();
         if fitted.with(|f| matches!(f, Some(Ok(_)))) {
-            let pts = live.records.with(|r| ttft_cdf(r, 400));
+            let pts = records.with(|r| ttft_cdf(r, 400));
             if !pts.is_empty() {
                 s.push(Series::steps("live", PALETTE[0], pts));
             }
@@ -207,7 +208,7 @@ pub fn FitCard(live: Live, ex: Explorer) -> impl IntoView {
     let tpot_cdfs = Signal::derive(move || {
         let mut s = Vec::new();
         if fitted.with(|f| matches!(f, Some(Ok(_)))) {
-            let pts = live.records.with(|r| tpot_cdf(r, 400));
+            let pts = records.with(|r| tpot_cdf(r, 400));
             if !pts.is_empty() {
                 s.push(Series::steps("live", PALETTE[0], pts));
             }
