@@ -133,10 +133,13 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
                             {format!(" ({} levels, resolution {}; goal: the scenario's SLOs for 95 % of requests)", v.levels.len(), num(v.resolution, 3))}
                         </span>
                     </p>
+                    // Thirteen columns: scrolls sideways on a phone instead of widening the page.
+                    <div class="table-scroll">
                     <table class="data">
                         <thead><tr><th>"#"</th><th>"load"</th><th>"pass"</th><th>"attain"</th><th>"goodput/s"</th><th>"TTFT p50"</th><th>"TTFT p99"</th><th>"TPOT p50"</th><th>"TPOT p99"</th><th>"KV peak"</th><th>"preempt"</th><th>"cached"</th><th>"class"</th></tr></thead>
                         <tbody>{rows}</tbody>
                     </table>
+                    </div>
                     {notes}
                 }
                 .into_any()

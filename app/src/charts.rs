@@ -18,6 +18,10 @@ pub struct Series {
     /// Draw as a step function (for CDFs).
     pub step: bool,
     pub dashed: bool,
+    /// Draw each point as a dot, unjoined (a scatter).
+    pub dots: bool,
+    /// A closed polygon, filled and unstroked (a band).
+    pub fill: bool,
 }
 
 impl Series {
@@ -28,6 +32,8 @@ impl Series {
             points,
             step: false,
             dashed: false,
+            dots: false,
+            fill: false,
         }
     }
 
@@ -38,6 +44,24 @@ impl Series {
             points,
             step: true,
             dashed: false,
+            dots: false,
+            fill: false,
+        }
+    }
+
+    /// A scatter: one dot per point (a zero-length round-capped stroke each).
+    pub fn dots(name: impl Into<String>, color: &'static str, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            dots: true,
+            ..Series::line(name, color, points)
+        }
+    }
+
+    /// A shaded area: the points are a closed polygon.
+    pub fn band(name: impl Into<String>, color: &'static str, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            fill: true,
+            ..Series::line(name, color, points)
         }
     }
 
@@ -125,17 +149,22 @@ pub fn LineChart(
     /// Shown instead of the plot when there are no points.
     #[prop(optional)]
     empty: &'static str,
+    /// Fit both axes to the data (a scatter) instead of starting them at 0.
+    #[prop(optional)]
+    zoom: bool,
 ) -> impl IntoView {
     let plot = move || {
         let all = series.get();
         let th = thresholds.get();
         let pts = all.iter().flat_map(|s| s.points.iter());
         let (mut x0, mut x1, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY);
+        let mut ymin = f64::INFINITY;
         for &(x, y) in pts {
             if x.is_finite() && y.is_finite() {
                 x0 = x0.min(x);
                 x1 = x1.max(x);
                 y1 = y1.max(y);
+                ymin = ymin.min(y);
             }
         }
         if !x0.is_finite() {
@@ -153,10 +182,17 @@ pub fn LineChart(
                 y1 = y1.max(t.value);
             }
         }
-        let x0 = if x0 > 0.0 && x0 < (x1 - x0) * 0.5 { 0.0 } else { x0 };
-        let x1 = if x1 <= x0 { x0 + 1.0 } else { x1 };
-        let y0 = 0.0;
-        let y1 = y_max.unwrap_or(if y1 <= 0.0 { 1.0 } else { y1 * 1.08 });
+        let (x0, x1, y0, y1) = if zoom {
+            // Both axes over the data's own span, padded by 5 % of it (a scatter of values near each other).
+            let lo = x0.min(ymin);
+            let hi = x1.max(y1);
+            let pad = ((hi - lo) * 0.05).max(hi.abs() * 1e-3).max(1e-9);
+            (lo - pad, hi + pad, lo - pad, hi + pad)
+        } else {
+            let x0 = if x0 > 0.0 && x0 < (x1 - x0) * 0.5 { 0.0 } else { x0 };
+            let x1 = if x1 <= x0 { x0 + 1.0 } else { x1 };
+            (x0, x1, 0.0, y_max.unwrap_or(if y1 <= 0.0 { 1.0 } else { y1 * 1.08 }))
+        };
         let sx = move |x: f64| ML + (x - x0) / (x1 - x0) * (W - ML - MR);
         let sy = move |y: f64| H - MB - (y - y0) / (y1 - y0) * (H - MT - MB);
         let xt = ticks(x0, x1, 6);
@@ -190,17 +226,24 @@ pub fn LineChart(
                     }
                     let (px, py) = (sx(x), sy(y.min(y1)));
                     match prev {
+                        _ if s.dots => d.push_str(&format!("M{px:.1},{py:.1}h0")),
                         None => d.push_str(&format!("M{px:.1},{py:.1}")),
                         Some(_) if s.step => d.push_str(&format!("H{px:.1}V{py:.1}")),
                         Some(_) => d.push_str(&format!("L{px:.1},{py:.1}")),
                     }
                     prev = Some((px, py));
                 }
+                if s.fill && prev.is_some() {
+                    d.push('Z');
+                }
                 view! {
                     <path
                         d=d
                         class="series"
                         class:dashed=s.dashed
+                        class:dots=s.dots
+                        class:band=s.fill
+                        fill=s.fill.then_some(s.color)
                         stroke=s.color
                         data-series=s.name.clone()
                         data-points=s.points.len()
@@ -247,7 +290,7 @@ pub fn LineChart(
             .map(|s| {
                 view! {
                     <span class="legend-item">
-                        <span class="swatch" class:dashed=s.dashed style:background=s.color></span>
+                        <span class="swatch" class:dashed=s.dashed class:band=s.fill style:background=s.color></span>
                         {s.name}
                     </span>
                 }

@@ -161,9 +161,11 @@ pub fn flatten(summary: &Value) -> (NumericFields, TextFields) {
     (nums, texts)
 }
 
-/// The scenario a fresh page opens with ([`shared::presets::default_scenario`]), as the JSON the form edits.
+/// The scenario a fresh page opens with, as the JSON the form edits: agent sessions on the engine model
+/// ([`shared::presets::default_engine_scenario`]), what users come for (issue #17). The seed model's scenario
+/// ([`shared::presets::default_scenario`]) is one click away, on the model switch.
 pub fn default_scenario() -> Value {
-    shared::presets::default_scenario().to_value()
+    Scenario::Engine(shared::presets::default_engine_scenario()).to_value()
 }
 
 /// The work a scenario represents (requests or session steps, counterfactual runs included), to decide whether
@@ -717,7 +719,17 @@ mod tests {
     #[test]
     fn default_scenario_computes() {
         let sc = Scenario::from_value(default_scenario()).expect("default is valid");
+        let Scenario::Engine(e) = &sc else {
+            panic!("the page opens on the engine model")
+        };
+        assert!(
+            matches!(e.workload, shared::workload::Workload::Sessions(_)),
+            "agent sessions"
+        );
         let o = compute(&sc).expect("computes");
+        assert!(o.get("ttft_p50_ms").is_some_and(|v| v > 0.0));
+        // The seed model's scenario, one click away.
+        let o = compute(&shared::presets::default_scenario()).expect("computes");
         assert_eq!(o.get("ttft_p50_ms"), Some(3915.16));
         assert!(o.diagnostics.iter().any(|d| d.id == "closed_loop_illusion"));
     }
@@ -770,7 +782,7 @@ mod tests {
 
     #[test]
     fn sweep_scales_the_load() {
-        let sc = Scenario::from_value(default_scenario()).unwrap();
+        let sc = shared::presets::default_scenario();
         let plan = sweep_plan(&sc);
         assert_eq!(plan.len(), SWEEP.len());
         let pts: Vec<SweepPoint> = plan.iter().filter_map(sweep_point).collect();

@@ -386,12 +386,56 @@ fn AllMetrics(ex: Explorer) -> impl IntoView {
     }
 }
 
+/// The seed band of the explorer's current result, computed in the worker after each result (engine scenarios up
+/// to [`crate::seed_band::MAX_BAND_RECORDS`] requests); `None` until it arrives, and for the seed model.
+fn seed_band_of(ex: Explorer) -> RwSignal<Option<std::sync::Arc<crate::seed_band::SeedBand>>> {
+    use crate::offload::{self, Lane};
+    use crate::wire::{Done, Job};
+    use shared::scenario::Scenario;
+    let band = RwSignal::new(None);
+    let generation = StoredValue::new(0u64);
+    Effect::new(move |_| {
+        band.set(None);
+        if ex.outcome.with(Option::is_none) {
+            return;
+        }
+        let Ok(sc) = Scenario::from_value(ex.json.get_untracked()) else {
+            return;
+        };
+        if !matches!(sc, Scenario::Engine(_)) || compute::records_of(&sc) > crate::seed_band::MAX_BAND_RECORDS {
+            return;
+        }
+        let g = offload::new_generation();
+        generation.set_value(g);
+        let size = compute::size_of(&sc) * crate::seed_band::BAND_SEEDS as f64;
+        offload::submit(Lane::Explorer, g, size, Job::SeedBand(sc.to_value()), move |f| {
+            if generation.try_get_value() != Some(g) {
+                return;
+            }
+            if let (None, Done::Band(Ok(b))) = (f.failure, f.done) {
+                band.set(Some(std::sync::Arc::new(b)));
+            }
+        });
+    });
+    band
+}
+
 /// CDFs, the sweep and the timelines.
 #[component]
 fn ChartsGrid(ex: Explorer) -> impl IntoView {
+    let band = seed_band_of(ex);
+    let band_name = move |b: &crate::seed_band::SeedBand| format!("{} seeds: min–max", b.seeds.len());
     let ttft = Signal::derive(move || {
         ex.outcome.get().map_or_else(Vec::new, |o| {
-            let mut s = vec![Series::steps("this scenario", PALETTE[0], o.ttft_cdf.clone())];
+            let mut s = Vec::new();
+            if let Some(b) = band.get().filter(|b| !b.ttft.is_empty()) {
+                s.push(Series::band(
+                    band_name(&b),
+                    PALETTE[0],
+                    crate::seed_band::polygon(&b.ttft),
+                ));
+            }
+            s.push(Series::steps("this scenario", PALETTE[0], o.ttft_cdf.clone()));
             if let Some(p) = ex.pinned.get() {
                 s.push(Series::steps("pinned A", PALETTE[1], p.outcome.ttft_cdf.clone()).dashed());
             }
@@ -400,7 +444,15 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
     });
     let tpot = Signal::derive(move || {
         ex.outcome.get().map_or_else(Vec::new, |o| {
-            let mut s = vec![Series::steps("this scenario", PALETTE[0], o.tpot_cdf.clone())];
+            let mut s = Vec::new();
+            if let Some(b) = band.get().filter(|b| !b.tpot.is_empty()) {
+                s.push(Series::band(
+                    band_name(&b),
+                    PALETTE[0],
+                    crate::seed_band::polygon(&b.tpot),
+                ));
+            }
+            s.push(Series::steps("this scenario", PALETTE[0], o.tpot_cdf.clone()));
             if let Some(p) = ex.pinned.get() {
                 s.push(Series::steps("pinned A", PALETTE[1], p.outcome.tpot_cdf.clone()).dashed());
             }

@@ -18,11 +18,13 @@ pub mod compute;
 pub mod controls;
 pub mod explorer;
 pub mod fields;
+pub mod fit_panel;
 pub mod fmt;
 pub mod ladder_panel;
 pub mod live;
 pub mod metric;
 pub mod offload;
+pub mod seed_band;
 pub mod seed_panel;
 pub mod state;
 pub mod trace_panel;
@@ -76,6 +78,8 @@ pub fn App() -> impl IntoView {
     let ex = state::Explorer::from_url();
     provide_context(ex);
     let view = RwSignal::new(View::Explorer);
+    // For "Use in explorer" buttons in other views.
+    provide_context(view);
 
     view! {
         <header class="topbar">

@@ -417,7 +417,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             match f.done {
                 Done::Outcome(Ok(o)) => simulated.set(Some(Arc::new(o))),
                 Done::Outcome(Err(e)) => sim_error.set(Some(format!("No simulated overlay: {e}"))),
-                Done::Point(_) | Done::Capacity(_) => {}
+                Done::Point(_) | Done::Capacity(_) | Done::Band(_) => {}
             }
         });
     });
@@ -512,6 +512,16 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
                 })}
                 <LiveCharts live=live simulated=simulated/>
+                <crate::fit_panel::FitCard
+                    records=live.records
+                    scenario=live.scenario
+                    source=Signal::derive(move || live.source.get().map(|s| match s {
+                        Source::Run(r) => r.run_id,
+                        Source::File { name, .. } => name,
+                    }))
+                    window=window
+                    ex=ex
+                />
             </div>
         </div>
     }

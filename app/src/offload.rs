@@ -32,6 +32,8 @@ pub enum Lane {
     Explorer = 0,
     /// The live panel's simulated overlay.
     Live = 1,
+    /// The live panel's prediction with a fitted profile ([`crate::fit_panel`]).
+    Fit = 2,
 }
 
 /// A finished job.
@@ -89,7 +91,7 @@ struct Pool {
     queue: VecDeque<Pending>,
     /// The job being computed, with `performance.now()` when it was sent.
     in_flight: Option<(Pending, f64)>,
-    latest: [u64; 2],
+    latest: [u64; 3],
     next_id: u32,
     crashes: u32,
     /// The worker's script URL, revoked once it started.
@@ -106,7 +108,7 @@ thread_local! {
         epoch: 0,
         queue: VecDeque::new(),
         in_flight: None,
-        latest: [0; 2],
+        latest: [0; 3],
         next_id: 1,
         crashes: 0,
         script_url: None,

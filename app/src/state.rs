@@ -211,7 +211,7 @@ impl Explorer {
                         self.start_sweep(sc, generation);
                     }
                     Done::Outcome(Err(e)) => self.compute_error.set(Some(e)),
-                    Done::Point(_) | Done::Capacity(_) => {}
+                    Done::Point(_) | Done::Capacity(_) | Done::Band(_) => {}
                 }
             },
         );

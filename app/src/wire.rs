@@ -27,6 +27,8 @@ pub enum Job {
     ComputeWindow(#[serde(with = "json_tree")] Value, f64, bool),
     /// The simulated capacity search ([`crate::capacity_view::capacity_view`]).
     Capacity(#[serde(with = "json_tree")] Value),
+    /// The seed band of an engine scenario's CDFs ([`crate::seed_band::seed_band`]).
+    SeedBand(#[serde(with = "json_tree")] Value),
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -104,6 +106,7 @@ pub enum Done {
     Outcome(Result<Outcome, String>),
     Point(Option<SweepPoint>),
     Capacity(Result<crate::capacity_view::CapacityView, String>),
+    Band(Result<crate::seed_band::SeedBand, String>),
 }
 
 impl Job {
@@ -138,6 +141,11 @@ impl Job {
                     .map_err(|e| e.to_string())
                     .and_then(|sc| crate::capacity_view::capacity_view(&sc)),
             ),
+            Job::SeedBand(v) => Done::Band(
+                Scenario::from_value(v.clone())
+                    .map_err(|e| e.to_string())
+                    .and_then(|sc| crate::seed_band::seed_band(&sc)),
+            ),
         }
     }
 
@@ -147,6 +155,7 @@ impl Job {
             Job::Compute(_) | Job::ComputeWindow(..) => Done::Outcome(Err(why.to_string())),
             Job::SweepPoint(_) => Done::Point(None),
             Job::Capacity(_) => Done::Capacity(Err(why.to_string())),
+            Job::SeedBand(_) => Done::Band(Err(why.to_string())),
         }
     }
 }
@@ -295,6 +304,12 @@ mod tests {
                 x: 8.5,
                 goodput_rps: 0.1 + 0.2,
                 throughput_rps: f64::MIN_POSITIVE,
+            })),
+            Done::Band(Err("the seed model has no seed band".into())),
+            Done::Band(Ok(crate::seed_band::SeedBand {
+                seeds: vec![42, 43],
+                ttft: vec![(0.01, 0.1 + 0.2, 1e300), (0.99, f64::MIN_POSITIVE, 3.0)],
+                tpot: Vec::new(),
             })),
         ] {
             assert_eq!(
