@@ -210,6 +210,17 @@ async fn a_template_that_rerenders_earlier_turns_collapses_reuse_and_is_flagged(
         rep.status.success() && text.contains("Reuse vs design:") && text.contains("WARNING"),
         "{text}"
     );
+    // `report --json` flags it too, with the summary.json figures.
+    let rep = Command::new(BIN)
+        .args(["report", "--json"])
+        .arg(&out_b)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["prefix_reuse"]["below_design"], true, "{v}");
+    assert_eq!(v["prefix_reuse"]["ratio"], meta["prefix_reuse"]["ratio"], "{v}");
 }
 
 /// The Anthropic Messages API end to end: sessions with `tool_use`/`tool_result` blocks and with plain user

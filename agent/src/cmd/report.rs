@@ -15,7 +15,7 @@ use shared::metrics::{self, Slo};
 use crate::replay::prom::ServerReport;
 use crate::replay::records::{self, BadLine};
 use crate::replay::render::render;
-use crate::replay::summary::{Checks, sidecar};
+use crate::replay::summary::{Checks, prefix_reuse, sidecar};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -81,6 +81,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "file": a.file, "records": recs.len(), "malformed_lines": bad.iter().map(|b| b.line).collect::<Vec<_>>(),
             "torn_last_line": bad.iter().find(|b| b.torn).map(|b| b.line),
             "slo": slo, "summary": summary, "checks": checks,
+            // Achieved vs designed cached share, flagged below 80 % (as in summary.json; null when not judged).
+            "prefix_reuse": prefix_reuse(&summary),
             "server": server_json.as_ref().and_then(|v| v.get("report")),
         });
         println!(
