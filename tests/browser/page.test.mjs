@@ -129,6 +129,10 @@ test('a malformed, truncated or future-version link shows a message and the defa
       // The default a fresh page opens with: agent sessions on the engine model (its JSON from the page's box).
       const box = page.locator('details.json-box');
       if (!(await box.evaluate((d) => d.open))) await box.locator('summary').click();
+      // The box fills its text when it opens: wait for it (read at once, it was empty once: a flaky test).
+      await page.waitForFunction(
+        () => (document.querySelector('[data-control="scenario-json"]')?.value ?? '').trim().startsWith('{'),
+        null, { timeout: 10000 });
       const shownDefault = JSON.parse(await page.locator('[data-control="scenario-json"]').inputValue());
       assert.equal(shownDefault.model, 'engine');
       assert.equal(shownDefault.workload.kind, 'sessions');
