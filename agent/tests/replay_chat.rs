@@ -9,43 +9,24 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use loadshape::replay::records::read_records;
-use loadshape::sim_server::{self, Config, Template};
+use loadshape::sim_server::{Config, Template};
 use shared::record::RequestRecord;
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
-struct Sim {
-    base: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
 
-impl Drop for Sim {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
+use sim_server_helper::Sim;
 
 async fn sim(template: Template) -> Sim {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let config = Config {
+    sim_server_helper::start(Config {
         speed: 20.0,
         template,
         ..Config::default()
-    };
-    tokio::spawn(sim_server::serve(listener, config, async {
-        let _ = rx.await;
-    }));
-    Sim {
-        base: format!("http://{addr}/v1"),
-        stop: Some(tx),
-    }
+    })
+    .await
 }
 
 fn tmp(name: &str) -> PathBuf {

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use loadshape::replay::records::read_records;
-use loadshape::sim_server::{self, Config, Faults};
+use loadshape::sim_server::{Config, Faults};
 use shared::record::{FailureKind, FrameClock, RequestRecord};
 use tokio::process::Command;
 
@@ -43,34 +43,13 @@ both!(
     max_concurrency_bounds_an_open_loop_in_flight,
 );
 
-struct Sim {
-    base: String,
-    origin: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
 
-impl Drop for Sim {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
+use sim_server_helper::Sim;
 
 async fn sim(config: Config) -> Sim {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(sim_server::serve(listener, config, async {
-        let _ = rx.await;
-    }));
-    Sim {
-        base: format!("http://{addr}/v1"),
-        origin: format!("http://{addr}"),
-        stop: Some(tx),
-    }
+    sim_server_helper::start(config).await
 }
 
 /// A file for the run of one client (the `hyper` and `reqwest` tests of a case run at the same time).
