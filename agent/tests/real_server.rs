@@ -345,6 +345,12 @@ fn calibrate_and_predict_against_the_real_server() {
     eprintln!("fitted: {text}\nnotes: {}", fit["notes"]);
     // Limits from /props: 4 slots of 8,192 tokens.
     assert_eq!((profile.max_num_seqs, profile.max_model_len), (4, Some(8192)));
+    // ... and llama-server's slot scheduler (decodes first, prompts in slot order up to n_batch).
+    assert_eq!(
+        profile.scheduler,
+        shared::engine::profile::Scheduler::LlamaCpp,
+        "{text}"
+    );
     // Every coefficient finite and >= 0 (validate checks that too), with a finite standard error; the decode
     // step and the prefill rate positive.
     for (name, c) in fit["coefficients"].as_object().into_iter().flatten() {
