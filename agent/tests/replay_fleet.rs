@@ -111,20 +111,40 @@ fn strings(a: &[&str]) -> Vec<String> {
 async fn replay(sims: &[Sim], d: &Path, name: &str, sc: &EngineScenario, router_flag: Option<&str>) -> PathBuf {
     let path = write_scenario(d, sc);
     let out = d.join(format!("{name}.jsonl"));
-    let nonce = name.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))) % 1_000_000_007;
+    let nonce = name
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 1_000_000_007;
     let nonce = nonce.to_string();
-    let mut args = strings(&["replay", "--model", "sim", "--quiet", "--match-tokenizer", "off", "--nonce", &nonce]);
+    let mut args = strings(&[
+        "replay",
+        "--model",
+        "sim",
+        "--quiet",
+        "--match-tokenizer",
+        "off",
+        "--nonce",
+        &nonce,
+    ]);
     for s in sims {
         args.extend(["--url".into(), s.base.clone()]);
     }
     args.extend(["--scenario".into(), path.display().to_string()]);
-    args.extend(["--out".into(), out.display().to_string(), "--metrics-url".into(), "none".into()]);
+    args.extend([
+        "--out".into(),
+        out.display().to_string(),
+        "--metrics-url".into(),
+        "none".into(),
+    ]);
     if let Some(r) = router_flag {
         args.extend(["--router".into(), r.into()]);
     }
     let (code, _, err) = run(&args).await;
     assert_eq!(code, 0, "{name}: {err}");
-    assert!(err.contains("fleet: 2 replicas"), "{name}: the run names its fleet: {err}");
+    assert!(
+        err.contains("fleet: 2 replicas"),
+        "{name}: the run names its fleet: {err}"
+    );
     out
 }
 
@@ -144,7 +164,10 @@ fn simulated(sc: &EngineScenario) -> Vec<RequestRecord> {
     let r = shared::engine::simulate_with(sc, SimOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     let f = r.fleet.as_ref().unwrap_or_else(|| panic!("a fleet report"));
     assert_eq!(f.replicas.len(), 2);
-    assert!(r.records.iter().all(|x| x.replica.is_some()), "simulated fleet records name their replica");
+    assert!(
+        r.records.iter().all(|x| x.replica.is_some()),
+        "simulated fleet records name their replica"
+    );
     r.records
 }
 
@@ -177,8 +200,14 @@ async fn session_affinity_keeps_sessions_whole_and_beats_round_robin() {
     // the routers the same way.
     let rr_sc = scenario(Router::RoundRobin);
     let (sim_a, sim_r) = (simulated(&aff_sc), simulated(&rr_sc));
-    assert_eq!(requests_per_replica(&replica_split(&a)), requests_per_replica(&replica_split(&sim_a)));
-    assert_eq!(requests_per_replica(&replica_split(&r)), requests_per_replica(&replica_split(&sim_r)));
+    assert_eq!(
+        requests_per_replica(&replica_split(&a)),
+        requests_per_replica(&replica_split(&sim_a))
+    );
+    assert_eq!(
+        requests_per_replica(&replica_split(&r)),
+        requests_per_replica(&replica_split(&sim_r))
+    );
     assert_eq!(requests_per_replica(&replica_split(&a)), vec![(0, 8), (1, 4)]);
     assert_eq!(sessions_on_several_replicas(&sim_a), 0);
     assert!(cached_share(&sim_a) > cached_share(&sim_r));
@@ -213,7 +242,10 @@ async fn session_affinity_keeps_sessions_whole_and_beats_round_robin() {
     // `report` shows the same per replica, as text and JSON.
     let (code, text, err) = run(&strings(&["report", &affinity.display().to_string()])).await;
     assert_eq!(code, 0, "{err}");
-    assert!(text.contains(" Replicas ") && text.contains("Sessions on more than one replica:"), "{text}");
+    assert!(
+        text.contains(" Replicas ") && text.contains("Sessions on more than one replica:"),
+        "{text}"
+    );
     let (code, js, err) = run(&strings(&["report", &affinity.display().to_string(), "--json"])).await;
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&js).unwrap_or_else(|e| panic!("{e}"));
@@ -251,9 +283,36 @@ async fn one_url_is_unchanged_and_fleet_flags_need_several() {
     let d = dir("one");
     let out = d.join("one.jsonl");
     let base = strings(&[
-        "replay", "--url", &s.base, "--model", "sim", "--quiet", "--match-tokenizer", "off", "--sessions", "2",
-        "--steps", "2", "--base", "300", "--gen", "8", "--tool", "50", "--think", "0", "--stagger", "0",
-        "--max-seconds", "30", "--seed", "1", "--nonce", "1", "--metrics-url", "none",
+        "replay",
+        "--url",
+        &s.base,
+        "--model",
+        "sim",
+        "--quiet",
+        "--match-tokenizer",
+        "off",
+        "--sessions",
+        "2",
+        "--steps",
+        "2",
+        "--base",
+        "300",
+        "--gen",
+        "8",
+        "--tool",
+        "50",
+        "--think",
+        "0",
+        "--stagger",
+        "0",
+        "--max-seconds",
+        "30",
+        "--seed",
+        "1",
+        "--nonce",
+        "1",
+        "--metrics-url",
+        "none",
     ]);
     let mut args = base.clone();
     args.extend(["--out".into(), out.display().to_string()]);
@@ -264,7 +323,10 @@ async fn one_url_is_unchanged_and_fleet_flags_need_several() {
     let sum = json_file(&PathBuf::from(format!("{}.summary.json", out.display())));
     assert!(sum.get("fleet").is_none());
     for (flags, want) in [
-        (vec!["--router", "round_robin"], "--router spreads requests over several targets"),
+        (
+            vec!["--router", "round_robin"],
+            "--router spreads requests over several targets",
+        ),
         (vec!["--load-cap", "2"], "--load-cap spreads"),
     ] {
         let mut a = base.clone();

@@ -239,12 +239,18 @@ fn per_replica_profiles_send_more_to_the_fast_replica() {
     if let Some(f) = &mut same.fleet {
         f.profiles = vec![base.profile.clone(), base.profile.clone()];
     }
-    let (a, mut b) = (simulate(&plain).expect("simulates"), simulate(&same).expect("simulates"));
+    let (a, mut b) = (
+        simulate(&plain).expect("simulates"),
+        simulate(&same).expect("simulates"),
+    );
     // The same run; the report only names each replica's profile.
     for x in &mut b.fleet.as_mut().expect("a fleet report").replicas {
         assert_eq!(x.profile.take().as_deref(), Some("toy"));
     }
-    assert!(json(&a) == json(&b), "every replica on the scenario's profile is the default");
+    assert!(
+        json(&a) == json(&b),
+        "every replica on the scenario's profile is the default"
+    );
 
     let mut slow = base.profile.clone();
     slow.name = "slow".into();
@@ -286,12 +292,18 @@ fn bad_per_replica_profiles_are_refused_by_name() {
     let mut w = v.clone();
     w["fleet"] = serde_json::json!({"replicas": 3, "router": "least_outstanding", "profiles": [profile, profile]});
     let e = Scenario::from_json(&w.to_string()).expect_err("refused").to_string();
-    assert!(e.contains("fleet.profiles") && e.contains("one profile per replica: 3 (got 2"), "{e}");
+    assert!(
+        e.contains("fleet.profiles") && e.contains("one profile per replica: 3 (got 2"),
+        "{e}"
+    );
     let mut bad = profile.clone();
     bad["block_size"] = serde_json::json!(32);
     w["fleet"] = serde_json::json!({"replicas": 2, "router": "least_outstanding", "profiles": [profile, bad]});
     let e = Scenario::from_json(&w.to_string()).expect_err("refused").to_string();
-    assert!(e.contains("fleet.profiles[1].block_size") && e.contains("got 32"), "{e}");
+    assert!(
+        e.contains("fleet.profiles[1].block_size") && e.contains("got 32"),
+        "{e}"
+    );
     let mut bad = profile.clone();
     bad["max_num_seqs"] = serde_json::json!(0);
     w["fleet"] = serde_json::json!({"replicas": 2, "router": "least_outstanding", "profiles": [bad, profile]});

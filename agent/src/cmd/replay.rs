@@ -457,10 +457,7 @@ fn live_fleet(
     let spec = FleetSpec {
         replicas: a.url.len() as u32,
         router,
-        load_cap: a
-            .load_cap
-            .or(scenario.as_ref().map(|f| f.load_cap))
-            .unwrap_or(1.5),
+        load_cap: a.load_cap.or(scenario.as_ref().map(|f| f.load_cap)).unwrap_or(1.5),
         profiles: Vec::new(),
     };
     spec.validate().map_err(|e| {

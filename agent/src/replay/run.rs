@@ -201,19 +201,19 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     }
 
     let config = ClientConfig {
-            base_url: s.target.url.clone(),
-            model: model.clone(),
-            api_key: s.target.api_key.clone(),
-            endpoint: s.endpoint,
-            dialect,
-            temperature: s.temperature,
-            timeout: s.timeout,
-            stall_timeout: s.stall_timeout,
-            max_retries: s.max_retries,
-            http_client: s.http_client,
-            rx_clock: s.rx_clock,
-            ca_certs: s.target.ca_certs.clone(),
-        };
+        base_url: s.target.url.clone(),
+        model: model.clone(),
+        api_key: s.target.api_key.clone(),
+        endpoint: s.endpoint,
+        dialect,
+        temperature: s.temperature,
+        timeout: s.timeout,
+        stall_timeout: s.stall_timeout,
+        max_retries: s.max_retries,
+        http_client: s.http_client,
+        rx_clock: s.rx_clock,
+        ca_certs: s.target.ca_certs.clone(),
+    };
     let client = Client::new(http.clone(), config.clone());
     // A fleet: one client per URL (replica 0 is `target.url`'s), every one with the same model, dialect and
     // options (the replicas serve one model).

@@ -11,8 +11,8 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-pub use shared::metrics::{Checks, RxClockRequests, SendDelay};
 use shared::metrics::replicas::{ReplicaSplit, replica_split, sessions_on_several_replicas};
+pub use shared::metrics::{Checks, RxClockRequests, SendDelay};
 use shared::metrics::{Slo, Summary};
 
 use super::client::{Endpoint, HttpClient};

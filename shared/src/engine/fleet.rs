@@ -217,7 +217,9 @@ impl PrefixView {
     /// capacity.
     pub fn sent(&mut self, replica: usize, hashes: &[u64]) {
         let cap = self.capacity_blocks;
-        let Some(set) = self.replicas.get_mut(replica) else { return };
+        let Some(set) = self.replicas.get_mut(replica) else {
+            return;
+        };
         for &h in hashes {
             set.tick += 1;
             if let Some(old) = set.last.insert(h, set.tick) {
