@@ -338,7 +338,7 @@ async fn one_url_is_unchanged_and_fleet_flags_need_several() {
     }
     let mut a = base.clone();
     a.extend(["--out".into(), d.join("x.jsonl").display().to_string()]);
-    a.extend(strings(&["--url", &s.base, "--router", "nearest"]));
+    a.extend(strings(&["--url", &s.base, "--router", "round_robin"]));
     let (code, _, err) = run(&a).await;
     assert_ne!(code, 0);
     assert!(err.contains("is given twice"), "{err}");

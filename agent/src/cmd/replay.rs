@@ -43,8 +43,8 @@ pub struct Args {
     pub url: Vec<String>,
     /// With several --url: how requests are spread (round_robin, least_outstanding, session_affinity,
     /// prefix_aware), as the simulator's fleets; default: the scenario's fleet.router, else round_robin.
-    #[arg(long)]
-    pub router: Option<String>,
+    #[arg(long, value_parser = parse_router)]
+    pub router: Option<shared::engine::Router>,
     /// With several --url and prefix_aware: the most in flight the cache-best replica may have, as a factor over
     /// the mean (default: the scenario's fleet.load_cap, else 1.5).
     #[arg(long)]
@@ -409,6 +409,15 @@ impl Args {
     }
 }
 
+/// `--router NAME`: one of the simulator's routers, by its scenario name.
+fn parse_router(name: &str) -> Result<shared::engine::Router, String> {
+    use shared::engine::Router;
+    Router::ALL.into_iter().find(|r| r.name() == name).ok_or_else(|| {
+        let names: Vec<&str> = Router::ALL.iter().map(|r| r.name()).collect();
+        format!("--router must be one of {} (got {name:?})", names.join(", "))
+    })
+}
+
 /// The fleet several `--url`s make (`None` for one URL: every request to it, as always), its router from
 /// `--router`, else the scenario's `fleet.router`, else round robin.
 fn live_fleet(
@@ -438,13 +447,9 @@ fn live_fleet(
             "--url {u} is given twice: each replica is one URL"
         );
     }
-    let router = match &a.router {
-        Some(name) => Router::ALL.into_iter().find(|r| r.name() == name).with_context(|| {
-            let names: Vec<&str> = Router::ALL.iter().map(|r| r.name()).collect();
-            format!("--router must be one of {} (got {name:?})", names.join(", "))
-        })?,
-        None => scenario.as_ref().map_or(Router::RoundRobin, |f| f.router),
-    };
+    let router = a
+        .router
+        .unwrap_or_else(|| scenario.as_ref().map_or(Router::RoundRobin, |f| f.router));
     if let Some(f) = &scenario
         && f.replicas as usize != a.url.len()
     {
