@@ -71,7 +71,7 @@ test('the Fleet group: replicas and router set in the page give the native per-r
   // Three replicas behind session affinity, typed into the group's controls.
   await setControl(page, 'input[type=number][data-pointer="/fleet/replicas"]', 3);
   await fleetText(page, 3, 'round_robin');
-  await setControl(page, 'input[type=text][data-pointer="/fleet/router"]', 'session_affinity');
+  await page.locator('select[data-pointer="/fleet/router"]').selectOption('session_affinity');
   text = await fleetText(page, 3, 'session_affinity');
   native = simulate({ ...SESSIONS, fleet: { replicas: 3, router: 'session_affinity', load_cap: 1.5 } }, 'fleet-aff3');
   assert.equal(native.fleet.replicas.length, 3);
