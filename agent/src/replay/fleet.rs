@@ -127,11 +127,12 @@ impl LiveRouter {
             st.cached.clear();
         }
         let replica = match session {
-            Some(key) => {
+            // Only session affinity reads (and so keeps) a session's replica.
+            Some(key) if self.spec.router == Router::SessionAffinity => {
                 let a = st.affinity.entry(key).or_insert(UNROUTED);
                 self.spec.pick(st.sent, &st.outstanding, &st.cached, Some(a))
             }
-            None => self.spec.pick(st.sent, &st.outstanding, &st.cached, None),
+            _ => self.spec.pick(st.sent, &st.outstanding, &st.cached, None),
         };
         st.sent += 1;
         st.outstanding[replica] += 1;
