@@ -56,6 +56,7 @@ fn record(i: u64) -> RequestRecord {
         failure: None,
         error: None,
         prompt_block_hashes: Vec::new(),
+        replica: None,
     }
 }
 

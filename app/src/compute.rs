@@ -343,8 +343,9 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             .iter()
             .map(|x| {
                 format!(
-                    "replica {}: {} requests, cached {}, mean running {:.1}, busy {}",
+                    "replica {}{}: {} requests, cached {}, mean running {:.1}, busy {}",
                     x.replica,
+                    x.profile.as_ref().map_or(String::new(), |p| format!(" ({p})")),
                     x.requests,
                     crate::fmt::pct(x.cached_share),
                     x.mean_running,
@@ -695,6 +696,7 @@ mod tests {
             replicas: 3,
             router: shared::engine::Router::RoundRobin,
             load_cap: 1.5,
+            profiles: Vec::new(),
         });
         let o = compute(&Scenario::Engine(e)).expect("computes");
         let f = o

@@ -35,6 +35,7 @@
 //! (`seed_model::evaluate`) is the one documented exception.
 
 pub mod hist;
+pub mod replicas;
 
 use rustc_hash::FxHashMap;
 
@@ -1277,6 +1278,7 @@ mod tests {
             failure: None,
             error: None,
             prompt_block_hashes: Vec::new(),
+            replica: None,
         };
         let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
         assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);

@@ -120,6 +120,10 @@ pub struct RequestRecord {
     /// Empty (and absent from the JSON) where not recorded: simulated runs, older records.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompt_block_hashes: Vec<u64>,
+    /// Which replica served the request, counted from 0: the simulator's fleet (`"fleet"` with more than one
+    /// replica), or live `replay` over several `--url`s (the index of the URL). Absent for one engine or one URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<u32>,
 }
 
 /// Why a live request failed: [`RequestRecord::failure`], set where the error is made (`error` keeps the text).
@@ -202,6 +206,7 @@ mod tests {
             failure: None,
             error: None,
             prompt_block_hashes: Vec::new(),
+            replica: None,
         }
     }
 

@@ -63,6 +63,7 @@ fn with_fleet(sc: &EngineScenario, replicas: u32, router: Router) -> EngineScena
             replicas,
             router,
             load_cap: 1.5,
+            profiles: Vec::new(),
         }),
         ..sc.clone()
     }
@@ -172,7 +173,8 @@ fn bad_fleet_fields_are_refused_by_name() {
         Some(FleetSpec {
             replicas: 3,
             router: Router::SessionAffinity,
-            load_cap: 1.5
+            load_cap: 1.5,
+            profiles: Vec::new(),
         })
     );
 }
@@ -224,4 +226,87 @@ fn a_hashed_trace_keeps_its_conversations_with_prefix_aware_and_affinity_routing
         aff > rr + 0.2 && pa > rr + 0.2,
         "affinity {aff}, prefix aware {pa}, round robin {rr}"
     );
+}
+
+/// Per-replica profiles (`fleet.profiles`): giving every replica the scenario's own profile is the default to the
+/// byte; a fleet of one fast and one slow replica under `least_outstanding` sends more to the fast one (it empties
+/// its queue sooner); the records name their replica and agree with the fleet report.
+#[test]
+fn per_replica_profiles_send_more_to_the_fast_replica() {
+    let base = poisson_shared_prefix();
+    let plain = with_fleet(&base, 2, Router::LeastOutstanding);
+    let mut same = plain.clone();
+    if let Some(f) = &mut same.fleet {
+        f.profiles = vec![base.profile.clone(), base.profile.clone()];
+    }
+    let (a, mut b) = (
+        simulate(&plain).expect("simulates"),
+        simulate(&same).expect("simulates"),
+    );
+    // The same run; the report only names each replica's profile.
+    for x in &mut b.fleet.as_mut().expect("a fleet report").replicas {
+        assert_eq!(x.profile.take().as_deref(), Some("toy"));
+    }
+    assert!(
+        json(&a) == json(&b),
+        "every replica on the scenario's profile is the default"
+    );
+
+    let mut slow = base.profile.clone();
+    slow.name = "slow".into();
+    slow.step_fixed_ms *= 4.0;
+    slow.per_seq_ms *= 4.0;
+    slow.prefill_tokens_per_ms /= 4.0;
+    let mut mixed = plain.clone();
+    if let Some(f) = &mut mixed.fleet {
+        f.profiles = vec![slow, base.profile.clone()];
+    }
+    let r = simulate(&mixed).expect("simulates");
+    let f = r.fleet.as_ref().expect("a fleet report");
+    let (to_slow, to_fast) = (f.replicas[0].requests, f.replicas[1].requests);
+    assert!(
+        to_fast > to_slow + to_slow / 4,
+        "least_outstanding: fast replica 1 got {to_fast}, slow replica 0 got {to_slow}"
+    );
+    // Round robin does not look: an even split whatever the speeds.
+    let mut rr = mixed.clone();
+    if let Some(f) = &mut rr.fleet {
+        f.router = Router::RoundRobin;
+    }
+    let r2 = simulate(&rr).expect("simulates");
+    let f2 = r2.fleet.as_ref().expect("a fleet report");
+    assert!(f2.replicas[0].requests.abs_diff(f2.replicas[1].requests) <= 1);
+    // The records' replica agrees with the report.
+    let split = shared::metrics::replicas::replica_split(&r.records);
+    assert_eq!(split.len(), 2);
+    for (s, x) in split.iter().zip(&f.replicas) {
+        assert_eq!((s.replica, s.completed), (x.replica, x.requests));
+    }
+}
+
+#[test]
+fn bad_per_replica_profiles_are_refused_by_name() {
+    let text = include_str!("data/engine_golden_scenario.json");
+    let v: serde_json::Value = serde_json::from_str(text).expect("json");
+    let profile = v["profile"].clone();
+    let mut w = v.clone();
+    w["fleet"] = serde_json::json!({"replicas": 3, "router": "least_outstanding", "profiles": [profile, profile]});
+    let e = Scenario::from_json(&w.to_string()).expect_err("refused").to_string();
+    assert!(
+        e.contains("fleet.profiles") && e.contains("one profile per replica: 3 (got 2"),
+        "{e}"
+    );
+    let mut bad = profile.clone();
+    bad["block_size"] = serde_json::json!(32);
+    w["fleet"] = serde_json::json!({"replicas": 2, "router": "least_outstanding", "profiles": [profile, bad]});
+    let e = Scenario::from_json(&w.to_string()).expect_err("refused").to_string();
+    assert!(
+        e.contains("fleet.profiles[1].block_size") && e.contains("got 32"),
+        "{e}"
+    );
+    let mut bad = profile.clone();
+    bad["max_num_seqs"] = serde_json::json!(0);
+    w["fleet"] = serde_json::json!({"replicas": 2, "router": "least_outstanding", "profiles": [bad, profile]});
+    let e = Scenario::from_json(&w.to_string()).expect_err("refused").to_string();
+    assert!(e.contains("fleet.profiles[0].max_num_seqs"), "{e}");
 }

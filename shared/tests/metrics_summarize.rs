@@ -34,6 +34,7 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         failure: None,
         error: None,
         prompt_block_hashes: Vec::new(),
+        replica: None,
     }
 }
 
@@ -44,6 +45,7 @@ fn failed(session: u64, step: u32, t: f64, wall: f64) -> RequestRecord {
         gen_tokens: 0,
         error: Some("reset".to_string()),
         prompt_block_hashes: Vec::new(),
+        replica: None,
         ..rec(session, step, t, 0.0, wall, 0)
     }
 }

@@ -41,6 +41,7 @@ fn record() -> RequestRecord {
         failure: None,
         error: None,
         prompt_block_hashes: Vec::new(),
+        replica: None,
     }
 }
 

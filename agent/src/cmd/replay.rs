@@ -19,6 +19,7 @@ use super::signals::Signals;
 use crate::replay::client::{self, Endpoint, HttpClient};
 use crate::replay::conversation::ToolResults;
 use crate::replay::dialect::Dialect;
+use crate::replay::fleet::LiveFleet;
 use crate::replay::render::render;
 use crate::replay::rxstamp::RxClock;
 use crate::replay::settings::{self, defaults, seconds};
@@ -36,9 +37,22 @@ pub enum DistArg {
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// OpenAI base URL including the API prefix, e.g. http://127.0.0.1:8000/v1.
+    /// OpenAI base URL including the API prefix, e.g. http://127.0.0.1:8000/v1. Give it more than once for a
+    /// fleet without a router: requests are spread over the URLs by --router (docs/replay.md, "Fleets").
+    #[arg(long, required = true)]
+    pub url: Vec<String>,
+    /// With several --url: how requests are spread (round_robin, least_outstanding, session_affinity,
+    /// prefix_aware), as the simulator's fleets; default: the scenario's fleet.router, else round_robin.
+    #[arg(long, value_parser = parse_router)]
+    pub router: Option<shared::engine::Router>,
+    /// With several --url and prefix_aware: the most in flight the cache-best replica may have, as a factor over
+    /// the mean (default: the scenario's fleet.load_cap, else 1.5).
     #[arg(long)]
-    pub url: String,
+    pub load_cap: Option<f64>,
+    /// With several --url and prefix_aware: the tokens per replica the client's own view of what it sent keeps
+    /// (default: the scenario profile's KV cache, num_kv_blocks x block_size, else llama-3-8b-1xh100's).
+    #[arg(long)]
+    pub router_cache_tokens: Option<u64>,
     /// Model name to send (default: the first id on /v1/models).
     #[arg(long)]
     pub model: Option<String>,
@@ -268,12 +282,15 @@ impl Args {
             None => Vec::new(),
         };
         let target = TargetSettings {
-            url: a.url.clone(),
+            url: a.url.first().cloned().context("--url is required")?,
             model: a.model.clone(),
             dialect: a.dialect,
             api_key: a.api_key.clone(),
             ca_certs,
         };
+        // A scenario's own fleet and KV cache: the defaults of a run over several URLs.
+        let mut scenario_fleet: Option<(shared::engine::FleetSpec, u64)> = None;
+        let mut scenario_kv: Option<u64> = None;
         let mut s = match &a.scenario {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -282,6 +299,11 @@ impl Args {
                     Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
                 crate::tracefile::load_traces(&mut scenario, Some(path))
                     .with_context(|| format!("{}", path.display()))?;
+                if let Scenario::Engine(e) = &scenario {
+                    let kv = e.profile.num_kv_blocks.saturating_mul(u64::from(e.profile.block_size));
+                    scenario_kv = Some(kv);
+                    scenario_fleet = e.fleet.clone().map(|f| (f, kv));
+                }
                 let opts = ScenarioOptions {
                     seed: a.seed,
                     max_seconds: a.max_seconds,
@@ -306,6 +328,7 @@ impl Args {
                 ReplaySettings::new(target, a.out.clone(), Traffic::Sessions(w), shape, seed, Some(max_s))?
             }
         };
+        s.fleet = live_fleet(a, scenario_fleet.map(|(f, _)| f), scenario_kv, warn)?;
         if let Some(t) = a.ttft_slo_ms {
             s.slo.ttft_ms = t;
         }
@@ -384,6 +407,82 @@ impl Args {
         s.shard = shard;
         Ok(s)
     }
+}
+
+/// `--router NAME`: one of the simulator's routers, by its scenario name.
+fn parse_router(name: &str) -> Result<shared::engine::Router, String> {
+    use shared::engine::Router;
+    Router::ALL.into_iter().find(|r| r.name() == name).ok_or_else(|| {
+        let names: Vec<&str> = Router::ALL.iter().map(|r| r.name()).collect();
+        format!("--router must be one of {} (got {name:?})", names.join(", "))
+    })
+}
+
+/// The fleet several `--url`s make (`None` for one URL: every request to it, as always), its router from
+/// `--router`, else the scenario's `fleet.router`, else round robin.
+fn live_fleet(
+    a: &Args,
+    scenario: Option<shared::engine::FleetSpec>,
+    scenario_kv_tokens: Option<u64>,
+    warn: &dyn Fn(&str),
+) -> anyhow::Result<Option<LiveFleet>> {
+    use shared::engine::{FleetSpec, Router};
+    if a.url.len() < 2 {
+        for (given, flag) in [
+            (a.router.is_some(), "--router"),
+            (a.load_cap.is_some(), "--load-cap"),
+            (a.router_cache_tokens.is_some(), "--router-cache-tokens"),
+        ] {
+            anyhow::ensure!(
+                !given,
+                "{flag} spreads requests over several targets: give --url two or more times (got one --url)"
+            );
+        }
+        return Ok(None);
+    }
+    for (i, u) in a.url.iter().enumerate() {
+        client::origin_of(u).with_context(|| format!("--url {u:?}"))?;
+        anyhow::ensure!(
+            !a.url[..i].contains(u),
+            "--url {u} is given twice: each replica is one URL"
+        );
+    }
+    let router = a
+        .router
+        .unwrap_or_else(|| scenario.as_ref().map_or(Router::RoundRobin, |f| f.router));
+    if let Some(f) = &scenario
+        && f.replicas as usize != a.url.len()
+    {
+        warn(&format!(
+            "note: the scenario's fleet has {} replicas; this run spreads over the {} --url given",
+            f.replicas,
+            a.url.len()
+        ));
+    }
+    let spec = FleetSpec {
+        replicas: a.url.len() as u32,
+        router,
+        load_cap: a.load_cap.or(scenario.as_ref().map(|f| f.load_cap)).unwrap_or(1.5),
+        profiles: Vec::new(),
+    };
+    spec.validate().map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            e.to_string()
+                .replace("replicas", "--url (replicas)")
+                .replace("load_cap", "--load-cap")
+        )
+    })?;
+    let cache_tokens = a.router_cache_tokens.or(scenario_kv_tokens).unwrap_or_else(|| {
+        let p = shared::engine::presets::llama3_8b_h100();
+        p.num_kv_blocks.saturating_mul(u64::from(p.block_size))
+    });
+    anyhow::ensure!(cache_tokens > 0, "--router-cache-tokens must be at least 1 (got 0)");
+    Ok(Some(LiveFleet {
+        urls: a.url.clone(),
+        spec,
+        cache_tokens,
+    }))
 }
 
 /// The most `--start-at` may lie ahead, seconds (a larger value is likely milliseconds).

@@ -77,7 +77,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .and_then(|r| serde_json::from_value(r.clone()).ok());
     if a.json {
         let checks = Checks::of(&recs);
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "file": a.file, "records": recs.len(), "malformed_lines": bad.iter().map(|b| b.line).collect::<Vec<_>>(),
             "torn_last_line": bad.iter().find(|b| b.torn).map(|b| b.line),
             "slo": slo, "summary": summary, "checks": checks,
@@ -85,6 +85,13 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "prefix_reuse": prefix_reuse(&summary),
             "server": server_json.as_ref().and_then(|v| v.get("report")),
         });
+        // Records that name their replica (a fleet: `simulate` with one, `replay` over several URLs): each one's
+        // share. Absent otherwise.
+        let split = metrics::replicas::replica_split(&recs);
+        if !split.is_empty() {
+            out["replicas"] = serde_json::to_value(&split).context("serializing the replicas")?;
+            out["sessions_on_several_replicas"] = metrics::replicas::sessions_on_several_replicas(&recs).into();
+        }
         println!(
             "{}",
             serde_json::to_string_pretty(&out).context("serializing the report")?

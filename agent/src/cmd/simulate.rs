@@ -158,10 +158,11 @@ fn apply_fleet_flags(s: &mut EngineScenario, args: &Args) -> anyhow::Result<()> 
     if args.replicas.is_none() && args.router.is_none() && !args.compare_routers {
         return Ok(());
     }
-    let mut f = s.fleet.unwrap_or(FleetSpec {
+    let mut f = s.fleet.clone().unwrap_or(FleetSpec {
         replicas: 1,
         router: Router::RoundRobin,
         load_cap: 1.5,
+        profiles: Vec::new(),
     });
     if let Some(n) = args.replicas {
         f.replicas = n;
@@ -172,7 +173,7 @@ fn apply_fleet_flags(s: &mut EngineScenario, args: &Args) -> anyhow::Result<()> 
             format!("--router must be one of {} (got {name:?})", names.join(", "))
         })?;
     }
-    f.validate()
+    f.validate_with(&s.profile)
         .map_err(|e| anyhow::anyhow!("--replicas/--router: {}", e.within("fleet")))?;
     if args.compare_routers && f.replicas < 2 {
         anyhow::bail!("--compare-routers needs a fleet of 2 or more replicas (give --replicas N or \"fleet\")");
@@ -183,11 +184,14 @@ fn apply_fleet_flags(s: &mut EngineScenario, args: &Args) -> anyhow::Result<()> 
 
 /// `--compare-routers`: the same fleet under every router, one row each.
 fn compare_routers(s: &EngineScenario, source: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let fleet = s.fleet.context("--compare-routers needs a fleet")?;
+    let fleet = s.fleet.clone().context("--compare-routers needs a fleet")?;
     let mut rows = Vec::new();
     for router in Router::ALL {
         let sc = EngineScenario {
-            fleet: Some(FleetSpec { router, ..fleet }),
+            fleet: Some(FleetSpec {
+                router,
+                ..fleet.clone()
+            }),
             counterfactuals: false,
             ..s.clone()
         };
@@ -514,7 +518,10 @@ fn engine_table(r: &EngineReport) -> String {
         );
         for x in &f.replicas {
             row(
-                &format!("  replica {}", x.replica),
+                &match &x.profile {
+                    Some(p) => format!("  replica {} ({p})", x.replica),
+                    None => format!("  replica {}", x.replica),
+                },
                 format!(
                     "{} requests, cached share {}, mean running {:.1}, busy {:.1} %, max running {}, {} preemptions",
                     x.requests,

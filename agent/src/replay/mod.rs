@@ -14,6 +14,7 @@
 //! - [`conversation`]: a session's conversation as agents send it (system, task, replies, tool outputs), written
 //!   as one prompt or as the chat or Messages message list.
 //! - [`h1`]: the direct HTTP/1.1 path (hyper's connection API, one connection per stream), `http://` and `https://`.
+//! - [`fleet`]: several target URLs behind the simulator's routing policies (`--url A --url B --router NAME`).
 //! - [`tls`]: what `https://` trusts (the platform's roots plus `--ca-cert`).
 //! - [`dialect`]: how vLLM, SGLang, TabbyAPI, llama.cpp and plain OpenAI servers are told the output length.
 //! - [`runner`]: sessions (growing conversations, think time, stagger, respawn, drain, fail streak) and
@@ -28,6 +29,7 @@
 pub mod client;
 pub mod conversation;
 pub mod dialect;
+pub mod fleet;
 pub mod h1;
 pub mod progress;
 pub mod prom;

@@ -324,6 +324,7 @@ mod tests {
             failure: None,
             error: None,
             prompt_block_hashes: Vec::new(),
+            replica: None,
         }
     }
 

@@ -142,6 +142,32 @@ pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&Se
             line(&mut o, "Cut at the end of the run:", c.cut.to_string());
         }
     }
+    let split = shared::metrics::replicas::replica_split(recs);
+    if !split.is_empty() {
+        head(&mut o, " Replicas ");
+        let _ = writeln!(
+            o,
+            "{:<10}{:>10}{:>10}{:>14}{:>14}{:>12}",
+            "replica", "requests", "share", "cached share", "TTFT p50 ms", "in flight"
+        );
+        for x in &split {
+            let _ = writeln!(
+                o,
+                "{:<10}{:>10}{:>10}{:>14}{:>14.2}{:>12.2}",
+                x.replica,
+                x.requests,
+                pct(Some(x.request_share)),
+                pct(Some(x.cached_share)),
+                x.ttft_p50_ms,
+                x.mean_in_flight
+            );
+        }
+        line(
+            &mut o,
+            "Sessions on more than one replica:",
+            shared::metrics::replicas::sessions_on_several_replicas(recs).to_string(),
+        );
+    }
     if let Some(r) = server {
         head(
             &mut o,

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::client::{self, Client, ClientConfig, HttpClient, LiveCounters};
 use super::dialect::Dialect;
+use super::fleet::{LiveRouter, ROUTE_BLOCK_TOKENS};
 use super::progress::Progress;
 use super::prom::{Scraper, ServerReport};
 use super::records::{RecordObserver, RecordSink};
@@ -199,23 +200,59 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         note("note: dialect openai cannot force the output length; gen_tokens may fall short of asked_tokens");
     }
 
-    let client = Client::new(
-        http.clone(),
-        ClientConfig {
-            base_url: s.target.url.clone(),
-            model: model.clone(),
-            api_key: s.target.api_key.clone(),
-            endpoint: s.endpoint,
-            dialect,
-            temperature: s.temperature,
-            timeout: s.timeout,
-            stall_timeout: s.stall_timeout,
-            max_retries: s.max_retries,
-            http_client: s.http_client,
-            rx_clock: s.rx_clock,
-            ca_certs: s.target.ca_certs.clone(),
-        },
-    );
+    let config = ClientConfig {
+        base_url: s.target.url.clone(),
+        model: model.clone(),
+        api_key: s.target.api_key.clone(),
+        endpoint: s.endpoint,
+        dialect,
+        temperature: s.temperature,
+        timeout: s.timeout,
+        stall_timeout: s.stall_timeout,
+        max_retries: s.max_retries,
+        http_client: s.http_client,
+        rx_clock: s.rx_clock,
+        ca_certs: s.target.ca_certs.clone(),
+    };
+    let client = Client::new(http.clone(), config.clone());
+    // A fleet: one client per URL (replica 0 is `target.url`'s), every one with the same model, dialect and
+    // options (the replicas serve one model).
+    let fleet_clients: Vec<Client> = match &s.fleet {
+        Some(f) => {
+            note(&format!(
+                "fleet: {} replicas, router {}{}: {}",
+                f.urls.len(),
+                f.router().name(),
+                if f.router() == shared::engine::Router::PrefixAware {
+                    format!(
+                        " (load cap {}, client-side prefix view of {} tokens per replica)",
+                        f.spec.load_cap, f.cache_tokens
+                    )
+                } else {
+                    String::new()
+                },
+                f.urls.join(", ")
+            ));
+            f.urls
+                .iter()
+                .enumerate()
+                .map(|(i, u)| {
+                    if i == 0 {
+                        client.clone()
+                    } else {
+                        Client::new(
+                            http.clone(),
+                            ClientConfig {
+                                base_url: u.clone(),
+                                ..config.clone()
+                            },
+                        )
+                    }
+                })
+                .collect()
+        }
+        None => Vec::new(),
+    };
     // The target's tokenizer, before anything is sent: the filler is sized for it.
     let probe_url = format!("{}{}", s.target.url.trim_end_matches('/'), s.endpoint.route());
     let (tokenizer, tok_note) = tokenizer::measure(
@@ -242,14 +279,18 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
     // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
     // A shard holds about its share of the plan's streams.
-    client
-        .warm(
-            s.traffic
-                .expected_streams()
-                .div_ceil(s.shard.count.max(1) as usize)
-                .min(2048),
-        )
-        .await;
+    let streams = s
+        .traffic
+        .expected_streams()
+        .div_ceil(s.shard.count.max(1) as usize)
+        .min(2048);
+    if fleet_clients.is_empty() {
+        client.warm(streams).await;
+    } else {
+        // Each replica gets about its share of the streams.
+        let each = streams.div_ceil(fleet_clients.len());
+        futures_util::future::join_all(fleet_clients.iter().map(|c| c.warm(each))).await;
+    }
     let mut external_stop = hooks.stop;
     let mut interrupts = hooks.interrupts;
     let live = Arc::new(LiveCounters::default());
@@ -290,7 +331,15 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         periodic = Some(sc.spawn_periodic(s.scrape_interval));
     }
     let stops = Stops::default();
+    let router = s.fleet.as_ref().map(|f| {
+        LiveRouter::new(
+            fleet_clients,
+            f,
+            scale.words(ROUTE_BLOCK_TOKENS, shared::filler::FillerKind::Prose),
+        )
+    });
     let ctx = Arc::new(Ctx {
+        router,
         client,
         sink: sink.clone(),
         live: live.clone(),
@@ -445,10 +494,16 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         seed,
         nonce,
         http_client: ctx.client.http_client(),
-        connections_opened: ctx.client.connections_opened(),
+        connections_opened: match &ctx.router {
+            Some(r) => r.clients().iter().map(Client::connections_opened).sum(),
+            None => ctx.client.connections_opened(),
+        },
         rx_clock: checks.rx_clock(),
         rx_clock_requests: checks.rx_clock_requests(),
-        send_delay_us: metrics::send_delay(&mut ctx.client.send_delays_us()),
+        send_delay_us: metrics::send_delay(&mut match &ctx.router {
+            Some(r) => r.clients().iter().flat_map(Client::send_delays_us).collect(),
+            None => ctx.client.send_delays_us(),
+        }),
         shape: s.shape.clone(),
         wall_s: wall,
         requests_started: ctx.started.load(Ordering::Relaxed),
@@ -463,6 +518,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         origin_unix_s,
         start_at_unix_s: s.start_at_unix_s,
         shard: (!s.shard.is_whole()).then_some(s.shard),
+        fleet: s.fleet.as_ref().map(|f| summary::FleetRun::of(f, &records)),
         loadshape_version: shared::version::LOADSHAPE_VERSION,
     };
     if s.write_summary {

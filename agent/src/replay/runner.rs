@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, LiveCounters, Prompt, RequestOutcome};
 use super::conversation::{Conversation, ToolResults};
+use super::fleet::LiveRouter;
 use super::records::RecordSink;
 
 /// The seed's task line, appended to every session's base context.
@@ -80,6 +81,8 @@ pub struct Ctx {
     /// Words of a block of `shared::workload::mooncake::EXPORT_BLOCK_TOKENS` designed prose tokens: each record's
     /// `prompt_block_hashes` cut the prompt there (0: none recorded).
     pub prompt_block_words: usize,
+    /// Several target URLs (`--url` more than once): which one each request goes to. `None`: `client` alone.
+    pub router: Option<LiveRouter>,
 }
 
 /// Where a request sits in the workload, for its record.
@@ -93,6 +96,9 @@ pub struct Slot {
     pub designed_cached_tokens: Option<u64>,
     /// The plan's prompt size, tokens (the record's `designed_prompt_tokens`).
     pub designed_prompt_tokens: Option<u64>,
+    /// The request is a step of a session `(session, inst)` (a fleet's `session_affinity` keeps a session on one
+    /// replica); false for open- and closed-loop requests.
+    pub in_session: bool,
 }
 
 impl Ctx {
@@ -106,16 +112,23 @@ impl Ctx {
     ) -> RequestOutcome {
         let prompt = prompt.into();
         self.started.fetch_add(1, Ordering::Relaxed);
-        let outcome = self
-            .client
+        let text = match prompt {
+            Prompt::Text(t) => t,
+            Prompt::Conversation(c, _) => c.flat(),
+        };
+        // A fleet: the replica (counted as in flight there until the request ends).
+        let routed = self
+            .router
+            .as_ref()
+            .map(|r| r.route(slot.in_session.then_some((slot.session, slot.inst)), text));
+        let client = routed.as_ref().map_or(&self.client, |r| r.client());
+        let outcome = client
             .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
             .await;
+        let replica = routed.map(|r| r.replica as u32);
         let mut rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());
+        rec.replica = replica;
         if self.prompt_block_words > 0 {
-            let text = match prompt {
-                Prompt::Text(t) => t,
-                Prompt::Conversation(c, _) => c.flat(),
-            };
             rec.prompt_block_hashes = shared::workload::mooncake::text_block_hashes(text, self.prompt_block_words);
         }
         if let Err(e) = self.sink.submit(rec) {
@@ -162,6 +175,7 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         failure: o.failure,
         error: o.error.clone(),
         prompt_block_hashes: Vec::new(),
+        replica: None,
     }
 }
 
@@ -290,6 +304,7 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
             base_asked: plan.base_tokens,
             designed_cached_tokens: designed,
             designed_prompt_tokens: Some(plan.prompt_tokens(step)),
+            in_session: true,
         };
         let o = ctx
             .request(s, Prompt::Conversation(&convo, run.tool_results), asked, true)
@@ -415,6 +430,7 @@ fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
         base_asked: u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens),
         designed_cached_tokens: Some(u64::from(r.shared_prefix_tokens)),
         designed_prompt_tokens: Some(u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens)),
+        in_session: false,
     }
 }
 

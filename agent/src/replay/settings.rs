@@ -17,6 +17,7 @@ use shared::workload::{SessionWorkload, Shard, ShardError, ShardUnit, Workload};
 use super::client::{self, Endpoint, HttpClient};
 use super::conversation::ToolResults;
 use super::dialect::Dialect;
+use super::fleet::LiveFleet;
 use super::runner::PlannedRequest;
 use super::rxstamp::RxClock;
 use super::tokenizer::MatchTokenizer;
@@ -177,6 +178,9 @@ pub struct ReplaySettings {
     /// Wall-clock start, Unix seconds (`--start-at`): the run waits for it after its warm-up, and its origin (the
     /// records' `t_submit` 0) is that instant, so every shard's records share one time line.
     pub start_at_unix_s: Option<f64>,
+    /// Several target URLs behind a router (`--url A --url B … --router NAME`); `None`: every request goes to
+    /// `target.url`, as always.
+    pub fleet: Option<LiveFleet>,
     /// Write `<out>.summary.json` ([`crate::replay::summary::RunSummary`]). `loadshape serve` keeps its own
     /// `summary.json` in the run's folder and turns this off.
     pub write_summary: bool,
@@ -262,6 +266,7 @@ impl ReplaySettings {
             match_tokenizer: MatchTokenizer::default(),
             shard: Shard::WHOLE,
             start_at_unix_s: None,
+            fleet: None,
             write_summary: true,
         })
     }

@@ -11,6 +11,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use shared::metrics::replicas::{ReplicaSplit, replica_split, sessions_on_several_replicas};
 pub use shared::metrics::{Checks, RxClockRequests, SendDelay};
 use shared::metrics::{Slo, Summary};
 
@@ -87,7 +88,42 @@ pub struct RunSummary {
     /// `--shard I/N`: `{index, count}`; absent for a whole-plan run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<shared::workload::Shard>,
+    /// Several `--url`s behind a router: the URLs, the policy and each replica's share; absent for one URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetRun>,
     pub loadshape_version: &'static str,
+}
+
+/// `summary.json`'s `fleet`: how a run over several URLs was routed and what each replica carried.
+#[derive(Debug, Clone, Serialize)]
+pub struct FleetRun {
+    /// Replica `i`'s base URL is `urls[i]` (the records' `replica`).
+    pub urls: Vec<String>,
+    pub router: shared::engine::Router,
+    /// `prefix_aware`: the load cap; and the client-side prefix view's size per replica, tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_cap: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_view_tokens: Option<u64>,
+    /// Per replica, from the records (`shared::metrics::replicas::replica_split`).
+    pub replicas: Vec<ReplicaSplit>,
+    /// Sessions whose steps went to more than one replica (none under `session_affinity`).
+    pub sessions_on_several_replicas: u64,
+}
+
+impl FleetRun {
+    /// The fleet part of a run's summary, from its settings and records.
+    pub fn of(fleet: &super::fleet::LiveFleet, records: &[shared::record::RequestRecord]) -> Self {
+        let prefix = fleet.router() == shared::engine::Router::PrefixAware;
+        FleetRun {
+            urls: fleet.urls.clone(),
+            router: fleet.router(),
+            load_cap: prefix.then_some(fleet.spec.load_cap),
+            prefix_view_tokens: prefix.then_some(fleet.cache_tokens),
+            replicas: replica_split(records),
+            sessions_on_several_replicas: sessions_on_several_replicas(records),
+        }
+    }
 }
 
 /// A run's prefix reuse beside what its traffic designed ([`prefix_reuse`]).

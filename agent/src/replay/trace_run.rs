@@ -147,6 +147,7 @@ pub async fn run_trace(
                     base_asked: r.prompt_tokens(),
                     designed_cached_tokens: Some(designed[i]),
                     designed_prompt_tokens: Some(r.prompt_tokens()),
+                    in_session: r.session.is_some(),
                 };
                 let (ctx, trace, prompts, streak, tx) =
                     (ctx.clone(), trace.clone(), prompts.clone(), streak.clone(), done_tx.clone());

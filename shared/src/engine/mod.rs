@@ -36,7 +36,7 @@ use crate::workload::Workload;
 
 pub use self::core::{Engine, ReqId, Step, StepEvent};
 pub use diagnostics::Diagnostics;
-pub use fleet::{FleetReport, FleetSpec, ReplicaLoad, Router};
+pub use fleet::{FleetReport, FleetSpec, PrefixView, ReplicaLoad, Router, UNROUTED};
 pub use profile::EngineProfile;
 pub use types::{EngineReport, EngineScenario, PromptBlocks, SimOptions, TimelinePoint};
 

@@ -14,7 +14,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
-use super::fleet::{FleetReport, FleetSpec, ReplicaLoad, Router};
+use super::fleet::{FleetReport, FleetSpec, ReplicaLoad};
 use super::kv::NONE;
 use super::profile::EngineProfile;
 use super::types::TimelinePoint;
@@ -354,6 +354,8 @@ struct Fleet {
     sent: u64,
     /// Scratch: leading cached blocks per replica.
     cached: Vec<u64>,
+    /// Scratch: outstanding requests (running + waiting) per replica.
+    outstanding: Vec<u64>,
     /// Record index → prompt tokens cached on another replica when it was routed (nonzero only).
     routed_away: HashMap<usize, u64>,
     requests: Vec<u64>,
@@ -449,34 +451,11 @@ impl SimLoop<'_> {
             };
             f.cached.push(u64::from(blocks).min(max_blocks));
         }
-        let outstanding = |r: usize| (self.engs[r].running() + self.engs[r].waiting()) as u64;
-        let least = || (0..self.engs.len()).min_by_key(|&r| (outstanding(r), r)).unwrap_or(0);
+        f.outstanding.clear();
+        f.outstanding
+            .extend(self.engs.iter().map(|e| (e.running() + e.waiting()) as u64));
         let n = self.engs.len();
-        let r = match f.spec.router {
-            Router::RoundRobin => (f.sent % n as u64) as usize,
-            Router::LeastOutstanding => least(),
-            Router::SessionAffinity => match affinity {
-                Some(a) if *a != NONE => *a as usize,
-                Some(a) => {
-                    let r = least();
-                    *a = r as u32;
-                    r
-                }
-                None => least(),
-            },
-            Router::PrefixAware => {
-                let best = (0..n)
-                    .min_by_key(|&r| (std::cmp::Reverse(f.cached[r]), outstanding(r), r))
-                    .unwrap_or(0);
-                let total: u64 = (0..n).map(outstanding).sum();
-                let mean = total as f64 / n as f64;
-                if f.cached[best] == 0 || outstanding(best) as f64 > f.spec.load_cap * mean {
-                    least()
-                } else {
-                    best
-                }
-            }
-        };
+        let r = f.spec.pick(f.sent, &f.outstanding, &f.cached, affinity);
         f.sent += 1;
         let elsewhere = (0..n).filter(|&o| o != r).map(|o| f.cached[o]).max().unwrap_or(0);
         let away = (elsewhere.saturating_sub(f.cached[r]) * bs).min(prompt);
@@ -542,6 +521,7 @@ impl SimLoop<'_> {
             failure: None,
             error: None,
             prompt_block_hashes: Vec::new(),
+            replica: self.fleet.as_ref().map(|_| r as u32),
         });
         let eng = &mut self.engs[r];
         if fits {
@@ -675,16 +655,27 @@ fn run_with(
 ) -> RunOut {
     let replicas = sc.replicas().max(1) as usize;
     let engs: Vec<Engine> = (0..replicas)
-        .map(|_| {
-            let mut eng = Engine::new(profile.clone());
+        .map(|r| {
+            // A fleet's replicas may each have a profile of their own; the cache-off counterfactual turns every
+            // replica's cache off.
+            let own = match &sc.fleet {
+                Some(f) if replicas > 1 && !f.profiles.is_empty() => {
+                    let mut p = f.profile_of(r, profile).clone();
+                    p.enable_prefix_caching &= profile.enable_prefix_caching;
+                    p
+                }
+                _ => profile.clone(),
+            };
+            let mut eng = Engine::new(own);
             eng.lazy_ok = lazy;
             eng
         })
         .collect();
-    let fleet = sc.fleet.filter(|_| replicas > 1).map(|spec| Fleet {
+    let fleet = sc.fleet.clone().filter(|_| replicas > 1).map(|spec| Fleet {
         spec,
         sent: 0,
         cached: Vec::with_capacity(replicas),
+        outstanding: Vec::with_capacity(replicas),
         routed_away: HashMap::new(),
         requests: vec![0; replicas],
         prompt_tokens: vec![0; replicas],
@@ -922,6 +913,7 @@ fn run_with(
                     busy_share: per_ms(e.stats.busy_ms),
                     max_running: e.stats.max_running,
                     preemptions: e.stats.preemptions,
+                    profile: (!f.spec.profiles.is_empty()).then(|| e.profile().name.clone()),
                 })
                 .collect(),
         }
@@ -1392,6 +1384,7 @@ mod tests {
                     replicas,
                     router: crate::engine::Router::ALL[router],
                     load_cap: 1.5,
+                    profiles: Vec::new(),
                 });
             }
             prop_assume!(sc.validate().is_ok());

@@ -43,14 +43,14 @@ impl EngineScenario {
         self.profile.validate().map_err(|e| e.within("profile"))?;
         self.slo.validate().map_err(|e| e.within("slo"))?;
         if let Some(f) = &self.fleet {
-            f.validate().map_err(|e| e.within("fleet"))?;
+            f.validate_with(&self.profile).map_err(|e| e.within("fleet"))?;
         }
         Ok(())
     }
 
     /// Replicas the scenario runs (1 without a fleet).
     pub fn replicas(&self) -> u32 {
-        self.fleet.map_or(1, |f| f.replicas)
+        self.fleet.as_ref().map_or(1, |f| f.replicas)
     }
 }
 

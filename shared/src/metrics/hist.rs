@@ -450,6 +450,7 @@ mod tests {
             prompt_block_hashes: Vec::new(),
             failure: None,
             error: None,
+            replica: None,
         }
     }
 
