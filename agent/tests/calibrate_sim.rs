@@ -206,6 +206,31 @@ async fn calibrate_recovers_a_known_profile() {
             co.value
         );
     }
+    // ... and the same limits: the KV geometry `--url` read from the live `/metrics` comes from the probe's scrape
+    // sidecars (`NN-PHASE.jsonl.server.json`'s `limits`), named in the notes; no flag gives it.
+    let limits = |p: &EngineProfile| {
+        (
+            p.block_size,
+            p.num_kv_blocks,
+            p.max_num_seqs,
+            p.max_model_len,
+            p.max_num_batched_tokens,
+        )
+    };
+    assert_eq!(limits(&refit.profile), limits(&fit.profile));
+    assert!(
+        refit
+            .notes
+            .iter()
+            .any(|n| n.contains("vLLM /metrics cache_config_info (from 00-prefill.jsonl.server.json)")),
+        "{:?}",
+        refit.notes
+    );
+    assert!(
+        !refit.notes.iter().any(|n| n.contains("sidecar")),
+        "every probe file has its sidecar: {:?}",
+        refit.notes
+    );
 }
 
 /// A llama.cpp-like engine whose decode step reads the whole batch's KV (`batch_kv_ms_per_ktok`): the probe's
