@@ -375,7 +375,7 @@ pub struct RunFacts {
     pub path: PathBuf,
     /// Most requests between their first token and their end at one instant (decoding together).
     pub peak_decoding: usize,
-    /// Σ generated tokens, Σ prompt tokens and Σ cached tokens the records' usage reports.
+    /// Σ generated tokens of every record (cut ones included), Σ prompt and Σ cached tokens of the ok ones.
     pub gen_tokens: u64,
     pub prompt_tokens: u64,
     pub cached_tokens: u64,
@@ -497,7 +497,8 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
         out.facts.push(RunFacts {
             path: p.clone(),
             peak_decoding: peak_decoding(&recs),
-            gen_tokens: ok().map(|r| r.gen_tokens).sum(),
+            // Every record counts what it received, a cut one too (the server counted those tokens).
+            gen_tokens: recs.iter().map(|r| r.gen_tokens).sum(),
             prompt_tokens: ok().filter_map(|r| r.prompt_tokens).sum(),
             cached_tokens: ok().filter_map(|r| r.cached_tokens).sum(),
             server,
