@@ -217,7 +217,7 @@ pub struct SessionRun {
     /// Sizes the filler for the target's tokenizer ([`TokenScale::ONE`]: the seed's word counts).
     pub scale: TokenScale,
     /// The target's tokenizer was measured (`--match-tokenizer`): sessions send balanced filler and size each tool
-    /// output so that the next prompt the server counts is the designed one ([`tool_correction`]).
+    /// output so that the next prompt the server counts is the designed one ([`ToolSizing`]).
     pub match_prompts: bool,
     /// No new instance starts after this.
     pub deadline: Instant,
