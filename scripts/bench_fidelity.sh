@@ -6,8 +6,13 @@
 #   scripts/bench_fidelity.sh            (needs scripts/realserver/setup.sh once; builds the release binary)
 #   env: OUT=dir (default /tmp/loadshape-fidelity), BUDGET=calibrate seconds (180), REPEAT=live runs each (2),
 #        SLOTS=llama-server --parallel (4), LOADSHAPE_BIN=a release binary, MAX_PROMPT=calibrate
-#        --max-prompt-tokens (4096), NICE=niceness of server and client (0; -10 on a busy machine, as root), CAL_ARGS=more calibrate flags, CAL_FROM=a probe folder (cal/probe) to fit
-#        from instead of probing
+#        --max-prompt-tokens (default: calibrate's own, 85 % of the slot's context), NICE=niceness of server and
+#        client (0; -10 on a busy machine, as root), CAL_ARGS=more calibrate flags, CAL_FROM=a probe folder
+#        (cal/probe) to fit from instead of probing, SCHEDULER=calibrate --scheduler (auto: llama_cpp from /props;
+#        llama-cpp with CAL_FROM; vllm gives the vLLM-like schedule the simulator had before), LIVE_FROM=an earlier
+#        OUT whose live runs (NAME-I.jsonl) are predicted again instead of replaying new ones
+# Besides the table for the fitted profile, a second table predicts the same live runs with the same coefficients
+# and the other `scheduler` (vllm <-> llama_cpp): what the scheduling mechanism alone changes.
 # The server runs on 127.0.0.1 only and is ended (by its PID) when the script exits.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -42,16 +47,19 @@ done
 url="http://127.0.0.1:$port/v1"
 
 echo "== calibrate (budget ${BUDGET}s)"
-# Prompts up to 4,096 tokens (twice llama.cpp's default n_batch of 2,048, which calibrate takes as the step
-# budget): the held-out scenarios reach 6,000+ tokens of context.
+# Prompts up to calibrate's default (85 % of the slot's 8,192 tokens): the held-out scenarios reach 6,000+ tokens
+# of context, measured by the probe rather than extrapolated (prefills longer than n_batch are fitted as chunks).
+max_prompt=()
+[ -n "${MAX_PROMPT:-}" ] && max_prompt=(--max-prompt-tokens "$MAX_PROMPT")
 if [ -n "${CAL_FROM:-}" ]; then
   # Refit from an earlier probe's records (a quiet moment's), with the limits /props gives this server.
   from=()
   for f in "$CAL_FROM"/*.jsonl; do from+=(--from "$f"); done
   B calibrate "${from[@]}" --out "$OUT/cal" --max-num-seqs "$SLOTS" --max-model-len $((32768 / SLOTS)) \
-    --num-kv-blocks 2048 --max-num-batched-tokens 2048 $CAL_ARGS
+    --num-kv-blocks 2048 --max-num-batched-tokens 2048 --scheduler "${SCHEDULER:-llama-cpp}" $CAL_ARGS
 else
-  B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" --max-prompt-tokens "${MAX_PROMPT:-4096}" $CAL_ARGS
+  B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" "${max_prompt[@]}" --scheduler "${SCHEDULER:-auto}" \
+    $CAL_ARGS
 fi
 
 # The scenarios: the one the fit is checked on, more sessions than slots, and longer contexts. Fixed session
@@ -72,15 +80,30 @@ scenario fit "$SLOTS" 1500 5
 scenario more-sessions $((SLOTS * 2)) 1500 5
 scenario longer-context "$SLOTS" 5000 5
 
+python3 - "$OUT/cal/profile.json" "$OUT/cal/profile-alt.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+if p.get("scheduler") == "llama_cpp":
+    del p["scheduler"]
+else:
+    p["scheduler"] = "llama_cpp"
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
 for name in fit more-sessions longer-context; do
   against=()
   for i in $(seq 1 "$REPEAT"); do
-    echo "== live: $name run $i"
-    B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
+    if [ -n "${LIVE_FROM:-}" ]; then
+      cp "$LIVE_FROM/$name-$i.jsonl" "$OUT/$name-$i.jsonl"
+    else
+      echo "== live: $name run $i"
+      B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
+    fi
     against+=(--against "$OUT/$name-$i.jsonl")
   done
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" --json >"$OUT/$name-predict.json"
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" >"$OUT/$name-predict.txt"
+  B predict "$OUT/$name.json" --profile "$OUT/cal/profile-alt.json" "${against[@]}" --json \
+    >"$OUT/$name-predict-alt.json"
 done
 
 python3 - "$OUT" <<'PY'
@@ -88,9 +111,12 @@ import json, sys
 out = sys.argv[1]
 fields = ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2el_p50_ms", "e2el_p99_ms",
           "cached_share_achieved"]
-print(f"{'scenario':16} " + " ".join(f"{f:>12}" for f in fields))
-for name in ["fit", "more-sessions", "longer-context"]:
-    p = json.load(open(f"{out}/{name}-predict.json"))
+for suffix in ["", "-alt"]:
+  sched = json.load(open(f"{out}/cal/profile{suffix}.json")).get("scheduler", "vllm")
+  print(f"== scheduler {sched}{' (the fitted profile)' if not suffix else ' (same coefficients, other scheduler)'}")
+  print(f"{'scenario':16} " + " ".join(f"{f:>12}" for f in fields))
+  for name in ["fit", "more-sessions", "longer-context"]:
+    p = json.load(open(f"{out}/{name}-predict{suffix}.json"))
     sim = p["simulated"]
     spread = p.get("live_spread") or {}
     def err(f):

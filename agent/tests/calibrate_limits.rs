@@ -24,6 +24,8 @@ fn llamacpp_props_give_slots_and_context() {
     assert_eq!(d.sources.len(), 2, "{:?}", d.sources);
     assert_eq!(d.sources[0], "llama.cpp /props");
     assert!(d.sources[1].contains("default n_batch 2048"), "{:?}", d.sources);
+    // A server that answers /props schedules as llama-server does: slots, decodes first, prompts in slot order.
+    assert_eq!(d.scheduler, Some(shared::engine::profile::Scheduler::LlamaCpp));
     // One that gives n_batch is taken at its word.
     let mut given = Discovered::default();
     parse_props(

@@ -33,6 +33,7 @@ fn truth() -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.08,
         batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        scheduler: Default::default(),
     }
 }
 

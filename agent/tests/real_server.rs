@@ -356,6 +356,12 @@ fn calibrate_and_predict_against_the_real_server() {
     eprintln!("fitted: {text}\nnotes: {}", fit["notes"]);
     // Limits from /props: 4 slots of 8,192 tokens.
     assert_eq!((profile.max_num_seqs, profile.max_model_len), (4, Some(8192)));
+    // ... and llama-server's slot scheduler (decodes first, prompts in slot order up to n_batch).
+    assert_eq!(
+        profile.scheduler,
+        shared::engine::profile::Scheduler::LlamaCpp,
+        "{text}"
+    );
     // `--from` the probe's own files, no flags: the limits come from their scrape sidecars, as /props gave them.
     let from: Vec<String> = std::fs::read_dir(cal.join("probe"))
         .unwrap_or_else(|e| panic!("{e}"))
@@ -374,13 +380,15 @@ fn calibrate_and_predict_against_the_real_server() {
             refitted.max_num_seqs,
             refitted.max_model_len,
             refitted.num_kv_blocks,
-            refitted.max_num_batched_tokens
+            refitted.max_num_batched_tokens,
+            refitted.scheduler
         ),
         (
             profile.max_num_seqs,
             profile.max_model_len,
             profile.num_kv_blocks,
-            profile.max_num_batched_tokens
+            profile.max_num_batched_tokens,
+            profile.scheduler
         ),
         "{}",
         refitted.basis

@@ -124,6 +124,9 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     if batches.last() != Some(&l.max_batch.min(64)) {
         batches.push(l.max_batch.min(64));
     }
+    // Every request of a phase shares all but its last 16 tokens with the others, so after the first ones the
+    // server's prefix cache (vLLM's blocks, llama.cpp's slot) leaves a short prefill: the phase's time goes to
+    // decoding, not to recomputing its context.
     let contexts = [m / 16, m / 2];
     let decode_share = 0.6 / (batches.len() * contexts.len()) as f64;
     let mut phases = vec![ProbePhase {
@@ -139,8 +142,8 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
                 users: b,
                 requests: vec![
                     ProbeRequest {
-                        shared_prefix_tokens: 0,
-                        unique_prompt_tokens: p,
+                        shared_prefix_tokens: p - 16,
+                        unique_prompt_tokens: 16,
                         output_tokens: l.decode_output_tokens,
                     };
                     (b * 40) as usize
@@ -798,13 +801,43 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             reason: format!("{nd} distinct prompt lengths (need {MIN_DISTINCT_PROMPTS})"),
         });
     }
+    // A prefill longer than the step's token budget runs as several steps (chunks of `budget` tokens), each paying
+    // the fixed part and the decode part of one sequence holding the context computed so far: `chunks` and
+    // `Σ context at each chunk's start` (`cached` for one chunk, as before).
+    let budget = opts
+        .limits
+        .as_ref()
+        .map(|l| f64::from(l.max_num_batched_tokens.max(1)))
+        .unwrap_or(f64::INFINITY);
+    let chunked = |p: &PrefillObs| -> (f64, f64) {
+        if p.new <= budget {
+            (1.0, p.cached)
+        } else {
+            let c = (p.new / budget).ceil();
+            (c, c * p.cached + budget * c * (c - 1.0) / 2.0)
+        }
+    };
+    let n_chunked = pre.iter().filter(|p| chunked(p).0 > 1.0).count();
+    if n_chunked > 0 {
+        notes.push(format!(
+            "prefill: {n_chunked} of {} lone prefills are longer than the step budget ({budget} tokens): each fitted \
+             as its chunks, every chunk paying the fixed part",
+            pre.len()
+        ));
+    }
     let px: Vec<Vec<f64>> = pre
         .iter()
-        .map(|p| vec![1.0, p.new, (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0])
+        .map(|p| {
+            vec![
+                chunked(p).0,
+                p.new,
+                (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0,
+            ]
+        })
         .collect();
-    // A lone prefill step's decode part: one sequence holding `cached` tokens of KV.
+    // A lone prefill step's decode part: one sequence holding `cached` tokens of KV (per chunk: the context so far).
     let kc = k + bkv / 1000.0;
-    let py: Vec<f64> = pre.iter().map(|p| p.ttft - kc * p.cached).collect();
+    let py: Vec<f64> = pre.iter().map(|p| p.ttft - kc * chunked(p).1).collect();
     let pnames = ["prefill_step_ms", "ms_per_new_token", "prefill_ctx_ms_per_ktok"];
     let (pb, pse, _) = fit_nonneg("prefill", &pnames, &px, &py, &mut notes)?;
     if pb[1] <= 0.0 {
@@ -813,7 +846,11 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             reason: "the cost per new prompt token came out 0: prefill_tokens_per_ms would be infinite".into(),
         });
     }
-    let pre_pred: Vec<f64> = px.iter().zip(&pre).map(|(r, p)| dot(r, &pb) + kc * p.cached).collect();
+    let pre_pred: Vec<f64> = px
+        .iter()
+        .zip(&pre)
+        .map(|(r, p)| dot(r, &pb) + kc * chunked(p).1)
+        .collect();
     let ttfts: Vec<f64> = pre.iter().map(|p| p.ttft).collect();
     let prefill = stage_fit(&ttfts, &pre_pred);
     check_stage("prefill", &prefill)?;
@@ -866,6 +903,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        scheduler: Default::default(),
     });
     profile.step_fixed_ms = s_fixed;
     profile.per_seq_ms = q;

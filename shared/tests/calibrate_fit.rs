@@ -25,6 +25,7 @@ fn truth() -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.08,
         batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        scheduler: Default::default(),
     }
 }
 
@@ -276,4 +277,68 @@ fn checks_judge_the_bulk_not_the_tail() {
     }
     let e = fit(&recs, &FitOptions::default()).unwrap_err().to_string();
     assert!(e.contains("decode"), "{e}");
+}
+
+/// Prompts longer than the step budget run as several steps (llama.cpp's `n_batch`, vLLM's chunked prefill),
+/// each paying the fixed part and the decode part of the context so far. Told the budget (the profile's limits,
+/// as `calibrate` passes them), the fit counts those chunks and recovers the engine, here llama-server's slot
+/// scheduler with an `n_batch` of 1,024 and cold prompts up to 3,000 tokens (up to 3 chunks); not told, it
+/// takes every prefill as one step and is further off.
+#[test]
+fn fit_counts_the_chunks_of_long_prefills() {
+    let p = EngineProfile {
+        max_num_batched_tokens: 1024,
+        max_num_seqs: 4,
+        scheduler: shared::engine::profile::Scheduler::LlamaCpp,
+        ..truth()
+    };
+    let recs = records_of(&p, &[1, 2, 4], true);
+    let errors_of = |f: &shared::calibrate::Fit| -> Vec<(&'static str, f64)> {
+        let c = |n: &str| f.coefficients[n].value;
+        let rel = |got: f64, want: f64| (got - want) / want;
+        vec![
+            (
+                "prefill_tokens_per_ms",
+                rel(c("prefill_tokens_per_ms"), p.prefill_tokens_per_ms),
+            ),
+            ("prefill_fixed_ms", rel(c("prefill_fixed_ms"), p.prefill_fixed_ms)),
+            (
+                "prefill_ctx_ms_per_ktok",
+                rel(c("prefill_ctx_ms_per_ktok"), p.prefill_ctx_ms_per_ktok),
+            ),
+            ("step_fixed_ms", rel(c("step_fixed_ms"), p.step_fixed_ms)),
+            ("per_ctx_token_ms", rel(c("per_ctx_token_ms"), p.per_ctx_token_ms)),
+        ]
+    };
+    let told = fit(
+        &recs,
+        &FitOptions {
+            limits: Some(p.clone()),
+            batch_kv: Some(false),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let e_told = errors_of(&told);
+    eprintln!("told the budget: {e_told:?}\nnotes {:?}", told.notes);
+    for (n, e) in &e_told {
+        assert!(e.abs() < 0.01, "{n}: {e} ({e_told:?})");
+    }
+    assert!(
+        told.notes.iter().any(|n| n.contains("longer than the step budget")),
+        "{:?}",
+        told.notes
+    );
+    assert_eq!(told.profile.scheduler, shared::engine::profile::Scheduler::LlamaCpp);
+    let blind = fit(
+        &recs,
+        &FitOptions {
+            limits: None,
+            batch_kv: Some(false),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let worst = |es: &[(&str, f64)]| es[..3].iter().map(|e| e.1.abs()).fold(0.0, f64::max);
+    let e_blind = errors_of(&blind);
+    eprintln!("not told: {e_blind:?}");
+    assert!(worst(&e_blind) > 2.0 * worst(&e_told), "{e_blind:?} vs {e_told:?}");
 }

@@ -25,6 +25,7 @@ fn profile(kv: u64) -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        scheduler: Default::default(),
     }
 }
 

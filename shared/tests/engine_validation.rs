@@ -24,6 +24,7 @@ fn single_server() -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        scheduler: Default::default(),
     }
 }
 
@@ -118,6 +119,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             prefill_ctx_ms_per_ktok: 0.0,
             batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
+            scheduler: Default::default(),
         },
         slo: Slo::default(),
         seed: 3,

@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use shared::calibrate::{self, FitOptions, ProbeLimits};
 use shared::engine::EngineProfile;
-use shared::engine::profile::HostCache;
+use shared::engine::profile::{HostCache, Scheduler};
 use shared::record::RequestRecord;
 
 use crate::replay::dialect::Dialect;
@@ -50,7 +50,8 @@ pub struct Args {
     /// Name of the fitted profile.
     #[arg(long, default_value = "calibrated")]
     pub name: String,
-    /// Longest probe prompt, tokens (default: half the server's per-request context when it says, else 4096).
+    /// Longest probe prompt, tokens (default: 85 % of the server's per-request context less `--decode-tokens`
+    /// when it says, so that long-context prefill is measured, not extrapolated; else 4096).
     #[arg(long)]
     pub max_prompt_tokens: Option<u32>,
     /// Output tokens of the decode probes.
@@ -81,6 +82,18 @@ pub struct Args {
     /// Restore speed of the host tier, tokens/ms (with `--host-cache-tokens`).
     #[arg(long, default_value_t = 100.0)]
     pub host_restore_tok_per_ms: f64,
+    /// How the server fills a step, written as the profile's `scheduler`: `auto` takes `llama-cpp` when the
+    /// server answers llama.cpp's `/props`, else `vllm`.
+    #[arg(long, value_enum, default_value_t = SchedulerChoice::Auto)]
+    pub scheduler: SchedulerChoice,
+}
+
+/// `--scheduler`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchedulerChoice {
+    Auto,
+    Vllm,
+    LlamaCpp,
 }
 
 /// `--batch-kv`.
@@ -99,6 +112,8 @@ pub struct Discovered {
     pub num_kv_blocks: Option<u64>,
     pub max_model_len: Option<u64>,
     pub max_num_batched_tokens: Option<u32>,
+    /// The server's scheduler, where it shows (llama.cpp's `/props`: slots).
+    pub scheduler: Option<Scheduler>,
     pub sources: Vec<String>,
 }
 
@@ -130,6 +145,7 @@ pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
     }
     if slots.is_some() || n_ctx.is_some() {
         d.sources.push("llama.cpp /props".into());
+        d.scheduler = Some(Scheduler::LlamaCpp);
         if d.max_num_batched_tokens.is_none() {
             // `/props` does not say; llama-server's `-b`/`--batch-size` default: prompt tokens + one per decoding
             // slot per server iteration.
@@ -211,6 +227,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
         ("--max-model-len", a.max_model_len.is_some()),
         ("--max-num-batched-tokens", a.max_num_batched_tokens.is_some()),
         ("--host-cache-tokens", a.host_cache_tokens.is_some()),
+        ("--scheduler", a.scheduler != SchedulerChoice::Auto),
     ]
     .into_iter()
     .filter_map(|(n, g)| g.then_some(n))
@@ -245,6 +262,11 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms,
         }),
+        scheduler: match a.scheduler {
+            SchedulerChoice::Auto => d.scheduler.unwrap_or_default(),
+            SchedulerChoice::Vllm => Scheduler::Vllm,
+            SchedulerChoice::LlamaCpp => Scheduler::LlamaCpp,
+        },
     };
     p.validate()
         .map_err(|e| anyhow::anyhow!("the server's limits: profile {e}"))?;
@@ -258,14 +280,19 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         "--budget must be at least 5 seconds (got {})",
         a.budget
     );
-    // Default: half the per-request context, at most one step's token budget (the prefill fit takes a prefill
-    // as one step); `--max-prompt-tokens` is taken as given.
+    // Default: up to the per-request context (85 % of it, less the decode probes' output: room for a tokenizer
+    // that counts a few % more than the filler is sized for), so that the prefill of long contexts is measured,
+    // not extrapolated (a prefill longer than the step budget is fitted as its chunks); `--max-prompt-tokens` is
+    // taken as given.
     let max_prompt = a.max_prompt_tokens.unwrap_or_else(|| {
         limits_p
             .max_model_len
-            .map(|l| (l / 2).min(u64::from(u32::MAX)) as u32)
+            .map(|l| {
+                (l.saturating_mul(85) / 100)
+                    .saturating_sub(u64::from(a.decode_tokens))
+                    .clamp(256, u64::from(u32::MAX)) as u32
+            })
             .unwrap_or(4096)
-            .min(limits_p.max_num_batched_tokens.max(256))
     });
     let pl = ProbeLimits {
         max_prompt_tokens: max_prompt,

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 
 use super::kv::{Kv, NONE};
-use super::profile::EngineProfile;
+use super::profile::{EngineProfile, Scheduler};
 
 /// A request's id, stable while it is known to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -93,6 +93,8 @@ pub(crate) struct Req {
     /// step `lz_d0` of the lazy clock.
     pub lazy: bool,
     pub lz_d0: u64,
+    /// The slot it runs in ([`Scheduler::LlamaCpp`] only; 0 otherwise).
+    pub slot: u32,
 }
 
 /// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
@@ -218,7 +220,29 @@ pub struct Engine {
     /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::types::PromptBlocks`]).
     hashes: std::collections::HashMap<u64, (u32, u32), BuildIdHasher>,
     pub(crate) stats: EngineStats,
+    /// [`Scheduler::LlamaCpp`]: slots instead of vLLM's scheduler (never lazy).
+    llama: bool,
+    /// Per slot ([`Scheduler::LlamaCpp`]; empty otherwise): what it holds and when it was last released.
+    slots: Vec<SlotMem>,
+    /// Releases so far (the slots' least-recently-used clock).
+    slot_clock: i64,
 }
+
+/// A llama.cpp slot: busy, or the content its last request left in it (for prompt similarity) and when it was
+/// released (for least recently used).
+#[derive(Debug, Clone, Copy)]
+struct SlotMem {
+    busy: bool,
+    /// Chain and tokens of its last request ([`NONE`]: never used).
+    chain: u32,
+    tokens: u32,
+    /// −1 until first released, as llama-server's `t_last_used`.
+    last_used: i64,
+}
+
+/// llama-server's `--slot-prompt-similarity` default: a free slot whose last prompt shares more than this share of
+/// a new prompt is preferred to the least recently used one.
+const SLOT_PROMPT_SIMILARITY: f64 = 0.1;
 
 /// Counters over the engine's life.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -300,7 +324,28 @@ impl Engine {
             log_trim_at: LOG_TRIM_MIN,
             hashes: Default::default(),
             stats: EngineStats::default(),
+            llama: false,
+            slots: Vec::new(),
+            slot_clock: 0,
         }
+        .with_scheduler()
+    }
+
+    /// Set up the slots of [`Scheduler::LlamaCpp`].
+    fn with_scheduler(mut self) -> Self {
+        if self.p.scheduler == Scheduler::LlamaCpp {
+            self.llama = true;
+            self.slots = vec![
+                SlotMem {
+                    busy: false,
+                    chain: NONE,
+                    tokens: 0,
+                    last_used: -1,
+                };
+                self.p.max_num_seqs.max(1) as usize
+            ];
+        }
+        self
     }
 
     pub fn profile(&self) -> &EngineProfile {
@@ -384,6 +429,7 @@ impl Engine {
             seq: 0,
             lazy: false,
             lz_d0: 0,
+            slot: 0,
         };
         let idx = if let Some(i) = self.free_reqs.pop() {
             let generation = self.reqs[i as usize].generation.wrapping_add(1);
@@ -531,6 +577,52 @@ impl Engine {
         };
         self.kv.private -= private;
         self.kv.unpin(chain);
+        if self.llama {
+            let r = &self.reqs[idx as usize];
+            let clock = self.slot_clock;
+            self.slot_clock += 1;
+            if let Some(m) = self.slots.get_mut(r.slot as usize) {
+                *m = SlotMem {
+                    busy: false,
+                    chain,
+                    tokens: r.t,
+                    last_used: clock,
+                };
+            }
+        }
+    }
+
+    /// The free slot llama-server gives a new prompt (`get_available_slot`): the one whose last content shares the
+    /// largest part of the prompt, above [`SLOT_PROMPT_SIMILARITY`] (the first such on a tie), else the least
+    /// recently released (on a tie the last, as its `<=` does: a fresh server fills its slots from the highest id).
+    fn choose_slot(&self, chain: u32, prompt: u32) -> u32 {
+        let bs = self.bs;
+        let mut best: Option<(usize, f64)> = None;
+        for (s, m) in self.slots.iter().enumerate() {
+            if m.busy || m.chain == NONE || self.kv.chains.get(m.chain as usize).is_none_or(|c| c.freed) {
+                continue;
+            }
+            let lcp = self.kv.common_prefix_blocks(m.chain, m.tokens / bs, chain, prompt / bs);
+            let sim = f64::from(lcp) * f64::from(bs) / f64::from(prompt.max(1));
+            if sim > SLOT_PROMPT_SIMILARITY && best.is_none_or(|(_, b)| sim > b) {
+                best = Some((s, sim));
+            }
+        }
+        if let Some((s, _)) = best {
+            return s as u32;
+        }
+        let mut ret: Option<usize> = None;
+        let mut t_last = -1i64;
+        for (s, m) in self.slots.iter().enumerate() {
+            if m.busy {
+                continue;
+            }
+            if ret.is_none() || m.last_used <= t_last {
+                t_last = m.last_used;
+                ret = Some(s);
+            }
+        }
+        ret.unwrap_or(0) as u32
     }
 
     fn preempt(&mut self, idx: u32) {
@@ -614,6 +706,9 @@ impl Engine {
         self.sched.clear();
         self.admitted.clear();
         self.preempted.clear();
+        if self.llama {
+            return self.schedule_slots();
+        }
         let mut budget = self.p.max_num_batched_tokens;
         let mut sums = BatchSums::default();
         if self.lz.n > 0 {
@@ -736,6 +831,12 @@ impl Engine {
                 budget -= tokens;
             }
         }
+        let d = self.step_ms(ctx, prefill_tokens, restored_tokens);
+        (d, ctx as f64, prefill_tokens, decoders)
+    }
+
+    /// The duration of the step just scheduled (`sched` plus the lazy requests).
+    fn step_ms(&self, ctx: u64, prefill_tokens: u32, restored_tokens: u64) -> f64 {
         let n = (self.sched.len() as u64 + self.lz.n) as f64;
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
         if self.p.batch_kv_ms_per_ktok > 0.0 {
@@ -752,7 +853,139 @@ impl Engine {
         {
             d += restored_tokens as f64 / h.restore_tokens_per_ms;
         }
-        (d, ctx as f64, prefill_tokens, decoders)
+        d
+    }
+
+    /// [`Scheduler::LlamaCpp`]'s step, as llama-server's `update_slots` builds one batch: one token of every
+    /// decoding slot (in admission order; a decoder the KV cache cannot hold preempts the most recently admitted
+    /// request, as the vLLM schedule does, which a server whose slots each own `max_model_len` never needs); then,
+    /// with nothing preempted, waiting requests take free slots FCFS (each holding its whole prompt's KV from the
+    /// start, as a slot owns its context); then prompt tokens of the prefilling slots **in slot order**, each as
+    /// many as the token budget (`n_batch`) has left. A prompt that completes in the step samples its first token
+    /// at the step's end. Returns what [`Self::schedule`] does.
+    fn schedule_slots(&mut self) -> (f64, f64, u32, u32) {
+        let mut budget = self.p.max_num_batched_tokens;
+        let mut sums = BatchSums::default();
+        // Decodes first.
+        let mut i = 0;
+        while i < self.running.len() {
+            let idx = self.running[i];
+            let (t, p_eff) = {
+                let r = &self.reqs[idx as usize];
+                (r.t, r.p_eff)
+            };
+            if t < p_eff || budget == 0 {
+                i += 1;
+                continue;
+            }
+            let need = self.new_blocks(t, p_eff, 1);
+            let mut self_preempted = false;
+            while need > 0 && !self.kv.alloc(need) {
+                let Some(victim) = self.running.pop() else { break };
+                self.preempt(victim);
+                if victim == idx {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                break;
+            }
+            self.schedule_running(idx, 1, need, &mut sums);
+            budget -= 1;
+            i += 1;
+        }
+        // Free slots take waiting requests.
+        let mut restored_tokens = 0u64;
+        if self.preempted.is_empty() {
+            while let Some(&idx) = self.waiting.front() {
+                if self.running.len() >= self.p.max_num_seqs as usize {
+                    break;
+                }
+                let (chain, p_eff, first, prompt) = {
+                    let r = &self.reqs[idx as usize];
+                    (r.chain, r.p_eff, r.admit_ms.is_nan(), r.prompt)
+                };
+                let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
+                let max_hit = (p_eff - 1) / self.bs;
+                let gpu_hit_blocks = reach.min(max_hit);
+                let hit_blocks = if self.kv.host_capacity > 0 && gpu_hit_blocks < max_hit {
+                    self.kv.reach_host(chain).clamp(gpu_hit_blocks, max_hit)
+                } else {
+                    gpu_hit_blocks
+                };
+                let hit = hit_blocks * self.bs;
+                let need = self.blocks(p_eff) - u64::from(gpu_hit_blocks);
+                let pinned_loss = self.kv.lineage_evictable(chain);
+                if need > self.kv.available() - pinned_loss {
+                    break;
+                }
+                self.kv.pin(chain);
+                let restored = hit_blocks - gpu_hit_blocks;
+                self.kv.hold_host_trim = restored > 0;
+                if !self.kv.alloc(need) {
+                    self.kv.hold_host_trim = false;
+                    self.kv.unpin(chain);
+                    break;
+                }
+                let mut conv = 0;
+                if restored > 0 {
+                    conv = self.kv.fill(chain, gpu_hit_blocks, hit_blocks);
+                    self.kv.host_touch_lineage(chain);
+                    self.kv.hold_host_trim = false;
+                    self.kv.trim_host();
+                    restored_tokens += u64::from(restored * self.bs);
+                    self.stats.host_hit_tokens += u64::from(restored * self.bs);
+                }
+                self.waiting.pop_front();
+                self.wait_on(chain, false);
+                let slot = self.choose_slot(chain, prompt);
+                self.slots[slot as usize].busy = true;
+                let now = self.now_ms;
+                let ever = self.kv.ever(chain);
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let r = &mut self.reqs[idx as usize];
+                r.state = State::Running;
+                r.seq = seq;
+                r.slot = slot;
+                r.t = hit;
+                r.private = need - conv;
+                if first {
+                    r.admit_ms = now;
+                    r.cached_tokens = hit;
+                    r.miss = classify(r, hit_blocks, reach, ever, self.bs);
+                } else {
+                    r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
+                    self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
+                }
+                self.running.push(idx);
+                self.eager.push(idx);
+                self.admitted.push(idx);
+            }
+        }
+        // Then prompt tokens, slot by slot, up to the budget (their blocks were taken at admission).
+        let mut prefilling: Vec<(u32, u32)> = self
+            .running
+            .iter()
+            .filter(|&&q| {
+                let r = &self.reqs[q as usize];
+                r.t < r.p_eff
+            })
+            .map(|&q| (self.reqs[q as usize].slot, q))
+            .collect();
+        prefilling.sort_unstable();
+        for (_, idx) in prefilling {
+            if budget == 0 {
+                break;
+            }
+            let r = &self.reqs[idx as usize];
+            let tokens = (r.p_eff - r.t).min(budget);
+            self.schedule_running(idx, tokens, 0, &mut sums);
+            budget -= tokens;
+        }
+        let d = self.step_ms(sums.ctx, sums.prefill_tokens, restored_tokens);
+        (d, sums.ctx as f64, sums.prefill_tokens, sums.decoders)
     }
 
     /// Σ over the step's prefill tokens of the context each attends to: a chunk of `n` after `t` computed tokens
@@ -1135,6 +1368,11 @@ impl Engine {
                 }
             }
         }
+        if self.llama && self.finished.len() > 1 {
+            // The slot schedule puts decodes before prompts: back to admission order, as `running` is.
+            let reqs = &self.reqs;
+            self.finished.sort_unstable_by_key(|&q| reqs[q as usize].seq);
+        }
         // What finished so far was scheduled one by one: eager requests, in admission order.
         let eager_done = self.finished.len();
         if eager_done > 0 {
@@ -1173,7 +1411,7 @@ impl Engine {
             // `finished` is in admission order, as `running` is: removed in one pass, without looking requests up.
             remove_ordered(&mut self.running, &self.finished);
         }
-        if max_steps > 1 && self.lazy_ok && !self.lz.cnt.is_empty() {
+        if max_steps > 1 && self.lazy_ok && !self.llama && !self.lz.cnt.is_empty() {
             let mut eager = std::mem::take(&mut self.eager);
             eager.retain(|&idx| {
                 let join = self.lazy_eligible(idx);
@@ -1522,6 +1760,7 @@ mod tests {
                 prefill_ctx_ms_per_ktok: 0.0,
                 batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
+                scheduler: Default::default(),
             });
             e.lazy_ok = lazy;
             let a = e.new_chain(NONE, 0);
@@ -1558,6 +1797,60 @@ mod tests {
         let fork = lazy.iter().find(|d| d.3 == 50).expect("the fork finished");
         assert!(fork.0 > 10 * 16, "{lazy:?}");
         assert_eq!(lazy, drive(false));
+    }
+
+    /// llama-server's slot choice: a fresh server fills its slots from the highest id (least recently used, ties
+    /// to the last); a prompt that continues a slot's last content goes back to that slot (prompt similarity above
+    /// 10 %); an unrelated one takes the least recently used free slot.
+    #[test]
+    fn llama_cpp_slots_follow_similarity_then_lru() {
+        let mut e = Engine::new(EngineProfile {
+            name: "p".into(),
+            basis: "test".into(),
+            block_size: 16,
+            num_kv_blocks: 10_000,
+            max_num_seqs: 4,
+            max_num_batched_tokens: 2048,
+            max_model_len: None,
+            step_fixed_ms: 5.0,
+            per_seq_ms: 0.1,
+            per_ctx_token_ms: 0.001,
+            prefill_tokens_per_ms: 20.0,
+            prefill_fixed_ms: 1.0,
+            enable_prefix_caching: true,
+            prefill_ctx_ms_per_ktok: 0.0,
+            batch_kv_ms_per_ktok: 0.0,
+            host_cache: None,
+            scheduler: Scheduler::LlamaCpp,
+        });
+        let tokens = |lo: u32, n: u32| -> Vec<u32> { (lo..lo + n).collect() };
+        let blocks = |t: &[u32]| super::super::types::PromptBlocks::from_tokens(t, 16);
+        // Runs one request to its end; returns the slot it was given.
+        let run = |e: &mut Engine, prompt: Vec<u32>| -> u32 {
+            let t0 = e.now_ms();
+            let id = e.submit(t0, blocks(&prompt), 2);
+            let first = e.step(t0).expect("admitted");
+            let slot = e.reqs[id.idx() as usize].slot;
+            let mut t = first.start_ms + first.duration_ms;
+            while let Some(s) = e.step(t) {
+                t = s.start_ms + s.duration_ms;
+            }
+            slot
+        };
+        let p1 = tokens(0, 1600);
+        assert_eq!(run(&mut e, p1.clone()), 3, "a fresh server starts at the highest slot");
+        assert_eq!(
+            run(&mut e, tokens(50_000, 1600)),
+            2,
+            "unrelated: least recently used (never used, last)"
+        );
+        let mut p1_more = p1;
+        p1_more.extend(tokens(90_000, 200));
+        assert_eq!(run(&mut e, p1_more), 3, "a continuation goes back to its slot");
+        assert_eq!(run(&mut e, tokens(70_000, 1600)), 1);
+        assert_eq!(run(&mut e, tokens(80_000, 1600)), 0);
+        // Every slot used once: the least recently released (slot 2, released before 3's second use, 1 and 0).
+        assert_eq!(run(&mut e, tokens(60_000, 1600)), 2);
     }
 
     #[test]

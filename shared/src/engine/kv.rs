@@ -221,6 +221,30 @@ impl Kv {
         self.lineage_max(c, |ch| ch.r)
     }
 
+    /// Leading blocks that content `a` (its first `a_blocks` global blocks) and content `b` (its first `b_blocks`)
+    /// have in common: where their lineages meet, the shorter of the two spans of the meeting chain. O(depth²) over
+    /// the two lineages (a llama.cpp slot's prompt similarity; lineages are a conversation's steps deep).
+    pub fn common_prefix_blocks(&self, a: u32, a_blocks: u32, b: u32, b_blocks: u32) -> u32 {
+        let walk = |c: u32, blocks: u32| {
+            let mut out: Vec<(u32, u32)> = Vec::new();
+            let (mut x, mut end) = (c, blocks);
+            while x != NONE && (x as usize) < self.chains.len() {
+                let ch = &self.chains[x as usize];
+                out.push((x, end));
+                end = end.min(ch.offset);
+                x = ch.parent;
+            }
+            out
+        };
+        let la = walk(a, a_blocks);
+        for (y, end_b) in walk(b, b_blocks) {
+            if let Some(&(_, end_a)) = la.iter().find(|e| e.0 == y) {
+                return end_a.min(end_b);
+            }
+        }
+        0
+    }
+
     /// Walk the lineage from the root: the furthest global block reached by `f(chain)` local blocks per chain,
     /// stopping where a chain does not cover the offset of the next.
     #[inline]

@@ -39,6 +39,7 @@ fn profile(
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        scheduler: Default::default(),
     }
 }
 

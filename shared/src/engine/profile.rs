@@ -17,6 +17,16 @@
 //! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
 //!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
 //!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
+//!
+//! One scheduling option, vLLM's by default:
+//! - `scheduler`: `"vllm"` (default; vLLM v1: running requests in admission order, each prefill chunk taking what
+//!   the step's token budget has left, then waiting requests admitted FCFS while the budget, `max_num_seqs` and
+//!   the KV cache allow) or `"llama_cpp"` (llama-server's `update_slots`: `max_num_seqs` slots; a request gets a
+//!   free slot as soon as one is free (the free slot whose last prompt shares the largest part of the new one,
+//!   above 10 %, else the least recently used one, ties to the highest slot id); each step (server iteration)
+//!   first takes one token of every decoding slot, then fills the rest of `max_num_batched_tokens` (llama.cpp's
+//!   `n_batch`) with prompt tokens of the prefilling slots **in slot order**, a long prompt spread over several
+//!   steps). See docs/simulator.md, "Scheduler".
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +60,24 @@ pub struct HostCache {
     pub capacity_tokens: u64,
     /// Restore speed of a host hit into GPU memory, tokens per millisecond.
     pub restore_tokens_per_ms: f64,
+}
+
+/// How a step is filled (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduler {
+    /// vLLM v1: running requests first in admission order, prefill chunks take what the budget leaves, FCFS
+    /// admission within the budget.
+    #[default]
+    Vllm,
+    /// llama-server: slots, decodes first, then prompt tokens of the slots in slot order up to `n_batch`.
+    LlamaCpp,
+}
+
+impl Scheduler {
+    fn is_default(&self) -> bool {
+        *self == Scheduler::Vllm
+    }
 }
 
 /// One engine: limits (vLLM's names) and step-time coefficients.
@@ -97,6 +125,9 @@ pub struct EngineProfile {
     /// Host-memory prefix-cache tier; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cache: Option<HostCache>,
+    /// How each step is filled: `vllm` (default) or `llama_cpp` (see the module docs).
+    #[serde(default, skip_serializing_if = "Scheduler::is_default")]
+    pub scheduler: Scheduler,
 }
 
 impl EngineProfile {

@@ -1298,6 +1298,7 @@ mod tests {
                 prefill_ctx_ms_per_ktok: 0.0,
                 batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
+                scheduler: Default::default(),
             },
             slo: Slo {
                 ttft_ms: 500.0,
