@@ -1,7 +1,7 @@
 //! What `loadshape calibrate --url` reads from a server about its limits: llama.cpp's `/props` and vLLM's
 //! `vllm:cache_config_info` (bodies as those servers send them).
 
-use loadshape::cmd::calibrate::{Discovered, parse_cache_config, parse_props};
+use loadshape::cmd::calibrate::{Discovered, check_runs, parse_cache_config, parse_props, read_runs};
 use serde_json::json;
 
 #[test]
@@ -53,4 +53,142 @@ fn vllm_cache_config_info_gives_the_kv_geometry() {
     let mut none = Discovered::default();
     parse_cache_config("llamacpp:prompt_tokens_total 10\n", &mut none);
     assert_eq!(none, Discovered::default());
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadshape-calimits-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    dir
+}
+
+/// `n` records of requests `gap_s` apart, each 1 s long with its first token at 0.1 s and 20 tokens out.
+fn write_run(path: &std::path::Path, n: u64, gap_s: f64) {
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            json!({"schema": 1, "session": i, "inst": 0, "step": 0, "steps_asked": 1, "base_asked": 100,
+                "ok": true, "t_submit": i as f64 * gap_s, "ttft_s": 0.1, "wall_s": 1.0, "gen_tokens": 20,
+                "asked_tokens": 20, "prompt_tokens": 100, "cached_tokens": 50, "sse_frames": 20,
+                "prompt_chars": 400, "usage_source": "final_frame"})
+            .to_string()
+        })
+        .collect();
+    std::fs::write(path, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `calibrate --from` reads the limits the run's scrape sidecar kept (`RUN.jsonl.server.json`'s `limits`) as
+/// `--url` reads them from the server; a missing sidecar is a note naming it, a bad one an error naming it.
+#[test]
+fn from_reads_the_limits_of_the_scrape_sidecar() {
+    let dir = tmp("sidecar");
+    let run = dir.join("run.jsonl");
+    write_run(&run, 10, 2.0);
+    let sidecar = dir.join("run.jsonl.server.json");
+    let side = json!({"metrics_url": "http://127.0.0.1:1/metrics", "interval_s": 1.0, "snapshots": [],
+        "report": {"scrapes": 3, "failed_scrapes": 0, "window_s": 20.0, "generation_tokens": 200.0,
+                   "running_max": 1.0, "prefix_cache_hit_rate": null},
+        "limits": {"props": {"total_slots": 4, "default_generation_settings": {"n_ctx": 8192}}}});
+    std::fs::write(&sidecar, side.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let runs = read_runs(std::slice::from_ref(&run)).unwrap_or_else(|e| panic!("{e:#}"));
+    let d = &runs.discovered;
+    // What parse_props makes of the live /props above (llama.cpp --parallel 4 -c 32768).
+    assert_eq!(
+        (
+            d.max_num_seqs,
+            d.max_model_len,
+            d.block_size,
+            d.num_kv_blocks,
+            d.max_num_batched_tokens
+        ),
+        (Some(4), Some(8192), Some(16), Some(2048), Some(2048))
+    );
+    assert!(
+        d.sources[0] == "llama.cpp /props (from run.jsonl.server.json)",
+        "{:?}",
+        d.sources
+    );
+    assert!(runs.notes.is_empty(), "{:?}", runs.notes);
+    assert_eq!(runs.facts.len(), 1);
+    assert_eq!((runs.facts[0].peak_decoding, runs.facts[0].gen_tokens), (1, 200));
+    // The facts agree with 4 slots and with the server's counter: nothing to note.
+    let profile = |slots: u32| shared::engine::EngineProfile {
+        max_num_seqs: slots,
+        ..shared::engine::presets::by_name("llama-3-8b-1xh100").unwrap_or_else(|| panic!("preset"))
+    };
+    assert!(check_runs(&runs.facts, &profile(4)).is_empty());
+
+    // A sidecar of vLLM's kind: the cache_config_info line.
+    let vllm = json!({"report": {}, "limits": {"cache_config_info":
+        "vllm:cache_config_info{block_size=\"32\",num_gpu_blocks=\"27153\"} 1.0"}});
+    std::fs::write(&sidecar, vllm.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let runs = read_runs(std::slice::from_ref(&run)).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        (
+            runs.discovered.block_size,
+            runs.discovered.num_kv_blocks,
+            runs.discovered.max_num_seqs
+        ),
+        (Some(32), Some(27153), None)
+    );
+
+    // A sidecar without limits (an older run): a note, no limits.
+    std::fs::write(&sidecar, json!({"report": {}}).to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let runs = read_runs(std::slice::from_ref(&run)).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(runs.discovered, Discovered::default());
+    assert!(
+        runs.notes.len() == 1 && runs.notes[0].contains("run.jsonl.server.json") && runs.notes[0].contains("no limits"),
+        "{:?}",
+        runs.notes
+    );
+
+    // Not JSON: an error naming the file; a `limits` of the wrong shape: the file and the field.
+    std::fs::write(&sidecar, "{\"report\": ").unwrap_or_else(|e| panic!("{e}"));
+    let e = format!("{:#}", read_runs(std::slice::from_ref(&run)).expect_err("bad JSON"));
+    assert!(e.contains("run.jsonl.server.json") && e.contains("not JSON"), "{e}");
+    std::fs::write(
+        &sidecar,
+        json!({"limits": {"props": 1, "cache_config_info": 7}}).to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let e = format!("{:#}", read_runs(std::slice::from_ref(&run)).expect_err("bad limits"));
+    assert!(e.contains("run.jsonl.server.json") && e.contains("`limits`"), "{e}");
+
+    // No sidecar: a note naming the path it looked for; the records are still read.
+    std::fs::remove_file(&sidecar).unwrap_or_else(|e| panic!("{e}"));
+    let runs = read_runs(std::slice::from_ref(&run)).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(runs.records.len(), 10);
+    assert!(
+        runs.notes.len() == 1
+            && runs.notes[0].contains("no scrape sidecar")
+            && runs.notes[0].contains(&sidecar.display().to_string()),
+        "{:?}",
+        runs.notes
+    );
+}
+
+/// What the records and the sidecar's server report say against the profile's limits comes back as notes.
+#[test]
+fn the_runs_are_checked_against_the_limits() {
+    let dir = tmp("check");
+    let run = dir.join("busy.jsonl");
+    // 10 requests 0.2 s apart, each decoding for 0.9 s: 5 decode at once.
+    write_run(&run, 10, 0.2);
+    let side = json!({"report": {"generation_tokens": 400.0, "running_max": 6.0, "prefix_cache_hit_rate": 0.9}});
+    std::fs::write(dir.join("busy.jsonl.server.json"), side.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let runs = read_runs(std::slice::from_ref(&run)).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(runs.facts[0].peak_decoding, 5);
+    let p = shared::engine::EngineProfile {
+        max_num_seqs: 4,
+        ..shared::engine::presets::by_name("llama-3-8b-1xh100").unwrap_or_else(|| panic!("preset"))
+    };
+    let notes = check_runs(&runs.facts, &p);
+    let has = |s: &str| notes.iter().any(|n| n.contains(s) && n.contains("busy.jsonl"));
+    assert!(has("5 requests decoded at once, more than max_num_seqs 4"), "{notes:?}");
+    assert!(has("the server reported 6 requests running"), "{notes:?}");
+    assert!(has("2.00x the records' tokens") && has("other traffic"), "{notes:?}");
+    assert!(
+        has("hit rate 0.900 differs from the records' cached share 0.500"),
+        "{notes:?}"
+    );
+    assert_eq!(notes.len(), 4, "{notes:?}");
 }

@@ -207,6 +207,31 @@ async fn calibrate_recovers_a_known_profile() {
             co.value
         );
     }
+    // ... and the same limits: the KV geometry `--url` read from the live `/metrics` comes from the probe's scrape
+    // sidecars (`NN-PHASE.jsonl.server.json`'s `limits`), named in the notes; no flag gives it.
+    let limits = |p: &EngineProfile| {
+        (
+            p.block_size,
+            p.num_kv_blocks,
+            p.max_num_seqs,
+            p.max_model_len,
+            p.max_num_batched_tokens,
+        )
+    };
+    assert_eq!(limits(&refit.profile), limits(&fit.profile));
+    assert!(
+        refit
+            .notes
+            .iter()
+            .any(|n| n.contains("vLLM /metrics cache_config_info (from 00-prefill.jsonl.server.json)")),
+        "{:?}",
+        refit.notes
+    );
+    assert!(
+        !refit.notes.iter().any(|n| n.contains("sidecar")),
+        "every probe file has its sidecar: {:?}",
+        refit.notes
+    );
 }
 
 /// A llama.cpp-like engine whose decode step reads the whole batch's KV (`batch_kv_ms_per_ktok`): the probe's
@@ -256,10 +281,13 @@ async fn calibrate_recovers_a_unified_kv_profile() {
         assert!(e.abs() <= tol, "{name}: relative error {e:.4} > {tol} ({errors:?})");
     }
     // The two context terms grow together over the probe's grid (per_ctx with batch × context, batch_kv with
-    // batch² × context), so a loaded machine's timing noise moves weight between them: measured in one run
-    // per_ctx +17 % with batch_kv −26 %, in others within 7 %. Each is recovered to 0.2 % from the engine's own
-    // records (shared/tests/calibrate_fit.rs); what the live fit must get right is the step time they add up to,
-    // at every batch size and context the probe ran: within 5 %.
+    // batch² × context), and batch_kv is at most 20 % of the largest step probed, so a 1 % bias of one cell's
+    // median gap moves it by 5-10 %. On a loaded machine the sim-server's catch-up clock biases the median gap of
+    // short steps low by up to 2 % (the mean stays exact): measured at load 15, batch_kv −21 / +5 / −19 % with
+    // per_ctx +8 / −11 / +11 % (docs/calibration.md, "Why batch_kv_ms_per_ktok misses the 5 % goal live"). Each is
+    // recovered to 0.2 % from the engine's own records (shared/tests/calibrate_fit.rs); what the live fit must
+    // get right is the step time they add up to, at every batch size and context the probe ran: within 5 %
+    // (worst cell 1.5-1.7 % in those runs).
     let fitted = EngineProfile {
         step_fixed_ms: c("step_fixed_ms") * SPEED,
         per_seq_ms: c("per_seq_ms") * SPEED,

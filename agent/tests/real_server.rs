@@ -173,15 +173,22 @@ fn replay(llama: &Llama, endpoint: &str) -> Vec<RequestRecord> {
         .collect()
 }
 
-/// Exact output lengths, usage-reported prompt and cached tokens, and prefix reuse across a session's steps.
-fn check_sessions(records: &[RequestRecord], endpoint: &str) {
+/// Exact output lengths, usage-reported prompt and cached tokens, and prefix reuse across a session's steps; returns
+/// the median of realized/designed prompt tokens.
+fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
     assert_eq!(records.len(), 6, "{endpoint}: 2 sessions × 3 steps");
     for r in records {
         assert!(r.ok, "{endpoint}: request failed: {:?}", r.error);
-        assert_eq!(
-            r.gen_tokens, r.asked_tokens,
-            "{endpoint}: the server must generate exactly the asked length"
-        );
+        // llama.cpp's Anthropic converter does not pass `ignore_eos` on: a reply on /v1/messages can end early
+        // (docs/replay.md), never run long.
+        if endpoint == "messages" {
+            assert!(r.gen_tokens <= r.asked_tokens, "{endpoint}: longer than asked");
+        } else {
+            assert_eq!(
+                r.gen_tokens, r.asked_tokens,
+                "{endpoint}: the server must generate exactly the asked length"
+            );
+        }
         assert_ne!(
             r.usage_source,
             UsageSource::Missing,
@@ -212,14 +219,14 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) {
     );
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
-    // Measured here over runs: 1.004 to 1.066 (the nonce changes the filler; 6 records per route). The goal is 1 %
-    // (issue #17, open): the samples /tokenize counts are not the sessions' exact text (task line, tool output, the
-    // chat template). 15 % still fails by far without matching: unmatched, this tokenizer counts 1.2-1.5x.
-    let tolerance = 0.15;
-    eprintln!("{endpoint}: realized/designed prompt tokens, median {median:.4}");
+    // The goal of issue #17: the median within 1 %. The filler is balanced (whole passes over the corpus, so a
+    // prompt's count does not depend on the draw) and each tool output absorbs what the server added to the prompt
+    // before it (chat template, tool header, the reply re-tokenized): docs/replay.md, "Tokenizer matching".
+    // Unmatched, this tokenizer counts 1.2-1.5x.
+    eprintln!("{endpoint}: realized/designed prompt tokens {ratios:.4?}, median {median:.4}");
     assert!(
-        (median - 1.0).abs() < tolerance,
-        "{endpoint}: realized/designed prompt tokens median {median:.3}"
+        (median - 1.0).abs() <= 0.01,
+        "{endpoint}: realized/designed prompt tokens median {median:.4} (goal: within 1 %; all: {ratios:.4?})"
     );
     for r in records.iter().filter(|r| r.step > 0) {
         let prev = records
@@ -243,16 +250,20 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) {
             "{endpoint}: the conversation grows"
         );
     }
+    median
 }
 
 #[test]
-fn sessions_through_completions_and_chat_have_exact_lengths_and_reuse_the_prefix() {
+fn sessions_through_every_route_have_exact_lengths_designed_prompts_and_reuse_the_prefix() {
     let Some((server, model)) = paths() else { return };
     let llama = start(&server, &model, 2);
-    for endpoint in ["completions", "chat"] {
+    // Every dialect route llama.cpp speaks: its prompt as sent, its chat template, its Anthropic Messages converter.
+    let mut medians = Vec::new();
+    for endpoint in ["completions", "chat", "messages"] {
         let records = replay(&llama, endpoint);
-        check_sessions(&records, endpoint);
+        medians.push((endpoint, check_sessions(&records, endpoint)));
     }
+    eprintln!("realized/designed prompt tokens, median per route: {medians:.4?}");
 }
 
 /// Runs the binary; `Err(stderr)` when it fails.
@@ -351,6 +362,38 @@ fn calibrate_and_predict_against_the_real_server() {
         shared::engine::profile::Scheduler::LlamaCpp,
         "{text}"
     );
+    // `--from` the probe's own files, no flags: the limits come from their scrape sidecars, as /props gave them.
+    let from: Vec<String> = std::fs::read_dir(cal.join("probe"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .flat_map(|p| ["--from".to_string(), p.display().to_string()])
+        .collect();
+    let refit = tmp("refit");
+    let mut args = vec!["calibrate", "--out", refit.to_str().unwrap_or_default()];
+    args.extend(from.iter().map(String::as_str));
+    run_ok(&llama, &args);
+    let text2 = std::fs::read_to_string(refit.join("profile.json")).unwrap_or_default();
+    let refitted = shared::engine::EngineProfile::from_json(&text2).unwrap_or_else(|e| panic!("{e}: {text2}"));
+    assert_eq!(
+        (
+            refitted.max_num_seqs,
+            refitted.max_model_len,
+            refitted.num_kv_blocks,
+            refitted.max_num_batched_tokens,
+            refitted.scheduler
+        ),
+        (
+            profile.max_num_seqs,
+            profile.max_model_len,
+            profile.num_kv_blocks,
+            profile.max_num_batched_tokens,
+            profile.scheduler
+        ),
+        "{}",
+        refitted.basis
+    );
+    assert!(refitted.basis.contains("llama.cpp /props (from "), "{}", refitted.basis);
     // Every coefficient finite and >= 0 (validate checks that too), with a finite standard error; the decode
     // step and the prefill rate positive.
     for (name, c) in fit["coefficients"].as_object().into_iter().flatten() {

@@ -193,6 +193,14 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
     let server = sidecar(&out_s, "server");
     assert_eq!(server["report"]["family"], "vllm");
     assert!(server["snapshots"].as_array().map_or(0, Vec::len) >= 2);
+    // What the server said of its limits, for `calibrate --from`: the sim-server's vLLM-style cache_config_info.
+    assert!(
+        server["limits"]["cache_config_info"]
+            .as_str()
+            .is_some_and(|l| l.starts_with("vllm:cache_config_info{") && l.contains("num_gpu_blocks=")),
+        "{}",
+        server["limits"]
+    );
     let meta = sidecar(&out_s, "summary");
     assert_eq!(meta["http_client"], hc);
     if hc == "hyper" {

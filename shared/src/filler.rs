@@ -291,6 +291,12 @@ impl FillerStream {
         words(self.scale.words(tokens, kind), kind, &mut self.rng)
     }
 
+    /// [`Self::text`] in whole shuffled passes over the corpus ([`balanced_words`]): a tokenizer counts the same
+    /// tokens of it whatever the draw, up to the words of its last pass (what tokenizer-matched sessions send).
+    pub fn balanced_text(&mut self, tokens: u64, kind: FillerKind) -> String {
+        balanced_words(self.scale.words(tokens, kind), kind, &mut self.rng)
+    }
+
     /// The underlying generator, for a caller that wants to draw other content from the same stream.
     pub fn rng(&mut self) -> &mut FillerRng {
         &mut self.rng

@@ -18,6 +18,8 @@ use shared::engine::profile::{HostCache, Scheduler};
 use shared::record::RequestRecord;
 
 use crate::replay::dialect::Dialect;
+use crate::replay::limits::ServerLimits;
+use crate::replay::prom::ServerReport;
 use crate::replay::records::read_records;
 use crate::replay::runner::PlannedRequest;
 use crate::replay::{self, Hooks, ReplaySettings, TargetSettings, Traffic};
@@ -383,30 +385,238 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
     Ok(all)
 }
 
-/// Records of `--from` files, each file shifted after the previous one in time (they were separate runs).
-pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<(Vec<RequestRecord>, Vec<String>)> {
-    let mut all = Vec::new();
-    let mut notes = Vec::new();
+/// What `--from` read: every run's records (each file shifted after the previous one in time: they were separate
+/// runs), notes, the limits their scrape sidecars told, and each run's facts for [`check_runs`].
+#[derive(Debug, Default)]
+pub struct Runs {
+    pub records: Vec<RequestRecord>,
+    pub notes: Vec<String>,
+    /// The limits of the first sidecar that holds any (`RUN.jsonl.server.json`'s `limits`).
+    pub discovered: Discovered,
+    pub facts: Vec<RunFacts>,
+}
+
+/// One `--from` run, as [`check_runs`] compares it with the limits and the server's counters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFacts {
+    pub path: PathBuf,
+    /// Most requests between their first token and their end at one instant (decoding together).
+    pub peak_decoding: usize,
+    /// Σ generated tokens of every record (cut ones included), Σ prompt and Σ cached tokens of the ok ones.
+    pub gen_tokens: u64,
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// The sidecar's server-side report (`/metrics` over the run), when there is one.
+    pub server: Option<ServerReport>,
+}
+
+/// What a run's scrape sidecar says ([`read_sidecar`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sidecar {
+    /// Its `limits`, read as `--url` reads the live server's (sources name the file).
+    pub discovered: Discovered,
+    /// Its `report`: the server's `/metrics` over the run.
+    pub report: Option<ServerReport>,
+}
+
+/// The scrape sidecar of `run` (`RUN.jsonl.server.json`): its limits and server report. `Ok(None)` with a note
+/// when it is missing or unreadable; `Err` naming the file when it is not a sidecar's JSON.
+pub fn read_sidecar(run: &Path, notes: &mut Vec<String>) -> anyhow::Result<Option<Sidecar>> {
+    let path = replay::summary::sidecar(run, "server.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            notes.push(if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "{}: no scrape sidecar {} (the server's limits and counters unknown)",
+                    run.display(),
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{}: scrape sidecar {} unreadable ({e}): not used",
+                    run.display(),
+                    path.display()
+                )
+            });
+            return Ok(None);
+        }
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("scrape sidecar {}: not JSON", path.display()))?;
+    anyhow::ensure!(v.is_object(), "scrape sidecar {}: not a JSON object", path.display());
+    let report = match v.get("report") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(r) => Some(
+            serde_json::from_value::<ServerReport>(r.clone())
+                .with_context(|| format!("scrape sidecar {}: field `report`", path.display()))?,
+        ),
+    };
+    let limits: ServerLimits = match v.get("limits") {
+        None | Some(serde_json::Value::Null) => ServerLimits::default(),
+        Some(l) => serde_json::from_value(l.clone())
+            .with_context(|| format!("scrape sidecar {}: field `limits`", path.display()))?,
+    };
+    let mut d = Discovered::default();
+    if let Some(props) = &limits.props {
+        parse_props(props, &mut d);
+    }
+    if let Some(line) = &limits.cache_config_info {
+        parse_cache_config(line, &mut d);
+    }
+    if d.sources.is_empty() {
+        notes.push(format!(
+            "{}: the scrape sidecar holds no limits (the server said none, or the run predates them)",
+            path.display()
+        ));
+    }
+    let name = path
+        .file_name()
+        .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    for src in &mut d.sources {
+        *src = format!("{src} (from {name})");
+    }
+    Ok(Some(Sidecar { discovered: d, report }))
+}
+
+/// Most intervals `[first token, end]` open at one instant.
+fn peak_decoding(records: &[RequestRecord]) -> usize {
+    let mut ev: Vec<(f64, i32)> = records
+        .iter()
+        .filter(|r| r.ok)
+        .filter_map(|r| r.ttft_s.map(|t| (r.t_submit + t, r.t_submit + r.wall_s)))
+        .flat_map(|(a, b)| [(a, 1), (b, -1)])
+        .collect();
+    // Ends before starts at the same instant: back-to-back requests do not overlap.
+    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, d) in ev {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak.max(0) as usize
+}
+
+/// Reads the `--from` runs and their scrape sidecars.
+pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
+    let mut out = Runs::default();
     for p in paths {
         let (recs, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
         if !bad.is_empty() {
-            notes.push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
+            out.notes
+                .push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
         }
-        let sidecar = replay::summary::sidecar(p, "server");
-        if sidecar.exists() {
-            notes.push(format!("{}: scrape sidecar {} present", p.display(), sidecar.display()));
-        }
-        let offset = all
+        let server = match read_sidecar(p, &mut out.notes)? {
+            Some(Sidecar { discovered: d, report }) => {
+                if out.discovered.sources.is_empty() {
+                    out.discovered = d;
+                } else if !d.sources.is_empty() && !same_limits(&d, &out.discovered) {
+                    out.notes.push(format!(
+                        "{}: its sidecar's limits differ from the first run's ({d:?}); the first run's are used",
+                        p.display()
+                    ));
+                }
+                report
+            }
+            None => None,
+        };
+        let ok = || recs.iter().filter(|r| r.ok);
+        out.facts.push(RunFacts {
+            path: p.clone(),
+            peak_decoding: peak_decoding(&recs),
+            // Every record counts what it received, a cut one too (the server counted those tokens).
+            gen_tokens: recs.iter().map(|r| r.gen_tokens).sum(),
+            prompt_tokens: ok().filter_map(|r| r.prompt_tokens).sum(),
+            cached_tokens: ok().filter_map(|r| r.cached_tokens).sum(),
+            server,
+        });
+        let offset = out
+            .records
             .iter()
             .map(|r: &RequestRecord| r.t_submit + r.wall_s)
             .fold(0.0, f64::max)
             + 1.0;
-        all.extend(recs.into_iter().map(|mut r| {
+        out.records.extend(recs.into_iter().map(|mut r| {
             r.t_submit += offset;
             r
         }));
     }
-    Ok((all, notes))
+    Ok(out)
+}
+
+fn same_limits(a: &Discovered, b: &Discovered) -> bool {
+    (
+        a.max_num_seqs,
+        a.block_size,
+        a.num_kv_blocks,
+        a.max_model_len,
+        a.max_num_batched_tokens,
+    ) == (
+        b.max_num_seqs,
+        b.block_size,
+        b.num_kv_blocks,
+        b.max_model_len,
+        b.max_num_batched_tokens,
+    )
+}
+
+/// Below / above these shares of the records' generated tokens, a sidecar's counters did not see this run alone.
+const COUNTER_LOW: f64 = 0.9;
+const COUNTER_HIGH: f64 = 1.1;
+/// A server-side prefix-cache hit rate further than this from the records' cached share is noted.
+const HIT_RATE_GAP: f64 = 0.10;
+
+/// What the runs' records and sidecars say against the profile's limits: notes for `fit.json`, one per finding.
+/// - more requests decoding at once than `max_num_seqs` (the limits are not this server's, or the flag is wrong);
+/// - the server's own `running` gauge above `max_num_seqs`;
+/// - the server's generated-token counter off the records' sum by more than 10 % (other traffic shared the server,
+///   whose timings are then in the fit, or the sidecar is not this run's);
+/// - the server's prefix-cache hit rate more than 10 points from the records' cached share.
+pub fn check_runs(facts: &[RunFacts], p: &EngineProfile) -> Vec<String> {
+    let mut notes = Vec::new();
+    for f in facts {
+        let name = f.path.display();
+        if f.peak_decoding > p.max_num_seqs as usize {
+            notes.push(format!(
+                "{name}: {} requests decoded at once, more than max_num_seqs {}: the limits are not this server's",
+                f.peak_decoding, p.max_num_seqs
+            ));
+        }
+        let Some(s) = &f.server else { continue };
+        if let Some(m) = s.running_max
+            && m > f64::from(p.max_num_seqs)
+        {
+            notes.push(format!(
+                "{name}: the server reported {m} requests running, more than max_num_seqs {}",
+                p.max_num_seqs
+            ));
+        }
+        if let Some(g) = s.generation_tokens
+            && f.gen_tokens > 0
+        {
+            let share = g / f.gen_tokens as f64;
+            if share > COUNTER_HIGH {
+                notes.push(format!(
+                    "{name}: the server generated {share:.2}x the records' tokens during the run: other traffic shared it, and its timings are in the fit"
+                ));
+            } else if share < COUNTER_LOW {
+                notes.push(format!(
+                    "{name}: the server's counters saw {share:.2}x the records' generated tokens: the sidecar may not be this run's"
+                ));
+            }
+        }
+        if let Some(h) = s.prefix_cache_hit_rate
+            && f.prompt_tokens > 0
+        {
+            let share = f.cached_tokens as f64 / f.prompt_tokens as f64;
+            if (h - share).abs() > HIT_RATE_GAP {
+                notes.push(format!(
+                    "{name}: the server's prefix-cache hit rate {h:.3} differs from the records' cached share {share:.3}"
+                ));
+            }
+        }
+    }
+    notes
 }
 
 fn write_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -417,6 +627,7 @@ fn write_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
 /// Everything `calibrate` does, returning the fit (tests call this).
 pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let mut facts = Vec::new();
     let (records, mut notes, d) = match &a.url {
         Some(url) => {
             let d = discover(url, a.api_key.as_deref()).await;
@@ -424,12 +635,14 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
             (probe(a, url, &d, &lp).await?, Vec::new(), d)
         }
         None => {
-            let (r, n) = read_runs(&a.from)?;
-            anyhow::ensure!(!r.is_empty(), "--from: no records in {:?}", a.from);
-            (r, n, Discovered::default())
+            let runs = read_runs(&a.from)?;
+            anyhow::ensure!(!runs.records.is_empty(), "--from: no records in {:?}", a.from);
+            facts = runs.facts;
+            (runs.records, runs.notes, runs.discovered)
         }
     };
     let lp = limits(a, &d)?;
+    notes.extend(check_runs(&facts, &lp));
     let batch_kv = match a.batch_kv {
         Choice::Auto => None,
         Choice::On => Some(true),

@@ -23,6 +23,8 @@
 //! - [`rxstamp`]: kernel receive timestamps (`SO_TIMESTAMPNS`) for the hyper path's frame times.
 //! - [`sse`]: the `text/event-stream` decoder (zero-copy; checked against the `sse-stream` crate in its tests).
 //! - [`prom`]: `/metrics` scraping and the server-side report.
+//! - [`limits`]: what the server says about its limits (llama.cpp `/props`, vLLM `cache_config_info`), kept in
+//!   `<out>.server.json` for `calibrate --from`.
 //! - [`progress`]: the live progress line.
 //! - [`tokenizer`]: measuring the target's tokenizer before a run (`--match-tokenizer`), so filler is sized for it.
 
@@ -31,6 +33,7 @@ pub mod conversation;
 pub mod dialect;
 pub mod fleet;
 pub mod h1;
+pub mod limits;
 pub mod progress;
 pub mod prom;
 pub mod records;

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use super::client::{self, Client, ClientConfig, HttpClient, LiveCounters};
 use super::dialect::Dialect;
 use super::fleet::{LiveRouter, ROUTE_BLOCK_TOKENS};
+use super::limits;
 use super::progress::Progress;
 use super::prom::{Scraper, ServerReport};
 use super::records::{RecordObserver, RecordSink};
@@ -276,6 +277,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         ));
     }
     let scale = tokenizer.scale();
+    let match_prompts = matches!(tokenizer.source, "tokenize" | "usage");
     // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
     // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
     // A shard holds about its share of the plan's streams.
@@ -300,6 +302,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         .metrics_url
         .clone()
         .map(|u| Scraper::new(http.clone(), u, Instant::now()));
+    let mut server_limits = None;
     if let Some(sc) = &scraper {
         let first = sc.scrape().await;
         if let Some(e) = &first.error {
@@ -308,6 +311,15 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                 sc.url()
             ));
         }
+        // What the server says of its limits, kept beside the scrapes for `calibrate --from`.
+        let l = limits::fetch(
+            &http,
+            &client::origin_of(&s.target.url)?,
+            sc.url(),
+            s.target.api_key.as_deref(),
+        )
+        .await;
+        server_limits = (!l.is_empty()).then_some(l);
     }
     // The run's origin (t_submit 0, the simulator's t = 0): after the preparation above (dialect, tokenizer
     // probes, connection warm-up, the first scrape), so that a plan's first arrivals and session starts are sent
@@ -373,6 +385,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                     nonce,
                     max_fail_streak,
                     scale,
+                    match_prompts,
                     deadline: session_deadline,
                     tool_results,
                     shard,
@@ -472,6 +485,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                 interval_s: s.scrape_interval.as_secs_f64(),
                 report: ServerReport::from_snapshots(&snapshots),
                 snapshots,
+                limits: server_limits,
             };
             write_sidecar(&summary::sidecar(&s.out, "server.json"), &scrape, &note);
             Some(scrape)

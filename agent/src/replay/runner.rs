@@ -179,6 +179,38 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
     }
 }
 
+/// How a tokenizer-matched session sizes its tool outputs so that each prompt the server counts is the designed
+/// one. The server counts more than the filler it was sized for: the chat template around every message, the
+/// `[tool output]` header, the reply re-tokenized from its text. After step k the server's count `P_k` of a prompt
+/// designed at `D_k` tokens gives the excess `e_k = P_k − D_k`; the tool output that ends the next prompt is made
+/// `e_k + ô` tokens shorter, `ô` the per-step overhead seen last (`e_k − e_{k−1} + c_{k−1}`, `c` the correction
+/// applied), so the excess does not accumulate over the steps. A step without usage leaves the size as designed.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ToolSizing {
+    /// The previous step's excess and the correction applied after it.
+    last: Option<(i64, i64)>,
+    /// The per-step overhead seen last.
+    overhead: i64,
+}
+
+impl ToolSizing {
+    /// Tokens of the tool output to send after a step whose prompt the server counted `excess` tokens over its
+    /// design (`None`: no usage), for a designed `tool_tokens`.
+    pub fn next(&mut self, excess: Option<i64>, tool_tokens: u64) -> u64 {
+        let Some(e) = excess else {
+            self.last = None;
+            return tool_tokens;
+        };
+        if let Some((prev_e, prev_c)) = self.last {
+            self.overhead = e - prev_e + prev_c;
+        }
+        let c = e + self.overhead;
+        let tokens = (tool_tokens as i64 - c).max(0);
+        self.last = Some((e, tool_tokens as i64 - tokens));
+        tokens as u64
+    }
+}
+
 /// Sleep `d`, or return early (false) when `token` is cancelled.
 async fn sleep_or(token: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
@@ -198,6 +230,9 @@ pub struct SessionRun {
     pub max_fail_streak: u32,
     /// Sizes the filler for the target's tokenizer ([`TokenScale::ONE`]: the seed's word counts).
     pub scale: TokenScale,
+    /// The target's tokenizer was measured (`--match-tokenizer`): sessions send balanced filler and size each tool
+    /// output so that the next prompt the server counts is the designed one ([`ToolSizing`]).
+    pub match_prompts: bool,
     /// No new instance starts after this.
     pub deadline: Instant,
     /// How tool outputs are sent on `chat` and `messages` (`--tool-results`; `/v1/completions` sends the flat text).
@@ -271,7 +306,14 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
     let mut filler = Filler::new(run.seed, run.nonce)
         .with_scale(run.scale)
         .stream(slot, inst);
-    let mut convo = Conversation::new(filler.text(plan.base_tokens, FillerKind::for_slot(slot)), TASK_LINE);
+    let base_kind = FillerKind::for_slot(slot);
+    let base = if run.match_prompts {
+        filler.balanced_text(plan.base_tokens, base_kind)
+    } else {
+        filler.text(plan.base_tokens, base_kind)
+    };
+    let mut convo = Conversation::new(base, TASK_LINE);
+    let mut sizing = ToolSizing::default();
     if ctx.verbose {
         (ctx.log)(&format!(
             "[s{slot}#{inst}] base ~{} tokens, {} steps",
@@ -335,7 +377,16 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
         }
         // The reply and a synthetic tool result both become part of the next prompt (one more assistant message and
         // tool output on chat and messages; the seed's appended text on completions).
-        let tool = filler.text(u64::from(plan.tool_tokens), FillerKind::Code);
+        let tool = if run.match_prompts {
+            let excess = o
+                .usage
+                .prompt_tokens
+                .map(|p| p as i64 - plan.prompt_tokens(step) as i64);
+            let tokens = sizing.next(excess, u64::from(plan.tool_tokens));
+            filler.balanced_text(tokens, FillerKind::Code)
+        } else {
+            filler.text(u64::from(plan.tool_tokens), FillerKind::Code)
+        };
         convo.push_turn(&o.text, &tool);
         let think = plan.think_s.get(step as usize).copied().unwrap_or(0.0).max(0.0);
         if think > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think)).await {
@@ -538,4 +589,31 @@ pub async fn run_closed_loop(
         });
     }
     while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ToolSizing;
+
+    /// A server that adds `o` tokens per step (template, header) and counted the base `e0` over its design: the
+    /// first tool output absorbs the base's excess, the later ones the per-step overhead too, so from the third
+    /// prompt on the excess is 0.
+    #[test]
+    fn tool_outputs_absorb_the_excess() {
+        let (tool, o, e0) = (200u64, 12i64, 30i64);
+        let mut s = ToolSizing::default();
+        let mut e = e0;
+        let mut excesses = vec![e];
+        for _ in 0..5 {
+            let sent = s.next(Some(e), tool);
+            // Next prompt: this one + reply (as designed) + overhead + the tool output sent (designed: `tool`).
+            e += o + sent as i64 - tool as i64;
+            excesses.push(e);
+        }
+        assert_eq!(excesses, vec![30, 12, 0, 0, 0, 0]);
+        // No usage: as designed; a huge excess never makes a negative size.
+        assert_eq!(s.next(None, tool), tool);
+        assert_eq!(ToolSizing::default().next(Some(10_000), tool), 0);
+        assert_eq!(ToolSizing::default().next(Some(-50), tool), 250);
+    }
 }

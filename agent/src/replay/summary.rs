@@ -18,6 +18,7 @@ use shared::metrics::{Slo, Summary};
 use super::client::{Endpoint, HttpClient};
 use super::conversation::ToolResults;
 use super::dialect::Dialect;
+use super::limits::ServerLimits;
 use super::prom::{ServerReport, Snapshot};
 use super::tokenizer::TokenizerReport;
 
@@ -174,6 +175,10 @@ pub struct ServerScrape {
     pub interval_s: f64,
     pub report: ServerReport,
     pub snapshots: Vec<Snapshot>,
+    /// What the server said about its limits before the run (llama.cpp `/props`, vLLM's `cache_config_info`), for
+    /// `loadshape calibrate --from`; absent when it said nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ServerLimits>,
 }
 
 /// Pretty JSON with every object's keys sorted (see the module docs).
