@@ -169,7 +169,7 @@ pub enum ServerMsg {
     CapacityLevel {
         run_id: String,
         index: u32,
-        level: LiveLevel,
+        level: Box<LiveLevel>,
     },
     /// Event: a capacity search ended; `report` is its `capacity.json` (what `loadshape capacity --json` prints
     /// for a live search). The final `run_state` follows.

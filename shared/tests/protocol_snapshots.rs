@@ -257,11 +257,11 @@ fn server_examples() -> Vec<ServerMsg> {
         ServerMsg::CapacityLevel {
             run_id: "r1764499200000-3f2a".into(),
             index: 0,
-            level: LiveLevel {
+            level: Box::new(LiveLevel {
                 level: level(4.0, true),
                 records: vec!["level-01-4.jsonl".into()],
                 runs: vec![LevelRun::of("level-01-4.jsonl", &level(4.0, true))],
-            },
+            }),
         },
         ServerMsg::CapacityResult {
             run_id: "r1764499200000-3f2a".into(),

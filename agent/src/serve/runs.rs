@@ -181,7 +181,7 @@ impl RunSink {
         let msg = Arc::new(ServerMsg::CapacityLevel {
             run_id,
             index: index as u32,
-            level: level.clone(),
+            level: Box::new(level.clone()),
         });
         let mut log = self.run.log.lock().expect("run log lock");
         log.events.push(msg.clone());
