@@ -139,6 +139,8 @@ impl EngineHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let metrics = Arc::new(EngineMetrics::default());
         let block_size = engine.block_size();
+        // Report from the first scrape on (an idle engine's KV use is 0, its preemptions 0).
+        metrics.observe(&*engine);
         tokio::spawn(drive(engine, speed, rx, metrics.clone()));
         EngineHandle {
             tx,
