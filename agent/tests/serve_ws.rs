@@ -1193,6 +1193,7 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
         other => panic!("{other:?}"),
     }
 
+    let began = std::time::Instant::now();
     send(&mut ws, start(4, scenario, "sim", CapacityOptions::default())).await;
     let (run, simulated, guided) = match recv(&mut ws).await {
         ServerMsg::CapacityStarted {
@@ -1236,6 +1237,19 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
         }
     };
     assert_eq!(state.state, RunState::Finished, "{:?}", state.error);
+    // The figure docs/capacity.md quotes (printed, never asserted: `-- --nocapture`).
+    println!(
+        "live capacity search through serve: {} levels ({}) in {:.1} s; KV peak {:?}; preemptions {:?}",
+        levels.len(),
+        levels
+            .iter()
+            .map(|l| format!("{} {}", l.level.load, if l.level.pass { "pass" } else { "fail" }))
+            .collect::<Vec<_>>()
+            .join(", "),
+        began.elapsed().as_secs_f64(),
+        levels.iter().map(|l| l.level.engine.kv_peak_use).collect::<Vec<_>>(),
+        levels.iter().map(|l| l.level.engine.preemptions).collect::<Vec<_>>(),
+    );
     let report = report.expect("a capacity_result before the final run_state");
     let capacity = report["capacity"].as_f64().expect("a capacity");
     assert!(
@@ -1257,6 +1271,17 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
         let lines = std::fs::read_to_string(dir.join(&l.records[0])).unwrap();
         counted += lines.lines().count() as u64;
         assert!(l.level.scored > 0, "{l:?}");
+        // The sim target reports KV use and preemptions on /metrics: every live level carries them.
+        assert!(
+            l.level.engine.kv_peak_use.is_some_and(|u| u > 0.0 && u <= 1.0),
+            "{:?}",
+            l.level.engine
+        );
+        assert_eq!(
+            l.level.engine.preemptions,
+            Some(0),
+            "20,000 KV blocks: nothing is preempted"
+        );
     }
     assert_eq!(state.records, counted);
     let stored: serde_json::Value =
