@@ -131,7 +131,10 @@ fn parse_goal(a: &Args, slo: &metrics::Slo) -> anyhow::Result<Goal> {
 /// simulator.
 fn resolve(a: &Args) -> anyhow::Result<lib::Plan> {
     let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {}", a.scenario.display()))?;
-    let scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.scenario.display()))?;
+    let mut scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.scenario.display()))?;
+    // A trace workload's file (`path`) is read now, relative to the scenario file.
+    crate::tracefile::load_traces(&mut scenario, Some(&a.scenario))
+        .with_context(|| a.scenario.display().to_string())?;
     let Scenario::Engine(e) = scenario else {
         anyhow::bail!(
             "{}: model must be \"engine\" for a capacity search (the seed model has no knob to scale)",
