@@ -292,3 +292,91 @@ pub fn LiveCapacityCard(capacity: RwSignal<Option<LiveCapacity>>) -> impl IntoVi
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use shared::capacity::{Goal, Knob, LevelRun, Per, Saturation, Strategy};
+    use shared::metrics::Summary;
+
+    use super::*;
+
+    fn level(load: f64, pass: bool) -> LiveLevel {
+        let level = Level {
+            load,
+            pass,
+            attainment: if pass { 1.0 } else { 0.4 },
+            summary: Summary {
+                completed: 30,
+                goodput_rps: load,
+                ..Summary::default()
+            },
+            saturation: Saturation::Stable,
+            engine: shared::capacity::EngineSide {
+                kv_peak_use: Some(0.1),
+                preemptions: None,
+            },
+            scored: 30,
+            excluded: 10,
+            window_s: (1.0, 9.0),
+            stopped_early: false,
+        };
+        LiveLevel {
+            runs: vec![LevelRun::of("level-01-4.jsonl", &level)],
+            records: vec!["level-01-4.jsonl".into()],
+            level,
+        }
+    }
+
+    #[test]
+    fn levels_stream_in_once_each_and_the_report_ends_the_search() {
+        let goal = Goal {
+            ttft_ms: Some(300.0),
+            tpot_ms: None,
+            e2e_ms: None,
+            attainment: 0.95,
+            per: Per::Request,
+        };
+        let simulated = CapacityReport {
+            knob: Knob::Users,
+            capacity: Some(4.0),
+            resolution: 1.0,
+            goal,
+            strategy: Strategy::Doubling { start: 2.0 },
+            levels: vec![level(2.0, true).level, level(4.0, true).level, level(8.0, false).level],
+            notes: Vec::new(),
+        };
+        let mut c = LiveCapacity::started("r1".into(), &simulated, true);
+        assert_eq!((c.knob.as_str(), c.simulated_capacity), ("users", Some(4.0)));
+        c.push(0, &level(4.0, true));
+        // A resubscription resends level 0; a level out of order is not taken.
+        c.push(0, &level(4.0, true));
+        c.push(2, &level(6.0, false));
+        c.push(1, &level(5.0, false));
+        assert_eq!(
+            c.levels.iter().map(|l| l.level.load).collect::<Vec<_>>(),
+            vec![4.0, 5.0]
+        );
+        assert!(c.result.is_none());
+        let report = serde_json::json!({
+            "capacity": 4.0, "knob": "users", "levels_run": 2, "guided": true, "simulated_capacity": 4.0,
+            "simulated_levels": serde_json::to_value(&simulated.levels).unwrap_or_default(),
+            "levels": serde_json::to_value(vec![level(4.0, true), level(5.0, false)]).unwrap_or_default(),
+            "unguided_levels_simulated": 5, "notes": ["a note"]
+        });
+        c.finish(&report);
+        let r = c.result.clone().unwrap_or_else(|| panic!("finished"));
+        assert_eq!(
+            (r.capacity, r.levels_run, r.unguided_levels_simulated),
+            (Some(4.0), 2, Some(5))
+        );
+        assert_eq!(r.notes, vec!["a note".to_string()]);
+        // Reopened after the end: the report alone gives both sides.
+        let again = LiveCapacity::from_report("r1".into(), &report);
+        assert_eq!(again.levels, c.levels);
+        assert_eq!(again.simulated_levels, simulated.levels);
+        assert_eq!((again.simulated_capacity, again.guided), (Some(4.0), true));
+    }
+}
