@@ -3,6 +3,7 @@
 //! [`Cli`] is the parsed command line and [`run`] executes it, so tests can drive the whole binary in-process.
 //! Each subcommand lives in its own module under [`cmd`] with an `Args` struct and a `run` function.
 
+pub mod capacity;
 pub mod cmd;
 pub mod replay;
 pub mod serve;

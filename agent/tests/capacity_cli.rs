@@ -312,3 +312,48 @@ async fn live_rate_search_matches_the_simulator_within_a_step() {
     );
     assert_eq!(record_files(&out) as u64, v["levels_run"].as_u64().unwrap_or(0));
 }
+
+/// A trace workload read from its file (`path`, Mooncake JSONL) is searched by its speed-up, 1 / `time_scale`.
+#[tokio::test]
+async fn a_trace_file_is_searched_by_its_speedup() {
+    let dir = tmp("trace");
+    let rows: Vec<String> = (0..200)
+        .map(|i| {
+            format!(
+                r#"{{"timestamp": {}, "input_length": 256, "output_length": 20, "hash_ids": [{i}]}}"#,
+                i * 250
+            )
+        })
+        .collect();
+    std::fs::write(dir.join("trace.jsonl"), rows.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
+    let s = write_scenario(&dir, json!({"kind": "trace", "path": "trace.jsonl"}));
+    let s = s.to_str().unwrap_or("");
+    let v = capacity::capacity(&args(&[
+        "--scenario",
+        s,
+        "--simulate",
+        "--json",
+        "--goal",
+        "ttft_ms=300",
+    ]))
+    .await
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(v["knob"], "speedup");
+    let cap = v["capacity"].as_f64().unwrap_or_else(|| panic!("{v:#}"));
+    // 4 requests/s at the trace's own speed; 4 slots of ≈ 0.33 s requests serve at most ≈ 12 rps.
+    assert!(cap * 4.0 > 2.0 && cap * 4.0 < 13.0, "speed-up capacity {cap}");
+    let text = capacity::render(&v);
+    assert!(text.contains("capacity speedup = "), "{text}");
+    let e = capacity::capacity(&args(&["--scenario", s, "--simulate", "--knob", "rate_rps"]))
+        .await
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(e.starts_with("knob") && e.contains("\"speedup\""), "{e}");
+    let e = capacity::capacity(&args(&["--scenario", s, "--simulate", "--knob", "time_scale"]))
+        .await
+        .err()
+        .map(|e| format!("{e:#}"))
+        .unwrap_or_default();
+    assert!(e.contains("speedup") && e.contains("1 / time_scale"), "{e}");
+}

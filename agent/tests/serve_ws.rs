@@ -10,7 +10,7 @@ use loadshape::serve::driver::ReplayDriver;
 use loadshape::serve::runs::{BoxFuture, Driver, RunSink};
 use loadshape::serve::store::RunStore;
 use loadshape::serve::{AppState, Runs, Target, allowed_hosts, app};
-use shared::protocol::{ClientMsg, ErrorCode, Limits, PROTOCOL_VERSION, RunState, ServerMsg};
+use shared::protocol::{CapacityOptions, ClientMsg, ErrorCode, Limits, PROTOCOL_VERSION, RunState, ServerMsg};
 use shared::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -1102,4 +1102,287 @@ async fn open_loop_workloads_are_bounded_by_rate_and_requests_in_flight() {
         "seed": 1, "counterfactuals": false
     });
     assert_eq!(validate(&mut ws, closed).await, None);
+}
+
+/// The engine of `capacity_cli.rs`: at most 4 sequences, ≈ 0.65 s a request, so with a 300 ms TTFT target a 5th
+/// concurrent user waits about a whole request for a slot: the capacity is 4 users, live and simulated.
+fn knee_profile() -> serde_json::Value {
+    serde_json::json!({
+        "name": "knee", "basis": "test", "block_size": 16, "num_kv_blocks": 20000, "max_num_seqs": 4,
+        "max_num_batched_tokens": 8192, "step_fixed_ms": 15.0, "per_seq_ms": 0.5,
+        "per_ctx_token_ms": 0.0, "prefill_tokens_per_ms": 20.0, "prefill_fixed_ms": 5.0
+    })
+}
+
+/// The page's "find capacity live": `start_capacity` on the configured `sim` target (a sim-server emulating the
+/// scenario's own profile in real time), levels streamed as `capacity_level` events, the report as
+/// `capacity_result`, then the final `run_state`; the run folder holds a record file per level and
+/// `capacity.json`, as `loadshape capacity --out` writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_capacity_search_streams_its_levels_and_its_result() {
+    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
+    let config = loadshape::sim_server::Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
+        ..Default::default()
+    };
+    tokio::spawn(loadshape::sim_server::serve(
+        sim_listener,
+        config,
+        std::future::pending(),
+    ));
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(60.0),
+        max_in_flight: None,
+    });
+    let agent = start_agent_with(tempdir("capacity"), Target::sim(sim_url), driver).await;
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "closed_loop", "users": 2, "num_requests": 40,
+                     "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}},
+        "profile": knee_profile(),
+        "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0},
+        "seed": 3,
+        "counterfactuals": false
+    });
+    let mut ws = connect(&agent).await;
+
+    // Refusals: a target the operator did not configure, a seed scenario, a knob the workload lacks.
+    let start =
+        |id: u64, scenario: serde_json::Value, target: &str, options: CapacityOptions| ClientMsg::StartCapacity {
+            id,
+            scenario,
+            target: target.into(),
+            options,
+        };
+    send(&mut ws, start(1, scenario.clone(), "gpu1", CapacityOptions::default())).await;
+    assert!(
+        matches!(
+            recv(&mut ws).await,
+            ServerMsg::Error {
+                id: 1,
+                code: ErrorCode::UnknownTarget,
+                ..
+            }
+        ),
+        "only configured targets"
+    );
+    let seed: serde_json::Value = serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap();
+    send(&mut ws, start(2, seed, "sim", CapacityOptions::default())).await;
+    match recv(&mut ws).await {
+        ServerMsg::Error {
+            id: 2,
+            code: ErrorCode::InvalidScenario,
+            message,
+        } => assert!(message.contains("engine"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    let sessions = CapacityOptions {
+        knob: Some(shared::capacity::Knob::Sessions),
+        ..CapacityOptions::default()
+    };
+    send(&mut ws, start(3, scenario.clone(), "sim", sessions)).await;
+    match recv(&mut ws).await {
+        ServerMsg::Error {
+            id: 3,
+            code: ErrorCode::InvalidScenario,
+            message,
+        } => assert!(
+            message.starts_with("knob") && message.contains("\"users\""),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    let began = std::time::Instant::now();
+    send(&mut ws, start(4, scenario, "sim", CapacityOptions::default())).await;
+    let (run, simulated, guided) = match recv(&mut ws).await {
+        ServerMsg::CapacityStarted {
+            id: 4,
+            run,
+            simulated,
+            guided,
+        } => (run, simulated, guided),
+        other => panic!("expected capacity_started, got {other:?}"),
+    };
+    assert_eq!(run.kind, shared::protocol::RunKind::Capacity);
+    assert_eq!(run.state, RunState::Running);
+    assert_eq!(simulated.capacity, Some(4.0), "the simulated knee");
+    assert!(guided);
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 5,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let mut levels = Vec::new();
+    let mut report = None;
+    let state = loop {
+        match recv(&mut ws).await {
+            ServerMsg::CapacityLevel { run_id, index, level } => {
+                assert_eq!(run_id, run.run_id);
+                assert_eq!(index as usize, levels.len(), "levels arrive once each, in order");
+                assert!(report.is_none(), "levels come before the result");
+                levels.push(level);
+            }
+            ServerMsg::CapacityResult { run_id, report: r } => {
+                assert_eq!(run_id, run.run_id);
+                report = Some(r);
+            }
+            ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info,
+            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(state.state, RunState::Finished, "{:?}", state.error);
+    // The figure docs/capacity.md quotes (printed, never asserted: `-- --nocapture`).
+    println!(
+        "live capacity search through serve: {} levels ({}) in {:.1} s; KV peak {:?}; preemptions {:?}",
+        levels.len(),
+        levels
+            .iter()
+            .map(|l| format!("{} {}", l.level.load, if l.level.pass { "pass" } else { "fail" }))
+            .collect::<Vec<_>>()
+            .join(", "),
+        began.elapsed().as_secs_f64(),
+        levels.iter().map(|l| l.level.engine.kv_peak_use).collect::<Vec<_>>(),
+        levels.iter().map(|l| l.level.engine.preemptions).collect::<Vec<_>>(),
+    );
+    let report = report.expect("a capacity_result before the final run_state");
+    let capacity = report["capacity"].as_f64().expect("a capacity");
+    assert!(
+        (capacity - 4.0).abs() <= 1.0,
+        "live {capacity} vs simulated 4: {report:#}"
+    );
+    assert_eq!(report["levels_run"].as_u64(), Some(levels.len() as u64));
+    assert!(
+        levels.len() >= 2,
+        "a guided search runs at least the guess and one step: {levels:?}"
+    );
+    assert_eq!(levels[0].level.load, 4.0, "guided: starts at the simulated capacity");
+    assert_eq!(report["simulated_capacity"].as_f64(), Some(4.0));
+    // Every level's records were counted on the run, and kept in the run folder, a file per level.
+    let dir = agent.data_dir.join("runs").join(&run.run_id);
+    let mut counted = 0;
+    for l in &levels {
+        assert_eq!(l.records.len(), 1);
+        let lines = std::fs::read_to_string(dir.join(&l.records[0])).unwrap();
+        counted += lines.lines().count() as u64;
+        assert!(l.level.scored > 0, "{l:?}");
+        // The sim target reports KV use and preemptions on /metrics: every live level carries them.
+        assert!(
+            l.level.engine.kv_peak_use.is_some_and(|u| u > 0.0 && u <= 1.0),
+            "{:?}",
+            l.level.engine
+        );
+        assert_eq!(
+            l.level.engine.preemptions,
+            Some(0),
+            "20,000 KV blocks: nothing is preempted"
+        );
+    }
+    assert_eq!(state.records, counted);
+    let stored: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("capacity.json")).unwrap()).unwrap();
+    assert_eq!(stored, report);
+    // Reopened after it ended: the stored report, then the final state.
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 6,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    assert!(matches!(recv(&mut ws).await, ServerMsg::Subscribed { id: 6, .. }));
+    match recv(&mut ws).await {
+        ServerMsg::CapacityResult { report: r, .. } => assert_eq!(r, report),
+        other => panic!("expected the stored capacity_result, got {other:?}"),
+    }
+    match recv(&mut ws).await {
+        ServerMsg::RunState { run: info, .. } => assert_eq!(info.kind, shared::protocol::RunKind::Capacity),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// `stop_run` ends a capacity search: the running level is cut (its records kept), the report notes it, the run
+/// ends `stopped`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_search_can_be_stopped() {
+    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
+    let config = loadshape::sim_server::Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
+        ..Default::default()
+    };
+    tokio::spawn(loadshape::sim_server::serve(
+        sim_listener,
+        config,
+        std::future::pending(),
+    ));
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(60.0),
+        max_in_flight: None,
+    });
+    let agent = start_agent_with(tempdir("capacity-stop"), Target::sim(sim_url), driver).await;
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "closed_loop", "users": 2, "num_requests": 400,
+                     "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}},
+        "profile": knee_profile(),
+        "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0},
+        "seed": 3,
+        "counterfactuals": false
+    });
+    let mut ws = connect(&agent).await;
+    send(
+        &mut ws,
+        ClientMsg::StartCapacity {
+            id: 1,
+            scenario,
+            target: "sim".into(),
+            options: CapacityOptions::default(),
+        },
+    )
+    .await;
+    let run = match recv(&mut ws).await {
+        ServerMsg::CapacityStarted { run, .. } => run,
+        other => panic!("{other:?}"),
+    };
+    send(
+        &mut ws,
+        ClientMsg::StopRun {
+            id: 2,
+            run_id: run.run_id.clone(),
+        },
+    )
+    .await;
+    assert!(matches!(recv(&mut ws).await, ServerMsg::StopRequested { id: 2, .. }));
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 3,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let mut report = None;
+    let state = loop {
+        match recv(&mut ws).await {
+            ServerMsg::CapacityResult { report: r, .. } => report = Some(r),
+            ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info.state,
+            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } | ServerMsg::CapacityLevel { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(state, RunState::Stopped);
+    let report = report.expect("a report");
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("interrupted"), "{notes}");
+    assert_eq!(report["levels_run"].as_u64(), Some(0), "the cut level does not count");
 }

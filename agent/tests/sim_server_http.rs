@@ -456,3 +456,60 @@ async fn rerender_template_misses_from_the_first_assistant_turn() {
         }
     }
 }
+
+/// KV-cache use and preemptions under vLLM's names (`vllm:kv_cache_usage_perc`, `vllm:num_preemptions_total`),
+/// read back by the replay's scraper: four requests that cannot all hold their KV blocks at once fill the cache
+/// and make the engine preempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_use_and_preemptions_are_exported_under_vllms_names() {
+    use loadshape::replay::prom::{ServerReport, Snapshot};
+    let profile: shared::engine::EngineProfile = serde_json::from_value(json!({
+        "name": "tiny-kv", "basis": "test", "block_size": 16, "num_kv_blocks": 24, "max_num_seqs": 8,
+        "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1,
+        "per_ctx_token_ms": 0.0, "prefill_tokens_per_ms": 50.0, "prefill_fixed_ms": 1.0
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let app = router(Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(profile),
+        ..Config::default()
+    });
+    let (_, before) = get(&app, "/metrics").await;
+    let first = Snapshot::from_text(0.0, &before);
+    assert_eq!(first.kv_cache_usage, Some(0.0), "idle: nothing held\n{before}");
+    assert_eq!(first.preemptions_total, Some(0.0));
+    // 4 × (≈ 100 prompt + 150 output tokens) ≈ 64 blocks of 16 against 24: they cannot all run at once.
+    let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+    let reqs: Vec<_> = (0..4)
+        .map(|i| {
+            let app = app.clone();
+            let prompt = format!("{i} {}", words.join(" "));
+            tokio::spawn(async move { call(&app, "/v1/completions", stream_req(&prompt, 150)).await })
+        })
+        .collect();
+    let mut snaps = vec![first];
+    while !reqs.iter().all(|r| r.is_finished()) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let (_, text) = get(&app, "/metrics").await;
+        snaps.push(Snapshot::from_text(snaps.len() as f64, &text));
+    }
+    for r in reqs {
+        let (status, body) = r.await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            frames(&body.unwrap_or_else(|e| panic!("{e}"))).1,
+            "each request completes"
+        );
+    }
+    let (_, after) = get(&app, "/metrics").await;
+    snaps.push(Snapshot::from_text(snaps.len() as f64, &after));
+    let report = ServerReport::from_snapshots(&snaps);
+    let peak = report
+        .kv_cache_usage_max
+        .unwrap_or_else(|| panic!("no KV use in {after}"));
+    assert!(peak > 0.5 && peak <= 1.0, "the cache filled: peak {peak}");
+    let preempted = report
+        .preemptions
+        .unwrap_or_else(|| panic!("no preemptions in {after}"));
+    assert!(preempted >= 1.0, "the engine preempted: {preempted}");
+    assert!(after.contains("# TYPE vllm:num_preemptions_total counter"), "{after}");
+}

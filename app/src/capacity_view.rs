@@ -3,7 +3,7 @@
 //! card's component.
 
 use serde::{Deserialize, Serialize};
-use shared::capacity::{self, CapacitySpec};
+use shared::capacity::{self, CapacitySpec, Level};
 use shared::scenario::Scenario;
 
 /// One level as the card shows it (flat: it crosses the worker boundary in postcard, which needs no skipped
@@ -36,6 +36,25 @@ pub struct CapacityView {
     pub notes: Vec<String>,
 }
 
+/// One level of a search, flat for display.
+pub fn row_of(l: &Level) -> LevelRow {
+    LevelRow {
+        load: l.load,
+        pass: l.pass,
+        attainment: l.attainment,
+        goodput_rps: l.summary.goodput_rps,
+        throughput_rps: l.summary.request_throughput_rps,
+        ttft_p50_ms: l.summary.ttft_p50_ms,
+        ttft_p99_ms: l.summary.ttft_p99_ms,
+        tpot_p50_ms: l.summary.tpot_p50_ms,
+        tpot_p99_ms: l.summary.tpot_p99_ms,
+        kv_peak_use: l.engine.kv_peak_use,
+        preemptions: l.engine.preemptions,
+        cached_share: l.summary.cached_share_achieved,
+        saturation: l.saturation.name().to_string(),
+    }
+}
+
 /// The search for the scenario's own SLOs at 95 % of requests, its workload's knob, default bounds and window
 /// (what `loadshape capacity --simulate` prints for the same scenario).
 pub fn capacity_view(sc: &Scenario) -> Result<CapacityView, String> {
@@ -48,25 +67,7 @@ pub fn capacity_view(sc: &Scenario) -> Result<CapacityView, String> {
         knob: r.knob.name().to_string(),
         capacity: r.capacity,
         resolution: r.resolution,
-        levels: r
-            .levels
-            .iter()
-            .map(|l| LevelRow {
-                load: l.load,
-                pass: l.pass,
-                attainment: l.attainment,
-                goodput_rps: l.summary.goodput_rps,
-                throughput_rps: l.summary.request_throughput_rps,
-                ttft_p50_ms: l.summary.ttft_p50_ms,
-                ttft_p99_ms: l.summary.ttft_p99_ms,
-                tpot_p50_ms: l.summary.tpot_p50_ms,
-                tpot_p99_ms: l.summary.tpot_p99_ms,
-                kv_peak_use: l.engine.kv_peak_use,
-                preemptions: l.engine.preemptions,
-                cached_share: l.summary.cached_share_achieved,
-                saturation: l.saturation.name().to_string(),
-            })
-            .collect(),
+        levels: r.levels.iter().map(row_of).collect(),
         notes: r.notes,
     })
 }

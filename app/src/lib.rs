@@ -10,6 +10,7 @@
 //!   large runs never freeze the page; the main thread computes when no worker can start.
 
 pub mod agent_ws;
+pub mod capacity_live;
 pub mod capacity_panel;
 pub mod capacity_view;
 pub mod charts;

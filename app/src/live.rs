@@ -14,11 +14,12 @@ use std::time::Duration;
 use leptos::prelude::*;
 use serde_json::Value;
 use shared::metrics::{Slo, Summary, completion_curve, summarize, tpot_cdf, ttft_cdf};
-use shared::protocol::{ClientMsg, RunInfo, RunState, ServerMsg, TargetInfo};
+use shared::protocol::{CapacityOptions, ClientMsg, RunInfo, RunKind, RunState, ServerMsg, TargetInfo};
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 
 use crate::agent_ws::{AgentConn, Status};
+use crate::capacity_live::{LiveCapacity, LiveCapacityCard};
 use crate::charts::{LineChart, PALETTE, Series};
 use crate::compute::Outcome;
 use crate::offload::{self, Lane};
@@ -54,6 +55,8 @@ pub struct Live {
     pub message: RwSignal<Option<String>>,
     /// Resumes after reconnects, for tests and the curious.
     pub resumes: RwSignal<u32>,
+    /// The capacity search shown (a run of kind `capacity`): its simulated and live levels.
+    pub capacity: RwSignal<Option<LiveCapacity>>,
     /// Seq of the last record held for the watched run.
     last_seq: StoredValue<Option<u64>>,
     buffer: StoredValue<Vec<(u64, RequestRecord)>>,
@@ -73,6 +76,7 @@ impl Live {
             scenario: RwSignal::new(None),
             message: RwSignal::new(None),
             resumes: RwSignal::new(0),
+            capacity: RwSignal::new(None),
             last_seq: StoredValue::new(None),
             buffer: StoredValue::new(Vec::new()),
             flush_pending: StoredValue::new(false),
@@ -89,6 +93,12 @@ impl Live {
 
     fn watch(&self, run: RunInfo, scenario: Option<Value>, records: Vec<RequestRecord>) {
         self.paging.set_value(None);
+        if self
+            .capacity
+            .with_untracked(|c| c.as_ref().is_some_and(|c| c.run_id != run.run_id))
+        {
+            self.capacity.set(None);
+        }
         self.last_seq.set_value(records.len().checked_sub(1).map(|n| n as u64));
         self.buffer.set_value(Vec::new());
         self.records.set(records);
@@ -134,7 +144,8 @@ impl Live {
         match complete {
             None => self.fetch_page(conn),
             Some((run, gathered)) => {
-                let running = run.state == RunState::Running;
+                // A capacity search's levels and report come by subscribing, whether it runs or ended.
+                let running = run.state == RunState::Running || run.kind == RunKind::Capacity;
                 let scenario = self.scenario.get_untracked();
                 self.watch(run, scenario, gathered);
                 if running {
@@ -202,6 +213,32 @@ impl Live {
                 if Some(&run.run_id) == self.watched_run().as_ref() {
                     self.source.set(Some(Source::Run(run.clone())));
                 }
+            }
+            ServerMsg::CapacityStarted {
+                run, simulated, guided, ..
+            } => {
+                self.message.set(None);
+                self.upsert_run(run.clone());
+                self.watch(run.clone(), self.scenario.get_untracked(), Vec::new());
+                self.capacity
+                    .set(Some(LiveCapacity::started(run.run_id.clone(), simulated, *guided)));
+                self.subscribe(conn);
+            }
+            ServerMsg::CapacityLevel { run_id, index, level } if Some(run_id) == self.watched_run().as_ref() => {
+                self.capacity.update(|c| {
+                    if c.as_ref().is_none_or(|c| &c.run_id != run_id) {
+                        *c = Some(LiveCapacity::joined(run_id.clone()));
+                    }
+                    if let Some(c) = c.as_mut() {
+                        c.push(*index, level);
+                    }
+                });
+            }
+            ServerMsg::CapacityResult { run_id, report } if Some(run_id) == self.watched_run().as_ref() => {
+                self.capacity.update(|c| match c.as_mut() {
+                    Some(c) if &c.run_id == run_id && !c.simulated_levels.is_empty() => c.finish(report),
+                    _ => *c = Some(LiveCapacity::from_report(run_id.clone(), report)),
+                });
             }
             ServerMsg::Resync { run_id, .. } if Some(run_id) == self.watched_run().as_ref() => {
                 self.flush();
@@ -351,6 +388,28 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             live.message.set(Some("not connected to the agent".to_string()));
         }
     };
+    let find_capacity = move |_| {
+        let Some(sc) = ex.scenario() else {
+            live.message
+                .set(Some("fix the scenario in the explorer first".to_string()));
+            return;
+        };
+        let target = live.target.get_untracked();
+        if target.is_empty() {
+            live.message.set(Some("pick a target".to_string()));
+            return;
+        }
+        let scenario = sc.to_value();
+        live.scenario.set(Some(scenario.clone()));
+        if !conn.send(&ClientMsg::StartCapacity {
+            id: conn.next_id(),
+            scenario,
+            target,
+            options: CapacityOptions::default(),
+        }) {
+            live.message.set(Some("not connected to the agent".to_string()));
+        }
+    };
     let stop = move |_| {
         if let Some(run_id) = live.watched_run() {
             conn.send(&ClientMsg::StopRun {
@@ -456,6 +515,10 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         <button class="btn primary" data-action="launch" on:click=launch disabled=running>"Launch"</button>
                         <button class="btn danger" data-action="stop" on:click=stop disabled=move || !running()>"Stop"</button>
                     </div>
+                    <div class="actions">
+                        <button class="btn" data-action="find-capacity" on:click=find_capacity disabled=running>"Find capacity live"</button>
+                    </div>
+                    <p class="faint small">"Searches the most load (the workload's knob: sessions, users, rate) the target serves within the scenario's SLOs for 95 % of requests: the simulator's capacity first, then live levels around it (`loadshape capacity`). Stop ends it."</p>
                 </Show>
                 {move || live.message.get().map(|m| view! { <p class="callout bad" data-live-error="">{m}</p> })}
                 <h3 class="section">"Import records"</h3>
@@ -506,6 +569,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             </aside>
             <div class="results" data-summary="live">
                 <SourceLine live=live/>
+                <LiveCapacityCard capacity=live.capacity/>
                 <LiveSummary summary=summary/>
                 {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
                 {move || simulated.get().map(|o| view! {

@@ -36,8 +36,7 @@ use crate::workload::Workload;
 
 /// The number of a workload a capacity search scales.
 ///
-/// Adding a knob is a variant here, its name in [`Knob::name`] and [`Knob::ALL`], and one arm in `Knob::slot`
-/// (e.g. a trace's `time_scale`: `(Knob::TimeScale, Workload::Trace(t)) => Some(Slot::Real(&mut t.time_scale))`);
+/// Adding a knob is a variant here, its name in [`Knob::name`] and [`Knob::ALL`], and one arm in `Knob::slot`;
 /// reading, writing, rounding, the default knob and the error for a workload without it all go through `slot`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -48,6 +47,10 @@ pub enum Knob {
     Users,
     /// Open-loop arrival rate, requests per second (`poisson`/`gamma`: `rate_rps`; `bursty`: `mean_rps`).
     RateRps,
+    /// A trace's speed-up, `1 / time_scale` (`trace` workload): 2 replays the trace twice as fast (its arrival
+    /// times and dependency delays halved). Inverted so that load grows with the knob, as with every other knob:
+    /// a larger `time_scale` stretches the trace and lowers the load.
+    Speedup,
 }
 
 /// Where a knob's value lives in a workload.
@@ -59,11 +62,13 @@ enum Slot<'a> {
     /// Session slots: `sessions`, or with a ladder its rungs, cycled (slot `i` runs rung `i % len`, as a replay
     /// does).
     Sessions(&'a mut crate::workload::SessionWorkload),
+    /// A trace's speed-up (`1 / time_scale`): setting it rescales the requests' times.
+    Trace(&'a mut crate::workload::trace::TraceWorkload),
 }
 
 impl Knob {
     /// Every knob, for error messages and menus.
-    pub const ALL: [Knob; 3] = [Knob::Sessions, Knob::Users, Knob::RateRps];
+    pub const ALL: [Knob; 4] = [Knob::Sessions, Knob::Users, Knob::RateRps, Knob::Speedup];
 
     /// The name used in JSON and on the command line.
     pub fn name(self) -> &'static str {
@@ -71,16 +76,22 @@ impl Knob {
             Knob::Sessions => "sessions",
             Knob::Users => "users",
             Knob::RateRps => "rate_rps",
+            Knob::Speedup => "speedup",
         }
     }
 
-    /// Parse a knob name (`sessions`, `users`, `rate_rps`); the error names the field `knob`.
+    /// Parse a knob name (`sessions`, `users`, `rate_rps`, `speedup`); the error names the field `knob`.
     pub fn parse(name: &str) -> Result<Knob, ScenarioError> {
         Knob::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+            let hint = if name == "time_scale" {
+                " (a trace's time_scale is searched as \"speedup\" = 1 / time_scale, so that load grows with it)"
+            } else {
+                ""
+            };
             ScenarioError::field(
                 "knob",
                 format!(
-                    "must be one of {} (got \"{name}\")",
+                    "must be one of {} (got \"{name}\"){hint}",
                     Knob::ALL.map(|k| format!("\"{}\"", k.name())).join(", ")
                 ),
             )
@@ -94,12 +105,12 @@ impl Knob {
             (Knob::RateRps, Workload::Poisson(p)) => Some(Slot::Real(&mut p.rate_rps)),
             (Knob::RateRps, Workload::Gamma(g)) => Some(Slot::Real(&mut g.rate_rps)),
             (Knob::RateRps, Workload::Bursty(b)) => Some(Slot::Real(&mut b.mean_rps)),
+            (Knob::Speedup, Workload::Trace(t)) => Some(Slot::Trace(t)),
             _ => None,
         }
     }
 
-    /// The knob a workload scales by default: `sessions`, `users`, or `rate_rps`; `None` for a trace (which has
-    /// no knob yet).
+    /// The knob a workload scales by default: `sessions`, `users`, `rate_rps` or (a trace) `speedup`.
     pub fn of(w: &Workload) -> Option<Knob> {
         let mut w = w.clone();
         Knob::ALL.into_iter().find(|k| k.slot(&mut w).is_some())
@@ -129,12 +140,16 @@ impl Knob {
             Some(Slot::Count(n)) => Ok(f64::from(*n)),
             Some(Slot::Real(x)) => Ok(*x),
             Some(Slot::Sessions(s)) => Ok(f64::from(s.slot_count())),
+            Some(Slot::Trace(t)) => Ok(1.0 / t.time_scale.unwrap_or(1.0)),
             None => Err(self.missing(w)),
         }
     }
 
     /// `w` with the knob set to `level` (counts rounded to the nearest whole number, at least 1); everything else
-    /// unchanged. With a ladder, `sessions = n` keeps the first `n` slots of the cycled ladder.
+    /// unchanged. With a ladder, `sessions = n` keeps the first `n` slots of the cycled ladder. A trace's
+    /// `speedup = s` sets `time_scale = 1 / s` and multiplies its requests' `arrival_ms` and `delay_ms` by
+    /// `old time_scale / new time_scale` (the requests hold times already scaled when a trace file was read), so
+    /// the scenario's own speed-up leaves it unchanged.
     pub fn set(self, w: &Workload, level: f64) -> Result<Workload, ScenarioError> {
         let mut out = w.clone();
         let count = level.round().clamp(1.0, f64::from(u32::MAX)) as u32;
@@ -147,6 +162,24 @@ impl Knob {
                     l.rungs = rungs.iter().cycle().take(count as usize).copied().collect();
                 }
                 s.sessions = count;
+            }
+            Some(Slot::Trace(t)) => {
+                if !(level.is_finite() && level > 0.0) {
+                    return Err(ScenarioError::field(
+                        "knob",
+                        format!("speedup must be a positive number (got {level})"),
+                    ));
+                }
+                let old = t.time_scale.unwrap_or(1.0);
+                let new = 1.0 / level;
+                let factor = new / old;
+                if factor != 1.0 {
+                    for r in &mut t.requests {
+                        r.arrival_ms *= factor;
+                        r.delay_ms *= factor;
+                    }
+                }
+                t.time_scale = Some(new);
             }
             None => return Err(self.missing(w)),
         }
@@ -482,7 +515,7 @@ pub struct Bounds {
 pub const MAX_LEVELS: u32 = 32;
 
 impl Bounds {
-    /// Defaults for a knob whose scenario runs at `current`: counts `[1, 4096]` to 1; rates
+    /// Defaults for a knob whose scenario runs at `current`: counts `[1, 4096]` to 1; rates and speed-ups
     /// `[current / 1024, current · 1024]` to 2 % of `current`.
     pub fn default_for(knob: Knob, current: f64) -> Bounds {
         if knob.is_count() {
@@ -829,4 +862,43 @@ pub fn by_load(levels: &[Level]) -> Vec<&Level> {
     }
     v.sort_by(|a, b| a.load.total_cmp(&b.load));
     v
+}
+
+/// One run of a live level (with `--repeat`, one of several): what the level table's spread shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelRun {
+    /// The run's record file, in the search's run folder.
+    pub records: String,
+    pub attainment: f64,
+    pub pass: bool,
+    pub goodput_rps: f64,
+    pub ttft_p99_ms: f64,
+    pub tpot_p99_ms: f64,
+    pub stopped_early: bool,
+}
+
+impl LevelRun {
+    /// The spread entry of a run scored as `level`, whose records are in `records`.
+    pub fn of(records: &str, level: &Level) -> LevelRun {
+        LevelRun {
+            records: records.to_string(),
+            attainment: level.attainment,
+            pass: level.pass,
+            goodput_rps: level.summary.goodput_rps,
+            ttft_p99_ms: level.summary.ttft_p99_ms,
+            tpot_p99_ms: level.summary.tpot_p99_ms,
+            stopped_early: level.stopped_early,
+        }
+    }
+}
+
+/// A live level: the representative run (the median attainment of its runs) and every run of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveLevel {
+    #[serde(flatten)]
+    pub level: Level,
+    /// Record files of this level's runs, in the search's run folder.
+    pub records: Vec<String>,
+    /// Per run: attainment, goodput and TTFT/TPOT p99 (the spread of `--repeat`).
+    pub runs: Vec<LevelRun>,
 }

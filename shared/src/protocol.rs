@@ -11,10 +11,16 @@
 //!
 //! A stored run is read in pages: `fetch_run` answers with the run's metadata, scenario and summary, and
 //! `fetch_records` with at most [`PAGE_RECORDS`] records (and about [`PAGE_BYTES`] of JSON) from a seq on, plus the
-//! seq to ask for next, so neither side ever holds a whole large run in one message. See `docs/protocol.md`.
+//! seq to ask for next, so neither side ever holds a whole large run in one message.
+//!
+//! A live capacity search (`start_capacity`) is a run of kind [`RunKind::Capacity`]: the reply carries the
+//! simulated search that guides it, each finished level arrives as a [`ServerMsg::CapacityLevel`] event and the
+//! report as [`ServerMsg::CapacityResult`] (then the final `run_state`) to the run's subscribers; `stop_run` ends
+//! it. See `docs/protocol.md`.
 
 use serde::{Deserialize, Serialize};
 
+use crate::capacity::{CapacityReport, Goal, Knob, LiveLevel};
 use crate::record::RequestRecord;
 pub use crate::version::{LOADSHAPE_VERSION, PROTOCOL_VERSION};
 
@@ -48,6 +54,43 @@ pub enum ClientMsg {
     Subscribe { id: u64, run_id: String, from_seq: u64 },
     /// Stop streaming a run to this socket.
     Unsubscribe { id: u64, run_id: String },
+    /// Start a live capacity search of `scenario` (an engine scenario: its workload's knob is scaled, its profile
+    /// guides the search) against the configured target `target`. Stop it with `stop_run`.
+    StartCapacity {
+        id: u64,
+        scenario: serde_json::Value,
+        target: String,
+        #[serde(default)]
+        options: CapacityOptions,
+    },
+}
+
+/// What a live capacity search started from the page asks for; every field is optional, as are the flags of
+/// `loadshape capacity` they stand for.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityOptions {
+    /// `--knob`; default: the workload's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub knob: Option<Knob>,
+    /// `--goal`, `--attainment`, `--per`; default: the scenario's SLOs for 95 % of requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<Goal>,
+    /// `--resolution`; default: 1 for counts, 2 % of the scenario's rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution: Option<f64>,
+    /// `--max-levels`; default 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_levels: Option<u32>,
+    /// `--no-guide`: plain doubling + bisection, not a bracket around the simulated capacity.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_guide: bool,
+    /// `--duration`: each level runs at most this many seconds (and at most the agent's `max_run_seconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
+    /// `--repeat`; default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<u32>,
 }
 
 /// Messages from the agent to the page.
@@ -114,6 +157,23 @@ pub enum ServerMsg {
     Resync { run_id: String, next_seq: u64 },
     /// A request could not be served; `id` is the request's id (0 when the message could not be parsed).
     Error { id: u64, code: ErrorCode, message: String },
+    /// Reply to `start_capacity`: the search's run (kind `capacity`; subscribe to it for its levels) and the
+    /// simulated search that guides it (`guided`: the live search starts at the simulated capacity).
+    CapacityStarted {
+        id: u64,
+        run: RunInfo,
+        simulated: CapacityReport,
+        guided: bool,
+    },
+    /// Event: a capacity search finished its level number `index` (from 0, in the order run).
+    CapacityLevel {
+        run_id: String,
+        index: u32,
+        level: Box<LiveLevel>,
+    },
+    /// Event: a capacity search ended; `report` is its `capacity.json` (what `loadshape capacity --json` prints
+    /// for a live search). The final `run_state` follows.
+    CapacityResult { run_id: String, report: serde_json::Value },
 }
 
 /// Limits the agent enforces, told to the page at `hello` so it can say so before the agent refuses.
@@ -164,10 +224,30 @@ pub enum RunState {
     Damaged,
 }
 
+/// What a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    /// A replay of one scenario (`start_run`): its records are the run's `records.jsonl`.
+    #[default]
+    Replay,
+    /// A live capacity search (`start_capacity`): a record file per level and `capacity.json` in its folder.
+    Capacity,
+}
+
+impl RunKind {
+    pub fn is_replay(&self) -> bool {
+        *self == RunKind::Replay
+    }
+}
+
 /// A run's metadata, as stored in its folder's `run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
     pub run_id: String,
+    /// Absent for a replay.
+    #[serde(default, skip_serializing_if = "RunKind::is_replay")]
+    pub kind: RunKind,
     pub target: String,
     pub state: RunState,
     /// Unix milliseconds.
@@ -240,7 +320,8 @@ impl ClientMsg {
             | ClientMsg::FetchRecords { id, .. }
             | ClientMsg::DeleteRun { id, .. }
             | ClientMsg::Subscribe { id, .. }
-            | ClientMsg::Unsubscribe { id, .. } => *id,
+            | ClientMsg::Unsubscribe { id, .. }
+            | ClientMsg::StartCapacity { id, .. } => *id,
         }
     }
 }

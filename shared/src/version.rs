@@ -4,7 +4,9 @@
 /// of the wire (a message, a field, a meaning):
 /// - 2: a run's records are paged (`fetch_records` / `run_records`; `run` no longer carries them), the limits
 ///   `max_concurrent_requests_per_run` and `max_rate_per_run`, run state `damaged`.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// - 3: live capacity searches (`start_capacity`; `capacity_started`, `capacity_level`, `capacity_result`), a
+///   run's `kind` (absent for a replay).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The loadshape release (the workspace version), used as the agent version in `hello`.
 pub const LOADSHAPE_VERSION: &str = env!("CARGO_PKG_VERSION");

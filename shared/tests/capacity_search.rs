@@ -359,3 +359,99 @@ fn the_window_leaves_out_warm_up_drain_and_cut_records() {
     let l = capacity::score_level(7.0, &growing, &goal, &Window::default(), 0.0, side);
     assert_eq!(l.saturation, Saturation::Backlogged, "{l:?}");
 }
+
+/// A trace of `n` requests arriving every `gap_ms` (`time_scale` as given): 256-token prompts, 20-token outputs.
+fn trace(n: u32, gap_ms: f64, time_scale: Option<f64>) -> EngineScenario {
+    let requests: Vec<serde_json::Value> = (0..n)
+        .map(|i| serde_json::json!({"arrival_ms": f64::from(i) * gap_ms, "unique_prompt_tokens": 256, "output_tokens": 20}))
+        .collect();
+    let mut w = serde_json::json!({"kind": "trace", "requests": requests});
+    if let Some(t) = time_scale {
+        w["time_scale"] = serde_json::json!(t);
+    }
+    knee_scenario(w)
+}
+
+#[test]
+fn a_trace_is_searched_by_its_speedup_the_inverse_of_time_scale() {
+    // 4 requests/s at the trace's own speed.
+    let s = trace(300, 250.0, None);
+    assert_eq!(Knob::of(&s.workload), Some(Knob::Speedup));
+    assert_eq!(Knob::Speedup.get(&s.workload).ok(), Some(1.0));
+    // Speed-up 2 replays the trace twice as fast: arrivals halved, time_scale 0.5; load grows with the knob.
+    let fast = Knob::Speedup.set(&s.workload, 2.0).unwrap_or_else(|e| panic!("{e}"));
+    let Workload::Trace(t) = &fast else { panic!("{fast:?}") };
+    assert_eq!(t.time_scale, Some(0.5));
+    assert_eq!(t.requests[4].arrival_ms, 500.0);
+    assert!(
+        (t.rate_rps() - 300.0 / (299.0 * 0.125)).abs() < 1e-9,
+        "{}",
+        t.rate_rps()
+    );
+    assert_eq!(Knob::Speedup.get(&fast).ok(), Some(2.0));
+    // A trace already stretched (time_scale 2: requests read from a file are scaled at load) starts at 0.5; its
+    // own speed-up leaves it unchanged, and speed-ups rescale relative to it.
+    let slow = trace(300, 500.0, Some(2.0));
+    assert_eq!(Knob::Speedup.get(&slow.workload).ok(), Some(0.5));
+    assert_eq!(Knob::Speedup.set(&slow.workload, 0.5).ok(), Some(slow.workload.clone()));
+    let Ok(Workload::Trace(t)) = Knob::Speedup.set(&slow.workload, 1.0) else {
+        panic!()
+    };
+    assert_eq!((t.time_scale, t.requests[4].arrival_ms), (Some(1.0), 1000.0));
+
+    let mut spec = CapacitySpec::for_scenario(&s);
+    spec.goal.ttft_ms = Some(300.0);
+    let report = capacity::search_simulated(&s, &spec, None).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.knob, Knob::Speedup);
+    let cap = report.capacity.unwrap_or_else(|| panic!("{:?}", report.notes));
+    // 4 slots of ≈ 0.33 s requests serve at most ≈ 12 rps: the trace's 4 rps sped up at most ≈ 3 times.
+    assert!(cap * 4.0 > 2.0 && cap * 4.0 < 13.0, "speed-up capacity {cap}");
+    for l in &report.levels {
+        assert_eq!(
+            l.pass,
+            l.load <= cap,
+            "{} passes iff at most the capacity {cap}",
+            l.load
+        );
+    }
+    // Deterministic: the same search gives the same report.
+    assert_eq!(capacity::search_simulated(&s, &spec, None).ok(), Some(report));
+}
+
+#[test]
+fn a_knob_that_does_not_fit_the_workload_is_named() {
+    let err = |s: &EngineScenario, knob: Knob| {
+        let spec = CapacitySpec {
+            knob: Some(knob),
+            ..CapacitySpec::for_scenario(s)
+        };
+        capacity::search_simulated(s, &spec, None)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| panic!("{knob:?} accepted"))
+    };
+    let e = err(&closed_loop(2), Knob::Speedup);
+    assert!(
+        e.starts_with("knob") && e.contains("\"speedup\"") && e.contains("closed_loop") && e.contains("\"users\""),
+        "{e}"
+    );
+    let e = err(&trace(10, 100.0, None), Knob::RateRps);
+    assert!(
+        e.starts_with("knob") && e.contains("trace") && e.contains("its knob: \"speedup\""),
+        "{e}"
+    );
+    let e = Knob::parse("time_scale")
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        e.starts_with("knob") && e.contains("speedup") && e.contains("1 / time_scale"),
+        "{e}"
+    );
+    let e = Knob::Speedup
+        .set(&trace(10, 100.0, None).workload, 0.0)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.starts_with("knob") && e.contains("speedup"), "{e}");
+}

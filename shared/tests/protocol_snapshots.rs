@@ -3,6 +3,8 @@
 //! loadshape-shared --test protocol_snapshots`, then read the diff.
 #![cfg(not(target_arch = "wasm32"))]
 
+use shared::capacity::{CapacityReport, EngineSide, Goal, Knob, Level, LevelRun, LiveLevel, Per, Saturation, Strategy};
+use shared::metrics::Summary;
 use shared::protocol::*;
 use shared::record::{ItlSummary, RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
 
@@ -48,6 +50,7 @@ fn record() -> RequestRecord {
 fn run_info(state: RunState) -> RunInfo {
     RunInfo {
         run_id: "r1764499200000-3f2a".into(),
+        kind: RunKind::Replay,
         target: "sim".into(),
         state,
         started_ms: 1_764_499_200_000,
@@ -103,7 +106,57 @@ fn client_examples() -> Vec<ClientMsg> {
             run_id,
             from_seq: 0,
         },
+        ClientMsg::StartCapacity {
+            id: 12,
+            scenario: serde_json::json!({"model": "engine", "workload": {"kind": "closed_loop", "users": 2}}),
+            target: "sim".into(),
+            options: CapacityOptions {
+                goal: Some(goal()),
+                duration_s: Some(20.0),
+                ..CapacityOptions::default()
+            },
+        },
     ]
+}
+
+fn goal() -> Goal {
+    Goal {
+        ttft_ms: Some(300.0),
+        tpot_ms: None,
+        e2e_ms: None,
+        attainment: 0.95,
+        per: Per::Request,
+    }
+}
+
+fn level(load: f64, pass: bool) -> Level {
+    Level {
+        load,
+        pass,
+        attainment: if pass { 1.0 } else { 0.5 },
+        summary: Summary {
+            completed: 32,
+            ttft_p50_ms: if pass { 81.0 } else { 420.0 },
+            slo_attainment_ratio: if pass { 1.0 } else { 0.5 },
+            ..Summary::default()
+        },
+        saturation: Saturation::Stable,
+        engine: EngineSide {
+            kv_peak_use: Some(0.25),
+            preemptions: Some(0),
+        },
+        scored: 32,
+        excluded: 8,
+        window_s: (2.0, 10.0),
+        stopped_early: false,
+    }
+}
+
+fn capacity_run() -> RunInfo {
+    RunInfo {
+        kind: RunKind::Capacity,
+        ..run_info(RunState::Running)
+    }
 }
 
 fn server_examples() -> Vec<ServerMsg> {
@@ -188,6 +241,33 @@ fn server_examples() -> Vec<ServerMsg> {
             ErrorCode::UnknownTarget,
             "unknown target `gpu1`; the agent offers: sim, vllm",
         ),
+        ServerMsg::CapacityStarted {
+            id: 12,
+            run: capacity_run(),
+            simulated: CapacityReport {
+                knob: Knob::Users,
+                capacity: Some(4.0),
+                resolution: 1.0,
+                goal: goal(),
+                strategy: Strategy::Doubling { start: 2.0 },
+                levels: vec![level(4.0, true)],
+                notes: Vec::new(),
+            },
+            guided: true,
+        },
+        ServerMsg::CapacityLevel {
+            run_id: "r1764499200000-3f2a".into(),
+            index: 0,
+            level: Box::new(LiveLevel {
+                level: level(4.0, true),
+                records: vec!["level-01-4.jsonl".into()],
+                runs: vec![LevelRun::of("level-01-4.jsonl", &level(4.0, true))],
+            }),
+        },
+        ServerMsg::CapacityResult {
+            run_id: "r1764499200000-3f2a".into(),
+            report: serde_json::json!({"capacity": 4.0, "knob": "users", "levels_run": 2, "simulated_capacity": 4.0}),
+        },
     ]
 }
 
@@ -205,6 +285,7 @@ fn client_name(m: &ClientMsg) -> &'static str {
         ClientMsg::Subscribe { .. } => "subscribe",
         ClientMsg::Unsubscribe { .. } => "unsubscribe",
         ClientMsg::FetchRecords { .. } => "fetch_records",
+        ClientMsg::StartCapacity { .. } => "start_capacity",
     }
 }
 
@@ -225,6 +306,9 @@ fn server_name(m: &ServerMsg) -> &'static str {
         ServerMsg::RunState { .. } => "run_state",
         ServerMsg::Resync { .. } => "resync",
         ServerMsg::Error { .. } => "error",
+        ServerMsg::CapacityStarted { .. } => "capacity_started",
+        ServerMsg::CapacityLevel { .. } => "capacity_level",
+        ServerMsg::CapacityResult { .. } => "capacity_result",
     }
 }
 
@@ -249,8 +333,8 @@ fn examples_markdown() -> String {
 
 #[test]
 fn every_message_has_an_example_in_docs_protocol_md() {
-    assert_eq!(client_examples().len(), 11, "one example per ClientMsg variant");
-    assert_eq!(server_examples().len(), 15, "one example per ServerMsg variant");
+    assert_eq!(client_examples().len(), 12, "one example per ClientMsg variant");
+    assert_eq!(server_examples().len(), 18, "one example per ServerMsg variant");
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
     let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
     let (head, _) = doc

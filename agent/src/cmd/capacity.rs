@@ -2,7 +2,8 @@
 //!
 //! Run with `loadshape capacity --scenario FILE --simulate` (the search in the simulator) or
 //! `loadshape capacity --scenario FILE --url URL --out DIR` (live: each level a `replay::run` against the server,
-//! guided by the simulated capacity unless `--no-guide`). The search, the steady-state window, the goal and the
+//! guided by the simulated capacity unless `--no-guide`; the search itself is the library `crate::capacity`, which
+//! `loadshape serve` calls too). The search, the steady-state window, the goal and the
 //! saturation classes are `shared::capacity`'s (docs/capacity.md); levels are scored by `shared::metrics`, the one
 //! scorer. Live, every level's records are kept in `DIR` (`level-NN-LOAD[-rR].jsonl`, one file per run of a level)
 //! with `capacity.json` (what `--json` prints).
@@ -11,21 +12,18 @@
 //! "resolution", "goal", "strategy", "notes"}`; live also `"simulated_capacity"`, `"simulated_levels"`,
 //! `"levels_run"`, `"unguided_levels_simulated"`, `"repeat"` and `"run_dir"`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
-use serde::Serialize;
-use serde_json::{Value, json};
-use shared::capacity::{self, Bounds, CapacitySpec, Goal, Knob, Level, Per, Search, Strategy, Window};
-use shared::engine::EngineScenario;
-use shared::metrics::{self, RecordOutcome};
-use shared::record::RequestRecord;
+use serde_json::Value;
+use shared::capacity::{self, Goal, Knob, LiveLevel, Per};
+use shared::metrics;
 use shared::scenario::Scenario;
 
-use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings};
+use crate::capacity::{self as lib, fmt_load};
+use crate::replay::TargetSettings;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -48,7 +46,8 @@ pub struct Args {
     /// Live: the run folder (created; one record file per level run, and `capacity.json`).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// What to scale: `sessions`, `users` or `rate_rps` (default: the workload's own).
+    /// What to scale: `sessions`, `users`, `rate_rps` or `speedup` (a trace: 1 / time_scale; default: the
+    /// workload's own).
     #[arg(long)]
     pub knob: Option<String>,
     /// Goodput constraints replacing the scenario's SLOs, milliseconds: `ttft_ms=500,tpot_ms=35,e2e_ms=20000`
@@ -128,47 +127,39 @@ fn parse_goal(a: &Args, slo: &metrics::Slo) -> anyhow::Result<Goal> {
     Ok(goal)
 }
 
-/// The scenario and the search spec, checked: errors name the field (`goal.attainment`, `knob`, …).
-fn resolve(a: &Args) -> anyhow::Result<(EngineScenario, CapacitySpec, Knob, f64, Bounds)> {
+/// The scenario and the search, checked (errors name the field: `goal.attainment`, `knob`, …) and run in the
+/// simulator.
+fn resolve(a: &Args) -> anyhow::Result<lib::Plan> {
     let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {}", a.scenario.display()))?;
-    let scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.scenario.display()))?;
-    let Scenario::Engine(mut e) = scenario else {
+    let mut scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.scenario.display()))?;
+    // A trace workload's file (`path`) is read now, relative to the scenario file.
+    crate::tracefile::load_traces(&mut scenario, Some(&a.scenario))
+        .with_context(|| a.scenario.display().to_string())?;
+    let Scenario::Engine(e) = scenario else {
         anyhow::bail!(
             "{}: model must be \"engine\" for a capacity search (the seed model has no knob to scale)",
             a.scenario.display()
         );
     };
-    // A sessions level lasts `--duration` live: the simulated levels last as long (open- and closed-loop plans
-    // are sized by requests, which the simulator runs whole).
-    if let (Some(d), shared::workload::Workload::Sessions(w)) = (a.duration, &mut e.workload)
-        && d.is_finite()
-        && d > 0.0
-    {
-        w.duration_s = w.duration_s.min(d);
-    }
     let knob = a
         .knob
         .as_deref()
         .map(Knob::parse)
         .transpose()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut spec = CapacitySpec {
+    let ask = lib::Ask {
         knob,
         goal: parse_goal(a, &e.slo)?,
-        bounds: None,
-        window: Window {
-            warmup_fraction: a.warmup_fraction,
-            end_s: None,
+        warmup_fraction: a.warmup_fraction,
+        bounds: lib::BoundsOverride {
+            resolution: a.resolution,
+            min: a.min,
+            max: a.max,
+            max_levels: Some(a.max_levels),
         },
+        duration: a.duration,
     };
-    let (knob, current, mut bounds) = spec.resolve(&e).map_err(|e| anyhow::anyhow!("{e}"))?;
-    bounds.resolution = a.resolution.unwrap_or(bounds.resolution);
-    bounds.min = a.min.unwrap_or(bounds.min);
-    bounds.max = a.max.unwrap_or(bounds.max);
-    bounds.max_levels = a.max_levels;
-    spec.bounds = Some(bounds);
-    let (_, _, bounds) = spec.resolve(&e).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok((e, spec, knob, current, bounds))
+    lib::plan(e, &ask)
 }
 
 /// Everything `capacity` prints with `--json` (tests call this).
@@ -179,11 +170,9 @@ pub async fn capacity(a: &Args) -> anyhow::Result<Value> {
 /// [`capacity()`], ended early when `interrupt` turns true: the running level is cut (its records kept), no further
 /// level starts, and the report says so in `notes`.
 pub async fn capacity_until(a: &Args, interrupt: Option<tokio::sync::watch::Receiver<bool>>) -> anyhow::Result<Value> {
-    let (scenario, spec, knob, current, bounds) = resolve(a)?;
-    let simulated =
-        capacity::search_simulated(&scenario, &spec, None).map_err(|e| anyhow::anyhow!("simulated search: {e}"))?;
+    let plan = resolve(a)?;
     let Some(url) = &a.url else {
-        return Ok(serde_json::to_value(&simulated)?);
+        return Ok(serde_json::to_value(&plan.simulated)?);
     };
     anyhow::ensure!(
         a.repeat >= 1 && a.repeat <= 100,
@@ -205,271 +194,49 @@ pub async fn capacity_until(a: &Args, interrupt: Option<tokio::sync::watch::Rece
         .out
         .clone()
         .context("a live search needs --out DIR (the run folder for every level's records)")?;
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let strategy = match (a.no_guide, simulated.capacity) {
-        (false, Some(guess)) => Strategy::Bracket { guess },
-        _ => Strategy::Doubling { start: current },
-    };
-    let mut search = Search::new(strategy, bounds, knob.is_count());
-    let mut live = LiveRun {
-        a,
-        url,
-        scenario: &scenario,
-        spec: &spec,
-        knob,
-        dir: &dir,
-        model: a.model.clone(),
-        interrupt,
-    };
-    let mut levels: Vec<LiveLevel> = Vec::new();
-    let mut interrupted = false;
-    while let Some(load) = search.next_level() {
-        let level = live.level(levels.len(), load).await?;
-        if live.interrupted() {
-            // A cut level says nothing about the load: kept in the table, not in the search.
-            interrupted = true;
-            levels.push(level);
-            break;
-        }
-        search.record(load, level.level.pass);
-        levels.push(level);
-    }
-    let mut notes = search.notes();
-    if interrupted {
-        notes.push("interrupted: the last level was cut and does not count".to_string());
-    }
-    let unguided = unguided_levels(&scenario, &spec, knob, current, bounds);
-    let report = json!({
-        "capacity": search.capacity(),
-        "knob": knob,
-        "levels": levels,
-        "levels_run": search.levels_run(),
-        "resolution": search.resolution(),
-        "goal": spec.goal,
-        "strategy": strategy,
-        "guided": matches!(strategy, Strategy::Bracket { .. }),
-        "notes": notes,
-        "simulated_capacity": simulated.capacity,
-        "simulated_levels": simulated.levels,
-        "unguided_levels_simulated": unguided,
-        "repeat": a.repeat,
-        "run_dir": dir.display().to_string(),
-    });
-    std::fs::write(dir.join("capacity.json"), serde_json::to_vec_pretty(&report)?)
-        .with_context(|| format!("writing {}", dir.join("capacity.json").display()))?;
-    Ok(report)
-}
-
-/// Levels plain doubling from the scenario's load takes in the simulator (what `--no-guide` costs if the
-/// simulator is right).
-fn unguided_levels(s: &EngineScenario, spec: &CapacitySpec, knob: Knob, current: f64, bounds: Bounds) -> Option<usize> {
-    let mut search = Search::new(Strategy::Doubling { start: current }, bounds, knob.is_count());
-    while let Some(load) = search.next_level() {
-        let l = capacity::simulate_level(s, knob, load, &spec.goal, &spec.window).ok()?;
-        search.record(load, l.pass);
-    }
-    Some(search.levels_run())
-}
-
-/// A live level: the representative run (median attainment) and every run of it.
-#[derive(Debug, Serialize)]
-struct LiveLevel {
-    #[serde(flatten)]
-    level: Level,
-    /// Record files of this level's runs, in the run folder.
-    records: Vec<String>,
-    /// Per run: attainment, goodput and TTFT/TPOT p99 (the spread of `--repeat`).
-    runs: Vec<Value>,
-}
-
-struct LiveRun<'a> {
-    a: &'a Args,
-    url: &'a str,
-    scenario: &'a EngineScenario,
-    spec: &'a CapacitySpec,
-    knob: Knob,
-    dir: &'a Path,
-    model: Option<String>,
-    interrupt: Option<tokio::sync::watch::Receiver<bool>>,
-}
-
-impl LiveRun<'_> {
-    fn interrupted(&self) -> bool {
-        self.interrupt.as_ref().is_some_and(|r| *r.borrow())
-    }
-
-    async fn level(&mut self, index: usize, load: f64) -> anyhow::Result<LiveLevel> {
-        let level = capacity::level_scenario(self.scenario, self.knob, load).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let ramp = capacity::ramp_s(&level.workload);
-        // A live level's span is known before it runs: its duration, else the plan's own length.
-        let planned = match &level.workload {
-            shared::workload::Workload::Sessions(w) => Some(w.duration_s),
-            w @ (shared::workload::Workload::Poisson(_)
-            | shared::workload::Workload::Gamma(_)
-            | shared::workload::Workload::Bursty(_)) => w.requests(level.seed).map(|r| r.arrival_ms / 1000.0).last(),
-            _ => None,
-        };
-        let end_s = match (self.a.duration, planned) {
-            (Some(d), Some(p)) => Some(d.min(p)),
-            (d, p) => d.or(p),
-        };
-        let window = Window {
-            end_s,
-            ..self.spec.window
-        };
-        let mut runs = Vec::new();
-        for rep in 0..self.a.repeat {
-            if rep > 0 && self.interrupted() {
-                break;
-            }
-            let name = if self.a.repeat > 1 {
-                format!("level-{:02}-{}-r{}.jsonl", index + 1, fmt_load(load), rep + 1)
-            } else {
-                format!("level-{:02}-{}.jsonl", index + 1, fmt_load(load))
-            };
-            let out = self.dir.join(&name);
-            let (records, stopped) = self.run_once(&level, &out, &window, ramp).await?;
-            let mut l = capacity::score_level(
-                load,
-                &records,
-                &self.spec.goal,
-                &window,
-                ramp,
-                capacity::EngineSide::default(),
-            );
-            l.stopped_early = stopped;
-            runs.push((name, l));
-        }
-        // The representative run: the median attainment (the lower middle for an even count).
-        let mut order: Vec<usize> = (0..runs.len()).collect();
-        order.sort_by(|&i, &j| runs[i].1.attainment.total_cmp(&runs[j].1.attainment));
-        let mid = order[(order.len() - 1) / 2];
-        let spread = runs
-            .iter()
-            .map(|(name, l)| {
-                json!({"records": name, "attainment": l.attainment, "pass": l.pass,
-                       "goodput_rps": l.summary.goodput_rps, "ttft_p99_ms": l.summary.ttft_p99_ms,
-                       "tpot_p99_ms": l.summary.tpot_p99_ms, "stopped_early": l.stopped_early})
-            })
-            .collect();
-        let records = runs.iter().map(|r| r.0.clone()).collect();
-        let level = runs.swap_remove(mid).1;
-        if !self.a.json {
+    let mut target = TargetSettings::new(url);
+    target.model = a.model.clone();
+    target.api_key = a.api_key.clone();
+    let knob = plan.knob;
+    let on_level: Option<lib::LevelFn> = (!a.json).then(|| {
+        Arc::new(move |index: usize, l: &LiveLevel| {
+            let level = &l.level;
             eprintln!(
                 "level {}: {} = {} {} (attainment {:.3}, {}{})",
                 index + 1,
-                self.knob.name(),
-                fmt_load(load),
+                knob.name(),
+                fmt_load(level.load),
                 if level.pass { "passes" } else { "fails" },
                 level.attainment,
                 level.saturation.name(),
                 if level.stopped_early { ", stopped early" } else { "" }
             );
-        }
-        Ok(LiveLevel {
-            level,
-            records,
-            runs: spread,
-        })
-    }
-
-    async fn run_once(
-        &mut self,
-        level: &EngineScenario,
-        out: &Path,
-        window: &Window,
-        ramp: f64,
-    ) -> anyhow::Result<(Vec<RequestRecord>, bool)> {
-        let mut target = TargetSettings::new(self.url);
-        target.model = self.model.clone();
-        target.api_key = self.a.api_key.clone();
-        let source = self.a.scenario.display().to_string();
-        let mut s = ReplaySettings::for_scenario(
-            target,
-            out.to_path_buf(),
-            &Scenario::Engine(level.clone()),
-            &source,
-            ScenarioOptions {
-                seed: None,
-                max_seconds: self.a.duration,
-            },
-        )?;
-        s.progress = false;
-        s.drain = true;
-        s.drain_grace = replay::settings::seconds("--drain-grace", self.a.drain_grace)?;
-        s.write_summary = true;
-        // The early stop: scored (past the warm-up, not cut) and missed requests as they are written.
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let stop_tx = Arc::new(stop_tx);
-        let warm = window.end_s.map_or(ramp, |end| window.span(0.0, end, ramp).0);
-        let goal = self.spec.goal;
-        let slo = goal.slo();
-        let counts = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
-        let early = !self.a.no_early_stop;
-        let observer: replay::records::RecordObserver = {
-            let counts = counts.clone();
-            let stop_tx = stop_tx.clone();
-            Arc::new(move |r: &RequestRecord| {
-                if !early || r.t_submit < warm || metrics::outcome_of(r) == RecordOutcome::Cut {
-                    return;
-                }
-                let scored = counts.0.fetch_add(1, Ordering::Relaxed) + 1;
-                let missed =
-                    counts.1.fetch_add(u64::from(!slo.met_by(r)), Ordering::Relaxed) + u64::from(!slo.met_by(r));
-                if goal.clearly_failing(scored, missed) {
-                    let _ = stop_tx.send(true);
-                }
-            })
-        };
-        // An interrupt of the whole search cuts this level too.
-        let forward = self.interrupt.clone().map(|mut rx| {
-            let stop_tx = stop_tx.clone();
-            tokio::spawn(async move {
-                while rx.changed().await.is_ok() {
-                    if *rx.borrow() {
-                        let _ = stop_tx.send(true);
-                        return;
-                    }
-                }
-            })
-        });
-        if self.interrupted() {
-            let _ = stop_tx.send(true);
-        }
-        let log: replay::run::LogFn = Arc::new(|_line: &str| {});
-        let outcome = replay::run(
-            s,
-            Hooks {
-                on_record: Some(observer),
-                stop: Some(stop_rx),
-                log: Some(log),
-                ..Hooks::default()
-            },
-        )
-        .await
-        .with_context(|| format!("live level {}", out.display()))?;
-        if let Some(task) = forward {
-            task.abort();
-        }
-        anyhow::ensure!(
-            !outcome.summary.aborted,
-            "the server stopped answering (fail streak) during {}; records kept there",
-            out.display()
-        );
-        // Later levels reuse the model the first one found.
-        self.model = Some(outcome.summary.model.clone());
-        let stopped = *stop_tx.borrow() && !self.interrupted();
-        Ok((outcome.records, stopped))
-    }
-}
-
-fn fmt_load(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        format!("{x:.0}")
-    } else {
-        let s = format!("{x:.3}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
+        }) as lib::LevelFn
+    });
+    let settings = lib::Settings {
+        plan,
+        target,
+        dir,
+        source: a.scenario.display().to_string(),
+        options: lib::LiveOptions {
+            guided: !a.no_guide,
+            duration: a.duration,
+            drain_grace: a.drain_grace,
+            repeat: a.repeat,
+            early_stop: !a.no_early_stop,
+            max_concurrency: None,
+            max_level_seconds: None,
+        },
+    };
+    lib::run(
+        settings,
+        lib::CapacityHooks {
+            on_level,
+            interrupt,
+            ..lib::CapacityHooks::default()
+        },
+    )
+    .await
 }
 
 /// The level table (one row per level, in the order run).

@@ -9,11 +9,16 @@
 //! Names read (whichever the server exposes):
 //! - vLLM: `vllm:prompt_tokens_total`, `vllm:generation_tokens_total`, `vllm:num_requests_running`,
 //!   `vllm:num_requests_waiting`, `vllm:prefix_cache_queries[_total]`, `vllm:prefix_cache_hits[_total]`, and the
-//!   older gauge `vllm:gpu_prefix_cache_hit_rate`;
+//!   older gauge `vllm:gpu_prefix_cache_hit_rate`; KV-cache use `vllm:kv_cache_usage_perc` (older
+//!   `vllm:gpu_cache_usage_perc`; both a fraction, 1 = full) and preemptions `vllm:num_preemptions_total`
+//!   (older `vllm:num_preemptions`);
 //! - SGLang: `sglang:prompt_tokens_total`, `sglang:generation_tokens_total`, `sglang:num_running_reqs`,
-//!   `sglang:num_queue_reqs`, `sglang:cache_hit_rate`;
+//!   `sglang:num_queue_reqs`, `sglang:cache_hit_rate`; KV use `sglang:token_usage` (a fraction) and preemptions
+//!   (SGLang calls them retractions) `sglang:num_retracted_requests_total` — not `sglang:num_retracted_reqs`, a
+//!   gauge of the last batch;
 //! - llama.cpp: `llamacpp:prompt_tokens_total`, `llamacpp:tokens_predicted_total`, `llamacpp:requests_processing`,
-//!   `llamacpp:requests_deferred`.
+//!   `llamacpp:requests_deferred`; KV use `llamacpp:kv_cache_usage_ratio` (older builds only; llama.cpp has no
+//!   preemption counter).
 //!
 //! [`ServerReport::from_snapshots`] turns the scrapes taken before, during and after a run into server-side prompt
 //! and generation throughput (counter deltas over the scrape interval), the prefix-cache hit rate (hits / queries
@@ -150,6 +155,12 @@ pub struct Snapshot {
     /// A hit-rate gauge (SGLang `cache_hit_rate`, old vLLM `gpu_prefix_cache_hit_rate`), 0..1.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_hit_rate: Option<f64>,
+    /// KV-cache use, a fraction (1 = full).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache_usage: Option<f64>,
+    /// Requests preempted (SGLang: retracted) since the server started, a counter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preemptions_total: Option<f64>,
 }
 
 impl Snapshot {
@@ -171,6 +182,8 @@ impl Snapshot {
             s.prefix_cache_queries_total = get(&["vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"]);
             s.prefix_cache_hits_total = get(&["vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"]);
             s.cache_hit_rate = get(&["vllm:gpu_prefix_cache_hit_rate"]);
+            s.kv_cache_usage = get(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]);
+            s.preemptions_total = get(&["vllm:num_preemptions_total", "vllm:num_preemptions"]);
         } else if m.keys().any(|k| k.starts_with("sglang:")) {
             s.family = Some("sglang");
             s.prompt_tokens_total = get(&["sglang:prompt_tokens_total"]);
@@ -178,12 +191,15 @@ impl Snapshot {
             s.running = get(&["sglang:num_running_reqs"]);
             s.waiting = get(&["sglang:num_queue_reqs"]);
             s.cache_hit_rate = get(&["sglang:cache_hit_rate"]);
+            s.kv_cache_usage = get(&["sglang:token_usage"]);
+            s.preemptions_total = get(&["sglang:num_retracted_requests_total"]);
         } else if m.keys().any(|k| k.starts_with("llamacpp:")) {
             s.family = Some("llamacpp");
             s.prompt_tokens_total = get(&["llamacpp:prompt_tokens_total"]);
             s.generation_tokens_total = get(&["llamacpp:tokens_predicted_total"]);
             s.running = get(&["llamacpp:requests_processing"]);
             s.waiting = get(&["llamacpp:requests_deferred"]);
+            s.kv_cache_usage = get(&["llamacpp:kv_cache_usage_ratio"]);
         }
         s
     }
@@ -209,6 +225,14 @@ pub struct ServerReport {
     pub running_max: Option<f64>,
     pub waiting_mean: Option<f64>,
     pub waiting_max: Option<f64>,
+    /// The highest KV-cache use (a fraction) any scrape saw; absent when the server does not report it. A peak
+    /// of samples `interval_s` apart, so a shorter spike can be missed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_usage_max: Option<f64>,
+    /// Requests preempted between the first and the last scrape (counter delta); absent when the server does
+    /// not report it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptions: Option<f64>,
 }
 
 impl ServerReport {
@@ -245,6 +269,8 @@ impl ServerReport {
         r.running_max = good.iter().filter_map(|s| s.running).reduce(f64::max);
         r.waiting_mean = mean(good.iter().filter_map(|s| s.waiting));
         r.waiting_max = good.iter().filter_map(|s| s.waiting).reduce(f64::max);
+        r.kv_cache_usage_max = good.iter().filter_map(|s| s.kv_cache_usage).reduce(f64::max);
+        r.preemptions = delta(|s| s.preemptions_total);
         r
     }
 }
@@ -336,6 +362,8 @@ vllm:num_requests_waiting{model_name="m"} 1 1700000000000
 vllm:prefix_cache_queries_total{model_name="m"} 1000
 vllm:prefix_cache_hits_total{model_name="m"} 900
 vllm:e2e_request_latency_seconds_bucket{le="+Inf",model_name="m"} 3
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42
+vllm:num_preemptions_total{engine="0",model_name="m"} 7
 garbage line {
 "#;
 
@@ -349,23 +377,31 @@ garbage line {
         assert_eq!(s.prompt_tokens_total, Some(1500.0));
         assert_eq!((s.running, s.waiting), (Some(4.0), Some(1.0)));
         assert_eq!(s.prefix_cache_hits_total, Some(900.0));
+        assert_eq!((s.kv_cache_usage, s.preemptions_total), (Some(0.42), Some(7.0)));
+        // The older names.
+        let old = Snapshot::from_text(0.0, "vllm:gpu_cache_usage_perc 0.5\nvllm:num_preemptions 2\n");
+        assert_eq!((old.kv_cache_usage, old.preemptions_total), (Some(0.5), Some(2.0)));
     }
 
     #[test]
     fn sglang_and_llamacpp_names() {
-        let sg =
-            "sglang:prompt_tokens_total{model_name=\"m\"} 10\nsglang:num_queue_reqs 2\nsglang:cache_hit_rate 0.5\n";
+        let sg = "sglang:prompt_tokens_total{model_name=\"m\"} 10\nsglang:num_queue_reqs 2\nsglang:cache_hit_rate 0.5\n\
+                  sglang:token_usage 0.3\nsglang:num_retracted_reqs{pid=\"1\"} 1\nsglang:num_retracted_requests_total 4\n";
         let s = Snapshot::from_text(0.0, sg);
         assert_eq!(
             (s.family, s.waiting, s.cache_hit_rate),
             (Some("sglang"), Some(2.0), Some(0.5))
         );
+        assert_eq!((s.kv_cache_usage, s.preemptions_total), (Some(0.3), Some(4.0)));
         let lc = "llamacpp:tokens_predicted_total 7\nllamacpp:requests_processing 1\nllamacpp:requests_deferred 0\n";
         let s = Snapshot::from_text(0.0, lc);
         assert_eq!(
             (s.family, s.generation_tokens_total, s.running),
             (Some("llamacpp"), Some(7.0), Some(1.0))
         );
+        assert_eq!((s.kv_cache_usage, s.preemptions_total), (None, None));
+        let old = Snapshot::from_text(0.0, "llamacpp:kv_cache_usage_ratio 0.25\n");
+        assert_eq!(old.kv_cache_usage, Some(0.25));
     }
 
     #[test]
@@ -399,5 +435,20 @@ garbage line {
         assert_eq!(r.generation_throughput_tok_s, Some(50.0));
         assert_eq!(r.prefix_cache_hit_rate, Some(0.97));
         assert_eq!((r.running_mean, r.running_max), (Some(2.0), Some(4.0)));
+        // Not reported: absent, and left out of the JSON (server.json as before).
+        assert_eq!((r.kv_cache_usage_max, r.preemptions), (None, None));
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(
+            !json.contains("kv_cache_usage_max") && !json.contains("preemptions"),
+            "{json}"
+        );
+        let at = |t_s: f64, kv: f64, pre: f64| Snapshot {
+            t_s,
+            kv_cache_usage: Some(kv),
+            preemptions_total: Some(pre),
+            ..Snapshot::default()
+        };
+        let r = ServerReport::from_snapshots(&[at(0.0, 0.1, 5.0), at(2.0, 0.9, 8.0), at(4.0, 0.3, 11.0)]);
+        assert_eq!((r.kv_cache_usage_max, r.preemptions), (Some(0.9), Some(6.0)));
     }
 }

@@ -3,6 +3,9 @@
 //! run's `records.jsonl` itself, hands each record to the run's viewers, and logs its notes through `tracing`
 //! (nothing on stdout). The run's one summary is the store's `summary.json`, from `shared::metrics::summarize`,
 //! exactly as `loadshape replay` and `loadshape report` score; the replay writes no `records.jsonl.summary.json`.
+//!
+//! A live capacity search is [`crate::capacity::run`] called the same way: its levels' record files and
+//! `capacity.json` go to the run's folder, each finished level to the run's viewers.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,7 +17,8 @@ use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 use tokio::sync::watch;
 
-use super::runs::{BoxFuture, Driver, RunSink, Target};
+use super::runs::{BoxFuture, CapacityJob, Driver, RunSink, Target};
+use crate::capacity;
 use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Verdict};
 
 /// Runs scenarios with the replay client.
@@ -37,26 +41,7 @@ pub fn settings_for(
     records: &Path,
     max_run_seconds: Option<f64>,
 ) -> anyhow::Result<ReplaySettings> {
-    let name = &target.name;
-    let api_key = match &target.api_key_env {
-        Some(var) => Some(std::env::var(var).with_context(|| format!("target {name}: ${var} is not set"))?),
-        None => None,
-    };
-    let dialect = match target.dialect.as_str() {
-        "" => replay::dialect::Dialect::Auto,
-        d => d.parse().map_err(|e: String| anyhow::anyhow!("target {name}: {e}"))?,
-    };
-    let ca_certs = match &target.ca_cert {
-        Some(path) => replay::tls::load_ca_certs(Path::new(path)).with_context(|| format!("target {name}"))?,
-        None => Vec::new(),
-    };
-    let connect = TargetSettings {
-        url: target.url.clone(),
-        model: (!target.model.is_empty()).then(|| target.model.clone()),
-        dialect,
-        api_key,
-        ca_certs,
-    };
+    let connect = target_settings(target)?;
     let source = records.with_file_name("scenario.json");
     let opts = ScenarioOptions {
         seed: None,
@@ -72,6 +57,31 @@ pub fn settings_for(
     s.progress = false;
     s.write_summary = false;
     Ok(s)
+}
+
+/// Where a configured target's requests go: its URL, model, dialect, API key (read from its variable now) and CA
+/// certificates.
+pub fn target_settings(target: &Target) -> anyhow::Result<TargetSettings> {
+    let name = &target.name;
+    let api_key = match &target.api_key_env {
+        Some(var) => Some(std::env::var(var).with_context(|| format!("target {name}: ${var} is not set"))?),
+        None => None,
+    };
+    let dialect = match target.dialect.as_str() {
+        "" => replay::dialect::Dialect::Auto,
+        d => d.parse().map_err(|e: String| anyhow::anyhow!("target {name}: {e}"))?,
+    };
+    let ca_certs = match &target.ca_cert {
+        Some(path) => replay::tls::load_ca_certs(Path::new(path)).with_context(|| format!("target {name}"))?,
+        None => Vec::new(),
+    };
+    Ok(TargetSettings {
+        url: target.url.clone(),
+        model: (!target.model.is_empty()).then(|| target.model.clone()),
+        dialect,
+        api_key,
+        ca_certs,
+    })
 }
 
 /// Concurrency a workload asks for ([`shared::workload::Workload::concurrency`]: session slots or closed-loop
@@ -143,6 +153,42 @@ impl Driver for ReplayDriver {
 
     fn writes_records(&self) -> bool {
         true
+    }
+
+    fn capacity(
+        &self,
+        target: Target,
+        job: CapacityJob,
+        sink: RunSink,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<anyhow::Result<serde_json::Value>> {
+        let max_in_flight = self.max_in_flight;
+        Box::pin(async move {
+            let connect = target_settings(&target).context("building the capacity search for this run")?;
+            let dir = sink.run_dir().to_path_buf();
+            let run_id = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let mut options = job.options;
+            options.max_concurrency = max_in_flight;
+            let settings = capacity::Settings {
+                plan: job.plan,
+                target: connect,
+                source: dir.join("scenario.json").display().to_string(),
+                dir,
+                options,
+            };
+            let (level_sink, record_sink) = (sink.clone(), sink);
+            let hooks = capacity::CapacityHooks {
+                on_level: Some(Arc::new(move |i, l| level_sink.level(i, l))),
+                on_record: Some(Arc::new(move |_r: &RequestRecord| record_sink.count_record())),
+                interrupt: Some(stop),
+                admit: Some(job.admit),
+                log: Some(Arc::new(move |m: &str| tracing::info!("capacity search {run_id}: {m}"))),
+            };
+            capacity::run(settings, hooks).await
+        })
     }
 }
 

@@ -13,12 +13,16 @@ use std::io::{BufWriter, Write};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
-use shared::protocol::{ErrorCode, Limits, PAGE_BYTES, PAGE_RECORDS, RunInfo, RunState, ServerMsg, TargetInfo};
+use shared::capacity::{CapacityReport, CapacitySpec, Knob, LiveLevel, MAX_LEVELS};
+use shared::protocol::{
+    CapacityOptions, ErrorCode, Limits, PAGE_BYTES, PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg, TargetInfo,
+};
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 use tokio::sync::{broadcast, watch};
 
 use super::store::{RecordCursor, RunStore, StoredRun};
+use crate::capacity::{AdmitFn, Ask, BoundsOverride, LiveOptions, Plan};
 
 /// A live target the operator configured. The page picks one by name; it can never supply a URL.
 #[derive(Debug, Clone)]
@@ -86,12 +90,36 @@ pub trait Driver: Send + Sync + 'static {
     fn writes_records(&self) -> bool {
         false
     }
+
+    /// Runs a live capacity search (`crate::capacity::run`) in the sink's run folder: each finished level goes to
+    /// [`RunSink::level`], each record is counted with [`RunSink::count_record`]; returns the report
+    /// (`capacity.json`). Ends soon after `stop` turns true (the running level cut, its records kept).
+    fn capacity(
+        &self,
+        target: Target,
+        job: CapacityJob,
+        sink: RunSink,
+        stop: watch::Receiver<bool>,
+    ) -> BoxFuture<anyhow::Result<serde_json::Value>> {
+        let _ = (target, job, sink, stop);
+        Box::pin(async { anyhow::bail!("this agent cannot run capacity searches") })
+    }
+}
+
+/// A live capacity search, checked and planned: what [`Driver::capacity`] runs.
+pub struct CapacityJob {
+    pub plan: Plan,
+    pub options: LiveOptions,
+    /// The agent's limits on each level's workload ([`check_workload_limits`] and the driver's own checks).
+    pub admit: AdmitFn,
 }
 
 struct RunLog {
     records: Vec<RequestRecord>,
     /// `None` when the driver writes the file itself.
     file: Option<BufWriter<File>>,
+    /// A capacity search's events so far (`capacity_level`), sent to a viewer that subscribes late.
+    events: Vec<Arc<ServerMsg>>,
 }
 
 /// One active run.
@@ -141,12 +169,32 @@ impl RunSink {
         drop(log);
         self.run.info.lock().expect("run info lock").records = seq + 1;
     }
+
+    /// Counts one record of a capacity search (its records are in the level files, not in the run's log).
+    pub fn count_record(&self) {
+        self.run.info.lock().expect("run info lock").records += 1;
+    }
+
+    /// A capacity search finished its level number `index`: kept for late viewers and broadcast live.
+    pub fn level(&self, index: usize, level: &LiveLevel) {
+        let run_id = self.run.info.lock().expect("run info lock").run_id.clone();
+        let msg = Arc::new(ServerMsg::CapacityLevel {
+            run_id,
+            index: index as u32,
+            level: Box::new(level.clone()),
+        });
+        let mut log = self.run.log.lock().expect("run log lock");
+        log.events.push(msg.clone());
+        let _ = self.run.events.send(msg);
+    }
 }
 
 /// Where a subscriber starts: the backlog to send first, then live events; or a stored run read from disk.
 pub enum Subscription {
     Live {
         backlog: Vec<(u64, RequestRecord)>,
+        /// A capacity search's level events so far, sent after the records' backlog.
+        backlog_events: Vec<Arc<ServerMsg>>,
         events: broadcast::Receiver<Arc<ServerMsg>>,
     },
     Stored {
@@ -201,57 +249,9 @@ impl Runs {
 
     /// Starts a run of `scenario` against the configured target `target_name`.
     pub fn start(self: &Arc<Self>, target_name: &str, scenario: serde_json::Value) -> Result<RunInfo, Refusal> {
-        let Some(target) = self.targets.iter().find(|t| t.name == target_name).cloned() else {
-            let known: Vec<_> = self.targets.iter().map(|t| t.name.as_str()).collect();
-            return Err((
-                ErrorCode::UnknownTarget,
-                format!("unknown target `{target_name}`; the agent offers: {}", known.join(", ")),
-            ));
-        };
+        let target = self.target(target_name)?;
         self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
-        let mut active = self.active.lock().expect("active runs lock");
-        if active.len() >= self.limits.max_concurrent_runs as usize {
-            return Err((
-                ErrorCode::LimitExceeded,
-                format!(
-                    "{} run(s) already active; the limit is {}",
-                    active.len(),
-                    self.limits.max_concurrent_runs
-                ),
-            ));
-        }
-        let info = RunInfo {
-            run_id: new_run_id(),
-            target: target.name.clone(),
-            state: RunState::Running,
-            started_ms: now_ms(),
-            ended_ms: None,
-            records: 0,
-            error: None,
-        };
-        let file = self
-            .store
-            .create(&info, &scenario)
-            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
-        let file = (!self.driver.writes_records()).then(|| BufWriter::new(file));
-        let records_path = self
-            .store
-            .records_path(&info.run_id)
-            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
-        let (events, _) = broadcast::channel(256);
-        let (stop, stop_rx) = watch::channel(false);
-        let run = Arc::new(LiveRun {
-            info: Mutex::new(info.clone()),
-            log: Mutex::new(RunLog {
-                records: Vec::new(),
-                file,
-            }),
-            events,
-            stop,
-        });
-        active.insert(info.run_id.clone(), run.clone());
-        drop(active);
-
+        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Replay)?;
         let this = self.clone();
         let fut = self.driver.run(
             target,
@@ -300,6 +300,232 @@ impl Runs {
             run_id: info.run_id.clone(),
             run: info,
             summary,
+        }));
+    }
+
+    /// Starts a live capacity search of `scenario` against the configured target `target_name`: the same
+    /// target, limit and scenario checks as [`Runs::start`], the search's loads capped by the agent's limits
+    /// (sessions/users by `max_sessions_per_run` and `max_concurrent_requests_per_run`, rates by
+    /// `max_rate_per_run`), each level at most `max_run_seconds` long and checked against the limits before it
+    /// runs. Runs the simulated search first (CPU-bound: call it off the async threads); returns the run, the
+    /// simulated search and whether the live search is guided by it.
+    pub fn start_capacity(
+        self: &Arc<Self>,
+        target_name: &str,
+        scenario: serde_json::Value,
+        options: &CapacityOptions,
+    ) -> Result<(RunInfo, CapacityReport, bool), Refusal> {
+        let target = self.target(target_name)?;
+        self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
+        let bad = |e: String| (ErrorCode::InvalidScenario, e);
+        let Ok(Scenario::Engine(engine)) = Scenario::from_value(scenario.clone()) else {
+            return Err(bad(
+                "model must be \"engine\" for a capacity search (the seed model has no knob to scale)".to_string(),
+            ));
+        };
+        let repeat = options.repeat.unwrap_or(1);
+        if !(1..=100).contains(&repeat) {
+            return Err(bad(format!("options.repeat must be in 1..=100 (got {repeat})")));
+        }
+        if let Some(d) = options.duration_s
+            && !(d.is_finite() && d > 0.0)
+        {
+            return Err(bad(format!(
+                "options.duration_s must be a positive number of seconds (got {d})"
+            )));
+        }
+        let max_levels = options.max_levels.unwrap_or(MAX_LEVELS);
+        if !(1..=MAX_LEVELS).contains(&max_levels) {
+            return Err(bad(format!(
+                "options.max_levels must be in 1..={MAX_LEVELS} (got {max_levels})"
+            )));
+        }
+        let goal = options
+            .goal
+            .unwrap_or_else(|| shared::capacity::Goal::from_slo(&engine.slo));
+        // The highest load the agent's limits allow for the knob.
+        let spec = CapacitySpec {
+            knob: options.knob,
+            goal,
+            bounds: None,
+            window: shared::capacity::Window::default(),
+        };
+        let (knob, current, defaults) = spec.resolve(&engine).map_err(|e| bad(e.to_string()))?;
+        let limit = match knob {
+            Knob::Sessions | Knob::Users => f64::from(
+                self.limits
+                    .max_sessions_per_run
+                    .min(self.limits.max_concurrent_requests_per_run),
+            ),
+            Knob::RateRps => self.limits.max_rate_per_run,
+            Knob::Speedup => match &engine.workload {
+                shared::workload::Workload::Trace(t) if t.rate_rps() > 0.0 => {
+                    current * self.limits.max_rate_per_run / t.rate_rps()
+                }
+                _ => defaults.max,
+            },
+        };
+        // Each level lasts at most the agent's run limit: a sessions workload's own length is cut to it (and
+        // with it the steady-state window); other plans are cut by it only if they run that long.
+        let max_s = self.limits.max_run_seconds;
+        let own = match &engine.workload {
+            shared::workload::Workload::Sessions(w) => Some(w.duration_s),
+            _ => None,
+        };
+        let duration = match (options.duration_s, own) {
+            (Some(d), _) => Some(d.min(max_s)),
+            (None, Some(o)) if o > max_s => Some(max_s),
+            _ => None,
+        };
+        let ask = Ask {
+            knob: Some(knob),
+            goal,
+            warmup_fraction: spec.window.warmup_fraction,
+            bounds: BoundsOverride {
+                resolution: options.resolution,
+                min: None,
+                max: Some(defaults.max.min(limit)),
+                max_levels: Some(max_levels),
+            },
+            duration,
+        };
+        let plan = crate::capacity::plan(engine, &ask).map_err(|e| bad(format!("{e:#}")))?;
+        let simulated = plan.simulated.clone();
+        let guided = !options.no_guide && simulated.capacity.is_some();
+        let live = LiveOptions {
+            guided: !options.no_guide,
+            duration,
+            repeat,
+            max_level_seconds: Some(max_s),
+            ..LiveOptions::default()
+        };
+        let admit: AdmitFn = {
+            let this = self.clone();
+            Arc::new(move |level| this.validate(&Scenario::Engine(level.clone()).to_value()))
+        };
+        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Capacity)?;
+        let this = self.clone();
+        let fut = self.driver.capacity(
+            target,
+            CapacityJob {
+                plan,
+                options: live,
+                admit,
+            },
+            RunSink {
+                run: run.clone(),
+                records_path,
+            },
+            stop_rx,
+        );
+        tokio::spawn(async move {
+            let outcome = fut.await;
+            this.finish_capacity(&run, outcome);
+        });
+        Ok((info, simulated, guided))
+    }
+
+    fn target(&self, target_name: &str) -> Result<Target, Refusal> {
+        self.targets
+            .iter()
+            .find(|t| t.name == target_name)
+            .cloned()
+            .ok_or_else(|| {
+                let known: Vec<_> = self.targets.iter().map(|t| t.name.as_str()).collect();
+                (
+                    ErrorCode::UnknownTarget,
+                    format!("unknown target `{target_name}`; the agent offers: {}", known.join(", ")),
+                )
+            })
+    }
+
+    /// A new active run of `kind` in the store (the limit on concurrent runs checked), before its driver starts.
+    fn open_run(
+        &self,
+        target: &Target,
+        scenario: &serde_json::Value,
+        kind: RunKind,
+    ) -> Result<(RunInfo, Arc<LiveRun>, std::path::PathBuf, watch::Receiver<bool>), Refusal> {
+        let mut active = self.active.lock().expect("active runs lock");
+        if active.len() >= self.limits.max_concurrent_runs as usize {
+            return Err((
+                ErrorCode::LimitExceeded,
+                format!(
+                    "{} run(s) already active; the limit is {}",
+                    active.len(),
+                    self.limits.max_concurrent_runs
+                ),
+            ));
+        }
+        let info = RunInfo {
+            run_id: new_run_id(),
+            kind,
+            target: target.name.clone(),
+            state: RunState::Running,
+            started_ms: now_ms(),
+            ended_ms: None,
+            records: 0,
+            error: None,
+        };
+        let file = self
+            .store
+            .create(&info, scenario)
+            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
+        let file = (kind == RunKind::Replay && !self.driver.writes_records()).then(|| BufWriter::new(file));
+        let records_path = self
+            .store
+            .records_path(&info.run_id)
+            .map_err(|e| (ErrorCode::Internal, format!("{e:#}")))?;
+        let (events, _) = broadcast::channel(256);
+        let (stop, stop_rx) = watch::channel(false);
+        let run = Arc::new(LiveRun {
+            info: Mutex::new(info.clone()),
+            log: Mutex::new(RunLog {
+                records: Vec::new(),
+                file,
+                events: Vec::new(),
+            }),
+            events,
+            stop,
+        });
+        active.insert(info.run_id.clone(), run.clone());
+        Ok((info, run, records_path, stop_rx))
+    }
+
+    fn finish_capacity(&self, run: &Arc<LiveRun>, outcome: anyhow::Result<serde_json::Value>) {
+        let stopped = *run.stop.borrow();
+        let (info, report) = {
+            let mut info = run.info.lock().expect("run info lock");
+            info.ended_ms = Some(now_ms());
+            let report = match outcome {
+                Ok(report) => {
+                    info.state = if stopped { RunState::Stopped } else { RunState::Finished };
+                    Some(report)
+                }
+                Err(e) => {
+                    info.state = RunState::Failed;
+                    info.error = Some(format!("{e:#}"));
+                    None
+                }
+            };
+            (info.clone(), report)
+        };
+        if let Err(e) = self.store.write_info(&info) {
+            tracing::error!("run {}: writing run.json: {e:#}", info.run_id);
+        }
+        if let Some(report) = report {
+            let msg = Arc::new(ServerMsg::CapacityResult {
+                run_id: info.run_id.clone(),
+                report,
+            });
+            run.log.lock().expect("run log lock").events.push(msg.clone());
+            let _ = run.events.send(msg);
+        }
+        self.active.lock().expect("active runs lock").remove(&info.run_id);
+        let _ = run.events.send(Arc::new(ServerMsg::RunState {
+            run_id: info.run_id.clone(),
+            run: info,
+            summary: None,
         }));
     }
 
@@ -411,8 +637,13 @@ impl Runs {
                 .skip(from_seq as usize)
                 .map(|(i, r)| (i as u64, r.clone()))
                 .collect();
+            let backlog_events = log.events.clone();
             let events = run.events.subscribe();
-            return Ok(Subscription::Live { backlog, events });
+            return Ok(Subscription::Live {
+                backlog,
+                backlog_events,
+                events,
+            });
         }
         let run = self.fetch(run_id)?;
         let records = self

@@ -6,6 +6,9 @@
 //!                          records.jsonl   one RequestRecord per line, appended and flushed as each request ends
 //!                          summary.json    the final summary (shared::metrics), once the run ended
 //! ```
+//! A capacity search (`kind: capacity` in `run.json`) keeps, instead of records in `records.jsonl`, a record file
+//! per level (`level-NN-LOAD.jsonl`, each with the `.summary.json` and `.server.json` a replay writes) and its
+//! report `capacity.json`, as `loadshape capacity --out` does.
 //! The folder's name is the run's id: a `run_id` inside `run.json` that says otherwise is ignored (with a
 //! warning), so a copied or edited `run.json` can neither escape the store nor shadow another run. A run whose
 //! `run.json` still says `running` when the store is opened was cut short by a crash: it is marked `interrupted`,
@@ -35,6 +38,8 @@ pub struct StoredRun {
     pub info: RunInfo,
     pub scenario: serde_json::Value,
     pub summary: Option<serde_json::Value>,
+    /// A capacity search's report (`capacity.json`), once it ended.
+    pub capacity: Option<serde_json::Value>,
 }
 
 /// Longest record line read; a longer one (no record is near this) is skipped as malformed without being held.
@@ -151,6 +156,7 @@ impl RunStore {
                     .map_or(0, |d| d.as_millis() as u64);
                 RunInfo {
                     run_id: run_id.to_string(),
+                    kind: shared::protocol::RunKind::Replay,
                     target: String::new(),
                     state: RunState::Damaged,
                     started_ms,
@@ -176,10 +182,16 @@ impl RunStore {
             .exists()
             .then(|| read_json(&summary_path))
             .and_then(|r| r.map_err(|e| tracing::warn!("run {run_id}: {e:#}")).ok());
+        let capacity_path = dir.join("capacity.json");
+        let capacity = capacity_path
+            .exists()
+            .then(|| read_json(&capacity_path))
+            .and_then(|r| r.map_err(|e| tracing::warn!("run {run_id}: {e:#}")).ok());
         Ok(StoredRun {
             info,
             scenario,
             summary,
+            capacity,
         })
     }
 
@@ -396,6 +408,7 @@ mod tests {
     fn info(id: &str, state: RunState) -> RunInfo {
         RunInfo {
             run_id: id.into(),
+            kind: shared::protocol::RunKind::Replay,
             target: "sim".into(),
             state,
             started_ms: 1,

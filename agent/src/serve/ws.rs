@@ -136,6 +136,26 @@ where
                 Ok(run) => ServerMsg::RunStarted { id, run },
                 Err((code, message)) => ServerMsg::error(id, code, message),
             },
+            ClientMsg::StartCapacity {
+                scenario,
+                target,
+                options,
+                ..
+            } => {
+                // The simulated search runs first (CPU-bound): off the async threads.
+                let r = runs.clone();
+                let started = tokio::task::spawn_blocking(move || r.start_capacity(&target, scenario, &options)).await;
+                match started {
+                    Ok(Ok((run, simulated, guided))) => ServerMsg::CapacityStarted {
+                        id,
+                        run,
+                        simulated,
+                        guided,
+                    },
+                    Ok(Err((code, message))) => ServerMsg::error(id, code, message),
+                    Err(e) => ServerMsg::error(id, ErrorCode::Internal, format!("starting the search: {e}")),
+                }
+            }
             ClientMsg::StopRun { run_id, .. } => match runs.stop(&run_id) {
                 Ok(()) => ServerMsg::StopRequested { id, run_id },
                 Err((code, message)) => ServerMsg::error(id, code, message),
@@ -246,6 +266,15 @@ async fn forward(run_id: String, from_seq: u64, sub: Subscription, tx: mpsc::Sen
                     cursor = Some(c);
                 }
             }
+            if let Some(report) = run.capacity {
+                let msg = ServerMsg::CapacityResult {
+                    run_id: run_id.clone(),
+                    report,
+                };
+                if tx.send(msg).await.is_err() {
+                    return;
+                }
+            }
             let _ = tx
                 .send(ServerMsg::RunState {
                     run_id,
@@ -254,7 +283,11 @@ async fn forward(run_id: String, from_seq: u64, sub: Subscription, tx: mpsc::Sen
                 })
                 .await;
         }
-        Subscription::Live { backlog, mut events } => {
+        Subscription::Live {
+            backlog,
+            backlog_events,
+            mut events,
+        } => {
             for (seq, record) in backlog {
                 if tx
                     .send(ServerMsg::Record {
@@ -268,6 +301,11 @@ async fn forward(run_id: String, from_seq: u64, sub: Subscription, tx: mpsc::Sen
                     return;
                 }
                 next = seq + 1;
+            }
+            for msg in backlog_events {
+                if tx.send((*msg).clone()).await.is_err() {
+                    return;
+                }
             }
             loop {
                 match events.recv().await {

@@ -44,10 +44,18 @@ pub trait StepEngine: Send + 'static {
     fn load(&self) -> (usize, usize);
     /// Block size the engine hashes prompts with.
     fn block_size(&self) -> usize;
+    /// KV blocks referenced by running requests / all KV blocks, when the engine models a KV cache.
+    fn kv_usage(&self) -> Option<f64> {
+        None
+    }
+    /// Running requests preempted so far, when the engine preempts.
+    fn preemptions(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Counters exposed on `/metrics` under vLLM's names.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EngineMetrics {
     pub prompt_tokens_total: AtomicU64,
     pub generation_tokens_total: AtomicU64,
@@ -57,6 +65,56 @@ pub struct EngineMetrics {
     pub requests_waiting: AtomicU64,
     pub request_success_total: AtomicU64,
     pub steps_total: AtomicU64,
+    /// KV-cache use as `f64` bits ([`EngineMetrics::kv_usage`]); [`NOT_REPORTED`] when the engine has no KV model.
+    pub kv_usage_bits: AtomicU64,
+    /// Preemptions so far; [`NOT_REPORTED`] when the engine does not preempt.
+    pub preemptions_total: AtomicU64,
+}
+
+/// The value of an [`EngineMetrics`] field the engine does not report.
+pub const NOT_REPORTED: u64 = u64::MAX;
+
+impl Default for EngineMetrics {
+    fn default() -> Self {
+        EngineMetrics {
+            prompt_tokens_total: AtomicU64::new(0),
+            generation_tokens_total: AtomicU64::new(0),
+            prefix_cache_queries_total: AtomicU64::new(0),
+            prefix_cache_hits_total: AtomicU64::new(0),
+            requests_running: AtomicU64::new(0),
+            requests_waiting: AtomicU64::new(0),
+            request_success_total: AtomicU64::new(0),
+            steps_total: AtomicU64::new(0),
+            kv_usage_bits: AtomicU64::new(NOT_REPORTED),
+            preemptions_total: AtomicU64::new(NOT_REPORTED),
+        }
+    }
+}
+
+impl EngineMetrics {
+    /// KV-cache use (a fraction, vLLM's `kv_cache_usage_perc`), if the engine reports it.
+    pub fn kv_usage(&self) -> Option<f64> {
+        let bits = self.kv_usage_bits.load(Ordering::Relaxed);
+        (bits != NOT_REPORTED).then(|| f64::from_bits(bits))
+    }
+
+    /// Preemptions so far (vLLM's `num_preemptions_total`), if the engine reports them.
+    pub fn preemptions(&self) -> Option<u64> {
+        let n = self.preemptions_total.load(Ordering::Relaxed);
+        (n != NOT_REPORTED).then_some(n)
+    }
+
+    fn observe(&self, engine: &dyn StepEngine) {
+        let (running, waiting) = engine.load();
+        self.requests_running.store(running as u64, Ordering::Relaxed);
+        self.requests_waiting.store(waiting as u64, Ordering::Relaxed);
+        if let Some(u) = engine.kv_usage() {
+            self.kv_usage_bits.store(u.to_bits(), Ordering::Relaxed);
+        }
+        if let Some(p) = engine.preemptions() {
+            self.preemptions_total.store(p.min(NOT_REPORTED - 1), Ordering::Relaxed);
+        }
+    }
 }
 
 /// A request handed to the engine task.
@@ -81,6 +139,8 @@ impl EngineHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let metrics = Arc::new(EngineMetrics::default());
         let block_size = engine.block_size();
+        // Report from the first scrape on (an idle engine's KV use is 0, its preemptions 0).
+        metrics.observe(&*engine);
         tokio::spawn(drive(engine, speed, rx, metrics.clone()));
         EngineHandle {
             tx,
@@ -167,9 +227,7 @@ async fn drive(
                 }
             }
         }
-        let (running, waiting) = engine.load();
-        m.requests_running.store(running as u64, Ordering::Relaxed);
-        m.requests_waiting.store(waiting as u64, Ordering::Relaxed);
+        m.observe(&*engine);
     }
 }
 
@@ -186,7 +244,5 @@ fn accept(
         .fetch_add(u64::from(sub.prompt_tokens), Ordering::Relaxed);
     let id = engine.submit(now_ms, sub.prompt_tokens, sub.block_hashes, sub.output_tokens);
     sinks.insert(id, (sub.events, sub.output_tokens));
-    let (running, waiting) = engine.load();
-    m.requests_running.store(running as u64, Ordering::Relaxed);
-    m.requests_waiting.store(waiting as u64, Ordering::Relaxed);
+    m.observe(engine);
 }

@@ -803,6 +803,22 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Result<impl IntoResponse, I
         "Engine iterations run.",
         m.steps_total.load(r),
     );
+    // KV-cache use and preemptions under vLLM's names, when the engine models them (the built-in engine does).
+    if let Some(p) = m.preemptions() {
+        put(
+            "vllm:num_preemptions_total",
+            "counter",
+            "Cumulative number of preemption from the engine.",
+            p,
+        );
+    }
+    if let Some(u) = m.kv_usage() {
+        let _ = writeln!(
+            out,
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n# TYPE \
+             vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{{{label}}} {u}"
+        );
+    }
     if let Some((bs, blocks, caching)) = st.cache_config {
         // vLLM's info gauge (a subset of its labels): `loadshape calibrate` reads the KV geometry from it.
         let caching = if caching { "True" } else { "False" };

@@ -8,12 +8,14 @@ use super::engine::{ServerEvent, StepEngine};
 /// The simulator's engine, stepped in real time by the sim-server.
 pub struct SharedEngine {
     engine: Engine,
+    preemptions: u64,
 }
 
 impl SharedEngine {
     pub fn new(profile: EngineProfile) -> Self {
         SharedEngine {
             engine: Engine::new(profile),
+            preemptions: 0,
         }
     }
 }
@@ -38,6 +40,7 @@ impl StepEngine for SharedEngine {
 
     fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<ServerEvent>)> {
         let step = self.engine.step(now_ms)?;
+        let mut preempted = 0u64;
         let events = step
             .events
             .into_iter()
@@ -48,9 +51,13 @@ impl StepEngine for SharedEngine {
                 }),
                 shared::engine::StepEvent::Tokens { id, tokens } => Some(ServerEvent::Tokens { id: id.0, n: tokens }),
                 shared::engine::StepEvent::Finished { id, .. } => Some(ServerEvent::Finished { id: id.0 }),
-                shared::engine::StepEvent::Preempted { .. } => None,
+                shared::engine::StepEvent::Preempted { .. } => {
+                    preempted += 1;
+                    None
+                }
             })
             .collect();
+        self.preemptions += preempted;
         // The engine starts a step at max(now, end of the previous step); report the time to the step's end.
         let end = step.start_ms + step.duration_ms;
         Some(((end - now_ms).max(0.0), events))
@@ -62,6 +69,15 @@ impl StepEngine for SharedEngine {
 
     fn block_size(&self) -> usize {
         self.engine.profile().block_size.max(1) as usize
+    }
+
+    fn kv_usage(&self) -> Option<f64> {
+        let cap = self.engine.kv_capacity();
+        (cap > 0).then(|| self.engine.kv_blocks_used() as f64 / cap as f64)
+    }
+
+    fn preemptions(&self) -> Option<u64> {
+        Some(self.preemptions)
     }
 }
 
