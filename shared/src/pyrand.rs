@@ -5,9 +5,10 @@
 //!   The generator is `Mt19937` below, not `rand_mt::Mt` (kept as the reference it is tested against): session
 //!   plans seed a fresh generator per session and draw only a few dozen words from it, so seeding dominates.
 //!   Here `init_genrand(19650218)`, the fixed start of every `init_by_array`, is computed once per process, and
-//!   the twist is applied one word at a time as words are drawn instead of 624 at once (the same sequence:
-//!   word `i` of a new block depends only on words already twisted in place, or not yet touched). This made the
-//!   1M-request session benchmark's seeding about half as expensive.
+//!   the first block's twist is applied one word at a time as words are drawn instead of 624 at once (the same
+//!   sequence: word `i` of a new block depends only on words already twisted in place, or not yet touched). This
+//!   made the 1M-request session benchmark's seeding about half as expensive. Later blocks are twisted whole, as
+//!   the reference does, which is faster for long draws ([`PyRandom::fill_random`], the bursty trace).
 //! - [`PyRandom::random`]: `(a >> 5, b >> 6)` → `(a·2^26 + b) / 2^53`, a 53-bit float in `[0, 1)`.
 //! - [`PyRandom::expovariate`]: `-ln(1 − random()) / lambd`.
 //! - [`PyRandom::uniform`], [`PyRandom::gauss`] (Box–Muller with the cached second value),
@@ -154,12 +155,52 @@ static INIT_19650218: std::sync::LazyLock<[u32; N]> = std::sync::LazyLock::new(|
     s
 });
 
-/// MT19937 (Matsumoto & Nishimura's reference `genrand_int32`), seeded by `init_by_array`, twisting lazily.
+/// MT19937 (Matsumoto & Nishimura's reference `genrand_int32`), seeded by `init_by_array`. The first block is
+/// twisted lazily, word by word as it is drawn (most generators are session plans that draw a few dozen words);
+/// every later block is twisted whole when its first word is drawn, as the reference does (a long draw, like the
+/// bursty trace's 200,000 words, then pays a vectorized twist instead of a word-by-word one).
 #[derive(Clone)]
 struct Mt19937 {
     state: [u32; N],
-    /// Next word to twist and output; `N` right after seeding (a new block starts at 0).
+    /// Next word to output; `N` right after seeding and at the end of every block (a new block starts at 0).
     idx: usize,
+    /// How `state` relates to the block being drawn.
+    mode: Twist,
+}
+
+/// The twisting mode of a [`Mt19937`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Twist {
+    /// Just seeded: nothing twisted yet.
+    Seeded,
+    /// The first block: words `..idx` are twisted, words `idx..` are the seeded state.
+    Lazy,
+    /// A later block: all of `state` is the twisted block.
+    Whole,
+}
+
+/// MT19937's tempering of a twisted word.
+#[inline]
+fn temper(v: u32) -> u32 {
+    let mut x = v;
+    x ^= x >> 11;
+    x ^= (x << 7) & 0x9d2c_5680;
+    x ^= (x << 15) & 0xefc6_0000;
+    x ^ (x >> 18)
+}
+
+/// One step of the twist: the new word from the word itself, the next one and the one `M` ahead.
+#[inline]
+fn twist(cur: u32, next: u32, far: u32) -> u32 {
+    let y = (cur & 0x8000_0000) | (next & 0x7fff_ffff);
+    // `MATRIX_A` when y is odd, branch-free (the reference's `mag01[y & 1]`).
+    far ^ (y >> 1) ^ (0u32.wrapping_sub(y & 1) & 0x9908_b0df)
+}
+
+/// `random()` from two raw words: `(a >> 5, b >> 6)` → `(a·67108864 + b) / 2^53`.
+#[inline]
+fn random_of(a: u32, b: u32) -> f64 {
+    (f64::from(a >> 5) * 67_108_864.0 + f64::from(b >> 6)) * INV_2_POW_53
 }
 
 impl Mt19937 {
@@ -224,33 +265,82 @@ impl Mt19937 {
         std::array::from_fn(|l| Mt19937 {
             state: std::array::from_fn(|i| mts[i][l]),
             idx: N,
+            mode: Twist::Seeded,
         })
     }
 
-    /// `genrand_int32`. Twisting word `i` in place reads word `i + 1` (not yet twisted; for the last word, word 0,
-    /// already twisted) and word `i + M` (not yet twisted below `N − M`, twisted above): exactly what the
-    /// reference's block twist reads.
+    /// `genrand_int32`.
     #[inline]
     fn next_u32(&mut self) -> u32 {
         if self.idx >= N {
-            self.idx = 0;
+            self.next_block();
         }
         let i = self.idx;
+        self.idx = i + 1;
+        let v = if self.mode == Twist::Whole {
+            self.state[i]
+        } else {
+            self.twist_word(i)
+        };
+        temper(v)
+    }
+
+    /// Start the next block: the first one lazily, later ones twisted whole.
+    fn next_block(&mut self) {
+        if self.mode == Twist::Seeded {
+            self.mode = Twist::Lazy;
+        } else {
+            // Lazy or whole, every word of the last block is twisted: twist the next block from it.
+            self.twist_block();
+            self.mode = Twist::Whole;
+        }
+        self.idx = 0;
+    }
+
+    /// Twist word `i` of the first block in place. It reads word `i + 1` (not yet twisted; for the last word, word
+    /// 0, already twisted) and word `i + M` (not yet twisted below `N − M`, twisted above): exactly what the
+    /// reference's block twist reads.
+    #[inline]
+    fn twist_word(&mut self, i: usize) -> u32 {
         let next = if i + 1 < N { i + 1 } else { 0 };
         let far = if i < N - M { i + M } else { i + M - N };
-        let y = (self.state[i] & 0x8000_0000) | (self.state[next] & 0x7fff_ffff);
-        let mut v = self.state[far] ^ (y >> 1);
-        if y & 1 != 0 {
-            v ^= 0x9908_b0df;
-        }
+        let v = twist(self.state[i], self.state[next], self.state[far]);
         self.state[i] = v;
-        self.idx = i + 1;
-        // Tempering.
-        let mut x = v;
-        x ^= x >> 11;
-        x ^= (x << 7) & 0x9d2c_5680;
-        x ^= (x << 15) & 0xefc6_0000;
-        x ^ (x >> 18)
+        v
+    }
+
+    /// The reference's block twist (`genrand_int32` when `mti >= N`), in its three loops.
+    fn twist_block(&mut self) {
+        let mt = &mut self.state;
+        for i in 0..N - M {
+            mt[i] = twist(mt[i], mt[i + 1], mt[i + M]);
+        }
+        for i in N - M..N - 1 {
+            mt[i] = twist(mt[i], mt[i + 1], mt[i + M - N]);
+        }
+        mt[N - 1] = twist(mt[N - 1], mt[0], mt[M - 1]);
+    }
+
+    /// `random()` `out.len()` times, in order. Within a whole-twisted block the words are read in a plain loop.
+    fn fill_random(&mut self, out: &mut [f64]) {
+        let mut k = 0;
+        while k < out.len() {
+            if self.mode == Twist::Whole && self.idx + 2 <= N {
+                let pairs = ((N - self.idx) / 2).min(out.len() - k);
+                let words = &self.state[self.idx..self.idx + 2 * pairs];
+                for (o, w) in out[k..k + pairs].iter_mut().zip(words.chunks_exact(2)) {
+                    *o = random_of(temper(w[0]), temper(w[1]));
+                }
+                self.idx += 2 * pairs;
+                k += pairs;
+            } else {
+                // The first block, a block's end, or a pair across two blocks: word by word.
+                let a = self.next_u32();
+                let b = self.next_u32();
+                out[k] = random_of(a, b);
+                k += 1;
+            }
+        }
     }
 }
 
@@ -316,9 +406,14 @@ impl PyRandom {
     /// `random()`: `(a >> 5, b >> 6)` → `(a·67108864 + b) / 2^53`, in `[0, 1)`.
     #[inline]
     pub fn random(&mut self) -> f64 {
-        let a = (self.mt.next_u32() >> 5) as f64;
-        let b = (self.mt.next_u32() >> 6) as f64;
-        (a * 67_108_864.0 + b) * INV_2_POW_53
+        let a = self.mt.next_u32();
+        let b = self.mt.next_u32();
+        random_of(a, b)
+    }
+
+    /// `[random() for _ in out]`: the same draws as calling [`Self::random`] `out.len()` times, faster for long runs.
+    pub fn fill_random(&mut self, out: &mut [f64]) {
+        self.mt.fill_random(out);
     }
 
     /// `expovariate(lambd)` = `-log(1.0 - random()) / lambd` (mean `1 / lambd`).
@@ -482,6 +577,31 @@ mod mt_tests {
             for n in 0..3 * N + 5 {
                 assert_eq!(ours.next_u32(), reference.next_u32(), "key {key:?}, word {n}");
             }
+        }
+    }
+
+    /// `fill_random` draws what `random()` one by one draws, from a fresh generator, across block ends, and after an
+    /// odd number of raw words (a pair that straddles two blocks).
+    #[test]
+    fn fill_random_equals_random() {
+        for (seed, skip_words) in [(0u128, 0usize), (42, 1), (7, 623), (1 << 40, 624), (3, 1000), (9, 1249)] {
+            let mut one = PyRandom::from_u128(seed);
+            let mut bulk = PyRandom::from_u128(seed);
+            for _ in 0..skip_words {
+                assert_eq!(one.next_u32(), bulk.next_u32());
+            }
+            for len in [1usize, 5, 256, 311, 312, 313, 1000, 0, 2] {
+                let mut out = vec![0.0; len];
+                bulk.fill_random(&mut out);
+                for (k, v) in out.iter().enumerate() {
+                    assert_eq!(
+                        v.to_bits(),
+                        one.random().to_bits(),
+                        "seed {seed}, skip {skip_words}, len {len}, {k}"
+                    );
+                }
+            }
+            assert_eq!(one.next_u32(), bulk.next_u32());
         }
     }
 

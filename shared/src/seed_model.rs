@@ -15,7 +15,6 @@
 //! Principal types: [`SeedScenario`], [`BurstyWorkload`], [`SeedProfile`], [`SeedSummary`].
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
 
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
@@ -283,7 +282,7 @@ fn evaluate_items(
     let slots = usize::try_from(profile.max_batch_slots).unwrap_or(usize::MAX);
     // The batch size never exceeds the number of requests.
     let max_batch = slots.min(n_hint.max(1));
-    let mut active: VecDeque<f64> = VecDeque::with_capacity(max_batch + 1);
+    let mut active = SortedTimes::with_capacity(max_batch + 1);
     let mut ttft_samples: Vec<f64> = Vec::with_capacity(n_hint);
     let mut batch_counts: Vec<u64> = vec![0; max_batch + 1];
     let mut prefill_free_at_ms = 0.0f64;
@@ -304,17 +303,13 @@ fn evaluate_items(
             req.arrival_ms
         };
         // occupied = completions after the arrival.
-        while active.front().is_some_and(|&t| t <= effective_arrival_ms) {
-            active.pop_front();
-        }
+        active.drop_until(effective_arrival_ms);
         let mut admitted_at_ms = effective_arrival_ms;
         if active.len() >= slots
-            && let Some(&earliest) = active.front()
+            && let Some(earliest) = active.front()
         {
             admitted_at_ms = earliest;
-            while active.front().is_some_and(|&t| t <= admitted_at_ms) {
-                active.pop_front();
-            }
+            active.drop_until(admitted_at_ms);
         }
         let active_batch = slots.min(active.len() + 1);
         let queue_wait_ms = py_max(admitted_at_ms, prefill_free_at_ms) - effective_arrival_ms;
@@ -328,7 +323,7 @@ fn evaluate_items(
         let tpot_ms = tpot_of(active_batch);
         let decode_ms = (f64::from(req.output_tokens) - 1.0) * tpot_ms;
         let completion_ms = effective_arrival_ms + ttft_ms + decode_ms;
-        insert_sorted(&mut active, completion_ms);
+        active.insert(completion_ms);
         last_completion_ms = py_max(last_completion_ms, completion_ms);
 
         // The seed stores round(ttft, 2); rounding is monotone, so the nearest-rank sample of the rounded list is
@@ -391,23 +386,62 @@ fn evaluate_items(
     })
 }
 
-/// Insert `t` into ascending `sorted`, after any equal values. New completions are usually among the latest, so
-/// the place is found by scanning back a few entries, else by binary search.
-#[inline]
-fn insert_sorted(sorted: &mut VecDeque<f64>, t: f64) {
-    let len = sorted.len();
-    if sorted.back().is_none_or(|&last| last <= t) {
-        sorted.push_back(t);
-        return;
-    }
-    for k in 1..len.min(4) {
-        if sorted[len - 1 - k] <= t {
-            sorted.insert(len - k, t);
-            return;
+/// The seed's list of completion times, kept sorted: `buf[head..]`, ascending. Dropping from the front moves
+/// `head`; the dropped front is cut off once it is as long as the live part, so the buffer stays small.
+struct SortedTimes {
+    buf: Vec<f64>,
+    head: usize,
+}
+
+impl SortedTimes {
+    fn with_capacity(n: usize) -> Self {
+        SortedTimes {
+            buf: Vec::with_capacity(2 * n + 64),
+            head: 0,
         }
     }
-    let at = sorted.partition_point(|&x| x <= t);
-    sorted.insert(at, t);
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.buf.len() - self.head
+    }
+
+    #[inline]
+    fn front(&self) -> Option<f64> {
+        self.buf.get(self.head).copied()
+    }
+
+    /// Drop the times at or before `t` (the seed keeps the completions after it).
+    #[inline]
+    fn drop_until(&mut self, t: f64) {
+        while self.buf.get(self.head).is_some_and(|&x| x <= t) {
+            self.head += 1;
+        }
+    }
+
+    /// Insert `t` after any equal values. New completions are usually among the latest, so the place is found by
+    /// moving the later ones up one by one from the back, else (more than a few) by binary search.
+    #[inline]
+    fn insert(&mut self, t: f64) {
+        if self.head >= 32 && 2 * self.head >= self.buf.len() {
+            self.buf.drain(..self.head);
+            self.head = 0;
+        }
+        let end = self.buf.len();
+        self.buf.push(t);
+        let mut j = end;
+        while j > self.head && self.buf[j - 1] > t {
+            if end - j == 4 {
+                let at = self.head + self.buf[self.head..j].partition_point(|&x| x <= t);
+                self.buf.copy_within(at..j, at + 1);
+                j = at;
+                break;
+            }
+            self.buf[j] = self.buf[j - 1];
+            j -= 1;
+        }
+        self.buf[j] = t;
+    }
 }
 
 /// The seed's nearest-rank p50 and p99 of `samples` (reordered in place): selection instead of a full sort, which

@@ -82,17 +82,28 @@ impl BurstyTrace {
         }
     }
 
-    /// Draw the arrivals of the next chunk of requests, starting at `self.idx`.
+    /// Draw the arrivals of the next chunk of requests, starting at `self.idx`: the chunk's `random()` draws at
+    /// once ([`PyRandom::fill_random`]), then per request the seed's
+    /// `current_ms += rng.expovariate(lambd) * burst_factor` with the same operations in the same order.
     fn refill(&mut self) {
-        self.arrivals.clear();
         self.pos = 0;
-        let count = (self.n - self.idx).min(ARRIVAL_CHUNK as u64);
-        for idx in self.idx..self.idx + count {
+        let count = (self.n - self.idx).min(ARRIVAL_CHUNK as u64) as usize;
+        self.arrivals.clear();
+        self.arrivals.resize(count, 0.0);
+        self.rng.fill_random(&mut self.arrivals);
+        // `expovariate(lambd)` of each draw, in a loop of its own: the `ln` calls do not depend on one another.
+        let lambd = self.lambd;
+        for slot in self.arrivals.iter_mut() {
+            *slot = -(1.0 - *slot).ln() / lambd;
+        }
+        let mut current_ms = self.current_ms;
+        for (idx, slot) in (self.idx..).zip(self.arrivals.iter_mut()) {
             // Bursty gamma-like arrivals: short inter-arrival gaps for indices 2..=6 of every 10, lulls otherwise.
             let burst_factor = if matches!(idx % 10, 2..=6) { 0.32 } else { 1.55 };
-            self.current_ms += self.rng.expovariate(self.lambd) * burst_factor;
-            self.arrivals.push(py_round(self.current_ms, 2));
+            current_ms += *slot * burst_factor;
+            *slot = py_round(current_ms, 2);
         }
+        self.current_ms = current_ms;
     }
 }
 
