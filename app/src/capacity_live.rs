@@ -207,14 +207,21 @@ pub fn LiveCapacityCard(capacity: RwSignal<Option<LiveCapacity>>) -> impl IntoVi
         capacity.with(|c| {
             let Some(c) = c else { return Vec::new() };
             let mut t = Vec::new();
+            let live = c.result.as_ref().and_then(|r| r.capacity);
             if let Some(v) = c.simulated_capacity {
+                // One mark when they agree: two labels at one x would print over each other.
+                let label = if live == Some(v) {
+                    format!("live = simulated {}", num(v))
+                } else {
+                    format!("simulated {}", num(v))
+                };
                 t.push(Threshold {
-                    label: format!("simulated {}", num(v)),
+                    label,
                     value: v,
                     vertical: true,
                 });
             }
-            if let Some(v) = c.result.as_ref().and_then(|r| r.capacity) {
+            if let Some(v) = live.filter(|v| c.simulated_capacity != Some(*v)) {
                 t.push(Threshold {
                     label: format!("live {}", num(v)),
                     value: v,

@@ -570,22 +570,25 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             <div class="results" data-summary="live">
                 <SourceLine live=live/>
                 <LiveCapacityCard capacity=live.capacity/>
-                <LiveSummary summary=summary/>
-                {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
-                {move || simulated.get().map(|o| view! {
-                    <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
-                })}
-                <LiveCharts live=live simulated=simulated/>
-                <crate::fit_panel::FitCard
-                    records=live.records
-                    scenario=live.scenario
-                    source=Signal::derive(move || live.source.get().map(|s| match s {
-                        Source::Run(r) => r.run_id,
-                        Source::File { name, .. } => name,
-                    }))
-                    window=window
-                    ex=ex
-                />
+                // A capacity search keeps its records per level: the replay's summary, overlay and fit do not apply.
+                <Show when=move || !live.source.with(|s| matches!(s, Some(Source::Run(r)) if r.kind == RunKind::Capacity))>
+                    <LiveSummary summary=summary/>
+                    {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
+                    {move || simulated.get().map(|o| view! {
+                        <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
+                    })}
+                    <LiveCharts live=live simulated=simulated/>
+                    <crate::fit_panel::FitCard
+                        records=live.records
+                        scenario=live.scenario
+                        source=Signal::derive(move || live.source.get().map(|s| match s {
+                            Source::Run(r) => r.run_id,
+                            Source::File { name, .. } => name,
+                        }))
+                        window=window
+                        ex=ex
+                    />
+                </Show>
             </div>
         </div>
     }
