@@ -406,14 +406,17 @@ fn calibrate_and_predict_against_the_real_server() {
     assert!(profile.step_fixed_ms + profile.per_seq_ms > 0.0 && profile.prefill_tokens_per_ms > 0.0);
     // Prefill cost grows with context on this server (REALSERVER.md): the fit finds it.
     assert!(profile.prefill_ctx_ms_per_ktok > 0.0, "{text}");
-    // Fits measured here explain most of the bulk's variance (robust R²: decode 0.90 at load 10, prefill 0.80;
-    // plain R² 0.95 / 0.97 on a quiet machine); the floors leave room for a loaded one.
-    let r2 = |stage: &str| fit[stage]["r2_robust"].as_f64().unwrap_or(0.0);
+    // Fits measured here explain most of the variance (robust R²: decode 0.90 at load 10, prefill 0.80; plain R²
+    // 0.95 / 0.97 on a quiet machine); the floors leave room for a loaded one. Decode is judged on the plain R²:
+    // with the probe's decode phases on a shared prefix the bulk of gaps is narrow, and its robust R² swung to
+    // −0.68 in one run whose plain R² was 0.969 (calibrate accepts such a fit on its small relative MAD).
+    let r2 = |stage: &str, key: &str| fit[stage][key].as_f64().unwrap_or(0.0);
     assert!(
-        r2("prefill") > 0.8 && r2("decode") > 0.3,
-        "R² {} / {}",
-        r2("decode"),
-        r2("prefill")
+        r2("prefill", "r2_robust") > 0.8 && r2("decode", "r2") > 0.8,
+        "R² decode {} (robust {}) / prefill robust {}",
+        r2("decode", "r2"),
+        r2("decode", "r2_robust"),
+        r2("prefill", "r2_robust")
     );
 
     // The held-out scenario, live and predicted.
