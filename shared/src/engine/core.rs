@@ -659,6 +659,50 @@ impl Engine {
         self.log_base + self.log.len() as u64
     }
 
+    /// A waiting request's cached prefix, in blocks: `(the GPU's reach, its hit, the hit with the host tier)`. At
+    /// most all but the last prompt token hit; blocks right after the GPU hit that the host tier holds are
+    /// restored, not recomputed.
+    fn cached_blocks(&self, chain: u32, p_eff: u32) -> (u32, u32, u32) {
+        let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
+        let max_hit = (p_eff - 1) / self.bs;
+        let gpu_hit_blocks = reach.min(max_hit);
+        let hit_blocks = if self.kv.host_capacity > 0 && gpu_hit_blocks < max_hit {
+            self.kv.reach_host(chain).clamp(gpu_hit_blocks, max_hit)
+        } else {
+            gpu_hit_blocks
+        };
+        (reach, gpu_hit_blocks, hit_blocks)
+    }
+
+    /// Takes `need` new blocks for a request whose prefix `chain` holds `gpu_hit_blocks` on the GPU and up to
+    /// `hit_blocks` with the host tier, restoring the host blocks; `None` (nothing changed) when they do not fit.
+    /// Returns the `fill` result and the tokens restored from the host tier.
+    fn admit_blocks(&mut self, chain: u32, need: u64, gpu_hit_blocks: u32, hit_blocks: u32) -> Option<(u64, u64)> {
+        let pinned_loss = self.kv.lineage_evictable(chain);
+        if need > self.kv.available() - pinned_loss {
+            return None;
+        }
+        self.kv.pin(chain);
+        let restored = hit_blocks - gpu_hit_blocks;
+        self.kv.hold_host_trim = restored > 0;
+        if !self.kv.alloc(need) {
+            self.kv.hold_host_trim = false;
+            self.kv.unpin(chain);
+            return None;
+        }
+        let mut conv = 0;
+        let mut restored_tokens = 0;
+        if restored > 0 {
+            conv = self.kv.fill(chain, gpu_hit_blocks, hit_blocks);
+            self.kv.host_touch_lineage(chain);
+            self.kv.hold_host_trim = false;
+            self.kv.trim_host();
+            restored_tokens = u64::from(restored * self.bs);
+            self.stats.host_hit_tokens += restored_tokens;
+        }
+        Some((conv, restored_tokens))
+    }
+
     /// Blocks needed to hold `t` tokens.
     #[inline]
     fn blocks(&self, t: u32) -> u64 {
@@ -761,39 +805,14 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan())
                 };
-                let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
-                let max_hit = (p_eff - 1) / self.bs;
-                let gpu_hit_blocks = reach.min(max_hit);
-                // Blocks right after the GPU hit that the host tier holds are restored, not recomputed.
-                let hit_blocks = if self.kv.host_capacity > 0 && gpu_hit_blocks < max_hit {
-                    self.kv.reach_host(chain).clamp(gpu_hit_blocks, max_hit)
-                } else {
-                    gpu_hit_blocks
-                };
+                let (reach, gpu_hit_blocks, hit_blocks) = self.cached_blocks(chain, p_eff);
                 let hit = hit_blocks * self.bs;
                 let tokens = (p_eff - hit).min(budget);
                 let need = self.blocks(hit + tokens) - u64::from(gpu_hit_blocks);
-                let pinned_loss = self.kv.lineage_evictable(chain);
-                if need > self.kv.available() - pinned_loss {
+                let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks) else {
                     break;
-                }
-                self.kv.pin(chain);
-                let restored = hit_blocks - gpu_hit_blocks;
-                self.kv.hold_host_trim = restored > 0;
-                if !self.kv.alloc(need) {
-                    self.kv.hold_host_trim = false;
-                    self.kv.unpin(chain);
-                    break;
-                }
-                let mut conv = 0;
-                if restored > 0 {
-                    conv = self.kv.fill(chain, gpu_hit_blocks, hit_blocks);
-                    self.kv.host_touch_lineage(chain);
-                    self.kv.hold_host_trim = false;
-                    self.kv.trim_host();
-                    restored_tokens += u64::from(restored * self.bs);
-                    self.stats.host_hit_tokens += u64::from(restored * self.bs);
-                }
+                };
+                restored_tokens += restored;
                 self.waiting.pop_front();
                 self.wait_on(chain, false);
                 let now = self.now_ms;
@@ -906,37 +925,13 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan(), r.prompt)
                 };
-                let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
-                let max_hit = (p_eff - 1) / self.bs;
-                let gpu_hit_blocks = reach.min(max_hit);
-                let hit_blocks = if self.kv.host_capacity > 0 && gpu_hit_blocks < max_hit {
-                    self.kv.reach_host(chain).clamp(gpu_hit_blocks, max_hit)
-                } else {
-                    gpu_hit_blocks
-                };
+                let (reach, gpu_hit_blocks, hit_blocks) = self.cached_blocks(chain, p_eff);
                 let hit = hit_blocks * self.bs;
                 let need = self.blocks(p_eff) - u64::from(gpu_hit_blocks);
-                let pinned_loss = self.kv.lineage_evictable(chain);
-                if need > self.kv.available() - pinned_loss {
+                let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks) else {
                     break;
-                }
-                self.kv.pin(chain);
-                let restored = hit_blocks - gpu_hit_blocks;
-                self.kv.hold_host_trim = restored > 0;
-                if !self.kv.alloc(need) {
-                    self.kv.hold_host_trim = false;
-                    self.kv.unpin(chain);
-                    break;
-                }
-                let mut conv = 0;
-                if restored > 0 {
-                    conv = self.kv.fill(chain, gpu_hit_blocks, hit_blocks);
-                    self.kv.host_touch_lineage(chain);
-                    self.kv.hold_host_trim = false;
-                    self.kv.trim_host();
-                    restored_tokens += u64::from(restored * self.bs);
-                    self.stats.host_hit_tokens += u64::from(restored * self.bs);
-                }
+                };
+                restored_tokens += restored;
                 self.waiting.pop_front();
                 self.wait_on(chain, false);
                 let slot = self.choose_slot(chain, prompt);
