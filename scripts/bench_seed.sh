@@ -6,7 +6,8 @@
 # evaluate inside the interpreter; Rust: `cargo bench --bench seed_model`).
 #
 #   scripts/bench_seed.sh [SCENARIO]
-#   env: RUNS=7, SEED_DIR=../shared/seeds, CARGO_TARGET_DIR, LOADSHAPE_BIN (a release binary; skips the build)
+#   env: RUNS=7, SEED_DIR=../shared/seeds, CARGO_TARGET_DIR, LOADSHAPE_BIN (a release binary; skips the build),
+#        SKIP_COMPUTE=1 (whole process only: skips the `cargo bench` of the compute)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SCENARIO="${1:-examples/seed-100k.json}"
@@ -88,5 +89,5 @@ print(f"  ratio pair by pair (python/loadshape, wall): median {statistics.median
 if py_compute is not None:
     print(f"python compute only (trace + evaluate, wall): median {py_compute*1e3:.1f} ms")
 PY
-echo "rust compute only (wall, in-process):"
-cargo bench -q -p loadshape-shared --bench seed_model 2>/dev/null
+[ -n "${SKIP_COMPUTE:-}" ] || echo "rust compute only (wall, in-process):"
+[ -n "${SKIP_COMPUTE:-}" ] || cargo bench -q -p loadshape-shared --bench seed_model 2>/dev/null

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser as _;
 use loadshape::cmd::capacity;
-use loadshape::sim_server::{self, Config, EngineChoice};
+use loadshape::sim_server::{Config, EngineChoice};
+
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
 use loadshape::{Cli, Command};
 use serde_json::{Value, json};
 use shared::engine::EngineProfile;
@@ -62,20 +65,12 @@ fn args(extra: &[&str]) -> capacity::Args {
     }
 }
 
-async fn start() -> (String, tokio::sync::oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let config = Config {
+async fn start() -> sim_server_helper::Sim {
+    sim_server_helper::start(Config {
         engine: EngineChoice::Profile(profile()),
         ..Config::default()
-    };
-    tokio::spawn(sim_server::serve(listener, config, async {
-        let _ = rx.await;
-    }));
-    (format!("http://{addr}/v1"), tx)
+    })
+    .await
 }
 
 /// `capacity --scenario S --url URL --out OUT --json EXTRA...`, run in-process.
@@ -194,13 +189,14 @@ fn record_files(dir: &Path) -> usize {
 /// two levels guided (the predicted capacity passes, one more fails) against five unguided (2, 4, 8, 6, 5).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_search_matches_the_simulator_and_the_guide_saves_levels() {
-    let (url, _stop) = start().await;
+    let sim = start().await;
+    let url = sim.base.as_str();
     let dir = tmp("live");
     let s = closed_loop(&dir, 40);
     let guided_dir = dir.join("guided");
     let plain_dir = dir.join("plain");
-    let guided = live(&s, &url, &guided_dir, &[]).await;
-    let plain = live(&s, &url, &plain_dir, &["--no-guide"]).await;
+    let guided = live(&s, url, &guided_dir, &[]).await;
+    let plain = live(&s, url, &plain_dir, &["--no-guide"]).await;
     let sim = guided["simulated_capacity"]
         .as_f64()
         .unwrap_or_else(|| panic!("{guided}"));
@@ -256,7 +252,8 @@ async fn live_search_matches_the_simulator_and_the_guide_saves_levels() {
 /// spread per level, and the capacity of the simulator within one step.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_sessions_search_with_repeats_keeps_every_run() {
-    let (url, _stop) = start().await;
+    let sim = start().await;
+    let url = sim.base.as_str();
     let dir = tmp("sessions");
     let s = write_scenario(
         &dir,
@@ -267,7 +264,7 @@ async fn live_sessions_search_with_repeats_keeps_every_run() {
     let out = dir.join("run");
     let v = live(
         &s,
-        &url,
+        url,
         &out,
         &["--repeat", "2", "--goal", "ttft_ms=300", "--duration", "8"],
     )
@@ -291,7 +288,8 @@ async fn live_sessions_search_with_repeats_keeps_every_run() {
 /// resolution step (1 rps here: the knee of Poisson arrivals is soft, near 5 rps for 4 slots of 0.65 s requests).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_rate_search_matches_the_simulator_within_a_step() {
-    let (url, _stop) = start().await;
+    let sim = start().await;
+    let url = sim.base.as_str();
     let dir = tmp("rate");
     let s = write_scenario(
         &dir,
@@ -299,7 +297,7 @@ async fn live_rate_search_matches_the_simulator_within_a_step() {
                "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}}),
     );
     let out = dir.join("run");
-    let v = live(&s, &url, &out, &["--resolution", "1", "--min", "0.5", "--max", "20"]).await;
+    let v = live(&s, url, &out, &["--resolution", "1", "--min", "0.5", "--max", "20"]).await;
     assert_eq!(v["knob"], "rate_rps");
     let sim = v["simulated_capacity"].as_f64().unwrap_or_else(|| panic!("{v}"));
     let live = v["capacity"]

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{self, Config};
+
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
 use shared::record::RequestRecord;
 use tokio::process::Command;
 
@@ -112,18 +115,11 @@ async fn simulate_reads_the_trace_beside_the_scenario_and_names_bad_lines() {
 /// simulated back (at the emulated pace, `time_scale` 20) gives the run's cached share within 1 point.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let config = Config {
+    let sim = sim_server_helper::start(Config {
         speed: SPEED,
         ..Config::default()
-    };
-    tokio::spawn(sim_server::serve(listener, config, async {
-        let _ = stop_rx.await;
-    }));
+    })
+    .await;
     let trace = trace_path();
     let scen = tmp("slice.json");
     std::fs::write(
@@ -136,7 +132,7 @@ async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
     .unwrap_or_else(|e| panic!("{e}"));
     let out = tmp("slice.jsonl");
     let (out_s, scen_s) = (out.to_string_lossy().to_string(), scen.to_string_lossy().to_string());
-    let base = format!("http://{addr}/v1");
+    let base = sim.base.clone();
     let (code, stdout, stderr) = loadshape(&[
         "replay",
         "--url",
@@ -233,7 +229,7 @@ async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
             "{format}: export simulated {sim_share:.4} vs run {live_share:.4}"
         );
     }
-    let _ = stop_tx.send(());
+    drop(sim);
 }
 
 /// An export of records without prompt block hashes (a simulated run) is refused, saying why.
