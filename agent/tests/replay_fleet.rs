@@ -109,6 +109,18 @@ fn strings(a: &[&str]) -> Vec<String> {
 /// Replays `sc` over the two sims (the router from the scenario's fleet, or `--router` when given), with a content
 /// nonce of its own (the sims' caches keep earlier runs' text: a run must not hit what another run sent).
 async fn replay(sims: &[Sim], d: &Path, name: &str, sc: &EngineScenario, router_flag: Option<&str>) -> PathBuf {
+    replay_with(sims, d, name, sc, router_flag, &["--metrics-url", "none"]).await
+}
+
+/// [`replay`] with `extra` flags instead of `--metrics-url none`.
+async fn replay_with(
+    sims: &[Sim],
+    d: &Path,
+    name: &str,
+    sc: &EngineScenario,
+    router_flag: Option<&str>,
+    extra: &[&str],
+) -> PathBuf {
     let path = write_scenario(d, sc);
     let out = d.join(format!("{name}.jsonl"));
     let nonce = name
@@ -130,20 +142,17 @@ async fn replay(sims: &[Sim], d: &Path, name: &str, sc: &EngineScenario, router_
         args.extend(["--url".into(), s.base.clone()]);
     }
     args.extend(["--scenario".into(), path.display().to_string()]);
-    args.extend([
-        "--out".into(),
-        out.display().to_string(),
-        "--metrics-url".into(),
-        "none".into(),
-    ]);
+    args.extend(["--out".into(), out.display().to_string()]);
+    args.extend(strings(extra));
     if let Some(r) = router_flag {
         args.extend(["--router".into(), r.into()]);
     }
     let (code, _, err) = run(&args).await;
     assert_eq!(code, 0, "{name}: {err}");
-    assert!(
+    assert_eq!(
         err.contains("fleet: 2 replicas"),
-        "{name}: the run names its fleet: {err}"
+        sims.len() == 2,
+        "{name}: a run over two URLs names its fleet: {err}"
     );
     out
 }
@@ -348,4 +357,114 @@ async fn one_url_is_unchanged_and_fleet_flags_need_several() {
     let (code, _, err) = run(&a).await;
     assert_ne!(code, 0);
     assert!(err.contains("--router must be one of round_robin"), "{err}");
+}
+
+/// With `/metrics` scraped (the default), every replica is scraped at its own URL: `server.json` keeps each
+/// replica's scrapes and report under `replicas`, and `summary.json`'s `fleet`, `report` and `report --json` give
+/// each replica's server-side figures beside its share of the records. Each replica's server counted exactly the
+/// prompt and cached tokens of the records routed to it (so the scrapes are the right replica's, not one server's
+/// twice). One URL keeps its files as before: no `replicas` in `server.json`, no `fleet` in `summary.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_is_scraped_and_reported() {
+    let sims = [sim().await, sim().await];
+    let d = dir("scrape");
+    let sc = scenario(Router::SessionAffinity);
+    // Scrapes every 0.2 s: some land while the sessions run.
+    let out = replay_with(&sims, &d, "scraped", &sc, None, &["--scrape-interval", "0.2"]).await;
+    let recs = records(&out);
+    assert_eq!(recs.len(), 12);
+    let server = json_file(&PathBuf::from(format!("{}.server.json", out.display())));
+    let reps = server["replicas"]
+        .as_array()
+        .unwrap_or_else(|| panic!("server.json replicas: {server}"));
+    assert_eq!(reps.len(), 2);
+    for (i, r) in reps.iter().enumerate() {
+        assert_eq!(r["replica"], i as u64);
+        assert_eq!(r["metrics_url"], format!("{}/metrics", sims[i].origin));
+        assert!(r["snapshots"].as_array().is_some_and(|s| s.len() >= 2), "{r}");
+        let report = &r["report"];
+        assert_eq!(report["failed_scrapes"], 0, "{report}");
+        assert_eq!(report["family"], "vllm");
+        // What the records routed to replica i carried, as that replica's server counted it.
+        let mine = recs.iter().filter(|x| x.replica == Some(i as u32));
+        let (prompt, cached) = mine.fold((0u64, 0u64), |(p, c), x| {
+            (p + x.prompt_tokens.unwrap_or(0), c + x.cached_tokens.unwrap_or(0))
+        });
+        assert!(prompt > 0, "replica {i} got requests");
+        assert_eq!(
+            report["prompt_tokens"].as_f64(),
+            Some(prompt as f64),
+            "replica {i}: {report}"
+        );
+        let hit = report["prefix_cache_hit_rate"].as_f64().unwrap_or(f64::NAN);
+        assert!(
+            (hit - cached as f64 / prompt as f64).abs() < 1e-12,
+            "replica {i}: hit rate {hit} vs records {cached}/{prompt}"
+        );
+        assert!(
+            report["kv_cache_usage_max"]
+                .as_f64()
+                .is_some_and(|u| (0.0..=1.0).contains(&u))
+        );
+        assert!(report["preemptions"].as_f64().is_some(), "{report}");
+    }
+    // The top-level report is replica 0's, as with one URL.
+    assert_eq!(server["metrics_url"], reps[0]["metrics_url"]);
+    assert_eq!(server["report"], reps[0]["report"]);
+
+    // summary.json's fleet rows carry each replica's server report; report --json's replicas the same.
+    let sum = json_file(&PathBuf::from(format!("{}.summary.json", out.display())));
+    let rows = sum["fleet"]["replicas"].as_array().unwrap_or_else(|| panic!("{sum}"));
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let i = row["replica"].as_u64().unwrap_or(99) as usize;
+        assert_eq!(row["server"], reps[i]["report"], "summary.json replica {i}");
+    }
+    let split: Vec<ReplicaSplit> =
+        serde_json::from_value(sum["fleet"]["replicas"].clone()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        split,
+        replica_split(&recs),
+        "the records' split is unchanged beside the server figures"
+    );
+    let (code, js, err) = run(&strings(&["report", &out.display().to_string(), "--json"])).await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&js).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        v["replicas"], sum["fleet"]["replicas"],
+        "report --json rows = summary.json rows"
+    );
+    let (code, text, err) = run(&strings(&["report", &out.display().to_string()])).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains(" Server side per replica (/metrics) "), "{text}");
+    assert!(
+        text.contains("replica 0)"),
+        "the top-level server block says whose it is: {text}"
+    );
+
+    // Naming each replica's endpoint: once per --url, or refused by name.
+    let m0 = format!("{}/metrics", sims[0].origin);
+    let (code, _, err) = {
+        let mut args = strings(&["replay", "--model", "sim", "--quiet", "--url", &sims[0].base, "--url"]);
+        args.extend(strings(&[&sims[1].base, "--metrics-url", &m0, "--scenario"]));
+        args.extend([
+            write_scenario(&d, &sc).display().to_string(),
+            "--out".into(),
+            d.join("bad.jsonl").display().to_string(),
+        ]);
+        run(&args).await
+    };
+    assert_ne!(code, 0);
+    assert!(err.contains("--metrics-url is given 1 times for 2 --url"), "{err}");
+
+    // One URL, scraped: the files as before.
+    let one = replay_with(&sims[..1], &d, "one-scraped", &sc, None, &["--scrape-interval", "0.2"]).await;
+    let server = json_file(&PathBuf::from(format!("{}.server.json", one.display())));
+    assert!(server.get("replicas").is_none(), "{server}");
+    assert_eq!(server["metrics_url"], m0);
+    let sum = json_file(&PathBuf::from(format!("{}.summary.json", one.display())));
+    assert!(sum.get("fleet").is_none());
+    let (code, text, _) = run(&strings(&["report", &one.display().to_string()])).await;
+    assert_eq!(code, 0);
+    assert!(!text.contains("per replica") && !text.contains("replica 0)"), "{text}");
 }

@@ -126,8 +126,19 @@ async fn start_agent_full(
     extra_hosts: &[String],
     ws_write_timeout: Duration,
 ) -> Agent {
+    start_agent_targets(data_dir, vec![sim], driver, extra_hosts, ws_write_timeout).await
+}
+
+/// An agent with these configured targets.
+async fn start_agent_targets(
+    data_dir: PathBuf,
+    targets: Vec<Target>,
+    driver: Arc<dyn Driver>,
+    extra_hosts: &[String],
+    ws_write_timeout: Duration,
+) -> Agent {
     let store = RunStore::open(&data_dir).unwrap();
-    let runs = Arc::new(Runs::new(store, vec![sim], limits(), driver));
+    let runs = Arc::new(Runs::new(store, targets, limits(), driver));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = Arc::new(AppState {
@@ -1385,4 +1396,162 @@ async fn a_capacity_search_can_be_stopped() {
     let notes = report["notes"].to_string();
     assert!(notes.contains("interrupted"), "{notes}");
     assert_eq!(report["levels_run"].as_u64(), Some(0), "the cut level does not count");
+}
+
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
+
+/// A configured fleet target (`--target fleet=URL0,url=URL1,router=session_affinity`): `list_targets` shows its
+/// replicas and router, a live run spreads its sessions over the two in-process sim-servers by that router (every
+/// record names its replica, each session stays on one, both replicas get sessions), every replica's `/metrics`
+/// is scraped into the run's `server.json`, and the live capacity search, which runs against one URL, refuses the
+/// fleet by name. Only the configured URLs are contacted: the page names the target, never a URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
+    let config = || loadshape::sim_server::Config {
+        speed: 20.0,
+        ..Default::default()
+    };
+    let sims = [
+        sim_server_helper::start(config()).await,
+        sim_server_helper::start(config()).await,
+    ];
+    let spec = format!("fleet={},url={},router=session_affinity", sims[0].base, sims[1].base);
+    let fleet = loadshape::cmd::serve::parse_target(&spec).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(fleet.fleet.as_ref().map(|f| f.urls.len()), Some(2));
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(30.0),
+        max_in_flight: None,
+    });
+    let agent = start_agent_targets(
+        tempdir("fleet"),
+        vec![Target::sim("builtin"), fleet],
+        driver,
+        &[],
+        loadshape::serve::WS_WRITE_TIMEOUT,
+    )
+    .await;
+    let mut ws = connect(&agent).await;
+    send(&mut ws, ClientMsg::ListTargets { id: 1 }).await;
+    match recv(&mut ws).await {
+        ServerMsg::Targets { targets, .. } => {
+            assert!(targets[0].fleet.is_none(), "sim is one URL");
+            let f = targets[1].fleet.as_ref().expect("the fleet target says it is one");
+            assert_eq!(f.urls, [sims[0].base.clone(), sims[1].base.clone()]);
+            assert_eq!(f.router, Some(shared::engine::Router::SessionAffinity));
+            assert_eq!(targets[1].url, sims[0].base);
+        }
+        other => panic!("{other:?}"),
+    }
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "sessions", "sessions": 4, "steps": 3, "base_tokens": 2000, "gen_tokens": 16,
+                     "tool_tokens": 200, "think_s": 0.05, "stagger_s": 0.0, "spread": 0.0, "duration_s": 20.0,
+                     "drain": true},
+        "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
+                    "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1,
+                    "per_ctx_token_ms": 0.00001, "prefill_tokens_per_ms": 40.0, "prefill_fixed_ms": 1.0},
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
+        "seed": 5,
+        "counterfactuals": false
+    });
+    send(
+        &mut ws,
+        ClientMsg::StartRun {
+            id: 2,
+            scenario: scenario.clone(),
+            target: "fleet".into(),
+        },
+    )
+    .await;
+    let run_id = match recv(&mut ws).await {
+        ServerMsg::RunStarted { run, .. } => run.run_id,
+        other => panic!("{other:?}"),
+    };
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 3,
+            run_id: run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let (n, state) = collect_until_end(&mut ws, 0).await;
+    assert_eq!((n, state), (12, RunState::Finished), "4 sessions x 3 steps");
+    let records = fetch_records(&mut ws, &run_id).await;
+    assert!(records.iter().all(|r| r.ok), "{records:?}");
+    let on = |i: u32| records.iter().filter(|r| r.replica == Some(i)).count();
+    assert_eq!(on(0) + on(1), 12, "every record names replica 0 or 1");
+    assert!(
+        on(0) > 0 && on(1) > 0,
+        "both replicas got sessions: {} and {}",
+        on(0),
+        on(1)
+    );
+    assert_eq!(
+        shared::metrics::replicas::sessions_on_several_replicas(&records),
+        0,
+        "session affinity keeps each session on one replica"
+    );
+    // Steps after the first hit their replica's prefix cache (the session stayed where its prefix is).
+    assert!(
+        records
+            .iter()
+            .filter(|r| r.step > 0)
+            .all(|r| r.cached_tokens.unwrap_or(0) > 0)
+    );
+    // Each replica's /metrics, scraped at its own origin.
+    let dir = agent.data_dir.join("runs").join(&run_id);
+    let server: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("records.jsonl.server.json")).unwrap()).unwrap();
+    let reps = server["replicas"].as_array().expect("server.json replicas");
+    for (i, r) in reps.iter().enumerate() {
+        assert_eq!(r["metrics_url"], format!("{}/metrics", sims[i].origin));
+        let prompt: u64 = records
+            .iter()
+            .filter(|x| x.replica == Some(i as u32))
+            .map(|x| x.prompt_tokens.unwrap_or(0))
+            .sum();
+        assert_eq!(
+            r["report"]["prompt_tokens"].as_f64(),
+            Some(prompt as f64),
+            "replica {i}"
+        );
+    }
+
+    // The capacity search runs against one URL: a fleet target is refused, by name.
+    send(
+        &mut ws,
+        ClientMsg::StartCapacity {
+            id: 4,
+            scenario,
+            target: "fleet".into(),
+            options: CapacityOptions::default(),
+        },
+    )
+    .await;
+    let run = match recv(&mut ws).await {
+        ServerMsg::CapacityStarted { run, .. } => run,
+        other => panic!("{other:?}"),
+    };
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 5,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let info = loop {
+        match recv(&mut ws).await {
+            ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info,
+            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(info.state, RunState::Failed);
+    let e = info.error.unwrap_or_default();
+    assert!(e.contains("target fleet is a fleet of 2 URLs"), "{e}");
 }

@@ -205,6 +205,21 @@ pub struct TargetInfo {
     pub url: String,
     pub model: String,
     pub dialect: String,
+    /// A fleet target (several URLs the agent spreads a run's requests over, as `replay --url A --url B
+    /// --router ...`): its replicas and router; absent for a one-URL target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<TargetFleetInfo>,
+}
+
+/// `TargetInfo::fleet`: a fleet target's replicas (replica `i` is `urls[i]`; `url` is `urls[0]`), its router and
+/// load cap as configured (`None`: the scenario's `fleet`, else `round_robin` and 1.5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetFleetInfo {
+    pub urls: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<crate::engine::Router>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_cap: Option<f64>,
 }
 
 /// Where a run stands.

@@ -174,13 +174,29 @@ fn server_examples() -> Vec<ServerMsg> {
         ServerMsg::answer_hello(1, PROTOCOL_VERSION, limits),
         ServerMsg::Targets {
             id: 2,
-            targets: vec![TargetInfo {
-                name: "sim".into(),
-                kind: "sim".into(),
-                url: "builtin".into(),
-                model: "sim".into(),
-                dialect: "vllm".into(),
-            }],
+            targets: vec![
+                TargetInfo {
+                    name: "sim".into(),
+                    kind: "sim".into(),
+                    url: "builtin".into(),
+                    model: "sim".into(),
+                    dialect: "vllm".into(),
+                    fleet: None,
+                },
+                // A fleet target: the run spreads its requests over the URLs by the router.
+                TargetInfo {
+                    name: "gpus".into(),
+                    kind: "openai".into(),
+                    url: "http://10.0.0.7:8000/v1".into(),
+                    model: "llama".into(),
+                    dialect: "vllm".into(),
+                    fleet: Some(TargetFleetInfo {
+                        urls: vec!["http://10.0.0.7:8000/v1".into(), "http://10.0.0.8:8000/v1".into()],
+                        router: Some(shared::engine::Router::SessionAffinity),
+                        load_cap: None,
+                    }),
+                },
+            ],
         },
         ServerMsg::Validated {
             id: 3,

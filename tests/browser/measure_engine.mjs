@@ -1,7 +1,7 @@
 // Times the engine model alone in headless Chromium (not a test: a benchmark), to tell the engine's cost in the
 // browser's V8 apart from the page around it (tests/browser/measure_compute.mjs times the page's own figure).
 //   bash scripts/bench_wasm.sh             # builds the wasm this loads (and prints node's figures)
-//   node tests/browser/measure_engine.mjs [FILE...]
+//   node tests/browser/measure_engine.mjs [FILE...]      # RUNS=N: N runs per file and mode (default 31)
 // Loads scripts/bench_wasm's module (wasm-bindgen --target web) in a page served from 127.0.0.1 and runs
 // `simulate(json, full)` 31 times per file and mode in a dedicated Web Worker (as the page computes) and on the
 // main thread, printing the median and minimum of each.
@@ -44,20 +44,22 @@ if (process.env.PAGE_BUILD === '1') {
   execFileSync('wasm-bindgen', ['--target', 'web', '--no-typescript', '--out-dir', dir, wasm], { stdio: 'inherit' });
 }
 // One runner for both places: `run(json)` returns the timings of both modes.
+const runs = Math.max(1, Number.parseInt(process.env.RUNS ?? '31', 10) || 31);
 writeFileSync(path.join(dir, 'runner.js'), `
 import init, { simulate } from './loadshape_wasm_bench.js';
+const RUNS = ${runs};
 export async function run(json) {
   await init();
   const out = {};
   for (const [mode, full] of [['page', false], ['full', true]]) {
     const t = [];
-    for (let i = 0; i < 31; i++) {
+    for (let i = 0; i < RUNS; i++) {
       const t0 = performance.now();
       simulate(json, full);
       t.push(performance.now() - t0);
     }
     t.sort((a, b) => a - b);
-    out[mode] = { median: t[15], min: t[0] };
+    out[mode] = { median: t[Math.floor(RUNS / 2)], min: t[0] };
   }
   return out;
 }

@@ -376,7 +376,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         match &m.exact {
             Some((s, _, n)) => {
                 println!("merged {} run(s), {n} records ({EXACT_IS})", files.len());
-                println!("{}", render(&m.records, s, &m.slo, None));
+                println!("{}", render(&m.records, s, &m.slo, None, &[]));
             }
             None => println!("merged {} run(s) from their histograms only (--fast)", files.len()),
         }

@@ -157,9 +157,11 @@ pub struct Args {
     /// Bearer token for the server.
     #[arg(long, env = "LOADSHAPE_API_KEY")]
     pub api_key: Option<String>,
-    /// Prometheus endpoint to scrape (default: the URL's origin + /metrics); "none" to skip.
+    /// Prometheus endpoint to scrape (default: the URL's origin + /metrics); "none" to skip. With several --url,
+    /// every replica is scraped at its own origin's /metrics by default; give --metrics-url once per --url (in
+    /// the same order) to name them, or "none" once to scrape none.
     #[arg(long)]
-    pub metrics_url: Option<String>,
+    pub metrics_url: Vec<String>,
     /// Seconds between scrapes during the run.
     #[arg(long, default_value_t = defaults::SCRAPE_INTERVAL_S)]
     pub scrape_interval: f64,
@@ -358,10 +360,25 @@ impl Args {
         s.drain = a.drain;
         s.drain_grace = seconds("--drain-grace", a.drain_grace)?;
         s.max_fail_streak = a.max_fail_streak;
-        match a.metrics_url.as_deref() {
-            Some("none") => s.metrics_url = None,
-            Some(u) => s.metrics_url = Some(u.to_string()),
-            None => {}
+        match a.metrics_url.as_slice() {
+            [] => {}
+            [none] if none == "none" => s.metrics_url = None,
+            [u] if a.url.len() < 2 => s.metrics_url = Some(u.clone()),
+            many => anyhow::ensure!(
+                many.len() == a.url.len() && a.url.len() >= 2 && !many.iter().any(|u| u == "none"),
+                "--metrics-url is given {} times for {} --url: give it once per --url (in the same order), or \"none\" once",
+                many.len(),
+                a.url.len()
+            ),
+        }
+        // A fleet scrapes every replica: the given URLs, else each URL's origin + /metrics (none: none).
+        if let Some(f) = &mut s.fleet {
+            f.metrics_urls = match (s.metrics_url.is_some(), a.metrics_url.len() == a.url.len()) {
+                (false, _) => Vec::new(),
+                (true, true) => a.metrics_url.clone(),
+                (true, false) => crate::replay::fleet::default_metrics_urls(&f.urls)?,
+            };
+            s.metrics_url = f.metrics_urls.first().cloned();
         }
         s.scrape_interval = seconds("--scrape-interval", a.scrape_interval)?;
         s.threads = a.threads;
@@ -482,6 +499,8 @@ fn live_fleet(
         urls: a.url.clone(),
         spec,
         cache_tokens,
+        // Set with the other scrape settings (`--metrics-url`).
+        metrics_urls: Vec::new(),
     }))
 }
 
@@ -549,7 +568,12 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
             &outcome.records,
             &summary.summary,
             &summary.slo,
-            summary.server.as_ref()
+            summary.server.as_ref(),
+            &outcome
+                .server
+                .as_ref()
+                .map(crate::replay::summary::ServerScrape::replica_reports)
+                .unwrap_or_default()
         )
     );
     eprintln!(
@@ -597,6 +621,49 @@ mod tests {
             anyhow::bail!("not a replay command line");
         };
         a.settings(&|_: &str| {})
+    }
+
+    #[test]
+    fn a_fleet_scrapes_every_replica_unless_told_otherwise() {
+        let two = ["--url", "http://127.0.0.1:10/v1"];
+        let s = settings_of(&two).unwrap_or_else(|e| panic!("{e:#}"));
+        let f = s.fleet.as_ref().unwrap_or_else(|| panic!("a fleet"));
+        assert_eq!(
+            f.metrics_urls,
+            ["http://127.0.0.1:9/metrics", "http://127.0.0.1:10/metrics"]
+        );
+        assert_eq!(s.metrics_url.as_deref(), Some("http://127.0.0.1:9/metrics"));
+        let s = settings_of(&[two[0], two[1], "--metrics-url", "none"]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(s.metrics_url.is_none() && s.fleet.as_ref().is_some_and(|f| f.metrics_urls.is_empty()));
+        let named = [
+            two[0],
+            two[1],
+            "--metrics-url",
+            "http://127.0.0.1:19/m",
+            "--metrics-url",
+            "http://127.0.0.1:20/m",
+        ];
+        let s = settings_of(&named).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(
+            s.fleet.map(|f| f.metrics_urls).unwrap_or_default(),
+            ["http://127.0.0.1:19/m", "http://127.0.0.1:20/m"]
+        );
+        assert_eq!(s.metrics_url.as_deref(), Some("http://127.0.0.1:19/m"));
+        for bad in [
+            &["--metrics-url", "http://127.0.0.1:19/m"][..],
+            &["--metrics-url", "none", "--metrics-url", "none"][..],
+        ] {
+            let mut flags = two.to_vec();
+            flags.extend_from_slice(bad);
+            let e = format!("{:#}", settings_of(&flags).unwrap_err());
+            assert!(e.contains("--metrics-url is given"), "{e}");
+        }
+        // One URL: one --metrics-url, as always; two are refused.
+        let e = format!(
+            "{:#}",
+            settings_of(&["--metrics-url", "http://a/m", "--metrics-url", "http://b/m"]).unwrap_err()
+        );
+        assert!(e.contains("--metrics-url is given 2 times for 1 --url"), "{e}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use shared::metrics::{self, Slo};
 use crate::replay::prom::ServerReport;
 use crate::replay::records::{self, BadLine};
 use crate::replay::render::render;
-use crate::replay::summary::{Checks, prefix_reuse, sidecar};
+use crate::replay::summary::{Checks, prefix_reuse, replica_reports_in, replica_rows, sidecar};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -75,6 +75,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .as_ref()
         .and_then(|v| v.get("report"))
         .and_then(|r| serde_json::from_value(r.clone()).ok());
+    // A run over several URLs: each replica's own `/metrics` report (server.json's `replicas`).
+    let replica_servers = server_json.as_ref().map(replica_reports_in).unwrap_or_default();
     if a.json {
         let checks = Checks::of(&recs);
         let mut out = serde_json::json!({
@@ -86,10 +88,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "server": server_json.as_ref().and_then(|v| v.get("report")),
         });
         // Records that name their replica (a fleet: `simulate` with one, `replay` over several URLs): each one's
-        // share. Absent otherwise.
-        let split = metrics::replicas::replica_split(&recs);
-        if !split.is_empty() {
-            out["replicas"] = serde_json::to_value(&split).context("serializing the replicas")?;
+        // share, with its own `/metrics` report (`server`) when the replay scraped each replica. Absent otherwise.
+        let rows = replica_rows(&recs, &replica_servers);
+        if !rows.is_empty() {
+            out["replicas"] = serde_json::to_value(&rows).context("serializing the replicas")?;
             out["sessions_on_several_replicas"] = metrics::replicas::sessions_on_several_replicas(&recs).into();
         }
         println!(
@@ -97,7 +99,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&out).context("serializing the report")?
         );
     } else {
-        println!("{}", render(&recs, &summary, &slo, server.as_ref()));
+        println!("{}", render(&recs, &summary, &slo, server.as_ref(), &replica_servers));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@ use shared::protocol::Limits;
 
 use super::signals::Signals;
 use crate::serve::driver::ReplayDriver;
+use crate::serve::runs::TargetFleet;
 use crate::serve::store::RunStore;
 use crate::serve::{AppState, Runs, Target, allowed_host, allowed_hosts, app, check_token, random_token};
 
@@ -37,12 +38,13 @@ pub struct Args {
     #[arg(long, env = "LOADSHAPE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
     /// A live target: `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE]`, URL ending in `/v1`.
-    /// Repeatable.
+    /// A fleet (several replicas without a router): more URLs with `url=URL2,url=URL3`, and optionally
+    /// `router=NAME` and `load_cap=X` (docs/serve.md, "Fleet targets"). Repeatable.
     /// The built-in emulated engine is always offered as `sim`.
     #[arg(long = "target", value_name = "NAME=URL[,...]")]
     pub targets: Vec<String>,
-    /// A TOML file of targets: `[[target]]` tables with `name`, `url`, and optional `model`, `dialect`,
-    /// `api_key_env`, `ca_cert` (see docs/serve.md).
+    /// A TOML file of targets: `[[target]]` tables with `name`, `url` (or `urls`, a fleet), and optional `model`,
+    /// `dialect`, `api_key_env`, `ca_cert`, `router`, `load_cap` (see docs/serve.md).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Most runs active at once.
@@ -205,7 +207,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// How long `serve` waits, after SIGTERM or SIGINT, for live runs to stop and write their summaries.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
 
-/// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE]`.
+/// Parses `NAME=URL[,model=M][,dialect=D][,api_key_env=VAR][,ca_cert=FILE][,url=URL2...][,router=R][,load_cap=X]`.
 pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
     let (name, rest) = spec
         .split_once('=')
@@ -224,15 +226,48 @@ pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
     }
     let mut t = Target {
         name: name.into(),
-        url,
+        url: url.clone(),
         model: String::new(),
         dialect: "auto".into(),
         api_key_env: None,
         ca_cert: None,
         builtin: false,
+        fleet: None,
     };
+    // A fleet: more replicas (`url=`), its router and load cap.
+    let mut urls = vec![url];
+    let (mut router, mut load_cap) = (None, None);
     for kv in parts {
         match kv.split_once('=') {
+            Some(("url", v)) => {
+                let v = v.trim().trim_end_matches('/').to_string();
+                if !(v.starts_with("http://") || v.starts_with("https://")) {
+                    anyhow::bail!("--target `{spec}`: url= must start with http:// or https:// (got `{v}`)");
+                }
+                crate::replay::client::origin_of(&v).with_context(|| format!("--target `{spec}`: url="))?;
+                if urls.contains(&v) {
+                    anyhow::bail!("--target `{spec}`: the URL `{v}` is given twice (each replica is one URL)");
+                }
+                urls.push(v);
+            }
+            Some(("router", v)) => {
+                let r = shared::engine::Router::ALL.into_iter().find(|r| r.name() == v);
+                router = Some(r.with_context(|| {
+                    let names: Vec<&str> = shared::engine::Router::ALL.iter().map(|r| r.name()).collect();
+                    format!(
+                        "--target `{spec}`: router= must be one of {} (got `{v}`)",
+                        names.join(", ")
+                    )
+                })?);
+            }
+            Some(("load_cap", v)) => {
+                load_cap = Some(
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite())
+                        .with_context(|| format!("--target `{spec}`: load_cap= must be a number (got `{v}`)"))?,
+                );
+            }
             Some(("model", v)) => t.model = v.into(),
             Some(("dialect", v)) => t.dialect = v.into(),
             Some(("api_key_env", v)) => t.api_key_env = Some(v.into()),
@@ -242,8 +277,30 @@ pub fn parse_target(spec: &str) -> anyhow::Result<Target> {
                     .with_context(|| format!("--target `{spec}`"))?;
                 t.ca_cert = Some(v.into());
             }
-            _ => anyhow::bail!("--target `{spec}`: unknown option `{kv}` (model=, dialect=, api_key_env=, ca_cert=)"),
+            _ => anyhow::bail!(
+                "--target `{spec}`: unknown option `{kv}` (model=, dialect=, api_key_env=, ca_cert=, url=, router=, \
+                 load_cap=)"
+            ),
         }
+    }
+    if urls.len() < 2 {
+        if router.is_some() || load_cap.is_some() {
+            anyhow::bail!(
+                "--target `{spec}`: router= and load_cap= spread a run over several URLs: add the other replicas with url="
+            );
+        }
+    } else {
+        // Checked as a scenario's fleet is (the router's own rules, e.g. the load cap's range).
+        let spec_check = shared::engine::FleetSpec {
+            replicas: urls.len() as u32,
+            router: router.unwrap_or(shared::engine::Router::RoundRobin),
+            load_cap: load_cap.unwrap_or(1.5),
+            profiles: Vec::new(),
+        };
+        spec_check
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--target `{spec}`: {}", e.to_string().replace("load_cap", "load_cap=")))?;
+        t.fleet = Some(TargetFleet { urls, router, load_cap });
     }
     if t.name == "sim" {
         anyhow::bail!("--target `{spec}`: the name `sim` is reserved for the built-in emulated engine");
@@ -262,7 +319,15 @@ struct ConfigFile {
 #[serde(deny_unknown_fields)]
 struct TargetEntry {
     name: String,
-    url: String,
+    /// One URL; or `urls`, a fleet's replicas.
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    urls: Vec<String>,
+    #[serde(default)]
+    router: Option<String>,
+    #[serde(default)]
+    load_cap: Option<f64>,
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
@@ -280,7 +345,24 @@ pub fn read_config(path: &std::path::Path) -> anyhow::Result<Vec<Target>> {
     file.target
         .into_iter()
         .map(|e| {
-            let mut spec = format!("{}={}", e.name, e.url);
+            let first = match (&e.url, e.urls.as_slice()) {
+                (Some(u), []) => u.clone(),
+                (None, [first, ..]) => first.clone(),
+                (None, []) => anyhow::bail!("{}: target `{}`: give url, or urls for a fleet", path.display(), e.name),
+                (Some(_), [_, ..]) => {
+                    anyhow::bail!("{}: target `{}`: give url or urls, not both", path.display(), e.name)
+                }
+            };
+            let mut spec = format!("{}={first}", e.name);
+            for u in e.urls.iter().skip(1) {
+                spec.push_str(&format!(",url={u}"));
+            }
+            if let Some(r) = &e.router {
+                spec.push_str(&format!(",router={r}"));
+            }
+            if let Some(c) = e.load_cap {
+                spec.push_str(&format!(",load_cap={c}"));
+            }
             for (k, v) in [
                 ("model", e.model),
                 ("dialect", e.dialect),
@@ -334,5 +416,84 @@ mod tests {
             parse_target("gpu=https://10.0.0.7/v1,ca_cert=/nonexistent/ca.pem").unwrap_err()
         );
         assert!(e.contains("/nonexistent/ca.pem"), "{e}");
+    }
+
+    #[test]
+    fn a_target_can_be_a_fleet_of_urls_with_a_router() {
+        use shared::engine::Router;
+        let t = parse_target("f=http://127.0.0.1:8000/v1,url=http://127.0.0.1:8001/v1/,router=prefix_aware,load_cap=2")
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(t.url, "http://127.0.0.1:8000/v1");
+        assert_eq!(
+            t.fleet,
+            Some(TargetFleet {
+                urls: vec!["http://127.0.0.1:8000/v1".into(), "http://127.0.0.1:8001/v1".into()],
+                router: Some(Router::PrefixAware),
+                load_cap: Some(2.0),
+            })
+        );
+        let info = t.info().fleet.unwrap_or_else(|| panic!("list_targets shows the fleet"));
+        assert_eq!((info.urls.len(), info.router), (2, Some(Router::PrefixAware)));
+        // Router and load cap are optional (the scenario's, else round robin and 1.5); one URL is no fleet.
+        let t = parse_target("f=http://a:1/v1,url=http://b:1/v1").unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(t.fleet.map(|f| (f.router, f.load_cap)), Some((None, None)));
+        assert!(
+            parse_target("f=http://a:1/v1")
+                .unwrap_or_else(|e| panic!("{e:#}"))
+                .fleet
+                .is_none()
+        );
+        for (bad, why) in [
+            ("f=http://a:1/v1,url=http://a:1/v1", "is given twice"),
+            ("f=http://a:1/v1,url=ftp://b/v1", "url= must start with http"),
+            (
+                "f=http://a:1/v1,url=http://b:1/v1,router=nearest",
+                "router= must be one of round_robin",
+            ),
+            (
+                "f=http://a:1/v1,url=http://b:1/v1,load_cap=x",
+                "load_cap= must be a number",
+            ),
+            (
+                "f=http://a:1/v1,url=http://b:1/v1,load_cap=0.5",
+                "load_cap= must be in 1..=100",
+            ),
+            ("f=http://a:1/v1,router=round_robin", "add the other replicas with url="),
+        ] {
+            let e = format!("{:#}", parse_target(bad).unwrap_err());
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_config_file_target_can_list_urls() {
+        let dir = std::env::temp_dir().join(format!("loadshape-serve-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.join("targets.toml");
+        std::fs::write(
+            &path,
+            "[[target]]\nname = \"one\"\nurl = \"http://a:1/v1\"\n\n[[target]]\nname = \"fleet\"\n\
+             urls = [\"http://a:1/v1\", \"http://b:1/v1\", \"http://c:1/v1\"]\nrouter = \"session_affinity\"\nload_cap = 3.0\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let t = read_config(&path).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(t[0].fleet.is_none());
+        let f = t[1].fleet.as_ref().unwrap_or_else(|| panic!("a fleet"));
+        assert_eq!(
+            (t[1].url.as_str(), f.urls.len(), f.load_cap),
+            ("http://a:1/v1", 3, Some(3.0))
+        );
+        assert_eq!(f.router, Some(shared::engine::Router::SessionAffinity));
+        for (body, why) in [
+            ("[[target]]\nname = \"x\"\n", "give url, or urls"),
+            (
+                "[[target]]\nname = \"x\"\nurl = \"http://a:1/v1\"\nurls = [\"http://b:1/v1\"]\n",
+                "not both",
+            ),
+        ] {
+            std::fs::write(&path, body).unwrap_or_else(|e| panic!("{e}"));
+            let e = format!("{:#}", read_config(&path).unwrap_err());
+            assert!(e.contains(why), "{e}");
+        }
     }
 }

@@ -29,6 +29,16 @@ pub struct LiveFleet {
     /// `prefix_aware`: what the client-side view keeps per replica, tokens (the simulator's prefix cache is bound
     /// by its KV blocks the same way).
     pub cache_tokens: u64,
+    /// Every replica's Prometheus endpoint, in the order of `urls` (replica `i` is scraped at `metrics_urls[i]`;
+    /// `ReplaySettings::metrics_url` is `metrics_urls[0]`); empty: no replica is scraped.
+    pub metrics_urls: Vec<String>,
+}
+
+/// Each URL's origin + `/metrics`: where a replica is scraped unless told otherwise.
+pub fn default_metrics_urls(urls: &[String]) -> anyhow::Result<Vec<String>> {
+    urls.iter()
+        .map(|u| Ok(format!("{}/metrics", super::client::origin_of(u)?)))
+        .collect()
 }
 
 impl LiveFleet {

@@ -17,8 +17,16 @@ fn opt(x: Option<f64>) -> String {
     x.map_or("n/a".into(), |v| format!("{v:.2}"))
 }
 
-/// The human-readable summary, laid out like `vllm bench serve`'s result block.
-pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&ServerReport>) -> String {
+/// The human-readable summary, laid out like `vllm bench serve`'s result block. `server` is the run's `/metrics`
+/// report (replica 0's in a fleet); `replica_servers[i]` is replica `i`'s in a run over several URLs (empty
+/// otherwise), shown as a table of its own.
+pub fn render(
+    recs: &[RequestRecord],
+    s: &Summary,
+    slo: &Slo,
+    server: Option<&ServerReport>,
+    replica_servers: &[Option<ServerReport>],
+) -> String {
     let mut o = String::new();
     let line = |o: &mut String, k: &str, v: String| {
         let _ = writeln!(o, "{k:<44}{v}");
@@ -168,10 +176,35 @@ pub fn render(recs: &[RequestRecord], s: &Summary, slo: &Slo, server: Option<&Se
             shared::metrics::replicas::sessions_on_several_replicas(recs).to_string(),
         );
     }
+    if replica_servers.iter().any(Option::is_some) {
+        head(&mut o, " Server side per replica (/metrics) ");
+        let _ = writeln!(
+            o,
+            "{:<10}{:>10}{:>10}{:>13}{:>14}{:>13}",
+            "replica", "scrapes", "KV max", "preemptions", "prefix hits", "running max"
+        );
+        for (i, r) in replica_servers.iter().enumerate() {
+            let Some(r) = r else { continue };
+            let _ = writeln!(
+                o,
+                "{:<10}{:>10}{:>10}{:>13}{:>14}{:>13}",
+                i,
+                format!("{} ({})", r.scrapes, r.failed_scrapes),
+                pct(r.kv_cache_usage_max),
+                r.preemptions.map_or("n/a".into(), |p| format!("{p:.0}")),
+                pct(r.prefix_cache_hit_rate),
+                opt(r.running_max)
+            );
+        }
+    }
     if let Some(r) = server {
+        let whose = if replica_servers.is_empty() { "" } else { ", replica 0" };
         head(
             &mut o,
-            &format!(" Server side (/metrics: {}) ", r.family.as_deref().unwrap_or("unknown")),
+            &format!(
+                " Server side (/metrics: {}{whose}) ",
+                r.family.as_deref().unwrap_or("unknown")
+            ),
         );
         line(
             &mut o,

@@ -297,20 +297,28 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     let mut interrupts = hooks.interrupts;
     let live = Arc::new(LiveCounters::default());
     let progress = Progress::start(live.clone(), s.progress, note.clone());
-    // Server side: scrape before, every few seconds during, and after.
-    let mut scraper = s
-        .metrics_url
-        .clone()
-        .map(|u| Scraper::new(http.clone(), u, Instant::now()));
-    let mut server_limits = None;
-    if let Some(sc) = &scraper {
-        let first = sc.scrape().await;
+    // Server side: scrape before, every few seconds during, and after. A fleet scrapes every replica (its own
+    // `/metrics`, replica i at `scrapers[i]`); one URL, or a fleet scraped nowhere, as always.
+    let scrape_urls: Vec<String> = match (&s.fleet, &s.metrics_url) {
+        (Some(f), Some(_)) if !f.metrics_urls.is_empty() => f.metrics_urls.clone(),
+        (_, u) => u.iter().cloned().collect(),
+    };
+    let fleet_scraped = s.fleet.is_some() && scrape_urls.len() > 1;
+    let mut scrapers: Vec<Scraper> = scrape_urls
+        .into_iter()
+        .map(|u| Scraper::new(http.clone(), u, Instant::now()))
+        .collect();
+    let firsts = futures_util::future::join_all(scrapers.iter().map(Scraper::scrape)).await;
+    for (sc, first) in scrapers.iter().zip(&firsts) {
         if let Some(e) = &first.error {
             note(&format!(
                 "note: server metrics unavailable at {} ({e}); client-side numbers only",
                 sc.url()
             ));
         }
+    }
+    let mut server_limits = None;
+    if let Some(sc) = scrapers.first() {
         // What the server says of its limits, kept beside the scrapes for `calibrate --from`.
         let l = limits::fetch(
             &http,
@@ -337,10 +345,10 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
     // streams only hands each one over. Made after the wait, so a shard refused at its --start-at leaves no file.
     let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
-    let mut periodic = None;
-    if let Some(sc) = &mut scraper {
+    let mut periodic = Vec::with_capacity(scrapers.len());
+    for sc in &mut scrapers {
         sc.set_origin(run_origin);
-        periodic = Some(sc.spawn_periodic(s.scrape_interval));
+        periodic.push(sc.spawn_periodic(s.scrape_interval));
     }
     let stops = Stops::default();
     let router = s.fleet.as_ref().map(|f| {
@@ -473,24 +481,49 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     }
     progress.finish();
     let wall = run_origin.elapsed().as_secs_f64();
-    if let Some(p) = periodic {
+    for p in periodic {
         p.abort();
     }
-    let server = match &scraper {
-        Some(sc) => {
-            sc.scrape().await;
+    futures_util::future::join_all(scrapers.iter().map(Scraper::scrape)).await;
+    // Each replica's scrapes and report (one URL: the one).
+    let scraped: Vec<(String, ServerReport, Vec<super::prom::Snapshot>)> = scrapers
+        .iter()
+        .map(|sc| {
             let snapshots = sc.snapshots();
-            let scrape = ServerScrape {
-                metrics_url: sc.url().to_string(),
-                interval_s: s.scrape_interval.as_secs_f64(),
-                report: ServerReport::from_snapshots(&snapshots),
+            (
+                sc.url().to_string(),
+                ServerReport::from_snapshots(&snapshots),
                 snapshots,
-                limits: server_limits,
-            };
-            write_sidecar(&summary::sidecar(&s.out, "server.json"), &scrape, &note);
-            Some(scrape)
-        }
-        None => None,
+            )
+        })
+        .collect();
+    let server = scraped.first().map(|(url, report, snapshots)| {
+        let scrape = ServerScrape {
+            metrics_url: url.clone(),
+            interval_s: s.scrape_interval.as_secs_f64(),
+            report: report.clone(),
+            snapshots: snapshots.clone(),
+            limits: server_limits,
+            replicas: fleet_scraped.then(|| {
+                scraped
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (url, report, snapshots))| summary::ReplicaScrape {
+                        replica: i as u32,
+                        metrics_url: url.clone(),
+                        report: report.clone(),
+                        snapshots: snapshots.clone(),
+                    })
+                    .collect()
+            }),
+        };
+        write_sidecar(&summary::sidecar(&s.out, "server.json"), &scrape, &note);
+        scrape
+    });
+    let replica_servers: Vec<Option<ServerReport>> = if fleet_scraped {
+        scraped.iter().map(|(_, r, _)| Some(r.clone())).collect()
+    } else {
+        Vec::new()
     };
     let finished = sink.finish()?;
     if let Some(e) = &finished.error {
@@ -532,7 +565,10 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         origin_unix_s,
         start_at_unix_s: s.start_at_unix_s,
         shard: (!s.shard.is_whole()).then_some(s.shard),
-        fleet: s.fleet.as_ref().map(|f| summary::FleetRun::of(f, &records)),
+        fleet: s
+            .fleet
+            .as_ref()
+            .map(|f| summary::FleetRun::of(f, &records, &replica_servers)),
         loadshape_version: shared::version::LOADSHAPE_VERSION,
     };
     if s.write_summary {

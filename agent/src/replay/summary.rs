@@ -106,22 +106,52 @@ pub struct FleetRun {
     pub load_cap: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_view_tokens: Option<u64>,
-    /// Per replica, from the records (`shared::metrics::replicas::replica_split`).
-    pub replicas: Vec<ReplicaSplit>,
+    /// Per replica, from the records (`shared::metrics::replicas::replica_split`), with what that replica's own
+    /// `/metrics` said over the run (`server`, when it was scraped).
+    pub replicas: Vec<ReplicaRow>,
     /// Sessions whose steps went to more than one replica (none under `session_affinity`).
     pub sessions_on_several_replicas: u64,
 }
 
+/// One replica's row: its share of the records ([`ReplicaSplit`], flattened: the same keys as `simulate`'s and
+/// `report --json`'s rows) and the server-side report of its own `/metrics` scrapes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicaRow {
+    #[serde(flatten)]
+    pub split: ReplicaSplit,
+    /// What the replica's `/metrics` said over the run (KV-cache use, preemptions, prefix-cache hit rate, ...,
+    /// where the server reports them); absent when it was not scraped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerReport>,
+}
+
+/// The per-replica rows: each [`replica_split`] row with `servers[replica]` (the replica's scrape report, `None`
+/// where not scraped). `loadshape report` builds the same rows from the records and `server.json`'s `replicas`.
+pub fn replica_rows(records: &[shared::record::RequestRecord], servers: &[Option<ServerReport>]) -> Vec<ReplicaRow> {
+    replica_split(records)
+        .into_iter()
+        .map(|split| {
+            let server = servers.get(split.replica as usize).cloned().flatten();
+            ReplicaRow { split, server }
+        })
+        .collect()
+}
+
 impl FleetRun {
-    /// The fleet part of a run's summary, from its settings and records.
-    pub fn of(fleet: &super::fleet::LiveFleet, records: &[shared::record::RequestRecord]) -> Self {
+    /// The fleet part of a run's summary, from its settings, records and each replica's scrape report
+    /// (`servers[i]`: replica `i`'s; empty when `/metrics` was not scraped).
+    pub fn of(
+        fleet: &super::fleet::LiveFleet,
+        records: &[shared::record::RequestRecord],
+        servers: &[Option<ServerReport>],
+    ) -> Self {
         let prefix = fleet.router() == shared::engine::Router::PrefixAware;
         FleetRun {
             urls: fleet.urls.clone(),
             router: fleet.router(),
             load_cap: prefix.then_some(fleet.spec.load_cap),
             prefix_view_tokens: prefix.then_some(fleet.cache_tokens),
-            replicas: replica_split(records),
+            replicas: replica_rows(records, servers),
             sessions_on_several_replicas: sessions_on_several_replicas(records),
         }
     }
@@ -179,6 +209,51 @@ pub struct ServerScrape {
     /// `loadshape calibrate --from`; absent when it said nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<ServerLimits>,
+    /// A run over several URLs (`--url A --url B ...`): every replica's own scrapes, replica `i` at index `i`
+    /// (the fields above are replica 0's, as with one URL); absent for one URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<ReplicaScrape>>,
+}
+
+impl ServerScrape {
+    /// Each replica's report, replica `i` at index `i`; empty for a run over one URL.
+    pub fn replica_reports(&self) -> Vec<Option<ServerReport>> {
+        replica_reports_of(self.replicas.iter().flatten().map(|r| (r.replica, r.report.clone())))
+    }
+}
+
+/// `(replica, report)` pairs as a list indexed by replica (`None` where a replica has none).
+pub fn replica_reports_of(pairs: impl Iterator<Item = (u32, ServerReport)>) -> Vec<Option<ServerReport>> {
+    let mut out: Vec<Option<ServerReport>> = Vec::new();
+    for (i, r) in pairs {
+        let i = i as usize;
+        if out.len() <= i {
+            out.resize(i + 1, None);
+        }
+        out[i] = Some(r);
+    }
+    out
+}
+
+/// The per-replica reports of a `server.json` read back (its `replicas`, absent for one URL): what `loadshape
+/// report` shows beside the records' split. Entries that do not parse are left out.
+pub fn replica_reports_in(server_json: &serde_json::Value) -> Vec<Option<ServerReport>> {
+    let Some(list) = server_json.get("replicas").and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    replica_reports_of(list.iter().filter_map(|e| {
+        let i = u32::try_from(e.get("replica")?.as_u64()?).ok()?;
+        Some((i, serde_json::from_value(e.get("report")?.clone()).ok()?))
+    }))
+}
+
+/// `server.json`'s `replicas[i]`: replica `i`'s `/metrics` over the run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaScrape {
+    pub replica: u32,
+    pub metrics_url: String,
+    pub report: ServerReport,
+    pub snapshots: Vec<Snapshot>,
 }
 
 /// Pretty JSON with every object's keys sorted (see the module docs).

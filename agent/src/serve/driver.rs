@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::runs::{BoxFuture, CapacityJob, Driver, RunSink, Target};
 use crate::capacity;
+use crate::replay::fleet::{LiveFleet, default_metrics_urls};
 use crate::replay::{self, Hooks, ReplaySettings, ScenarioOptions, TargetSettings, Verdict};
 
 /// Runs scenarios with the replay client.
@@ -56,7 +57,53 @@ pub fn settings_for(
     )?;
     s.progress = false;
     s.write_summary = false;
+    s.fleet = live_fleet(target, scenario)?;
+    if let Some(f) = &s.fleet {
+        s.metrics_url = f.metrics_urls.first().cloned();
+    }
     Ok(s)
+}
+
+/// A fleet target's [`LiveFleet`] for `scenario`, as `replay --url A --url B ...` resolves it: the target's router
+/// and load cap, else the scenario's `fleet`, else `round_robin` and 1.5; the client-side prefix view as large as
+/// the scenario profile's KV cache (else `llama-3-8b-1xh100`'s); every replica scraped at its origin's `/metrics`.
+/// `None` for a one-URL target.
+pub fn live_fleet(target: &Target, scenario: &Scenario) -> anyhow::Result<Option<LiveFleet>> {
+    use shared::engine::{FleetSpec, Router};
+    let Some(tf) = &target.fleet else {
+        return Ok(None);
+    };
+    let (scenario_fleet, scenario_kv) = match scenario {
+        Scenario::Engine(e) => (
+            e.fleet.clone(),
+            Some(e.profile.num_kv_blocks.saturating_mul(u64::from(e.profile.block_size))),
+        ),
+        Scenario::Seed(_) => (None, None),
+    };
+    let spec = FleetSpec {
+        replicas: tf.urls.len() as u32,
+        router: tf
+            .router
+            .or(scenario_fleet.as_ref().map(|f| f.router))
+            .unwrap_or(Router::RoundRobin),
+        load_cap: tf
+            .load_cap
+            .or(scenario_fleet.as_ref().map(|f| f.load_cap))
+            .unwrap_or(1.5),
+        profiles: Vec::new(),
+    };
+    spec.validate()
+        .map_err(|e| anyhow::anyhow!("target {}: fleet: {e}", target.name))?;
+    let cache_tokens = scenario_kv.filter(|&t| t > 0).unwrap_or_else(|| {
+        let p = shared::engine::presets::llama3_8b_h100();
+        p.num_kv_blocks.saturating_mul(u64::from(p.block_size))
+    });
+    Ok(Some(LiveFleet {
+        urls: tf.urls.clone(),
+        spec,
+        cache_tokens,
+        metrics_urls: default_metrics_urls(&tf.urls).with_context(|| format!("target {}", target.name))?,
+    }))
 }
 
 /// Where a configured target's requests go: its URL, model, dialect, API key (read from its variable now) and CA
@@ -164,6 +211,14 @@ impl Driver for ReplayDriver {
     ) -> BoxFuture<anyhow::Result<serde_json::Value>> {
         let max_in_flight = self.max_in_flight;
         Box::pin(async move {
+            if let Some(f) = &target.fleet {
+                anyhow::bail!(
+                    "target {} is a fleet of {} URLs: the live capacity search runs against one URL (pick a one-URL \
+                     target; a fleet's live run lays over its simulation with start_run)",
+                    target.name,
+                    f.urls.len()
+                );
+            }
             let connect = target_settings(&target).context("building the capacity search for this run")?;
             let dir = sink.run_dir().to_path_buf();
             let run_id = dir
@@ -238,6 +293,55 @@ mod tests {
         let s = settings_for(&Target::sim("http://127.0.0.1:9/v1"), &scenario(), records, None)
             .unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(s.max_duration, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn a_fleet_target_runs_over_its_urls_with_its_router_else_the_scenarios() {
+        use shared::engine::Router;
+        let records = Path::new("/runs/r1/records.jsonl");
+        let mut t = Target::sim("http://127.0.0.1:9/v1");
+        t.fleet = Some(crate::serve::runs::TargetFleet {
+            urls: vec!["http://127.0.0.1:9/v1".into(), "http://127.0.0.1:10/v1".into()],
+            router: None,
+            load_cap: None,
+        });
+        let s = settings_for(&t, &scenario(), records, None).unwrap_or_else(|e| panic!("{e:#}"));
+        let f = s.fleet.as_ref().unwrap_or_else(|| panic!("a fleet"));
+        assert_eq!(
+            (f.spec.replicas, f.spec.router, f.spec.load_cap),
+            (2, Router::RoundRobin, 1.5)
+        );
+        assert_eq!(f.cache_tokens, 4000 * 16, "the scenario profile's KV cache");
+        assert_eq!(
+            f.metrics_urls,
+            ["http://127.0.0.1:9/metrics", "http://127.0.0.1:10/metrics"]
+        );
+        assert_eq!(s.metrics_url.as_deref(), Some("http://127.0.0.1:9/metrics"));
+        // The scenario's fleet gives the router when the target names none; the target's wins when it does.
+        let mut sc = scenario();
+        if let Scenario::Engine(e) = &mut sc {
+            e.fleet = Some(shared::engine::FleetSpec {
+                replicas: 4,
+                router: Router::PrefixAware,
+                load_cap: 2.0,
+                profiles: Vec::new(),
+            });
+        }
+        let s = settings_for(&t, &sc, records, None).unwrap_or_else(|e| panic!("{e:#}"));
+        let f = s.fleet.unwrap_or_else(|| panic!("a fleet"));
+        assert_eq!(
+            (f.spec.replicas, f.spec.router, f.spec.load_cap),
+            (2, Router::PrefixAware, 2.0)
+        );
+        if let Some(tf) = &mut t.fleet {
+            tf.router = Some(Router::SessionAffinity);
+        }
+        let s = settings_for(&t, &sc, records, None).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(s.fleet.map(|f| f.spec.router), Some(Router::SessionAffinity));
+        // A one-URL target is no fleet, whatever the scenario says.
+        let s =
+            settings_for(&Target::sim("http://127.0.0.1:9/v1"), &sc, records, None).unwrap_or_else(|e| panic!("{e:#}"));
+        assert!(s.fleet.is_none());
     }
 
     #[test]

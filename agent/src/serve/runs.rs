@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use shared::capacity::{CapacityReport, CapacitySpec, Knob, LiveLevel, MAX_LEVELS};
 use shared::protocol::{
-    CapacityOptions, ErrorCode, Limits, PAGE_BYTES, PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg, TargetInfo,
+    CapacityOptions, ErrorCode, Limits, PAGE_BYTES, PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg,
+    TargetFleetInfo, TargetInfo,
 };
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
@@ -38,6 +39,21 @@ pub struct Target {
     pub ca_cert: Option<String>,
     /// The built-in emulated engine.
     pub builtin: bool,
+    /// A fleet: several URLs a run's requests are spread over (`replay --url A --url B --router ...`); `None`:
+    /// every request to `url`.
+    pub fleet: Option<TargetFleet>,
+}
+
+/// A fleet target's replicas and router, as the operator configured them (`--target
+/// NAME=URL0,url=URL1,router=R,load_cap=X`, or `urls = [...]` in `--config`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetFleet {
+    /// Every replica's base URL including `/v1`; `urls[0]` is the target's `url`.
+    pub urls: Vec<String>,
+    /// `None`: the scenario's `fleet.router`, else `round_robin` (as `replay` picks).
+    pub router: Option<shared::engine::Router>,
+    /// `None`: the scenario's `fleet.load_cap`, else 1.5.
+    pub load_cap: Option<f64>,
 }
 
 impl Target {
@@ -51,6 +67,7 @@ impl Target {
             api_key_env: None,
             ca_cert: None,
             builtin: true,
+            fleet: None,
         }
     }
 
@@ -61,6 +78,11 @@ impl Target {
             url: self.url.clone(),
             model: self.model.clone(),
             dialect: self.dialect.clone(),
+            fleet: self.fleet.as_ref().map(|f| TargetFleetInfo {
+                urls: f.urls.clone(),
+                router: f.router,
+                load_cap: f.load_cap,
+            }),
         }
     }
 }
