@@ -866,6 +866,9 @@ impl Engine {
             if self.p.prefill_ctx_ms_per_ktok > 0.0 {
                 d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
             }
+            if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
+                d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
+            }
         }
         if restored_tokens > 0
             && let Some(h) = &self.p.host_cache
@@ -993,6 +996,17 @@ impl Engine {
                 let (n, t) = (f64::from(s.tokens), f64::from(s.t));
                 n * t + n * (n - 1.0) / 2.0
             })
+            .sum()
+    }
+
+    /// Σ over the step's prefill chunks of their new tokens × the KV context of the step's other sequences
+    /// (`ctx`, the step's Σcontext, less the chunk's own): what a unified KV cache makes a prompt token attend to
+    /// beyond its own context (`prefill_batch_kv_ms_per_ktok`).
+    fn prefill_others_kv(&self, ctx: u64) -> f64 {
+        self.sched
+            .iter()
+            .filter(|s| s.prefill)
+            .map(|s| f64::from(s.tokens) * ctx.saturating_sub(u64::from(s.t)) as f64)
             .sum()
     }
 
@@ -1754,6 +1768,7 @@ mod tests {
                 enable_prefix_caching: true,
                 prefill_ctx_ms_per_ktok: 0.0,
                 batch_kv_ms_per_ktok: 0.0,
+                prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
                 scheduler: Default::default(),
             });
@@ -1815,6 +1830,7 @@ mod tests {
             enable_prefix_caching: true,
             prefill_ctx_ms_per_ktok: 0.0,
             batch_kv_ms_per_ktok: 0.0,
+            prefill_batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
             scheduler: Scheduler::LlamaCpp,
         });
