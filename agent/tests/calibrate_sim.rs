@@ -372,15 +372,26 @@ async fn calibrate_recovers_a_unified_prefill_kv_profile() {
         rel(c("prefill_tokens_per_ms") / SPEED, p.prefill_tokens_per_ms),
         fit.notes
     );
-    assert!(fit.coefficients["prefill_batch_kv_ms_per_ktok"].identified, "{:?}", fit.notes);
-    assert!(e.abs() <= 0.2, "prefill_batch_kv_ms_per_ktok: relative error {e:.4} > 0.2");
+    assert!(
+        fit.coefficients["prefill_batch_kv_ms_per_ktok"].identified,
+        "{:?}",
+        fit.notes
+    );
+    assert!(
+        e.abs() <= 0.2,
+        "prefill_batch_kv_ms_per_ktok: relative error {e:.4} > 0.2"
+    );
     let text = std::fs::read_to_string(out.join("profile.json")).unwrap_or_else(|e| panic!("{e}"));
     let back = EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
     assert!(back.prefill_batch_kv_ms_per_ktok > 0.0, "{text}");
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("fit.json")).unwrap_or_default())
             .unwrap_or_else(|e| panic!("{e}"));
-    assert!(report["prefill_kv"]["n"].as_u64().is_some_and(|n| n >= 8), "{}", report["prefill_kv"]);
+    assert!(
+        report["prefill_kv"]["n"].as_u64().is_some_and(|n| n >= 8),
+        "{}",
+        report["prefill_kv"]
+    );
 }
 
 /// `--from` on a run without usage, or with too few usable requests, is refused naming what is missing.

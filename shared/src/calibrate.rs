@@ -146,15 +146,16 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
         budget_share: prefill_share,
     }];
     if l.prefill_kv {
-        // Two users: one request (the holder) decodes 4 × `decode_output_tokens` at a context set per cycle (m/8
-        // … ¾ m: the KV another slot holds), while the other user sends 16 warm prefills of a fixed size (256 or
+        // Two users: one request (the holder) decodes 4 × `decode_output_tokens` at a context set per cycle (½, ⅛,
+        // ¾, ¼ of m: the KV another slot holds), while the other user sends 16 warm prefills of a fixed size (256 or
         // m/8 new tokens after m/4 cached, 2 output tokens); whichever user finishes first takes the next holder,
         // the other the next 16 prefills, so one holder decodes beside a chain of prefills most of the time. The
         // prefills' TTFT grows with the holder's context only where a prompt token attends to the other
         // sequences' KV (llama.cpp's unified KV cache).
         let new = (m / 8).clamp(64, 256);
         let cached = m / 4;
-        let holds: Vec<u32> = [m / 8, m / 4, m / 2, m * 3 / 4]
+        // Contrasting contexts first, so that a short phase still sees a spread of them.
+        let holds: Vec<u32> = [m / 2, m / 8, m * 3 / 4, m / 4]
             .into_iter()
             .filter(|&c| c >= 32 && c + 16 <= m)
             .collect();
@@ -972,8 +973,15 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         prefill_fixed = 0.0;
     }
     // Stage 3: prefills beside other sequences' KV.
-    let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) =
-        fit_beside(&beside, opts.prefill_kv, budget, &pb, kc, (s_fixed, q, k, bkv), &mut notes);
+    let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) = fit_beside(
+        &beside,
+        opts.prefill_kv,
+        budget,
+        &pb,
+        kc,
+        (s_fixed, q, k, bkv),
+        &mut notes,
+    );
     for (o, _) in beside.iter().zip(&beside_pred) {
         unused_prefill[o.index] = None;
     }
@@ -1125,10 +1133,8 @@ fn fit_beside(
     // What stages 1 and 2 say of the step: the lone prefill, the decoders' share of the step it shares with them,
     // and on average half a decode step in progress when it arrives.
     let known = |o: &BesideObs| {
-        let lone = pb[0]
-            + pb[1] * o.new
-            + pb[2] * (o.new * o.cached + o.new * (o.new - 1.0) / 2.0) / 1000.0
-            + kc * o.cached;
+        let lone =
+            pb[0] + pb[1] * o.new + pb[2] * (o.new * o.cached + o.new * (o.new - 1.0) / 2.0) / 1000.0 + kc * o.cached;
         let shared = q * o.b + k * o.c + bkv * ((o.b + 1.0) * (o.c + o.cached) - o.cached) / 1000.0;
         let wait = 0.5 * (s_fixed + q * o.b + k * o.c + bkv * o.b * o.c / 1000.0);
         lone + shared + wait

@@ -433,7 +433,10 @@ fn fit_recovers_the_prefill_kv_of_a_unified_cache() {
         );
         assert!(e.abs() < 0.05, "{scheduler:?}: {e} ({:?})", f.notes);
         assert!(f.coefficients["prefill_batch_kv_ms_per_ktok"].identified);
-        assert_eq!(f.profile.prefill_batch_kv_ms_per_ktok, c("prefill_batch_kv_ms_per_ktok"));
+        assert_eq!(
+            f.profile.prefill_batch_kv_ms_per_ktok,
+            c("prefill_batch_kv_ms_per_ktok")
+        );
         for n in ["step_fixed_ms", "prefill_tokens_per_ms", "prefill_ctx_ms_per_ktok"] {
             let want = match n {
                 "step_fixed_ms" => p.step_fixed_ms,
