@@ -1116,7 +1116,8 @@ fn fit_beside(
         (0.0, 0.0, false, None, Vec::new())
     };
     if choice == Some(false) {
-        return none(notes, "fixed at 0 as asked".into());
+        notes.push(format!("{PREFILL_KV_TERM}: fixed at 0 as asked"));
+        return (0.0, 0.0, false, None, Vec::new());
     }
     let (s_fixed, q, k, bkv) = dec;
     let obs: Vec<&BesideObs> = beside.iter().filter(|o| o.new >= 1.0 && o.new <= budget).collect();
