@@ -449,6 +449,8 @@ struct BesideObs {
     cached: f64,
     b: f64,
     c: f64,
+    /// Milliseconds since the last step boundary the records show (another request's end) when it was sent.
+    since_boundary_ms: Option<f64>,
 }
 
 /// Least prefills beside other sequences for stage 3.
@@ -713,6 +715,13 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
                 min_b = min_b.min(b);
             }
             if !others_prefill && min_b >= 1.0 {
+                // The last step boundary the records show before it was sent: another request's end (its last
+                // token closed a step) within the last second.
+                let last_end = overlapping(s.submit - 1.0, s.submit)
+                    .filter(|&j| j != i)
+                    .filter_map(|j| spans[j].as_ref().map(|o| o.end))
+                    .filter(|&e| e <= s.submit)
+                    .fold(f64::NEG_INFINITY, f64::max);
                 beside.push(BesideObs {
                     index: i,
                     ttft: s.first * 1000.0 - s.submit * 1000.0,
@@ -720,6 +729,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
                     cached,
                     b: sb / 8.0,
                     c: sc / 8.0,
+                    since_boundary_ms: last_end.is_finite().then(|| (s.submit - last_end) * 1000.0),
                 });
             }
             unused_prefill[i] = Some("not alone on the server during its prefill".into());
@@ -1132,12 +1142,17 @@ fn fit_beside(
         );
     }
     // What stages 1 and 2 say of the step: the lone prefill, the decoders' share of the step it shares with them,
-    // and on average half a decode step in progress when it arrives.
+    // and the rest of the decode step in progress when it arrives: from the last step boundary the records show
+    // (another request's end), the holders' steps running back to back since, or half a step where none shows.
     let known = |o: &BesideObs| {
         let lone =
             pb[0] + pb[1] * o.new + pb[2] * (o.new * o.cached + o.new * (o.new - 1.0) / 2.0) / 1000.0 + kc * o.cached;
         let shared = q * o.b + k * o.c + bkv * ((o.b + 1.0) * (o.c + o.cached) - o.cached) / 1000.0;
-        let wait = 0.5 * (s_fixed + q * o.b + k * o.c + bkv * o.b * o.c / 1000.0);
+        let step = s_fixed + q * o.b + k * o.c + bkv * o.b * o.c / 1000.0;
+        let wait = match o.since_boundary_ms {
+            Some(e) if step > 0.0 && e >= 0.0 => step - e % step,
+            _ => 0.5 * step,
+        };
         lone + shared + wait
     };
     let y: Vec<f64> = obs.iter().map(|o| o.ttft - known(o)).collect();
