@@ -729,7 +729,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
                     cached,
                     b: sb / 8.0,
                     c: sc / 8.0,
-                    since_boundary_ms: last_end.is_finite().then(|| (s.submit - last_end) * 1000.0),
+                    since_boundary_ms: last_end.is_finite().then_some((s.submit - last_end) * 1000.0),
                 });
             }
             unused_prefill[i] = Some("not alone on the server during its prefill".into());
