@@ -10,7 +10,9 @@
 #        client (0; -10 on a busy machine, as root), CAL_ARGS=more calibrate flags, CAL_FROM=a probe folder
 #        (cal/probe) to fit from instead of probing, SCHEDULER=calibrate --scheduler (auto: llama_cpp from /props;
 #        llama-cpp with CAL_FROM; vllm gives the vLLM-like schedule the simulator had before), LIVE_FROM=an earlier
-#        OUT whose live runs (NAME-I.jsonl) are predicted again instead of replaying new ones
+#        OUT whose live runs (NAME-I.jsonl) are predicted again instead of replaying new ones,
+#        SERVER_ARGS=more llama-server flags (e.g. -kvu: one unified KV cache for all slots; without it an explicit
+#        --parallel gives llama-server one KV stream per slot, kv_unified = false)
 # Besides the table for the fitted profile, a second table predicts the same live runs with the same coefficients
 # and the other `scheduler` (vllm <-> llama_cpp): what the scheduling mechanism alone changes.
 # The server runs on 127.0.0.1 only and is ended (by its PID) when the script exits.
@@ -37,7 +39,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 nice -n "$NICE" "$LLAMA_SERVER" -m "$LLAMA_MODEL" --alias tiny --host 127.0.0.1 --port "$port" -c 32768 --parallel "$SLOTS" \
-  --threads 1 --threads-batch 1 --metrics --slots >"$OUT/llama.log" 2>&1 &
+  --threads 1 --threads-batch 1 --metrics --slots ${SERVER_ARGS:-} >"$OUT/llama.log" 2>&1 &
 llama=$!
 trap 'kill $llama 2>/dev/null || true' EXIT
 for _ in $(seq 1 300); do
@@ -61,6 +63,15 @@ else
   B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" "${max_prompt[@]}" --scheduler "${SCHEDULER:-auto}" \
     $CAL_ARGS
 fi
+
+python3 - "$OUT/cal/profile.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+keys = ["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms", "batch_kv_ms_per_ktok", "prefill_tokens_per_ms",
+        "prefill_fixed_ms", "prefill_ctx_ms_per_ktok", "prefill_batch_kv_ms_per_ktok"]
+print("== fitted: " + ", ".join(f"{k} {p.get(k, 0):.4g}" for k in keys) + f", scheduler {p.get('scheduler', 'vllm')}")
+PY
+grep -h "kv_unified" "$OUT/llama.log" | head -1 || true
 
 # The scenarios: the one the fit is checked on, more sessions than slots, and longer contexts. Fixed session
 # shapes (`ladder`, BASE:STEPS per session): the `sessions` workload's own draw clamps every base to >= 4,000

@@ -32,6 +32,7 @@ fn truth() -> EngineProfile {
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.08,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     }
@@ -98,6 +99,10 @@ async fn calibrate_recovers_a_known_profile() {
         // A vLLM-like engine: told so. Left to `auto`, real-time noise at batch 8 moved 6 s.e. of cost into
         // batch_kv_ms_per_ktok in 2 of 3 runs (per_ctx_token_ms −14 … −18 %; docs/calibration.md).
         "--batch-kv",
+        "off",
+        // ... and no prefill over the other sequences' KV: the probe of before, phase for phase (its prefill-kv
+        // phase takes 15 % of the budget from the others; at load ≈ 10 that cost per_seq_ms −12 % once).
+        "--prefill-kv",
         "off",
     ]);
     let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
@@ -182,6 +187,7 @@ async fn calibrate_recovers_a_known_profile() {
         .collect();
     files.sort();
     assert_eq!(files.len(), 9, "{files:?}");
+    assert_eq!(fit.profile.prefill_batch_kv_ms_per_ktok, 0.0, "{:?}", fit.notes);
     let again = tmp("again");
     let mut argv: Vec<String> = vec![
         "--out".into(),
@@ -189,6 +195,8 @@ async fn calibrate_recovers_a_known_profile() {
         "--max-num-seqs".into(),
         "8".into(),
         "--batch-kv".into(),
+        "off".into(),
+        "--prefill-kv".into(),
         "off".into(),
     ];
     for f in &files {
@@ -318,6 +326,81 @@ async fn calibrate_recovers_a_unified_kv_profile() {
     let text = std::fs::read_to_string(out.join("profile.json")).unwrap_or_else(|e| panic!("{e}"));
     let back = EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
     assert!(back.batch_kv_ms_per_ktok > 0.0, "{text}");
+    // The engine has no prefill term over the other sequences' KV: the probe's prefill-kv phase (`--prefill-kv
+    // auto`) finds none, or too little to keep, and says so.
+    assert_eq!(back.prefill_batch_kv_ms_per_ktok, 0.0, "{:?}", fit.notes);
+    assert!(
+        fit.notes
+            .iter()
+            .any(|n| n.starts_with("prefill_batch_kv_ms_per_ktok: fitted")),
+        "{:?}",
+        fit.notes
+    );
+}
+
+/// A unified-KV engine whose prompt tokens also attend to the other sequences' KV (`prefill_batch_kv_ms_per_ktok`,
+/// llama.cpp's `--kv-unified`): the probe's prefill-kv phase (warm prefills of 256 new tokens beside a request
+/// decoding at 256 … 1,536 tokens of context) and the fit's third stage recover it, `--prefill-kv auto`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_recovers_a_unified_prefill_kv_profile() {
+    let _one = LIVE.lock().await;
+    let p = EngineProfile {
+        prefill_batch_kv_ms_per_ktok: 0.1,
+        ..truth()
+    };
+    let (url, _stop) = start(p.clone()).await;
+    let out = tmp("prefill-kv");
+    let a = calibrate_args(&[
+        "--url",
+        &url,
+        "--out",
+        out.to_str().unwrap_or_default(),
+        "--budget",
+        "80",
+        "--max-prompt-tokens",
+        "2048",
+        // Holders of 4 × 32 = 128 tokens: about as long as the 16 prefills beside each.
+        "--decode-tokens",
+        "32",
+        "--max-num-seqs",
+        "8",
+        "--batch-kv",
+        "off",
+    ]);
+    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let c = |name: &str| fit.coefficients[name].value;
+    let rel = |got: f64, want: f64| (got - want) / want;
+    let e = rel(
+        c("prefill_batch_kv_ms_per_ktok") * SPEED,
+        p.prefill_batch_kv_ms_per_ktok,
+    );
+    eprintln!(
+        "prefill_batch_kv_ms_per_ktok: relative error {e:+.4}; stage {:?}; prefill_ctx {:+.4}, rate {:+.4}\nnotes {:?}",
+        fit.prefill_kv,
+        rel(c("prefill_ctx_ms_per_ktok") * SPEED, p.prefill_ctx_ms_per_ktok),
+        rel(c("prefill_tokens_per_ms") / SPEED, p.prefill_tokens_per_ms),
+        fit.notes
+    );
+    assert!(
+        fit.coefficients["prefill_batch_kv_ms_per_ktok"].identified,
+        "{:?}",
+        fit.notes
+    );
+    assert!(
+        e.abs() <= 0.2,
+        "prefill_batch_kv_ms_per_ktok: relative error {e:.4} > 0.2"
+    );
+    let text = std::fs::read_to_string(out.join("profile.json")).unwrap_or_else(|e| panic!("{e}"));
+    let back = EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert!(back.prefill_batch_kv_ms_per_ktok > 0.0, "{text}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fit.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        report["prefill_kv"]["n"].as_u64().is_some_and(|n| n >= 8),
+        "{}",
+        report["prefill_kv"]
+    );
 }
 
 /// `--from` on a run without usage, or with too few usable requests, is refused naming what is missing.

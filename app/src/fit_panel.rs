@@ -40,7 +40,14 @@ pub fn fit_run(records: &[RequestRecord], scenario: Option<&Value>) -> Result<Fi
         }
         _ => None,
     };
-    fit(records, &FitOptions { limits, batch_kv: None }).map_err(|e| format!("{e} ({} records)", records.len()))
+    fit(
+        records,
+        &FitOptions {
+            limits,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("{e} ({} records)", records.len()))
 }
 
 /// The explorer's scenario for a fit: the run's engine scenario with the fitted profile, or (the run's scenario is

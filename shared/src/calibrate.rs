@@ -2,8 +2,8 @@
 //! records of any live run(s). Pure: the agent sends the probe and reads the files.
 //!
 //! - [`plan_probe`]: the designed probe, as [`ProbePhase`]s (one closed-loop run each): cold prefills at several
-//!   lengths and warm prefills after cached prefixes, one request at a time; then decode at several batch sizes
-//!   and contexts.
+//!   lengths and warm prefills after cached prefixes, one request at a time; warm prefills of a fixed size while
+//!   another request decodes at varied contexts; then decode at several batch sizes and contexts.
 //! - [`fit`]: from [`RequestRecord`]s to a [`Fit`]: the step-time coefficients, each with a standard error, R² per
 //!   stage, the residuals per request, and the requests it could not use (with why). The method (two robust
 //!   linear regressions, Huber loss by IRLS) and its checks are in `docs/calibration.md`.
@@ -17,6 +17,11 @@
 //! 2. **Prefill** (TTFT), requests alone on the server during their prefill: `ttft − per_ctx_token_ms·cached =
 //!    F + new / prefill_tokens_per_ms + prefill_ctx_ms_per_ktok·(new·cached + new(new−1)/2)/1000`, where
 //!    `F = step_fixed_ms + per_seq_ms + prefill_fixed_ms` plus the client's own overhead.
+//! 3. **Prefill beside other sequences' KV** (`prefill_batch_kv_ms_per_ktok`), requests whose prefill ran while
+//!    others decoded and nobody else prefilled: what stages 1 and 2 predict for that step (and half a decode step
+//!    of waiting for the step in progress) is subtracted from the TTFT, and the rest is fitted as
+//!    `a + prefill_batch_kv_ms_per_ktok·new·C/1000`, `C` the others' KV context (reconstructed like the decode
+//!    batch). Kept only where significant, like `batch_kv_ms_per_ktok`.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +56,9 @@ pub struct ProbeLimits {
     pub max_batch: u32,
     /// Output length of the decode probes, tokens.
     pub decode_output_tokens: u32,
+    /// Probe prefills beside a decoding request at varied contexts (the `prefill-kv` phase, for
+    /// `prefill_batch_kv_ms_per_ktok`). Off: the probe of before that term, phase for phase.
+    pub prefill_kv: bool,
 }
 
 impl Default for ProbeLimits {
@@ -59,6 +67,7 @@ impl Default for ProbeLimits {
             max_prompt_tokens: 4096,
             max_batch: 8,
             decode_output_tokens: 96,
+            prefill_kv: true,
         }
     }
 }
@@ -128,13 +137,52 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     // server's prefix cache (vLLM's blocks, llama.cpp's slot) leaves a short prefill: the phase's time goes to
     // decoding, not to recomputing its context.
     let contexts = [m / 16, m / 2];
-    let decode_share = 0.6 / (batches.len() * contexts.len()) as f64;
+    let (prefill_share, kv_share) = if l.prefill_kv { (0.3, 0.15) } else { (0.4, 0.0) };
+    let decode_share = (1.0 - prefill_share - kv_share) / (batches.len() * contexts.len()) as f64;
     let mut phases = vec![ProbePhase {
         name: "prefill".into(),
         users: 1,
         requests: prefill,
-        budget_share: 0.4,
+        budget_share: prefill_share,
     }];
+    if l.prefill_kv {
+        // Two users: one request (the holder) decodes 4 × `decode_output_tokens` at a context set per cycle (½, ⅛,
+        // ¾, ¼ of m: the KV another slot holds), while the other user sends 16 warm prefills of a fixed size (256 or
+        // m/8 new tokens after m/4 cached, 2 output tokens); whichever user finishes first takes the next holder,
+        // the other the next 16 prefills, so one holder decodes beside a chain of prefills most of the time. The
+        // prefills' TTFT grows with the holder's context only where a prompt token attends to the other
+        // sequences' KV (llama.cpp's unified KV cache).
+        let new = (m / 8).clamp(64, 256);
+        let cached = m / 4;
+        // Contrasting contexts first, so that a short phase still sees a spread of them.
+        let holds: Vec<u32> = [m / 2, m / 8, m * 3 / 4, m / 4]
+            .into_iter()
+            .filter(|&c| c >= 32 && c + 16 <= m)
+            .collect();
+        let mut requests = Vec::new();
+        for _cycle in 0..8 {
+            for &c in &holds {
+                requests.push(ProbeRequest {
+                    shared_prefix_tokens: c - 16,
+                    unique_prompt_tokens: 16,
+                    output_tokens: l.decode_output_tokens.saturating_mul(4),
+                });
+                for _ in 0..16 {
+                    requests.push(ProbeRequest {
+                        shared_prefix_tokens: cached,
+                        unique_prompt_tokens: new,
+                        output_tokens: 2,
+                    });
+                }
+            }
+        }
+        phases.push(ProbePhase {
+            name: "prefill-kv".into(),
+            users: 2.min(l.max_batch.max(1)),
+            requests,
+            budget_share: kv_share,
+        });
+    }
     for &b in &batches {
         for &p in &contexts {
             phases.push(ProbePhase {
@@ -165,6 +213,8 @@ pub struct FitOptions {
     /// it at 0 (an engine known to have no such term, like vLLM), `Some(true)` keeps it wherever it is identified
     /// and not negative.
     pub batch_kv: Option<bool>,
+    /// `prefill_batch_kv_ms_per_ktok`, the same three choices as `batch_kv`.
+    pub prefill_kv: Option<bool>,
 }
 
 /// A fitted coefficient.
@@ -227,6 +277,9 @@ pub struct Fit {
     pub coefficients: std::collections::BTreeMap<String, Coefficient>,
     pub decode: StageFit,
     pub prefill: StageFit,
+    /// Stage 3, prefills beside other sequences' KV (`prefill_batch_kv_ms_per_ktok`); absent when too few.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_kv: Option<StageFit>,
     pub residuals: Vec<Residual>,
     /// Requests usable by neither stage (a request may serve one stage and not the other: not listed).
     pub unused: Vec<Unused>,
@@ -386,6 +439,24 @@ struct PrefillObs {
     new: f64,
     cached: f64,
 }
+
+/// A prefill that ran while others decoded (and nobody else prefilled): the mean number `b` of other decoding
+/// requests and their KV context `c` over its prefill interval.
+struct BesideObs {
+    index: usize,
+    ttft: f64,
+    new: f64,
+    cached: f64,
+    b: f64,
+    c: f64,
+    /// Milliseconds since the last step boundary the records show (another request's end) when it was sent.
+    since_boundary_ms: Option<f64>,
+}
+
+/// Least prefills beside other sequences for stage 3.
+pub const MIN_BESIDE_REQUESTS: usize = 8;
+/// The prefill term of the other sequences' KV (stage 3).
+const PREFILL_KV_TERM: &str = "prefill_batch_kv_ms_per_ktok";
 
 /// Distinct values to `rel` relative tolerance.
 fn distinct(v: &[f64], rel: f64) -> usize {
@@ -590,6 +661,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     };
     let mut dec = Vec::new();
     let mut pre = Vec::new();
+    let mut beside: Vec<BesideObs> = Vec::new();
     for (i, r) in records.iter().enumerate() {
         let why = if !r.ok {
             Some("failed".to_string())
@@ -617,6 +689,49 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
                 cached,
             });
         } else {
+            // Beside others: every other request overlapping the prefill decodes (none prefills or waits) at each
+            // of 8 points of it.
+            let mut others_prefill = false;
+            let (mut sb, mut sc, mut min_b) = (0.0, 0.0, f64::INFINITY);
+            let near: Vec<usize> = overlapping(s.submit, s.first).filter(|&j| j != i).collect();
+            for q in 0..8 {
+                let t = s.submit + (s.first - s.submit) * (q as f64 + 0.5) / 8.0;
+                let (mut b, mut c) = (0.0, 0.0);
+                for o in near.iter().filter_map(|&j| spans[j].as_ref()) {
+                    if o.first <= t && t < o.end {
+                        b += 1.0;
+                        let frac = if o.end > o.first {
+                            (t - o.first) / (o.end - o.first)
+                        } else {
+                            0.0
+                        };
+                        c += o.prompt + o.generated * frac;
+                    } else if o.submit <= t && t < o.first {
+                        others_prefill = true;
+                    }
+                }
+                sb += b;
+                sc += c;
+                min_b = min_b.min(b);
+            }
+            if !others_prefill && min_b >= 1.0 {
+                // The last step boundary the records show before it was sent: another request's end (its last
+                // token closed a step) within the last second.
+                let last_end = overlapping(s.submit - 1.0, s.submit)
+                    .filter(|&j| j != i)
+                    .filter_map(|j| spans[j].as_ref().map(|o| o.end))
+                    .filter(|&e| e <= s.submit)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                beside.push(BesideObs {
+                    index: i,
+                    ttft: s.first * 1000.0 - s.submit * 1000.0,
+                    new: s.prompt - cached,
+                    cached,
+                    b: sb / 8.0,
+                    c: sc / 8.0,
+                    since_boundary_ms: last_end.is_finite().then_some((s.submit - last_end) * 1000.0),
+                });
+            }
             unused_prefill[i] = Some("not alone on the server during its prefill".into());
         }
         // Decode: the median inter-token gap per token.
@@ -867,6 +982,19 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         ));
         prefill_fixed = 0.0;
     }
+    // Stage 3: prefills beside other sequences' KV.
+    let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) = fit_beside(
+        &beside,
+        opts.prefill_kv,
+        budget,
+        &pb,
+        kc,
+        (s_fixed, q, k, bkv),
+        &mut notes,
+    );
+    for (o, _) in beside.iter().zip(&beside_pred) {
+        unused_prefill[o.index] = None;
+    }
     let mut coefficients = std::collections::BTreeMap::new();
     let mut put = |name: &str, value: f64, std_error: f64, identified: bool| {
         coefficients.insert(
@@ -885,6 +1013,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     put("prefill_tokens_per_ms", rate, rate_se, true);
     put("prefill_fixed_ms", prefill_fixed, prefill_fixed_se, true);
     put("prefill_ctx_ms_per_ktok", pb[2], pse[2], pb[2] > 0.0);
+    put(PREFILL_KV_TERM, pkv, pkv_se, pkv_id);
 
     let mut profile = opts.limits.clone().unwrap_or_else(|| EngineProfile {
         name: "calibrated".into(),
@@ -902,6 +1031,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     });
@@ -912,6 +1042,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     profile.prefill_tokens_per_ms = rate;
     profile.prefill_fixed_ms = prefill_fixed;
     profile.prefill_ctx_ms_per_ktok = pb[2];
+    profile.prefill_batch_kv_ms_per_ktok = pkv;
     let method = format!(
         "loadshape calibrate: Huber (k = {HUBER_K}) IRLS fits of {} decode observations (median inter-token gap \
          = step_fixed + per_seq·batch + per_ctx·Σcontext + batch_kv·batch·Σcontext/1000, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
@@ -931,6 +1062,9 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     let mut residuals: Vec<Residual> = Vec::new();
     let mut by_index = std::collections::BTreeMap::new();
     for (o, p) in pre.iter().zip(&pre_pred) {
+        by_index.entry(o.index).or_insert((None, None)).0 = Some((o.ttft, *p));
+    }
+    for (o, p) in beside.iter().zip(&beside_pred) {
         by_index.entry(o.index).or_insert((None, None)).0 = Some((o.ttft, *p));
     }
     for (o, p) in dec.iter().zip(&dec_pred) {
@@ -963,11 +1097,122 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         coefficients,
         decode,
         prefill,
+        prefill_kv,
         residuals,
         unused,
         notes,
         method,
     })
+}
+
+/// What [`fit_beside`] returns: the coefficient, its standard error, whether identified, the stage's quality and
+/// the prediction per observation used (empty when none was).
+type BesideFit = (f64, f64, bool, Option<StageFit>, Vec<f64>);
+
+/// Stage 3 (see the module docs): `pb` the prefill stage's coefficients (`F`, ms per new token, context term),
+/// `kc` the per-context-token cost of a lone prefill step, `dec` the decode stage's `(step_fixed_ms, per_seq_ms,
+/// per_ctx_token_ms, batch_kv_ms_per_ktok)`. Observations longer than one step's budget are not used.
+fn fit_beside(
+    beside: &[BesideObs],
+    choice: Option<bool>,
+    budget: f64,
+    pb: &[f64],
+    kc: f64,
+    dec: (f64, f64, f64, f64),
+    notes: &mut Vec<String>,
+) -> BesideFit {
+    let none = |notes: &mut Vec<String>, why: String| {
+        notes.push(format!("{PREFILL_KV_TERM}: {why}: fixed at 0"));
+        (0.0, 0.0, false, None, Vec::new())
+    };
+    if choice == Some(false) {
+        notes.push(format!("{PREFILL_KV_TERM}: fixed at 0 as asked"));
+        return (0.0, 0.0, false, None, Vec::new());
+    }
+    let (s_fixed, q, k, bkv) = dec;
+    let obs: Vec<&BesideObs> = beside.iter().filter(|o| o.new >= 1.0 && o.new <= budget).collect();
+    if obs.len() < MIN_BESIDE_REQUESTS {
+        return none(
+            notes,
+            format!(
+                "{} prefills ran beside decoding requests with nobody else prefilling (need {MIN_BESIDE_REQUESTS}; \
+                 the probe's prefill-kv phase sends them)",
+                obs.len()
+            ),
+        );
+    }
+    // What stages 1 and 2 say of the step: the lone prefill, the decoders' share of the step it shares with them,
+    // and the rest of the decode step in progress when it arrives: from the last step boundary the records show
+    // (another request's end), the holders' steps running back to back since, or half a step where none shows.
+    let known = |o: &BesideObs| {
+        let lone =
+            pb[0] + pb[1] * o.new + pb[2] * (o.new * o.cached + o.new * (o.new - 1.0) / 2.0) / 1000.0 + kc * o.cached;
+        let shared = q * o.b + k * o.c + bkv * ((o.b + 1.0) * (o.c + o.cached) - o.cached) / 1000.0;
+        let step = s_fixed + q * o.b + k * o.c + bkv * o.b * o.c / 1000.0;
+        let wait = match o.since_boundary_ms {
+            Some(e) if step > 0.0 && e >= 0.0 => step - e % step,
+            _ => 0.5 * step,
+        };
+        lone + shared + wait
+    };
+    let y: Vec<f64> = obs.iter().map(|o| o.ttft - known(o)).collect();
+    let x: Vec<Vec<f64>> = obs.iter().map(|o| vec![1.0, o.new * o.c / 1000.0]).collect();
+    let cs: Vec<f64> = obs.iter().map(|o| o.c).collect();
+    if distinct(&cs, 0.1) < 2 {
+        return none(notes, "the other sequences' context did not vary (10 %)".into());
+    }
+    let Some((b, se, _)) = huber_fit(&x, &y) else {
+        return none(notes, "the observations do not separate it from the intercept".into());
+    };
+    if !(b[1].is_finite() && se[1].is_finite()) {
+        return none(notes, "not finite".into());
+    }
+    let ttft: Vec<f64> = obs.iter().map(|o| o.ttft).collect();
+    let with_pred: Vec<f64> = obs.iter().zip(&x).map(|(o, r)| known(o) + dot(r, &b)).collect();
+    // Without the term: the intercept alone.
+    let ones: Vec<Vec<f64>> = obs.iter().map(|_| vec![1.0]).collect();
+    let a0 = huber_fit(&ones, &y).map(|f| f.0[0]).unwrap_or(0.0);
+    let without_pred: Vec<f64> = obs.iter().map(|o| known(o) + a0).collect();
+    let spread = |pred: &[f64]| {
+        let r: Vec<f64> = ttft.iter().zip(pred).map(|(a, p)| a - p).collect();
+        mad(&r)
+    };
+    let gain = 1.0 - spread(&with_pred) / spread(&without_pred).max(1e-300);
+    let top = x.iter().map(|r| r[1]).fold(0.0, f64::max);
+    let share = b[1] * top / ttft.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
+    let keep = b[1] > 0.0
+        && match choice {
+            Some(true) => true,
+            _ => b[1] > 2.0 * se[1] && share >= MIN_OPTIONAL_SHARE && gain >= MIN_OPTIONAL_GAIN,
+        };
+    let line = format!(
+        "{PREFILL_KV_TERM}: fitted {:.4} ± {:.4} over {} prefills beside decoding requests (intercept {:.2} ms; \
+         {:.1} % of the longest TTFT among them; it narrows their residuals by {:.0} %)",
+        b[1],
+        se[1],
+        obs.len(),
+        b[0],
+        share * 100.0,
+        gain * 100.0
+    );
+    if keep {
+        notes.push(line);
+        (b[1], se[1], true, Some(stage_fit(&ttft, &with_pred)), with_pred)
+    } else {
+        notes.push(format!(
+            "{line}: not needed ({}): fixed at 0",
+            if b[1] <= 0.0 {
+                "negative: this server's prompts attend only to their own context".to_string()
+            } else {
+                format!(
+                    "> 2 s.e., >= {:.0} % and >= {:.0} % are",
+                    MIN_OPTIONAL_SHARE * 100.0,
+                    MIN_OPTIONAL_GAIN * 100.0
+                )
+            }
+        ));
+        (0.0, se[1], false, Some(stage_fit(&ttft, &without_pred)), without_pred)
+    }
 }
 
 #[cfg(test)]

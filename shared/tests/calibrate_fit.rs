@@ -24,6 +24,7 @@ fn truth() -> EngineProfile {
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.08,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     }
@@ -315,6 +316,7 @@ fn fit_counts_the_chunks_of_long_prefills() {
         &FitOptions {
             limits: Some(p.clone()),
             batch_kv: Some(false),
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -334,6 +336,7 @@ fn fit_counts_the_chunks_of_long_prefills() {
         &FitOptions {
             limits: None,
             batch_kv: Some(false),
+            ..Default::default()
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -341,4 +344,133 @@ fn fit_counts_the_chunks_of_long_prefills() {
     let e_blind = errors_of(&blind);
     eprintln!("not told: {e_blind:?}");
     assert!(worst(&e_blind) > 2.0 * worst(&e_told), "{e_blind:?} vs {e_told:?}");
+}
+
+/// Records of the probe's `prefill-kv` phase, made by the engine itself (one simulation, so the requests share its
+/// steps): a chain of long-output requests holding `holds` tokens of context in turn, and beside it a chain of warm
+/// prefills of 256 new tokens after a 512-token cached prefix, each sent a few pseudo-random milliseconds after the
+/// previous one ends (so it lands at a random point of the step in progress, as a real client's requests do).
+fn beside_records(prof: &EngineProfile, offset: f64) -> Vec<RequestRecord> {
+    use shared::workload::{TraceRequest, TraceWorkload};
+    let mut reqs = Vec::new();
+    let req = |shared: u32, unique: u32, out: u32, after: Vec<u32>, delay_ms: f64| TraceRequest {
+        arrival_ms: 0.0,
+        shared_prefix_tokens: shared,
+        unique_prompt_tokens: unique,
+        output_tokens: out,
+        hash_ids: Vec::new(),
+        after,
+        delay_ms,
+        session: None,
+    };
+    // The holders: one after another, 300 output tokens each.
+    let holds = [256u32, 512, 1024, 1536, 256, 512, 1024, 1536];
+    for (j, &c) in holds.iter().enumerate() {
+        let after = if j == 0 { vec![] } else { vec![reqs.len() as u32 - 1] };
+        reqs.push(req(c, 16, 300, after, 0.0));
+    }
+    // The prefills: a chain of 2-token requests for as long as the holders run (≈ 8 × 300 steps).
+    let mut x: u64 = 12345;
+    let first = reqs.len();
+    for i in 0..400 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let delay = 1.0 + (x >> 40) as f64 / (1u64 << 24) as f64 * 30.0;
+        let after = if i == 0 { vec![] } else { vec![(first + i - 1) as u32] };
+        let mut r = req(512, 256, 2, after, delay);
+        if i == 0 {
+            r.arrival_ms = 50.0;
+        }
+        reqs.push(r);
+    }
+    let sc = EngineScenario {
+        workload: Workload::Trace(Box::new(TraceWorkload::inline(reqs))),
+        profile: prof.clone(),
+        slo: Slo::default(),
+        seed: 5,
+        counterfactuals: false,
+        fleet: None,
+    };
+    let opts = SimOptions {
+        record_itl_quantiles: true,
+        keep_records: true,
+    };
+    let mut recs = simulate_with(&sc, opts).expect("valid").records;
+    for r in &mut recs {
+        r.t_submit += offset;
+    }
+    recs
+}
+
+/// A unified-KV engine whose prompt tokens also attend to the other sequences' KV (`prefill_batch_kv_ms_per_ktok`):
+/// the fit's third stage recovers it from prefills beside a decoding request, and the first two stages are as
+/// before. On an engine without it the same records give 0.
+#[test]
+fn fit_recovers_the_prefill_kv_of_a_unified_cache() {
+    for scheduler in [
+        shared::engine::profile::Scheduler::Vllm,
+        shared::engine::profile::Scheduler::LlamaCpp,
+    ] {
+        let p = EngineProfile {
+            prefill_batch_kv_ms_per_ktok: 0.05,
+            scheduler,
+            ..truth()
+        };
+        let mut recs = records_of(&p, &[1, 2, 4, 8], true);
+        let end = recs.iter().map(|r| r.t_submit + r.wall_s).fold(0.0, f64::max) + 1.0;
+        recs.extend(beside_records(&p, end));
+        let opts = FitOptions {
+            limits: Some(p.clone()),
+            batch_kv: Some(false),
+            ..Default::default()
+        };
+        let f = fit(&recs, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let c = |n: &str| f.coefficients[n].value;
+        let rel = |got: f64, want: f64| (got - want) / want;
+        let e = rel(c("prefill_batch_kv_ms_per_ktok"), p.prefill_batch_kv_ms_per_ktok);
+        eprintln!(
+            "{scheduler:?}: prefill_batch_kv_ms_per_ktok {e:+.4} relative; stage {:?}\nnotes {:?}",
+            f.prefill_kv, f.notes
+        );
+        assert!(e.abs() < 0.01, "{scheduler:?}: {e} ({:?})", f.notes);
+        assert!(f.coefficients["prefill_batch_kv_ms_per_ktok"].identified);
+        assert_eq!(
+            f.profile.prefill_batch_kv_ms_per_ktok,
+            c("prefill_batch_kv_ms_per_ktok")
+        );
+        for n in ["step_fixed_ms", "prefill_tokens_per_ms", "prefill_ctx_ms_per_ktok"] {
+            let want = match n {
+                "step_fixed_ms" => p.step_fixed_ms,
+                "prefill_tokens_per_ms" => p.prefill_tokens_per_ms,
+                _ => p.prefill_ctx_ms_per_ktok,
+            };
+            assert!(rel(c(n), want).abs() < 0.01, "{n}: {} vs {want}", c(n));
+        }
+        // The same probe on an engine without the term: fixed at 0, and the notes say why.
+        let q = EngineProfile {
+            prefill_batch_kv_ms_per_ktok: 0.0,
+            ..p.clone()
+        };
+        let mut recs = records_of(&q, &[1, 2, 4, 8], true);
+        let end = recs.iter().map(|r| r.t_submit + r.wall_s).fold(0.0, f64::max) + 1.0;
+        recs.extend(beside_records(&q, end));
+        let f = fit(&recs, &opts).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{scheduler:?} without the term: notes {:?}", f.notes);
+        assert_eq!(f.profile.prefill_batch_kv_ms_per_ktok, 0.0);
+        assert!(!f.coefficients["prefill_batch_kv_ms_per_ktok"].identified);
+        assert!(f.notes.iter().any(|n| n.contains("prefill_batch_kv_ms_per_ktok")));
+    }
+}
+
+/// Without prefills beside other requests the term is not identified: 0, with a note naming the probe phase.
+#[test]
+fn no_prefills_beside_others_leave_the_prefill_kv_term_at_0() {
+    let f = fit(&probe_records(), &FitOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.profile.prefill_batch_kv_ms_per_ktok, 0.0);
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("prefill_batch_kv_ms_per_ktok") && n.contains("prefill-kv")),
+        "{:?}",
+        f.notes
+    );
 }

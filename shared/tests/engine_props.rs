@@ -23,6 +23,7 @@ fn profile(kv: u64, seqs: u32, budget: u32, caching: bool) -> EngineProfile {
         enable_prefix_caching: caching,
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     }

@@ -27,6 +27,7 @@ fn profile(scheduler: Scheduler, slots: u32, budget: u32) -> EngineProfile {
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.1,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler,
     }

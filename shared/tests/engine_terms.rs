@@ -1,5 +1,6 @@
-//! The engine profile's optional terms: context-dependent prefill (`prefill_ctx_ms_per_ktok`) and the host-memory
-//! prefix-cache tier (`host_cache`). Off by default they change nothing; on, they do what docs/simulator.md says.
+//! The engine profile's optional terms: context-dependent prefill (`prefill_ctx_ms_per_ktok`), the KV read across
+//! the batch (`batch_kv_ms_per_ktok`, `prefill_batch_kv_ms_per_ktok`) and the host-memory prefix-cache tier
+//! (`host_cache`). Off by default they change nothing; on, they do what docs/simulator.md says.
 
 use proptest::prelude::*;
 use shared::engine::profile::HostCache;
@@ -24,6 +25,7 @@ fn profile(kv: u64) -> EngineProfile {
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     }
@@ -178,6 +180,12 @@ fn bad_terms_name_the_field() {
         assert!(e.contains("profile.batch_kv_ms_per_ktok"), "{e}");
     }
     sc.profile.batch_kv_ms_per_ktok = 0.0;
+    for bad in [-0.1, f64::NAN, 2e6] {
+        sc.profile.prefill_batch_kv_ms_per_ktok = bad;
+        let e = sc.validate().unwrap_err().to_string();
+        assert!(e.contains("profile.prefill_batch_kv_ms_per_ktok"), "{e}");
+    }
+    sc.profile.prefill_batch_kv_ms_per_ktok = 0.0;
     sc.profile.host_cache = Some(HostCache {
         capacity_tokens: 10,
         restore_tokens_per_ms: 0.0,
@@ -195,6 +203,7 @@ fn bad_terms_name_the_field() {
     let p: EngineProfile = serde_json::from_str(old).expect("old profile");
     assert_eq!((p.prefill_ctx_ms_per_ktok, p.host_cache), (0.0, None));
     assert_eq!(p.batch_kv_ms_per_ktok, 0.0);
+    assert_eq!(p.prefill_batch_kv_ms_per_ktok, 0.0);
     let back = serde_json::to_string(&p).expect("json");
     assert!(
         !back.contains("host_cache") && !back.contains("prefill_ctx") && !back.contains("batch_kv"),
@@ -318,4 +327,51 @@ fn batch_kv_stretches_agree_with_single_steps() {
     for (a, b) in ends.iter().zip(&sim) {
         assert!((a - b).abs() < 1e-6 * a, "step API {ends:?} vs simulate {sim:?}");
     }
+}
+
+/// `prefill_batch_kv_ms_per_ktok`: a prefill chunk of `n` new tokens in a step whose other sequences hold `C` tokens
+/// of KV costs `prefill_batch_kv_ms_per_ktok · n · C / 1000` more (its own context is `prefill_ctx_ms_per_ktok`'s);
+/// a prefill alone pays nothing for it; off, the old steps to the bit.
+#[test]
+fn prefill_kv_term_charges_prompt_tokens_for_the_other_sequences_context() {
+    // Two long decoders (1,000 and 2,000 tokens of prompt), then a 300-token prompt arriving while they decode.
+    let steps = |coef: f64| {
+        let mut p = profile(10_000);
+        p.prefill_batch_kv_ms_per_ktok = coef;
+        let mut e = Engine::new(p);
+        let mut durations = Vec::new();
+        for (i, len) in [1000u32, 2000].into_iter().enumerate() {
+            let base = i as u32 * 100_000;
+            let prompt: Vec<u32> = (base..base + len).collect();
+            e.submit(0.0, PromptBlocks::from_tokens(&prompt, 16), 50);
+        }
+        let mut t = 0.0;
+        for k in 0..4 {
+            if k == 2 {
+                let prompt: Vec<u32> = (900_000..900_300).collect();
+                e.submit(t, PromptBlocks::from_tokens(&prompt, 16), 5);
+            }
+            let s = e.step(t).expect("a step");
+            t = s.start_ms + s.duration_ms;
+            durations.push(s.duration_ms);
+        }
+        durations
+    };
+    let off = steps(0.0);
+    let on = steps(0.4);
+    // Step 0 prefills both holders together: each chunk pays for the other's KV at the step's start (0: nothing
+    // is computed yet). Step 1 is a decode step. Step 2 carries the 300-token prompt beside the two decoders,
+    // which hold 1,001 and 2,001 tokens.
+    assert_eq!(on[0].to_bits(), off[0].to_bits(), "{on:?} vs {off:?}");
+    assert_eq!(on[1].to_bits(), off[1].to_bits(), "{on:?} vs {off:?}");
+    let want = off[2] + 0.4 * 300.0 * (1001.0 + 2001.0) / 1000.0;
+    assert!((on[2] - want).abs() < 1e-9, "{} vs {want} ({on:?} vs {off:?})", on[2]);
+    assert_eq!(on[3].to_bits(), off[3].to_bits(), "{on:?} vs {off:?}");
+    // Alone on the engine a prefill pays nothing for it.
+    let lone = |coef: f64| {
+        let mut p = profile(10_000);
+        p.prefill_batch_kv_ms_per_ktok = coef;
+        first_step_ms(p, &(0..3000).collect::<Vec<u32>>(), 4)
+    };
+    assert_eq!(lone(0.4).to_bits(), lone(0.0).to_bits());
 }

@@ -23,6 +23,7 @@ fn single_server() -> EngineProfile {
         enable_prefix_caching: false,
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     }
@@ -118,6 +119,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             enable_prefix_caching: true,
             prefill_ctx_ms_per_ktok: 0.0,
             batch_kv_ms_per_ktok: 0.0,
+            prefill_batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
             scheduler: Default::default(),
         },

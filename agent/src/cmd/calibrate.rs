@@ -79,6 +79,11 @@ pub struct Args {
     /// where the data need it, `off` fixes it at 0 (vLLM-like engines), `on` keeps it wherever identified.
     #[arg(long, value_enum, default_value_t = Choice::Auto)]
     pub batch_kv: Choice,
+    /// The `prefill_batch_kv_ms_per_ktok` term (a prompt token attends to the other slots' KV too, as in
+    /// llama.cpp's unified KV cache): `auto` probes it and keeps it where the data need it, `off` neither probes
+    /// nor fits it (the probe of before), `on` keeps it wherever identified.
+    #[arg(long, value_enum, default_value_t = Choice::Auto)]
+    pub prefill_kv: Choice,
     /// Restore speed of the host tier, tokens/ms (with `--host-cache-tokens`).
     #[arg(long, default_value_t = 100.0)]
     pub host_restore_tok_per_ms: f64,
@@ -258,6 +263,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms,
@@ -298,6 +304,7 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         max_prompt_tokens: max_prompt,
         max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
         decode_output_tokens: a.decode_tokens,
+        prefill_kv: a.prefill_kv != Choice::Off,
     };
     let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = a.out.join("probe");
@@ -648,11 +655,17 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
         Choice::On => Some(true),
         Choice::Off => Some(false),
     };
+    let prefill_kv = match a.prefill_kv {
+        Choice::Auto => None,
+        Choice::On => Some(true),
+        Choice::Off => Some(false),
+    };
     let mut fit = calibrate::fit(
         &records,
         &FitOptions {
             limits: Some(lp),
             batch_kv,
+            prefill_kv,
         },
     )
     .map_err(|e| {

@@ -813,32 +813,13 @@ impl Engine {
                     break;
                 };
                 restored_tokens += restored;
-                self.waiting.pop_front();
-                self.wait_on(chain, false);
-                let now = self.now_ms;
-                let ever = self.kv.ever(chain);
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                let r = &mut self.reqs[idx as usize];
-                r.state = State::Running;
-                r.seq = seq;
-                r.t = hit;
-                r.private = need - conv;
-                if first {
-                    r.admit_ms = now;
-                    r.cached_tokens = hit;
-                    r.miss = classify(r, hit_blocks, reach, ever, self.bs);
-                } else {
-                    // A resumed request: what it recomputes beyond its hit was computed before.
-                    r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
-                    self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
-                }
-                let left = r.output - r.generated;
+                self.start_request(idx, chain, first, (reach, hit_blocks), need - conv);
+                let left = {
+                    let r = &self.reqs[idx as usize];
+                    r.output - r.generated
+                };
                 ctx += u64::from(hit);
                 prefill_tokens += tokens;
-                self.running.push(idx);
-                self.eager.push(idx);
-                self.admitted.push(idx);
                 self.sched.push(Sched {
                     idx,
                     tokens,
@@ -865,6 +846,9 @@ impl Engine {
             d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
             if self.p.prefill_ctx_ms_per_ktok > 0.0 {
                 d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
+            }
+            if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
+                d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
             }
         }
         if restored_tokens > 0
@@ -926,37 +910,15 @@ impl Engine {
                     (r.chain, r.p_eff, r.admit_ms.is_nan(), r.prompt)
                 };
                 let (reach, gpu_hit_blocks, hit_blocks) = self.cached_blocks(chain, p_eff);
-                let hit = hit_blocks * self.bs;
                 let need = self.blocks(p_eff) - u64::from(gpu_hit_blocks);
                 let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks) else {
                     break;
                 };
                 restored_tokens += restored;
-                self.waiting.pop_front();
-                self.wait_on(chain, false);
+                self.start_request(idx, chain, first, (reach, hit_blocks), need - conv);
                 let slot = self.choose_slot(chain, prompt);
                 self.slots[slot as usize].busy = true;
-                let now = self.now_ms;
-                let ever = self.kv.ever(chain);
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                let r = &mut self.reqs[idx as usize];
-                r.state = State::Running;
-                r.seq = seq;
-                r.slot = slot;
-                r.t = hit;
-                r.private = need - conv;
-                if first {
-                    r.admit_ms = now;
-                    r.cached_tokens = hit;
-                    r.miss = classify(r, hit_blocks, reach, ever, self.bs);
-                } else {
-                    r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
-                    self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
-                }
-                self.running.push(idx);
-                self.eager.push(idx);
-                self.admitted.push(idx);
+                self.reqs[idx as usize].slot = slot;
             }
         }
         // Then prompt tokens, slot by slot, up to the budget (their blocks were taken at admission).
@@ -993,6 +955,49 @@ impl Engine {
                 let (n, t) = (f64::from(s.tokens), f64::from(s.t));
                 n * t + n * (n - 1.0) / 2.0
             })
+            .sum()
+    }
+
+    /// The bookkeeping of admitting `idx`, the front of `waiting`, with `hit_blocks` of its prompt cached (`reach`:
+    /// the blocks the cache held of its chain, for the miss classification) and `private` blocks of its own: it
+    /// leaves the queue and runs from its hit; a first admission records its admission time, cached tokens and miss
+    /// class, a resumed one (after preemption) takes what it gets from the cache off its recomputed tokens. Both
+    /// schedulers call it; what goes into the step is theirs.
+    fn start_request(&mut self, idx: u32, chain: u32, first: bool, (reach, hit_blocks): (u32, u32), private: u64) {
+        self.waiting.pop_front();
+        self.wait_on(chain, false);
+        let hit = hit_blocks * self.bs;
+        let now = self.now_ms;
+        let ever = self.kv.ever(chain);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let r = &mut self.reqs[idx as usize];
+        r.state = State::Running;
+        r.seq = seq;
+        r.t = hit;
+        r.private = private;
+        if first {
+            r.admit_ms = now;
+            r.cached_tokens = hit;
+            r.miss = classify(r, hit_blocks, reach, ever, self.bs);
+        } else {
+            // A resumed request: what it recomputes beyond its hit was computed before.
+            r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
+            self.stats.recomputed_tokens = self.stats.recomputed_tokens.saturating_sub(u64::from(hit));
+        }
+        self.running.push(idx);
+        self.eager.push(idx);
+        self.admitted.push(idx);
+    }
+
+    /// Σ over the step's prefill chunks of their new tokens × the KV context of the step's other sequences
+    /// (`ctx`, the step's Σcontext, less the chunk's own): what a unified KV cache makes a prompt token attend to
+    /// beyond its own context (`prefill_batch_kv_ms_per_ktok`).
+    fn prefill_others_kv(&self, ctx: u64) -> f64 {
+        self.sched
+            .iter()
+            .filter(|s| s.prefill)
+            .map(|s| f64::from(s.tokens) * ctx.saturating_sub(u64::from(s.t)) as f64)
             .sum()
     }
 
@@ -1754,6 +1759,7 @@ mod tests {
                 enable_prefix_caching: true,
                 prefill_ctx_ms_per_ktok: 0.0,
                 batch_kv_ms_per_ktok: 0.0,
+                prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
                 scheduler: Default::default(),
             });
@@ -1815,6 +1821,7 @@ mod tests {
             enable_prefix_caching: true,
             prefill_ctx_ms_per_ktok: 0.0,
             batch_kv_ms_per_ktok: 0.0,
+            prefill_batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
             scheduler: Scheduler::LlamaCpp,
         });

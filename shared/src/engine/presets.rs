@@ -38,6 +38,7 @@ fn profile(
         enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
         scheduler: Default::default(),
     }

@@ -5,7 +5,7 @@
 //! prefill_tokens_per_ms if the step carries prefill]`, where `seqs` counts every sequence scheduled in the step and
 //! `Σcontext` sums their KV context (tokens already computed) at the start of the step.
 //!
-//! Three optional terms, off by default (so profiles written before them give the same results to the bit):
+//! Four optional terms, off by default (so profiles written before them give the same results to the bit):
 //! - `prefill_ctx_ms_per_ktok`: attention makes a prefilled token cost more the more context it attends to. A
 //!   chunk of `n` new tokens after `c` tokens of context adds `prefill_ctx_ms_per_ktok · Σ_{i<n} (c + i) / 1000`
 //!   ms = `prefill_ctx_ms_per_ktok · (n·c + n(n−1)/2) / 1000` (a cold prefill of `n` grows as `n²/2000`).
@@ -14,6 +14,15 @@
 //!   `seqs` sequences holding `Σcontext` tokens of KV adds `batch_kv_ms_per_ktok · seqs · Σcontext / 1000` ms, so
 //!   at equal contexts a decode step grows with the square of the batch. vLLM's paged attention reads only each
 //!   sequence's own blocks (the linear `per_ctx_token_ms` term); leave this 0 for such engines.
+//! - `prefill_batch_kv_ms_per_ktok`: the same across-the-batch KV read for **prompt** tokens. With llama.cpp's
+//!   unified KV cache (`--kv-unified`, llama-server's default when `--parallel` is not given) a ubatch is one
+//!   stream and every token in it, prompt or decode, attends over all `n_kv` cells in use (every slot's, masked),
+//!   so a prefill beside slots holding long contexts pays for their KV too. A step whose prefill chunks carry
+//!   `n_s` new tokens each adds `prefill_batch_kv_ms_per_ktok · Σ_s n_s·(Σcontext − t_s) / 1000` ms, where
+//!   `Σcontext` is the step's KV context (as above) and `t_s` the chunk's own context: the KV of the *other*
+//!   sequences (its own is `prefill_ctx_ms_per_ktok`'s). A prefill alone on the server pays nothing here. With
+//!   one KV stream per slot (an explicit `--parallel N`, `kv_unified = false`) a prompt attends only to its own
+//!   slot's cells: leave it 0 (docs/calibration.md, "Prefill beside other slots' KV").
 //! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
 //!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
 //!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
@@ -122,6 +131,10 @@ pub struct EngineProfile {
     /// (`Σcontext`), milliseconds (see the module docs). Default 0: each sequence reads only its own KV.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub batch_kv_ms_per_ktok: f64,
+    /// Extra prefill cost per new prompt token per 1,000 tokens of KV context the step's *other* sequences hold,
+    /// milliseconds (see the module docs). Default 0: a prompt attends only to its own context.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefill_batch_kv_ms_per_ktok: f64,
     /// Host-memory prefix-cache tier; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cache: Option<HostCache>,
@@ -224,6 +237,7 @@ impl EngineProfile {
             ("prefill_fixed_ms", self.prefill_fixed_ms),
             ("prefill_ctx_ms_per_ktok", self.prefill_ctx_ms_per_ktok),
             ("batch_kv_ms_per_ktok", self.batch_kv_ms_per_ktok),
+            ("prefill_batch_kv_ms_per_ktok", self.prefill_batch_kv_ms_per_ktok),
         ] {
             if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
                 return Err(f(

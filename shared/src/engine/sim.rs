@@ -1289,6 +1289,7 @@ mod tests {
                 enable_prefix_caching: caching,
                 prefill_ctx_ms_per_ktok: 0.0,
                 batch_kv_ms_per_ktok: 0.0,
+                prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
                 scheduler: Default::default(),
             },
