@@ -171,7 +171,7 @@ impl AgentConn {
                         break;
                     }
                 };
-                let msg: ServerMsg = match serde_json::from_str(&text) {
+                let msg = match crate::server_msg::decode(&text) {
                     Ok(m) => m,
                     Err(e) => {
                         self.message.set(Some(format!(

@@ -27,6 +27,7 @@ pub mod metric;
 pub mod offload;
 pub mod seed_band;
 pub mod seed_panel;
+pub mod server_msg;
 pub mod state;
 pub mod trace_panel;
 pub mod url;

@@ -79,6 +79,10 @@ impl From<ScenarioError> for LinkError {
 /// Encode a scenario as a fragment payload `1.<base64url(zlib(json))>`. A trace workload read from a file (it has
 /// a `sha256`) is encoded without its requests: the link names the trace by its content hash and the file stays
 /// with whoever has it (the page asks for it when the link is opened).
+// `#[inline]` on this file's cold serde entry points (not for speed): their code, with the serde code they
+// instantiate, is compiled in the calling crate, so the page builds it at its size-optimized opt-level while
+// the engine stays at `shared`'s opt-level 3 (docs/page.md, "Budget": -39 KB gzip).
+#[inline]
 pub fn encode(scenario: &Scenario) -> String {
     if let Scenario::Engine(e) = scenario
         && let crate::workload::Workload::Trace(t) = &e.workload
@@ -93,6 +97,7 @@ pub fn encode(scenario: &Scenario) -> String {
 
 /// Decode a link back into a validated scenario. Accepts a whole URL, a fragment (`#s=...`, possibly with other
 /// keys such as `token`), `s=...`, or the bare payload `1....`.
+#[inline]
 pub fn decode(text: &str) -> Result<Scenario, LinkError> {
     let payload = find_payload(text).ok_or(LinkError::Missing)?;
     let json = unpack(payload)?;
@@ -100,18 +105,21 @@ pub fn decode(text: &str) -> Result<Scenario, LinkError> {
 }
 
 /// The full share URL for `scenario`: `base` (its own fragment dropped) + `#s=<payload>`.
+#[inline]
 pub fn link_url(base: &str, scenario: &Scenario) -> String {
     let base = base.split('#').next().unwrap_or(base);
     format!("{base}#{FRAGMENT_KEY}={}", encode(scenario))
 }
 
 /// Byte level: compress JSON text into a versioned payload.
+#[inline]
 pub fn pack(json: &str) -> String {
     let compressed = miniz_oxide::deflate::compress_to_vec_zlib(json.as_bytes(), 9);
     format!("{LINK_VERSION}.{}", URL_SAFE_NO_PAD.encode(compressed))
 }
 
 /// Byte level: a versioned payload back to JSON text. Checks version, base64url, checksum and size.
+#[inline]
 pub fn unpack(payload: &str) -> Result<String, LinkError> {
     let payload = payload.trim();
     let Some((version, data)) = payload.split_once('.') else {

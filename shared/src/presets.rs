@@ -260,6 +260,10 @@ fn preset_poisson(num_requests: u64, rate_rps: f64, prompt_tokens: u32, output_t
 
 /// Every preset, in menu order: the seed's profiles and its over-batched diagnostic, the engine profiles, the
 /// workload shapes, the SLOs.
+// `#[inline]` on this file's cold serde entry points (not for speed): their code, with the serde code they
+// instantiate, is compiled in the calling crate, so the page builds it at its size-optimized opt-level while
+// the engine stays at `shared`'s opt-level 3 (docs/page.md, "Budget": -39 KB gzip).
+#[inline]
 pub fn all() -> Vec<Preset> {
     let mut out = Vec::new();
     for p in seed_model::SEED_PROFILES.iter() {

@@ -37,6 +37,10 @@ impl Scenario {
     /// Parse and validate a scenario from JSON text. Unknown fields, duplicate keys and bad values are errors
     /// naming the field; a leading UTF-8 byte order mark is skipped. Every part of an error message is cut to
     /// [`crate::error::MAX_MESSAGE_CHARS`] characters.
+    // `#[inline]` on this file's cold serde entry points (not for speed): their code, with the serde code they
+    // instantiate, is compiled in the calling crate, so the page builds it at its size-optimized opt-level while
+    // the engine stays at `shared`'s opt-level 3 (docs/page.md, "Budget": -39 KB gzip).
+    #[inline]
     pub fn from_json(text: &str) -> Result<Scenario, ScenarioError> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let parsed = serde_json::from_str::<serde_json::Value>(text).and_then(|value| {
@@ -50,10 +54,12 @@ impl Scenario {
     }
 
     /// Parse and validate a scenario from an already-parsed JSON value (see [`Scenario::from_json`]).
+    #[inline]
     pub fn from_value(value: serde_json::Value) -> Result<Scenario, ScenarioError> {
         Scenario::from_value_unbounded(value).map_err(ScenarioError::bounded)
     }
 
+    #[inline]
     fn from_value_unbounded(mut value: serde_json::Value) -> Result<Scenario, ScenarioError> {
         let serde_json::Value::Object(map) = &mut value else {
             return Err(ScenarioError::Parse(format!(
@@ -107,6 +113,7 @@ impl Scenario {
     }
 
     /// The scenario as a JSON value, with `"version"`.
+    #[inline]
     pub fn to_value(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
         out.insert("version".to_string(), serde_json::Value::from(SCENARIO_VERSION));
@@ -118,6 +125,7 @@ impl Scenario {
     }
 
     /// Pretty JSON (two-space indent) with `"version"`, readable back by [`Scenario::from_json`].
+    #[inline]
     pub fn to_json_pretty(&self) -> String {
         serde_json::to_string_pretty(&self.to_value()).unwrap_or_default()
     }

@@ -570,11 +570,16 @@ fn build_seed_report() -> SeedReport {
 }
 
 /// The seed's whole report (`python3 scenario_sim.py`), as a JSON value.
+// `#[inline]` on this file's cold serde entry points (not for speed): their code, with the serde code they
+// instantiate, is compiled in the calling crate, so the page builds it at its size-optimized opt-level while
+// the engine stays at `shared`'s opt-level 3 (docs/page.md, "Budget": -39 KB gzip).
+#[inline]
 pub fn seed_report() -> serde_json::Value {
     serde_json::to_value(build_seed_report()).unwrap_or_default()
 }
 
 /// The seed's whole report as the seed prints it: two-space indented JSON, keys in the seed's order.
+#[inline]
 pub fn seed_report_json() -> String {
     serde_json::to_string_pretty(&build_seed_report()).unwrap_or_default()
 }

@@ -101,6 +101,10 @@ struct Parsed {
 /// rows whose timestamp (a dependent row: its first dependency's) is in `[start_s, end_s)` and whose dependencies
 /// are kept, then the first `max_requests`; arrivals count from `start_s`, and every time (timestamps, delays) is
 /// multiplied by `time_scale`.
+// `#[inline]` on this file's cold serde entry points (not for speed): their code, with the serde code they
+// instantiate, is compiled in the calling crate, so the page builds it at its size-optimized opt-level while
+// the engine stays at `shared`'s opt-level 3 (docs/page.md, "Budget": -39 KB gzip).
+#[inline]
 pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, TraceError> {
     let bs = u64::from(opts.block_size.max(1));
     let mut rows: Vec<Parsed> = Vec::new();
@@ -293,6 +297,7 @@ impl TraceWorkload {
 
     /// Fill `requests` from the trace file's text (read by the caller: the agent reads `path`, the page the file it
     /// is given) and set `sha256`. A workload that names a `sha256` refuses a file with another one.
+    #[inline]
     pub fn load_text(&mut self, text: &str) -> Result<(), TraceError> {
         let hash = sha256_hex(text.as_bytes());
         if let Some(want) = &self.sha256
