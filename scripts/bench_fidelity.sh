@@ -14,7 +14,9 @@
 #        SERVER_ARGS=more llama-server flags (e.g. -kvu: one unified KV cache for all slots; without it an explicit
 #        --parallel gives llama-server one KV stream per slot, kv_unified = false)
 # Besides the table for the fitted profile, a second table predicts the same live runs with the same coefficients
-# and the other `scheduler` (vllm <-> llama_cpp): what the scheduling mechanism alone changes.
+# and `reply_cached_share` measured from the fit scenario's live runs (calibrate --from the probe and those runs:
+# how much of a session's previous reply the server found cached), and a third with the other `scheduler`
+# (vllm <-> llama_cpp): what each mechanism alone changes. The held-out scenarios' runs are not used for either.
 # The server runs on 127.0.0.1 only and is ended (by its PID) when the script exits.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -101,20 +103,45 @@ else:
 json.dump(p, open(sys.argv[2], "w"), indent=2)
 PY
 for name in fit more-sessions longer-context; do
-  against=()
   for i in $(seq 1 "$REPEAT"); do
     if [ -n "${LIVE_FROM:-}" ]; then
-      cp "$LIVE_FROM/$name-$i.jsonl" "$OUT/$name-$i.jsonl"
+      for f in "$LIVE_FROM/$name-$i.jsonl"*; do cp "$f" "$OUT/"; done
     else
       echo "== live: $name run $i"
       B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
     fi
-    against+=(--against "$OUT/$name-$i.jsonl")
   done
+done
+
+# The share of a reply the server finds cached when the conversation comes back, from the fit scenario's runs;
+# the coefficients stay the probe's.
+reply_from=()
+for f in "$OUT"/cal/probe/*.jsonl "$OUT"/fit-*.jsonl; do [ -f "$f" ] && reply_from+=(--from "$f"); done
+if B calibrate "${reply_from[@]}" --out "$OUT/cal-reply" --scheduler "${SCHEDULER:-llama-cpp}" $CAL_ARGS \
+    >"$OUT/cal-reply.log" 2>&1; then
+  share=$(python3 -c "import json; print(json.load(open('$OUT/cal-reply/profile.json')).get('reply_cached_share', 1.0))")
+else
+  echo "   calibrate --from the fit runs failed (see $OUT/cal-reply.log): reply_cached_share left at 1"
+  share=1.0
+fi
+echo "== reply_cached_share from the fit scenario's runs: $share"
+python3 - "$OUT/cal/profile.json" "$OUT/cal/profile-reply.json" "$share" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["reply_cached_share"] = float(sys.argv[3])
+json.dump(p, open(sys.argv[2], "w"), indent=2)
+PY
+
+for name in fit more-sessions longer-context; do
+  against=()
+  for i in $(seq 1 "$REPEAT"); do against+=(--against "$OUT/$name-$i.jsonl"); done
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" --json >"$OUT/$name-predict.json"
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" >"$OUT/$name-predict.txt"
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile-alt.json" "${against[@]}" --json \
     >"$OUT/$name-predict-alt.json"
+  B predict "$OUT/$name.json" --profile "$OUT/cal/profile-reply.json" "${against[@]}" --json \
+    >"$OUT/$name-predict-reply.json"
+  B predict "$OUT/$name.json" --profile "$OUT/cal/profile-reply.json" "${against[@]}" >"$OUT/$name-predict-reply.txt"
 done
 
 python3 - "$OUT" <<'PY'
@@ -122,9 +149,13 @@ import json, sys
 out = sys.argv[1]
 fields = ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2el_p50_ms", "e2el_p99_ms",
           "cached_share_achieved"]
-for suffix in ["", "-alt"]:
-  sched = json.load(open(f"{out}/cal/profile{suffix}.json")).get("scheduler", "vllm")
-  print(f"== scheduler {sched}{' (the fitted profile)' if not suffix else ' (same coefficients, other scheduler)'}")
+for suffix in ["", "-reply", "-alt"]:
+  prof = json.load(open(f"{out}/cal/profile{suffix}.json"))
+  sched = prof.get("scheduler", "vllm")
+  what = {"": " (the fitted profile)",
+          "-reply": f" and reply_cached_share {prof.get('reply_cached_share', 1.0):.3f} from the fit scenario's runs",
+          "-alt": " (same coefficients, other scheduler)"}[suffix]
+  print(f"== scheduler {sched}{what}")
   print(f"{'scenario':16} " + " ".join(f"{f:>12}" for f in fields))
   for name in ["fit", "more-sessions", "longer-context"]:
     p = json.load(open(f"{out}/{name}-predict{suffix}.json"))

@@ -1033,6 +1033,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        reply_cached_share: 1.0,
         scheduler: Default::default(),
     });
     profile.step_fixed_ms = s_fixed;
@@ -1043,6 +1044,9 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     profile.prefill_fixed_ms = prefill_fixed;
     profile.prefill_ctx_ms_per_ktok = pb[2];
     profile.prefill_batch_kv_ms_per_ktok = pkv;
+    if let Some(share) = reply_share(records, profile.block_size, &mut notes) {
+        profile.reply_cached_share = share;
+    }
     let method = format!(
         "loadshape calibrate: Huber (k = {HUBER_K}) IRLS fits of {} decode observations (median inter-token gap \
          = step_fixed + per_seq·batch + per_ctx·Σcontext + batch_kv·batch·Σcontext/1000, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
@@ -1103,6 +1107,57 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         notes,
         method,
     })
+}
+
+/// Least consecutive session steps for `reply_cached_share`.
+pub const MIN_REPLY_PAIRS: usize = 4;
+
+/// `reply_cached_share` from consecutive steps of the same session (a sessions run given with `--from`): per pair,
+/// the share of the previous reply the server reported cached beyond the previous prompt,
+/// `(cached_tokens − previous prompt_tokens) / previous gen_tokens`, clamped to 0..=1; the median of the pairs,
+/// taken as 1 (all of it) when within one KV block of the whole reply (a block-granular cache rounds down). `None`
+/// (noted) when the records hold fewer than [`MIN_REPLY_PAIRS`] such pairs.
+fn reply_share(records: &[RequestRecord], block_size: u32, notes: &mut Vec<String>) -> Option<f64> {
+    let mut steps: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.ok && r.prompt_tokens.is_some() && r.cached_tokens.is_some())
+        .collect();
+    steps.sort_by_key(|r| (r.session, r.inst, r.step));
+    let mut shares = Vec::new();
+    let mut gens = Vec::new();
+    for w in steps.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.session != b.session || a.inst != b.inst || b.step != a.step + 1 || a.gen_tokens == 0 {
+            continue;
+        }
+        let (prompt, cached) = (a.prompt_tokens.unwrap_or(0), b.cached_tokens.unwrap_or(0));
+        if b.prompt_tokens.unwrap_or(0) < prompt + a.gen_tokens {
+            continue; // not a conversation that resends its reply
+        }
+        shares.push(((cached as f64 - prompt as f64) / a.gen_tokens as f64).clamp(0.0, 1.0));
+        gens.push(a.gen_tokens as f64);
+    }
+    if shares.len() < MIN_REPLY_PAIRS {
+        notes.push(format!(
+            "reply_cached_share: {} consecutive session steps in the records (need {MIN_REPLY_PAIRS}; give a \
+             sessions run with --from to measure it): left as it was",
+            shares.len()
+        ));
+        return None;
+    }
+    let share = median(&mut shares);
+    let reply = median(&mut gens);
+    let kept = if (1.0 - share) * reply < f64::from(block_size.max(1)) {
+        1.0
+    } else {
+        share
+    };
+    notes.push(format!(
+        "reply_cached_share: {kept:.3} (median over {} consecutive session steps of the previous reply found cached: \
+         {share:.3}, replies of {reply:.0} tokens, KV blocks of {block_size})",
+        shares.len()
+    ));
+    Some(kept)
 }
 
 /// What [`fit_beside`] returns: the coefficient, its standard error, whether identified, the stage's quality and

@@ -26,6 +26,7 @@ fn truth() -> EngineProfile {
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        reply_cached_share: 1.0,
         scheduler: Default::default(),
     }
 }
@@ -470,6 +471,84 @@ fn no_prefills_beside_others_leave_the_prefill_kv_term_at_0() {
         f.notes
             .iter()
             .any(|n| n.contains("prefill_batch_kv_ms_per_ktok") && n.contains("prefill-kv")),
+        "{:?}",
+        f.notes
+    );
+}
+
+/// `reply_cached_share` is measured from consecutive steps of the same session (a sessions run given to the fit):
+/// an engine that finds a quarter of each reply cached gives ≈ 0.25 (blocks of 16 round the cached tokens down),
+/// one that finds all of it gives 1; without session steps the limits' value stays, with a note.
+#[test]
+fn fit_measures_the_share_of_the_reply_found_cached() {
+    use shared::workload::SessionWorkload;
+    for share in [0.25, 1.0] {
+        let p = EngineProfile {
+            reply_cached_share: share,
+            ..truth()
+        };
+        let mut recs = probe_records();
+        let end = recs.iter().map(|r| r.t_submit + r.wall_s).fold(0.0, f64::max) + 1.0;
+        let sc = EngineScenario {
+            workload: Workload::Sessions(SessionWorkload {
+                sessions: 4,
+                steps: 5,
+                base_tokens: 1500,
+                gen_tokens: 128,
+                tool_tokens: 200,
+                think_s: 0.5,
+                respawn: false,
+                duration_s: 600.0,
+                stagger_s: 0.5,
+                ..Default::default()
+            }),
+            profile: p.clone(),
+            slo: Slo::default(),
+            seed: 3,
+            counterfactuals: false,
+            fleet: None,
+        };
+        let mut sess = simulate_with(
+            &sc,
+            SimOptions {
+                record_itl_quantiles: true,
+                keep_records: true,
+            },
+        )
+        .expect("valid")
+        .records;
+        for r in &mut sess {
+            r.t_submit += end;
+            r.session += 1_000_000;
+        }
+        recs.extend(sess);
+        let opts = FitOptions {
+            limits: Some(truth()),
+            batch_kv: Some(false),
+            ..Default::default()
+        };
+        let f = fit(&recs, &opts).unwrap_or_else(|e| panic!("{e}"));
+        let got = f.profile.reply_cached_share;
+        assert!(
+            (got - share).abs() < 0.1,
+            "share {share}: fitted {got}; notes {:?}",
+            f.notes
+        );
+        if share == 1.0 {
+            assert_eq!(got, 1.0, "{:?}", f.notes);
+        }
+        assert!(
+            f.notes.iter().any(|n| n.starts_with("reply_cached_share: ")),
+            "{:?}",
+            f.notes
+        );
+    }
+    let f = fit(&probe_records(), &FitOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(f.profile.reply_cached_share, 1.0);
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.contains("reply_cached_share") && n.contains("left as it was")),
         "{:?}",
         f.notes
     );

@@ -27,6 +27,7 @@ fn profile(kv: u64) -> EngineProfile {
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        reply_cached_share: 1.0,
         scheduler: Default::default(),
     }
 }
@@ -374,4 +375,51 @@ fn prefill_kv_term_charges_prompt_tokens_for_the_other_sequences_context() {
         first_step_ms(p, &(0..3000).collect::<Vec<u32>>(), 4)
     };
     assert_eq!(lone(0.4).to_bits(), lone(0.0).to_bits());
+}
+
+/// `reply_cached_share`: a session's next step finds its previous prompt and that share of the reply cached
+/// (whole blocks), not the whole reply; 1 (the default) is the old conversation to the bit, and the field is written
+/// only when set.
+#[test]
+fn reply_cached_share_leaves_the_conversation_after_that_share_of_the_reply() {
+    let run = |share: f64| {
+        let mut sc = sessions(100_000, 3, None, 5);
+        sc.profile.reply_cached_share = share;
+        let mut recs = simulate(&sc).expect("valid").records;
+        recs.sort_by_key(|r| (r.session, r.inst, r.step));
+        recs
+    };
+    let base = run(1.0);
+    // The default is the conversation as before: the whole reply cached.
+    let mut before = simulate(&sessions(100_000, 3, None, 5)).expect("valid").records;
+    before.sort_by_key(|r| (r.session, r.inst, r.step));
+    assert_eq!(format!("{base:?}"), format!("{before:?}"));
+    for share in [0.0, 0.25, 0.5] {
+        let recs = run(share);
+        let mut checked = 0;
+        for w in recs.windows(2) {
+            let (a, b) = (&w[0], &w[1]);
+            if a.session != b.session || a.inst != b.inst || b.step != a.step + 1 || !a.ok || !b.ok {
+                continue;
+            }
+            let prompt = a.prompt_tokens.expect("simulated");
+            let kept = prompt + (share * a.gen_tokens as f64).floor() as u64;
+            assert_eq!(b.cached_tokens, Some(kept / 16 * 16), "share {share}: {a:?} -> {b:?}");
+            checked += 1;
+        }
+        assert!(checked >= 10, "{checked} consecutive steps checked");
+    }
+    // Less of the reply cached: more prefill, later first tokens.
+    let ttft = |recs: &[shared::record::RequestRecord]| recs.iter().filter_map(|r| r.ttft_s).sum::<f64>();
+    assert!(ttft(&run(0.0)) > ttft(&base));
+    let mut p = profile(1000);
+    assert!(!serde_json::to_string(&p).expect("json").contains("reply_cached_share"));
+    p.reply_cached_share = 0.25;
+    let text = serde_json::to_string(&p).expect("json");
+    assert!(text.contains("\"reply_cached_share\":0.25"), "{text}");
+    assert_eq!(EngineProfile::from_json(&text).expect("reads back"), p);
+    let err = EngineProfile::from_json(&text.replace("0.25", "1.5"))
+        .expect_err("a share above 1")
+        .to_string();
+    assert!(err.contains("reply_cached_share"), "{err}");
 }

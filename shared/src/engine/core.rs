@@ -381,6 +381,17 @@ impl Engine {
         self.kv.new_chain(parent, parent_blocks, u32::MAX)
     }
 
+    /// A conversation's chain after its reply came back as text: a new chain that shares the first `tokens` of
+    /// `chain` (whole blocks) and goes on with content of its own; `chain` is released (its tail stays cached,
+    /// evictable, as a server keeps what it computed). See `EngineProfile::reply_cached_share`.
+    pub(crate) fn fork_conversation(&mut self, chain: u32, tokens: u64) -> u32 {
+        let blocks = u32::try_from(tokens / u64::from(self.bs)).unwrap_or(u32::MAX);
+        let local = blocks.saturating_sub(self.kv.chains[chain as usize].offset);
+        let fork = self.kv.new_chain(chain, local, u32::MAX);
+        self.kv.release(chain);
+        fork
+    }
+
     /// Does a request of this size fit the engine at all?
     pub(crate) fn fits(&self, prompt: u32, output: u32) -> bool {
         prompt >= 1 && output >= 1 && u64::from(prompt) + u64::from(output) <= self.model_len
@@ -1761,6 +1772,7 @@ mod tests {
                 batch_kv_ms_per_ktok: 0.0,
                 prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
+                reply_cached_share: 1.0,
                 scheduler: Default::default(),
             });
             e.lazy_ok = lazy;
@@ -1823,6 +1835,7 @@ mod tests {
             batch_kv_ms_per_ktok: 0.0,
             prefill_batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
+            reply_cached_share: 1.0,
             scheduler: Scheduler::LlamaCpp,
         });
         let tokens = |lo: u32, n: u32| -> Vec<u32> { (lo..lo + n).collect() };

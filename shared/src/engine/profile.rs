@@ -23,6 +23,11 @@
 //!   sequences (its own is `prefill_ctx_ms_per_ktok`'s). A prefill alone on the server pays nothing here. With
 //!   one KV stream per slot (an explicit `--parallel N`, `kv_unified = false`) a prompt attends only to its own
 //!   slot's cells: leave it 0 (docs/calibration.md, "Prefill beside other slots' KV").
+//! - `reply_cached_share`: how much of a session's previous reply the server finds in its prefix cache when the
+//!   conversation comes back (default 1: all of it, the KV the decode wrote). A server that caches token ids and
+//!   re-tokenizes the reply it receives as text finds only the tokens that round-trip: llama-server with a
+//!   random-weight model ≈ 0.2 (docs/calibration.md, "The reply comes back as text"). A session's next prompt then
+//!   leaves the cached conversation after `previous prompt + ⌊reply_cached_share · reply⌋` tokens (whole blocks).
 //! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
 //!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
 //!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
@@ -52,6 +57,14 @@ pub const MAX_TOKENS: u64 = 100_000_000;
 
 fn yes() -> bool {
     true
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn is_one(v: &f64) -> bool {
+    *v == 1.0
 }
 
 fn is_zero(v: &f64) -> bool {
@@ -135,6 +148,10 @@ pub struct EngineProfile {
     /// milliseconds (see the module docs). Default 0: a prompt attends only to its own context.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prefill_batch_kv_ms_per_ktok: f64,
+    /// Share of a session's previous reply found cached when the conversation comes back, 0..=1 (see the module
+    /// docs). Default 1: all of it.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub reply_cached_share: f64,
     /// Host-memory prefix-cache tier; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cache: Option<HostCache>,
@@ -245,6 +262,12 @@ impl EngineProfile {
                     format!("must be a finite number in 0..=1e6 milliseconds (got {v})"),
                 ));
             }
+        }
+        if !(0.0..=1.0).contains(&self.reply_cached_share) {
+            return Err(f(
+                "reply_cached_share",
+                format!("must be a share in 0..=1 (got {})", self.reply_cached_share),
+            ));
         }
         if self.step_fixed_ms + self.per_seq_ms <= 0.0 {
             return Err(f(

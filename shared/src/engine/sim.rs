@@ -1175,7 +1175,17 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
                 slot.ok_steps += 1;
                 let k = slot.step as usize;
                 let t_next = t_ms + plan.think_s[k] * 1000.0;
-                slot.prompt += u64::from(plan.gen_tokens[k]) + u64::from(plan.tool_tokens);
+                let reply = u64::from(plan.gen_tokens[k]);
+                // The reply comes back as text: past the share the server finds cached, the conversation is new
+                // content on every replica that holds it.
+                for (r, c) in slot.chains.iter_mut().enumerate() {
+                    let share = d.engs[r].profile().reply_cached_share;
+                    if *c != NONE && share < 1.0 {
+                        let kept = slot.prompt + (share * reply as f64).floor() as u64;
+                        *c = d.engs[r].fork_conversation(*c, kept);
+                    }
+                }
+                slot.prompt += reply + u64::from(plan.tool_tokens);
                 slot.step += 1;
                 if slot.step < plan.steps {
                     if t_next < *stop_ms && !*aborted {
@@ -1291,6 +1301,7 @@ mod tests {
                 batch_kv_ms_per_ktok: 0.0,
                 prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
+                reply_cached_share: 1.0,
                 scheduler: Default::default(),
             },
             slo: Slo {
