@@ -105,6 +105,9 @@ async fn calibrate_recovers_a_known_profile() {
         // phase takes 15 % of the budget from the others; at load ≈ 10 that cost per_seq_ms −12 % once).
         "--prefill-kv",
         "off",
+        // ... nor a conversation (reply_cached_share: its own test below).
+        "--reply-share",
+        "off",
     ]);
     let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
     let c = |name: &str| fit.coefficients[name].value;
@@ -198,6 +201,8 @@ async fn calibrate_recovers_a_known_profile() {
         "--batch-kv".into(),
         "off".into(),
         "--prefill-kv".into(),
+        "off".into(),
+        "--reply-share".into(),
         "off".into(),
     ];
     for f in &files {

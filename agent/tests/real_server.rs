@@ -411,6 +411,18 @@ fn calibrate_and_predict_against_the_real_server() {
     // with the probe's decode phases on a shared prefix the bulk of gaps is narrow, and its robust R² swung to
     // −0.68 in one run whose plain R² was 0.969 (calibrate accepts such a fit on its small relative MAD).
     let r2 = |stage: &str, key: &str| fit[stage][key].as_f64().unwrap_or(0.0);
+    // The probe's conversation: llama-server caches token ids and gets each reply back as text, which it tokenizes
+    // again, so it finds only a part of the reply cached (≈ 0.2 with this model; docs/calibration.md).
+    let notes = fit["notes"].to_string();
+    assert!(
+        notes.contains("reply_cached_share: ") && notes.contains("consecutive session steps of the previous reply"),
+        "the conversation phase measured no reply share: {notes}"
+    );
+    assert!(
+        profile.reply_cached_share < 0.6,
+        "reply_cached_share {}: {notes}",
+        profile.reply_cached_share
+    );
     assert!(
         r2("prefill", "r2_robust") > 0.8 && r2("decode", "r2") > 0.8,
         "R² decode {} (robust {}) / prefill robust {}",

@@ -26,7 +26,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineProfile;
+use crate::ladder::{Ladder, Rung};
 use crate::record::RequestRecord;
+use crate::workload::SessionWorkload;
 
 /// One request of the probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +47,10 @@ pub struct ProbePhase {
     pub requests: Vec<ProbeRequest>,
     /// Fraction of the whole budget this phase may take (Σ = 1).
     pub budget_share: f64,
+    /// A conversation phase instead of `requests`: agent sessions that resend their growing conversation, the
+    /// previous reply included (for `reply_cached_share`). Its duration and drain are the agent's to set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<SessionWorkload>,
 }
 
 /// What bounds the probe's sizes.
@@ -59,6 +65,9 @@ pub struct ProbeLimits {
     /// Probe prefills beside a decoding request at varied contexts (the `prefill-kv` phase, for
     /// `prefill_batch_kv_ms_per_ktok`). Off: the probe of before that term, phase for phase.
     pub prefill_kv: bool,
+    /// Probe a short conversation (the `conversation` phase, for `reply_cached_share`: how much of a reply the
+    /// server finds cached when it comes back as text). Off: no such phase.
+    pub conversation: bool,
 }
 
 impl Default for ProbeLimits {
@@ -68,6 +77,7 @@ impl Default for ProbeLimits {
             max_batch: 8,
             decode_output_tokens: 96,
             prefill_kv: true,
+            conversation: true,
         }
     }
 }
@@ -138,12 +148,40 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     // decoding, not to recomputing its context.
     let contexts = [m / 16, m / 2];
     let (prefill_share, kv_share) = if l.prefill_kv { (0.3, 0.15) } else { (0.4, 0.0) };
-    let decode_share = (1.0 - prefill_share - kv_share) / (batches.len() * contexts.len()) as f64;
+    // Sessions of 5 steps from ¼ of m, replies of up to 64 tokens and 64 tokens of tool output each step: the
+    // steps after the first show what of the previous reply the server found cached.
+    let conversation = (l.conversation && m >= 1024).then(|| {
+        let reply = l.decode_output_tokens.min(64);
+        let sessions = l.max_batch.min(2);
+        SessionWorkload {
+            sessions,
+            steps: 5,
+            base_tokens: u64::from(m / 4),
+            gen_tokens: reply,
+            tool_tokens: 64,
+            think_s: 0.0,
+            ladder: Some(Ladder {
+                rungs: vec![
+                    Rung {
+                        base_tokens: u64::from(m / 4),
+                        steps: 5,
+                    };
+                    sessions as usize
+                ],
+            }),
+            respawn: true,
+            stagger_s: 0.0,
+            ..SessionWorkload::default()
+        }
+    });
+    let conversation_share = if conversation.is_some() { 0.05 } else { 0.0 };
+    let decode_share = (1.0 - prefill_share - kv_share - conversation_share) / (batches.len() * contexts.len()) as f64;
     let mut phases = vec![ProbePhase {
         name: "prefill".into(),
         users: 1,
         requests: prefill,
         budget_share: prefill_share,
+        conversation: None,
     }];
     if l.prefill_kv {
         // Two users: one request (the holder) decodes 4 × `decode_output_tokens` at a context set per cycle (½, ⅛,
@@ -181,6 +219,7 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
             users: 2.min(l.max_batch.max(1)),
             requests,
             budget_share: kv_share,
+            conversation: None,
         });
     }
     for &b in &batches {
@@ -197,8 +236,18 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
                     (b * 40) as usize
                 ],
                 budget_share: decode_share,
+                conversation: None,
             });
         }
+    }
+    if let Some(w) = conversation {
+        phases.push(ProbePhase {
+            name: "conversation".into(),
+            users: w.sessions,
+            requests: Vec::new(),
+            budget_share: conversation_share,
+            conversation: Some(w),
+        });
     }
     Ok(phases)
 }
@@ -215,6 +264,8 @@ pub struct FitOptions {
     pub batch_kv: Option<bool>,
     /// `prefill_batch_kv_ms_per_ktok`, the same three choices as `batch_kv`.
     pub prefill_kv: Option<bool>,
+    /// Leave `reply_cached_share` as the limits have it instead of measuring it from session steps.
+    pub reply_share_off: bool,
 }
 
 /// A fitted coefficient.
@@ -1044,7 +1095,9 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     profile.prefill_fixed_ms = prefill_fixed;
     profile.prefill_ctx_ms_per_ktok = pb[2];
     profile.prefill_batch_kv_ms_per_ktok = pkv;
-    if let Some(share) = reply_share(records, profile.block_size, &mut notes) {
+    if opts.reply_share_off {
+        notes.push("reply_cached_share: not measured, as asked".into());
+    } else if let Some(share) = reply_share(records, profile.block_size, &mut notes) {
         profile.reply_cached_share = share;
     }
     let method = format!(

@@ -91,6 +91,18 @@ pub struct Args {
     /// server answers llama.cpp's `/props`, else `vllm`.
     #[arg(long, value_enum, default_value_t = SchedulerChoice::Auto)]
     pub scheduler: SchedulerChoice,
+    /// `reply_cached_share` (how much of a session's previous reply the server finds cached when the conversation
+    /// comes back as text): `auto` probes a short conversation and measures it (and measures it in `--from`
+    /// records that hold session steps), `off` neither probes nor measures it (1, the whole reply).
+    #[arg(long, value_enum, default_value_t = ReplyChoice::Auto)]
+    pub reply_share: ReplyChoice,
+}
+
+/// `--reply-share`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplyChoice {
+    Auto,
+    Off,
 }
 
 /// `--scheduler`.
@@ -306,6 +318,7 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
         decode_output_tokens: a.decode_tokens,
         prefill_kv: a.prefill_kv != Choice::Off,
+        conversation: a.reply_share == ReplyChoice::Auto,
     };
     let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = a.out.join("probe");
@@ -337,14 +350,24 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         target.dialect = dialect;
         target.api_key = a.api_key.clone();
         let out = dir.join(format!("{i:02}-{}.jsonl", ph.name));
-        let mut s = ReplaySettings::new(
-            target,
-            out.clone(),
-            Traffic::Closed {
+        let traffic = match &ph.conversation {
+            // Sessions keep starting for the phase's time, then the ones in flight finish within its grace.
+            Some(w) => Traffic::Sessions(shared::workload::SessionWorkload {
+                duration_s: share * 0.8,
+                drain: true,
+                drain_grace_s: share * 0.2,
+                ..w.clone()
+            }),
+            None => Traffic::Closed {
                 requests,
                 users: ph.users,
                 think_s: 0.0,
             },
+        };
+        let mut s = ReplaySettings::new(
+            target,
+            out.clone(),
+            traffic,
             format!("calibrate probe {}", ph.name),
             i as u64,
             Some(replay::settings::seconds("the probe phase", share * 0.8)?),
@@ -667,6 +690,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
             limits: Some(lp),
             batch_kv,
             prefill_kv,
+            reply_share_off: a.reply_share == ReplyChoice::Off,
         },
     )
     .map_err(|e| {
