@@ -434,4 +434,12 @@ mod tests {
         assert_eq!(number_value(&Kind::Float, 16.4), Some(serde_json::json!(16.4)));
         assert_eq!(number_value(&Kind::Float, f64::NAN), None);
     }
+
+    /// A fitted profile's `reply_cached_share` (a share, 0..=1) gets a slider over the whole range, not the fallback
+    /// around its value.
+    #[test]
+    fn the_reply_share_slides_over_zero_to_one() {
+        let s = crate::fields::spec("reply_cached_share").expect("a known field");
+        assert_eq!((s.min, s.max), (0.0, 1.0));
+    }
 }

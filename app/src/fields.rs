@@ -132,6 +132,15 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             "KV-cache blocks on the GPU(s)",
         ),
         "fixed_prefill_ms" | "prefill_fixed_ms" => f("Fixed prefill cost", "ms", 0.0, 50.0, 0.5, "per prefill step"),
+        "reply_cached_share" => f(
+            "Reply found cached",
+            "share",
+            0.0,
+            1.0,
+            0.01,
+            "of a session's previous reply, the share the server finds cached next step (llama-server re-tokenizes the \
+             reply it gets back as text: ≈ 0.2)",
+        ),
         "step_overhead_ms" => f("Step overhead", "ms", 0.0, 5.0, 0.01, "fixed cost of every engine step"),
         "per_context_token_ms" | "decode_per_context_token_ms" => f(
             "Context cost",
