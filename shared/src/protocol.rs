@@ -312,6 +312,31 @@ impl ServerMsg {
         }
     }
 
+    /// The message's `type` tag as serde writes it (`run_started`). No catch-all: a new kind fails to compile
+    /// here until it is named.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ServerMsg::Hello { .. } => "hello",
+            ServerMsg::Targets { .. } => "targets",
+            ServerMsg::Validated { .. } => "validated",
+            ServerMsg::RunStarted { .. } => "run_started",
+            ServerMsg::StopRequested { .. } => "stop_requested",
+            ServerMsg::Runs { .. } => "runs",
+            ServerMsg::Run { .. } => "run",
+            ServerMsg::RunRecords { .. } => "run_records",
+            ServerMsg::RunDeleted { .. } => "run_deleted",
+            ServerMsg::Subscribed { .. } => "subscribed",
+            ServerMsg::Unsubscribed { .. } => "unsubscribed",
+            ServerMsg::Record { .. } => "record",
+            ServerMsg::RunState { .. } => "run_state",
+            ServerMsg::Resync { .. } => "resync",
+            ServerMsg::Error { .. } => "error",
+            ServerMsg::CapacityStarted { .. } => "capacity_started",
+            ServerMsg::CapacityLevel { .. } => "capacity_level",
+            ServerMsg::CapacityResult { .. } => "capacity_result",
+        }
+    }
+
     pub fn error(id: u64, code: ErrorCode, message: impl Into<String>) -> ServerMsg {
         ServerMsg::Error {
             id,
