@@ -289,6 +289,35 @@ async fn collect_until_end(ws: &mut Ws, mut next: u64) -> (u64, RunState) {
     }
 }
 
+/// Starts `scenario` on `target` (message ids 2 and 3), follows it from its first record to its end: the run's id,
+/// the records streamed and its final state.
+async fn run_to_end(ws: &mut Ws, scenario: serde_json::Value, target: &str) -> (String, u64, RunState) {
+    send(
+        ws,
+        ClientMsg::StartRun {
+            id: 2,
+            scenario,
+            target: target.into(),
+        },
+    )
+    .await;
+    let run_id = match recv(ws).await {
+        ServerMsg::RunStarted { run, .. } => run.run_id,
+        other => panic!("{other:?}"),
+    };
+    send(
+        ws,
+        ClientMsg::Subscribe {
+            id: 3,
+            run_id: run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let (n, state) = collect_until_end(ws, 0).await;
+    (run_id, n, state)
+}
+
 #[tokio::test]
 async fn upgrade_is_refused_without_token_with_foreign_origin_or_host() {
     let agent = start_agent(tempdir("refuse"), Arc::new(ReplayDriver::default())).await;
@@ -615,9 +644,7 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
         "workload": {"kind": "sessions", "sessions": 2, "steps": 3, "base_tokens": 4000, "gen_tokens": 32,
                      "tool_tokens": 64, "think_s": 0.05, "stagger_s": 0.05, "spread": 0.0, "duration_s": 20.0,
                      "drain": true},
-        "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
-                    "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1,
-                    "per_ctx_token_ms": 0.00001, "prefill_tokens_per_ms": 40.0, "prefill_fixed_ms": 1.0},
+        "profile": toy_profile(),
         "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
         "seed": 3,
         "counterfactuals": false
@@ -635,29 +662,7 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
         ServerMsg::Validated { valid: true, .. } => {}
         other => panic!("scenario should be valid: {other:?}"),
     }
-    send(
-        &mut ws,
-        ClientMsg::StartRun {
-            id: 2,
-            scenario,
-            target: "sim".into(),
-        },
-    )
-    .await;
-    let run_id = match recv(&mut ws).await {
-        ServerMsg::RunStarted { run, .. } => run.run_id,
-        other => panic!("{other:?}"),
-    };
-    send(
-        &mut ws,
-        ClientMsg::Subscribe {
-            id: 3,
-            run_id: run_id.clone(),
-            from_seq: 0,
-        },
-    )
-    .await;
-    let (n, state) = collect_until_end(&mut ws, 0).await;
+    let (run_id, n, state) = run_to_end(&mut ws, scenario, "sim").await;
     assert_eq!(state, RunState::Finished);
     assert_eq!(n, 6, "2 sessions × 3 steps, each recorded once");
     send(
@@ -1448,36 +1453,12 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
         "workload": {"kind": "sessions", "sessions": 4, "steps": 3, "base_tokens": 2000, "gen_tokens": 16,
                      "tool_tokens": 200, "think_s": 0.05, "stagger_s": 0.0, "spread": 0.0, "duration_s": 20.0,
                      "drain": true},
-        "profile": {"name": "toy", "block_size": 16, "num_kv_blocks": 4000, "max_num_seqs": 16,
-                    "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1,
-                    "per_ctx_token_ms": 0.00001, "prefill_tokens_per_ms": 40.0, "prefill_fixed_ms": 1.0},
+        "profile": toy_profile(),
         "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
         "seed": 5,
         "counterfactuals": false
     });
-    send(
-        &mut ws,
-        ClientMsg::StartRun {
-            id: 2,
-            scenario: scenario.clone(),
-            target: "fleet".into(),
-        },
-    )
-    .await;
-    let run_id = match recv(&mut ws).await {
-        ServerMsg::RunStarted { run, .. } => run.run_id,
-        other => panic!("{other:?}"),
-    };
-    send(
-        &mut ws,
-        ClientMsg::Subscribe {
-            id: 3,
-            run_id: run_id.clone(),
-            from_seq: 0,
-        },
-    )
-    .await;
-    let (n, state) = collect_until_end(&mut ws, 0).await;
+    let (run_id, n, state) = run_to_end(&mut ws, scenario.clone(), "fleet").await;
     assert_eq!((n, state), (12, RunState::Finished), "4 sessions x 3 steps");
     let records = fetch_records(&mut ws, &run_id).await;
     assert!(records.iter().all(|r| r.ok), "{records:?}");

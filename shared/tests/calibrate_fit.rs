@@ -31,28 +31,13 @@ fn truth() -> EngineProfile {
     }
 }
 
-/// Records of one closed-loop phase, shifted to start at `offset` seconds.
-fn phase(
-    profile: &EngineProfile,
-    users: u32,
-    n: u64,
-    prompt: LengthDist,
-    output: u32,
-    shared: u32,
-    offset: f64,
-) -> Vec<RequestRecord> {
+/// Records of `workload` on `profile` (each with its own ITL quantiles), shifted to start at `offset` seconds.
+fn simulated(profile: &EngineProfile, workload: Workload, seed: u64, offset: f64) -> Vec<RequestRecord> {
     let sc = EngineScenario {
-        workload: Workload::ClosedLoop(ClosedLoopWorkload {
-            users,
-            num_requests: n,
-            think_s: 0.0,
-            prompt,
-            output: LengthDist::Fixed { tokens: output },
-            shared_prefix_tokens: shared,
-        }),
+        workload,
         profile: profile.clone(),
         slo: Slo::default(),
-        seed: u64::from(users) * 31 + u64::from(shared),
+        seed,
         counterfactuals: false,
         fleet: None,
     };
@@ -65,6 +50,27 @@ fn phase(
         r.t_submit += offset;
     }
     recs
+}
+
+/// Records of one closed-loop phase, shifted to start at `offset` seconds.
+fn phase(
+    profile: &EngineProfile,
+    users: u32,
+    n: u64,
+    prompt: LengthDist,
+    output: u32,
+    shared: u32,
+    offset: f64,
+) -> Vec<RequestRecord> {
+    let workload = Workload::ClosedLoop(ClosedLoopWorkload {
+        users,
+        num_requests: n,
+        think_s: 0.0,
+        prompt,
+        output: LengthDist::Fixed { tokens: output },
+        shared_prefix_tokens: shared,
+    });
+    simulated(profile, workload, u64::from(users) * 31 + u64::from(shared), offset)
 }
 
 fn probe_records() -> Vec<RequestRecord> {
@@ -383,23 +389,7 @@ fn beside_records(prof: &EngineProfile, offset: f64) -> Vec<RequestRecord> {
         }
         reqs.push(r);
     }
-    let sc = EngineScenario {
-        workload: Workload::Trace(Box::new(TraceWorkload::inline(reqs))),
-        profile: prof.clone(),
-        slo: Slo::default(),
-        seed: 5,
-        counterfactuals: false,
-        fleet: None,
-    };
-    let opts = SimOptions {
-        record_itl_quantiles: true,
-        keep_records: true,
-    };
-    let mut recs = simulate_with(&sc, opts).expect("valid").records;
-    for r in &mut recs {
-        r.t_submit += offset;
-    }
-    recs
+    simulated(prof, Workload::Trace(Box::new(TraceWorkload::inline(reqs))), 5, offset)
 }
 
 /// A unified-KV engine whose prompt tokens also attend to the other sequences' KV (`prefill_batch_kv_ms_per_ktok`):
@@ -489,36 +479,20 @@ fn fit_measures_the_share_of_the_reply_found_cached() {
         };
         let mut recs = probe_records();
         let end = recs.iter().map(|r| r.t_submit + r.wall_s).fold(0.0, f64::max) + 1.0;
-        let sc = EngineScenario {
-            workload: Workload::Sessions(SessionWorkload {
-                sessions: 4,
-                steps: 5,
-                base_tokens: 1500,
-                gen_tokens: 128,
-                tool_tokens: 200,
-                think_s: 0.5,
-                respawn: false,
-                duration_s: 600.0,
-                stagger_s: 0.5,
-                ..Default::default()
-            }),
-            profile: p.clone(),
-            slo: Slo::default(),
-            seed: 3,
-            counterfactuals: false,
-            fleet: None,
-        };
-        let mut sess = simulate_with(
-            &sc,
-            SimOptions {
-                record_itl_quantiles: true,
-                keep_records: true,
-            },
-        )
-        .expect("valid")
-        .records;
+        let sessions = Workload::Sessions(SessionWorkload {
+            sessions: 4,
+            steps: 5,
+            base_tokens: 1500,
+            gen_tokens: 128,
+            tool_tokens: 200,
+            think_s: 0.5,
+            respawn: false,
+            duration_s: 600.0,
+            stagger_s: 0.5,
+            ..Default::default()
+        });
+        let mut sess = simulated(&p, sessions, 3, end);
         for r in &mut sess {
-            r.t_submit += end;
             r.session += 1_000_000;
         }
         recs.extend(sess);
