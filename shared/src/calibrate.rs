@@ -151,23 +151,22 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     // Sessions of 5 steps from ¼ of m, replies of up to 64 tokens and 64 tokens of tool output each step: the
     // steps after the first show what of the previous reply the server found cached.
     let conversation = (l.conversation && m >= 1024).then(|| {
-        let reply = l.decode_output_tokens.min(64);
-        let sessions = l.max_batch.min(2);
+        let (sessions, rung) = (
+            l.max_batch.min(2),
+            Rung {
+                base_tokens: u64::from(m / 4),
+                steps: 5,
+            },
+        );
         SessionWorkload {
             sessions,
-            steps: 5,
-            base_tokens: u64::from(m / 4),
-            gen_tokens: reply,
+            steps: rung.steps,
+            base_tokens: rung.base_tokens,
+            gen_tokens: l.decode_output_tokens.min(64),
             tool_tokens: 64,
             think_s: 0.0,
             ladder: Some(Ladder {
-                rungs: vec![
-                    Rung {
-                        base_tokens: u64::from(m / 4),
-                        steps: 5,
-                    };
-                    sessions as usize
-                ],
+                rungs: vec![rung; sessions as usize],
             }),
             respawn: true,
             stagger_s: 0.0,
