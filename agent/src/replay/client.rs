@@ -993,7 +993,8 @@ fn retry_after(status: hyper::StatusCode, headers: &hyper::HeaderMap, now: std::
 /// bytes was written (the socket's write count did not move: hyper gave the request back unsent, or the close was
 /// noticed before the write). A request whose bytes left may have reached the server, which may run it; sending it
 /// again would double the load the run reports (issue #16, item 10: a server that read each request and closed the
-/// connection saw every POST twice), so it fails with the connection's error instead.
+/// connection saw every POST twice), so it fails with the connection's error instead, and the pool stops reusing
+/// connections ([`H1Pool::stop_reuse`]): a server that dropped one kept connection drops the next ones too.
 async fn send_h1(
     pool: &H1Pool,
     idle: Option<Conn>,
@@ -1013,6 +1014,10 @@ async fn send_h1(
             Ok(resp) => return Ok((resp, conn)),
             Err(e) => {
                 if !(conn.reused && conn.bytes_written() == written_before) {
+                    if conn.reused {
+                        // The server dropped a connection it had kept after a response: it will do it again.
+                        pool.stop_reuse();
+                    }
                     return Err(error_chain(e.error()));
                 }
                 conn = pool.connect().await?;

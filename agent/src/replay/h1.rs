@@ -29,7 +29,7 @@
 //! bytes come out of reads of the stamped socket, so a chunk's time is still that of the latest socket read, which
 //! brought the end of its TLS record or came later: never too early.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::future::Future as _;
@@ -71,6 +71,12 @@ pub struct H1Pool {
     headers: HeaderMap,
     idle: Mutex<Vec<Conn>>,
     opened: AtomicU64,
+    /// Whether connections go back to the pool after their response. Cleared for good once the server shows it
+    /// closes connections right after their responses while it advertises keep-alive ([`H1Pool::stop_reuse`]).
+    reuse: AtomicBool,
+    /// A connection served a second response: the server keeps connections after a response, as its headers say.
+    /// Until then a connection is reused only once it has sat idle [`CONFIRM_AFTER`] (its close would have arrived).
+    kept: AtomicBool,
     /// The origin of `last_start_ns`.
     base: std::time::Instant,
     /// When the last request started, nanoseconds after `base` ([`H1Pool::pace_start`]).
@@ -86,6 +92,15 @@ pub struct H1Pool {
     /// `https://`: how to wrap each connection in TLS.
     tls: Option<TlsTarget>,
 }
+
+/// An idle connection the server closed sooner than this after its response ended was closed because the response
+/// ended, not by an idle timeout (servers' keep-alive timeouts are seconds: 5 s in llama.cpp's, 75 s in nginx's).
+const PROMPT_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Until the server has kept a connection after a response, a connection that served one is reused only after
+/// this long idle ([`H1Pool::take_idle`]); a request meanwhile opens a new one (once per stream at most, at the
+/// start of a run against a server that keeps its connections).
+const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
 const START_GAP_NS: u64 = 50_000;
@@ -108,6 +123,10 @@ pub struct Conn {
     io: Option<Driver>,
     /// Taken from the pool (it served a request before), as opposed to opened for this one.
     pub reused: bool,
+    /// When it went back to the pool (its previous response had ended).
+    idle_since: Option<std::time::Instant>,
+    /// Responses it has carried to their end.
+    responses: u32,
     /// The arrival time of the latest read that brought bytes (kernel-stamped reads only; see [`RxStream`]).
     rx: Arc<RxStamp>,
 }
@@ -230,6 +249,8 @@ impl H1Pool {
             headers,
             idle: Mutex::new(Vec::new()),
             opened: AtomicU64::new(0),
+            reuse: AtomicBool::new(true),
+            kept: AtomicBool::new(false),
             base: std::time::Instant::now(),
             last_start_ns: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
@@ -295,15 +316,50 @@ impl H1Pool {
 
     /// An idle connection that is ready for a request, if there is one (closed ones are dropped on the way). It
     /// waits only for the connection's own state to take in the end of its previous response ([`Conn::ready`]),
-    /// never for the network.
+    /// never for the network. One found closed by the server within [`PROMPT_CLOSE`] of its response's end says
+    /// that the server closes after each response ([`H1Pool::stop_reuse`]). Until a connection has served two
+    /// responses (the server keeps them), one that served a response is taken only after [`CONFIRM_AFTER`] idle:
+    /// a server that closes right after a response (the FIN follows the last chunk by 6–23 µs from llama-server)
+    /// has closed it by then, and a request put on it sooner would be written into a socket the server has left.
     pub async fn take_idle(&self) -> Option<Conn> {
         loop {
-            let mut c = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()?;
+            let mut c = {
+                let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+                if self.kept.load(Ordering::Relaxed) {
+                    idle.pop()?
+                } else {
+                    let i = idle
+                        .iter()
+                        .rposition(|c| c.idle_since.is_none_or(|t| t.elapsed() >= CONFIRM_AFTER))?;
+                    idle.remove(i)
+                }
+            };
             if c.ready().await {
                 c.reused = true;
                 return Some(c);
             }
+            if c.idle_since.is_some_and(|t| t.elapsed() < PROMPT_CLOSE) {
+                self.stop_reuse();
+            }
         }
+    }
+
+    /// From now on every request gets a new connection, and none goes back to the pool. For a server that closes
+    /// each connection once its response has ended although its headers say keep-alive (llama.cpp's
+    /// `llama-server` does so after every streamed response, sending `Keep-Alive: timeout=5, max=100`): a request
+    /// put on such a connection before its close arrives is written into a socket the server has left, and fails
+    /// with "connection closed before message completed". In a closed loop without think time that was a quarter
+    /// to a third of the requests (a probe of `loadshape calibrate`, 2026-12-02); the request it happens to is
+    /// not sent again ([`super::client`]), so the first one can still fail.
+    pub fn stop_reuse(&self) {
+        if self.reuse.swap(false, Ordering::Relaxed) {
+            self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
+    /// Whether connections are still reused ([`H1Pool::stop_reuse`]).
+    pub fn reuses(&self) -> bool {
+        self.reuse.load(Ordering::Relaxed)
     }
 
     /// A new connection: TCP connect (`TCP_NODELAY`, receive timestamps as `--rx-clock` says), for `https://` the
@@ -331,16 +387,23 @@ impl H1Pool {
             tx,
             io: Some(conn),
             reused: false,
+            idle_since: None,
+            responses: 0,
             rx,
         })
     }
 
     /// Put a connection whose response was read to the end back on the stack, unless the response said
     /// `Connection: close` (or was HTTP/1.0 without keep-alive) or the connection is closed.
-    pub fn put_back(&self, conn: Conn, response_headers: &HeaderMap, version: hyper::Version) {
-        if conn.is_closed() || !keep_alive(response_headers, version) {
+    pub fn put_back(&self, mut conn: Conn, response_headers: &HeaderMap, version: hyper::Version) {
+        if conn.is_closed() || !keep_alive(response_headers, version) || !self.reuses() {
             return;
         }
+        conn.responses += 1;
+        if conn.responses >= 2 {
+            self.kept.store(true, Ordering::Relaxed);
+        }
+        conn.idle_since = Some(std::time::Instant::now());
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
     }
 
