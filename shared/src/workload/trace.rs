@@ -7,6 +7,8 @@
 //! its `arrival_ms`, whatever the engine's speed; one with dependencies is sent `delay_ms` after the last of them
 //! completes (and not before its `arrival_ms`).
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::ScenarioError;
@@ -260,15 +262,30 @@ impl TraceWorkload {
     }
 
     /// A live run's records as a trace, sorted by submission: arrival = `t_submit`; prompt = `prompt_tokens` (the
-    /// server's count) or, when the server reported none, `designed_prompt_tokens`, else `base_asked`; shared
-    /// prefix = `cached_tokens` as the live cache reported them (the simulator hits those tokens of one common
-    /// system prompt, so a request's hit is kept, not which earlier request it reused); output = `gen_tokens` of
-    /// completed records and `asked_tokens` of failed ones (what they would have generated). `None`: no record.
+    /// server's count) or, when the server reported none, `designed_prompt_tokens`, else `base_asked`; output =
+    /// `gen_tokens` of completed records and `asked_tokens` of failed ones (what they would have generated).
+    ///
+    /// Content, in [`LIKE_BLOCK_TOKENS`]-token hash blocks, so that a request's `cached_tokens` are hit where the live
+    /// server found them: a session's step (records of one `session` and `inst`) starts with the blocks of its own
+    /// previous prompt, as many whole blocks of it as it had cached; a first step starts with that many blocks of one
+    /// common system prompt; the rest of every prompt is its own. The simulator then hits a step's cached tokens
+    /// only while its previous prompt is still in the simulated cache, as the server did. Two things are not
+    /// carried: the part of a hit that lies beyond the previous prompt (the reply's tokens the server found cached:
+    /// the simulator prefills them) and the last partial block of a hit. `None`: no record.
     pub fn from_records(records: &[RequestRecord]) -> Option<TraceWorkload> {
         let mut recs: Vec<&RequestRecord> = records.iter().collect();
         recs.sort_by(|a, b| a.t_submit.total_cmp(&b.t_submit));
         let t0 = recs.first()?.t_submit.min(0.0);
         let clamp = |n: u64| n.min(u64::from(u32::MAX)) as u32;
+        let bs = u64::from(LIKE_BLOCK_TOKENS);
+        // (session, inst) → its index (the trace's session id) and its last prompt's hash ids.
+        let mut sessions: HashMap<(u64, u32), (u32, Vec<u64>)> = HashMap::new();
+        let mut steps: HashMap<(u64, u32), u32> = HashMap::new();
+        for r in &recs {
+            *steps.entry((r.session, r.inst)).or_default() += 1;
+        }
+        // Ids below 2^62 are the common system prompt's block i (id i); fresh ids count up from 2^62.
+        let mut fresh = 1u64 << 62;
         let requests = recs
             .into_iter()
             .map(|r| {
@@ -283,25 +300,101 @@ impl TraceWorkload {
                 } else {
                     r.asked_tokens.max(1)
                 };
+                let key = (r.session, r.inst);
+                let next = sessions.len() as u32;
+                let (session, prev) = sessions.entry(key).or_insert_with(|| (next, Vec::new()));
+                let hit = (cached / bs) as usize;
+                let mut ids: Vec<u64> = if prev.is_empty() {
+                    (0..hit as u64).collect()
+                } else {
+                    prev[..hit.min(prev.len())].to_vec()
+                };
+                while (ids.len() as u64) * bs < prompt {
+                    ids.push(fresh);
+                    fresh += 1;
+                }
+                // Only whole blocks of a prompt can be hit by the next step.
+                *prev = ids[..(prompt / bs) as usize].to_vec();
+                let session = (steps[&key] > 1).then_some(*session);
                 TraceRequest {
                     arrival_ms: ((r.t_submit - t0) * 1000.0).max(0.0),
                     shared_prefix_tokens: clamp(cached),
                     unique_prompt_tokens: clamp(prompt - cached),
                     output_tokens: clamp(output).max(1),
-                    hash_ids: Vec::new(),
+                    hash_ids: ids,
                     after: Vec::new(),
                     delay_ms: 0.0,
-                    session: None,
+                    session,
                 }
             })
             .collect();
-        Some(TraceWorkload::inline(requests))
+        Some(TraceWorkload {
+            block_size: Some(LIKE_BLOCK_TOKENS),
+            ..TraceWorkload::inline(requests)
+        })
     }
 }
+
+/// Tokens per hash block of [`TraceWorkload::from_records`] (vLLM's and the engine presets' KV block).
+pub const LIKE_BLOCK_TOKENS: u32 = 16;
 
 #[cfg(test)]
 mod tests {
     use super::super::Workload;
+    use super::{LIKE_BLOCK_TOKENS, RequestRecord, TraceWorkload};
+
+    /// A sessions run's records: each step starts with its own session's previous prompt, as many whole blocks of
+    /// it as the live server had cached; a first step's hit is the common system prompt; nothing else is shared.
+    #[test]
+    fn like_a_run_each_step_hits_its_own_sessions_previous_prompt() {
+        let rec = |session: u64, step: u32, t: f64, prompt: u64, cached: u64| {
+            serde_json::from_value::<RequestRecord>(serde_json::json!({
+                "schema": 1, "session": session, "inst": 0, "step": step, "steps_asked": 3, "base_asked": 1000,
+                "ok": true, "t_submit": t, "ttft_s": 0.1, "wall_s": 0.5, "gen_tokens": 8, "asked_tokens": 8,
+                "prompt_tokens": prompt, "cached_tokens": cached, "sse_frames": 8, "prompt_chars": 4000,
+                "usage_source": "final_frame"
+            }))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        // Interleaved: session 0 starts with 40 cached tokens of the system prompt, session 1 with none; step 2 of
+        // session 0 found less than its previous prompt cached (100 of 1,300).
+        let records = vec![
+            rec(1, 0, 0.1, 900, 0),
+            rec(0, 0, 0.0, 1000, 40),
+            rec(0, 1, 1.0, 1300, 1010),
+            rec(1, 1, 1.1, 1200, 905),
+            rec(0, 2, 2.0, 1500, 100),
+        ];
+        let w = TraceWorkload::from_records(&records).unwrap_or_else(|| panic!("records"));
+        assert!(w.validate().is_ok() && w.is_structured());
+        assert_eq!(w.hash_block_size(), LIKE_BLOCK_TOKENS);
+        let r = &w.requests;
+        // Sorted by submission: s0 st0, s1 st0, s0 st1, s1 st1, s0 st2.
+        assert_eq!(
+            r.iter().map(|q| q.prompt_tokens()).collect::<Vec<_>>(),
+            [1000, 900, 1300, 1200, 1500]
+        );
+        assert_eq!((r[0].session, r[1].session, r[2].session), (Some(0), Some(1), Some(0)));
+        for q in r {
+            assert_eq!(q.hash_ids.len() as u64, q.prompt_tokens().div_ceil(16), "{q:?}");
+        }
+        // 40 cached tokens of the system prompt: its first 2 whole blocks; session 1's first step shares nothing.
+        assert_eq!(&r[0].hash_ids[..2], &[0, 1]);
+        assert!(r[0].hash_ids[2] >= 1 << 62);
+        assert!(r[1].hash_ids.iter().all(|id| !r[0].hash_ids.contains(id)));
+        // Each next step: the previous prompt's blocks up to its hit, then its own; a hit past the previous prompt's
+        // whole blocks (1,010 of 1,000: the reply's tokens) takes all of them (62), 905 of 900 too (56).
+        assert_eq!(&r[2].hash_ids[..62], &r[0].hash_ids[..62]);
+        assert!(!r[0].hash_ids.contains(&r[2].hash_ids[62]));
+        assert_eq!(&r[3].hash_ids[..56], &r[1].hash_ids[..56]);
+        assert_eq!(&r[4].hash_ids[..6], &r[2].hash_ids[..6]);
+        assert!(!r[2].hash_ids.contains(&r[4].hash_ids[6]));
+        // The live hit is the designed one of each request.
+        assert_eq!(
+            r.iter().map(|q| q.shared_prefix_tokens).collect::<Vec<_>>(),
+            [40, 0, 1010, 905, 100]
+        );
+    }
 
     /// A trace reads as `"kind": "trace"`, plans its own requests, and names a bad one by its index.
     #[test]
