@@ -457,7 +457,11 @@ fn calibrate_and_predict_against_the_real_server() {
         r2("prefill", "r2_robust")
     );
 
-    // The held-out scenario, live and predicted.
+    // The held-out scenario, live and predicted, on a fresh server: the simulation starts from one whose slots were
+    // never used, and llama-server's slot choice (least recently used) and prompt order (by slot) depend on what
+    // ran before (docs/calibration.md, "Like with like").
+    drop(llama);
+    let llama = start(&server, &model, 4);
     let scenario = tmp("heldout.json");
     let sc = serde_json::json!({"model": "engine",
         "workload": {"kind": "sessions", "ladder": "1000:3,1000:3,1000:3,1000:3,1000:3,1000:3", "gen_tokens": 48,

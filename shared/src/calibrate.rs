@@ -654,6 +654,39 @@ fn fit_nonneg(
     }
 }
 
+/// The decode stage's [`fit_nonneg`]. With `optional` (the fit decides on [`OPTIONAL_TERM`]): when the fit with the
+/// term refuses a significantly negative coefficient, the term is dropped (from `names` and `x`) and the rest is
+/// fitted without it. The across-the-batch KV term is nearly collinear with `per_seq_ms` and `per_ctx_token_ms`
+/// (batch × Σcontext), and on a probe whose large batches ran a little cheaper per sequence it took more than all
+/// of the batch cost, leaving `per_seq_ms` at −0.125 ± 0.016 (2026-12-02, llama-server): the term is optional, the
+/// refusal was not about the server.
+fn fit_decode(
+    names: &mut Vec<&'static str>,
+    x: &mut [Vec<f64>],
+    y: &[f64],
+    optional: bool,
+    notes: &mut Vec<String>,
+) -> Result<NonnegFit, CalibrateError> {
+    match fit_nonneg("decode", names, x, y, notes) {
+        Err(e) if optional && names.contains(&OPTIONAL_TERM) => {
+            let j = names.iter().position(|n| *n == OPTIONAL_TERM).unwrap_or(0);
+            names.remove(j);
+            for r in x.iter_mut() {
+                r.remove(j);
+            }
+            let why = match e {
+                CalibrateError::Unfit { reason, .. } => reason,
+                other => other.to_string(),
+            };
+            notes.push(format!(
+                "{OPTIONAL_TERM}: with it the decode fit is refused ({why}); fitted without it (fixed at 0)"
+            ));
+            fit_nonneg("decode", names, x, y, notes)
+        }
+        other => other,
+    }
+}
+
 /// Fit an engine profile from records (see the module docs and `docs/calibration.md`).
 pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, CalibrateError> {
     let mut notes = Vec::new();
@@ -889,8 +922,8 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         )
     };
     let y: Vec<f64> = dec.iter().map(|d| d.y).collect();
-    let (mut b, mut se, mut active) = fit_nonneg("decode", &names, &x, &y, &mut notes)?;
     let (mut x, mut names) = (x, names);
+    let (mut b, mut se, mut active) = fit_decode(&mut names, &mut x, &y, opts.batch_kv.is_none(), &mut notes)?;
     // The across-the-batch KV term is kept only where the data show it (> 2 s.e., and at least 2 % of the largest
     // step observed): an engine without it (vLLM's paged attention) should not pay its noise in the other three.
     if let Some(j) = names.iter().position(|n| *n == OPTIONAL_TERM)
@@ -1336,6 +1369,46 @@ mod tests {
         assert!((b[0] - 3.0).abs() < 1e-6 && (b[1] - 0.5).abs() < 1e-6, "{b:?}");
         assert!(se.iter().all(|s| s.is_finite()));
         assert!(w[5] < 0.1 && w[17] < 0.1);
+    }
+
+    /// Large batches a little off the model (cheaper at the short context, dearer at the long one) make the decode
+    /// fit with the across-the-batch KV term put all the batch cost into it and refuse a negative `per_seq_ms`; the
+    /// term is optional, so the fit drops it and fits the rest, unless the user asked for it (`--batch-kv on`).
+    #[test]
+    fn the_decode_fit_drops_the_optional_term_rather_than_refuse() {
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for b in [1.0f64, 2.0, 4.0, 8.0] {
+            for c in [429.0, 3433.0] {
+                let mut t = 0.4 + 0.15 * b + 0.0015 * b * c;
+                if b == 8.0 {
+                    t += if c > 1000.0 { 1.0 } else { -1.0 };
+                }
+                for i in 0..8 {
+                    x.push(vec![1.0, b, b * c, b * b * c / 1000.0]);
+                    y.push(t + (((i * 37) % 8) as f64 - 3.5) * 0.004);
+                }
+            }
+        }
+        let all = vec!["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms", OPTIONAL_TERM];
+        let refused = fit_nonneg("decode", &all, &x, &y, &mut Vec::new());
+        assert!(
+            matches!(&refused, Err(CalibrateError::Unfit { reason, .. }) if reason.starts_with("per_seq_ms came out negative")),
+            "{refused:?}"
+        );
+        let (mut names, mut xs, mut notes) = (all.clone(), x.clone(), Vec::new());
+        let (b, _, _) =
+            fit_decode(&mut names, &mut xs, &y, true, &mut notes).unwrap_or_else(|e| panic!("{e}: {notes:?}"));
+        assert_eq!(names, ["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms"]);
+        assert!(xs.iter().all(|r| r.len() == 3));
+        assert!(b.iter().all(|v| *v >= 0.0) && (b[2] - 0.0015).abs() < 2e-4, "{b:?}");
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with(OPTIONAL_TERM) && n.contains("fitted without it")),
+            "{notes:?}"
+        );
+        let (mut names, mut xs) = (all.clone(), x.clone());
+        assert!(fit_decode(&mut names, &mut xs, &y, false, &mut Vec::new()).is_err());
     }
 
     #[test]
