@@ -513,7 +513,9 @@ fn calibrate_and_predict_against_the_real_server() {
     }
 }
 
-/// Largest factor between a held-out p50 predicted and live here (sim/live within [1/4, 4]). The goal (10 %) is
-/// the benchmark's; on this shared 2-core machine two live runs of the same scenario, minutes apart, differed by
-/// up to 3× (TTFT p50 +202 %, docs/calibration.md), so a tighter bound would test the machine's load, not the fit.
-const HELDOUT_BOUND: f64 = 4.0;
+/// Largest factor between a held-out p50 predicted and live here (sim/live within [1/2, 2]). The goal (10 %) is
+/// the benchmark's (`scripts/bench_fidelity.sh`, docs/calibration.md); this short probe on a 2-core machine, with
+/// the live run on a fresh server, gave TTFT / TPOT / E2E p50 −6 / −17 / −15 % (2026-12-02). The bound was 4 while
+/// the probe lost a quarter of its requests to llama-server's closed connections and the live run started on the
+/// probe's server: then two live runs of one scenario minutes apart differed by up to 3× on a loaded machine.
+const HELDOUT_BOUND: f64 = 2.0;
