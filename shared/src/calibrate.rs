@@ -351,6 +351,7 @@ const HUBER_K: f64 = 1.345;
 
 /// Robust linear regression: Huber loss by iteratively reweighted least squares, scale by the MAD of the
 /// residuals. Returns the coefficients, their standard errors (σ̂²·(XᵀWX)⁻¹) and the final weights.
+#[inline]
 pub fn huber_fit(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, Vec<f64>, Vec<f64>)> {
     let n = y.len();
     let p = x.first()?.len();
@@ -385,10 +386,12 @@ pub fn huber_fit(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, Vec<f64>, Vec<f
     Some((beta, se, w))
 }
 
+#[inline]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+#[inline]
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -402,6 +405,7 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
+#[inline]
 fn mad(r: &[f64]) -> f64 {
     let mut v = r.to_vec();
     let m = median(&mut v);
@@ -411,6 +415,7 @@ fn mad(r: &[f64]) -> f64 {
 
 /// Weighted least squares by the normal equations (p is at most 3 here), with column scaling for conditioning.
 /// Returns β and (XᵀWX)⁻¹.
+#[inline]
 fn wls(x: &[Vec<f64>], y: &[f64], w: &[f64]) -> Option<(Vec<f64>, Vec<Vec<f64>>)> {
     let p = x[0].len();
     let scale: Vec<f64> = (0..p)
@@ -436,6 +441,7 @@ fn wls(x: &[Vec<f64>], y: &[f64], w: &[f64]) -> Option<(Vec<f64>, Vec<Vec<f64>>)
 }
 
 /// Gauss–Jordan inverse with partial pivoting; `None` when (nearly) singular.
+#[inline]
 fn invert(a: &[Vec<f64>]) -> Option<Vec<Vec<f64>>> {
     let p = a.len();
     let mut m: Vec<Vec<f64>> = a
@@ -509,6 +515,7 @@ pub const MIN_BESIDE_REQUESTS: usize = 8;
 const PREFILL_KV_TERM: &str = "prefill_batch_kv_ms_per_ktok";
 
 /// Distinct values to `rel` relative tolerance.
+#[inline]
 fn distinct(v: &[f64], rel: f64) -> usize {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
@@ -523,6 +530,7 @@ fn distinct(v: &[f64], rel: f64) -> usize {
     n
 }
 
+#[inline]
 fn stage_fit(y: &[f64], pred: &[f64]) -> StageFit {
     let res: Vec<f64> = y.iter().zip(pred).map(|(a, b)| a - b).collect();
     let med_y = median(&mut y.to_vec());
@@ -548,6 +556,7 @@ fn stage_fit(y: &[f64], pred: &[f64]) -> StageFit {
     }
 }
 
+#[inline]
 fn check_stage(stage: &'static str, f: &StageFit) -> Result<(), CalibrateError> {
     if !(f.r2.is_finite() && f.rms_ms.is_finite() && f.r2_robust.is_finite()) {
         return Err(CalibrateError::Unfit {
@@ -587,6 +596,7 @@ const MIN_OPTIONAL_GAIN: f64 = 0.2;
 /// Fit with nonnegative coefficients: a coefficient that comes out negative but within 2 standard errors of 0 is
 /// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit ([`OPTIONAL_TERM`]
 /// excepted: fixed at 0).
+#[inline]
 fn fit_nonneg(
     stage: &'static str,
     names: &[&str],
@@ -660,6 +670,7 @@ fn fit_nonneg(
 /// (batch × Σcontext), and on a probe whose large batches ran a little cheaper per sequence it took more than all
 /// of the batch cost, leaving `per_seq_ms` at −0.125 ± 0.016 (2026-12-02, llama-server): the term is optional, the
 /// refusal was not about the server.
+#[inline]
 fn fit_decode(
     names: &mut Vec<&'static str>,
     x: &mut [Vec<f64>],
@@ -688,6 +699,7 @@ fn fit_decode(
 }
 
 /// Fit an engine profile from records (see the module docs and `docs/calibration.md`).
+#[inline]
 pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, CalibrateError> {
     let mut notes = Vec::new();
     let mut unused_decode: Vec<Option<String>> = vec![None; records.len()];
@@ -1202,6 +1214,7 @@ pub const MIN_REPLY_PAIRS: usize = 4;
 /// `(cached_tokens − previous prompt_tokens) / previous gen_tokens`, clamped to 0..=1; the median of the pairs,
 /// taken as 1 (all of it) when within one KV block of the whole reply (a block-granular cache rounds down). `None`
 /// (noted) when the records hold fewer than [`MIN_REPLY_PAIRS`] such pairs.
+#[inline]
 fn reply_share(records: &[RequestRecord], block_size: u32, notes: &mut Vec<String>) -> Option<f64> {
     let mut steps: Vec<&RequestRecord> = records
         .iter()
@@ -1252,6 +1265,7 @@ type BesideFit = (f64, f64, bool, Option<StageFit>, Vec<f64>);
 /// Stage 3 (see the module docs): `pb` the prefill stage's coefficients (`F`, ms per new token, context term),
 /// `kc` the per-context-token cost of a lone prefill step, `dec` the decode stage's `(step_fixed_ms, per_seq_ms,
 /// per_ctx_token_ms, batch_kv_ms_per_ktok)`. Observations longer than one step's budget are not used.
+#[inline]
 fn fit_beside(
     beside: &[BesideObs],
     choice: Option<bool>,
