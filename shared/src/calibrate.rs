@@ -678,24 +678,26 @@ fn fit_decode(
     optional: bool,
     notes: &mut Vec<String>,
 ) -> Result<NonnegFit, CalibrateError> {
-    match fit_nonneg("decode", names, x, y, notes) {
-        Err(e) if optional && names.contains(&OPTIONAL_TERM) => {
-            let j = names.iter().position(|n| *n == OPTIONAL_TERM).unwrap_or(0);
-            names.remove(j);
-            for r in x.iter_mut() {
-                r.remove(j);
-            }
-            let why = match e {
-                CalibrateError::Unfit { reason, .. } => reason,
-                other => other.to_string(),
-            };
-            notes.push(format!(
-                "{OPTIONAL_TERM}: with it the decode fit is refused ({why}); fitted without it (fixed at 0)"
-            ));
-            fit_nonneg("decode", names, x, y, notes)
-        }
-        other => other,
+    let fitted = fit_nonneg("decode", names, x, y, notes);
+    let j = match &fitted {
+        Err(_) if optional => names.iter().position(|n| *n == OPTIONAL_TERM),
+        _ => None,
+    };
+    let (Some(j), Err(e)) = (j, &fitted) else {
+        return fitted;
+    };
+    let why = match e {
+        CalibrateError::Unfit { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    };
+    names.remove(j);
+    for r in x.iter_mut() {
+        r.remove(j);
     }
+    notes.push(format!(
+        "{OPTIONAL_TERM}: with it the decode fit is refused ({why}); fitted without it (fixed at 0)"
+    ));
+    fit_nonneg("decode", names, x, y, notes)
 }
 
 /// Fit an engine profile from records (see the module docs and `docs/calibration.md`).

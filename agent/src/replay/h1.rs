@@ -358,7 +358,7 @@ impl H1Pool {
     }
 
     /// Whether connections are still reused ([`H1Pool::stop_reuse`]).
-    pub fn reuses(&self) -> bool {
+    fn reuses(&self) -> bool {
         self.reuse.load(Ordering::Relaxed)
     }
 

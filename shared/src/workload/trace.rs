@@ -278,12 +278,19 @@ impl TraceWorkload {
         let t0 = recs.first()?.t_submit.min(0.0);
         let clamp = |n: u64| n.min(u64::from(u32::MAX)) as u32;
         let bs = u64::from(LIKE_BLOCK_TOKENS);
-        // (session, inst) → its index (the trace's session id) and its last prompt's hash ids.
-        let mut sessions: HashMap<(u64, u32), (u32, Vec<u64>)> = HashMap::new();
-        let mut steps: HashMap<(u64, u32), u32> = HashMap::new();
-        for r in &recs {
-            *steps.entry((r.session, r.inst)).or_default() += 1;
+        // Per (session, inst): its steps, its trace session id (numbered in order of first appearance, among those
+        // of more than one step) and its last prompt's whole-block hash ids.
+        #[derive(Default)]
+        struct Chain {
+            steps: u32,
+            id: Option<u32>,
+            prev: Vec<u64>,
         }
+        let mut chains: HashMap<(u64, u32), Chain> = HashMap::new();
+        for r in &recs {
+            chains.entry((r.session, r.inst)).or_default().steps += 1;
+        }
+        let mut next_id = 0u32;
         // Ids below 2^62 are the common system prompt's block i (id i); fresh ids count up from 2^62.
         let mut fresh = 1u64 << 62;
         let requests = recs
@@ -300,22 +307,24 @@ impl TraceWorkload {
                 } else {
                     r.asked_tokens.max(1)
                 };
-                let key = (r.session, r.inst);
-                let next = sessions.len() as u32;
-                let (session, prev) = sessions.entry(key).or_insert_with(|| (next, Vec::new()));
+                let chain = chains.entry((r.session, r.inst)).or_default();
+                if chain.steps > 1 && chain.id.is_none() {
+                    chain.id = Some(next_id);
+                    next_id += 1;
+                }
                 let hit = (cached / bs) as usize;
-                let mut ids: Vec<u64> = if prev.is_empty() {
+                let mut ids: Vec<u64> = if chain.prev.is_empty() {
                     (0..hit as u64).collect()
                 } else {
-                    prev[..hit.min(prev.len())].to_vec()
+                    chain.prev[..hit.min(chain.prev.len())].to_vec()
                 };
                 while (ids.len() as u64) * bs < prompt {
                     ids.push(fresh);
                     fresh += 1;
                 }
                 // Only whole blocks of a prompt can be hit by the next step.
-                *prev = ids[..(prompt / bs) as usize].to_vec();
-                let session = (steps[&key] > 1).then_some(*session);
+                chain.prev = ids[..(prompt / bs) as usize].to_vec();
+                let session = chain.id;
                 TraceRequest {
                     arrival_ms: ((r.t_submit - t0) * 1000.0).max(0.0),
                     shared_prefix_tokens: clamp(cached),
