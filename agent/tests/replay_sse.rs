@@ -564,15 +564,18 @@ async fn raw_server(mode: ConnMode) -> (String, std::sync::Arc<std::sync::atomic
     (format!("http://{addr}/v1"), accepted)
 }
 
+/// One one-token request on `c`.
+async fn one(c: &Client) -> RequestOutcome {
+    c.complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
+        .await
+}
+
 /// `n` requests one after another on one client; their outcomes.
 async fn sequential(hc: HttpClient, base: &str, n: usize) -> (Client, Vec<RequestOutcome>) {
     let c = client(hc, base, "m", Endpoint::Completions, Dialect::Vllm);
     let mut outs = Vec::new();
     for _ in 0..n {
-        outs.push(
-            c.complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
-                .await,
-        );
+        outs.push(one(&c).await);
     }
     (c, outs)
 }
@@ -604,10 +607,7 @@ async fn a_request_the_server_read_and_dropped_is_not_resent(hc: HttpClient) {
     let mut outs = Vec::new();
     for _ in 0..4 {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        outs.push(
-            c.complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
-                .await,
-        );
+        outs.push(one(&c).await);
     }
     let ok: Vec<bool> = outs.iter().map(|o| o.ok).collect();
     for o in outs.iter().filter(|o| !o.ok) {
@@ -635,10 +635,7 @@ async fn hyper_never_puts_a_request_on_a_connection_the_server_is_closing() {
     let c = client(HttpClient::Hyper, &base, "m", Endpoint::Completions, Dialect::Vllm);
     let mut outs = Vec::new();
     for i in 0..12 {
-        outs.push(
-            c.complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
-                .await,
-        );
+        outs.push(one(&c).await);
         if i % 4 == 3 {
             // Now and then a pause, so that idle connections age past the check.
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -658,9 +655,7 @@ async fn hyper_reuses_connections_the_server_keeps() {
     let (base, accepted) = raw_server(ConnMode::KeepAlive).await;
     let c = client(HttpClient::Hyper, &base, "m", Endpoint::Completions, Dialect::Vllm);
     for i in 0..20 {
-        let o = c
-            .complete("p", 1, false, &LiveCounters::default(), &CancellationToken::new())
-            .await;
+        let o = one(&c).await;
         assert!(o.ok, "{:?}", o.error);
         if i == 1 {
             tokio::time::sleep(Duration::from_millis(5)).await;
