@@ -186,6 +186,7 @@ fn replay(llama: &Llama, endpoint: &str) -> Vec<RequestRecord> {
 /// the median of realized/designed prompt tokens.
 fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
     assert_eq!(records.len(), 6, "{endpoint}: 2 sessions × 3 steps");
+    let mut unreported = 0;
     for r in records {
         assert!(r.ok, "{endpoint}: request failed: {:?}", r.error);
         // llama.cpp's Anthropic converter does not pass `ignore_eos` on: a reply on /v1/messages can end early
@@ -203,6 +204,13 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
             UsageSource::Missing,
             "{endpoint}: usage must come from the server"
         );
+        // llama.cpp's Messages stream has no `message_start`, so no prompt usage, when its first token is part of a
+        // UTF-8 character (about 2 % of requests on this random-weight model): the request completes, its prompt
+        // tokens unknown (docs/replay.md). Every other record must carry them.
+        if endpoint == "messages" && r.prompt_tokens.is_none() {
+            unreported += 1;
+            continue;
+        }
         let prompt = r
             .prompt_tokens
             .unwrap_or_else(|| panic!("{endpoint}: no usage.prompt_tokens"));
@@ -215,6 +223,10 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
             "{endpoint}: TTFT within E2E"
         );
     }
+    assert!(
+        unreported <= 2,
+        "{endpoint}: {unreported} of 6 records without prompt usage"
+    );
     // Tokenizer matching (on by default): the filler was sized with the server's own /tokenize, so the prompts it
     // counted are the designed ones. Without it this BPE tokenizer counts about 1.5× (docs/replay.md).
     let mut ratios: Vec<f64> = records
@@ -223,8 +235,8 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
         .collect();
     assert_eq!(
         ratios.len(),
-        records.len(),
-        "{endpoint}: every record carries designed and realized tokens"
+        records.len() - unreported,
+        "{endpoint}: every record with prompt usage carries designed and realized tokens"
     );
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
@@ -237,7 +249,7 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
         (median - 1.0).abs() <= 0.01,
         "{endpoint}: realized/designed prompt tokens median {median:.4} (goal: within 1 %; all: {ratios:.4?})"
     );
-    for r in records.iter().filter(|r| r.step > 0) {
+    for r in records.iter().filter(|r| r.step > 0 && r.prompt_tokens.is_some()) {
         let prev = records
             .iter()
             .find(|p| p.session == r.session && p.inst == r.inst && p.step + 1 == r.step)

@@ -790,6 +790,9 @@ pub enum RecordOutcome {
 pub struct Checks {
     /// Completed records whose `usage` was missing (tokens counted from frames).
     pub usage_missing: u64,
+    /// Completed records whose server reported no prompt tokens (`prompt_tokens` null): e.g. llama.cpp's Messages
+    /// stream, which leaves out `message_start` when its first token is part of a UTF-8 character.
+    pub prompt_usage_missing: u64,
     /// Completed records that produced fewer tokens than asked (length not forced).
     pub short_outputs: u64,
     /// Records cut by the end of the run ([`outcome_of`]).
@@ -815,6 +818,9 @@ impl Checks {
         for r in recs {
             if r.ok && r.usage_source == UsageSource::Missing {
                 c.usage_missing += 1;
+            }
+            if r.ok && r.prompt_tokens.is_none() {
+                c.prompt_usage_missing += 1;
             }
             if r.ok && r.gen_tokens < r.asked_tokens {
                 c.short_outputs += 1;

@@ -293,7 +293,10 @@ fn attainment_by_step_any_step_number() {
 fn checks_classify_by_the_typed_failure_and_read_old_records_by_their_text() {
     use shared::metrics::{Checks, RecordOutcome, outcome_of};
     use shared::record::{FailureKind, FrameClock};
-    let done = rec(0, 0, 0.0, 0.1, 1.0, 8);
+    let done = RequestRecord {
+        prompt_tokens: Some(100),
+        ..rec(0, 0, 0.0, 0.1, 1.0, 8)
+    };
     let typed_cut = RequestRecord {
         failure: Some(FailureKind::Cut),
         error: Some("cut: the run stopped before this request finished".to_string()),
@@ -337,5 +340,7 @@ fn checks_classify_by_the_typed_failure_and_read_old_records_by_their_text() {
         kernel,
     ]);
     assert_eq!((c.cut, c.usage_missing, c.short_outputs, c.step0_records), (2, 1, 1, 1));
+    // Of the completed records only `short_missing` lacks its prompt tokens (failed ones are not counted).
+    assert_eq!(c.prompt_usage_missing, 1);
     assert_eq!((c.rx_clock_kernel, c.rx_clock_user, c.rx_clock()), (1, 1, "mixed"));
 }

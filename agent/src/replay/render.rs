@@ -134,10 +134,17 @@ pub fn render(
             format!("{} / {}", c.rx_clock_kernel, c.rx_clock_user),
         );
     }
-    if c.usage_missing + c.short_outputs + c.cut > 0 {
+    if c.usage_missing + c.prompt_usage_missing + c.short_outputs + c.cut > 0 {
         head(&mut o, " Checks ");
         if c.usage_missing > 0 {
             line(&mut o, "Usage missing (frames counted):", c.usage_missing.to_string());
+        }
+        if c.prompt_usage_missing > 0 {
+            line(
+                &mut o,
+                "Prompt tokens not reported:",
+                c.prompt_usage_missing.to_string(),
+            );
         }
         if c.short_outputs > 0 {
             line(

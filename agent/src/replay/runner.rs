@@ -184,7 +184,9 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
 /// `[tool output]` header, the reply re-tokenized from its text. After step k the server's count `P_k` of a prompt
 /// designed at `D_k` tokens gives the excess `e_k = P_k − D_k`; the tool output that ends the next prompt is made
 /// `e_k + ô` tokens shorter, `ô` the per-step overhead seen last (`e_k − e_{k−1} + c_{k−1}`, `c` the correction
-/// applied), so the excess does not accumulate over the steps. A step without usage leaves the size as designed.
+/// applied), so the excess does not accumulate over the steps. A step without usage (llama.cpp's Messages stream
+/// sometimes leaves it out) is taken to have the excess the last one predicts (`e_{k−1} − c_{k−1} + ô`); with no
+/// usage seen yet the size is as designed.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ToolSizing {
     /// The previous step's excess and the correction applied after it.
@@ -197,8 +199,8 @@ impl ToolSizing {
     /// Tokens of the tool output to send after a step whose prompt the server counted `excess` tokens over its
     /// design (`None`: no usage), for a designed `tool_tokens`.
     pub fn next(&mut self, excess: Option<i64>, tool_tokens: u64) -> u64 {
-        let Some(e) = excess else {
-            self.last = None;
+        let predicted = self.last.map(|(e, c)| e - c + self.overhead);
+        let Some(e) = excess.or(predicted) else {
             return tool_tokens;
         };
         if let Some((prev_e, prev_c)) = self.last {
@@ -611,8 +613,14 @@ mod tests {
             excesses.push(e);
         }
         assert_eq!(excesses, vec![30, 12, 0, 0, 0, 0]);
-        // No usage: as designed; a huge excess never makes a negative size.
-        assert_eq!(s.next(None, tool), tool);
+        // A step without usage: sized by the excess the last step predicts, so the next prompts stay on design.
+        for usage in [false, true, false] {
+            let sent = s.next(usage.then_some(e), tool);
+            e += o + sent as i64 - tool as i64;
+            assert_eq!(e, 0);
+        }
+        // No usage ever: as designed; a huge excess never makes a negative size.
+        assert_eq!(ToolSizing::default().next(None, tool), tool);
         assert_eq!(ToolSizing::default().next(Some(10_000), tool), 0);
         assert_eq!(ToolSizing::default().next(Some(-50), tool), 250);
     }
