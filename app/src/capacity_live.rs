@@ -179,7 +179,7 @@ fn curve(levels: &[&Level]) -> Vec<(f64, f64)> {
             None => pts.push((l.load, l.summary.goodput_rps)),
         }
     }
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    shared::order::sort_by_f64_key(&mut pts, |p| p.0);
     pts
 }
 

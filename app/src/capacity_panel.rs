@@ -64,7 +64,7 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
         result.with(|r| match r {
             Some(Ok(v)) => {
                 let mut pts: Vec<&LevelRow> = v.levels.iter().collect();
-                pts.sort_by(|a, b| a.load.total_cmp(&b.load));
+                shared::order::sort_by_f64_key(&mut pts, |l| l.load);
                 vec![
                     Series::line(
                         "goodput",

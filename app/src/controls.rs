@@ -91,11 +91,11 @@ pub fn shape(json: &Value) -> Vec<Group> {
             .position(|x| *x == k)
             .unwrap_or(9)
     };
-    groups.sort_by_key(|g| rank(&g.key));
+    shared::order::sort_by_u64_key(&mut groups, |g| rank(&g.key) as u64);
     for g in &mut groups {
         // In "General" (the solver's targets, a scenario's seed) numbers lead; elsewhere names and menus do.
         let text_first = g.key != "general";
-        g.leaves.sort_by_key(|l| match l.kind {
+        shared::order::sort_by_u64_key(&mut g.leaves, |l| match l.kind {
             Kind::Text if text_first => 0,
             Kind::Text => 1,
             Kind::Bool => 2,

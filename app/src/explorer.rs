@@ -480,7 +480,7 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
     let sweep = Signal::derive(move || {
         let pts = ex.sweep.get();
         let mut pts: Vec<_> = pts.into_iter().collect();
-        pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+        shared::order::sort_by_f64_key(&mut pts, |p| p.x);
         vec![
             Series::line(
                 "goodput",

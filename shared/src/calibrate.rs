@@ -734,12 +734,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     // Spans by submission time, and the longest: the spans overlapping `[lo, hi)` are among those submitted in
     // `[lo − longest, hi)`, found by binary search (O(overlap) per request, not O(records)).
     let mut order: Vec<usize> = (0..spans.len()).filter(|&j| spans[j].is_some()).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (spans[a].as_ref(), spans[b].as_ref());
-        x.map(|s| s.submit)
-            .unwrap_or(0.0)
-            .total_cmp(&y.map(|s| s.submit).unwrap_or(0.0))
-    });
+    crate::order::sort_by_f64_key(&mut order, |&j| spans[j].as_ref().map_or(0.0, |s| s.submit));
     let submits: Vec<f64> = order
         .iter()
         .filter_map(|&j| spans[j].as_ref().map(|s| s.submit))

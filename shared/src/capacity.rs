@@ -400,6 +400,7 @@ pub struct EngineSide {
 
 /// One load level: what ran and how it scored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "LevelFields")]
 pub struct Level {
     /// The knob's value.
     pub load: f64,
@@ -420,6 +421,63 @@ pub struct Level {
     /// A live level stopped once it was clearly failing ([`Goal::clearly_failing`]).
     #[serde(default)]
     pub stopped_early: bool,
+}
+
+/// [`Level`] and [`LiveLevel`] as they read: every field at the top (what their `#[serde(flatten)]` writes). Read
+/// through this derived struct rather than through serde's flatten, whose buffering deserializer was 17.6 KB of
+/// the page's wasm (docs/page.md, "Where the bytes are"); unknown fields are ignored and missing ones named, as
+/// before.
+#[derive(Deserialize)]
+struct LevelFields {
+    load: f64,
+    pass: bool,
+    attainment: f64,
+    summary: Summary,
+    saturation: Saturation,
+    kv_peak_use: Option<f64>,
+    preemptions: Option<u64>,
+    scored: u64,
+    excluded: u64,
+    window_s: (f64, f64),
+    #[serde(default)]
+    stopped_early: bool,
+    /// [`LiveLevel`]'s own fields.
+    records: Option<Vec<String>>,
+    runs: Option<Vec<LevelRun>>,
+}
+
+impl From<LevelFields> for Level {
+    fn from(f: LevelFields) -> Level {
+        Level {
+            load: f.load,
+            pass: f.pass,
+            attainment: f.attainment,
+            summary: f.summary,
+            saturation: f.saturation,
+            engine: EngineSide {
+                kv_peak_use: f.kv_peak_use,
+                preemptions: f.preemptions,
+            },
+            scored: f.scored,
+            excluded: f.excluded,
+            window_s: f.window_s,
+            stopped_early: f.stopped_early,
+        }
+    }
+}
+
+impl TryFrom<LevelFields> for LiveLevel {
+    type Error = &'static str;
+
+    fn try_from(mut f: LevelFields) -> Result<LiveLevel, &'static str> {
+        let records = f.records.take().ok_or("missing field `records`")?;
+        let runs = f.runs.take().ok_or("missing field `runs`")?;
+        Ok(LiveLevel {
+            level: f.into(),
+            records,
+            runs,
+        })
+    }
 }
 
 /// Score one level's records: the steady-state window, the summary, the goal, the saturation class.
@@ -477,7 +535,7 @@ fn ttft_grows(scored: &[RequestRecord]) -> bool {
     if by_submit.len() < 9 {
         return false;
     }
-    by_submit.sort_by(|a, b| a.0.total_cmp(&b.0));
+    crate::order::sort_by_f64_key(&mut by_submit, |p| p.0);
     let third = by_submit.len() / 3;
     let median = |part: &[(f64, f64)]| {
         let mut v: Vec<f64> = part.iter().map(|p| p.1).collect();
@@ -860,7 +918,7 @@ pub fn by_load(levels: &[Level]) -> Vec<&Level> {
             v.push(l);
         }
     }
-    v.sort_by(|a, b| a.load.total_cmp(&b.load));
+    crate::order::sort_by_f64_key(&mut v, |l| l.load);
     v
 }
 
@@ -894,6 +952,7 @@ impl LevelRun {
 
 /// A live level: the representative run (the median attainment of its runs) and every run of it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LevelFields")]
 pub struct LiveLevel {
     #[serde(flatten)]
     pub level: Level,

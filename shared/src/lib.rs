@@ -16,6 +16,7 @@ pub mod filler;
 pub mod ladder;
 pub mod link;
 pub mod metrics;
+pub mod order;
 pub mod presets;
 pub mod protocol;
 pub mod pyrand;

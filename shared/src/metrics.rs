@@ -381,7 +381,7 @@ impl Summarizer {
                 .filter(|e| e.1.0 > 0)
                 .map(|(step, e)| (step as u32, e)),
         );
-        by_step.sort_unstable_by_key(|e| e.0);
+        crate::order::sort_by_u64_key(&mut by_step, |e| u64::from(e.0));
         s.attainment_by_step = by_step
             .into_iter()
             .map(|(step, (requests, met))| StepAttainment {

@@ -356,7 +356,7 @@ fn evaluate_items(
         .filter(|(_, c)| **c > 0)
         .map(|(b, c)| (py_round(tpot_of(b), 2), *c))
         .collect();
-    tpot_counts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    crate::order::sort_by_f64_key(&mut tpot_counts, |c| c.0);
     let n = total as f64;
     let tpot_at = |q: f64| {
         let index = nearest_rank_index(usize::try_from(total).unwrap_or(usize::MAX), q) as u64;

@@ -1,7 +1,10 @@
 //! The capacity search (`shared::capacity`): the state machine against known monotone answers, the simulated
 //! search on workloads with a sharp knee (a `max_num_seqs` limit), and the errors for bad goals and knobs.
 
-use shared::capacity::{self, Bounds, CapacitySpec, Goal, Knob, Per, Saturation, Search, Strategy, Window};
+use shared::capacity::{
+    self, Bounds, CapacitySpec, EngineSide, Goal, Knob, Level, LevelRun, LiveLevel, Per, Saturation, Search, Strategy,
+    Window,
+};
 use shared::engine::EngineScenario;
 use shared::scenario::Scenario;
 use shared::workload::Workload;
@@ -150,6 +153,57 @@ fn simulated_closed_loop_capacity_is_the_slot_limit() {
     assert_eq!((guided.capacity, guided.levels.len()), (Some(4.0), 2));
     // Deterministic.
     assert_eq!(capacity::search_simulated(&s, &spec, None).ok(), Some(report));
+}
+
+/// A level reads back as it was written: the engine side's fields flat among the others (as `capacity.json` and the
+/// protocol's `capacity_level` carry them), a live level's records and runs beside them; a missing field is named,
+/// an absent engine side reads as none.
+#[test]
+fn levels_read_back_as_written() {
+    let s = closed_loop(2);
+    let report =
+        capacity::search_simulated(&s, &CapacitySpec::for_scenario(&s), None).unwrap_or_else(|e| panic!("{e}"));
+    for l in &report.levels {
+        let mut l = l.clone();
+        let v = serde_json::to_value(&l).unwrap_or_else(|e| panic!("{e}"));
+        assert!(v.get("kv_peak_use").is_some() && v.get("engine").is_none(), "flat: {v}");
+        let mut without = v.clone();
+        let o = without.as_object_mut().unwrap_or_else(|| panic!("{v}"));
+        o.remove("kv_peak_use");
+        o.remove("preemptions");
+        o.insert("unknown".into(), 1.into());
+        l.engine = EngineSide::default();
+        assert_eq!(serde_json::from_value::<Level>(without).ok().as_ref(), Some(&l));
+        l.engine = EngineSide {
+            kv_peak_use: Some(0.5),
+            preemptions: Some(3),
+        };
+        let v = serde_json::to_value(&l).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (v["kv_peak_use"].as_f64(), v["preemptions"].as_u64()),
+            (Some(0.5), Some(3))
+        );
+        assert_eq!(serde_json::from_value::<Level>(v).ok().as_ref(), Some(&l));
+        let live = LiveLevel {
+            records: vec!["level-00.jsonl".into()],
+            runs: vec![LevelRun::of("level-00.jsonl", &l)],
+            level: l,
+        };
+        let lv = serde_json::to_value(&live).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            serde_json::from_value::<LiveLevel>(lv.clone()).ok().as_ref(),
+            Some(&live)
+        );
+        for field in ["runs", "records", "scored"] {
+            let mut missing = lv.clone();
+            missing.as_object_mut().map(|o| o.remove(field));
+            let e = serde_json::from_value::<LiveLevel>(missing)
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("missing field `{field}`")), "{e}");
+        }
+    }
 }
 
 #[test]

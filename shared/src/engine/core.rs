@@ -1381,8 +1381,7 @@ impl Engine {
         }
         if self.llama && self.finished.len() > 1 {
             // The slot schedule puts decodes before prompts: back to admission order, as `running` is.
-            let reqs = &self.reqs;
-            self.finished.sort_unstable_by_key(|&q| reqs[q as usize].seq);
+            in_admission_order(&mut self.finished, &self.reqs);
         }
         // What finished so far was scheduled one by one: eager requests, in admission order.
         let eager_done = self.finished.len();
@@ -1410,8 +1409,7 @@ impl Engine {
             }
             if self.finished.len() > eager_done && self.finished.len() > 1 {
                 // In admission order, as a step-by-step pass over the batch finds them.
-                let reqs = &self.reqs;
-                self.finished.sort_unstable_by_key(|&q| reqs[q as usize].seq);
+                in_admission_order(&mut self.finished, &self.reqs);
             }
         }
         if !self.finished.is_empty() {
@@ -1630,6 +1628,11 @@ struct BatchSums {
 /// The tokens a running request with context `t` wants in a step: the rest of its prefill (to `p_eff`), or one.
 fn wanted(t: u32, p_eff: u32) -> u32 {
     if t < p_eff { p_eff - t } else { 1 }
+}
+
+/// Sorts request indices by admission (`seq`); one sort instance for both callers in a step.
+fn in_admission_order(list: &mut [u32], reqs: &[Req]) {
+    list.sort_unstable_by_key(|&q| reqs[q as usize].seq);
 }
 
 /// Remove from `list` the elements of `gone`, all of which appear in `list`, in the same relative order.

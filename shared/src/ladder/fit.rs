@@ -215,7 +215,8 @@ pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitErr
     }
     let mut diffs: Vec<u64> = Vec::new();
     for v in by_session.values_mut() {
-        v.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // Pushed in row order, so ties by time stay in row order.
+        crate::order::sort_by_f64_key(v, |e| e.0);
         diffs.extend(v.windows(2).filter(|w| w[1].2 > w[0].2).map(|w| w[1].2 - w[0].2));
     }
     diffs.sort_unstable();
@@ -298,7 +299,7 @@ pub fn parse_log_bytes(bytes: &[u8]) -> ParsedLog {
         };
     }
     log.bad.extend(broken);
-    log.bad.sort_by_key(|b| b.line);
+    crate::order::sort_by_u64_key(&mut log.bad, |b| b.line as u64);
     log
 }
 

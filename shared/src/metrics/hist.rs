@@ -231,7 +231,7 @@ impl Mergeable {
             .into_iter()
             .map(|(step, (requests, met))| StepCount { step, requests, met })
             .collect();
-        by_step.sort_unstable_by_key(|s| s.step);
+        crate::order::sort_by_u64_key(&mut by_step, |s| u64::from(s.step));
         c.by_step = by_step;
         Mergeable { counters: c, hists }
     }

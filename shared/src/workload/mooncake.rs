@@ -531,7 +531,7 @@ pub struct ExportRow {
 /// older records) are refused, naming the first.
 pub fn export_records(records: &[crate::record::RequestRecord]) -> Result<Vec<ExportRow>, String> {
     let mut order: Vec<usize> = (0..records.len()).collect();
-    order.sort_by(|&a, &b| records[a].t_submit.total_cmp(&records[b].t_submit).then(a.cmp(&b)));
+    crate::order::sort_by_f64_key(&mut order, |&i| records[i].t_submit);
     let t0 = order.first().map_or(0.0, |&i| records[i].t_submit);
     let mut group_size: HashMap<(u64, u32), u32> = HashMap::new();
     for r in records {

@@ -274,7 +274,7 @@ impl TraceWorkload {
     /// the simulator prefills them) and the last partial block of a hit. `None`: no record.
     pub fn from_records(records: &[RequestRecord]) -> Option<TraceWorkload> {
         let mut recs: Vec<&RequestRecord> = records.iter().collect();
-        recs.sort_by(|a, b| a.t_submit.total_cmp(&b.t_submit));
+        crate::order::sort_by_f64_key(&mut recs, |r| r.t_submit);
         let t0 = recs.first()?.t_submit.min(0.0);
         let clamp = |n: u64| n.min(u64::from(u32::MAX)) as u32;
         let bs = u64::from(LIKE_BLOCK_TOKENS);
