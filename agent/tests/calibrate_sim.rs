@@ -105,6 +105,24 @@ fn assert_decode_steps_within(
     }
 }
 
+/// The time a cold prefill's tokens take beyond the fixed part (`n / prefill_tokens_per_ms` + the context term, scaled
+/// back by `SPEED`) is `truth`'s within `tol` at every length the probe ran (to `--max-prompt-tokens 2048`).
+fn assert_prefills_within(truth: &EngineProfile, fit: &shared::calibrate::Fit, tol: f64, errors: &[(&str, f64, f64)]) {
+    let c = |name: &str| fit.coefficients.get(name).map_or(0.0, |co| co.value);
+    let (rate, ctx) = (c("prefill_tokens_per_ms") / SPEED, c("prefill_ctx_ms_per_ktok") * SPEED);
+    let time = |rate: f64, ctx: f64, n: f64| n / rate + ctx * n * (n - 1.0) / 2.0 / 1000.0;
+    for n in [128.0, 512.0, 1024.0, 2048.0] {
+        let (got, want) = (
+            time(rate, ctx, n),
+            time(truth.prefill_tokens_per_ms, truth.prefill_ctx_ms_per_ktok, n),
+        );
+        assert!(
+            (got / want - 1.0).abs() <= tol,
+            "cold prefill of {n} tokens: fitted {got:.3} ms vs true {want:.3} ms ({errors:?})"
+        );
+    }
+}
+
 /// The probe recovers the profile the sim-server emulates. Tolerances (relative error of the fitted value,
 /// scaled back by `SPEED`) are what real-time jitter allows at this budget; the measured errors are in
 /// docs/calibration.md.
@@ -157,12 +175,14 @@ async fn calibrate_recovers_a_known_profile() {
         (
             "prefill_tokens_per_ms",
             rel(c("prefill_tokens_per_ms") / SPEED, p.prefill_tokens_per_ms),
-            0.05,
+            0.10,
         ),
+        // A third of a 2,048-token prefill, and traded against the rate: +12.7 / +7.7 % in two runs at load 8-13
+        // (docs/calibration.md). The prefill time they add up to is asserted within 5 % below.
         (
             "prefill_ctx_ms_per_ktok",
             rel(c("prefill_ctx_ms_per_ktok") * SPEED, p.prefill_ctx_ms_per_ktok),
-            0.05,
+            0.15,
         ),
     ];
     eprintln!("relative errors: {errors:?}");
@@ -176,6 +196,7 @@ async fn calibrate_recovers_a_known_profile() {
         assert!(e.abs() <= tol, "{name}: relative error {e:.4} > {tol} ({errors:?})");
     }
     assert_decode_steps_within(&p, &fit, 0.05, &errors);
+    assert_prefills_within(&p, &fit, 0.05, &errors);
     // The fixed part of a prefill step also holds the client's and server's per-request overhead (HTTP, the
     // engine task's wake-up): within 5 wall milliseconds (10 emulated).
     assert!((c("prefill_fixed_ms") * SPEED - p.prefill_fixed_ms).abs() <= 10.0);
@@ -322,18 +343,21 @@ async fn calibrate_recovers_a_unified_kv_profile() {
         (
             "prefill_tokens_per_ms",
             rel(c("prefill_tokens_per_ms") / SPEED, p.prefill_tokens_per_ms),
-            0.05,
+            0.10,
         ),
+        // A third of a 2,048-token prefill, and traded against the rate: +12.7 / +7.7 % in two runs at load 8-13
+        // (docs/calibration.md). The prefill time they add up to is asserted within 5 % below.
         (
             "prefill_ctx_ms_per_ktok",
             rel(c("prefill_ctx_ms_per_ktok") * SPEED, p.prefill_ctx_ms_per_ktok),
-            0.05,
+            0.15,
         ),
     ];
     eprintln!("relative errors (unified KV): {errors:?}\nnotes {:?}", fit.notes);
     for (name, e, tol) in errors {
         assert!(e.abs() <= tol, "{name}: relative error {e:.4} > {tol} ({errors:?})");
     }
+    assert_prefills_within(&p, &fit, 0.05, &errors);
     // The two context terms grow together over the probe's grid (per_ctx with batch × context, batch_kv with
     // batch² × context), and batch_kv is at most 20 % of the largest step probed, so a 1 % bias of one cell's
     // median gap moves it by 5-10 %. On a loaded machine the sim-server's catch-up clock biases the median gap of
