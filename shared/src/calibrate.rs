@@ -1217,7 +1217,10 @@ fn reply_share(records: &[RequestRecord], block_size: u32, notes: &mut Vec<Strin
         .iter()
         .filter(|r| r.ok && r.prompt_tokens.is_some() && r.cached_tokens.is_some())
         .collect();
-    steps.sort_by_key(|r| (r.session, r.inst, r.step));
+    // By (session, inst, step): stable passes from the last key to the first, through `order`'s one sort.
+    crate::order::sort_by_u64_key(&mut steps, |r| u64::from(r.step));
+    crate::order::sort_by_u64_key(&mut steps, |r| u64::from(r.inst));
+    crate::order::sort_by_u64_key(&mut steps, |r| r.session);
     let mut shares = Vec::new();
     let mut gens = Vec::new();
     for w in steps.windows(2) {

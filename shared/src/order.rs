@@ -86,6 +86,16 @@ mod tests {
             let mut got = keys;
             sort_by_u64_key(&mut got, |x| x.0);
             assert_eq!(got, want, "n = {n}");
+            // Stable passes from the last key to the first sort by the tuple of keys (ties keep their order).
+            let triples: Vec<(u64, u64, u64, usize)> =
+                (0..n).map(|i| (next() % 3, next() % 3, next() % 3, i)).collect();
+            let mut want = triples.clone();
+            want.sort_by_key(|t| (t.0, t.1, t.2));
+            let mut got = triples;
+            sort_by_u64_key(&mut got, |t| t.2);
+            sort_by_u64_key(&mut got, |t| t.1);
+            sort_by_u64_key(&mut got, |t| t.0);
+            assert_eq!(got, want, "n = {n}");
         }
     }
 }

@@ -649,7 +649,10 @@ fn candidates(o: &SolveOptions, target: u64) -> Vec<(u64, u64)> {
             }
         }
     }
-    c.sort_by_key(|&(v, b)| (v.abs_diff(target), v, b));
+    // By (distance to target, v, b): stable passes from the last key to the first, through `order`'s one sort.
+    crate::order::sort_by_u64_key(&mut c, |&(_, b)| b);
+    crate::order::sort_by_u64_key(&mut c, |&(v, _)| v);
+    crate::order::sort_by_u64_key(&mut c, |&(v, _)| v.abs_diff(target));
     c.dedup_by_key(|p| p.0);
     c.truncate(CANDIDATES_PER_TARGET);
     c
@@ -740,7 +743,9 @@ fn solve_pair(o: &SolveOptions, vm: u64, vp: u64, bm: u64, bp: u64) -> Vec<Rung>
         .iter()
         .map(|&j| Rung::new(p.bases[j / ns], p.steps[j % ns]))
         .collect();
-    rungs.sort_unstable();
+    // By base, then steps (`Rung`'s order), through `order`'s one sort instance rather than one for `Rung`.
+    crate::order::sort_by_u64_key(&mut rungs, |r| u64::from(r.steps));
+    crate::order::sort_by_u64_key(&mut rungs, |r| r.base_tokens);
     rungs
 }
 

@@ -482,7 +482,8 @@ impl TraceStats {
         for t in &roots {
             counts[((t / width_ms) as usize).min(bins - 1)] += 1;
         }
-        let mut sessions: Vec<u32> = reqs.iter().filter_map(|r| r.session).collect();
+        // As `u64`, so this sort is the `u64` instance the token counts above already use.
+        let mut sessions: Vec<u64> = reqs.iter().filter_map(|r| r.session.map(u64::from)).collect();
         sessions.sort_unstable();
         sessions.dedup();
         TraceStats {
