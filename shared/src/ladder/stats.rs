@@ -398,7 +398,7 @@ mod tests {
                 v.push((r.base_tokens + shape.task_tokens + k * shape.growth_tokens, w));
             }
         }
-        crate::order::sort_by_u64_key(&mut v, |p| p.0);
+        v.sort_by_key(|p| p.0);
         let total: f64 = v.iter().map(|p| p.1).sum();
         let mut cum = 0.0;
         for (i, &(x, w)) in v.iter().enumerate() {
