@@ -52,13 +52,8 @@ mod tests {
     /// Equal to the standard stable sort on the same key, ties and NaN included, for many sizes and orders.
     #[test]
     fn sorts_as_the_standard_stable_sort_does() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::pyrand::PyRandom::from_u64(7);
+        let mut next = move || rng.getrandbits(64);
         for n in [0usize, 1, 2, 3, 7, 20, 100, 1000] {
             let v: Vec<(f64, u64)> = (0..n)
                 .map(|i| {
