@@ -84,7 +84,11 @@ test('fit a live run on the page: the coefficients are calibrate --from\'s; use 
     const close = (a, b) => Math.abs(a - b) <= 1e-9 * Math.max(Math.abs(a), Math.abs(b), 1e-12);
     for (const r of rows) {
       const c = cliFit.coefficients[r.name];
-      assert.ok(close(r.value, c.value), `${r.name}: page ${r.value} vs calibrate ${c.value}`);
+      // A coefficient fitted near zero (a one-stream run's prefill context term came out 5.3e-7 once) differs from
+      // the CLI's by rounding in the other columns (5.8e-16 there, 1.1e-9 relative): equal also when the two are
+      // within a millionth of the fit's own standard error.
+      const value = close(r.value, c.value) || Math.abs(r.value - c.value) <= 1e-6 * c.std_error;
+      assert.ok(value, `${r.name}: page ${r.value} vs calibrate ${c.value} (std error ${c.std_error})`);
       assert.ok(close(r.se, c.std_error), `${r.name} std error: page ${r.se} vs calibrate ${c.std_error}`);
       assert.equal(r.identified, c.identified, `${r.name} identified`);
     }
@@ -138,7 +142,9 @@ test('fit a live run on the page: the coefficients are calibrate --from\'s; use 
     // The seed band: the fitted scenario over 5 seeds, shaded under both CDFs (99 shares, a closed polygon).
     for (const chart of ['ttft-cdf', 'tpot-cdf']) {
       const band = page.locator(`figure[data-chart="${chart}"] path[data-series="5 seeds: min–max"]`);
-      await band.waitFor({ timeout: 30000 });
+      // Attached, not "visible", as for the predicted CDFs above: with no context term every seed predicts the same
+      // TPOT, so the TPOT band is a polygon of zero width, which Playwright calls hidden.
+      await band.waitFor({ state: 'attached', timeout: 30000 });
       assert.equal(Number(await band.getAttribute('data-points')), 198, `${chart} band points`);
       assert.match(await band.getAttribute('d'), /Z$/);
     }
