@@ -675,7 +675,7 @@ async fn hyper_reuses_connections_the_server_keeps() {
         let o = one(&c).await;
         assert!(o.ok, "{:?}", o.error);
         if i == 1 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            tokio::time::sleep(loadshape::replay::h1::CONFIRM_AFTER + Duration::from_millis(5)).await;
         }
     }
     // Requests 1 and 2 on connections of their own (the first one was too fresh to trust), the rest on one.

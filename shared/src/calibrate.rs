@@ -147,14 +147,23 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     // server's prefix cache (vLLM's blocks, llama.cpp's slot) leaves a short prefill: the phase's time goes to
     // decoding, not to recomputing its context.
     let contexts = [m / 16, m / 2];
-    let (prefill_share, kv_share) = if l.prefill_kv { (0.3, 0.15) } else { (0.4, 0.0) };
-    // Sessions of 5 steps from ¼ of m, replies of up to 64 tokens and 64 tokens of tool output each step: the
-    // steps after the first show what of the previous reply the server found cached.
+    // The conversation's share comes out of prefill's (whose fits have the most data: robust R² 0.99 here).
+    let (prefill_share, kv_share) = match (l.prefill_kv, l.conversation && m >= 1024) {
+        (true, true) => (0.25, 0.15),
+        (true, false) => (0.3, 0.15),
+        (false, true) => (0.35, 0.0),
+        (false, false) => (0.4, 0.0),
+    };
+    // Up to 4 sessions of 5 steps from ⅛ of m, replies of up to 64 tokens and 64 tokens of tool output each step:
+    // the steps after the first show what of the previous reply the server found cached. A fixed amount of work
+    // (no respawn: the phase ends when the sessions do) under a time cap: 4 steps after the first per session, so
+    // that a loaded machine still gets the pairs it needs before the cap (with 2 respawning sessions in 5 % of a
+    // 50 s budget, a loaded CI machine finished 2 pairs).
     let conversation = (l.conversation && m >= 1024).then(|| {
         let (sessions, rung) = (
-            l.max_batch.min(2),
+            l.max_batch.clamp(1, 4),
             Rung {
-                base_tokens: u64::from(m / 4),
+                base_tokens: u64::from(m / 8),
                 steps: 5,
             },
         );
@@ -168,12 +177,12 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
             ladder: Some(Ladder {
                 rungs: vec![rung; sessions as usize],
             }),
-            respawn: true,
+            respawn: false,
             stagger_s: 0.0,
             ..SessionWorkload::default()
         }
     });
-    let conversation_share = if conversation.is_some() { 0.05 } else { 0.0 };
+    let conversation_share = if conversation.is_some() { 0.1 } else { 0.0 };
     let decode_share = (1.0 - prefill_share - kv_share - conversation_share) / (batches.len() * contexts.len()) as f64;
     let mut phases = vec![ProbePhase {
         name: "prefill".into(),

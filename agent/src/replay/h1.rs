@@ -100,7 +100,7 @@ pub const PROMPT_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// Until the server has kept a connection after a response, a connection that served one is reused only after
 /// this long idle ([`H1Pool::take_idle`]); a request meanwhile opens a new one (once per stream at most, at the
 /// start of a run against a server that keeps its connections).
-pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
+pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
 const START_GAP_NS: u64 = 50_000;
