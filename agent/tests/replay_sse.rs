@@ -683,6 +683,23 @@ async fn hyper_reuses_connections_the_server_keeps() {
     assert_eq!(c.connections_opened(), Some(2));
 }
 
+/// llama.cpp's dialect: a connection per request from the start (its server closes each one after a streamed
+/// response), even against a server that would keep them, and even after idle pauses.
+#[tokio::test]
+async fn hyper_opens_a_connection_per_request_to_llama_cpp() {
+    let (base, accepted) = raw_server(ConnMode::KeepAlive).await;
+    let c = client(HttpClient::Hyper, &base, "m", Endpoint::Completions, Dialect::Llamacpp);
+    for i in 0..6 {
+        let o = one(&c).await;
+        assert!(o.ok, "{:?}", o.error);
+        if i == 1 {
+            tokio::time::sleep(loadshape::replay::h1::CONFIRM_AFTER + Duration::from_millis(5)).await;
+        }
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 6);
+    assert_eq!(c.connections_opened(), Some(6));
+}
+
 both!(a_request_the_server_read_and_dropped_is_not_resent);
 
 async fn connection_reset_by_the_peer_is_a_stream_error(hc: HttpClient) {

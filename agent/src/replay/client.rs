@@ -380,7 +380,16 @@ impl Client {
             HttpClient::Hyper => Transport::Hyper(
                 request_headers(cfg.api_key.as_deref(), cfg.endpoint)
                     .and_then(|headers| H1Pool::new(&url_text, headers, cfg.rx_clock, &cfg.ca_certs))
-                    .map(Arc::new),
+                    .map(|pool| {
+                        // llama.cpp's server closes every connection after a streamed response (its headers say
+                        // keep-alive): a connection per request from the start, rather than finding out from the
+                        // first closed one. On a loaded machine its close can come later than the pool's
+                        // probation (`h1::CONFIRM_AFTER`), and the request put on it then fails (docs/replay.md).
+                        if cfg.dialect == Dialect::Llamacpp {
+                            pool.stop_reuse();
+                        }
+                        Arc::new(pool)
+                    }),
             ),
             _ => Transport::Reqwest {
                 http,

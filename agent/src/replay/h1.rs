@@ -74,9 +74,8 @@ pub struct H1Pool {
     /// Whether connections go back to the pool after their response. Cleared for good once the server shows it
     /// closes connections right after their responses while it advertises keep-alive ([`H1Pool::stop_reuse`]).
     reuse: AtomicBool,
-    /// A connection was still open [`CONFIRM_AFTER`] after its response ended, or served a second response: the
-    /// server keeps connections after a response, as its headers say. Until then a connection is reused only once
-    /// it has sat idle [`CONFIRM_AFTER`] (its close would have arrived).
+    /// A connection served a second response: the server keeps connections after a response, as its headers say.
+    /// Until then a connection is reused only once it has sat idle [`CONFIRM_AFTER`] (its close would have arrived).
     kept: AtomicBool,
     /// The origin of `last_start_ns`.
     base: std::time::Instant,
@@ -99,9 +98,9 @@ pub struct H1Pool {
 pub const PROMPT_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Until the server has kept a connection after a response, a connection that served one is reused only after
-/// this long idle ([`H1Pool::take_idle`]); a request meanwhile opens a new one (at the start of a run against a
-/// server that keeps its connections: 50 ms worth of requests; docs/replay.md).
-pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(50);
+/// this long idle ([`H1Pool::take_idle`]); a request meanwhile opens a new one (once per stream at most, at the
+/// start of a run against a server that keeps its connections).
+pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
 const START_GAP_NS: u64 = 50_000;
@@ -318,11 +317,10 @@ impl H1Pool {
     /// An idle connection that is ready for a request, if there is one (closed ones are dropped on the way). It
     /// waits only for the connection's own state to take in the end of its previous response ([`Conn::ready`]),
     /// never for the network. One found closed by the server within [`PROMPT_CLOSE`] of its response's end says
-    /// that the server closes after each response ([`H1Pool::stop_reuse`]). Until one has been found open that long
-    /// after its response (the server keeps them), one that served a response is taken only after
-    /// [`CONFIRM_AFTER`] idle: a server that closes right after a response (the FIN follows the last chunk by 6–23
-    /// µs from an idle llama-server, later from a busy one) has closed it by then, and a request put on it sooner
-    /// would be written into a socket the server has left.
+    /// that the server closes after each response ([`H1Pool::stop_reuse`]). Until a connection has served two
+    /// responses (the server keeps them), one that served a response is taken only after [`CONFIRM_AFTER`] idle:
+    /// a server that closes right after a response (the FIN follows the last chunk by 6–23 µs from llama-server)
+    /// has closed it by then, and a request put on it sooner would be written into a socket the server has left.
     pub async fn take_idle(&self) -> Option<Conn> {
         loop {
             let mut c = {
@@ -337,10 +335,6 @@ impl H1Pool {
                 }
             };
             if c.ready().await {
-                if c.idle_since.is_some_and(|t| t.elapsed() >= CONFIRM_AFTER) {
-                    // Open `CONFIRM_AFTER` after its response ended: the server keeps connections.
-                    self.kept.store(true, Ordering::Relaxed);
-                }
                 c.reused = true;
                 return Some(c);
             }
