@@ -12,12 +12,30 @@ command -v chromium >/dev/null || need_apt+=(chromium)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 command -v node >/dev/null || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# llama.cpp's build needs cmake (scripts/realserver/setup.sh): in the same apt run.
+[ "${1:-}" != "--with-real-server" ] || command -v cmake >/dev/null || need_apt+=(cmake)
+# apt runs in the background while cargo builds trunk and wasm-bindgen-cli (it mostly downloads and unpacks; those
+# compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`.
+apt_pid=""
+apt_log="$(mktemp)"
 if ((${#need_apt[@]})); then
-  step "apt: ${need_apt[*]}"
+  step "apt: ${need_apt[*]} (in the background)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"; } \
+    >"$apt_log" 2>&1 &
+  apt_pid=$!
 fi
+apt_done() {
+  [ -n "$apt_pid" ] || return 0
+  if ! wait "$apt_pid"; then
+    cat "$apt_log" >&2
+    echo "setup: apt-get install ${need_apt[*]} failed" >&2
+    exit 1
+  fi
+  apt_pid=""
+  rm -f "$apt_log"
+  step "apt: ${need_apt[*]} installed"
+}
 
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   step "rustup: wasm32-unknown-unknown"
@@ -40,6 +58,7 @@ if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERS
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
+apt_done
 # binaryen 132 from npm for wasm-opt: Debian's binaryen 108 builds a page that stays blank.
 if [ "$(wasm-opt --version 2>/dev/null | awk '{print $3}')" != "132" ]; then
   step "npm: binaryen 132"
