@@ -17,8 +17,9 @@ python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # apt runs in the background while cargo builds trunk and wasm-bindgen-cli (it mostly downloads and unpacks; those
 # compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`.
 apt_pid=""
-apt_log="$(mktemp)"
+apt_log=""
 if ((${#need_apt[@]})); then
+  apt_log="$(mktemp)"
   step "apt: ${need_apt[*]} (in the background)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"; } \
