@@ -1,9 +1,10 @@
 //! The seed band on the explorer's CDFs (issue #17, item 6): the engine scenario simulated with [`BAND_SEEDS`]
-//! seeds (its own and the next ones), and at each share p the least and the greatest p-quantile over them, so the
-//! run-to-run spread of one scenario shows as a shaded band around its CDF instead of one line. Run in the worker
-//! ([`crate::wire::Job::SeedBand`]) after each explorer result.
+//! seeds (its own and the next ones), and at each share p the least and the greatest p-quantile over them
+//! ([`shared::metrics::quantile_envelope`]), so the run-to-run spread of one scenario shows as a shaded band around
+//! its CDF instead of one line. Run in the worker ([`crate::wire::Job::SeedBand`]) after each explorer result.
 
 use serde::{Deserialize, Serialize};
+use shared::metrics::quantile_envelope;
 use shared::scenario::Scenario;
 
 /// Seeds simulated for the band.
@@ -21,28 +22,6 @@ pub struct SeedBand {
     pub seeds: Vec<u64>,
     pub ttft: Envelope,
     pub tpot: Envelope,
-}
-
-/// The p-quantile of CDF step points (x ascending, share ≤ x ascending): the first x whose share reaches p.
-pub fn quantile(cdf: &[(f64, f64)], p: f64) -> Option<f64> {
-    cdf.iter().find(|&&(_, y)| y >= p - 1e-12).map(|&(x, _)| x)
-}
-
-/// Least and greatest quantile over the CDFs at each level; empty when one of them has no points.
-pub fn envelope(cdfs: &[Vec<(f64, f64)>]) -> Envelope {
-    if cdfs.is_empty() || cdfs.iter().any(Vec::is_empty) {
-        return Vec::new();
-    }
-    (1..=BAND_LEVELS)
-        .filter_map(|i| {
-            let p = i as f64 / (BAND_LEVELS + 1) as f64;
-            let xs: Option<Vec<f64>> = cdfs.iter().map(|c| quantile(c, p)).collect();
-            let xs = xs?;
-            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            Some((p, lo, hi))
-        })
-        .collect()
 }
 
 /// The band as a closed polygon for the chart: the least quantiles upwards, then the greatest downwards.
@@ -71,8 +50,8 @@ pub fn seed_band(sc: &Scenario) -> Result<SeedBand, String> {
     }
     Ok(SeedBand {
         seeds,
-        ttft: envelope(&ttft),
-        tpot: envelope(&tpot),
+        ttft: quantile_envelope(&ttft, BAND_LEVELS),
+        tpot: quantile_envelope(&tpot, BAND_LEVELS),
     })
 }
 
@@ -97,7 +76,7 @@ mod tests {
         third.seed = 44;
         let o = crate::compute::compute(&Scenario::Engine(third)).expect("computes");
         for &(p, lo, hi) in &b.ttft {
-            let x = quantile(&o.ttft_cdf, p).expect("a quantile");
+            let x = shared::metrics::cdf_quantile(&o.ttft_cdf, p).expect("a quantile");
             assert!(lo <= x && x <= hi, "p {p}: {lo} ≤ {x} ≤ {hi}");
         }
         assert!(
@@ -110,14 +89,5 @@ mod tests {
         assert_eq!(poly[0].1, poly[poly.len() - 1].1);
         // The seed model has none.
         assert!(seed_band(&shared::presets::default_scenario()).is_err());
-    }
-
-    #[test]
-    fn quantiles_of_step_points() {
-        let cdf = vec![(1.0, 0.25), (2.0, 0.5), (4.0, 1.0)];
-        assert_eq!(quantile(&cdf, 0.1), Some(1.0));
-        assert_eq!(quantile(&cdf, 0.5), Some(2.0));
-        assert_eq!(quantile(&cdf, 0.51), Some(4.0));
-        assert!(envelope(&[cdf, Vec::new()]).is_empty());
     }
 }

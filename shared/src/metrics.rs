@@ -934,6 +934,32 @@ pub fn cdf_points(samples: impl IntoIterator<Item = f64>, max_points: usize) -> 
     out
 }
 
+/// The `p`-quantile read off [`cdf_points`]-style step points (x ascending, share ascending): the first `x` whose
+/// share reaches `p` (within 1e-12, so that a share computed as `k / n` meets a `p` computed as `k / n` elsewhere).
+/// `None` when no point reaches it (an empty CDF, or `p` above the last share).
+pub fn cdf_quantile(cdf: &[(f64, f64)], p: f64) -> Option<f64> {
+    cdf.iter().find(|&&(_, y)| y >= p - 1e-12).map(|&(x, _)| x)
+}
+
+/// Per share `p = i / (levels + 1)`, `i = 1..=levels`: `(p, least, greatest)` [`cdf_quantile`] over `cdfs` (the
+/// same metric from several runs: the page's seed band). Empty when there are no CDFs or one of them has no
+/// points; a level some CDF does not reach is left out.
+pub fn quantile_envelope(cdfs: &[Vec<(f64, f64)>], levels: usize) -> Vec<(f64, f64, f64)> {
+    if cdfs.is_empty() || cdfs.iter().any(Vec::is_empty) {
+        return Vec::new();
+    }
+    (1..=levels)
+        .filter_map(|i| {
+            let p = i as f64 / (levels + 1) as f64;
+            let xs: Option<Vec<f64>> = cdfs.iter().map(|c| cdf_quantile(c, p)).collect();
+            let xs = xs?;
+            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            Some((p, lo, hi))
+        })
+        .collect()
+}
+
 /// The most bins [`timeline`] returns; a finer `bin_s` is widened to fit.
 pub const MAX_TIMELINE_BINS: usize = 100_000;
 
@@ -1048,6 +1074,31 @@ mod tests {
         assert!(cdf_points([], 10).is_empty());
         assert!(cdf_points([f64::INFINITY, f64::NAN], 10).is_empty());
         assert_eq!(cdf_points([4.0], 10), vec![(4.0, 0.0), (4.0, 1.0)]);
+    }
+
+    #[test]
+    fn quantiles_of_step_points_and_their_envelope() {
+        let cdf = vec![(1.0, 0.25), (2.0, 0.5), (4.0, 1.0)];
+        assert_eq!(cdf_quantile(&cdf, 0.1), Some(1.0));
+        assert_eq!(cdf_quantile(&cdf, 0.5), Some(2.0));
+        assert_eq!(cdf_quantile(&cdf, 0.51), Some(4.0));
+        assert_eq!(cdf_quantile(&cdf, 1.5), None);
+        assert_eq!(cdf_quantile(&[], 0.5), None);
+        // A CDF of cdf_points reads back the nearest-rank percentile at k / n.
+        let samples = [5.0, 1.0, 3.0, 9.0, 2.0, 7.0, 4.0, 8.0];
+        let pts = cdf_points(samples, 100);
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        for k in 1..=8 {
+            let q = k as f64 / 8.0;
+            assert_eq!(cdf_quantile(&pts, q), Some(percentile_sorted(&sorted, q)), "q {q}");
+        }
+        // Two runs: at each level the least and the greatest of their quantiles.
+        let other = vec![(3.0, 0.5), (5.0, 1.0)];
+        let e = quantile_envelope(&[cdf.clone(), other], 3);
+        assert_eq!(e, vec![(0.25, 1.0, 3.0), (0.5, 2.0, 3.0), (0.75, 4.0, 5.0)]);
+        assert!(quantile_envelope(&[cdf, Vec::new()], 3).is_empty());
+        assert!(quantile_envelope(&[], 3).is_empty());
     }
 
     #[test]
