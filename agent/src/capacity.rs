@@ -347,7 +347,7 @@ impl LiveRun<'_> {
         // The representative run: the median attainment (the lower middle for an even count).
         let mut order: Vec<usize> = (0..runs.len()).collect();
         order.sort_by(|&i, &j| runs[i].1.attainment.total_cmp(&runs[j].1.attainment));
-        let mid = order[(order.len() - 1) / 2];
+        let mid = order[metrics::nearest_rank_index(order.len(), 0.5)];
         let spread = runs.iter().map(|(name, l)| LevelRun::of(name, l)).collect();
         let records = runs.iter().map(|r| r.0.clone()).collect();
         let level = LiveLevel {

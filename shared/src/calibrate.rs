@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::EngineProfile;
 use crate::ladder::{Ladder, Rung};
+use crate::metrics::{mad, median};
 use crate::record::RequestRecord;
 use crate::workload::SessionWorkload;
 
@@ -398,28 +399,6 @@ pub fn huber_fit(x: &[Vec<f64>], y: &[f64]) -> Option<(Vec<f64>, Vec<f64>, Vec<f
 #[inline]
 fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-#[inline]
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return 0.0;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-#[inline]
-fn mad(r: &[f64]) -> f64 {
-    let mut v = r.to_vec();
-    let m = median(&mut v);
-    let mut d: Vec<f64> = r.iter().map(|x| (x - m).abs()).collect();
-    median(&mut d)
 }
 
 /// Weighted least squares by the normal equations (p is at most 3 here), with column scaling for conditioning.

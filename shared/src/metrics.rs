@@ -892,10 +892,67 @@ pub fn completion_curve(records: &[RequestRecord], max_points: usize) -> Vec<(f6
 /// Nearest-rank percentile of ascending `sorted`: the element at `ceil(q·n) − 1`, clamped to `[0, n − 1]`;
 /// 0 for no samples. Identical to the seed's `_percentile`.
 pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
+    nearest_rank(sorted, q).unwrap_or(0.0)
+}
+
+/// The nearest-rank `q`-quantile of ascending `sorted` (the element at [`nearest_rank_index`]), of any element
+/// type: token counts, lengths; `None` for no samples.
+#[inline]
+pub fn nearest_rank<T: Copy>(sorted: &[T], q: f64) -> Option<T> {
+    (!sorted.is_empty()).then(|| sorted[nearest_rank_index(sorted.len(), q)])
+}
+
+/// The nearest-rank `num/den`-quantile of a weighted distribution over the integers `lo..=hi`, given its
+/// cumulative weight `weight_le(v)` (the weight of values `<= v`, non-decreasing, `total` at `hi`): the smallest
+/// `v` with `weight_le(v) · den >= num · total`, found by bisection. With unit weights on sorted samples this is
+/// [`nearest_rank`] exactly (the smallest sample whose share of samples at or below it reaches the level), so a
+/// ladder's exact prompt-length percentiles (`ladder::stats`) follow the same rule as a run's.
+#[inline]
+pub fn weighted_nearest_rank(
+    lo: u64,
+    hi: u64,
+    total: u128,
+    num: u128,
+    den: u128,
+    weight_le: impl Fn(u64) -> u128,
+) -> u64 {
+    let target = num * total;
+    let (mut lo, mut hi) = (lo, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if weight_le(mid) * den >= target {
+            hi = mid
+        } else {
+            lo = mid + 1
+        }
+    }
+    lo
+}
+
+/// The sample median as robust statistics define it (the mean of the two middle values for an even count; not
+/// the nearest-rank p50 of the summaries): the centre and scale of `calibrate`'s Huber fits. Sorts `v`; 0 for no
+/// samples.
+#[inline]
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
         return 0.0;
     }
-    sorted[nearest_rank_index(sorted.len(), q)]
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The median absolute deviation from the [`median`] (unscaled: multiply by 1.4826 for a normal σ).
+#[inline]
+pub fn mad(r: &[f64]) -> f64 {
+    let mut v = r.to_vec();
+    let m = median(&mut v);
+    let mut d: Vec<f64> = r.iter().map(|x| (x - m).abs()).collect();
+    median(&mut d)
 }
 
 /// The index `ceil(q·n) − 1` clamped to `[0, n − 1]`, computed as the seed computes it (in floating point).
@@ -1060,6 +1117,46 @@ pub fn timeline(records: &[RequestRecord], bin_s: f64) -> Vec<TimelineBin> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_rank_rule_for_samples_counts_and_weighted_distributions() {
+        // The seed's rule on token counts ...
+        let v: Vec<u64> = (1..=10).collect();
+        assert_eq!(nearest_rank(&v, 0.5), Some(5));
+        assert_eq!(nearest_rank(&v, 0.9), Some(9));
+        assert_eq!(nearest_rank(&[7u64], 0.9), Some(7));
+        assert_eq!(nearest_rank::<u64>(&[], 0.5), None);
+        // ... and the weighted bisection is the same rule: unit weights on sorted samples (with ties and gaps)
+        // give the sample the rank rule picks, at every level.
+        let samples: Vec<u64> = vec![3, 3, 4, 9, 9, 9, 12, 20, 21, 40, 41];
+        for (num, den) in [(1, 100), (1, 2), (9, 10), (99, 100), (1, 1), (0, 1), (1, 3), (2, 3)] {
+            let weight_le = |x: u64| samples.iter().filter(|&&s| s <= x).count() as u128;
+            let got = weighted_nearest_rank(3, 41, samples.len() as u128, num, den, weight_le);
+            let q = num as f64 / den as f64;
+            assert_eq!(Some(got), nearest_rank(&samples, q), "level {num}/{den}");
+        }
+        // Weights: value 10 holds 3/4 of the mass, so it is the median and 11 the p90.
+        let w = |x: u64| {
+            if x < 10 {
+                0
+            } else if x < 11 {
+                3
+            } else {
+                4
+            }
+        };
+        assert_eq!(weighted_nearest_rank(10, 11, 4, 1, 2, w), 10);
+        assert_eq!(weighted_nearest_rank(10, 11, 4, 9, 10, w), 11);
+    }
+
+    #[test]
+    fn robust_median_and_mad() {
+        assert_eq!(median(&mut [5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&mut []), 0.0);
+        // |x − 3| = 2, 1, 0, 1, 97 → 1.
+        assert_eq!(mad(&[1.0, 2.0, 3.0, 4.0, 100.0]), 1.0);
+    }
 
     #[test]
     fn cdf_points_are_the_sorted_samples_at_their_ranks() {

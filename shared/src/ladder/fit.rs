@@ -35,6 +35,7 @@ use serde_json::Value;
 
 use super::solve::{CachedDefinition, SolveOptions};
 use super::stats::Shape;
+use crate::metrics::nearest_rank;
 
 /// One request of the log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -153,12 +154,6 @@ impl FitTargets {
     }
 }
 
-/// Nearest-rank percentile of a non-empty sorted slice: index `ceil(q·n) − 1`, clamped — the one definition in
-/// [`crate::metrics::nearest_rank_index`].
-fn nearest_rank(sorted: &[u64], q: f64) -> u64 {
-    sorted[crate::metrics::nearest_rank_index(sorted.len(), q)]
-}
-
 /// Derive targets from a parsed log. With bad rows present this fails (listing them) unless `skip_bad`.
 pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitError> {
     if !log.bad.is_empty() && !skip_bad {
@@ -226,8 +221,8 @@ pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitErr
         requests: rows.len(),
         skipped_rows: log.bad.len(),
         failed_rows: log.failed.len(),
-        median_tokens: nearest_rank(&prompts, 0.5),
-        p90_tokens: nearest_rank(&prompts, 0.9),
+        median_tokens: nearest_rank(&prompts, 0.5).unwrap_or(0),
+        p90_tokens: nearest_rank(&prompts, 0.9).unwrap_or(0),
         mean_prompt_tokens: prompts.iter().sum::<u64>() as f64 / prompts.len() as f64,
         cached_share_tokens,
         cached_share_requests,
@@ -235,9 +230,9 @@ pub fn fit_targets(log: &ParsedLog, skip_bad: bool) -> Result<FitTargets, FitErr
         mean_concurrency,
         window_s,
         sessions: (!by_session.is_empty()).then_some(by_session.len()),
-        growth_tokens: (!diffs.is_empty()).then(|| nearest_rank(&diffs, 0.5)),
+        growth_tokens: nearest_rank(&diffs, 0.5),
         growth_pairs: diffs.len(),
-        reply_tokens: (!replies.is_empty()).then(|| nearest_rank(&replies, 0.5)),
+        reply_tokens: nearest_rank(&replies, 0.5),
     })
 }
 
@@ -661,14 +656,6 @@ mod tests {
         // Found by tests/fuzz_inputs.rs: a 6-byte offset that is not ASCII used to panic on a char boundary.
         assert_eq!(rfc3339_seconds("2026-11-30T10:44:44\u{feff}71Z"), None);
         assert_eq!(rfc3339_seconds("2026-11-30T10:44:44+0é:0"), None);
-    }
-
-    #[test]
-    fn nearest_rank_matches_the_seed() {
-        let v: Vec<u64> = (1..=10).collect();
-        assert_eq!(nearest_rank(&v, 0.5), 5);
-        assert_eq!(nearest_rank(&v, 0.9), 9);
-        assert_eq!(nearest_rank(&[7], 0.9), 7);
     }
 
     #[test]

@@ -284,19 +284,11 @@ impl Slots {
             .unwrap_or(0)
     }
 
-    /// Smallest prompt length v with `W(≤ v) · den ≥ num · W`.
+    /// Smallest prompt length v with `W(≤ v) · den ≥ num · W` (the nearest-rank rule of `metrics`).
     fn quantile(&self, num: u128, den: u128) -> u64 {
-        let (mut lo, mut hi) = (self.min_prompt(), self.max_prompt());
-        let target = num * self.total_weight;
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if self.weight_le(mid) * den >= target {
-                hi = mid
-            } else {
-                lo = mid + 1
-            }
-        }
-        lo
+        crate::metrics::weighted_nearest_rank(self.min_prompt(), self.max_prompt(), self.total_weight, num, den, |v| {
+            self.weight_le(v)
+        })
     }
 
     fn prev_value(&self, v: u64) -> Option<u64> {

@@ -452,14 +452,6 @@ pub struct TraceStats {
     pub arrival_rate: Vec<(f64, f64)>,
 }
 
-/// Nearest-rank quantile of sorted values (`shared::metrics`' rank rule).
-fn quantile(sorted: &[u64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[crate::metrics::nearest_rank_index(sorted.len(), q)] as f64
-}
-
 impl TraceStats {
     pub fn of(w: &TraceWorkload) -> TraceStats {
         let reqs = &w.requests;
@@ -490,9 +482,9 @@ impl TraceStats {
             requests: reqs.len() as u64,
             dependent_requests: reqs.iter().filter(|r| !r.after.is_empty()).count() as u64,
             sessions: sessions.len() as u64,
-            prompt_median_tokens: quantile(&prompts, 0.5),
-            prompt_p90_tokens: quantile(&prompts, 0.9),
-            output_median_tokens: quantile(&outputs, 0.5),
+            prompt_median_tokens: crate::metrics::nearest_rank(&prompts, 0.5).map_or(0.0, |v| v as f64),
+            prompt_p90_tokens: crate::metrics::nearest_rank(&prompts, 0.9).map_or(0.0, |v| v as f64),
+            output_median_tokens: crate::metrics::nearest_rank(&outputs, 0.5).map_or(0.0, |v| v as f64),
             prompt_tokens,
             reusable_tokens: reusable,
             reuse_share: if prompt_tokens > 0 {
