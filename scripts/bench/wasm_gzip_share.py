@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Each part's share of the page's gzip'd wasm: the bytes a group of functions takes out of `gzip -9` if it went.
+
+Sizes before wasm-opt say little about the bundle's gzip, so this works on the optimized module itself. It needs
+the function names, which Trunk's build strips, so build the same module with names kept:
+
+    source scripts/env.sh && trunk build --release --offline      # cargo's wasm for the page, as Trunk builds it
+    W=$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/loadshape-app.wasm
+    wasm-bindgen --target web --no-typescript --out-dir /tmp/wb "$W"
+    wasm-opt -g -Oz <the data-wasm-opt-params of index.html> /tmp/wb/loadshape-app_bg.wasm -o /tmp/wb/named.wasm
+    python3 scripts/bench/wasm_gzip_share.py /tmp/wb/named.wasm
+
+For each group (a crate, or a module of `shared` and the page; std's sort instances on their own) the module is
+rebuilt with that group's function bodies replaced by `unreachable` and compressed again; the difference from the
+whole is the group's share. Groups overlap in gzip's dictionary, so the shares sum to less than the whole. The name
+section is left out of every measurement (Trunk's bundle has none). Function names are demangled with c++filt.
+"""
+import collections
+import gzip
+import re
+import subprocess
+import sys
+
+
+def leb(b, i):
+    r = s = 0
+    while True:
+        x = b[i]
+        i += 1
+        r |= (x & 0x7F) << s
+        s += 7
+        if x < 0x80:
+            return r, i
+
+
+def enc(n):
+    out = bytearray()
+    while True:
+        x, n = n & 0x7F, n >> 7
+        if n:
+            out.append(x | 0x80)
+        else:
+            out.append(x)
+            return bytes(out)
+
+
+def sections(b):
+    i, out = 8, []
+    while i < len(b):
+        sid, start = b[i], i
+        n, i = leb(b, i + 1)
+        out.append((sid, start, i, n))
+        i += n
+    return out
+
+
+def parse(b):
+    """Imported function count, function bodies, and names by function index."""
+    imports, bodies, names = 0, [], {}
+    for sid, _, off, n in sections(b):
+        j = off
+        if sid == 2:
+            cnt, j = leb(b, j)
+            for _ in range(cnt):
+                for _ in range(2):  # module and field names
+                    ln, j = leb(b, j)
+                    j += ln
+                kind = b[j]
+                j += 1
+                if kind == 0:  # function: type index
+                    _, j = leb(b, j)
+                    imports += 1
+                elif kind == 1:  # table: reftype, limits
+                    flags = b[j + 1]
+                    j += 2
+                    _, j = leb(b, j)
+                    if flags & 1:
+                        _, j = leb(b, j)
+                elif kind == 2:  # memory: limits
+                    flags = b[j]
+                    j += 1
+                    _, j = leb(b, j)
+                    if flags & 1:
+                        _, j = leb(b, j)
+                elif kind == 3:  # global: valtype, mutability
+                    j += 2
+                else:
+                    sys.exit(f"import kind {kind} not handled")
+        elif sid == 10:
+            cnt, j = leb(b, j)
+            for _ in range(cnt):
+                ln, j = leb(b, j)
+                bodies.append(b[j : j + ln])
+                j += ln
+        elif sid == 0:
+            ln, j = leb(b, j)
+            if b[j : j + ln] != b"name":
+                continue
+            j += ln
+            while j < off + n:
+                sub = b[j]
+                sl, j = leb(b, j + 1)
+                end = j + sl
+                if sub == 1:
+                    cnt, j = leb(b, j)
+                    for _ in range(cnt):
+                        idx, j = leb(b, j)
+                        ln, j = leb(b, j)
+                        names[idx] = b[j : j + ln].decode("utf8", "replace")
+                        j += ln
+                j = end
+    return imports, bodies, names
+
+
+def rebuild(b, bodies, drop):
+    out = bytearray(b[:8])
+    for sid, start, off, n in sections(b):
+        if sid == 0:
+            continue
+        if sid == 10:
+            code = bytearray(enc(len(bodies)))
+            for k, body in enumerate(bodies):
+                body = b"\x00\x00\x0b" if k in drop else body  # no locals; unreachable; end
+                code += enc(len(body)) + body
+            out += bytes([10]) + enc(len(code)) + code
+        else:
+            out += b[start : off + n]
+    return bytes(out)
+
+
+def group(name):
+    name = re.sub(r"::h[0-9a-f]{16}$", "", name)
+    if "slice::sort" in name:
+        return "std sorts"
+    if "serde_path_to_error" in name:
+        return "serde_path_to_error"
+    own = re.search(r"\b(shared|loadshape_app)::([a-z_0-9]+)", name)
+    if own:
+        return own.group(0)
+    crates = re.findall(r"([a-z_][a-z0-9_]*)::", name)
+    return crates[0] if crates else "other"
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    b = open(sys.argv[1], "rb").read()
+    imports, bodies, names = parse(b)
+    if not names:
+        sys.exit(f"{sys.argv[1]} has no name section: build it with wasm-opt -g (see --help)")
+    raw = [names.get(k + imports, "?") for k in range(len(bodies))]
+    demangled = subprocess.run(["c++filt"], input="\n".join(raw), capture_output=True, text=True, check=True)
+    groups = collections.defaultdict(set)
+    for k, name in enumerate(demangled.stdout.split("\n")[: len(bodies)]):
+        groups[group(name)].add(k)
+
+    def gz(x):
+        return len(gzip.compress(x, 9))
+
+    whole = gz(rebuild(b, bodies, set()))
+    print(f"whole module (no names): gzip -9 {whole:,} B")
+    rows = []
+    for g, ks in groups.items():
+        code = sum(len(bodies[k]) for k in ks)
+        if code >= 3000:
+            rows.append((whole - gz(rebuild(b, bodies, ks)), code, len(ks), g))
+    print(f"{'gzip share':>11} {'code':>8} {'fns':>5}  group")
+    for share, code, n, g in sorted(rows, reverse=True):
+        print(f"{share:>11,} {code:>8,} {n:>5}  {g}")
+
+
+if __name__ == "__main__":
+    main()
