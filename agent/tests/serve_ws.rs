@@ -838,12 +838,20 @@ fn stored_run(data_dir: &std::path::Path, run_id: &str, n: u64) {
 
 /// A raw HTTP/1.1 websocket upgrade with the given extra header lines; returns the status line.
 async fn raw_upgrade(addr: std::net::SocketAddr, headers: &str) -> String {
+    raw_request(
+        addr,
+        &format!(
+            "GET /ws?token={TOKEN} HTTP/1.1\r\n{headers}Connection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        ),
+    )
+    .await
+}
+
+/// The status line the agent answers `req` (a whole HTTP/1.1 request) with.
+async fn raw_request(addr: std::net::SocketAddr, req: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut tcp = TcpStream::connect(addr).await.unwrap();
-    let req = format!(
-        "GET /ws?token={TOKEN} HTTP/1.1\r\n{headers}Connection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-    );
     tcp.write_all(req.as_bytes()).await.unwrap();
     let mut buf = vec![0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
@@ -870,6 +878,29 @@ async fn a_request_with_two_host_or_two_origin_headers_is_refused() {
     let two_origins = format!("Host: {own}\r\nOrigin: http://{own}\r\nOrigin: http://evil.example\r\n");
     let status = raw_upgrade(agent.addr, &two_origins).await;
     assert!(status.contains(" 400 "), "{status}");
+}
+
+/// The page's own files answer only to the agent's names too: a rebinding name gets 403, not the page (the token
+/// is not needed for them: the page reads it from the URL's fragment). This agent has no `dist`, so its own
+/// name gets the 404 of a missing file.
+#[tokio::test]
+async fn the_page_is_refused_to_a_foreign_host_or_origin() {
+    let agent = start_agent(tempdir("pagehost"), Arc::new(ReplayDriver::default())).await;
+    let own = agent.addr;
+    let get =
+        |headers: String| async move { raw_request(own, &format!("GET /index.html HTTP/1.1\r\n{headers}\r\n")).await };
+    let status = get(format!("Host: {own}\r\n")).await;
+    assert!(status.contains(" 404 "), "{status}");
+    let status = get(format!("Host: {own}\r\nOrigin: http://{own}\r\n")).await;
+    assert!(status.contains(" 404 "), "{status}");
+    let status = get("Host: attacker.example:8080\r\n".into()).await;
+    assert!(status.contains(" 403 "), "{status}");
+    let status = get(format!("Host: {own}\r\nOrigin: http://evil.example\r\n")).await;
+    assert!(status.contains(" 403 "), "{status}");
+    let status = get(format!("Host: {own}\r\nHost: attacker.example\r\n")).await;
+    assert!(status.contains(" 400 "), "{status}");
+    let status = get(String::new()).await;
+    assert!(status.contains(" 403 "), "no Host at all: {status}");
 }
 
 /// `--allowed-host` names reach the agent (Host and Origin); other names are still refused.

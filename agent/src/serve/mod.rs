@@ -46,7 +46,22 @@ pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
         .route("/ws", get(ws_handler))
         .route("/api/runs/{run_id}/records.jsonl", get(export_records))
         .fallback_service(page)
+        // Host and Origin on every request, the page's files too: a rebinding name gets nothing from the agent,
+        // not even its page (the token stays required where it was: the websocket and the API).
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// The Host and Origin checks of [`check_origin`] in front of every route.
+async fn guard(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match check_origin(&state, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => refusal.into_response(),
+    }
 }
 
 /// `Host` values the agent answers to when bound at `local`: the loopback names, the bound address, and
@@ -225,9 +240,15 @@ struct TokenQuery {
 pub type Refusal = (StatusCode, String);
 
 /// Checks Host, Origin and token; refuses with a status and a plain-text reason before anything else happens.
-/// A request with two `Host` or two `Origin` headers is refused whole: checking only the first would let the
-/// second reach whatever reads the last one.
 pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Refusal> {
+    check_origin(state, headers)?;
+    check_request_token(state, headers, query_token)
+}
+
+/// Checks Host and Origin: the Host must be one of the agent's own addresses (DNS rebinding) and an Origin, when
+/// sent, the agent's page (cross-site). A request with two `Host` or two `Origin` headers is refused whole:
+/// checking only the first would let the second reach whatever reads the last one.
+pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
     for name in [header::HOST, header::ORIGIN] {
         if headers.get_all(&name).iter().count() > 1 {
             return Err((
@@ -257,6 +278,11 @@ pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&
             ));
         }
     }
+    Ok(())
+}
+
+/// Checks the token, from `?token=` or an `Authorization: Bearer` header, in constant time.
+fn check_request_token(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Refusal> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
