@@ -505,7 +505,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                             on:change=move |ev| live.target.set(event_target_value(&ev))
                         >
                             {move || live.targets.get().into_iter().map(|t| {
-                                let label = format!("{} — {} {}", t.name, t.kind, t.model);
+                                let label = target_label(&t);
                                 view! { <option value=t.name.clone()>{label}</option> }
                             }).collect_view()}
                         </select>
@@ -778,12 +778,50 @@ fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
     }
 }
 
+/// A target as the menu shows it: what it is, not its fields (`sim — sim sim` said nothing).
+fn target_label(t: &TargetInfo) -> String {
+    match (&t.fleet, t.kind.as_str()) {
+        (_, "sim") => format!("{} — the built-in emulated engine", t.name),
+        (Some(f), _) => format!("{} — {} on {} replicas", t.name, t.model, f.urls.len()),
+        (None, _) => format!("{} — {} at {}", t.name, t.model, t.url),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+
+    #[test]
+    fn a_target_is_labelled_by_what_it_is() {
+        use shared::protocol::TargetFleetInfo;
+        let t = |name: &str, kind: &str, fleet: Option<usize>| TargetInfo {
+            name: name.into(),
+            kind: kind.into(),
+            url: "http://127.0.0.1:8000/v1".into(),
+            model: "llama".into(),
+            dialect: "vllm".into(),
+            fleet: fleet.map(|n| TargetFleetInfo {
+                urls: vec!["http://127.0.0.1:8000/v1".into(); n],
+                router: None,
+                load_cap: None,
+            }),
+        };
+        assert_eq!(
+            target_label(&t("sim", "sim", None)),
+            "sim — the built-in emulated engine"
+        );
+        assert_eq!(
+            target_label(&t("gpu", "openai", None)),
+            "gpu — llama at http://127.0.0.1:8000/v1"
+        );
+        assert_eq!(
+            target_label(&t("pair", "openai", Some(2))),
+            "pair — llama on 2 replicas"
+        );
+    }
 
     #[test]
     fn parses_jsonl_and_reports_bad_lines() {
