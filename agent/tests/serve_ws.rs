@@ -910,11 +910,26 @@ async fn an_allowed_host_name_is_accepted_and_other_names_refused() {
         tempdir("allowed"),
         Target::sim("builtin"),
         Arc::new(ReplayDriver::default()),
-        &["lab-box.local".into()],
+        &["lab-box.local".into(), "localhost:9000".into()],
         loadshape::serve::WS_WRITE_TIMEOUT,
     )
     .await;
     let port = agent.addr.port();
+    // A tunnel's name and port (`ssh -L 9000:127.0.0.1:PORT`, `--allowed-host localhost:9000`) ...
+    let q = format!("?token={TOKEN}");
+    let tunnel = Some("localhost:9000");
+    assert!(
+        connect_with(agent.addr, &q, Some("http://localhost:9000"), tunnel)
+            .await
+            .is_ok()
+    );
+    // ... at that port only.
+    assert_eq!(
+        connect_with(agent.addr, &q, Some("http://localhost:9001"), Some("localhost:9001"))
+            .await
+            .err(),
+        Some(403)
+    );
     let (name, origin) = (format!("lab-box.local:{port}"), format!("http://lab-box.local:{port}"));
     let q = format!("?token={TOKEN}");
     assert!(connect_with(agent.addr, &q, Some(&origin), Some(&name)).await.is_ok());

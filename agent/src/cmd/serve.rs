@@ -28,8 +28,9 @@ pub struct Args {
     #[arg(long, env = "LOADSHAPE_TOKEN")]
     pub token: Option<String>,
     /// A host name or address the page may be reached by besides the agent's own addresses (its `Host` and
-    /// `Origin` are otherwise refused: DNS rebinding guard). Repeatable.
-    #[arg(long = "allowed-host", value_name = "HOST")]
+    /// `Origin` are otherwise refused: DNS rebinding guard), at the agent's port, or at PORT when given (an
+    /// `ssh -L 9000:127.0.0.1:8080` tunnel: `localhost:9000`). Repeatable.
+    #[arg(long = "allowed-host", value_name = "HOST[:PORT]")]
     pub allowed_hosts: Vec<String>,
     /// Folder holding the Trunk-built page (`index.html` and its assets).
     #[arg(long, env = "LOADSHAPE_DIST", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"))]

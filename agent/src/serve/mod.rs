@@ -87,8 +87,12 @@ pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<Strin
             IpAddr::V6(v6) => format!("[{v6}]"),
         });
     }
-    names.extend(extra.iter().cloned());
     let mut hosts = Vec::new();
+    // An operator's name with its own port (a tunnel or proxy in front: `--allowed-host localhost:9000`) is
+    // allowed at that port only.
+    let (with_port, bare): (Vec<&String>, Vec<&String>) = extra.iter().partition(|h| has_port(h));
+    hosts.extend(with_port.into_iter().cloned());
+    names.extend(bare.into_iter().cloned());
     for name in names {
         let with_port = format!("{name}:{port}");
         if !hosts.contains(&with_port) {
@@ -101,17 +105,48 @@ pub fn allowed_hosts(local: std::net::SocketAddr, extra: &[String]) -> Vec<Strin
     hosts
 }
 
+/// Whether an [`allowed_host`] value carries its own port (`name:port`, `[v6]:port`).
+fn has_port(host: &str) -> bool {
+    match host.strip_prefix('[') {
+        Some(rest) => rest.contains("]:"),
+        None => host.contains(':'),
+    }
+}
+
 /// Checks one `--allowed-host` value and returns it as [`allowed_hosts`] compares it: a DNS name (lowercase) or
-/// an IP address (IPv6 in brackets), without scheme, port or path.
+/// an IP address (IPv6 in brackets), without scheme or path, and optionally with a port (`localhost:9000` for an
+/// `ssh -L 9000:127.0.0.1:8080` tunnel): then the name is allowed at that port instead of the agent's own.
 pub fn allowed_host(value: &str) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "--allowed-host `{value}`: expected a host name or an IP address, optionally with a port, without \
+             scheme or path (e.g. `lab-box.local`, `192.168.1.20` or `localhost:9000`)"
+        )
+    };
     let v = value.trim();
-    let bare = v.strip_prefix('[').and_then(|x| x.strip_suffix(']')).unwrap_or(v);
-    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+    // A port: after `]` for a bracketed IPv6 address, else after the only `:` (a bare IPv6 address has several).
+    let (host, port) = match v.strip_prefix('[').and_then(|x| x.split_once(']')) {
+        Some((inside, "")) => (inside, None),
+        Some((inside, rest)) => (inside, Some(rest.strip_prefix(':').ok_or_else(bad)?)),
+        None => match v.split_once(':') {
+            Some((name, port)) if !port.contains(':') => (name, Some(port)),
+            _ => (v, None),
+        },
+    };
+    let port = match port {
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => format!(":{n}"),
+            _ => return Err(bad()),
+        },
+        None => String::new(),
+    };
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return Ok(match ip {
-            std::net::IpAddr::V4(v4) => v4.to_string(),
-            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+            std::net::IpAddr::V4(v4) => format!("{v4}{port}"),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]{port}"),
         });
     }
+    let v = host;
     let name_ok = !v.is_empty()
         && v.len() <= 253
         && v.split('.').all(|label| {
@@ -122,12 +157,9 @@ pub fn allowed_host(value: &str) -> Result<String, String> {
                 && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
         });
     if !name_ok {
-        return Err(format!(
-            "--allowed-host `{value}`: expected a host name or an IP address, without scheme, port or path \
-             (e.g. `lab-box.local` or `192.168.1.20`)"
-        ));
+        return Err(bad());
     }
-    Ok(v.to_ascii_lowercase())
+    Ok(format!("{}{port}", v.to_ascii_lowercase()))
 }
 
 /// This machine's interface addresses (what an unspecified bind answers on); empty where they cannot be listed.
@@ -437,9 +469,46 @@ mod tests {
         assert_eq!(allowed_host("Lab-Box.local").unwrap(), "lab-box.local");
         assert_eq!(allowed_host("fe80::1").unwrap(), "[fe80::1]");
         assert_eq!(allowed_host("[2001:db8::2]").unwrap(), "[2001:db8::2]");
-        for bad in ["", "http://box", "box:8080", "box/x", "a b", "-box", "box..local"] {
+        // With a port (a tunnel or proxy in front of the agent).
+        assert_eq!(allowed_host("LocalHost:9000").unwrap(), "localhost:9000");
+        assert_eq!(allowed_host("10.0.0.5:443").unwrap(), "10.0.0.5:443");
+        assert_eq!(allowed_host("[::1]:9000").unwrap(), "[::1]:9000");
+        for bad in [
+            "",
+            "http://box",
+            "box/x",
+            "a b",
+            "-box",
+            "box..local",
+            "box:",
+            "box:0",
+            "box:65536",
+            "box:+80",
+            "box:80x",
+            "[::1]x",
+            "[::1]:",
+            ":9000",
+        ] {
             let e = allowed_host(bad).unwrap_err();
-            assert!(e.contains("--allowed-host"), "{e}");
+            assert!(e.contains("--allowed-host"), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn an_allowed_host_with_a_port_is_allowed_at_that_port_only() {
+        let extra = [
+            allowed_host("localhost:9000").unwrap(),
+            allowed_host("lab-box").unwrap(),
+        ];
+        let hosts = allowed_hosts("127.0.0.1:8080".parse().unwrap(), &extra);
+        for h in ["localhost:9000", "localhost:8080", "lab-box:8080"] {
+            assert!(hosts.iter().any(|x| x == h), "{h} missing from {hosts:?}");
+        }
+        assert!(
+            !hosts
+                .iter()
+                .any(|x| x.starts_with("localhost:9000:") || x == "lab-box:9000"),
+            "{hosts:?}"
+        );
     }
 }
