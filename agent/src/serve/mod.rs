@@ -146,10 +146,9 @@ pub fn allowed_host(value: &str) -> Result<String, String> {
             std::net::IpAddr::V6(v6) => format!("[{v6}]{port}"),
         });
     }
-    let v = host;
-    let name_ok = !v.is_empty()
-        && v.len() <= 253
-        && v.split('.').all(|label| {
+    let name_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
                 && !label.starts_with('-')
@@ -159,7 +158,7 @@ pub fn allowed_host(value: &str) -> Result<String, String> {
     if !name_ok {
         return Err(bad());
     }
-    Ok(format!("{}{port}", v.to_ascii_lowercase()))
+    Ok(format!("{}{port}", host.to_ascii_lowercase()))
 }
 
 /// This machine's interface addresses (what an unspecified bind answers on); empty where they cannot be listed.
@@ -271,12 +270,6 @@ struct TokenQuery {
 /// A refused request: its status and a plain-text reason.
 pub type Refusal = (StatusCode, String);
 
-/// Checks Host, Origin and token; refuses with a status and a plain-text reason before anything else happens.
-pub fn check_access(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Refusal> {
-    check_origin(state, headers)?;
-    check_request_token(state, headers, query_token)
-}
-
 /// Checks Host and Origin: the Host must be one of the agent's own addresses (DNS rebinding) and an Origin, when
 /// sent, the agent's page (cross-site). A request with two `Host` or two `Origin` headers is refused whole:
 /// checking only the first would let the second reach whatever reads the last one.
@@ -313,7 +306,8 @@ pub fn check_origin(state: &AppState, headers: &HeaderMap) -> Result<(), Refusal
     Ok(())
 }
 
-/// Checks the token, from `?token=` or an `Authorization: Bearer` header, in constant time.
+/// Checks the token, from `?token=` or an `Authorization: Bearer` header, in constant time: what the websocket and
+/// the API ask beyond [`check_origin`], which [`guard`] has run on every request before a handler sees it.
 fn check_request_token(state: &AppState, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), Refusal> {
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -339,7 +333,7 @@ async fn ws_handler(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
+    if let Err(refusal) = check_request_token(&state, &headers, q.token.as_deref()) {
         return refusal.into_response();
     }
     // Frames above 4× the protocol limit are refused by the socket layer; between the two limits the session
@@ -368,7 +362,7 @@ async fn export_records(
     Path(run_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(refusal) = check_access(&state, &headers, q.token.as_deref()) {
+    if let Err(refusal) = check_request_token(&state, &headers, q.token.as_deref()) {
         return refusal.into_response();
     }
     let path = match state
