@@ -24,14 +24,24 @@ def leb(b, i):
             return r, i
 
 
-def functions(path):
-    b = open(path, "rb").read()
-    i, imported, bodies, names = 8, 0, [], {}
+def sections(b):
+    """Each section of module `b` as (id, start of the section, start of its contents, contents size)."""
+    i, out = 8, []
     while i < len(b):
-        sid = b[i]
+        sid, start = b[i], i
         size, i = leb(b, i + 1)
+        out.append((sid, start, i, size))
+        i += size
+    return out
+
+
+def parse(b):
+    """Module `b`'s function bodies (bytes, in index order after the imported functions) and their names by
+    function index, with the count of imported functions (functions are numbered after them)."""
+    imported, bodies, names = 0, [], {}
+    for sid, _, i, size in sections(b):
         end = i + size
-        if sid == 2:  # imports: functions are numbered after the imported ones
+        if sid == 2:  # imports
             n, j = leb(b, i)
             for _ in range(n):
                 for _ in range(2):  # module and field names
@@ -57,7 +67,7 @@ def functions(path):
             n, j = leb(b, i)
             for _ in range(n):
                 ln, j = leb(b, j)
-                bodies.append(ln)
+                bodies.append(b[j:j + ln])
                 j += ln
         elif sid == 0:
             ln, j = leb(b, i)
@@ -74,8 +84,12 @@ def functions(path):
                             names[idx] = b[k:k + ln].decode("utf8", "replace")
                             k += ln
                     j += ssz
-        i = end
-    return [(names.get(imported + k, f"f{k}"), s) for k, s in enumerate(bodies)]
+    return imported, bodies, names
+
+
+def functions(path):
+    imported, bodies, names = parse(open(path, "rb").read())
+    return [(names.get(imported + k, f"f{k}"), len(body)) for k, body in enumerate(bodies)]
 
 
 GROUPS = [

@@ -17,20 +17,13 @@ section is left out of every measurement (Trunk's bundle has none). Function nam
 """
 import collections
 import gzip
+import os
 import re
 import subprocess
 import sys
 
-
-def leb(b, i):
-    r = s = 0
-    while True:
-        x = b[i]
-        i += 1
-        r |= (x & 0x7F) << s
-        s += 7
-        if x < 0x80:
-            return r, i
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from wasm_fn_sizes import parse, sections  # noqa: E402  (the module reader: scripts/wasm_fn_sizes.py)
 
 
 def enc(n):
@@ -42,74 +35,6 @@ def enc(n):
         else:
             out.append(x)
             return bytes(out)
-
-
-def sections(b):
-    i, out = 8, []
-    while i < len(b):
-        sid, start = b[i], i
-        n, i = leb(b, i + 1)
-        out.append((sid, start, i, n))
-        i += n
-    return out
-
-
-def parse(b):
-    """Imported function count, function bodies, and names by function index."""
-    imports, bodies, names = 0, [], {}
-    for sid, _, off, n in sections(b):
-        j = off
-        if sid == 2:
-            cnt, j = leb(b, j)
-            for _ in range(cnt):
-                for _ in range(2):  # module and field names
-                    ln, j = leb(b, j)
-                    j += ln
-                kind = b[j]
-                j += 1
-                if kind == 0:  # function: type index
-                    _, j = leb(b, j)
-                    imports += 1
-                elif kind == 1:  # table: reftype, limits
-                    flags = b[j + 1]
-                    j += 2
-                    _, j = leb(b, j)
-                    if flags & 1:
-                        _, j = leb(b, j)
-                elif kind == 2:  # memory: limits
-                    flags = b[j]
-                    j += 1
-                    _, j = leb(b, j)
-                    if flags & 1:
-                        _, j = leb(b, j)
-                elif kind == 3:  # global: valtype, mutability
-                    j += 2
-                else:
-                    sys.exit(f"import kind {kind} not handled")
-        elif sid == 10:
-            cnt, j = leb(b, j)
-            for _ in range(cnt):
-                ln, j = leb(b, j)
-                bodies.append(b[j : j + ln])
-                j += ln
-        elif sid == 0:
-            ln, j = leb(b, j)
-            if b[j : j + ln] != b"name":
-                continue
-            j += ln
-            while j < off + n:
-                sub = b[j]
-                sl, j = leb(b, j + 1)
-                end = j + sl
-                if sub == 1:
-                    cnt, j = leb(b, j)
-                    for _ in range(cnt):
-                        idx, j = leb(b, j)
-                        ln, j = leb(b, j)
-                        names[idx] = b[j : j + ln].decode("utf8", "replace")
-                        j += ln
-                j = end
-    return imports, bodies, names
 
 
 def rebuild(b, bodies, drop):
