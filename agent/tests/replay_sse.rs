@@ -669,35 +669,34 @@ async fn hyper_never_puts_a_request_on_a_connection_the_server_is_closing() {
 /// moment), back-to-back requests share one connection again.
 #[tokio::test]
 async fn hyper_reuses_connections_the_server_keeps() {
+    // Requests 1 and 2 on connections of their own (the first one was too fresh to trust), the rest on one.
+    assert_eq!(to_a_keep_alive_server(Dialect::Vllm, 20).await, (2, Some(2)));
+}
+
+/// `n` requests one after another on the hyper path to a server that keeps its connections, with a pause past
+/// [`loadshape::replay::h1::CONFIRM_AFTER`] after the second; each must succeed. Returns the connections the
+/// server accepted and those the client says it opened.
+async fn to_a_keep_alive_server(dialect: Dialect, n: usize) -> (usize, Option<u64>) {
     let (base, accepted) = raw_server(ConnMode::KeepAlive).await;
-    let c = client(HttpClient::Hyper, &base, "m", Endpoint::Completions, Dialect::Vllm);
-    for i in 0..20 {
+    let c = client(HttpClient::Hyper, &base, "m", Endpoint::Completions, dialect);
+    for i in 0..n {
         let o = one(&c).await;
         assert!(o.ok, "{:?}", o.error);
         if i == 1 {
             tokio::time::sleep(loadshape::replay::h1::CONFIRM_AFTER + Duration::from_millis(5)).await;
         }
     }
-    // Requests 1 and 2 on connections of their own (the first one was too fresh to trust), the rest on one.
-    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
-    assert_eq!(c.connections_opened(), Some(2));
+    (
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        c.connections_opened(),
+    )
 }
 
 /// llama.cpp's dialect: a connection per request from the start (its server closes each one after a streamed
 /// response), even against a server that would keep them, and even after idle pauses.
 #[tokio::test]
 async fn hyper_opens_a_connection_per_request_to_llama_cpp() {
-    let (base, accepted) = raw_server(ConnMode::KeepAlive).await;
-    let c = client(HttpClient::Hyper, &base, "m", Endpoint::Completions, Dialect::Llamacpp);
-    for i in 0..6 {
-        let o = one(&c).await;
-        assert!(o.ok, "{:?}", o.error);
-        if i == 1 {
-            tokio::time::sleep(loadshape::replay::h1::CONFIRM_AFTER + Duration::from_millis(5)).await;
-        }
-    }
-    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 6);
-    assert_eq!(c.connections_opened(), Some(6));
+    assert_eq!(to_a_keep_alive_server(Dialect::Llamacpp, 6).await, (6, Some(6)));
 }
 
 both!(a_request_the_server_read_and_dropped_is_not_resent);
