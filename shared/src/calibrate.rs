@@ -581,9 +581,16 @@ const MIN_OPTIONAL_SHARE: f64 = 0.02;
 /// ... and only when it narrows the decode residuals' robust spread (MAD) by at least this.
 const MIN_OPTIONAL_GAIN: f64 = 0.2;
 
+/// The prefill term that only some engines show: a prompt's attention over its own context. An engine whose prefill
+/// cost per token does not grow with context over the lengths probed (the emulated engine's presets, a GPU whose
+/// short prompts leave it underused) fits it at or below 0 — on a loaded runner at −0.0009 ± 0.0004 against
+/// the sim-server emulating 0 (2026-12-03 CI, 30 one-stream records): fixed at 0 like [`OPTIONAL_TERM`], never a
+/// refusal; what is left must then pass the stage's checks.
+const OPTIONAL_PREFILL_TERM: &str = "prefill_ctx_ms_per_ktok";
+
 /// Fit with nonnegative coefficients: a coefficient that comes out negative but within 2 standard errors of 0 is
-/// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit ([`OPTIONAL_TERM`]
-/// excepted: fixed at 0).
+/// fixed at 0 and the rest refitted (noted); one significantly negative refuses the fit ([`OPTIONAL_TERM`] and
+/// [`OPTIONAL_PREFILL_TERM`] excepted: fixed at 0).
 #[inline]
 fn fit_nonneg(
     stage: &'static str,
@@ -625,7 +632,7 @@ fn fit_nonneg(
                 }
                 return Ok((full, full_se, active));
             }
-            Some(k) if names[cols[k]] == OPTIONAL_TERM && cols.len() > 1 => {
+            Some(k) if [OPTIONAL_TERM, OPTIONAL_PREFILL_TERM].contains(&names[cols[k]]) && cols.len() > 1 => {
                 notes.push(format!(
                     "{}: fitted {:.4} ± {:.4}, negative: fixed at 0 (this server shows no such term)",
                     names[cols[k]], b[k], se[k]

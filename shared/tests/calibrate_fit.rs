@@ -196,6 +196,40 @@ fn a_fit_never_returns_nonsense() {
     assert!(e.contains("alone on the server"), "{e}");
 }
 
+/// An engine whose prefill cost per token does not grow with context (the emulated engine's presets have
+/// `prefill_ctx_ms_per_ktok` 0) can fit the term below 0 by more than 2 standard errors: on a loaded CI runner
+/// against the sim-server, −0.0009 ± 0.0004. That is no refusal: the term is fixed at 0, noted, and the rest fitted.
+#[test]
+fn a_negative_prefill_context_term_is_fixed_at_0_not_refused() {
+    let mut p = truth();
+    p.prefill_ctx_ms_per_ktok = 0.0;
+    let mut recs = records_of(&p, &[1, 2, 4, 8], true);
+    // Lone prefills a little cheaper per token the longer they are (concave, still rising with the prompt).
+    for r in &mut recs {
+        if r.gen_tokens <= 2
+            && let (Some(t), Some(n)) = (r.ttft_s, r.prompt_tokens)
+        {
+            r.ttft_s = Some(t - 1e-8 * (n as f64).powi(2));
+        }
+    }
+    let f = fit(&recs, &FitOptions::default()).unwrap_or_else(|e| panic!("refused: {e}"));
+    let c = &f.coefficients["prefill_ctx_ms_per_ktok"];
+    assert_eq!((c.value, c.identified), (0.0, false), "{c:?}");
+    assert!(
+        f.notes
+            .iter()
+            .any(|n| n.starts_with("prefill_ctx_ms_per_ktok: fitted -") && n.contains("fixed at 0")),
+        "{:?}",
+        f.notes
+    );
+    let rate = f.coefficients["prefill_tokens_per_ms"].value;
+    assert!(
+        rate > p.prefill_tokens_per_ms,
+        "a concave prefill fitted linearly is faster per token: {rate}"
+    );
+    assert!(f.prefill.r2 > 0.95, "{:?}", f.prefill);
+}
+
 /// llama.cpp-like: every sequence of a step reads the KV of the whole batch (`batch_kv_ms_per_ktok`), so a decode
 /// step grows with batch × Σcontext. The fit finds the term and the rest as before.
 #[test]
