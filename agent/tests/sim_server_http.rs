@@ -5,9 +5,14 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode};
-use loadshape::sim_server::{Config, Faults, router, tokenize};
+use loadshape::sim_server::{Config, Faults, tokenize};
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
+
+/// The sim-server's routes (its engine thread started).
+fn router(config: Config) -> axum::Router {
+    loadshape::sim_server::router(config).expect("the emulated engine's thread starts")
+}
 
 fn fast() -> Config {
     Config {

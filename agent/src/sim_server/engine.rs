@@ -1,5 +1,11 @@
-//! The real-time engine driver: one tokio task owns the emulated engine, steps it, sleeps each step's duration
+//! The real-time engine driver: one thread owns the emulated engine, steps it, sleeps each step's duration
 //! (divided by `--speed`), and fans the step's events out to per-request channels.
+//!
+//! A thread of its own, not a tokio task, for the clock: tokio's timer ticks in whole milliseconds, so a 7.12 ms
+//! step woke on the next tick and the token gaps came out as 7s and 8s (and less where a late wake caught up),
+//! whose median is not the step; `calibrate` fits median gaps and found `step_fixed_ms` 2 … 6 % off the profile the
+//! sim-server emulates. The thread sleeps to each step's absolute deadline (`std::thread::sleep`: the kernel's
+//! high-resolution timers), so gaps follow the step and a late wake does not carry over.
 //!
 //! The engine is virtual-time: `now_ms` advances by each step's duration; when the engine is idle the clock jumps
 //! to wall time so idle periods pass. A request whose HTTP client went away (its channel closed) is cancelled in the
@@ -10,8 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use std::time::Instant;
+
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
 /// An event for one request.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -117,7 +124,7 @@ impl EngineMetrics {
     }
 }
 
-/// A request handed to the engine task.
+/// A request handed to the engine thread.
 pub struct Submission {
     pub prompt_tokens: u32,
     pub block_hashes: Vec<u64>,
@@ -125,7 +132,7 @@ pub struct Submission {
     pub events: mpsc::UnboundedSender<ReqEvent>,
 }
 
-/// Handle for submitting requests to the engine task.
+/// Handle for submitting requests to the engine thread.
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::UnboundedSender<Submission>,
@@ -134,22 +141,25 @@ pub struct EngineHandle {
 }
 
 impl EngineHandle {
-    /// Start the engine task on the current tokio runtime.
-    pub fn spawn(engine: Box<dyn StepEngine>, speed: f64) -> EngineHandle {
+    /// Start the engine on a thread of its own; it ends when every handle is gone and no request is left.
+    pub fn spawn(engine: Box<dyn StepEngine>, speed: f64) -> std::io::Result<EngineHandle> {
         let (tx, rx) = mpsc::unbounded_channel();
         let metrics = Arc::new(EngineMetrics::default());
         let block_size = engine.block_size();
         // Report from the first scrape on (an idle engine's KV use is 0, its preemptions 0).
         metrics.observe(&*engine);
-        tokio::spawn(drive(engine, speed, rx, metrics.clone()));
-        EngineHandle {
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("sim-engine".into())
+            .spawn(move || drive(engine, speed, rx, m))?;
+        Ok(EngineHandle {
             tx,
             metrics,
             block_size,
-        }
+        })
     }
 
-    /// Submit a request; events arrive on the returned receiver. `None` if the engine task is gone.
+    /// Submit a request; events arrive on the returned receiver. `None` if the engine thread is gone.
     pub fn submit(
         &self,
         prompt_tokens: u32,
@@ -169,7 +179,7 @@ impl EngineHandle {
     }
 }
 
-async fn drive(
+fn drive(
     mut engine: Box<dyn StepEngine>,
     speed: f64,
     mut rx: mpsc::UnboundedReceiver<Submission>,
@@ -183,7 +193,7 @@ async fn drive(
         // Take every queued submission; block for one when idle.
         let (running, waiting) = engine.load();
         if running + waiting == 0 {
-            let Some(sub) = rx.recv().await else { return };
+            let Some(sub) = rx.blocking_recv() else { return };
             now_ms = now_ms.max(origin.elapsed().as_secs_f64() * 1000.0 * speed);
             accept(&mut *engine, now_ms, sub, &mut sinks, &m);
         }
@@ -204,7 +214,7 @@ async fn drive(
         now_ms += duration_ms.max(0.0);
         m.steps_total.fetch_add(1, Ordering::Relaxed);
         let wake = origin + Duration::from_secs_f64((now_ms / speed / 1000.0).max(0.0));
-        tokio::time::sleep_until(wake).await;
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
         for ev in events {
             match ev {
                 ServerEvent::Admitted { id, cached_tokens } => {

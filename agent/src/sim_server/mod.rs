@@ -16,8 +16,8 @@
 //! turn (the prefix of a growing conversation stays byte-stable), `rerender` emulates a template that re-renders
 //! earlier assistant turns (see [`Template::Rerender`]).
 //!
-//! Embedding: [`router`] builds the axum `Router` (call it inside a tokio runtime: it starts the engine task) and
-//! [`serve`] runs it on a listener; `loadshape serve` mounts it as target `sim`.
+//! Embedding: [`router`] starts the engine's thread ([`engine`]) and builds the axum `Router`, and [`serve`] runs it
+//! on a listener; `loadshape serve` mounts it as target `sim`.
 
 pub mod engine;
 pub mod shared_engine;
@@ -155,8 +155,8 @@ struct AppState {
     cache_config: Option<(u32, u64, bool)>,
 }
 
-/// The server's routes. Must be called inside a tokio runtime (it starts the engine task).
-pub fn router(config: Config) -> Router {
+/// The server's routes, and the emulated engine's thread started; an error only when no thread can start.
+pub fn router(config: Config) -> std::io::Result<Router> {
     let mut cache_config = None;
     let engine: Box<dyn StepEngine> = match config.engine {
         EngineChoice::Profile(p) => {
@@ -174,7 +174,8 @@ pub fn router(config: Config) -> Router {
         seed: config.seed,
         tokens_per_piece: config.tokens_per_piece.max(1),
         template: config.template,
-        engine: EngineHandle::spawn(engine, config.speed),
+        engine: EngineHandle::spawn(engine, config.speed)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start the emulated engine's thread: {e}")))?,
         requests: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         cache_config,
@@ -196,7 +197,7 @@ pub fn router(config: Config) -> Router {
     } else {
         router.route("/tokenize", post(tokenize_route))
     };
-    router.with_state(state)
+    Ok(router.with_state(state))
 }
 
 /// `POST /tokenize` in llama.cpp's shape (`{"content": TEXT}` → `{"tokens": [...]}`) or vLLM's (`{"model": M,
@@ -235,7 +236,7 @@ pub async fn serve(
             tracing::debug!("TCP_NODELAY on an accepted connection: {e}");
         }
     });
-    axum::serve(listener, router(config))
+    axum::serve(listener, router(config)?)
         .with_graceful_shutdown(shutdown)
         .await
 }
