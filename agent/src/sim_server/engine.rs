@@ -2,10 +2,10 @@
 //! (divided by `--speed`), and fans the step's events out to per-request channels.
 //!
 //! A thread of its own, not a tokio task, for the clock: tokio's timer ticks in whole milliseconds, so a 7.12 ms
-//! step woke on the next tick and the token gaps came out as 7s and 8s (and less where a late wake caught up),
-//! whose median is not the step; `calibrate` fits median gaps and found `step_fixed_ms` 2 … 6 % off the profile the
-//! sim-server emulates. The thread sleeps to each step's absolute deadline (`std::thread::sleep`: the kernel's
-//! high-resolution timers), so gaps follow the step and a late wake does not carry over.
+//! step would wake on the next tick and the token gaps come out as 7s and 8s, whose median (what `calibrate` fits)
+//! is not the step (docs/calibration.md, "Session 17"). The thread sleeps to each step's absolute deadline
+//! (`std::thread::sleep`: the kernel's high-resolution timers), so gaps follow the step and a late wake does not
+//! carry over.
 //!
 //! The engine is virtual-time: `now_ms` advances by each step's duration; when the engine is idle the clock jumps
 //! to wall time so idle periods pass. A request whose HTTP client went away (its channel closed) is cancelled in the
@@ -14,9 +14,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
