@@ -609,9 +609,8 @@ fn coef_text(b: f64, se: f64) -> String {
 
 /// Fit with nonnegative coefficients: a coefficient that comes out negative but within 2 standard errors of 0, or
 /// significantly negative but negligible ([`MIN_NEGATIVE_SHARE`]; not beside [`OPTIONAL_TERM`]), is fixed at 0
-/// and the rest refitted (noted);
-/// one significantly and materially negative refuses the fit ([`OPTIONAL_TERM`] and [`OPTIONAL_PREFILL_TERM`]
-/// excepted: fixed at 0 however far).
+/// and the rest refitted (noted); one significantly and materially negative refuses the fit ([`OPTIONAL_TERM`] and
+/// [`OPTIONAL_PREFILL_TERM`] excepted: fixed at 0 however far).
 #[inline]
 fn fit_nonneg(
     stage: &'static str,
@@ -623,8 +622,6 @@ fn fit_nonneg(
     let p = names.len();
     let mut active: Vec<bool> = vec![true; p];
     let typical = median(&mut y.iter().map(|v| v.abs()).collect::<Vec<_>>());
-    // The most coefficient `j` at value `b` moves any prediction.
-    let effect = |j: usize, b: f64| x.iter().map(|r| (b * r[j]).abs()).fold(0.0, f64::max);
     loop {
         let cols: Vec<usize> = (0..p).filter(|&j| active[j]).collect();
         let xs: Vec<Vec<f64>> = x.iter().map(|r| cols.iter().map(|&j| r[j]).collect()).collect();
@@ -646,6 +643,8 @@ fn fit_nonneg(
         let worst = (0..cols.len())
             .filter(|&k| b[k] < 0.0)
             .min_by(|&i, &j| (b[i] / se[i].max(1e-300)).total_cmp(&(b[j] / se[j].max(1e-300))));
+        // The most the worst coefficient, at its fitted value, moves any prediction.
+        let moved = worst.map_or(0.0, |k| x.iter().map(|r| (b[k] * r[cols[k]]).abs()).fold(0.0, f64::max));
         match worst {
             None => {
                 let mut full = vec![0.0; p];
@@ -675,17 +674,16 @@ fn fit_nonneg(
             // Not beside the optional term: it is nearly collinear with `per_seq_ms` and `per_ctx_token_ms`, so a
             // significant negative next to it is the term taking their cost, for `fit_decode` to refit without it.
             Some(k)
-                if effect(cols[k], b[k]) < MIN_NEGATIVE_SHARE * typical
+                if moved < MIN_NEGATIVE_SHARE * typical
                     && cols.len() > 1
                     && !cols.iter().any(|&j| names[j] == OPTIONAL_TERM) =>
             {
                 notes.push(format!(
-                    "{}: fitted {}, negative but negligible (it moves no prediction by more than {:.2} ms, {:.1} % \
-                     of the median observation): fixed at 0",
+                    "{}: fitted {}, negative but negligible (it moves no prediction by more than {moved:.2} ms, \
+                     {:.1} % of the median observation): fixed at 0",
                     names[cols[k]],
                     coef_text(b[k], se[k]),
-                    effect(cols[k], b[k]),
-                    100.0 * effect(cols[k], b[k]) / typical
+                    100.0 * moved / typical
                 ));
                 active[cols[k]] = false;
             }

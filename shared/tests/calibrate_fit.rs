@@ -125,6 +125,17 @@ fn records_of(prof: &EngineProfile, batches: &[u32], prefills: bool) -> Vec<Requ
     all
 }
 
+/// Moves the TTFT of every lone-prefill record (the probe's 2-token answers) to `ttft(seconds, prompt tokens)`.
+fn reshape_lone_prefills(recs: &mut [RequestRecord], ttft: impl Fn(f64, f64) -> f64) {
+    for r in recs {
+        if r.gen_tokens <= 2
+            && let (Some(t), Some(p)) = (r.ttft_s, r.prompt_tokens)
+        {
+            r.ttft_s = Some(ttft(t, p as f64));
+        }
+    }
+}
+
 #[test]
 fn fit_recovers_the_engine_that_made_the_records() {
     let p = truth();
@@ -181,13 +192,7 @@ fn a_fit_never_returns_nonsense() {
     assert!(e.contains("decode") && e.contains("usage"), "{e}");
     // TTFTs that fall as prompts grow: a negative cost per token is refused, not written.
     let mut recs = probe_records();
-    for r in &mut recs {
-        if r.gen_tokens <= 2
-            && let (Some(t), Some(p)) = (r.ttft_s, r.prompt_tokens)
-        {
-            r.ttft_s = Some((t - p as f64 * 0.0004).max(0.001));
-        }
-    }
+    reshape_lone_prefills(&mut recs, |t, p| (t - p * 0.0004).max(0.001));
     let e = fit(&recs, &FitOptions::default()).unwrap_err().to_string();
     assert!(e.contains("prefill"), "{e}");
     // No lone prefills at all: only batches of 2 and more, whose users send together.
@@ -205,13 +210,7 @@ fn a_negative_prefill_context_term_is_fixed_at_0_not_refused() {
     p.prefill_ctx_ms_per_ktok = 0.0;
     let mut recs = records_of(&p, &[1, 2, 4, 8], true);
     // Lone prefills a little cheaper per token the longer they are (concave, still rising with the prompt).
-    for r in &mut recs {
-        if r.gen_tokens <= 2
-            && let (Some(t), Some(n)) = (r.ttft_s, r.prompt_tokens)
-        {
-            r.ttft_s = Some(t - 1e-8 * (n as f64).powi(2));
-        }
-    }
+    reshape_lone_prefills(&mut recs, |t, n| t - 1e-8 * n.powi(2));
     let f = fit(&recs, &FitOptions::default()).unwrap_or_else(|e| panic!("refused: {e}"));
     let c = &f.coefficients["prefill_ctx_ms_per_ktok"];
     assert_eq!((c.value, c.identified), (0.0, false), "{c:?}");

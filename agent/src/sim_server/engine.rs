@@ -149,7 +149,8 @@ impl EngineHandle {
         let m = metrics.clone();
         std::thread::Builder::new()
             .name("sim-engine".into())
-            .spawn(move || drive(engine, speed, rx, m))?;
+            .spawn(move || drive(engine, speed, rx, m))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start the emulated engine's thread: {e}")))?;
         Ok(EngineHandle {
             tx,
             metrics,

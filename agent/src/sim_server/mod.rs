@@ -174,8 +174,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
         seed: config.seed,
         tokens_per_piece: config.tokens_per_piece.max(1),
         template: config.template,
-        engine: EngineHandle::spawn(engine, config.speed)
-            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot start the emulated engine's thread: {e}")))?,
+        engine: EngineHandle::spawn(engine, config.speed)?,
         requests: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         cache_config,
