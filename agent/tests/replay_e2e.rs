@@ -766,8 +766,8 @@ async fn scenario_open_and_closed_loop_run_live(hc: &'static str) {
 }
 
 async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
-    // The server drops every connection after 5 tokens: each request gets a record with the transport's error,
-    // none hangs, and the next request opens a new connection.
+    // The server drops every connection after 5 tokens: each request gets a record with the transport's error and
+    // the tokens that arrived, none hangs, and the next request opens a new connection.
     let s = sim(Config {
         faults: Faults {
             drop_after_tokens: Some(5),
@@ -812,8 +812,9 @@ async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
         assert!(!r.ok);
         let e = r.error.as_deref().unwrap_or_default();
         assert!(e.starts_with("stream error"), "{hc}: {e}");
-        // (The engine may hand out several tokens at once, so the drop can come before the first frame.)
-        assert!(r.sse_frames <= 5, "{r:?}");
+        // The server sends exactly 5 tokens, then drops: the record keeps what arrived.
+        assert_eq!(r.gen_tokens, 5, "{r:?}");
+        assert!((1..=5).contains(&r.sse_frames), "{r:?}");
     }
     let meta = sidecar(&out_s, "summary");
     assert_eq!(meta["http_client"], hc);

@@ -469,6 +469,8 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
 #[derive(PartialEq)]
 enum Phase {
     Tokens,
+    /// `--drop-after-tokens`: what was owed is out; the connection goes next.
+    Drop,
     Usage,
     Done,
     End,
@@ -606,6 +608,17 @@ impl Gen {
                         return Some(Ok(Bytes::from(frame)));
                     }
                 }
+                Phase::Drop => {
+                    // hyper writes what the body yields into a buffer and flushes it when the body is pending; a
+                    // body error closes the connection without that flush. So pend once first: the head and the
+                    // tokens sent so far reach the client, as they would from a server that fails mid-stream,
+                    // rather than the connection closing before any response (a connect failure, not a stream one).
+                    tokio::task::yield_now().await;
+                    self.phase = Phase::End;
+                    return Some(Err(std::io::Error::other(
+                        "sim-server dropped the connection (--drop-after-tokens)",
+                    )));
+                }
                 Phase::Tokens => {
                     let ev = self.rx.recv().await;
                     match ev {
@@ -672,10 +685,16 @@ impl Gen {
                             if let Some(d) = f.drop_after_tokens
                                 && after > d
                             {
-                                self.phase = Phase::End;
-                                return Some(Err(std::io::Error::other(
-                                    "sim-server dropped the connection (--drop-after-tokens)",
-                                )));
+                                // The client gets exactly `d` tokens, then the drop.
+                                self.phase = Phase::Drop;
+                                self.pending = d.saturating_sub(self.sent);
+                                if self.pending == 0 {
+                                    continue;
+                                }
+                                let frame = self.token_frame(self.pending, false);
+                                self.sent += self.pending;
+                                self.pending = 0;
+                                return Some(Ok(frame));
                             }
                             if let Some(s) = f.stall_after_tokens
                                 && after > s
