@@ -368,12 +368,10 @@ async fn calibrate_recovers_a_unified_kv_profile() {
     // (worst cell 1.5-1.7 % in those runs).
     assert_decode_steps_within(&p, &fit, 0.05, &errors);
     let kv = c("batch_kv_ms_per_ktok") * SPEED;
-    eprintln!(
-        "batch_kv_ms_per_ktok: relative error {:+.4}",
-        kv / p.batch_kv_ms_per_ktok - 1.0
-    );
+    let kv_error = kv / p.batch_kv_ms_per_ktok - 1.0;
+    eprintln!("batch_kv_ms_per_ktok: relative error {kv_error:+.4}");
     assert!(
-        fit.coefficients["batch_kv_ms_per_ktok"].identified && (kv / p.batch_kv_ms_per_ktok - 1.0).abs() <= 0.5,
+        fit.coefficients["batch_kv_ms_per_ktok"].identified && kv_error.abs() <= 0.5,
         "batch_kv_ms_per_ktok {kv} vs {} (identified, within 50 %)",
         p.batch_kv_ms_per_ktok
     );

@@ -537,6 +537,14 @@ impl Gen {
         )
     }
 
+    /// The frame for the pending tokens, which count as sent from here.
+    fn send_pending(&mut self, last: bool) -> Bytes {
+        let frame = self.token_frame(self.pending, last);
+        self.sent += self.pending;
+        self.pending = 0;
+        frame
+    }
+
     /// One SSE frame carrying tokens `sent..sent+n`.
     fn token_frame(&self, n: u32, last: bool) -> Bytes {
         let mut text = String::with_capacity(n as usize * 8);
@@ -666,11 +674,8 @@ impl Gen {
                                 return Some(Ok(Bytes::from_static(frame.as_bytes())));
                             }
                             if self.pending > 0 {
-                                let frame = self.token_frame(self.pending, true);
-                                self.sent += self.pending;
-                                self.pending = 0;
                                 self.phase = Phase::Usage;
-                                return Some(Ok(frame));
+                                return Some(Ok(self.send_pending(true)));
                             }
                             self.phase = Phase::Usage;
                         }
@@ -691,10 +696,7 @@ impl Gen {
                                 if self.pending == 0 {
                                     continue;
                                 }
-                                let frame = self.token_frame(self.pending, false);
-                                self.sent += self.pending;
-                                self.pending = 0;
-                                return Some(Ok(frame));
+                                return Some(Ok(self.send_pending(false)));
                             }
                             if let Some(s) = f.stall_after_tokens
                                 && after > s
@@ -703,10 +705,7 @@ impl Gen {
                                 self.stalled = true;
                                 tokio::time::sleep(Duration::from_millis(f.stall_ms)).await;
                             }
-                            let frame = self.token_frame(self.pending, last);
-                            self.sent += self.pending;
-                            self.pending = 0;
-                            return Some(Ok(frame));
+                            return Some(Ok(self.send_pending(last)));
                         }
                     }
                 }
