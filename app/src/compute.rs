@@ -581,7 +581,7 @@ pub fn default_sessions_scenario() -> Option<Scenario> {
 }
 
 /// Multipliers of the current load for the sweep.
-const SWEEP: [f64; 10] = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0];
+pub const SWEEP: [f64; 10] = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0];
 
 /// The scenario's workload with its load scaled by `factor` ([`Workload::scaled`]), without the counterfactual runs
 /// (a sweep point draws only goodput and throughput).
