@@ -59,6 +59,13 @@ if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERS
   cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
 fi
 
+if ! cargo install --list | grep -qx "wasm_split_cli_support v$WASM_SPLIT_VERSION:"; then
+  step "cargo install wasm_split_cli_support $WASM_SPLIT_VERSION (wasm-split-cli: the page's lazy modules)"
+  # Built at opt-level 1 without LTO, like trunk: it splits the page in well under a second either way.
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+    cargo install wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --features build-binary --locked
+fi
+
 apt_done
 # binaryen 132 from npm for wasm-opt: Debian's binaryen 108 builds a page that stays blank.
 if [ "$(wasm-opt --version 2>/dev/null | awk '{print $3}')" != "132" ]; then

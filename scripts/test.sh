@@ -26,7 +26,7 @@ printf '{"goog:chromeOptions":{"binary":"/usr/bin/chromium","args":[%s]}}\n' \
 run "cargo fmt --check" cargo fmt --all --check
 run "no import loops between files (ARCHITECTURE.md)" python3 scripts/import_cycles.py shared/src agent/src app/src
 run "clippy (native)" cargo clippy --all-targets --locked -- -D warnings
-run "clippy (wasm32: shared, app)" cargo clippy -p loadshape-shared -p loadshape-app --lib --bins --target $WASM --locked -- -D warnings
+run "clippy (wasm32: shared, app)" cargo clippy -p loadshape-shared -p loadshape-app --features loadshape-app/split --lib --bins --target $WASM --locked -- -D warnings
 run "unit and integration tests (native)" cargo test --locked
 run "real server: replay against llama.cpp's llama-server" env LOADSHAPE_LLAMA_SERVER="$LLAMA_SERVER" \
   LOADSHAPE_LLAMA_MODEL="$LLAMA_MODEL" LOADSHAPE_REQUIRE_REAL_SERVER=1 cargo test --locked -p loadshape --test real_server

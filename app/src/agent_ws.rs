@@ -53,6 +53,13 @@ impl Status {
     }
 }
 
+/// Opens the connection. The socket and the decoding of the agent's messages load on demand (a split point, see
+/// `crate::other_views`): a page without a token never fetches them.
+#[cfg_attr(feature = "split", lazy)]
+async fn open(conn: AgentConn) {
+    conn.connect(0);
+}
+
 type Handler = Arc<dyn Fn(&ServerMsg) + Send + Sync>;
 type ConnectHandler = Arc<dyn Fn() + Send + Sync>;
 
@@ -74,8 +81,8 @@ pub struct AgentConn {
 }
 
 impl AgentConn {
-    /// A connection for the page's token; opens it at once when there is one.
-    pub fn start(token: Option<String>) -> AgentConn {
+    /// A connection for the page's token; opens it once `after` resolves, when there is one.
+    pub fn start(token: Option<String>, after: impl Future<Output = ()> + 'static) -> AgentConn {
         let conn = AgentConn {
             status: RwSignal::new(if token.is_some() {
                 Status::Connecting
@@ -93,7 +100,10 @@ impl AgentConn {
             fatal: StoredValue::new(false),
         };
         if conn.token.get_value().is_some() {
-            conn.connect(0);
+            spawn_local(async move {
+                after.await;
+                open(conn).await;
+            });
         }
         conn
     }

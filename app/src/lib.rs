@@ -8,6 +8,9 @@
 //! - [`metric::Metric`]: one summary value, rendered with `data-metric="<field name>"` and `data-value`.
 //! - [`offload`]: runs the simulations in a Web Worker (the same wasm module, see [`worker`] and [`wire`]), so
 //!   large runs never freeze the page; the main thread computes when no worker can start.
+//! - Split points (`#[lazy]`, below and in [`agent_ws`]): the compare, ladder and live views, the trace card and the
+//!   agent link are modules of their own, loaded after the first render, so the first module holds what the
+//!   explorer needs for its first result (docs/page.md, "Modules loaded on demand").
 
 pub mod agent_ws;
 pub mod capacity_live;
@@ -37,6 +40,7 @@ pub mod worker;
 #[cfg(all(test, target_arch = "wasm32"))]
 wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 
+use futures_util::FutureExt;
 use leptos::prelude::*;
 
 use agent_ws::AgentConn;
@@ -75,10 +79,12 @@ impl View {
 /// The whole page.
 #[component]
 pub fn App() -> impl IntoView {
-    let conn = AgentConn::start(url::token());
-    provide_context(conn);
     let ex = state::Explorer::from_url();
     provide_context(ex);
+    // What loads on demand waits for the explorer's first result (or its error).
+    let settled = ex.settled().shared();
+    let conn = AgentConn::start(url::token(), settled.clone());
+    provide_context(conn);
     let view = RwSignal::new(View::Explorer);
     // For "Use in explorer" buttons in other views.
     provide_context(view);
@@ -114,19 +120,10 @@ pub fn App() -> impl IntoView {
         <main class="page">
             <section class="view" id="view-explorer" class:hidden=move || view.get() != View::Explorer>
                 <explorer::ExplorerView ex=ex/>
-                <trace_panel::TracePanel ex=ex/>
+                {later(settled.clone(), move || trace_panel(ex))}
                 <seed_panel::SeedPanel/>
             </section>
-            <section class="view" id="view-compare" class:hidden=move || view.get() != View::Compare>
-                <compare::CompareView ex=ex/>
-            </section>
-            <section class="view" id="view-ladder" class:hidden=move || view.get() != View::Ladder>
-                <ladder_panel::LadderPanel ex=ex/>
-            </section>
-            <section class="view" id="view-live" class:hidden=move || view.get() != View::Live>
-                <live::LivePanel ex=ex conn=conn/>
-                <HandshakePanel conn=conn/>
-            </section>
+            {later(settled.clone(), move || other_views(OtherViews { ex, conn, view }))}
         </main>
         <footer class="foot">
             <span>"loadshape " {shared::version::LOADSHAPE_VERSION}</span>
@@ -134,6 +131,61 @@ pub fn App() -> impl IntoView {
             <span>"all simulation runs in your browser (wasm); nothing leaves this page unless you launch a live run"</span>
         </footer>
     }
+}
+
+// Code loaded on demand. With the `split` feature (the page's build, index.html) each `#[lazy]` function below is a
+// split point: `scripts/page_split.sh` moves the code only it reaches into a module of its own, fetched the first
+// time it is called, so the page's first module holds what the explorer needs for its first result (docs/page.md,
+// "Modules loaded on demand"). Without it (the wasm tests, which mount the page unsplit) they are plain async
+// functions. Every view is still mounted at start (hidden, not removed); the modules load once the explorer has shown
+// its first result (`Explorer::settled`), so they never compete with it for the main thread.
+
+/// Renders a view whose code loads on demand, once `after` resolves; nothing shows until it has loaded.
+fn later<F>(
+    after: impl Future<Output = ()> + Send + 'static,
+    view: impl FnOnce() -> F + Send + 'static,
+) -> impl IntoView
+where
+    F: Future<Output = AnyView> + Send + 'static,
+{
+    let view = Suspend::new(async move {
+        after.await;
+        view().await
+    });
+    view! { <Suspense fallback=|| ()>{view}</Suspense> }
+}
+
+/// What the compare, ladder and live views take.
+#[derive(Clone, Copy)]
+struct OtherViews {
+    ex: state::Explorer,
+    conn: AgentConn,
+    view: RwSignal<View>,
+}
+
+/// The compare, ladder and live views (with the fit and live capacity cards): one module.
+#[cfg_attr(feature = "split", lazy)]
+async fn other_views(a: OtherViews) -> AnyView {
+    let OtherViews { ex, conn, view } = a;
+    view! {
+        <section class="view" id="view-compare" class:hidden=move || view.get() != View::Compare>
+            <compare::CompareView ex=ex/>
+        </section>
+        <section class="view" id="view-ladder" class:hidden=move || view.get() != View::Ladder>
+            <ladder_panel::LadderPanel ex=ex/>
+        </section>
+        <section class="view" id="view-live" class:hidden=move || view.get() != View::Live>
+            <live::LivePanel ex=ex conn=conn/>
+            <HandshakePanel conn=conn/>
+        </section>
+    }
+    .into_any()
+}
+
+/// The explorer's trace card (reading a Mooncake trace file): one module.
+#[cfg_attr(feature = "split", lazy)]
+async fn trace_panel(ex: state::Explorer) -> AnyView {
+    view! { <trace_panel::TracePanel ex=ex/> }.into_any()
 }
 
 /// The connection pill in the header: `data-status` and the agent's version.

@@ -17,6 +17,9 @@ use crate::compute::{self, Outcome, SweepPoint};
 use crate::offload::{self, Lane, now_ms};
 use crate::wire::{Done, Job};
 
+/// The longest [`Explorer::settled`] waits for the first result.
+pub const SETTLE_GRACE: Duration = Duration::from_secs(2);
+
 /// Quiet time after the last edit before recomputing, milliseconds.
 pub const DEBOUNCE_MS: u64 = 90;
 
@@ -75,6 +78,32 @@ pub struct Explorer {
 }
 
 impl Explorer {
+    /// Resolves once the explorer has settled its first scenario (shown a result, or said why it shows none), or
+    /// after [`SETTLE_GRACE`] if it is still computing (a large scenario, in the worker). What the page loads on
+    /// demand waits for this, so it never competes with the first result for the main thread.
+    pub fn settled(self) -> impl Future<Output = ()> + Send + 'static {
+        let (tx, rx) = futures_channel::oneshot::channel::<()>();
+        let tx = StoredValue::new(Some(tx));
+        let fire = move || {
+            if let Some(tx) = tx.try_update_value(Option::take).flatten() {
+                let _ = tx.send(());
+            }
+        };
+        Effect::new(move || {
+            if self.first_result_ms.get().is_some()
+                || self.compute_error.get().is_some()
+                || self.error.get().is_some()
+                || self.needs_run.get()
+            {
+                fire();
+            }
+        });
+        set_timeout(fire, SETTLE_GRACE);
+        async move {
+            let _ = rx.await;
+        }
+    }
+
     /// State for the page URL: the scenario from `#s=...` when it decodes, else the default with a message.
     pub fn from_url() -> Explorer {
         let (hash, search) = crate::url::location_parts();

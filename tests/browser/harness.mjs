@@ -15,10 +15,10 @@ export const BIN = process.env.LOADSHAPE_BIN || path.join(ROOT, 'target/debug/lo
 export const SHOTS = path.join(ROOT, 'artifacts/screenshots');
 
 /** Starts `loadshape serve` on 127.0.0.1:<free port>; resolves to { url, origin, token, child, stop }. */
-export async function startAgent(extraArgs = [], env = {}) {
+export async function startAgent(extraArgs = [], env = {}, dist = path.join(ROOT, 'dist')) {
   const token = randomBytes(32).toString('hex');  // the agent refuses tokens under 128 bits
   const dataDir = mkdtempSync(path.join(tmpdir(), 'loadshape-e2e-'));
-  const child = spawn(BIN, ['serve', '--port', '0', '--token', token, '--dist', path.join(ROOT, 'dist'),
+  const child = spawn(BIN, ['serve', '--port', '0', '--token', token, '--dist', dist,
     '--data-dir', dataDir, ...extraArgs], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });

@@ -8,7 +8,8 @@
 //   source scripts/env.sh; PAGE_BUILD=1 node tests/browser/measure_engine.mjs
 // times the engine as the page ships it instead: scripts/bench_wasm built with the page's profile (root
 // Cargo.toml's [profile.wasm-release]: opt-level "z", `shared` at 3, LTO, one codegen unit, panic abort) and
-// passed through wasm-opt with index.html's level and flags; WASM_OPT_PARAMS="..." replaces the flags (e.g.
+// passed through wasm-opt with the page's level and flags (scripts/page_split.sh's WASM_OPT_FLAGS);
+// WASM_OPT_PARAMS="..." replaces the flags after the level (e.g.
 // `WASM_OPT_PARAMS=--converge`, the flags before the bundle work, to alternate old and new).
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -33,13 +34,15 @@ if (process.env.PAGE_BUILD === '1') {
     { cwd: crate, env: { ...process.env, CARGO_TARGET_DIR: pageTarget }, stdio: 'inherit' });
   execFileSync('wasm-bindgen', ['--target', 'web', '--no-typescript', '--out-dir', dir,
     path.join(pageTarget, 'wasm32-unknown-unknown/release/loadshape_wasm_bench.wasm')], { stdio: 'inherit' });
-  const html = readFileSync(path.join(ROOT, 'index.html'), 'utf8');
-  const level = html.match(/data-wasm-opt="([^"]+)"/)?.[1] ?? 'z';
-  const params = (process.env.WASM_OPT_PARAMS ?? html.match(/data-wasm-opt-params="([^"]*)"/)?.[1] ?? '')
-    .split(/\s+/).filter(Boolean);
+  const split = readFileSync(path.join(ROOT, 'scripts/page_split.sh'), 'utf8');
+  const flags = split.match(/^WASM_OPT_FLAGS=\(([^)]*)\)/m)?.[1].split(/\s+/).filter(Boolean);
+  if (!flags) throw new Error('scripts/page_split.sh has no WASM_OPT_FLAGS=(...)');
+  const level = flags.find((f) => /^-O/.test(f)) ?? '-Oz';
+  const params = process.env.WASM_OPT_PARAMS === undefined
+    ? flags.filter((f) => f !== level) : process.env.WASM_OPT_PARAMS.split(/\s+/).filter(Boolean);
   const bg = path.join(dir, 'loadshape_wasm_bench_bg.wasm');
-  execFileSync('wasm-opt', [`-O${level}`, bg, '-o', bg, ...params], { stdio: 'inherit' });
-  console.log(`page build: wasm-opt -O${level} ${params.join(' ')}`);
+  execFileSync('wasm-opt', [level, bg, '-o', bg, ...params], { stdio: 'inherit' });
+  console.log(`page build: wasm-opt ${level} ${params.join(' ')}`);
 } else {
   execFileSync('wasm-bindgen', ['--target', 'web', '--no-typescript', '--out-dir', dir, wasm], { stdio: 'inherit' });
 }

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Trunk's post_build hook (Trunk.toml): splits the page's wasm at its `#[lazy]` functions and optimizes it.
+#
+# Trunk 0.21 runs cargo, then wasm-bindgen, with no step between them, and a split must happen there: wasm-split reads
+# the linker's relocations (app/build.rs links the page with --emit-relocs) and the bindgen'd module must be the split
+# main module. So Trunk builds as usual, wasm-opt off (index.html), and this hook redoes the last steps on cargo's
+# output, writing over Trunk's two staged files under the same names:
+#   1. wasm-split-cli (crate wasm_split_cli_support, scripts/setup.sh): the main module, one module per split point
+#      (`split_*`) and per piece of code that only split points share (`chunk_*`), and the link file that fetches
+#      them;
+#   2. wasm-bindgen on the main module, keeping the function table's export (the split modules import it);
+#   3. wasm-opt on every module, with the flags measured in docs/page.md, "Budget".
+# The split modules and the link file get content-hashed names (the main module's own name is Trunk's hash), so a
+# browser cache can never pair a new main module with an old split module.
+set -euo pipefail
+# Cargo's target dir as Trunk's cargo saw it (env.sh would default it, and a plain `trunk build` uses ./target).
+target_dir="$(cargo metadata --format-version 1 --no-deps \
+  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+
+# Each flag measured on the gzip'd bundle: docs/page.md, "Budget".
+WASM_OPT_FLAGS=(-Oz --converge --low-memory-unused --ignore-implicit-traps --zero-filled-memory --strip-producers
+  --strip-target-features --reorder-functions-by-name)
+
+staging="${TRUNK_STAGING_DIR:?run by trunk build (Trunk.toml), which sets TRUNK_STAGING_DIR}"
+input="$target_dir/wasm32-unknown-unknown/wasm-release/loadshape-app.wasm"
+[ -f "$input" ] || { echo "page_split: $input missing (index.html builds the page with profile wasm-release)" >&2; exit 1; }
+glue=("$staging"/loadshape-app-*.js)
+[ ${#glue[@]} = 1 ] && [ -f "${glue[0]}" ] || { echo "page_split: expected one loadshape-app-*.js in $staging" >&2; exit 1; }
+name="$(basename "${glue[0]}" .js)"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+wasm-split-cli --target web --out-name "$name" "$input" "$work/split"
+wasm-bindgen --target web --no-typescript --keep-lld-exports --out-dir "$work/bindgen" --out-name "$name" \
+  "$work/split/$name.wasm"
+wasm-opt "${WASM_OPT_FLAGS[@]}" "$work/bindgen/${name}_bg.wasm" -o "$staging/${name}_bg.wasm"
+
+link="$work/split/__wasm_split.js"
+for module in "$work"/split/*.wasm; do
+  base="$(basename "$module" .wasm)"
+  [ "$base" != "$name" ] || continue
+  wasm-opt "${WASM_OPT_FLAGS[@]}" "$module" -o "$work/$base.wasm"
+  hashed="$base-$(sha256sum "$work/$base.wasm" | cut -c1-16).wasm"
+  mv "$work/$base.wasm" "$staging/$hashed"
+  grep -q "\"./$base.wasm\"" "$link" || { echo "page_split: $base.wasm is not named in the link file" >&2; exit 1; }
+  sed -i "s|\"./$base.wasm\"|\"./$hashed\"|" "$link"
+done
+link_name="$name-split-$(sha256sum "$link" | cut -c1-16).js"
+cp "$link" "$staging/$link_name"
+# The glue imports the link file once per split point, under wasm-bindgen's names for the imports.
+grep -q '^import \* as [a-z0-9_]* from "./__wasm_split.js"' "$work/bindgen/$name.js" \
+  || { echo "page_split: wasm-bindgen's glue does not import ./__wasm_split.js" >&2; exit 1; }
+sed "s|^\(import \* as [a-z0-9_]* from \)\"./__wasm_split.js\"|\1\"./$link_name\"|" "$work/bindgen/$name.js" \
+  > "$staging/$name.js"
