@@ -1,12 +1,12 @@
 // Measures the page's own "computed in your browser in X ms" figure for scenario files (not a test: a benchmark).
-//   LOADSHAPE_BIN=target/debug/loadshape node tests/browser/measure_compute.mjs [FILE...] [--runs N]
+//   LOADSHAPE_BIN=target/debug/loadshape node tests/browser/measure_compute.mjs [FILE...] [--runs N] [--dist DIR]
 // For each file: opens the CLI's share link in headless Chromium, then moves the TTFT-SLO slider N times (default
 // 15; an SLO edit recomputes the whole scenario) and prints the page's data-compute-ms for the first computation
 // (a cold page: V8 runs new wasm in its baseline tier first) and the median and minimum of the recomputations
 // (what a user dragging a slider sees). With `--settle`, each move waits until the load sweep that follows a result
 // has finished and the page is idle, so the figure is the computation alone, not the computation competing with
 // the page drawing the previous result and running the sweep (on a 2-core machine that doubles the median).
-// Needs dist/ built (trunk build --release).
+// Needs dist/ built (trunk build --release); `--dist DIR` serves another build of the page.
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { BIN, ROOT, launchBrowser, startAgent } from './harness.mjs';
@@ -16,8 +16,10 @@ const runsAt = args.indexOf('--runs');
 const runs = runsAt >= 0 ? Number(args.splice(runsAt, 2)[1]) : 15;
 const settleAt = args.indexOf('--settle');
 const settle = settleAt >= 0 && args.splice(settleAt, 1).length > 0;
+const distAt = args.indexOf('--dist');
+const dist = distAt >= 0 ? args.splice(distAt, 2)[1] : path.join(ROOT, 'dist');
 const files = args.length ? args : [path.join(ROOT, 'examples/engine-sessions-10k.json')];
-const agent = await startAgent();
+const agent = await startAgent([], {}, dist);
 const browser = await launchBrowser();
 try {
   for (const file of files) {
