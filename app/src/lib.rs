@@ -2,7 +2,8 @@
 //!
 //! Layout: a header (brand, views, agent status), then one view at a time: the what-if [`explorer`], the A/B
 //! [`compare`] view, the [`ladder_panel`], the [`live`] panel. Every view stays mounted (hidden, not removed) so
-//! scripts can read any `data-metric` at any time. Principal pieces:
+//! scripts can read any `data-metric` at any time, once its module has loaded (the split points below). Principal
+//! pieces:
 //! - [`agent_ws::AgentConn`]: the websocket to the agent (`#token=...` in the page URL), with `data-status`.
 //! - [`seed_panel::SeedPanel`]: the seed model's three profiles, computed in wasm, each in `data-profile="<name>"`.
 //! - [`metric::Metric`]: one summary value, rendered with `data-metric="<field name>"` and `data-value`.
