@@ -903,6 +903,67 @@ async fn the_page_is_refused_to_a_foreign_host_or_origin() {
     assert!(status.contains(" 403 "), "no Host at all: {status}");
 }
 
+/// The page's files are served with `Cache-Control: no-cache`: a browser revalidates each one (a 304 when it is
+/// unchanged) and never pairs a cached index.html with the modules of another build (the page loads some of its
+/// modules on demand: docs/page.md, "Modules loaded on demand").
+#[tokio::test]
+async fn the_page_is_revalidated_on_every_load() {
+    let dir = tempdir("pagecache");
+    let dist = dir.join("no-dist"); // the dist `start_agent` serves
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("index.html"), "<!DOCTYPE html><title>page</title>").unwrap();
+    std::fs::write(dist.join("page_bg.wasm"), b"\0asm\x01\0\0\0").unwrap();
+    let agent = start_agent(dir, Arc::new(ReplayDriver::default())).await;
+    let own = agent.addr;
+    for path in ["/", "/index.html", "/page_bg.wasm"] {
+        let head = raw_head(own, &format!("GET {path} HTTP/1.1\r\nHost: {own}\r\n\r\n")).await;
+        assert!(head.starts_with("HTTP/1.1 200 "), "{path}: {head}");
+        assert_eq!(
+            header_of(&head, "cache-control").as_deref(),
+            Some("no-cache"),
+            "{path}: {head}"
+        );
+        let modified = header_of(&head, "last-modified").unwrap_or_else(|| panic!("{path}: no Last-Modified: {head}"));
+        let again = raw_head(
+            own,
+            &format!("GET {path} HTTP/1.1\r\nHost: {own}\r\nIf-Modified-Since: {modified}\r\n\r\n"),
+        )
+        .await;
+        assert!(again.starts_with("HTTP/1.1 304 "), "{path}: {again}");
+    }
+}
+
+/// The head of the answer to one raw HTTP/1.1 request (status line and headers).
+async fn raw_head(addr: std::net::SocketAddr, req: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
+            .await
+            .expect("no answer in 10 s")
+            .unwrap();
+        assert!(
+            n > 0,
+            "the connection closed before the head ended: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    text[..text.find("\r\n\r\n").unwrap()].to_string()
+}
+
+/// A header's value in a response head, by case-insensitive name.
+fn header_of(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_string())
+    })
+}
+
 /// `--allowed-host` names reach the agent (Host and Origin); other names are still refused.
 #[tokio::test]
 async fn an_allowed_host_name_is_accepted_and_other_names_refused() {

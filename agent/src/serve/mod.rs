@@ -22,6 +22,7 @@ use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tower_http::services::{ServeDir, ServeFile};
+use tower_http::set_header::SetResponseHeader;
 
 pub use runs::{Runs, Target};
 
@@ -41,7 +42,13 @@ pub const WS_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 
 /// The agent's routes over `state`, serving the page from `dist`.
 pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
-    let page = ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html")));
+    // `no-cache`: the browser revalidates every file (a 304 when it is unchanged, cheap on loopback), so a cached
+    // index.html never names the modules of an older build (the page loads some of them on demand).
+    let page = SetResponseHeader::overriding(
+        ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html"))),
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
     Router::new()
         .route("/ws", get(ws_handler))
         .route("/api/runs/{run_id}/records.jsonl", get(export_records))
