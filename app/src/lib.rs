@@ -10,8 +10,8 @@
 //! - [`offload`]: runs the simulations in a Web Worker (the same wasm module, see [`worker`] and [`wire`]), so
 //!   large runs never freeze the page; the main thread computes when no worker can start.
 //! - Split points (`#[lazy]`, below and in [`agent_ws`]): the compare, ladder and live views, the trace card and the
-//!   agent link are modules of their own, loaded after the first render, so the first module holds what the
-//!   explorer needs for its first result (docs/page.md, "Modules loaded on demand").
+//!   agent link are modules of their own, loaded once the explorer has shown its first result, so the first module
+//!   holds what the explorer needs for it (docs/page.md, "Modules loaded on demand").
 
 pub mod agent_ws;
 pub mod capacity_live;
