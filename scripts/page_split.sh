@@ -13,16 +13,23 @@
 # The split modules and the link file get content-hashed names (the main module's own name is Trunk's hash), so a
 # browser cache can never pair a new main module with an old split module.
 set -euo pipefail
-# Cargo's target dir as Trunk's cargo saw it (env.sh would default it, and a plain `trunk build` uses ./target).
-target_dir="$(cargo metadata --format-version 1 --no-deps \
-  | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+# Cargo's target dir as Trunk's cargo saw it: env.sh would give CARGO_TARGET_DIR a default, and a plain
+# `trunk build` (no env.sh) builds in ./target.
+caller_target_dir="${CARGO_TARGET_DIR-}"
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+if [ -n "$caller_target_dir" ]; then export CARGO_TARGET_DIR="$caller_target_dir"; else unset CARGO_TARGET_DIR; fi
+metadata="$(cargo metadata --format-version 1 --no-deps --manifest-path "$LOADSHAPE_ROOT/Cargo.toml")" \
+  || { echo "page_split: cargo metadata failed" >&2; exit 1; }
+target_dir="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])' <<<"$metadata")"
 
 # Each flag measured on the gzip'd bundle: docs/page.md, "Budget".
 WASM_OPT_FLAGS=(-Oz --converge --low-memory-unused --ignore-implicit-traps --zero-filled-memory --strip-producers
   --strip-target-features --reorder-functions-by-name)
 
 staging="${TRUNK_STAGING_DIR:?run by trunk build (Trunk.toml), which sets TRUNK_STAGING_DIR}"
+for tool in wasm-split-cli wasm-bindgen wasm-opt; do
+  command -v "$tool" >/dev/null || { echo "page_split: $tool is not installed: run scripts/setup.sh" >&2; exit 1; }
+done
 input="$target_dir/wasm32-unknown-unknown/wasm-release/loadshape-app.wasm"
 [ -f "$input" ] || { echo "page_split: $input missing (index.html builds the page with profile wasm-release)" >&2; exit 1; }
 glue=("$staging"/loadshape-app-*.js)
