@@ -56,7 +56,7 @@ done
 link_name="$name-split-$(sha256sum "$link" | cut -c1-16).js"
 cp "$link" "$staging/$link_name"
 # The glue imports the link file once per split point, under wasm-bindgen's names for the imports.
-grep -q '^import \* as [a-z0-9_]* from "./__wasm_split.js"' "$work/bindgen/$name.js" \
+link_import='^\(import \* as [a-z0-9_]* from \)"./__wasm_split.js"'
+grep -q "$link_import" "$work/bindgen/$name.js" \
   || { echo "page_split: wasm-bindgen's glue does not import ./__wasm_split.js" >&2; exit 1; }
-sed "s|^\(import \* as [a-z0-9_]* from \)\"./__wasm_split.js\"|\1\"./$link_name\"|" "$work/bindgen/$name.js" \
-  > "$staging/$name.js"
+sed "s|$link_import|\1\"./$link_name\"|" "$work/bindgen/$name.js" > "$staging/$name.js"

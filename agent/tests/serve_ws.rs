@@ -850,19 +850,7 @@ async fn raw_upgrade(addr: std::net::SocketAddr, headers: &str) -> String {
 
 /// The status line the agent answers `req` (a whole HTTP/1.1 request) with.
 async fn raw_request(addr: std::net::SocketAddr, req: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(10), tcp.read(&mut buf))
-        .await
-        .expect("no answer in 10 s")
-        .unwrap();
-    String::from_utf8_lossy(&buf[..n])
-        .lines()
-        .next()
-        .unwrap_or("")
-        .to_string()
+    raw_head(addr, req).await.lines().next().unwrap_or("").to_string()
 }
 
 /// Only the first Host and Origin used to be checked: a second one rode along (101).
