@@ -50,13 +50,16 @@ if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
   # Built without trunk's own fat LTO and at opt-level 1: the install took 248 s instead of 373 s (2 cores,
   # 2026-12-02), and a `trunk build --release` of the page takes the same time (46.9 / 46.6 s against 47.0 /
   # 46.4 s, alternated) for the same bytes: trunk only orchestrates cargo, wasm-bindgen and wasm-opt.
+  # --no-default-features: no TLS stack (rustls, ring) and no crates.io update check, which an offline build never
+  # uses: 380 s instead of 409 s, the page byte-identical (docs/measurements.md, "CI, cold on a fresh machine").
   CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
-    cargo install trunk --version "$TRUNK_VERSION" --locked
+    cargo install trunk --version "$TRUNK_VERSION" --locked --no-default-features
 fi
 if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
   step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (must equal Cargo.lock)"
-  # Not --locked: the CLI's own lock names a crate version the registry no longer serves.
-  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+  # Not --locked: the CLI's own lock names a crate version the registry no longer serves. --no-default-features:
+  # no rustls; the test runner talks plain HTTP to chromedriver on 127.0.0.1 (188 s instead of 218 s).
+  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --no-default-features
 fi
 
 if ! cargo install --list | grep -qx "wasm_split_cli_support v$WASM_SPLIT_VERSION:"; then
