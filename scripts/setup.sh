@@ -47,12 +47,12 @@ rustup component list --installed | grep -q '^rustfmt' || rustup component add r
 
 if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
   step "cargo install trunk $TRUNK_VERSION (trunk 0.22 needs a newer rustc)"
-  # Built without trunk's own fat LTO and at opt-level 1: the install took 248 s instead of 373 s (2 cores,
-  # 2026-12-02), and a `trunk build --release` of the page takes the same time (46.9 / 46.6 s against 47.0 /
-  # 46.4 s, alternated) for the same bytes: trunk only orchestrates cargo, wasm-bindgen and wasm-opt.
-  # --no-default-features: no TLS stack (rustls, ring) and no crates.io update check, which an offline build never
-  # uses: 380 s instead of 409 s, the page byte-identical (docs/measurements.md, "CI, cold on a fresh machine").
-  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+  # Built without trunk's own fat LTO, at opt-level 0 and without its default features (no TLS stack, no
+  # crates.io update check: an offline build uses neither): the install takes 202 s instead of 409 s with the
+  # default features at opt-level 1 (2 cores, 2026-12-03, fresh target dirs), and the page's `trunk build
+  # --release` is byte-identical and as fast: trunk only orchestrates cargo, wasm-bindgen and wasm-opt, and its own
+  # code was 0.02-0.08 % of the build's CPU samples (docs/measurements.md, "CI, cold on a fresh machine").
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
     cargo install trunk --version "$TRUNK_VERSION" --locked --no-default-features
 fi
 if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
@@ -64,8 +64,10 @@ fi
 
 if ! cargo install --list | grep -qx "wasm_split_cli_support v$WASM_SPLIT_VERSION:"; then
   step "cargo install wasm_split_cli_support $WASM_SPLIT_VERSION (wasm-split-cli: the page's lazy modules)"
-  # Built at opt-level 1 without LTO, like trunk: it splits the page in well under a second either way.
-  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=1 \
+  # Built at opt-level 0 without LTO, like trunk: 36 s instead of 73 s at opt-level 1, for byte-identical modules
+  # split in 0.5 s instead of 0.1 s (2026-12-03). Not so wasm-bindgen-cli: at opt-level 0 its test runner spends
+  # 50-60 s more on the wasm tests every run (docs/measurements.md, "CI, cold on a fresh machine").
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
     cargo install wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --features build-binary --locked
 fi
 
