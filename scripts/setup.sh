@@ -45,15 +45,22 @@ fi
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 
+# `cargo install` at opt-level 0, without LTO, for the build tools whose own code is a sliver of the time they run:
+# they install in about half the time and do the same work. Not wasm-bindgen-cli: at opt-level 0 its test runner
+# spends 50-60 s more on the wasm tests every run (docs/measurements.md, "CI, cold on a fresh machine").
+install_unoptimized() {
+  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
+    cargo install "$@"
+}
+
 if [ "$(trunk --version 2>/dev/null)" != "trunk $TRUNK_VERSION" ]; then
   step "cargo install trunk $TRUNK_VERSION (trunk 0.22 needs a newer rustc)"
-  # Built without trunk's own fat LTO, at opt-level 0 and without its default features (no TLS stack, no
-  # crates.io update check: an offline build uses neither): the install takes 202 s instead of 409 s with the
-  # default features at opt-level 1 (2 cores, 2026-12-03, fresh target dirs), and the page's `trunk build
-  # --release` is byte-identical and as fast: trunk only orchestrates cargo, wasm-bindgen and wasm-opt, and its own
-  # code was 0.02-0.08 % of the build's CPU samples (docs/measurements.md, "CI, cold on a fresh machine").
-  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
-    cargo install trunk --version "$TRUNK_VERSION" --locked --no-default-features
+  # Unoptimized and without its default features (no TLS stack, no crates.io update check: an offline build uses
+  # neither): the install takes 202 s instead of 409 s with the default features at opt-level 1 (2 cores,
+  # 2026-12-03, fresh target dirs), and the page's `trunk build --release` is byte-identical and as fast: trunk only
+  # orchestrates cargo, wasm-bindgen and wasm-opt, and its own code was 0.02-0.08 % of the build's CPU samples
+  # (docs/measurements.md, "CI, cold on a fresh machine").
+  install_unoptimized trunk --version "$TRUNK_VERSION" --locked --no-default-features
 fi
 if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
   step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (must equal Cargo.lock)"
@@ -64,11 +71,9 @@ fi
 
 if ! cargo install --list | grep -qx "wasm_split_cli_support v$WASM_SPLIT_VERSION:"; then
   step "cargo install wasm_split_cli_support $WASM_SPLIT_VERSION (wasm-split-cli: the page's lazy modules)"
-  # Built at opt-level 0 without LTO, like trunk: 36 s instead of 73 s at opt-level 1, for byte-identical modules
-  # split in 0.5 s instead of 0.1 s (2026-12-03). Not so wasm-bindgen-cli: at opt-level 0 its test runner spends
-  # 50-60 s more on the wasm tests every run (docs/measurements.md, "CI, cold on a fresh machine").
-  CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
-    cargo install wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --features build-binary --locked
+  # Unoptimized, like trunk: 36 s instead of 73 s at opt-level 1, for byte-identical modules split in 0.5 s instead
+  # of 0.1 s (2026-12-03).
+  install_unoptimized wasm_split_cli_support --version "$WASM_SPLIT_VERSION" --features build-binary --locked
 fi
 
 apt_done
