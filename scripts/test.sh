@@ -38,7 +38,8 @@ run "wasm-bindgen tests in headless Chromium" env CHROMEDRIVER=/usr/bin/chromedr
 run "page unit tests (wasm32, headless Chromium)" env CHROMEDRIVER=/usr/bin/chromedriver \
   WASM_BINDGEN_TEST_WEBDRIVER_JSON="$webdriver_json" cargo test -p loadshape-app --target $WASM --locked --lib
 run "trunk build --release --offline" trunk build --release --offline
-run "seed equivalence (python seed vs loadshape simulate)" bash scripts/check_seed.sh
+run "seed equivalence (python seed vs loadshape simulate)" \
+  env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" bash scripts/check_seed.sh
 run "browser end-to-end (agent + page in headless Chromium)" \
   env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" node tests/browser/run.mjs
 
