@@ -7,7 +7,7 @@ the function names, which Trunk's build strips, so build the same module with na
     source scripts/env.sh && trunk build --release --offline      # cargo's wasm for the page, as Trunk builds it
     W=$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/loadshape-app.wasm
     wasm-bindgen --target web --no-typescript --out-dir /tmp/wb "$W"
-    wasm-opt -g -Oz <the data-wasm-opt-params of index.html> /tmp/wb/loadshape-app_bg.wasm -o /tmp/wb/named.wasm
+    wasm-opt -g -Oz <WASM_OPT_FLAGS of scripts/page_split.sh> /tmp/wb/loadshape-app_bg.wasm -o /tmp/wb/named.wasm
     python3 scripts/bench/wasm_gzip_share.py /tmp/wb/named.wasm
 
 For each group (a crate, or a module of `shared` and the page; std's sort instances on their own) the module is
