@@ -51,8 +51,9 @@ while IFS= read -r module; do
 done < <(ls -S "$work"/split/*.wasm)
 mkdir "$work/opt"
 running=0
+cores="$(nproc)"
 for module in "$work/bindgen/${name}_bg.wasm" "${split_modules[@]}"; do
-  if [ "$running" -ge "$(nproc)" ]; then
+  if [ "$running" -ge "$cores" ]; then
     wait -n || { echo "page_split: wasm-opt failed" >&2; exit 1; }
     running=$((running - 1))
   fi
@@ -68,9 +69,8 @@ mv "$work/opt/${name}_bg.wasm" "$staging/${name}_bg.wasm"
 link="$work/split/__wasm_split.js"
 for module in "${split_modules[@]}"; do
   base="$(basename "$module" .wasm)"
-  mv "$work/opt/$base.wasm" "$work/$base.wasm"
-  hashed="$base-$(sha256sum "$work/$base.wasm" | cut -c1-16).wasm"
-  mv "$work/$base.wasm" "$staging/$hashed"
+  hashed="$base-$(sha256sum "$work/opt/$base.wasm" | cut -c1-16).wasm"
+  mv "$work/opt/$base.wasm" "$staging/$hashed"
   grep -q "\"./$base.wasm\"" "$link" || { echo "page_split: $base.wasm is not named in the link file" >&2; exit 1; }
   sed -i "s|\"./$base.wasm\"|\"./$hashed\"|" "$link"
 done

@@ -6,7 +6,7 @@
 # tests run. Those mostly wait on real time (live calibrations and capacity searches against the emulated engine),
 # so the builds take the idle cores. They run at SCHED_IDLE, so a timed test never waits for a
 # core they hold, and in a target dir of their own, as cargo holds a target dir's lock while its tests run. Their
-# output is shown after the native steps. docs/measurements.md, "CI, cold on a fresh machine", has what this saves.
+# output is shown after the native steps. docs/measurements.md, "CI, cold project", has what this saves.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$LOADSHAPE_ROOT/scripts/setup.sh" --with-real-server
