@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # Installs whatever is missing to build and test loadshape on a fresh Debian 12 + rustup machine.
 # Idempotent: a second run checks versions and installs nothing. Only package registries are used.
-# --with-real-server also builds llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh, cached
-# outside the clone) for the real-server tests; scripts/test.sh passes it, scripts/run.sh does not.
+#   scripts/setup.sh                     what scripts/run.sh needs: the agent and the page
+#   scripts/setup.sh --with-real-server  ... and llama.cpp's llama-server with a tiny model (scripts/realserver/setup.sh,
+#                                        cached outside the clone), for the real-server tests
+#   scripts/setup.sh --native            only what the native checks need (rustup's clippy and rustfmt): scripts/test.sh
+#                                        runs this first and the rest in the background, beside its native steps
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
+mode="${1:-}"
+case "$mode" in
+  "" | --with-real-server | --native) ;;
+  *) echo "setup.sh: unknown option '$mode' (expected --with-real-server or --native)" >&2; exit 2 ;;
+esac
+
+rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+[ "$mode" != --native ] || exit 0
 
 need_apt=()
 command -v chromium >/dev/null || need_apt+=(chromium)
@@ -13,7 +25,7 @@ command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 command -v node >/dev/null || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # llama.cpp's build needs cmake (scripts/realserver/setup.sh): in the same apt run.
-[ "${1:-}" != "--with-real-server" ] || command -v cmake >/dev/null || need_apt+=(cmake)
+[ "$mode" != --with-real-server ] || command -v cmake >/dev/null || need_apt+=(cmake)
 # apt runs in the background while cargo builds trunk and wasm-bindgen-cli (it mostly downloads and unpacks; those
 # compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`.
 apt_pid=""
@@ -42,9 +54,6 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   step "rustup: wasm32-unknown-unknown"
   rustup target add wasm32-unknown-unknown
 fi
-rustup component list --installed | grep -q '^clippy' || rustup component add clippy
-rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
-
 # `cargo install` at opt-level 0, without LTO, for the build tools whose own code is a sliver of the time they run:
 # they install in about half the time and do the same work. Not wasm-bindgen-cli: at opt-level 0 its test runner
 # spends 50-60 s more on the wasm tests every run (docs/measurements.md, "CI, cold on a fresh machine").
@@ -97,7 +106,7 @@ if [ "$("$kube_venv/bin/pip" show kubernetes-validate 2>/dev/null | awk '/^Versi
   "$kube_venv/bin/pip" install -q -r deploy/kubernetes/requirements.txt
 fi
 
-if [ "${1:-}" = "--with-real-server" ]; then
+if [ "$mode" = --with-real-server ]; then
   step "real server: llama.cpp llama-server + tiny model (built once, cached in ${LOADSHAPE_LLAMA_DIR:-~/.cache/loadshape-llama})"
   bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh"
 fi

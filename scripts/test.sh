@@ -2,14 +2,15 @@
 # The README's test command, and what CI runs (.ci/run calls this): installs what is missing, then runs every
 # check and test suite, stopping at the first failure.
 #
-# The page's builds (wasm32: clippy, docs, the wasm test binaries, trunk) run in the background while the native
-# tests run. Those mostly wait on real time (live calibrations and capacity searches against the emulated engine),
-# so the builds take the idle cores. They run at SCHED_IDLE, so a timed test never waits for a
-# core they hold, and in a target dir of their own, as cargo holds a target dir's lock while its tests run. Their
+# The installs the native steps do not need (apt, the wasm32 target, the page's tools, npm and pip packages, llama.cpp)
+# and the page's builds (wasm32: clippy, docs, the wasm test binaries, trunk) run in the background while the native
+# steps run. Those compile and then mostly wait on real time (live calibrations and capacity searches against the
+# emulated engine), so the background takes the idle cores. It runs at SCHED_IDLE, so a timed test never waits for
+# a core it holds, and builds in a target dir of its own, as cargo holds a target dir's lock while its tests run. Its
 # output is shown after the native steps. docs/measurements.md, "CI, cold project", has what this saves.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-bash "$LOADSHAPE_ROOT/scripts/setup.sh" --with-real-server
+bash "$LOADSHAPE_ROOT/scripts/setup.sh" --native
 eval "$(bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh" --paths)"
 cd "$LOADSHAPE_ROOT"
 # The tests' scratch files (std::env::temp_dir, node's os.tmpdir, Chromium's and chromedriver's profiles) go to one
@@ -48,57 +49,60 @@ page_docs() {
 wasm_tests() { page_cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*' "$@"; }
 page_unit_tests() { page_cargo test -p loadshape-app --target $WASM --locked --lib "$@"; }
 page_build() { CARGO_TARGET_DIR="$LOADSHAPE_WASM_TARGET_DIR" trunk build --release --offline; }
-page_builds() {
+background() {
+  run "installs (scripts/setup.sh --with-real-server)" bash "$LOADSHAPE_ROOT/scripts/setup.sh" --with-real-server
   run "clippy (wasm32: shared, app)" page_clippy
   run "cargo doc (wasm32: shared, app; no warnings)" page_docs
   run "build the wasm-bindgen tests" wasm_tests --no-run
   run "build the page unit tests" page_unit_tests --no-run
   run "trunk build --release --offline" page_build
-  echo "$passed" >"$page_log.passed"
+  echo "$passed" >"$bg_log.passed"
 }
 
-# Ends the background builds if a step fails first: the processes this script started, by PID.
+# Ends the background job if a step fails first: the processes this script started, by PID. Not apt-get and what it
+# runs: stopped midway, it would leave Debian's package database locked and half-configured, so it is left to finish.
 kill_tree() {
   local child
+  case "$(ps -o comm= -p "$1" 2>/dev/null)" in apt-get | sudo) return ;; esac
   for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
   kill "$1" 2>/dev/null || true
 }
-page_pid=""
-page_log="$(mktemp)"
+bg_pid=""
+bg_log="$(mktemp)"
 cleanup() {
   local status=$?
-  [ -z "$page_pid" ] || kill_tree "$page_pid"
+  [ -z "$bg_pid" ] || kill_tree "$bg_pid"
   if [ "$status" = 0 ]; then rm -rf "$scratch"; else echo "the tests' scratch files are kept in $scratch" >&2; fi
 }
 trap cleanup EXIT
+
+step "the installs and the page's builds: started in the background (shown after the native steps)"
+(
+  chrt -i -p 0 "$BASHPID" 2>/dev/null || renice -n 19 -p "$BASHPID" >/dev/null
+  passed=0
+  background
+) >"$bg_log" 2>&1 &
+bg_pid=$!
 
 run "cargo fmt --check" cargo fmt --all --check
 run "no import loops between files (ARCHITECTURE.md)" python3 scripts/import_cycles.py shared/src agent/src app/src
 run "clippy (native)" cargo clippy --all-targets --locked -- -D warnings
 run "build the native tests" cargo test --locked --no-run
-
-step "the page's builds: started in the background (shown after the native steps)"
-(
-  chrt -i -p 0 "$BASHPID" 2>/dev/null || renice -n 19 -p "$BASHPID" >/dev/null
-  passed=0
-  page_builds
-) >"$page_log" 2>&1 &
-page_pid=$!
-
 run "unit and integration tests (native)" cargo test --locked
-run "kubernetes manifests (schemas and shard semantics)" bash scripts/check_manifests.sh "$CARGO_TARGET_DIR/debug/loadshape"
 run "cargo doc (native: shared, agent; no warnings)" env RUSTDOCFLAGS="-D warnings" \
   cargo doc --no-deps --locked -p loadshape-shared -p loadshape
 
-step "the page's builds (they ran in the background)"
+step "the installs and the page's builds (they ran in the background)"
 t0=$SECONDS
-page_status=0
-wait "$page_pid" || page_status=$?
-page_pid=""
-cat "$page_log"
-passed=$((passed + $(cat "$page_log.passed" 2>/dev/null || echo 0)))
-[ "$page_status" = 0 ] || { echo "the page's builds failed (above)" >&2; exit 1; }
-echo "-- the page's builds: done, waited $((SECONDS - t0)) s for them"
+bg_status=0
+wait "$bg_pid" || bg_status=$?
+bg_pid=""
+cat "$bg_log"
+passed=$((passed + $(cat "$bg_log.passed" 2>/dev/null || echo 0)))
+[ "$bg_status" = 0 ] || { echo "the installs or the page's builds failed (above)" >&2; exit 1; }
+echo "-- the installs and the page's builds: done, waited $((SECONDS - t0)) s for them"
+
+run "kubernetes manifests (schemas and shard semantics)" bash scripts/check_manifests.sh "$CARGO_TARGET_DIR/debug/loadshape"
 
 # After the page's builds, not beside them: llama-server computes for real, and a build on the other core (even at
 # SCHED_IDLE: the two cores can share one physical core) slowed it in calibrate's probe and not in the held-out run,
