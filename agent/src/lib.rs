@@ -10,6 +10,11 @@ pub mod serve;
 pub mod sim_server;
 pub mod tracefile;
 
+/// The unit tests' scratch folders: the integration tests' helper, one file for both.
+#[cfg(test)]
+#[path = "../tests/common/scratch.rs"]
+pub(crate) mod scratch;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

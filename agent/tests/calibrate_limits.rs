@@ -4,6 +4,10 @@
 use loadshape::cmd::calibrate::{Discovered, check_runs, parse_cache_config, parse_props, read_runs};
 use serde_json::json;
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 #[test]
 fn llamacpp_props_give_slots_and_context() {
     // llama.cpp `--parallel 4 -c 32768`: each slot gets 8,192 tokens.
@@ -55,11 +59,8 @@ fn vllm_cache_config_info_gives_the_kv_geometry() {
     assert_eq!(none, Discovered::default());
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-calimits-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir
+fn tmp(name: &str) -> Scratch {
+    Scratch::new(&format!("calimits-{name}"))
 }
 
 /// `n` records of requests `gap_s` apart, each 1 s long with its first token at 0.1 s and 20 tokens out.

@@ -13,6 +13,10 @@ use loadshape::sim_server::{self, Config, EngineChoice};
 use loadshape::{Cli, Command};
 use shared::engine::EngineProfile;
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 const SPEED: f64 = 2.0;
 
 fn truth() -> EngineProfile {
@@ -39,11 +43,8 @@ fn truth() -> EngineProfile {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-calib-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir
+fn tmp(name: &str) -> Scratch {
+    Scratch::new(&format!("calib-{name}"))
 }
 
 fn calibrate_args(args: &[&str]) -> calibrate::Args {

@@ -12,9 +12,12 @@ use clap::Parser as _;
 use loadshape::cmd::capacity;
 use loadshape::sim_server::{Config, EngineChoice};
 
+#[path = "common/scratch.rs"]
+mod scratch;
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
 use loadshape::{Cli, Command};
+use scratch::Scratch;
 use serde_json::{Value, json};
 use shared::engine::EngineProfile;
 
@@ -27,11 +30,8 @@ fn profile() -> EngineProfile {
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-capacity-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir
+fn tmp(name: &str) -> Scratch {
+    Scratch::new(&format!("capacity-{name}"))
 }
 
 fn write_scenario(dir: &Path, workload: Value) -> PathBuf {

@@ -6,6 +6,9 @@ use serde_json::Value;
 use shared::ladder::{Ladder, Shape, Weighting, stats};
 
 mod common;
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 fn loadshape(args: &[&str]) -> Output {
     common::loadshape(args, None)
@@ -192,8 +195,7 @@ fn fit_example_logs() {
 
 #[test]
 fn fit_reports_bad_lines() {
-    let dir = std::env::temp_dir().join(format!("loadshape-ladder-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let dir = Scratch::new("ladder-cli");
     let path = dir.join("bad.jsonl");
     std::fs::write(
         &path,
@@ -216,13 +218,11 @@ fn fit_reports_bad_lines() {
         notes.contains("skipped 2 malformed row(s)") && notes.contains("growth per step assumed"),
         "{notes}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn fit_names_the_line_that_is_not_utf8() {
-    let dir = std::env::temp_dir().join(format!("loadshape-ladder-cli-utf8-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let dir = Scratch::new("ladder-cli-utf8");
     let path = dir.join("latin1.csv");
     // A BOM, then a Latin-1 `é` on line 3: the BOM is skipped, line 3 is reported (it used to refuse the whole
     // file with "stream did not contain valid UTF-8").
@@ -238,5 +238,4 @@ fn fit_names_the_line_that_is_not_utf8() {
     assert!(err.contains("line 3: not valid UTF-8"), "{err}");
     let v = json_of(&["ladder", "fit", &p, "--skip-bad", "--json"]);
     assert_eq!(v["targets"]["requests"], 2);
-    std::fs::remove_dir_all(dir).ok();
 }

@@ -5,6 +5,9 @@ use std::process::Output;
 
 mod common;
 use common::loadshape;
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 const SEED_FORM: &str = include_str!("../../examples/seed-baseline.json");
 
@@ -14,10 +17,8 @@ fn scenario_file(dir: &std::path::Path, body: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn tempdir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-link-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("link-cli-{name}"))
 }
 
 fn stdout(out: &Output) -> String {
@@ -39,7 +40,6 @@ fn encodes_a_file_and_decodes_it_back() {
     let mut original: serde_json::Value = serde_json::from_str(SEED_FORM).unwrap();
     original["version"] = serde_json::json!(1);
     assert_eq!(decoded, original);
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -74,7 +74,6 @@ fn bad_links_fail_with_a_message() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{bad}: expected `{expect}` in: {err}");
     }
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -88,7 +87,6 @@ fn invalid_scenario_file_names_the_field() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("max_batch_slots"), "{err}");
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]
@@ -110,7 +108,6 @@ fn decode_reads_the_link_from_stdin() {
     // Encoding with no argument reads the scenario from stdin too.
     let out = loadshape(&["link"], Some(SEED_FORM));
     assert_eq!(stdout(&out), link);
-    std::fs::remove_dir_all(dir).ok();
 }
 
 #[test]

@@ -2,17 +2,17 @@
 //! so the errors of the matching seed are exactly 0), the seeds' spread, the live runs' spread, and refusals.
 
 mod common;
+#[path = "common/scratch.rs"]
+mod scratch;
 
 use std::path::PathBuf;
 
 use common::loadshape;
+use scratch::Scratch;
 use serde_json::{Value, json};
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("loadshape-predict-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-    d
+fn dir(name: &str) -> Scratch {
+    Scratch::new(&format!("predict-{name}"))
 }
 
 fn profile() -> Value {

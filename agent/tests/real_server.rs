@@ -7,12 +7,16 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use shared::record::{RequestRecord, UsageSource};
+
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
@@ -72,10 +76,10 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
-/// Starts `llama-server` with `slots` parallel slots and waits until `/health` answers 200.
-fn start(server: &str, model: &str, slots: u32) -> Llama {
+/// Starts `llama-server` with `slots` parallel slots, its log in `dir`, and waits until `/health` answers 200.
+fn start(server: &str, model: &str, slots: u32, dir: &Path) -> Llama {
     let port = free_port();
-    let log = std::env::temp_dir().join(format!("loadshape-llama-{}-{port}.log", std::process::id()));
+    let log = dir.join(format!("llama-{port}.log"));
     let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
     let err = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
     let child = Command::new(server)
@@ -126,15 +130,9 @@ fn start(server: &str, model: &str, slots: u32) -> Llama {
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-real-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir.join(name)
-}
-
-/// `loadshape replay` of 2 agent sessions × 3 steps through `endpoint`, then its records.
-fn replay(llama: &Llama, endpoint: &str) -> Vec<RequestRecord> {
-    let out = tmp(&format!("{endpoint}.jsonl"));
+/// `loadshape replay` of 2 agent sessions × 3 steps through `endpoint` (its records in `dir`), then its records.
+fn replay(llama: &Llama, dir: &Path, endpoint: &str) -> Vec<RequestRecord> {
+    let out = dir.join(format!("{endpoint}.jsonl"));
     let out_s = out.to_string_lossy().into_owned();
     let run = Command::new(BIN)
         .args(["replay", "--url", &llama.base, "--out", &out_s, "--endpoint", endpoint])
@@ -278,11 +276,12 @@ fn check_sessions(records: &[RequestRecord], endpoint: &str) -> f64 {
 fn sessions_through_every_route_have_exact_lengths_designed_prompts_and_reuse_the_prefix() {
     let _one = one_at_a_time();
     let Some((server, model)) = paths() else { return };
-    let llama = start(&server, &model, 2);
+    let dir = Scratch::new("real");
+    let llama = start(&server, &model, 2, &dir);
     // Every dialect route llama.cpp speaks: its prompt as sent, its chat template, its Anthropic Messages converter.
     let mut medians = Vec::new();
     for endpoint in ["completions", "chat", "messages"] {
-        let records = replay(&llama, endpoint);
+        let records = replay(&llama, &dir, endpoint);
         medians.push((endpoint, check_sessions(&records, endpoint)));
     }
     eprintln!("realized/designed prompt tokens, median per route: {medians:.4?}");
@@ -333,8 +332,9 @@ fn run_ok(llama: &Llama, args: &[&str]) -> String {
 fn calibrate_and_predict_against_the_real_server() {
     let _one = one_at_a_time();
     let Some((server, model)) = paths() else { return };
-    let llama = start(&server, &model, 4);
-    let cal = tmp("cal");
+    let dir = Scratch::new("real");
+    let llama = start(&server, &model, 4, &dir);
+    let cal = dir.join("cal");
     let cal_s = cal.to_string_lossy().into_owned();
     // A loaded machine can garble a probe's timings (frames read in bunches, a descheduled server thread), and
     // then the fit refuses them ("the model explains too little"), as it should: one more probe is allowed.
@@ -407,7 +407,7 @@ fn calibrate_and_predict_against_the_real_server() {
         );
     }
     assert!(failed.is_empty(), "probe requests failed: {failed:#?}");
-    let refit = tmp("refit");
+    let refit = dir.join("refit");
     let mut args = vec!["calibrate", "--out", refit.to_str().unwrap_or_default()];
     args.extend(from.iter().map(String::as_str));
     run_ok(&llama, &args);
@@ -480,15 +480,15 @@ fn calibrate_and_predict_against_the_real_server() {
     // never used, and llama-server's slot choice (least recently used) and prompt order (by slot) depend on what
     // ran before (docs/calibration.md, "Like with like").
     drop(llama);
-    let llama = start(&server, &model, 4);
-    let scenario = tmp("heldout.json");
+    let llama = start(&server, &model, 4, &dir);
+    let scenario = dir.join("heldout.json");
     let sc = serde_json::json!({"model": "engine",
         "workload": {"kind": "sessions", "ladder": "1000:3,1000:3,1000:3,1000:3,1000:3,1000:3", "gen_tokens": 48,
                      "tool_tokens": 150, "think_s": 0.3, "stagger_s": 0.3, "duration_s": 120.0},
         "profile": serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
         "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 3});
     std::fs::write(&scenario, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let (scenario_s, live) = (scenario.to_string_lossy().into_owned(), tmp("heldout.jsonl"));
+    let (scenario_s, live) = (scenario.to_string_lossy().into_owned(), dir.join("heldout.jsonl"));
     let live_s = live.to_string_lossy().into_owned();
     run_ok(
         &llama,

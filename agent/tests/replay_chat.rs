@@ -4,7 +4,7 @@
 //! rerender`) the reuse collapses and the report flags it; `--endpoint messages` (the Anthropic Messages API) runs
 //! the same sessions. Each run is a few seconds.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -20,6 +20,10 @@ mod sim_server_helper;
 
 use sim_server_helper::Sim;
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 async fn sim(template: Template) -> Sim {
     sim_server_helper::start(Config {
         speed: 20.0,
@@ -27,12 +31,6 @@ async fn sim(template: Template) -> Sim {
         ..Config::default()
     })
     .await
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-chat-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir.join(name)
 }
 
 fn records(path: &Path) -> Vec<RequestRecord> {
@@ -129,9 +127,10 @@ fn check_records(recs: &[RequestRecord]) {
 /// both ways of sending tool outputs; the report says the reuse is as designed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_message_sessions_reuse_their_prefix() {
+    let dir = Scratch::new("chat");
     let s = sim(Template::Stable).await;
     for tr in ["tool", "user"] {
-        let out = tmp(&format!("chat-stable-{tr}.jsonl"));
+        let out = dir.join(format!("chat-stable-{tr}.jsonl"));
         let stdout = sessions(&s.base, &out, &["--endpoint", "chat", "--tool-results", tr]).await;
         let recs = records(&out);
         check_records(&recs);
@@ -154,9 +153,10 @@ async fn chat_message_sessions_reuse_their_prefix() {
 /// the reuse collapses, and both the live report and `loadshape report` flag it (summary.json too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_that_rerenders_earlier_turns_collapses_reuse_and_is_flagged() {
+    let dir = Scratch::new("chat");
     let stable = sim(Template::Stable).await;
     let rerender = sim(Template::Rerender).await;
-    let (out_a, out_b) = (tmp("chat-a.jsonl"), tmp("chat-b.jsonl"));
+    let (out_a, out_b) = (dir.join("chat-a.jsonl"), dir.join("chat-b.jsonl"));
     let args = ["--endpoint", "chat", "--nonce", "11"];
     sessions(&stable.base, &out_a, &args).await;
     let stdout = sessions(&rerender.base, &out_b, &args).await;
@@ -209,9 +209,10 @@ async fn a_template_that_rerenders_earlier_turns_collapses_reuse_and_is_flagged(
 /// chat; against the re-rendering template it collapses too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_sessions_run_against_sim_server() {
+    let dir = Scratch::new("chat");
     let s = sim(Template::Stable).await;
     for tr in ["tool", "user"] {
-        let out = tmp(&format!("messages-{tr}.jsonl"));
+        let out = dir.join(format!("messages-{tr}.jsonl"));
         let stdout = sessions(&s.base, &out, &["--endpoint", "messages", "--tool-results", tr]).await;
         let recs = records(&out);
         check_records(&recs);
@@ -222,7 +223,7 @@ async fn messages_sessions_run_against_sim_server() {
         assert!(stdout.contains("Successful requests:"), "{stdout}");
     }
     let r = sim(Template::Rerender).await;
-    let out = tmp("messages-rerender.jsonl");
+    let out = dir.join("messages-rerender.jsonl");
     sessions(&r.base, &out, &["--endpoint", "messages"]).await;
     let recs = records(&out);
     check_records(&recs);

@@ -3,7 +3,7 @@
 //! SIGTERM mid-run (every started request has a record line). Each test is bounded to a few seconds. Every test runs
 //! through both HTTP clients: `both!` makes a `hyper` and a `reqwest` test of each `async fn name(hc)`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -48,15 +48,12 @@ mod sim_server_helper;
 
 use sim_server_helper::Sim;
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 async fn sim(config: Config) -> Sim {
     sim_server_helper::start(config).await
-}
-
-/// A file for the run of one client (the `hyper` and `reqwest` tests of a case run at the same time).
-fn tmp(hc: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-e2e-{}-{hc}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir.join(name)
 }
 
 /// A metric's value from the sim-server's /metrics.
@@ -126,8 +123,9 @@ fn fast() -> Config {
 }
 
 async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     let s = sim(fast()).await;
-    let out = tmp(hc, "sessions.jsonl");
+    let out = dir.join("sessions.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let (code, stdout, stderr) = replay(
         hc,
@@ -239,10 +237,11 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
 }
 
 async fn content_nonce_differs_per_run_unless_pinned(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     let s = sim(fast()).await;
     let mut step0_cached = Vec::new();
     for (i, nonce) in [Some("5"), Some("5"), None].into_iter().enumerate() {
-        let out = tmp(hc, &format!("nonce{i}.jsonl"));
+        let out = dir.join(format!("nonce{i}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
         let mut args = vec![
             "--url",
@@ -298,6 +297,7 @@ async fn content_nonce_differs_per_run_unless_pinned(hc: &'static str) {
 }
 
 async fn dead_server_aborts_with_exit_2_and_keeps_records(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     let s = sim(Config {
         faults: Faults {
             fail_after: Some(2),
@@ -306,7 +306,7 @@ async fn dead_server_aborts_with_exit_2_and_keeps_records(hc: &'static str) {
         ..fast()
     })
     .await;
-    let out = tmp(hc, "dead.jsonl");
+    let out = dir.join("dead.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let t0 = Instant::now();
     let (code, _stdout, stderr) = replay(
@@ -375,7 +375,8 @@ async fn dead_server_aborts_with_exit_2_and_keeps_records(hc: &'static str) {
 }
 
 async fn no_server_at_all_exits_2(hc: &'static str) {
-    let out = tmp(hc, "refused.jsonl");
+    let dir = Scratch::new(&format!("e2e-{hc}"));
+    let out = dir.join("refused.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let (code, _, stderr) = replay(
         hc,
@@ -449,13 +450,14 @@ async fn tls_front(plain: String) -> (String, tokio::sync::oneshot::Sender<()>) 
 }
 
 async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     let s = sim(fast()).await;
     let plain = s.origin.trim_start_matches("http://").to_string();
     let (front, _stop) = tls_front(plain).await;
     let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls/ca.pem");
     let ca_s = ca.to_string_lossy().to_string();
     let base = format!("https://{front}/v1");
-    let out = tmp(hc, "https.jsonl");
+    let out = dir.join("https.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let args = [
         "--url",
@@ -522,10 +524,10 @@ async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
         assert!(e.contains("certificate"), "{e}");
     }
     // A --ca-cert that is not a certificate file is refused by name before anything is sent.
-    let bogus = tmp(hc, "not-a-cert.pem");
+    let bogus = dir.join("not-a-cert.pem");
     std::fs::write(&bogus, "hello\n").unwrap_or_else(|e| panic!("{e}"));
     let bogus_s = bogus.to_string_lossy().to_string();
-    let out2 = tmp(hc, "https-bogus.jsonl");
+    let out2 = dir.join("https-bogus.jsonl");
     let out2_s = out2.to_string_lossy().to_string();
     let (code, _, stderr) = replay(
         hc,
@@ -548,9 +550,10 @@ async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
 }
 
 async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     // Real time, long outputs: requests are in flight when the signal lands.
     let s = sim(Config::default()).await;
-    let out = tmp(hc, "sigterm.jsonl");
+    let out = dir.join("sigterm.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let mut child = Command::new(BIN)
         .args([
@@ -633,8 +636,9 @@ async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static s
 }
 
 async fn report_names_malformed_lines(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     let s = sim(fast()).await;
-    let out = tmp(hc, "bad.jsonl");
+    let out = dir.join("bad.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let (code, _, stderr) = replay(
         hc,
@@ -711,6 +715,7 @@ fn engine_scenario(workload: serde_json::Value) -> String {
 }
 
 async fn scenario_open_and_closed_loop_run_live(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     let s = sim(fast()).await;
     let cases = [
         (
@@ -727,9 +732,9 @@ async fn scenario_open_and_closed_loop_run_live(hc: &'static str) {
         ),
     ];
     for (name, workload) in cases {
-        let scen = tmp(hc, &format!("{name}.json"));
+        let scen = dir.join(format!("{name}.json"));
         std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
-        let out = tmp(hc, &format!("{name}.jsonl"));
+        let out = dir.join(format!("{name}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
         let scen_s = scen.to_string_lossy().to_string();
         let (code, stdout, stderr) = replay(
@@ -766,6 +771,7 @@ async fn scenario_open_and_closed_loop_run_live(hc: &'static str) {
 }
 
 async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     // The server drops every connection after 5 tokens: each request gets a record with the transport's error and
     // the tokens that arrived, none hangs, and the next request opens a new connection.
     let s = sim(Config {
@@ -776,12 +782,12 @@ async fn connection_dropped_mid_stream_is_a_failed_record(hc: &'static str) {
         ..fast()
     })
     .await;
-    let scen = tmp(hc, "drop.json");
+    let scen = dir.join("drop.json");
     let workload = serde_json::json!({"kind": "closed_loop", "users": 2, "num_requests": 6, "think_s": 0.0,
         "prompt": {"dist": "fixed", "tokens": 50}, "output": {"dist": "fixed", "tokens": 32},
         "shared_prefix_tokens": 0});
     std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
-    let out = tmp(hc, "drop.jsonl");
+    let out = dir.join("drop.jsonl");
     let (out_s, scen_s) = (out.to_string_lossy().to_string(), scen.to_string_lossy().to_string());
     let (code, _, stderr) = replay(
         hc,
@@ -841,18 +847,19 @@ fn peak_in_flight(recs: &[RequestRecord]) -> usize {
 }
 
 async fn max_concurrency_bounds_an_open_loop_in_flight(hc: &'static str) {
+    let dir = Scratch::new(&format!("e2e-{hc}"));
     // 24 requests arriving at 400 rps, each streaming 40 tokens at the sim-server's pace: far more than 2 would be
     // in flight at once. With --max-concurrency 2 a due request waits for one to end (issue #16 item 2).
     let s = sim(fast()).await;
     let workload = serde_json::json!({"kind": "poisson", "num_requests": 24, "rate_rps": 400.0,
         "prompt": {"dist": "fixed", "tokens": 200}, "output": {"dist": "fixed", "tokens": 40},
         "shared_prefix_tokens": 0});
-    let scen = tmp(hc, "capped.json");
+    let scen = dir.join("capped.json");
     std::fs::write(&scen, engine_scenario(workload)).unwrap_or_else(|e| panic!("{e}"));
     let scen_s = scen.to_string_lossy().to_string();
     let mut peaks = Vec::new();
     for cap in [None, Some("2")] {
-        let out = tmp(hc, &format!("capped-{}.jsonl", cap.unwrap_or("none")));
+        let out = dir.join(format!("capped-{}.jsonl", cap.unwrap_or("none")));
         let out_s = out.to_string_lossy().to_string();
         let mut args = vec!["--url", &s.base, "--out", &out_s, "--scenario", &scen_s, "--quiet"];
         args.extend(["--metrics-url", "none"]);
@@ -882,8 +889,8 @@ async fn max_concurrency_bounds_an_open_loop_in_flight(hc: &'static str) {
 }
 
 /// A `--scenario` file of 16 Poisson requests of exactly `tokens` designed prompt tokens (no shared prefix).
-fn fixed_prompt_scenario(name: &str, tokens: u32) -> String {
-    let scen = tmp("tok", name);
+fn fixed_prompt_scenario(dir: &Path, name: &str, tokens: u32) -> String {
+    let scen = dir.join(name);
     let workload = serde_json::json!({"kind": "poisson", "num_requests": 16, "rate_rps": 40.0,
         "prompt": {"dist": "fixed", "tokens": tokens}, "output": {"dist": "fixed", "tokens": 4},
         "shared_prefix_tokens": 0});
@@ -912,15 +919,16 @@ fn median_ratio(recs: &[RequestRecord]) -> f64 {
 /// every record carries both sizes, and summary.json reports the measurement and both medians.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenizer_matching_makes_realized_prompts_the_designed_ones() {
+    let dir = Scratch::new("e2e-tok");
     let s = sim(Config {
         tokens_per_piece: 2,
         ..fast()
     })
     .await;
-    let scen = fixed_prompt_scenario("fixed2000.json", 2000);
+    let scen = fixed_prompt_scenario(&dir, "fixed2000.json", 2000);
     let mut ratios = Vec::new();
     for mode in ["off", "auto"] {
-        let out = tmp("tok", &format!("match-{mode}.jsonl"));
+        let out = dir.join(format!("match-{mode}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
         let (code, stdout, stderr) = replay(
             "hyper",
@@ -984,9 +992,10 @@ async fn tokenizer_matching_makes_realized_prompts_the_designed_ones() {
 /// sim-server's own rule: about 1.02 server tokens per designed prose token, a third more for code).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenizer_matching_sizes_session_filler() {
+    let dir = Scratch::new("e2e-tok");
     let s = sim(fast()).await;
     for mode in ["off", "auto"] {
-        let out = tmp("tok", &format!("sessions-{mode}.jsonl"));
+        let out = dir.join(format!("sessions-{mode}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
         let (code, stdout, stderr) = replay(
             "hyper",
@@ -1053,6 +1062,7 @@ async fn tokenizer_matching_sizes_session_filler() {
 /// target that answers neither runs unscaled with `auto` and is refused, naming `/tokenize`, with `on`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokenizer_falls_back_to_usage_probes_and_on_refuses_when_nothing_answers() {
+    let dir = Scratch::new("e2e-tok");
     let s = sim(Config {
         faults: Faults {
             no_tokenize: true,
@@ -1062,8 +1072,8 @@ async fn tokenizer_falls_back_to_usage_probes_and_on_refuses_when_nothing_answer
         ..fast()
     })
     .await;
-    let scen = fixed_prompt_scenario("fixed1500.json", 1500);
-    let out = tmp("tok", "probes.jsonl");
+    let scen = fixed_prompt_scenario(&dir, "fixed1500.json", 1500);
+    let out = dir.join("probes.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let (code, stdout, stderr) = replay(
         "hyper",
@@ -1098,7 +1108,7 @@ async fn tokenizer_falls_back_to_usage_probes_and_on_refuses_when_nothing_answer
         l.local_addr().unwrap_or_else(|e| panic!("{e}")).port()
     };
     let url = format!("http://127.0.0.1:{dead}/v1");
-    let out2 = tmp("tok", "refused.jsonl").to_string_lossy().to_string();
+    let out2 = dir.join("refused.jsonl").to_string_lossy().to_string();
     let args = [
         "--url",
         &url,

@@ -18,9 +18,12 @@ use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
+#[path = "common/scratch.rs"]
+mod scratch;
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
 
+use scratch::Scratch;
 use sim_server_helper::Sim;
 
 async fn sim() -> Sim {
@@ -29,11 +32,8 @@ async fn sim() -> Sim {
     sim_server_helper::start(Config::default()).await
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("loadshape-fleet-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-    d
+fn dir(name: &str) -> Scratch {
+    Scratch::new(&format!("fleet-{name}"))
 }
 
 fn records(path: &Path) -> Vec<RequestRecord> {

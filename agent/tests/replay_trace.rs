@@ -12,8 +12,11 @@ use std::time::Duration;
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{self, Config};
 
+#[path = "common/scratch.rs"]
+mod scratch;
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
+use scratch::Scratch;
 use shared::record::RequestRecord;
 use tokio::process::Command;
 
@@ -33,12 +36,6 @@ fn trace_path() -> PathBuf {
         p.display()
     );
     p.canonicalize().unwrap_or(p)
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir.join(name)
 }
 
 fn scenario(workload: serde_json::Value) -> String {
@@ -74,8 +71,7 @@ fn simulate_json(stdout: &str) -> serde_json::Value {
 #[tokio::test]
 async fn simulate_reads_the_trace_beside_the_scenario_and_names_bad_lines() {
     let trace = trace_path();
-    let dir = tmp("rel");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = Scratch::new("trace-rel");
     let head: String = std::fs::read_to_string(&trace)
         .unwrap_or_else(|e| panic!("{e}"))
         .lines()
@@ -115,13 +111,14 @@ async fn simulate_reads_the_trace_beside_the_scenario_and_names_bad_lines() {
 /// simulated back (at the emulated pace, `time_scale` 20) gives the run's cached share within 1 point.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
+    let dir = Scratch::new("trace");
     let sim = sim_server_helper::start(Config {
         speed: SPEED,
         ..Config::default()
     })
     .await;
     let trace = trace_path();
-    let scen = tmp("slice.json");
+    let scen = dir.join("slice.json");
     std::fs::write(
         &scen,
         scenario(
@@ -130,7 +127,7 @@ async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let out = tmp("slice.jsonl");
+    let out = dir.join("slice.jsonl");
     let (out_s, scen_s) = (out.to_string_lossy().to_string(), scen.to_string_lossy().to_string());
     let base = sim.base.clone();
     let (code, stdout, stderr) = loadshape(&[
@@ -211,9 +208,9 @@ async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
             format == "agentic-mooncake",
             "{first}"
         );
-        let file = tmp(&format!("export-{format}.jsonl"));
+        let file = dir.join(format!("export-{format}.jsonl"));
         std::fs::write(&file, &exported).unwrap_or_else(|e| panic!("{e}"));
-        let back = tmp(&format!("back-{format}.json"));
+        let back = dir.join(format!("back-{format}.json"));
         std::fs::write(
             &back,
             scenario(serde_json::json!({"kind": "trace", "path": file.to_string_lossy(), "time_scale": SPEED})),
@@ -235,6 +232,7 @@ async fn a_trace_slice_replays_against_sim_server_and_its_export_round_trips() {
 /// An export of records without prompt block hashes (a simulated run) is refused, saying why.
 #[tokio::test]
 async fn export_of_a_simulated_run_says_it_has_no_block_hashes() {
+    let dir = Scratch::new("trace");
     let trace = trace_path();
     let text: String = std::fs::read_to_string(&trace)
         .unwrap_or_else(|e| panic!("{e}"))
@@ -242,15 +240,15 @@ async fn export_of_a_simulated_run_says_it_has_no_block_hashes() {
         .take(20)
         .map(|l| format!("{l}\n"))
         .collect();
-    let t = tmp("twenty.jsonl");
+    let t = dir.join("twenty.jsonl");
     std::fs::write(&t, text).unwrap_or_else(|e| panic!("{e}"));
-    let scen = tmp("twenty.json");
+    let scen = dir.join("twenty.json");
     std::fs::write(
         &scen,
         scenario(serde_json::json!({"kind": "trace", "path": "twenty.jsonl"})),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let recs = tmp("twenty-sim.jsonl");
+    let recs = dir.join("twenty-sim.jsonl");
     let (code, _, err) = loadshape(&[
         "simulate",
         &scen.to_string_lossy(),

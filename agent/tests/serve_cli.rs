@@ -3,10 +3,13 @@
 //! run store does not stop it.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 /// A `serve` child, killed (its exact PID) when dropped.
 struct Serve(Child);
@@ -29,11 +32,8 @@ enum Start {
     Exited(i32, String),
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("cli-{name}"))
 }
 
 impl std::fmt::Debug for Serve {

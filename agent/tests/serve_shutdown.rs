@@ -4,7 +4,7 @@
 //! written. Also: a live run's folder holds one summary (`summary.json`), and nothing is printed on stdout per run
 //! (before, each run printed its full text report there and also wrote `records.jsonl.summary.json`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -17,17 +17,18 @@ use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 // Strong enough for serve's token check (128 bits by its estimate).
 const TOKEN: &str = "8f3c2a91d47e5b06c1f9a83e72d4b5c09e6a1f2d3b4c5d6e";
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-shutdown-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-    dir
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("shutdown-{name}"))
 }
 
 /// Ends the serve process if a test fails before it does (by its PID only).
@@ -267,7 +268,6 @@ async fn signal_during_a_live_run(name: &str, signal: &str, keep_viewer: bool) {
         store.load(&run_id).unwrap_or_else(|e| panic!("{e:#}")).info.state,
         RunState::Stopped
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,5 +321,4 @@ async fn a_finished_live_run_prints_nothing_and_keeps_one_summary() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(exit.success(), "{exit:?}");
     assert_nothing_more_on_stdout(&mut agent).await;
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,6 +18,10 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 const TOKEN: &str = "secret-token";
 
 /// Emits `records` records, one every `every_ms`, stopping early when asked.
@@ -154,11 +158,8 @@ async fn start_agent_targets(
     Agent { addr, data_dir, server }
 }
 
-fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loadshape-ws-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn tempdir(name: &str) -> Scratch {
+    Scratch::new(&format!("ws-{name}"))
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -320,7 +321,8 @@ async fn run_to_end(ws: &mut Ws, scenario: serde_json::Value, target: &str) -> (
 
 #[tokio::test]
 async fn upgrade_is_refused_without_token_with_foreign_origin_or_host() {
-    let agent = start_agent(tempdir("refuse"), Arc::new(ReplayDriver::default())).await;
+    let data_dir = tempdir("refuse");
+    let agent = start_agent(data_dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let own = format!("http://{}", agent.addr);
     assert_eq!(connect_with(agent.addr, "", Some(&own), None).await.err(), Some(401));
     assert_eq!(
@@ -350,7 +352,8 @@ async fn upgrade_is_refused_without_token_with_foreign_origin_or_host() {
 
 #[tokio::test]
 async fn hello_first_version_check_and_clear_errors() {
-    let agent = start_agent(tempdir("hello"), Arc::new(ReplayDriver::default())).await;
+    let data_dir = tempdir("hello");
+    let agent = start_agent(data_dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let own = format!("http://{}", agent.addr);
     let mut ws = connect_with(agent.addr, &format!("?token={TOKEN}"), Some(&own), None)
         .await
@@ -442,8 +445,9 @@ async fn hello_first_version_check_and_clear_errors() {
 
 #[tokio::test]
 async fn start_stop_two_viewers_and_export() {
+    let data_dir = tempdir("two");
     let agent = start_agent(
-        tempdir("two"),
+        data_dir.to_path_buf(),
         Arc::new(ScriptedDriver {
             records: 10_000,
             every_ms: 2,
@@ -497,8 +501,9 @@ async fn start_stop_two_viewers_and_export() {
 
 #[tokio::test]
 async fn disconnect_and_resume_loses_and_duplicates_nothing() {
+    let data_dir = tempdir("resume");
     let agent = start_agent(
-        tempdir("resume"),
+        data_dir.to_path_buf(),
         Arc::new(ScriptedDriver {
             records: 300,
             every_ms: 3,
@@ -561,7 +566,7 @@ async fn store_survives_restart_and_runs_can_be_deleted() {
     let dir = tempdir("restart");
     let run_id = {
         let agent = start_agent(
-            dir.clone(),
+            dir.to_path_buf(),
             Arc::new(ScriptedDriver {
                 records: 5,
                 every_ms: 1,
@@ -582,7 +587,7 @@ async fn store_survives_restart_and_runs_can_be_deleted() {
         collect_until_end(&mut ws, 0).await;
         run_id
     };
-    let agent = start_agent(dir, Arc::new(ReplayDriver::default())).await;
+    let agent = start_agent(dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let mut ws = connect(&agent).await;
     send(&mut ws, ClientMsg::ListRuns { id: 3 }).await;
     match recv(&mut ws).await {
@@ -621,6 +626,7 @@ async fn store_survives_restart_and_runs_can_be_deleted() {
 /// The real driver against the real emulated engine: a small session scenario from start to summary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_run_against_the_sim_target_from_start_to_summary() {
+    let data_dir = tempdir("live");
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
     let config = loadshape::sim_server::Config {
@@ -637,7 +643,7 @@ async fn live_run_against_the_sim_target_from_start_to_summary() {
         max_run_seconds: Some(30.0),
         max_in_flight: None,
     });
-    let agent = start_agent_with(tempdir("live"), Target::sim(sim_url), driver).await;
+    let agent = start_agent_with(data_dir.to_path_buf(), Target::sim(sim_url), driver).await;
 
     let scenario = serde_json::json!({
         "model": "engine",
@@ -856,7 +862,8 @@ async fn raw_request(addr: std::net::SocketAddr, req: &str) -> String {
 /// Only the first Host and Origin used to be checked: a second one rode along (101).
 #[tokio::test]
 async fn a_request_with_two_host_or_two_origin_headers_is_refused() {
-    let agent = start_agent(tempdir("twohost"), Arc::new(ReplayDriver::default())).await;
+    let data_dir = tempdir("twohost");
+    let agent = start_agent(data_dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let own = agent.addr;
     let ok = raw_upgrade(agent.addr, &format!("Host: {own}\r\nOrigin: http://{own}\r\n")).await;
     assert!(ok.contains(" 101 "), "{ok}");
@@ -873,7 +880,8 @@ async fn a_request_with_two_host_or_two_origin_headers_is_refused() {
 /// name gets the 404 of a missing file.
 #[tokio::test]
 async fn the_page_is_refused_to_a_foreign_host_or_origin() {
-    let agent = start_agent(tempdir("pagehost"), Arc::new(ReplayDriver::default())).await;
+    let data_dir = tempdir("pagehost");
+    let agent = start_agent(data_dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let own = agent.addr;
     let get =
         |headers: String| async move { raw_request(own, &format!("GET /index.html HTTP/1.1\r\n{headers}\r\n")).await };
@@ -901,7 +909,7 @@ async fn the_page_is_revalidated_on_every_load() {
     std::fs::create_dir_all(&dist).unwrap();
     std::fs::write(dist.join("index.html"), "<!DOCTYPE html><title>page</title>").unwrap();
     std::fs::write(dist.join("page_bg.wasm"), b"\0asm\x01\0\0\0").unwrap();
-    let agent = start_agent(dir, Arc::new(ReplayDriver::default())).await;
+    let agent = start_agent(dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let own = agent.addr;
     for path in ["/", "/index.html", "/page_bg.wasm"] {
         let head = raw_head(own, &format!("GET {path} HTTP/1.1\r\nHost: {own}\r\n\r\n")).await;
@@ -955,8 +963,9 @@ fn header_of(head: &str, name: &str) -> Option<String> {
 /// `--allowed-host` names reach the agent (Host and Origin); other names are still refused.
 #[tokio::test]
 async fn an_allowed_host_name_is_accepted_and_other_names_refused() {
+    let data_dir = tempdir("allowed");
     let agent = start_agent_full(
-        tempdir("allowed"),
+        data_dir.to_path_buf(),
         Target::sim("builtin"),
         Arc::new(ReplayDriver::default()),
         &["lab-box.local".into(), "localhost:9000".into()],
@@ -1002,7 +1011,7 @@ async fn an_allowed_host_name_is_accepted_and_other_names_refused() {
 async fn a_large_run_is_fetched_in_bounded_pages() {
     let dir = tempdir("pages");
     stored_run(&dir, "big", 4500);
-    let agent = start_agent(dir, Arc::new(ReplayDriver::default())).await;
+    let agent = start_agent(dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let mut ws = connect(&agent).await;
     send(
         &mut ws,
@@ -1092,7 +1101,7 @@ async fn a_peer_that_never_reads_is_dropped() {
     // Far more than the socket buffers hold (about 14 MB of records).
     stored_run(&dir, "huge", 40_000);
     let agent = start_agent_full(
-        dir,
+        dir.to_path_buf(),
         Target::sim("builtin"),
         Arc::new(ReplayDriver::default()),
         &[],
@@ -1172,7 +1181,8 @@ async fn validate(ws: &mut Ws, scenario: serde_json::Value) -> Option<String> {
 /// Now an open-loop rate and the requests a plan has in flight at once are bounded too (limits(): 50 rps, 64).
 #[tokio::test]
 async fn open_loop_workloads_are_bounded_by_rate_and_requests_in_flight() {
-    let agent = start_agent(tempdir("bounds"), Arc::new(ReplayDriver::default())).await;
+    let data_dir = tempdir("bounds");
+    let agent = start_agent(data_dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
     let mut ws = connect(&agent).await;
     let e = validate(&mut ws, poisson(20_000, 1e7, 64)).await.expect("refused");
     assert!(
@@ -1231,6 +1241,7 @@ fn knee_profile() -> serde_json::Value {
 /// `capacity.json`, as `loadshape capacity --out` writes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_capacity_search_streams_its_levels_and_its_result() {
+    let data_dir = tempdir("capacity");
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
     let config = loadshape::sim_server::Config {
@@ -1246,7 +1257,7 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
         max_run_seconds: Some(60.0),
         max_in_flight: None,
     });
-    let agent = start_agent_with(tempdir("capacity"), Target::sim(sim_url), driver).await;
+    let agent = start_agent_with(data_dir.to_path_buf(), Target::sim(sim_url), driver).await;
     let scenario = serde_json::json!({
         "model": "engine",
         "workload": {"kind": "closed_loop", "users": 2, "num_requests": 40,
@@ -1424,6 +1435,7 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
 /// ends `stopped`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_search_can_be_stopped() {
+    let data_dir = tempdir("capacity-stop");
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
     let config = loadshape::sim_server::Config {
@@ -1439,7 +1451,7 @@ async fn a_capacity_search_can_be_stopped() {
         max_run_seconds: Some(60.0),
         max_in_flight: None,
     });
-    let agent = start_agent_with(tempdir("capacity-stop"), Target::sim(sim_url), driver).await;
+    let agent = start_agent_with(data_dir.to_path_buf(), Target::sim(sim_url), driver).await;
     let scenario = serde_json::json!({
         "model": "engine",
         "workload": {"kind": "closed_loop", "users": 2, "num_requests": 400,
@@ -1508,6 +1520,7 @@ mod sim_server_helper;
 /// fleet by name. Only the configured URLs are contacted: the page names the target, never a URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
+    let data_dir = tempdir("fleet");
     let config = || loadshape::sim_server::Config {
         speed: 20.0,
         ..Default::default()
@@ -1524,7 +1537,7 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
         max_in_flight: None,
     });
     let agent = start_agent_targets(
-        tempdir("fleet"),
+        data_dir.to_path_buf(),
         vec![Target::sim("builtin"), fleet],
         driver,
         &[],

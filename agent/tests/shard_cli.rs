@@ -18,9 +18,12 @@ use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
+#[path = "common/scratch.rs"]
+mod scratch;
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
 
+use scratch::Scratch;
 use sim_server_helper::Sim;
 
 async fn sim() -> Sim {
@@ -31,11 +34,8 @@ async fn sim() -> Sim {
     .await
 }
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("loadshape-shard-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-    d
+fn dir(name: &str) -> Scratch {
+    Scratch::new(&format!("shard-{name}"))
 }
 
 fn records(path: &Path) -> Vec<RequestRecord> {
@@ -135,10 +135,9 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Runs `plan` once whole and as `n` shards (indices from `JOB_COMPLETION_INDEX`, one `--start-at`); returns the
-/// single run's record file and the shards' folder.
-async fn single_and_shards(s: &Sim, name: &str, plan: &[&str], n: u32) -> (PathBuf, PathBuf) {
-    let d = dir(name);
+/// Runs `plan` once whole and as `n` shards (indices from `JOB_COMPLETION_INDEX`, one `--start-at`) in `d`; returns
+/// the single run's record file and the shards' folder.
+async fn single_and_shards(s: &Sim, d: &Path, plan: &[&str], n: u32) -> (PathBuf, PathBuf) {
     let single = d.join("single.jsonl");
     let common = |out: &Path| -> Vec<String> {
         let mut a: Vec<String> = [
@@ -283,7 +282,8 @@ async fn sharded_sessions_merge_to_the_single_run() {
         "--scrape-interval",
         "0.5",
     ];
-    let (single_file, shards) = single_and_shards(&s, "sessions", &plan, 3).await;
+    let d = dir("sessions");
+    let (single_file, shards) = single_and_shards(&s, &d, &plan, 3).await;
     let single = records(&single_file);
     let mut union = Vec::new();
     for i in 0..3u64 {
@@ -353,7 +353,6 @@ async fn sharded_sessions_merge_to_the_single_run() {
     let (code, v) = merge(&[&shards], &[]).await;
     assert_eq!(code, 3);
     assert!(v["missing"].to_string().contains("no summary.json"), "{v}");
-    let _ = std::fs::remove_dir_all(shards.parent().unwrap_or(&shards));
 }
 
 /// An open-loop scenario (Poisson arrivals, a shared system prompt) in 2 shards: request `i` runs in shard
@@ -361,7 +360,7 @@ async fn sharded_sessions_merge_to_the_single_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_open_loop_merges_to_the_single_run() {
     let s = sim().await;
-    let d = dir("open-scenario");
+    let d = dir("open");
     let scen = d.join("poisson.json");
     let scenario = serde_json::json!({
         "model": "engine", "seed": 11, "counterfactuals": false,
@@ -376,7 +375,7 @@ async fn sharded_open_loop_merges_to_the_single_run() {
     std::fs::write(&scen, scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let scen_s = scen.display().to_string();
     let plan = ["--scenario", &scen_s, "--metrics-url", "none", "--nonce", "5"];
-    let (single_file, shards) = single_and_shards(&s, "open", &plan, 2).await;
+    let (single_file, shards) = single_and_shards(&s, &d, &plan, 2).await;
     let single = records(&single_file);
     assert_eq!(single.len(), 15);
     let mut union = Vec::new();
@@ -397,14 +396,13 @@ async fn sharded_open_loop_merges_to_the_single_run() {
         e2e_ms: None,
     };
     check_merged(&v, &single, &union, &slo);
-    let _ = std::fs::remove_dir_all(&d);
-    let _ = std::fs::remove_dir_all(shards.parent().unwrap_or(&shards));
 }
 
 /// Bad shard flags are refused before anything is sent, each naming what is wrong.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_shard_flags_are_refused_by_name() {
-    let out = dir("bad").join("x.jsonl").display().to_string();
+    let d = dir("bad");
+    let out = d.join("x.jsonl").display().to_string();
     let base = |extra: &[&str]| -> Vec<String> {
         let mut a: Vec<String> = [
             "--url",
@@ -445,7 +443,6 @@ async fn bad_shard_flags_are_refused_by_name() {
     let (code, err) = replay(&base(&["--shard", "0/2"]), None).await;
     assert_ne!(code, 0);
     assert!(err.contains("needs the same content nonce in every shard"), "{err}");
-    let _ = std::fs::remove_dir_all(std::path::Path::new(&out).parent().unwrap_or(Path::new(&out)));
 }
 
 /// `--start-at`: a shard that reaches it more than 5 s late refuses to run and writes nothing; one signalled while
@@ -519,5 +516,4 @@ async fn start_at_late_is_refused_and_a_signal_ends_the_wait() {
     assert!(!done.status.success());
     assert!(err.contains("SIGTERM while waiting for --start-at"), "{err}");
     assert!(!out.exists(), "nothing was sent");
-    let _ = std::fs::remove_dir_all(&d);
 }

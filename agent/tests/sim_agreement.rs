@@ -14,6 +14,10 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
 const PROFILE: &str = r#"{"name": "slow-twin", "block_size": 16, "num_kv_blocks": 20000, "max_num_seqs": 16,
@@ -74,8 +78,7 @@ fn json_of(args: &[&str]) -> Value {
 
 #[test]
 fn sim_server_and_simulate_agree_on_the_same_scenario() {
-    let dir = std::env::temp_dir().join(format!("loadshape-agree-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = Scratch::new("agree");
     let (sc, prof, out) = (
         dir.join("scenario.json"),
         dir.join("profile.json"),
@@ -145,6 +148,5 @@ fn sim_server_and_simulate_agree_on_the_same_scenario() {
             ));
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(misses.is_empty(), "the sim target and simulate disagree: {misses:?}");
 }

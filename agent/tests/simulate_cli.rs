@@ -3,6 +3,9 @@
 use std::process::Output;
 
 mod common;
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 const SEED_FORM: &str = include_str!("../../examples/seed-baseline.json");
 const SEED_OUTPUT: &str = include_str!("../../shared/tests/data/seed_scenario_sim_output.json");
@@ -143,8 +146,7 @@ fn engine_model_json_has_summary_and_diagnostics() {
 
 #[test]
 fn engine_model_table_and_records() {
-    let dir = std::env::temp_dir().join(format!("loadshape-simulate-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = Scratch::new("simulate-cli");
     let records = dir.join("records.jsonl");
     let o = simulate(
         &["-", "--records", records.to_str().expect("utf-8 path")],
@@ -191,7 +193,6 @@ fn engine_model_table_and_records() {
     );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no-such-dir"), "{}", stderr(&o));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -275,8 +276,7 @@ fn the_size_limit_is_a_flag() {
 fn replay_refuses_a_scenario_too_large_for_memory_before_sending() {
     // `replay --scenario` plans with the same size rule as `simulate`: the plan is never drawn. Port 9 (discard)
     // on loopback: nothing is sent, because the check comes before any connection.
-    let dir = std::env::temp_dir().join(format!("loadshape-replay-big-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let dir = Scratch::new("replay-big");
     let scenario = dir.join("big.json");
     let workload = serde_json::json!({"kind": "poisson", "num_requests": 100_000_000u64, "rate_rps": 20.0});
     std::fs::write(&scenario, engine_with_workload(workload)).unwrap_or_else(|e| panic!("{e}"));
@@ -322,8 +322,7 @@ fn recorded_run() -> Vec<shared::record::RequestRecord> {
 
 #[test]
 fn simulate_like_replays_a_runs_arrivals_and_lengths() {
-    let dir = std::env::temp_dir().join(format!("loadshape-like-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
+    let dir = Scratch::new("like");
     let run = dir.join("run.jsonl");
     let live = recorded_run();
     let text: String = live

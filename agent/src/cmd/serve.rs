@@ -468,8 +468,7 @@ mod tests {
 
     #[test]
     fn a_config_file_target_can_list_urls() {
-        let dir = std::env::temp_dir().join(format!("loadshape-serve-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let dir = crate::scratch::Scratch::new("serve-config");
         let path = dir.join("targets.toml");
         std::fs::write(
             &path,

@@ -330,8 +330,7 @@ mod tests {
 
     #[test]
     fn many_writers_lose_nothing() {
-        let dir = std::env::temp_dir().join(format!("ls-records-many-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let dir = crate::scratch::Scratch::new("records-many");
         let path = dir.join("r.jsonl");
         let sink = Arc::new(RecordSink::create(&path, false, false, None).unwrap_or_else(|e| panic!("{e}")));
         let threads: Vec<_> = (0..4u32)
@@ -360,13 +359,11 @@ mod tests {
             let steps: Vec<u32> = recs.iter().filter(|r| r.inst == t).map(|r| r.step).collect();
             assert_eq!(steps, (0..2500).collect::<Vec<_>>());
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn round_trip_and_bad_lines() {
-        let dir = std::env::temp_dir().join(format!("ls-records-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let dir = crate::scratch::Scratch::new("records");
         let path = dir.join("r.jsonl");
         let seen = Arc::new(AtomicU64::new(0));
         let s2 = seen.clone();
@@ -395,7 +392,6 @@ mod tests {
         assert_eq!(recs[1], sample(1));
         assert_eq!(bad.len(), 1);
         assert_eq!(bad[0].line, 4);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A last line cut inside a multi-byte character (`printf '{"error":"caf\xc3' >> records.jsonl`) costs that line

@@ -58,8 +58,7 @@ mod tests {
 
     #[test]
     fn ca_cert_files_are_read_or_refused_by_name() {
-        let dir = std::env::temp_dir().join(format!("loadshape-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let dir = crate::scratch::Scratch::new("tls");
         let certs = test_ca_certs();
         assert_eq!(certs.len(), 1);
         assert!(client_config(&certs).is_ok());

@@ -404,6 +404,7 @@ pub(crate) fn unique() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::Scratch;
 
     fn info(id: &str, state: RunState) -> RunInfo {
         RunInfo {
@@ -420,7 +421,7 @@ mod tests {
 
     #[test]
     fn rejects_ids_that_escape_the_store() {
-        let tmp = tempdir();
+        let tmp = Scratch::new("store");
         let store = RunStore::open(&tmp).unwrap();
         for bad in ["", "../x", "a/b", ".", "x y"] {
             assert!(store.run_dir(bad).is_err(), "{bad:?} accepted");
@@ -443,7 +444,7 @@ mod tests {
 
     #[test]
     fn a_running_run_is_interrupted_after_restart_with_its_records() {
-        let tmp = tempdir();
+        let tmp = Scratch::new("store");
         let store = RunStore::open(&tmp).unwrap();
         let mut f = store
             .create(&info("r1", RunState::Running), &serde_json::json!({"model": "seed"}))
@@ -465,7 +466,7 @@ mod tests {
     /// whole file unreadable: "stream did not contain valid UTF-8", `records: 0`).
     #[test]
     fn a_torn_utf8_last_line_costs_that_line_only() {
-        let tmp = tempdir();
+        let tmp = Scratch::new("store");
         let store = RunStore::open(&tmp).unwrap();
         let mut f = store
             .create(&info("r1", RunState::Running), &serde_json::json!({}))
@@ -510,7 +511,7 @@ mod tests {
     /// fetched and deleted (it used to exit 1 at start-up, or list the other run twice).
     #[test]
     fn bad_run_json_entries_are_listed_under_their_folder_and_never_stop_the_store() {
-        let tmp = tempdir();
+        let tmp = Scratch::new("store");
         let runs = tmp.join("runs");
         let good = r#"{"run_id":"good","target":"sim","state":"finished","started_ms":5,"ended_ms":6,"records":0}"#;
         write_run_json(&runs.join("good"), good);
@@ -557,11 +558,5 @@ mod tests {
         }
         assert_eq!(store.list().unwrap().len(), 1);
         assert!(store.load("empty").is_err() && store.delete("empty").is_err());
-    }
-
-    pub(crate) fn tempdir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("loadshape-store-{}-{}", std::process::id(), super::unique()));
-        fs::create_dir_all(&dir).unwrap();
-        dir
     }
 }
