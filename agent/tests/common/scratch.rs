@@ -1,6 +1,5 @@
 //! A test's scratch folder in the temp dir, `loadshape-WHAT-XXXXXX`: removed when the test passes, kept when it
-//! fails (its path on stderr) so the failure can be inspected. It used to be a fixed `temp_dir().join(...)` that no
-//! test removed, and every `cargo test` left dozens behind. One file for the integration tests
+//! fails (its path on stderr) so the failure can be inspected. One file for the integration tests
 //! (`#[path = "common/scratch.rs"] mod scratch;`) and the agent's unit tests (`crate::scratch`, from src/lib.rs).
 //! Declare it before anything that writes into it (a server, a store): locals drop in reverse order, so the
 //! writer stops before the folder goes.
