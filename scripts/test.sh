@@ -6,8 +6,10 @@
 # and the page's builds (wasm32: clippy, docs, the wasm test binaries, trunk) run in the background while the native
 # steps run. Those compile and then mostly wait on real time (live calibrations and capacity searches against the
 # emulated engine), so the background takes the idle cores. It runs at SCHED_IDLE, so a timed test never waits for
-# a core it holds, and builds in a target dir of its own, as cargo holds a target dir's lock while its tests run. Its
-# output is shown after the native steps. docs/measurements.md, "CI, cold project", has what this saves.
+# a core it holds. Both share one target dir, so the host-side crates (proc macros, build scripts) build once: the
+# native tests run from their binaries rather than through `cargo test`, which would hold the target dir's lock while
+# they run. The background's output is shown after the native steps. docs/measurements.md, "CI, cold project", has
+# what this saves.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$LOADSHAPE_ROOT/scripts/setup.sh" --native
@@ -29,14 +31,14 @@ run() {
 }
 
 WASM=wasm32-unknown-unknown
-mkdir -p "$CARGO_TARGET_DIR" "$LOADSHAPE_WASM_TARGET_DIR"
+mkdir -p "$CARGO_TARGET_DIR"
 export CHROMEDRIVER=/usr/bin/chromedriver
-export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$LOADSHAPE_WASM_TARGET_DIR/webdriver.json"
+export WASM_BINDGEN_TEST_WEBDRIVER_JSON="$CARGO_TARGET_DIR/webdriver.json"
 printf '{"goog:chromeOptions":{"binary":"/usr/bin/chromium","args":[%s]}}\n' \
   "$(for f in $CHROMIUM_FLAGS; do printf '"%s",' "$f"; done | sed 's/,$//')" >"$WASM_BINDGEN_TEST_WEBDRIVER_JSON"
 
-# The page's steps: cargo for wasm32, in the page's target dir.
-page_cargo() { CARGO_TARGET_DIR="$LOADSHAPE_WASM_TARGET_DIR" cargo "$@"; }
+# The page's steps: cargo for wasm32.
+page_cargo() { cargo "$@"; }
 page_clippy() {
   page_cargo clippy -p loadshape-shared -p loadshape-app --features loadshape-app/split --lib --bins --target $WASM \
     --locked -- -D warnings
@@ -48,9 +50,36 @@ page_docs() {
 }
 wasm_tests() { page_cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*' "$@"; }
 page_unit_tests() { page_cargo test -p loadshape-app --target $WASM --locked --lib "$@"; }
-page_build() { CARGO_TARGET_DIR="$LOADSHAPE_WASM_TARGET_DIR" trunk build --release --offline; }
+page_build() { trunk build --release --offline; }
+
+# The native test binaries, built once and run as `cargo test` runs them (in their package's folder), without
+# holding the target dir's lock: "DIR<TAB>BINARY" lines in $native_tests.
+native_tests="$scratch/native-tests.tsv"
+native_built="$scratch/native-built"
+build_native_tests() {
+  cargo test --locked --no-run --message-format=json-render-diagnostics | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(os.path.dirname(m["manifest_path"]), m["executable"], sep="\t")
+' >"$native_tests"
+  echo "$(wc -l <"$native_tests") test binaries"
+}
+run_native_tests() {
+  local dir bin
+  while IFS=$'\t' read -r dir bin; do
+    printf '     Running %s\n' "${bin#"$CARGO_TARGET_DIR"/}"
+    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$bin") || { echo "failed: $bin (in $dir)" >&2; return 1; }
+  done <"$native_tests"
+}
 background() {
   run "installs (scripts/setup.sh --with-real-server)" bash "$LOADSHAPE_ROOT/scripts/setup.sh" --with-real-server
+  # The page's builds start once the native ones are done, so they fill the native tests' waits rather than hold the
+  # target dir's lock while the native build waits for it.
+  local t0=$SECONDS
+  until [ -e "$native_built" ]; do sleep 1; done
+  echo "-- waited $((SECONDS - t0)) s for the native builds"
   run "clippy (wasm32: shared, app)" page_clippy
   run "cargo doc (wasm32: shared, app; no warnings)" page_docs
   run "build the wasm-bindgen tests" wasm_tests --no-run
@@ -87,10 +116,12 @@ bg_pid=$!
 run "cargo fmt --check" cargo fmt --all --check
 run "no import loops between files (ARCHITECTURE.md)" python3 scripts/import_cycles.py shared/src agent/src app/src
 run "clippy (native)" cargo clippy --all-targets --locked -- -D warnings
-run "build the native tests" cargo test --locked --no-run
-run "unit and integration tests (native)" cargo test --locked
+run "build the native tests" build_native_tests
 run "cargo doc (native: shared, agent; no warnings)" env RUSTDOCFLAGS="-D warnings" \
   cargo doc --no-deps --locked -p loadshape-shared -p loadshape
+run "doc tests (native)" cargo test --locked --doc
+touch "$native_built"
+run "unit and integration tests (native, from their binaries)" run_native_tests
 
 step "the installs and the page's builds (they ran in the background)"
 t0=$SECONDS
