@@ -2,11 +2,9 @@
 # shellcheck shell=bash
 LOADSHAPE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export LOADSHAPE_ROOT
-# Cargo's target dir lives outside the clone so repeated CI runs on the same machine stay warm.
+# Cargo's target dir lives outside the clone so repeated CI runs on the same machine stay warm. The native and the
+# page's (wasm32, trunk) builds share it, so the host-side crates (proc macros, build scripts) build once.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/loadshape-target}"
-# The page's builds (wasm32, trunk) have their own, so scripts/test.sh can build the page while the native tests run
-# (cargo holds a target dir's lock while its tests run).
-export LOADSHAPE_WASM_TARGET_DIR="${LOADSHAPE_WASM_TARGET_DIR:-$CARGO_TARGET_DIR-wasm}"
 export PATH="$HOME/.cargo/bin:$LOADSHAPE_ROOT/tools/binaryen/node_modules/.bin:$PATH"
 TRUNK_VERSION=0.21.14
 # wasm-bindgen-cli must equal the wasm-bindgen crate in Cargo.lock.

@@ -6,7 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$LOADSHAPE_ROOT/scripts/setup.sh"
 cd "$LOADSHAPE_ROOT"
 step "trunk build --release (the page)"
-CARGO_TARGET_DIR="$LOADSHAPE_WASM_TARGET_DIR" trunk build --release --offline
+trunk build --release --offline
 step "cargo build --release (the agent)"
 cargo build --release -p loadshape
 step "loadshape serve"
