@@ -4,6 +4,8 @@
 #   scripts/setup.sh                     what scripts/run.sh needs: the agent and the page
 #   scripts/setup.sh --with-real-server  ... and llama.cpp's llama-server with a tiny model (scripts/realserver/setup.sh,
 #                                        cached outside the clone), for the real-server tests
+#   scripts/setup.sh --tests             ... and cmake for llama.cpp's build, not the build: scripts/test.sh runs the
+#                                        build later (scripts/realserver/setup.sh), beside its browser suites
 #   scripts/setup.sh --native            only what the native checks need (rustup's clippy and rustfmt): scripts/test.sh
 #                                        runs this first and the rest in the background, beside its native steps
 set -euo pipefail
@@ -11,8 +13,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
 mode="${1:-}"
 case "$mode" in
-  "" | --with-real-server | --native) ;;
-  *) echo "setup.sh: unknown option '$mode' (expected --with-real-server or --native)" >&2; exit 2 ;;
+  "" | --with-real-server | --tests | --native) ;;
+  *) echo "setup.sh: unknown option '$mode' (expected --with-real-server, --tests or --native)" >&2; exit 2 ;;
 esac
 
 rustup component list --installed | grep -q '^clippy' || rustup component add clippy
@@ -25,7 +27,7 @@ command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 command -v node >/dev/null || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # llama.cpp's build needs cmake (scripts/realserver/setup.sh): in the same apt run.
-[ "$mode" != --with-real-server ] || command -v cmake >/dev/null || need_apt+=(cmake)
+case "$mode" in --with-real-server | --tests) command -v cmake >/dev/null || need_apt+=(cmake) ;; esac
 # apt runs in the background while cargo builds trunk and wasm-bindgen-cli (it mostly downloads and unpacks; those
 # compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`.
 apt_pid=""

@@ -2,14 +2,14 @@
 # The README's test command, and what CI runs (.ci/run calls this): installs what is missing, then runs every
 # check and test suite, stopping at the first failure.
 #
-# The installs the native steps do not need (apt, the wasm32 target, the page's tools, npm and pip packages, llama.cpp)
-# and the page's builds (wasm32: clippy, docs, the wasm test binaries, trunk) run in the background while the native
-# steps run. Those compile and then mostly wait on real time (live calibrations and capacity searches against the
-# emulated engine), so the background takes the idle cores. It runs at SCHED_IDLE, so a timed test never waits for
-# a core it holds. Both share one target dir, so the host-side crates (proc macros, build scripts) build once: the
-# native tests run from their binaries rather than through `cargo test`, which would hold the target dir's lock while
-# they run. The background's output is shown after the native steps. docs/measurements.md, "CI, cold project", has
-# what this saves.
+# The installs the native steps do not need (apt, the wasm32 target, the page's tools, npm and pip packages) run in the
+# background while the native steps run, then the page's builds (wasm32: clippy, docs, the wasm test binaries,
+# trunk) once the native test binaries are built: the native tests mostly wait on real time (live calibrations and
+# capacity searches against the emulated engine), so the background takes the idle cores. Then llama.cpp's build,
+# beside the page's test suites; the real-server suite runs last, alone. The background runs at SCHED_IDLE, so a
+# timed test never waits for a core it holds. Both share one target dir, so the host-side crates (proc macros, build
+# scripts) build once: the native tests run from their binaries rather than through `cargo test`, which would hold
+# the target dir's lock while they run. docs/measurements.md, "CI, cold project", has what this saves.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$LOADSHAPE_ROOT/scripts/setup.sh" --native
@@ -56,6 +56,7 @@ page_build() { trunk build --release --offline; }
 # holding the target dir's lock: "DIR<TAB>BINARY" lines in $native_tests.
 native_tests="$scratch/native-tests.tsv"
 native_built="$scratch/native-built"
+page_built="$scratch/page-built"
 build_native_tests() {
   cargo test --locked --no-run --message-format=json-render-diagnostics | python3 -c '
 import json, os, sys
@@ -74,7 +75,8 @@ run_native_tests() {
   done <"$native_tests"
 }
 background() {
-  run "installs (scripts/setup.sh --with-real-server)" bash "$LOADSHAPE_ROOT/scripts/setup.sh" --with-real-server
+  trap 'echo "$passed" >"$bg_log.passed"' EXIT
+  run "installs (scripts/setup.sh --tests)" bash "$LOADSHAPE_ROOT/scripts/setup.sh" --tests
   # The page's builds start once the native ones are done, so they fill the native tests' waits rather than hold the
   # target dir's lock while the native build waits for it.
   local t0=$SECONDS
@@ -85,7 +87,10 @@ background() {
   run "build the wasm-bindgen tests" wasm_tests --no-run
   run "build the page unit tests" page_unit_tests --no-run
   run "trunk build --release --offline" page_build
-  echo "$passed" >"$bg_log.passed"
+  touch "$page_built"
+  # Last, beside the page's test suites (the real-server suite runs after it, alone).
+  run "real server: llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh)" \
+    bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh"
 }
 
 # Ends the background job if a step fails first: the processes this script started, by PID. Not apt-get and what it
@@ -97,7 +102,24 @@ kill_tree() {
   kill "$1" 2>/dev/null || true
 }
 bg_pid=""
-bg_log="$(mktemp)"
+bg_log="$scratch/background.log"
+bg_shown=0
+# Waits until the background job has touched MARK (or, without one, until it ends), then shows its log so far.
+await_background() {
+  local what="$1" mark="${2:-}" t0=$SECONDS status=0
+  step "$what (in the background)"
+  if [ -n "$mark" ]; then
+    while [ ! -e "$mark" ] && [ ! -e "$bg_log.passed" ]; do sleep 1; done
+  fi
+  if [ -z "$mark" ] || [ ! -e "$mark" ]; then
+    [ -z "$bg_pid" ] || wait "$bg_pid" || status=$?
+    bg_pid=""
+  fi
+  tail -c +$((bg_shown + 1)) "$bg_log"
+  bg_shown=$(stat -c %s "$bg_log")
+  [ "$status" = 0 ] || { echo "$what: failed (above)" >&2; exit 1; }
+  echo "-- $what: done, waited $((SECONDS - t0)) s"
+}
 cleanup() {
   local status=$?
   [ -z "$bg_pid" ] || kill_tree "$bg_pid"
@@ -105,7 +127,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "the installs and the page's builds: started in the background (shown after the native steps)"
+step "the installs, the page's builds and llama.cpp's: started in the background (shown after the native steps)"
 (
   chrt -i -p 0 "$BASHPID" 2>/dev/null || renice -n 19 -p "$BASHPID" >/dev/null
   passed=0
@@ -123,23 +145,8 @@ run "doc tests (native)" cargo test --locked --doc
 touch "$native_built"
 run "unit and integration tests (native, from their binaries)" run_native_tests
 
-step "the installs and the page's builds (they ran in the background)"
-t0=$SECONDS
-bg_status=0
-wait "$bg_pid" || bg_status=$?
-bg_pid=""
-cat "$bg_log"
-passed=$((passed + $(cat "$bg_log.passed" 2>/dev/null || echo 0)))
-[ "$bg_status" = 0 ] || { echo "the installs or the page's builds failed (above)" >&2; exit 1; }
-echo "-- the installs and the page's builds: done, waited $((SECONDS - t0)) s for them"
-
+await_background "the installs and the page's builds" "$page_built"
 run "kubernetes manifests (schemas and shard semantics)" bash scripts/check_manifests.sh "$CARGO_TARGET_DIR/debug/loadshape"
-
-# After the page's builds, not beside them: llama-server computes for real, and a build on the other core (even at
-# SCHED_IDLE: the two cores can share one physical core) slowed it in calibrate's probe and not in the held-out run,
-# so the prediction came out 2.1× the live TTFT p50.
-run "real server: replay against llama.cpp's llama-server" env LOADSHAPE_LLAMA_SERVER="$LLAMA_SERVER" \
-  LOADSHAPE_LLAMA_MODEL="$LLAMA_MODEL" LOADSHAPE_REQUIRE_REAL_SERVER=1 cargo test --locked -p loadshape --test real_server
 
 run "wasm-bindgen tests in headless Chromium" wasm_tests
 run "page unit tests (wasm32, headless Chromium)" page_unit_tests
@@ -147,6 +154,14 @@ run "seed equivalence (python seed vs loadshape simulate)" \
   env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" bash scripts/check_seed.sh
 run "browser end-to-end (agent + page in headless Chromium)" \
   env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" node tests/browser/run.mjs
+
+await_background "llama.cpp's build"
+passed=$((passed + $(cat "$bg_log.passed")))
+# After the background, not beside it: llama-server computes for real, and a build on the other core (even at
+# SCHED_IDLE: the two cores can share one physical core) slowed it in calibrate's probe and not in the held-out run,
+# so the prediction came out 2.1× the live TTFT p50.
+run "real server: replay against llama.cpp's llama-server" env LOADSHAPE_LLAMA_SERVER="$LLAMA_SERVER" \
+  LOADSHAPE_LLAMA_MODEL="$LLAMA_MODEL" LOADSHAPE_REQUIRE_REAL_SERVER=1 cargo test --locked -p loadshape --test real_server
 
 echo
 echo "steps: $passed passed, 0 failed"
