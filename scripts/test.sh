@@ -38,18 +38,17 @@ printf '{"goog:chromeOptions":{"binary":"/usr/bin/chromium","args":[%s]}}\n' \
   "$(for f in $CHROMIUM_FLAGS; do printf '"%s",' "$f"; done | sed 's/,$//')" >"$WASM_BINDGEN_TEST_WEBDRIVER_JSON"
 
 # The page's steps: cargo for wasm32.
-page_cargo() { cargo "$@"; }
 page_clippy() {
-  page_cargo clippy -p loadshape-shared -p loadshape-app --features loadshape-app/split --lib --bins --target $WASM \
+  cargo clippy -p loadshape-shared -p loadshape-app --features loadshape-app/split --lib --bins --target $WASM \
     --locked -- -D warnings
 }
 # Documented for the target it is built for, so rustdoc reuses clippy's checks of the page's dependencies.
 page_docs() {
-  RUSTDOCFLAGS="-D warnings" page_cargo doc --no-deps --locked -p loadshape-shared -p loadshape-app \
+  RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked -p loadshape-shared -p loadshape-app \
     --features loadshape-app/split --target $WASM
 }
-wasm_tests() { page_cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*' "$@"; }
-page_unit_tests() { page_cargo test -p loadshape-app --target $WASM --locked --lib "$@"; }
+wasm_tests() { cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*' "$@"; }
+page_unit_tests() { cargo test -p loadshape-app --target $WASM --locked --lib "$@"; }
 page_build() { trunk build --release --offline; }
 
 # The native test binaries, built once and run as `cargo test` runs them (in their package's folder), without
@@ -104,7 +103,8 @@ kill_tree() {
 bg_pid=""
 bg_log="$scratch/background.log"
 bg_shown=0
-# Waits until the background job has touched MARK (or, without one, until it ends), then shows its log so far.
+# Waits until the background job has touched MARK (or, without one, until it ends), then shows its log so far. The
+# job writes $bg_log.passed when it ends, so a job that ended without the mark (it failed) is not waited on forever.
 await_background() {
   local what="$1" mark="${2:-}" t0=$SECONDS status=0
   step "$what (in the background)"
