@@ -41,7 +41,7 @@ if [ ! -x "$server" ]; then
     tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$dir/src"
     rm -rf "$tmp"
   fi
-  say "build llama-server (≈ 6 min on an idle 2-core machine)"
+  say "build llama-server (≈ 10-15 min on 2 cores)"
   # ggml's kernels (where the model's time goes) at -O3, the rest (HTTP, JSON, chat templates, tokenizer, graph
   # building: 89 % of the compile time) at -O1, which takes 22 % less CPU to build; llama-server's own timings of a
   # 3,000-token prompt and 200 generated tokens: prefill as fast, decode 8-13 % slower per token
