@@ -12,7 +12,7 @@ LLAMA_PY_VERSION="${LLAMA_PY_VERSION:-0.3.36}"
 dir="${LOADSHAPE_LLAMA_DIR:-$HOME/.cache/loadshape-llama}"
 src="$dir/src/llama_cpp_python-$LLAMA_PY_VERSION"
 # The build's folder names what shapes the binary: the version and the optimization split below (a changed split
-# builds anew; older builds are removed).
+# builds anew and removes the other builds; an interrupted build resumes).
 build="$dir/build-$LLAMA_PY_VERSION-ggml-O3-rest-O1"
 server="$build/bin/llama-server"
 venv="$dir/venv"
@@ -47,7 +47,7 @@ if [ ! -x "$server" ]; then
   # 3,000-token prompt and 200 generated tokens: prefill as fast, decode 8-13 % slower per token
   # (docs/measurements.md, "CI, cold on a fresh machine").
   # LLAMA_USE_PREBUILT_UI=OFF: otherwise the build downloads the web UI and fails offline.
-  rm -rf "$dir"/build-*
+  for old in "$dir"/build-*; do [ "$old" = "$build" ] || rm -rf "$old"; done
   cmake -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" \
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_PROJECT_ggml_INCLUDE="$here/ggml_O3.cmake" \
     -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
