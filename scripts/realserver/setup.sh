@@ -13,7 +13,7 @@ dir="${LOADSHAPE_LLAMA_DIR:-$HOME/.cache/loadshape-llama}"
 src="$dir/src/llama_cpp_python-$LLAMA_PY_VERSION"
 # The build's folder names what shapes the binary: the version and the optimization split below (a changed split
 # builds anew and removes the other builds; an interrupted build resumes).
-build="$dir/build-$LLAMA_PY_VERSION-ggml-O3-rest-O1"
+build="$dir/build-$LLAMA_PY_VERSION-ggml-O3-rest-O1-std-pch"
 server="$build/bin/llama-server"
 venv="$dir/venv"
 model="$dir/models/tiny-$(sha256sum "$here/make_model.py" | cut -c1-12).gguf"
@@ -45,11 +45,13 @@ if [ ! -x "$server" ]; then
   # ggml's kernels (where the model's time goes) at -O3, the rest (HTTP, JSON, chat templates, tokenizer, graph
   # building: 89 % of the compile time) at -O1, which takes 22 % less CPU to build; llama-server's own timings of a
   # 3,000-token prompt and 200 generated tokens: prefill as fast, decode 8-13 % slower per token
-  # (docs/measurements.md, "CI, cold on a fresh machine").
+  # (docs/measurements.md, "CI, cold on a fresh machine"). The C++ standard headers are precompiled once per library
+  # for llama, llama-common and mtmd (std_pch.cmake).
   # LLAMA_USE_PREBUILT_UI=OFF: otherwise the build downloads the web UI and fails offline.
   for old in "$dir"/build-*; do [ "$old" = "$build" ] || rm -rf "$old"; done
   cmake -S "$src/vendor/llama.cpp" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" \
     -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_PROJECT_ggml_INCLUDE="$here/ggml_O3.cmake" \
+    -DCMAKE_PROJECT_llama.cpp_INCLUDE="$here/std_pch.cmake" \
     -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
     >"$dir/cmake.log" 2>&1 \
