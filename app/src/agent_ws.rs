@@ -131,9 +131,15 @@ impl AgentConn {
         self.handlers.update_value(|h| h.push(Arc::new(f)));
     }
 
-    /// Call `f` after every successful handshake (first connect and each reconnect), e.g. to resume.
+    /// Call `f` after every successful handshake (first connect and each reconnect), e.g. to resume; and at once when
+    /// the handshake is already done: a view whose code loads on demand can register after it (the live view, which
+    /// asks for the targets here, would otherwise never list them).
     pub fn on_connect(&self, f: impl Fn() + Send + Sync + 'static) {
-        self.on_connect.update_value(|h| h.push(Arc::new(f)));
+        let f: ConnectHandler = Arc::new(f);
+        self.on_connect.update_value(|h| h.push(f.clone()));
+        if self.status.get_untracked() == Status::Connected {
+            f();
+        }
     }
 
     fn connect(self, attempt: u32) {
@@ -245,5 +251,47 @@ impl AgentConn {
         self.status.set(Status::Error);
         self.message.set(Some(message));
         self.outbox.set_value(None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn a_connect_handler_registered_after_the_handshake_runs_at_once_and_on_every_reconnect() {
+        let conn = AgentConn::start(None, async {});
+        let before = Arc::new(AtomicUsize::new(0));
+        let b = before.clone();
+        conn.on_connect(move || {
+            b.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(before.load(Ordering::SeqCst), 0, "not connected yet: nothing to run");
+
+        conn.status.set(Status::Connected);
+        let after = Arc::new(AtomicUsize::new(0));
+        let a = after.clone();
+        conn.on_connect(move || {
+            a.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(
+            after.load(Ordering::SeqCst),
+            1,
+            "registered after the handshake: runs at once"
+        );
+        assert_eq!(before.load(Ordering::SeqCst), 0, "the earlier handler is not run again");
+        for f in conn.on_connect.get_value() {
+            f();
+        }
+        assert_eq!(
+            (before.load(Ordering::SeqCst), after.load(Ordering::SeqCst)),
+            (1, 2),
+            "a reconnect runs both"
+        );
     }
 }
