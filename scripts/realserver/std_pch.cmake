@@ -3,7 +3,10 @@
 # llama-common (common/) and mtmd (tools/mtmd/, which llama-server links): their many small files spend much of their
 # compile time parsing those headers again (docs/measurements.md, "CI, cold on a fresh machine"). Not the server's
 # own files (no gain there) nor ggml's kernels (their time is code generation). llama.cpp's sources are not patched.
-cmake_minimum_required(VERSION 3.19) # cmake_language(DEFER)
+# cmake_language(DEFER) needs 3.19. A version check, not cmake_minimum_required: that would reset llama.cpp's policies.
+if(CMAKE_VERSION VERSION_LESS 3.19)
+  message(FATAL_ERROR "scripts/realserver/std_pch.cmake needs CMake 3.19 or newer (cmake_language(DEFER))")
+endif()
 
 function(loadshape_precompile_std_headers)
   set(headers)
