@@ -142,6 +142,13 @@ impl AgentConn {
         }
     }
 
+    /// Runs every connect handler: after each handshake.
+    fn run_connect_handlers(&self) {
+        for f in self.on_connect.get_value() {
+            f();
+        }
+    }
+
     fn connect(self, attempt: u32) {
         let Some(token) = self.token.get_value() else { return };
         let Some(url) = crate::url::ws_url(&token) else {
@@ -207,9 +214,7 @@ impl AgentConn {
                         self.status.set(Status::Connected);
                         self.message.set(None);
                         handshaken = true;
-                        for f in self.on_connect.get_value() {
-                            f();
-                        }
+                        self.run_connect_handlers();
                     }
                     ServerMsg::Error { message, .. } if !handshaken => {
                         self.fail(message.clone());
@@ -285,9 +290,7 @@ mod tests {
             "registered after the handshake: runs at once"
         );
         assert_eq!(before.load(Ordering::SeqCst), 0, "the earlier handler is not run again");
-        for f in conn.on_connect.get_value() {
-            f();
-        }
+        conn.run_connect_handlers();
         assert_eq!(
             (before.load(Ordering::SeqCst), after.load(Ordering::SeqCst)),
             (1, 2),
