@@ -5,8 +5,8 @@
 # The installs the native steps do not need (apt, the wasm32 target, the page's tools, npm and pip packages) run in the
 # background while the native steps run, then the page's builds (wasm32: clippy, docs, the wasm test binaries,
 # trunk) once the native test binaries are built: the native tests mostly wait on real time (live calibrations and
-# capacity searches against the emulated engine), so the background takes the idle cores. Then llama.cpp's build,
-# beside the page's test suites; the real-server suite runs last, alone. The background runs at SCHED_IDLE, so a
+# capacity searches against the emulated engine), so the background takes the idle cores. llama.cpp's build starts
+# when the installs end, beside the page's builds and then their test suites; the real-server suite runs last, alone. The background runs at SCHED_IDLE, so a
 # timed test never waits for a core it holds. Both share one target dir, so the host-side crates (proc macros, build
 # scripts) build once: the native tests run from their binaries rather than through `cargo test`, which would hold
 # the target dir's lock while they run. docs/measurements.md, "CI, cold project", has what this saves.
@@ -74,8 +74,15 @@ run_native_tests() {
   done <"$native_tests"
 }
 background() {
-  trap 'echo "$passed" >"$bg_log.passed"' EXIT
+  # A failed page step ends this job: llama.cpp's build (below) ends with it.
+  trap 'echo "$passed" >"$bg_log.passed"; [ -z "$llama_pid" ] || kill_tree "$llama_pid"' EXIT
   run "installs (scripts/setup.sh --tests)" bash "$LOADSHAPE_ROOT/scripts/setup.sh" --tests
+  # llama.cpp's build starts now that cmake is installed, beside the page's builds: they leave a core idle part of the
+  # time (trunk's release build links the page with LTO and runs wasm-opt on one core), and the build takes it. Its
+  # log is shown when it ends, after the page's steps.
+  local llama_log="$scratch/llama-build.log"
+  (run "$llama_step" bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh") >"$llama_log" 2>&1 &
+  llama_pid=$!
   # The page's builds start once the native ones are done, so they fill the native tests' waits rather than hold the
   # target dir's lock while the native build waits for it.
   local t0=$SECONDS
@@ -87,10 +94,16 @@ background() {
   run "build the page unit tests" page_unit_tests --no-run
   run "trunk build --release --offline" page_build
   touch "$page_built"
-  # Last, beside the page's test suites (the real-server suite runs after it, alone).
-  run "real server: llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh)" \
-    bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh"
+  # The build goes on beside the page's test suites (the real-server suite runs after it, alone).
+  local status=0
+  wait "$llama_pid" || status=$?
+  llama_pid=""
+  cat "$llama_log"
+  [ "$status" = 0 ] || { echo "$llama_step: failed (above)" >&2; return 1; }
+  passed=$((passed + 1))
 }
+llama_pid=""
+llama_step="real server: llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh)"
 
 # Ends the background job if a step fails first: the processes this script started, by PID. Not apt-get and what it
 # runs: stopped midway, it would leave Debian's package database locked and half-configured, so it is left to finish.
