@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::future::Future as _;
+use std::os::fd::{AsRawFd as _, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -129,6 +130,8 @@ pub struct Conn {
     responses: u32,
     /// The arrival time of the latest read that brought bytes (kernel-stamped reads only; see [`RxStream`]).
     rx: Arc<RxStamp>,
+    /// The socket, to read its own state ([`Conn::peer_closed`]); open while `io` holds it.
+    fd: RawFd,
 }
 
 impl Conn {
@@ -177,6 +180,24 @@ impl Conn {
             self.tx.poll_ready(cx).map(|r| r.is_ok())
         })
         .await
+    }
+
+    /// Whether the server has closed or reset the connection, or sent bytes nobody asked for, by the socket's own
+    /// state: a non-blocking one-byte `MSG_PEEK`. The driver learns of a close only once the runtime has taken in
+    /// the socket's readiness, when it next polls for I/O; a thread held between a response's end and the next
+    /// request (a loaded machine) finds the server's FIN in the socket and not yet in the driver, and would write a
+    /// request into a connection the server has left.
+    pub fn peer_closed(&self) -> bool {
+        use nix::errno::Errno;
+        use nix::sys::socket::{MsgFlags, recv};
+        if self.io.is_none() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        !matches!(
+            recv(self.fd, &mut byte, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT),
+            Err(Errno::EAGAIN | Errno::EINTR)
+        )
     }
 
     /// `fut`, polled after the connection is driven (the response head of a request sent on it).
@@ -316,7 +337,8 @@ impl H1Pool {
 
     /// An idle connection that is ready for a request, if there is one (closed ones are dropped on the way). It
     /// waits only for the connection's own state to take in the end of its previous response ([`Conn::ready`]),
-    /// never for the network. One found closed by the server within [`PROMPT_CLOSE`] of its response's end says
+    /// never for the network, and asks the socket whether the server has closed it meanwhile
+    /// ([`Conn::peer_closed`]). One found closed by the server within [`PROMPT_CLOSE`] of its response's end says
     /// that the server closes after each response ([`H1Pool::stop_reuse`]). Until a connection has served two
     /// responses (the server keeps them), one that served a response is taken only after [`CONFIRM_AFTER`] idle:
     /// a server that closes right after a response (the FIN follows the last chunk by 6–23 µs from llama-server)
@@ -334,7 +356,7 @@ impl H1Pool {
                     idle.remove(i)
                 }
             };
-            if c.ready().await {
+            if c.ready().await && !c.peer_closed() {
                 c.reused = true;
                 return Some(c);
             }
@@ -370,6 +392,7 @@ impl H1Pool {
             .await
             .map_err(|e| format!("connecting to {}:{}: {e}", self.host, self.port))?;
         let _ = stream.set_nodelay(true);
+        let fd = stream.as_raw_fd();
         let (stream, rx) = RxStream::new(stream, self.rx_clock);
         let io: Io = match &self.tls {
             None => Io::Left(stream),
@@ -390,6 +413,7 @@ impl H1Pool {
             idle_since: None,
             responses: 0,
             rx,
+            fd,
         })
     }
 
