@@ -510,12 +510,16 @@ fn whole_request(buf: &[u8]) -> bool {
     buf.len() >= end + 4 + len
 }
 
+/// A streamed response's head, with `connection: close` when `close` says so.
+fn sse_head(close: bool) -> Vec<u8> {
+    let close = if close { "connection: close\r\n" } else { "" };
+    format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n{close}\r\n")
+        .into_bytes()
+}
+
 /// A response of one token, chunked, with `connection: close` in its head when `close` says so.
 fn one_token_response(close: bool) -> Vec<u8> {
-    let close = if close { "connection: close\r\n" } else { "" };
-    let mut out =
-        format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n{close}\r\n")
-            .into_bytes();
+    let mut out = sse_head(close);
     out.extend_from_slice(format!("{:x}\r\n", ONE_TOKEN.len()).as_bytes());
     out.extend_from_slice(ONE_TOKEN);
     out.extend_from_slice(b"\r\n0\r\n\r\n");
@@ -556,10 +560,8 @@ async fn raw_server(mode: ConnMode) -> (String, std::sync::Arc<std::sync::atomic
                     return;
                 }
                 if mode == ConnMode::ResetMidStream {
-                    let head =
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
                     let frame = b"data: {\"choices\":[{\"index\":0,\"text\":\" a\"}]}\n\n";
-                    let mut out = head.as_bytes().to_vec();
+                    let mut out = sse_head(false);
                     out.extend_from_slice(format!("{:x}\r\n", frame.len()).as_bytes());
                     out.extend_from_slice(frame);
                     out.extend_from_slice(b"\r\n");
@@ -708,11 +710,9 @@ async fn hyper_never_puts_a_request_on_a_connection_the_server_is_closing() {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         }
-        if late.load(SeqCst) > 0 {
-            eprintln!(
-                "round {round}: {} of the server's closes came late; again",
-                late.load(SeqCst)
-            );
+        let late = late.load(SeqCst);
+        if late > 0 {
+            eprintln!("round {round}: {late} of the server's closes came late; again");
             continue;
         }
         for o in &outs {

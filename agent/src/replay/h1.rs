@@ -190,7 +190,7 @@ impl Conn {
     pub fn peer_closed(&self) -> bool {
         use nix::errno::Errno;
         use nix::sys::socket::{MsgFlags, recv};
-        if self.io.is_none() {
+        if self.is_closed() {
             return true;
         }
         let mut byte = [0u8; 1];
