@@ -6,10 +6,11 @@
 # background while the native steps run, then the page's builds (wasm32: clippy, docs, the wasm test binaries,
 # trunk) once the native test binaries are built: the native tests mostly wait on real time (live calibrations and
 # capacity searches against the emulated engine), so the background takes the idle cores. llama.cpp's build starts
-# when the installs end, beside the page's builds and then their test suites; the real-server suite runs last, alone. The background runs at SCHED_IDLE, so a
-# timed test never waits for a core it holds. Both share one target dir, so the host-side crates (proc macros, build
-# scripts) build once: the native tests run from their binaries rather than through `cargo test`, which would hold
-# the target dir's lock while they run. docs/measurements.md, "CI, cold project", has what this saves.
+# when the installs end, beside the page's builds and then their test suites; the real-server suite runs last, alone.
+# The background runs at SCHED_IDLE, so a timed test never waits for a core it holds. Both share one target dir, so
+# the host-side crates (proc macros, build scripts) build once: the native tests run from their binaries rather than
+# through `cargo test`, which would hold the target dir's lock while they run. docs/measurements.md, "CI, cold
+# project", has what this saves.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$LOADSHAPE_ROOT/scripts/setup.sh" --native
@@ -81,6 +82,7 @@ background() {
   # time (trunk's release build links the page with LTO and runs wasm-opt on one core), and the build takes it. Its
   # log is shown when it ends, after the page's steps.
   local llama_log="$scratch/llama-build.log"
+  local llama_step="real server: llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh)"
   (run "$llama_step" bash "$LOADSHAPE_ROOT/scripts/realserver/setup.sh") >"$llama_log" 2>&1 &
   llama_pid=$!
   # The page's builds start once the native ones are done, so they fill the native tests' waits rather than hold the
@@ -103,7 +105,6 @@ background() {
   passed=$((passed + 1))
 }
 llama_pid=""
-llama_step="real server: llama.cpp's llama-server and a tiny model (scripts/realserver/setup.sh)"
 
 # Ends the background job if a step fails first: the processes this script started, by PID. Not apt-get and what it
 # runs: stopped midway, it would leave Debian's package database locked and half-configured, so it is left to finish.
