@@ -22,21 +22,25 @@ rustup component list --installed | grep -q '^rustfmt' || rustup component add r
 [ "$mode" != --native ] || exit 0
 
 need_apt=()
-command -v chromium >/dev/null || need_apt+=(chromium)
+# Liberation is one of chromium's recommends (the rest is desktop plumbing headless runs never use: printing, udev,
+# upower, notifications): the pages render in the same fonts.
+command -v chromium >/dev/null || need_apt+=(chromium fonts-liberation)
 command -v chromedriver >/dev/null || need_apt+=(chromium-driver)
 command -v node >/dev/null || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # llama.cpp's build needs cmake (scripts/realserver/setup.sh): in the same apt run.
 case "$mode" in --with-real-server | --tests) command -v cmake >/dev/null || need_apt+=(cmake) ;; esac
 # apt runs in the background while cargo builds trunk and wasm-bindgen-cli (it mostly downloads and unpacks; those
-# compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`.
+# compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`. Without
+# recommends: 33 packages instead of 122 for chromium, chromium-driver and cmake (docs/measurements.md).
 apt_pid=""
 apt_log=""
 if ((${#need_apt[@]})); then
   apt_log="$(mktemp)"
   step "apt: ${need_apt[*]} (in the background)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"; } \
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "${need_apt[@]}"; } \
     >"$apt_log" 2>&1 &
   apt_pid=$!
 fi

@@ -32,7 +32,7 @@ if [ ! -x "$server" ]; then
     say "apt: cmake"
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends cmake
   fi
   if [ ! -d "$src/vendor/llama.cpp" ]; then
     say "pip download llama-cpp-python==$LLAMA_PY_VERSION (sdist, vendors llama.cpp)"
