@@ -1,9 +1,11 @@
 //! `loadshape`: the agent binary. Run with `loadshape --help`.
 use clap::Parser;
 
-/// mimalloc instead of glibc malloc, built with `no_thp` (no transparent huge pages). With huge pages the kernel
-/// zeroed 2 MiB per first touch: `loadshape --version` cost 3.1 ms CPU instead of 2.3, and the 1M-session
-/// `simulate` spent 0.15-0.2 s in the kernel (README, "seed model vs the Python seed").
+/// mimalloc instead of glibc malloc: the engine's prefix-cache tables grow by reallocation, and glibc maps each large
+/// table afresh from the kernel (a page fault and a zeroed page per 4 KiB) and unmaps it when freed, where mimalloc
+/// reuses its memory: on the Mooncake trace glibc is slower by a fifth. glibc starts 0.5 ms faster, which only the
+/// shortest commands notice. Built with `no_thp` (no transparent huge pages), else the kernel zeroes 2 MiB at each
+/// first touch (docs/measurements.md, "seed model vs the Python seed").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
