@@ -517,12 +517,18 @@ fn sse_head(close: bool) -> Vec<u8> {
         .into_bytes()
 }
 
+/// `data` as one chunk of a chunked body, appended to `out`.
+fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A response of one token, chunked, with `connection: close` in its head when `close` says so.
 fn one_token_response(close: bool) -> Vec<u8> {
     let mut out = sse_head(close);
-    out.extend_from_slice(format!("{:x}\r\n", ONE_TOKEN.len()).as_bytes());
-    out.extend_from_slice(ONE_TOKEN);
-    out.extend_from_slice(b"\r\n0\r\n\r\n");
+    push_chunk(&mut out, ONE_TOKEN);
+    out.extend_from_slice(b"0\r\n\r\n");
     out
 }
 
@@ -543,18 +549,17 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
 }
 
 /// A server on 127.0.0.1:0; returns the base URL and the count of connections it accepted.
-async fn raw_server(mode: ConnMode) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+async fn raw_server(mode: ConnMode) -> (String, Arc<AtomicUsize>) {
     use tokio::io::AsyncWriteExt as _;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
-    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
+            count.fetch_add(1, SeqCst);
             tokio::spawn(async move {
                 if !read_request(&mut sock).await {
                     return;
@@ -562,9 +567,7 @@ async fn raw_server(mode: ConnMode) -> (String, std::sync::Arc<std::sync::atomic
                 if mode == ConnMode::ResetMidStream {
                     let frame = b"data: {\"choices\":[{\"index\":0,\"text\":\" a\"}]}\n\n";
                     let mut out = sse_head(false);
-                    out.extend_from_slice(format!("{:x}\r\n", frame.len()).as_bytes());
-                    out.extend_from_slice(frame);
-                    out.extend_from_slice(b"\r\n");
+                    push_chunk(&mut out, frame);
                     let _ = sock.write_all(&out).await;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let _ = sock.set_zero_linger();
@@ -655,7 +658,7 @@ async fn hyper_reconnects_when_the_server_closes_after_each_response() {
         }
         // One connection per request, none failed.
         assert_eq!(c.connections_opened(), Some(6));
-        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 6);
+        assert_eq!(accepted.load(SeqCst), 6);
     }
 }
 
@@ -678,7 +681,7 @@ async fn a_request_the_server_read_and_dropped_is_not_resent(hc: HttpClient) {
         let e = o.error.as_deref().unwrap_or_default();
         assert!(e.starts_with("request failed:"), "{e}");
     }
-    let accepted = accepted.load(std::sync::atomic::Ordering::SeqCst);
+    let accepted = accepted.load(SeqCst);
     if hc == HttpClient::Hyper {
         assert_eq!(ok, [true, false, true, true], "{outs:?}");
         assert_eq!((accepted, c.connections_opened()), (3, Some(3)));
@@ -746,10 +749,7 @@ async fn to_a_keep_alive_server(dialect: Dialect, n: usize) -> (usize, Option<u6
             tokio::time::sleep(loadshape::replay::h1::CONFIRM_AFTER + Duration::from_millis(5)).await;
         }
     }
-    (
-        accepted.load(std::sync::atomic::Ordering::SeqCst),
-        c.connections_opened(),
-    )
+    (accepted.load(SeqCst), c.connections_opened())
 }
 
 /// llama.cpp's dialect: a connection per request from the start (its server closes each one after a streamed
