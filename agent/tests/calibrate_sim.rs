@@ -508,6 +508,20 @@ async fn calibrate_refuses_runs_it_cannot_fit() {
     ]);
     let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("one length"));
     assert!(e.contains("prefill") && e.contains("distinct prompt lengths"), "{e}");
+    // A file of nothing but unreadable lines names the first one and why.
+    let junk = dir.join("junk.jsonl");
+    std::fs::write(&junk, "not json\n{\"schema\": 1}\n").unwrap_or_else(|e| panic!("{e}"));
+    let a = calibrate_args(&[
+        "--from",
+        junk.to_str().unwrap_or_default(),
+        "--out",
+        dir.to_str().unwrap_or(""),
+    ]);
+    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("no records"));
+    assert!(
+        e.contains("no records in") && e.contains("2 unreadable line(s)") && e.contains("line 1: expected ident"),
+        "{e}"
+    );
     assert!(!dir.join("profile.json").exists(), "a refused fit writes no profile");
 }
 

@@ -43,6 +43,22 @@ fn encodes_a_file_and_decodes_it_back() {
 }
 
 #[test]
+fn a_link_without_decode_is_decoded() {
+    let dir = tempdir("auto");
+    let file = scenario_file(&dir, SEED_FORM);
+    let link = stdout(&loadshape(&["link", &file], None));
+    let decoded = loadshape(&["link", "--decode", &link], None);
+    let auto = loadshape(&["link", &link], None);
+    assert!(auto.status.success(), "{}", String::from_utf8_lossy(&auto.stderr));
+    assert_eq!(stdout(&auto), stdout(&decoded));
+    // A broken link says what is wrong with it, not that no file has that name.
+    let out = loadshape(&["link", &link[..link.len() - 6]], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("truncated") && !err.contains("scenario file"), "{err}");
+}
+
+#[test]
 fn base_option_and_stdin() {
     let out = loadshape(&["link", "-", "--base", "http://gpu-host:9000/page"], Some(SEED_FORM));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

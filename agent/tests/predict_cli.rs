@@ -151,6 +151,16 @@ fn predict_refuses_what_it_cannot_compare() {
         !o.status.success() && err.contains("profile.json") && err.contains("prefill_ctx_ms_per_ktok"),
         "{err}"
     );
+    // Live records that are all unreadable: the first bad line is named.
+    write(&pf, &profile());
+    let junk = d.join("junk.jsonl");
+    std::fs::write(&junk, "not json\n").unwrap_or_else(|e| panic!("{e}"));
+    let o = loadshape(&["predict", s(&sc), "--profile", s(&pf), "--against", s(&junk)], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("junk.jsonl: no records (1 unreadable line(s); line 1: expected ident"),
+        "{err}"
+    );
     // The seed model has no engine profile.
     let seed = d.join("seed.json");
     std::fs::write(

@@ -534,8 +534,13 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
     for p in paths {
         let (recs, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
         if !bad.is_empty() {
-            out.notes
-                .push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
+            out.notes.push(format!(
+                "{}: {} unreadable line(s) skipped (line {}: {})",
+                p.display(),
+                bad.len(),
+                bad[0].line,
+                bad[0].error
+            ));
         }
         let server = match read_sidecar(p, &mut out.notes)? {
             Some(Sidecar { discovered: d, report }) => {
@@ -667,7 +672,15 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
         }
         None => {
             let runs = read_runs(&a.from)?;
-            anyhow::ensure!(!runs.records.is_empty(), "--from: no records in {:?}", a.from);
+            if runs.records.is_empty() {
+                let files: Vec<String> = a.from.iter().map(|p| p.display().to_string()).collect();
+                let why = if runs.notes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", runs.notes.join("; "))
+                };
+                anyhow::bail!("--from: no records in {}{why}", files.join(", "));
+            }
             facts = runs.facts;
             (runs.records, runs.notes, runs.discovered)
         }

@@ -5,6 +5,7 @@
 //! loadshape link examples/seed.json                 # http://127.0.0.1:8080/#s=1.eNq...
 //! loadshape link - --base http://gpu-host:8080/     # scenario on stdin
 //! loadshape link --decode 'http://127.0.0.1:8080/#s=1.eNq...'
+//! loadshape link 'http://127.0.0.1:8080/#s=1.eNq...'   # the same: a link that names no file is decoded
 //! pbpaste | loadshape link --decode                 # the link on stdin (no argument, or `-`)
 //! ```
 //!
@@ -19,8 +20,9 @@ use shared::scenario::Scenario;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Scenario file to encode, or with `--decode` the link (URL, `#s=...` fragment or payload). `-` or nothing:
-    /// read it from standard input.
+    /// Scenario file to encode, or with `--decode` the link (URL, `#s=...` fragment or payload). A link (an
+    /// `http(s)://` address or `#s=...`) that names no file is decoded without `--decode`. `-` or nothing: read it
+    /// from standard input.
     #[arg(value_name = "FILE|URL")]
     pub input: Option<String>,
     /// Decode a link and print its scenario as JSON instead of encoding a file.
@@ -40,7 +42,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .context("cannot read standard input")?;
         Ok(s)
     };
-    if args.decode {
+    let names_a_link = |input: &str| {
+        (input.starts_with("http://") || input.starts_with("https://") || input.contains("#s="))
+            && !std::path::Path::new(input).exists()
+    };
+    if args.decode || args.input.as_deref().is_some_and(names_a_link) {
         let link = if from_stdin {
             stdin()?
         } else {

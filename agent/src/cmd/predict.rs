@@ -98,9 +98,23 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
     let mut live_records = Vec::new();
     for p in &a.against {
         let (records, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
-        anyhow::ensure!(!records.is_empty(), "{}: no records", p.display());
+        anyhow::ensure!(
+            !records.is_empty(),
+            "{}: no records ({} unreadable line(s){})",
+            p.display(),
+            bad.len(),
+            bad.first()
+                .map(|b| format!("; line {}: {}", b.line, b.error))
+                .unwrap_or_default()
+        );
         if !bad.is_empty() {
-            notes.push(format!("{}: {} unreadable lines skipped", p.display(), bad.len()));
+            notes.push(format!(
+                "{}: {} unreadable line(s) skipped (line {}: {})",
+                p.display(),
+                bad.len(),
+                bad[0].line,
+                bad[0].error
+            ));
         }
         live_records.push(records);
     }
