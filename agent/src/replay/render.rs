@@ -130,7 +130,7 @@ pub fn render(
     if c.rx_clock_kernel + c.rx_clock_user > 0 {
         line(
             &mut o,
-            "Frames timed by (kernel / user clock):",
+            "TTFT clock, kernel / user (requests):",
             format!("{} / {}", c.rx_clock_kernel, c.rx_clock_user),
         );
     }
