@@ -386,6 +386,11 @@ fn evaluate_items(
     })
 }
 
+/// How many later times [`SortedTimes::insert`] moves one by one before it binary-searches the rest. A full batch
+/// of 16 slots places most completions 0–5 from the back; the search and its `memmove` call cost more than the
+/// moves they save up to about this many (docs/measurements.md, "seed model vs the Python seed").
+const SCAN_FROM_BACK: usize = 16;
+
 /// The seed's list of completion times, kept sorted: `buf[head..]`, ascending. Dropping from the front moves
 /// `head`; the dropped front is cut off once it is as long as the live part, so the buffer stays small.
 struct SortedTimes {
@@ -420,7 +425,7 @@ impl SortedTimes {
     }
 
     /// Insert `t` after any equal values. New completions are usually among the latest, so the place is found by
-    /// moving the later ones up one by one from the back, else (more than a few) by binary search.
+    /// moving the later ones up one by one from the back, else (more than [`SCAN_FROM_BACK`]) by binary search.
     #[inline]
     fn insert(&mut self, t: f64) {
         if self.head >= 32 && 2 * self.head >= self.buf.len() {
@@ -431,7 +436,7 @@ impl SortedTimes {
         self.buf.push(t);
         let mut j = end;
         while j > self.head && self.buf[j - 1] > t {
-            if end - j == 4 {
+            if end - j == SCAN_FROM_BACK {
                 let at = self.head + self.buf[self.head..j].partition_point(|&x| x <= t);
                 self.buf.copy_within(at..j, at + 1);
                 j = at;
