@@ -529,21 +529,16 @@ pub fn py_round(x: f64, ndigits: u32) -> f64 {
         _ => return py_round_exact(x, ndigits),
     };
     let y = x * scale;
-    if y.abs() < 1_099_511_627_776.0 {
-        // Integer conversions instead of floor/round, which are library calls on baseline x86-64.
-        let whole = y as i64; // toward zero
-        let frac = y - whole as f64; // exact: |y| < 2^40
-        let away = frac.abs();
-        if (away - 0.5).abs() > 1.0 / 2048.0 {
-            let rounded = if away > 0.5 {
-                whole + if frac > 0.0 { 1 } else { -1 }
-            } else {
-                whole
-            };
-            if rounded == 0 {
-                return 0.0f64.copysign(x); // round(-0.001, 2) == -0.0
-            }
-            return rounded as f64 / scale;
+    let ay = y.abs();
+    if ay < 1_099_511_627_776.0 {
+        // The nearest integer by adding and taking away 2^52 (round/floor are library calls on baseline x86-64):
+        // exact for |y| < 2^52; a tie, where the sum's rounding to even would decide, fails the check below.
+        // `|y| − r` is exact too (both below 2^40, within 1 of each other).
+        const TWO_52: f64 = 4_503_599_627_370_496.0;
+        let r = (ay + TWO_52) - TWO_52;
+        if (ay - r).abs() < 0.5 - 1.0 / 2048.0 {
+            // copysign keeps round(-0.001, 2) == -0.0.
+            return r.copysign(y) / scale;
         }
     }
     py_round_exact(x, ndigits)
@@ -620,6 +615,58 @@ mod mt_tests {
                     assert_eq!(rng.next_u32(), one.next_u32(), "seed {n}");
                 }
             }
+        }
+    }
+
+    /// The fast path of `py_round` agrees bit for bit with the exact one (formatting and parsing back) for values
+    /// of every magnitude, both signs and each `ndigits` it serves, and on values within a few ulps of a tie.
+    #[test]
+    fn py_round_fast_path_equals_the_exact_one() {
+        let mut rng = PyRandom::from_u64(2026);
+        let mut checked = 0u64;
+        for n in 0..=6u32 {
+            let scale = 10f64.powi(n as i32);
+            for _ in 0..40_000 {
+                // Magnitudes from 1e-9 to 1e13, so some products pass 2^40 and take the exact path.
+                let mag = 10f64.powf(rng.uniform(-9.0, 13.0));
+                let sign = if rng.random() < 0.5 { -1.0 } else { 1.0 };
+                let x = sign * mag * rng.random();
+                assert_eq!(
+                    py_round(x, n).to_bits(),
+                    py_round_exact(x, n).to_bits(),
+                    "round({x:?}, {n})"
+                );
+                // Near a tie: a half-integer over the scale, nudged by a few ulps either way.
+                let tie = ((rng.random() * 1e6).floor() + 0.5) / scale * sign;
+                let mut t = tie;
+                for _ in 0..4 {
+                    t = f64::from_bits(t.to_bits() - 1);
+                }
+                for _ in 0..9 {
+                    assert_eq!(
+                        py_round(t, n).to_bits(),
+                        py_round_exact(t, n).to_bits(),
+                        "round({t:?}, {n})"
+                    );
+                    t = f64::from_bits(t.to_bits() + 1);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 2_000_000);
+        for (x, n) in [
+            (0.0, 2),
+            (-0.0, 2),
+            (-0.001, 2),
+            (0.004_999, 2),
+            (-0.005_001, 2),
+            (1e-300, 3),
+        ] {
+            assert_eq!(
+                py_round(x, n).to_bits(),
+                py_round_exact(x, n).to_bits(),
+                "round({x:?}, {n})"
+            );
         }
     }
 }
