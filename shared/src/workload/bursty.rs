@@ -54,6 +54,9 @@ impl BurstyWorkload {
 /// another, so apart from the consumer's own dependency chain they pipeline well.
 const ARRIVAL_CHUNK: usize = 256;
 
+/// The seed's burst factor by request index modulo 10.
+const BURST_FACTORS: [f64; 10] = [1.55, 1.55, 0.32, 0.32, 0.32, 0.32, 0.32, 1.55, 1.55, 1.55];
+
 /// The seed's trace, generated lazily: `build_agent_trace` step by step. Arrivals are rounded to 2 decimals of a
 /// millisecond, as the seed rounds them.
 #[derive(Debug, Clone)]
@@ -97,11 +100,12 @@ impl BurstyTrace {
             *slot = -(1.0 - *slot).ln() / lambd;
         }
         let mut current_ms = self.current_ms;
-        for (idx, slot) in (self.idx..).zip(self.arrivals.iter_mut()) {
-            // Bursty gamma-like arrivals: short inter-arrival gaps for indices 2..=6 of every 10, lulls otherwise.
-            let burst_factor = if matches!(idx % 10, 2..=6) { 0.32 } else { 1.55 };
-            current_ms += *slot * burst_factor;
+        // Bursty gamma-like arrivals: short inter-arrival gaps for indices 2..=6 of every 10, lulls otherwise.
+        let mut phase = (self.idx % 10) as usize;
+        for slot in self.arrivals.iter_mut() {
+            current_ms += *slot * BURST_FACTORS[phase];
             *slot = py_round(current_ms, 2);
+            phase = if phase == 9 { 0 } else { phase + 1 };
         }
         self.current_ms = current_ms;
     }
