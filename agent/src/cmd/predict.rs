@@ -98,15 +98,13 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
     let mut live_records = Vec::new();
     for p in &a.against {
         let (records, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
-        anyhow::ensure!(
-            !records.is_empty(),
-            "{}: no records ({} unreadable line(s){})",
-            p.display(),
-            bad.len(),
-            bad.first()
-                .map(|b| format!("; line {}: {}", b.line, b.error))
-                .unwrap_or_default()
-        );
+        if records.is_empty() {
+            let why = match bad.first() {
+                Some(b) => format!("{} unreadable line(s); line {}: {}", bad.len(), b.line, b.error),
+                None => "it holds no line".to_string(),
+            };
+            anyhow::bail!("{}: no records ({why})", p.display());
+        }
         if !bad.is_empty() {
             notes.push(format!(
                 "{}: {} unreadable line(s) skipped (line {}: {})",
