@@ -456,6 +456,17 @@ async fn calibrate_recovers_a_unified_prefill_kv_profile() {
     );
 }
 
+/// `calibrate --from FROM --out OUT`'s error, which it must give (`what` names the case).
+async fn refusal(from: &std::path::Path, out: &std::path::Path, what: &str) -> String {
+    let a = calibrate_args(&[
+        "--from",
+        from.to_str().unwrap_or_default(),
+        "--out",
+        out.to_str().unwrap_or_default(),
+    ]);
+    format!("{:#}", calibrate::calibrate(&a).await.expect_err(what))
+}
+
 /// `--from` on a run without usage, or with too few usable requests, is refused naming what is missing.
 #[tokio::test]
 async fn calibrate_refuses_runs_it_cannot_fit() {
@@ -475,24 +486,12 @@ async fn calibrate_refuses_runs_it_cannot_fit() {
     let no_usage = dir.join("no_usage.jsonl");
     let lines: Vec<String> = (0..20).map(|i| rec(i, None)).collect();
     std::fs::write(&no_usage, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
-    let a = calibrate_args(&[
-        "--from",
-        no_usage.to_str().unwrap_or_default(),
-        "--out",
-        dir.to_str().unwrap_or(""),
-    ]);
-    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("no usage"));
+    let e = refusal(&no_usage, &dir, "no usage").await;
     assert!(e.contains("usable requests") && e.contains("usage"), "{e}");
     let few = dir.join("few.jsonl");
     let lines: Vec<String> = (0..3).map(|i| rec(i, Some(100))).collect();
     std::fs::write(&few, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
-    let a = calibrate_args(&[
-        "--from",
-        few.to_str().unwrap_or_default(),
-        "--out",
-        dir.to_str().unwrap_or(""),
-    ]);
-    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("too few"));
+    let e = refusal(&few, &dir, "too few").await;
     assert!(e.contains("3 usable requests (need 6"), "{e}");
     // Three prompt lengths only: decode fits (one batch size: per_seq_ms fixed at 0), prefill refuses.
     let same = dir.join("same.jsonl");
@@ -500,24 +499,12 @@ async fn calibrate_refuses_runs_it_cannot_fit() {
         .map(|i| rec(i, Some([100, 2000, 4000][i as usize % 3])))
         .collect();
     std::fs::write(&same, lines.join("\n") + "\n").unwrap_or_else(|e| panic!("{e}"));
-    let a = calibrate_args(&[
-        "--from",
-        same.to_str().unwrap_or_default(),
-        "--out",
-        dir.to_str().unwrap_or(""),
-    ]);
-    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("one length"));
+    let e = refusal(&same, &dir, "one length").await;
     assert!(e.contains("prefill") && e.contains("distinct prompt lengths"), "{e}");
     // A file of nothing but unreadable lines names the first one and why.
     let junk = dir.join("junk.jsonl");
     std::fs::write(&junk, "not json\n{\"schema\": 1}\n").unwrap_or_else(|e| panic!("{e}"));
-    let a = calibrate_args(&[
-        "--from",
-        junk.to_str().unwrap_or_default(),
-        "--out",
-        dir.to_str().unwrap_or(""),
-    ]);
-    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("no records"));
+    let e = refusal(&junk, &dir, "no records").await;
     assert!(
         e.contains("no records in") && e.contains("2 unreadable line(s)") && e.contains("line 1: expected ident"),
         "{e}"

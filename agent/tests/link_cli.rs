@@ -21,6 +21,13 @@ fn tempdir(name: &str) -> Scratch {
     Scratch::new(&format!("link-cli-{name}"))
 }
 
+/// The share link of the seed's scenario, made by `loadshape link FILE`.
+fn seed_link(name: &str) -> String {
+    let dir = tempdir(name);
+    let file = scenario_file(&dir, SEED_FORM);
+    stdout(&loadshape(&["link", &file], None))
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -44,9 +51,7 @@ fn encodes_a_file_and_decodes_it_back() {
 
 #[test]
 fn a_link_without_decode_is_decoded() {
-    let dir = tempdir("auto");
-    let file = scenario_file(&dir, SEED_FORM);
-    let link = stdout(&loadshape(&["link", &file], None));
+    let link = seed_link("auto");
     let decoded = loadshape(&["link", "--decode", &link], None);
     let auto = loadshape(&["link", &link], None);
     assert!(auto.status.success(), "{}", String::from_utf8_lossy(&auto.stderr));
@@ -75,9 +80,7 @@ fn base_option_and_stdin() {
 
 #[test]
 fn bad_links_fail_with_a_message() {
-    let dir = tempdir("bad");
-    let file = scenario_file(&dir, SEED_FORM);
-    let link = stdout(&loadshape(&["link", &file], None));
+    let link = seed_link("bad");
     let cases = [
         (link[..link.len() - 6].to_string(), "truncated"),
         (link.replace("#s=1.", "#s=7."), "newer"),
@@ -107,9 +110,7 @@ fn invalid_scenario_file_names_the_field() {
 
 #[test]
 fn decode_reads_the_link_from_stdin() {
-    let dir = tempdir("stdin");
-    let file = scenario_file(&dir, SEED_FORM);
-    let link = stdout(&loadshape(&["link", &file], None));
+    let link = seed_link("stdin");
     let from_arg = loadshape(&["link", "--decode", &link], None);
     assert!(from_arg.status.success());
     for args in [&["link", "--decode", "-"][..], &["link", "--decode"][..]] {
