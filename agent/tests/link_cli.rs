@@ -113,7 +113,13 @@ fn decode_reads_the_link_from_stdin() {
     let link = seed_link("stdin");
     let from_arg = loadshape(&["link", "--decode", &link], None);
     assert!(from_arg.status.success());
-    for args in [&["link", "--decode", "-"][..], &["link", "--decode"][..]] {
+    // A link on stdin is decoded without --decode too.
+    for args in [
+        &["link", "--decode", "-"][..],
+        &["link", "--decode"][..],
+        &["link", "-"][..],
+        &["link"][..],
+    ] {
         let out = loadshape(args, Some(&format!("{link}\n")));
         assert!(
             out.status.success(),
