@@ -20,7 +20,7 @@ use shared::record::RequestRecord;
 use crate::replay::dialect::Dialect;
 use crate::replay::limits::ServerLimits;
 use crate::replay::prom::ServerReport;
-use crate::replay::records::read_records;
+use crate::replay::records::{read_records, skipped_note};
 use crate::replay::runner::PlannedRequest;
 use crate::replay::{self, Hooks, ReplaySettings, TargetSettings, Traffic};
 
@@ -533,15 +533,7 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
     let mut out = Runs::default();
     for p in paths {
         let (recs, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
-        if !bad.is_empty() {
-            out.notes.push(format!(
-                "{}: {} unreadable line(s) skipped (line {}: {})",
-                p.display(),
-                bad.len(),
-                bad[0].line,
-                bad[0].error
-            ));
-        }
+        out.notes.extend(skipped_note(p, &bad));
         let server = match read_sidecar(p, &mut out.notes)? {
             Some(Sidecar { discovered: d, report }) => {
                 if out.discovered.sources.is_empty() {

@@ -16,7 +16,7 @@ use shared::metrics::{self, Summary};
 use shared::scenario::Scenario;
 use shared::window;
 
-use crate::replay::records::read_records;
+use crate::replay::records::{read_records, skipped_note};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -105,15 +105,7 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
             };
             anyhow::bail!("{}: no records ({why})", p.display());
         }
-        if !bad.is_empty() {
-            notes.push(format!(
-                "{}: {} unreadable line(s) skipped (line {}: {})",
-                p.display(),
-                bad.len(),
-                bad[0].line,
-                bad[0].error
-            ));
-        }
+        notes.extend(skipped_note(p, &bad));
         live_records.push(records);
     }
     let window = live_records

@@ -245,6 +245,18 @@ pub struct BadLine {
     pub torn: bool,
 }
 
+/// What a reader of `path` notes about the lines it skipped: how many, and the first one and why. `None` if none.
+pub fn skipped_note(path: &Path, bad: &[BadLine]) -> Option<String> {
+    let first = bad.first()?;
+    Some(format!(
+        "{}: {} unreadable line(s) skipped (line {}: {})",
+        path.display(),
+        bad.len(),
+        first.line,
+        first.error
+    ))
+}
+
 /// Read every record of a JSONL file. Blank lines are skipped; lines that do not parse (bad JSON, bad UTF-8, a
 /// torn last line) are returned by line number, not fatal: each costs that line only. Only a file that cannot be
 /// read is an error.
