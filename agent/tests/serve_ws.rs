@@ -141,8 +141,20 @@ async fn start_agent_targets(
     extra_hosts: &[String],
     ws_write_timeout: Duration,
 ) -> Agent {
+    start_agent_limited(data_dir, targets, driver, extra_hosts, ws_write_timeout, limits()).await
+}
+
+/// An agent with these targets and limits.
+async fn start_agent_limited(
+    data_dir: PathBuf,
+    targets: Vec<Target>,
+    driver: Arc<dyn Driver>,
+    extra_hosts: &[String],
+    ws_write_timeout: Duration,
+    limits: Limits,
+) -> Agent {
     let store = RunStore::open(&data_dir).unwrap();
-    let runs = Arc::new(Runs::new(store, targets, limits(), driver));
+    let runs = Arc::new(Runs::new(store, targets, limits, driver));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let state = Arc::new(AppState {
@@ -1510,6 +1522,148 @@ async fn a_capacity_search_can_be_stopped() {
     assert_eq!(report["levels_run"].as_u64(), Some(0), "the cut level does not count");
 }
 
+/// A capacity search is one run: its levels and repeats together stop at the agent's `max_run_seconds` (here 2 s,
+/// each level also capped at 2 s), with the levels measured kept and the limit named; before, the cap applied to
+/// each level only, and `repeat: 100, max_levels: 32` could hold a run slot for hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capacity_search_is_bounded_as_a_whole() {
+    let data_dir = tempdir("capacity-bound");
+    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
+    let config = loadshape::sim_server::Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
+        ..Default::default()
+    };
+    tokio::spawn(loadshape::sim_server::serve(
+        sim_listener,
+        config,
+        std::future::pending(),
+    ));
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(2.0),
+        max_in_flight: None,
+    });
+    let agent = start_agent_limited(
+        data_dir.to_path_buf(),
+        vec![Target::sim(sim_url)],
+        driver,
+        &[],
+        loadshape::serve::WS_WRITE_TIMEOUT,
+        Limits {
+            max_run_seconds: 2.0,
+            ..limits()
+        },
+    )
+    .await;
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "closed_loop", "users": 2, "num_requests": 400,
+                     "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}},
+        "profile": knee_profile(),
+        "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0},
+        "seed": 3,
+        "counterfactuals": false
+    });
+    let mut ws = connect(&agent).await;
+    let t0 = std::time::Instant::now();
+    send(
+        &mut ws,
+        ClientMsg::StartCapacity {
+            id: 1,
+            scenario,
+            target: "sim".into(),
+            options: CapacityOptions {
+                repeat: Some(100),
+                max_levels: Some(32),
+                no_guide: true,
+                ..CapacityOptions::default()
+            },
+        },
+    )
+    .await;
+    let run = match recv(&mut ws).await {
+        ServerMsg::CapacityStarted { run, .. } => run,
+        other => panic!("{other:?}"),
+    };
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 2,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let info = loop {
+        match recv(&mut ws).await {
+            ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info,
+            ServerMsg::Subscribed { .. }
+            | ServerMsg::RunState { .. }
+            | ServerMsg::CapacityLevel { .. }
+            | ServerMsg::CapacityResult { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(info.state, RunState::Stopped, "{info:?}");
+    let e = info.error.unwrap_or_default();
+    assert!(
+        e.contains("limit of 2 s for a whole run") && e.contains("--max-run-seconds"),
+        "{e}"
+    );
+    // Generous for a loaded machine, and far below the 100 × 32 levels of 2 s the options asked for.
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+}
+
+/// A page cannot name a file on the agent's machine: a trace workload that names a `path` without its requests is
+/// refused, saying what to do, by `validate_scenario`, `start_run` and `start_capacity` alike (before, the run
+/// started and failed with "no request completed", and the capacity search ran 11 levels to a `null` capacity).
+#[tokio::test]
+async fn a_trace_that_names_a_path_is_refused() {
+    let data_dir = tempdir("trace-path");
+    let agent = start_agent(data_dir.to_path_buf(), Arc::new(ReplayDriver::default())).await;
+    let mut ws = connect(&agent).await;
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "profile": toy_profile(),
+        "workload": {"kind": "trace", "path": "conversation_trace.jsonl"},
+        "seed": 1,
+        "counterfactuals": false
+    });
+    let e = validate(&mut ws, scenario.clone()).await.expect("refused");
+    assert!(
+        e.contains("workload.path") && e.contains("load the trace into the page"),
+        "{e}"
+    );
+    for (id, msg) in [
+        (
+            7,
+            ClientMsg::StartRun {
+                id: 7,
+                scenario: scenario.clone(),
+                target: "sim".into(),
+            },
+        ),
+        (
+            8,
+            ClientMsg::StartCapacity {
+                id: 8,
+                scenario: scenario.clone(),
+                target: "sim".into(),
+                options: CapacityOptions::default(),
+            },
+        ),
+    ] {
+        send(&mut ws, msg).await;
+        match recv(&mut ws).await {
+            ServerMsg::Error { id: got, code, message } => {
+                assert_eq!((got, code), (id, ErrorCode::InvalidScenario));
+                assert!(message.contains("workload.path"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
 
@@ -1609,7 +1763,8 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
         );
     }
 
-    // The capacity search runs against one URL: a fleet target is refused, by name.
+    // The capacity search runs against one URL: a fleet target is refused up front, by name, before it counts
+    // against the agent's run limit.
     send(
         &mut ws,
         ClientMsg::StartCapacity {
@@ -1620,27 +1775,11 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
         },
     )
     .await;
-    let run = match recv(&mut ws).await {
-        ServerMsg::CapacityStarted { run, .. } => run,
-        other => panic!("{other:?}"),
-    };
-    send(
-        &mut ws,
-        ClientMsg::Subscribe {
-            id: 5,
-            run_id: run.run_id.clone(),
-            from_seq: 0,
-        },
-    )
-    .await;
-    let info = loop {
-        match recv(&mut ws).await {
-            ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info,
-            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } => {}
-            other => panic!("unexpected {other:?}"),
+    match recv(&mut ws).await {
+        ServerMsg::Error { code, message, .. } => {
+            assert_eq!(code, ErrorCode::InvalidScenario);
+            assert!(message.contains("target `fleet` is a fleet of 2 replicas"), "{message}");
         }
-    };
-    assert_eq!(info.state, RunState::Failed);
-    let e = info.error.unwrap_or_default();
-    assert!(e.contains("target fleet is a fleet of 2 URLs"), "{e}");
+        other => panic!("{other:?}"),
+    }
 }

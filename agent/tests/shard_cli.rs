@@ -135,10 +135,8 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Runs `plan` once whole and as `n` shards (indices from `JOB_COMPLETION_INDEX`, one `--start-at`) in `d`; returns
-/// the single run's record file and the shards' folder.
-async fn single_and_shards(s: &Sim, d: &Path, plan: &[&str], n: u32) -> (PathBuf, PathBuf) {
-    let single = d.join("single.jsonl");
+/// `replay`'s arguments for `plan` against `s`, writing `out`.
+fn replay_args(s: &Sim, plan: &[&str], out: &Path) -> Vec<String> {
     let common = |out: &Path| -> Vec<String> {
         let mut a: Vec<String> = [
             "--url",
@@ -156,12 +154,25 @@ async fn single_and_shards(s: &Sim, d: &Path, plan: &[&str], n: u32) -> (PathBuf
         a.extend(plan.iter().map(|x| x.to_string()));
         a
     };
-    let (code, err) = replay(&common(&single), None).await;
+    common(out)
+}
+
+/// Runs `plan` once whole and as `n` shards (indices from `JOB_COMPLETION_INDEX`, one `--start-at`) in `d`; returns
+/// the single run's record file and the shards' folder.
+async fn single_and_shards(s: &Sim, d: &Path, plan: &[&str], n: u32) -> (PathBuf, PathBuf) {
+    let single = d.join("single.jsonl");
+    let (code, err) = replay(&replay_args(s, plan, &single), None).await;
     assert_eq!(code, 0, "single run: {err}");
     let shards = d.join("shards");
-    std::fs::create_dir_all(&shards).unwrap_or_else(|e| panic!("{e}"));
+    run_shards(s, &shards, plan, n).await;
+    (single, shards)
+}
+
+/// Runs `plan` as `n` shards into the folder `shards` (`run.shard-I-of-N.jsonl`), all started at one `--start-at`.
+async fn run_shards(s: &Sim, shards: &Path, plan: &[&str], n: u32) {
+    std::fs::create_dir_all(shards).unwrap_or_else(|e| panic!("{e}"));
     let start = (unix_now() + 2.0).floor();
-    let mut args = common(&shards.join("run.jsonl"));
+    let mut args = replay_args(s, plan, &shards.join("run.jsonl"));
     args.extend(["--shard".into(), n.to_string(), "--start-at".into(), start.to_string()]);
     let runs: Vec<_> = (0..n).map(|i| replay(&args, Some(i))).collect();
     for (i, (code, err)) in futures_util::future::join_all(runs).await.into_iter().enumerate() {
@@ -184,7 +195,6 @@ async fn single_and_shards(s: &Sim, d: &Path, plan: &[&str], n: u32) -> (PathBuf
             );
         }
     }
-    (single, shards)
 }
 
 fn summary_of(v: &serde_json::Value, key: &str) -> Summary {
@@ -516,4 +526,158 @@ async fn start_at_late_is_refused_and_a_signal_ends_the_wait() {
     assert!(!done.status.success());
     assert!(err.contains("SIGTERM while waiting for --start-at"), "{err}");
     assert!(!out.exists(), "nothing was sent");
+}
+
+/// Copies every file of the folder `from` into a new folder `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{e}"));
+    for e in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{e}")) {
+        let p = e.unwrap_or_else(|e| panic!("{e}")).path();
+        let name = p.file_name().unwrap_or_default();
+        std::fs::copy(&p, to.join(name)).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A merge that cannot vouch for its counts says so: every kind of damage to a shard's files (a record file
+/// appended to itself, edited counters, the same shard of another run swapped in, a record duplicated and one lost,
+/// damaged sidecars, a line with an impossible value) makes the merge partial (exit 3) with a note naming the file,
+/// in the exact merge and, where it can see it, in `--fast`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_shards_make_the_merge_partial_naming_the_file() {
+    let s = sim().await;
+    let d = dir("tampered");
+    let plan = |nonce: &'static str| {
+        [
+            "--sessions",
+            "4",
+            "--steps",
+            "3",
+            "--base",
+            "800",
+            "--gen",
+            "12",
+            "--tool",
+            "30",
+            "--think",
+            "0.02",
+            "--stagger",
+            "0.02",
+            "--max-seconds",
+            "30",
+            "--seed",
+            "7",
+            "--nonce",
+            nonce,
+            "--metrics-url",
+            "none",
+        ]
+    };
+    let (a, b) = (d.join("a"), d.join("b"));
+    run_shards(&s, &a, &plan("11"), 2).await;
+    run_shards(&s, &b, &plan("12"), 2).await;
+    let (code, v) = merge(&[&a], &[]).await;
+    assert_eq!(
+        (code, &v["partial"]),
+        (0, &serde_json::json!(false)),
+        "the untouched run: {v}"
+    );
+    let shard0 = "run.shard-0-of-2.jsonl";
+    let shard1 = "run.shard-1-of-2.jsonl";
+    // Each case: a fresh copy of run a, one change, and what the partial note must say.
+    type Change = Box<dyn Fn(&Path)>;
+    let write = |p: PathBuf, bytes: Vec<u8>| std::fs::write(&p, bytes).unwrap_or_else(|e| panic!("{e}"));
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{e}"));
+    let b1 = b.join(shard1);
+    let cases: Vec<(&str, Change, &str, bool)> = vec![
+        (
+            "appended to itself",
+            Box::new(move |c: &Path| {
+                let mut bytes = read(c.join(shard0));
+                bytes.extend(bytes.clone());
+                write(c.join(shard0), bytes);
+            }),
+            "request(s) appear twice",
+            false,
+        ),
+        (
+            "edited counters",
+            Box::new(move |c: &Path| {
+                let p = c.join(format!("{shard0}.counters.json"));
+                let mut v: serde_json::Value = serde_json::from_slice(&read(p.clone())).unwrap_or_default();
+                v["completed"] = 4000.into();
+                write(p, v.to_string().into_bytes());
+            }),
+            "counters.json: completed 4000",
+            true,
+        ),
+        (
+            "another run's shard swapped in",
+            Box::new(move |c: &Path| write(c.join(shard1), read(b1.clone()))),
+            "not the ones its summary.json says were written",
+            false,
+        ),
+        (
+            "one record duplicated, one lost",
+            Box::new(move |c: &Path| {
+                let text = String::from_utf8(read(c.join(shard0))).unwrap_or_default();
+                let mut lines: Vec<&str> = text.lines().collect();
+                let last = lines.len() - 1;
+                lines[last] = lines[0];
+                write(c.join(shard0), format!("{}\n", lines.join("\n")).into_bytes());
+            }),
+            "request(s) appear twice",
+            false,
+        ),
+        (
+            "zero-byte summary.json",
+            Box::new(move |c: &Path| write(c.join(format!("{shard1}.summary.json")), Vec::new())),
+            "summary.json is damaged",
+            true,
+        ),
+        (
+            "garbled server.json",
+            Box::new(move |c: &Path| write(c.join(format!("{shard1}.server.json")), b"{\"sam".to_vec())),
+            "server.json is damaged",
+            true,
+        ),
+        (
+            "records_written edited",
+            Box::new(move |c: &Path| {
+                let p = c.join(format!("{shard0}.summary.json"));
+                let mut v: serde_json::Value = serde_json::from_slice(&read(p.clone())).unwrap_or_default();
+                v["records_written"] = 4000.into();
+                write(p, v.to_string().into_bytes());
+            }),
+            "its summary says 4000 were written",
+            true,
+        ),
+        (
+            "a negative TTFT",
+            Box::new(move |c: &Path| {
+                let text = String::from_utf8(read(c.join(shard0))).unwrap_or_default();
+                let mut lines: Vec<String> = text.lines().map(String::from).collect();
+                let mut r: serde_json::Value = serde_json::from_str(&lines[0]).unwrap_or_default();
+                r["ttft_s"] = (-5.0).into();
+                lines[0] = r.to_string();
+                write(c.join(shard0), format!("{}\n", lines.join("\n")).into_bytes());
+            }),
+            "1 line(s) unreadable or with impossible values",
+            false,
+        ),
+    ];
+    for (i, (what, change, says, in_fast)) in cases.into_iter().enumerate() {
+        let c = d.join(format!("case-{i}"));
+        copy_dir(&a, &c);
+        change(&c);
+        let modes: &[&[&str]] = if in_fast { &[&[], &["--fast"]] } else { &[&[]] };
+        for extra in modes {
+            let (code, v) = merge(&[&c], extra).await;
+            let missing = v["missing"].to_string();
+            assert_eq!(code, 3, "{what} {extra:?}: {v}");
+            assert!(
+                missing.contains(says),
+                "{what} {extra:?}: {missing} should say {says:?}"
+            );
+        }
+    }
 }

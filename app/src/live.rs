@@ -289,8 +289,8 @@ impl Live {
     }
 }
 
-/// Parse JSONL records from the file's bytes; blank lines are ignored, bad lines reported by number (at most 5
-/// reported). Each line is parsed on its own bytes, so a line that is not valid UTF-8 (a crash that cut the last
+/// Parse JSONL records from the file's bytes; blank lines are ignored, bad lines (unreadable, or a record with
+/// impossible values: `RequestRecord::check`) reported by number (at most 5 reported). Each line is parsed on its own bytes, so a line that is not valid UTF-8 (a crash that cut the last
 /// line inside a multi-byte character) costs that line only, and is never read with a replacement character.
 pub fn parse_jsonl(bytes: &[u8]) -> (Vec<RequestRecord>, Vec<String>) {
     let mut records = Vec::new();
@@ -301,7 +301,10 @@ pub fn parse_jsonl(bytes: &[u8]) -> (Vec<RequestRecord>, Vec<String>) {
         if line.is_empty() {
             continue;
         }
-        match serde_json::from_slice::<RequestRecord>(line) {
+        match serde_json::from_slice::<RequestRecord>(line)
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.check().map(|()| r))
+        {
             Ok(r) => records.push(r),
             Err(e) => {
                 bad += 1;

@@ -10,13 +10,19 @@
 //! - **bytes**: `requests × bytes per request` (a kept record, or the scoring state of a streamed one; a queued
 //!   request is counted there) plus the prompts admitted at once (at most the profile's `max_num_seqs`), each
 //!   holding one 8-byte hash per KV block (`prompt / block_size`, the longest prompt for sessions and users), plus
-//!   the session plans drawn for every started slot (12 bytes a step, the whole plan at the session's start).
+//!   the session plans drawn for every started slot (12 bytes a step, the whole plan at the session's start);
+//! - **a trace's content**: the trace's own hash ids (16 bytes each: the id and its prefix key), and, for each
+//!   request that fits the engine (prompt + output within the profile's model length: one that does not fails at
+//!   submission and holds nothing), its prompt's engine blocks that the hash ids name, indexed by the prefix cache
+//!   for the whole run ([`BYTES_PER_CONTENT_BLOCK`] each), plus the longest request's block hashes while it is
+//!   submitted (8 bytes a block).
 //!
 //! Per-request costs were measured on `examples/engine-10k.json` scaled up (docs/simulator.md, "Size limits").
 
 use crate::engine::EngineScenario;
 use crate::scenario::Scenario;
 use crate::seed_model::SeedWorkload;
+use crate::workload::Workload;
 
 /// Bytes a kept [`crate::record::RequestRecord`] and its share of the run's state take (the page keeps them all;
 /// measured ≈ 670 B a request at 2,000,000 requests).
@@ -25,6 +31,13 @@ pub const BYTES_PER_KEPT_RECORD: f64 = 700.0;
 pub const BYTES_PER_STREAMED_RECORD: f64 = 100.0;
 /// Bytes a step of a session plan takes (its generation length and think time).
 pub const BYTES_PER_PLAN_STEP: f64 = 12.0;
+/// Bytes a trace request's engine block of named content takes at most: the prefix cache's index keeps an
+/// entry of 16 bytes (a hash, its chain and place) for every block of content the run has seen, in a hash table of
+/// 17 bytes a bucket that doubles as it grows (1.14–2.29 buckets an entry), and while it grows the old table and
+/// the new one are both held: up to 3.43 buckets, 58 bytes, an entry; rounded up. Measured: 200 Mooncake rows of
+/// 10,000 hash ids (512 tokens each) on 16-token blocks asked for one table of 2,281,701,392 bytes (2^27 buckets)
+/// while holding the old one of 1.14 GB.
+pub const BYTES_PER_CONTENT_BLOCK: f64 = 64.0;
 
 /// The size of a run, estimated from its scenario alone.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -162,8 +175,34 @@ fn engine_estimate(e: &EngineScenario, per_request: f64) -> Estimate {
     let held = s.held_prompts.min(f64::from(e.profile.max_num_seqs));
     Estimate {
         requests: s.requests,
-        bytes: s.requests * per_request + held * hashes_per_prompt * 8.0 + s.plan_steps * BYTES_PER_PLAN_STEP,
+        bytes: s.requests * per_request
+            + held * hashes_per_prompt * 8.0
+            + s.plan_steps * BYTES_PER_PLAN_STEP
+            + trace_content_bytes(e),
     }
+}
+
+/// A trace's content (see the module docs); 0 for other workloads and traces without hash ids.
+fn trace_content_bytes(e: &EngineScenario) -> f64 {
+    let Workload::Trace(t) = &e.workload else {
+        return 0.0;
+    };
+    let (tb, eb) = (
+        u64::from(t.hash_block_size().max(1)),
+        u64::from(e.profile.block_size.max(1)),
+    );
+    let model_len = e.profile.model_len();
+    let (mut ids, mut blocks, mut longest) = (0u64, 0u64, 0u64);
+    for r in &t.requests {
+        ids += r.hash_ids.len() as u64;
+        if r.prompt_tokens() + u64::from(r.output_tokens) > model_len {
+            continue;
+        }
+        let covered = (r.hash_ids.len() as u64).saturating_mul(tb).min(r.prompt_tokens()) / eb;
+        blocks += covered;
+        longest = longest.max(covered);
+    }
+    ids as f64 * 16.0 + blocks as f64 * BYTES_PER_CONTENT_BLOCK + longest as f64 * 8.0
 }
 
 #[cfg(test)]
@@ -248,6 +287,52 @@ mod tests {
         let err = sc.check_size(false, &wide).expect_err("plans of 4.9 GB").to_string();
         assert!(err.contains("of memory, above the limit of 4.0 GiB"), "{err}");
         assert!(!err.contains("requests or session steps, above"), "{err}");
+    }
+
+    /// A Mooncake trace of `rows` rows of `input` tokens naming `ids` hash ids each (512-token trace blocks).
+    fn mooncake(rows: u64, input: u64, ids: u64) -> Scenario {
+        let mut sc = engine(serde_json::json!({"kind": "trace", "path": "t.jsonl"}));
+        let text: String = (0..rows)
+            .map(|i| {
+                let hash_ids: Vec<u64> = (i * ids..(i + 1) * ids).collect();
+                format!(
+                    "{}\n",
+                    serde_json::json!({"timestamp": i * 1000, "input_length": input, "output_length": 10,
+                        "hash_ids": hash_ids})
+                )
+            })
+            .collect();
+        let Scenario::Engine(e) = &mut sc else { panic!("engine") };
+        let Workload::Trace(t) = &mut e.workload else {
+            panic!("trace")
+        };
+        t.load_text(&text).expect("trace");
+        sc
+    }
+
+    /// The trace that aborted `simulate` on a failed allocation (200 rows of 5,120,000 tokens, 10,000 hash ids
+    /// each) is refused by its estimate when its requests fit the engine, and costs little when none does (they
+    /// fail at submission, unhashed); an ordinary trace stays well within the budget.
+    #[test]
+    fn a_trace_counts_its_content() {
+        let fits_all = |sc: &mut Scenario| {
+            let Scenario::Engine(e) = sc else { panic!("engine") };
+            e.profile.num_kv_blocks = 10_000_000;
+        };
+        let mut big = mooncake(200, 5_120_000, 10_000);
+        fits_all(&mut big);
+        let err = big
+            .check_size(false, &Budget::DEFAULT)
+            .expect_err("4 GB of index")
+            .to_string();
+        assert!(err.contains("of memory, above the limit of 4.0 GiB"), "{err}");
+        // 27,000 blocks of 16 tokens: none fits, the content is never indexed.
+        let refused = mooncake(200, 5_120_000, 10_000);
+        let e = refused.check_size(false, &Budget::DEFAULT).expect("nothing indexed");
+        assert!(e.bytes < GIB, "{e:?}");
+        let small = mooncake(1000, 4000, 8);
+        let e = small.check_size(false, &Budget::DEFAULT).expect("fits");
+        assert!(e.bytes > 1000.0 * 250.0 * BYTES_PER_CONTENT_BLOCK, "{e:?}");
     }
 
     #[test]

@@ -759,6 +759,8 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         .iter()
         .map(|r| {
             let ttft = r.ttft_s?;
+            // A record with impossible values (a negative TTFT) has no span: it is skipped below.
+            r.check().ok()?;
             Some(Span {
                 submit: r.t_submit,
                 first: r.t_submit + ttft,
@@ -782,7 +784,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     let overlapping = move |lo: f64, hi: f64| {
         let (spans, order, submits) = (spans_ref, order_ref, submits_ref);
         let a = submits.partition_point(|&t| t < lo - longest);
-        let b = submits.partition_point(|&t| t < hi);
+        let b = submits.partition_point(|&t| t < hi).max(a);
         order[a..b]
             .iter()
             .filter(move |&&j| spans[j].as_ref().is_some_and(|o| o.end > lo && o.submit < hi))
@@ -792,7 +794,9 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     let mut pre = Vec::new();
     let mut beside: Vec<BesideObs> = Vec::new();
     for (i, r) in records.iter().enumerate() {
-        let why = if !r.ok {
+        let why = if let Err(e) = r.check() {
+            Some(e)
+        } else if !r.ok {
             Some("failed".to_string())
         } else if r.prompt_tokens.is_none() {
             Some("no usage.prompt_tokens (the server did not report usage)".into())

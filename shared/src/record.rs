@@ -164,7 +164,80 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
+/// Most tokens a record may count in any one field: beyond any model's context (100,000,000).
+pub const MAX_RECORD_TOKENS: u64 = 100_000_000;
+/// Largest `|t_submit|` a record may carry, seconds from its run's origin (about 31 years).
+pub const MAX_RECORD_T_SUBMIT_S: f64 = 1e9;
+
 impl RequestRecord {
+    /// Why this record cannot describe a real request, or `Ok` when it can: a duration (`ttft_s`, `wall_s`,
+    /// `queue_s`, an ITL figure) that is negative or not finite, a first token after the request's end, a
+    /// `t_submit` that is not finite or beyond [`MAX_RECORD_T_SUBMIT_S`], or a token count beyond
+    /// [`MAX_RECORD_TOKENS`]. Readers of record files skip such a record with a note that counts it (scoring it
+    /// would print negative latencies, and a fit would take it as a measurement). A simulated record's ITL p50, p99
+    /// and max may be `NaN` (not computed): those pass.
+    pub fn check(&self) -> Result<(), String> {
+        let duration = |name: &str, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "impossible value: {name} is {v} (a duration must be finite and >= 0)"
+                ))
+            }
+        };
+        if !(self.t_submit.is_finite() && self.t_submit.abs() <= MAX_RECORD_T_SUBMIT_S) {
+            return Err(format!(
+                "impossible value: t_submit is {} (must be finite, within {MAX_RECORD_T_SUBMIT_S:e} s of the run's \
+                 origin)",
+                self.t_submit
+            ));
+        }
+        duration("wall_s", self.wall_s)?;
+        if let Some(t) = self.ttft_s {
+            duration("ttft_s", t)?;
+            // The first token comes before the end (a little slack for the last bit of the subtraction).
+            if t > self.wall_s * (1.0 + 1e-9) + 1e-9 {
+                return Err(format!(
+                    "impossible value: ttft_s {t} is after the request's end (wall_s {})",
+                    self.wall_s
+                ));
+            }
+        }
+        if let Some(q) = self.queue_s {
+            duration("queue_s", q)?;
+        }
+        if let Some(itl) = &self.itl {
+            duration("itl.mean_ms", itl.mean_ms)?;
+            for (name, v) in [
+                ("itl.p50_ms", itl.p50_ms),
+                ("itl.p99_ms", itl.p99_ms),
+                ("itl.max_ms", itl.max_ms),
+            ] {
+                if !v.is_nan() {
+                    duration(name, v)?;
+                }
+            }
+        }
+        let tokens = [
+            ("gen_tokens", Some(self.gen_tokens)),
+            ("asked_tokens", Some(self.asked_tokens)),
+            ("base_asked", Some(self.base_asked)),
+            ("prompt_tokens", self.prompt_tokens),
+            ("designed_prompt_tokens", self.designed_prompt_tokens),
+            ("cached_tokens", self.cached_tokens),
+            ("designed_cached_tokens", self.designed_cached_tokens),
+        ];
+        for (name, v) in tokens {
+            if let Some(v) = v.filter(|&v| v > MAX_RECORD_TOKENS) {
+                return Err(format!(
+                    "impossible value: {name} is {v} (beyond any context: at most {MAX_RECORD_TOKENS})"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// vLLM's TPOT for one request: (E2E − TTFT) / (output tokens − 1), milliseconds; `None` below 2 tokens.
     pub fn tpot_ms(&self) -> Option<f64> {
         let ttft = self.ttft_s?;
@@ -207,6 +280,114 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+        }
+    }
+
+    /// Impossible values are named; a real record, a failed one without a first token and a simulated one whose
+    /// ITL quantiles were not computed pass.
+    #[test]
+    fn check_names_impossible_values() {
+        assert_eq!(live().check(), Ok(()));
+        let failed = RequestRecord {
+            ok: false,
+            ttft_s: None,
+            ..live()
+        };
+        assert_eq!(failed.check(), Ok(()));
+        let sim = RequestRecord {
+            itl: Some(ItlSummary {
+                mean_ms: 10.0,
+                p50_ms: f64::NAN,
+                p99_ms: f64::NAN,
+                max_ms: f64::NAN,
+            }),
+            ..live()
+        };
+        assert_eq!(sim.check(), Ok(()));
+        let cases: Vec<(RequestRecord, &str)> = vec![
+            (
+                RequestRecord {
+                    ttft_s: Some(-5.0),
+                    ..live()
+                },
+                "ttft_s is -5",
+            ),
+            (
+                RequestRecord {
+                    ttft_s: Some(f64::NAN),
+                    ..live()
+                },
+                "ttft_s is NaN",
+            ),
+            (
+                RequestRecord {
+                    ttft_s: Some(3.0),
+                    ..live()
+                },
+                "after the request's end",
+            ),
+            (
+                RequestRecord {
+                    wall_s: -1.0,
+                    ttft_s: None,
+                    ..live()
+                },
+                "wall_s is -1",
+            ),
+            (
+                RequestRecord {
+                    wall_s: f64::INFINITY,
+                    ..live()
+                },
+                "wall_s is inf",
+            ),
+            (
+                RequestRecord {
+                    t_submit: -1e300,
+                    ..live()
+                },
+                "t_submit",
+            ),
+            (
+                RequestRecord {
+                    queue_s: Some(-0.5),
+                    ..live()
+                },
+                "queue_s",
+            ),
+            (
+                RequestRecord {
+                    prompt_tokens: Some(u64::MAX),
+                    ..live()
+                },
+                "prompt_tokens",
+            ),
+            (
+                RequestRecord {
+                    gen_tokens: 1 << 40,
+                    ..live()
+                },
+                "gen_tokens",
+            ),
+            (
+                RequestRecord {
+                    itl: Some(ItlSummary {
+                        mean_ms: 1.0,
+                        p50_ms: -1.0,
+                        p99_ms: 1.0,
+                        max_ms: 1.0,
+                    }),
+                    ..live()
+                },
+                "itl.p50_ms",
+            ),
+        ];
+        for (rec, says) in cases {
+            let e = rec.check().expect_err(says);
+            assert!(
+                e.starts_with("impossible value: ") && e.contains(says),
+                "{e} should say {says}"
+            );
         }
     }
 

@@ -560,3 +560,34 @@ fn fit_measures_the_share_of_the_reply_found_cached() {
         f.notes
     );
 }
+
+/// Records with impossible values (a negative TTFT on every fourth one, as an edited file has) are set aside as
+/// unused with the reason named, and the fit neither panics nor takes them as measurements: it recovers the same
+/// engine from the rest.
+#[test]
+fn records_with_impossible_values_are_set_aside_not_a_panic() {
+    let mut recs = probe_records();
+    let mut edited = 0;
+    for r in recs.iter_mut().step_by(4) {
+        r.ttft_s = Some(-5.0);
+        edited += 1;
+    }
+    let f = fit(&recs, &FitOptions::default()).expect("the rest still fits");
+    let impossible = f
+        .unused
+        .iter()
+        .filter(|u| u.reason.contains("impossible value: ttft_s is -5"))
+        .count();
+    assert_eq!(impossible, edited, "{:?}", f.unused);
+    let rel = |a: f64, b: f64| (a / b - 1.0).abs();
+    assert!(
+        rel(f.profile.step_fixed_ms, truth().step_fixed_ms) < 0.1,
+        "{:?}",
+        f.profile
+    );
+    // Every TTFT negative: a clean refusal, no panic.
+    for r in &mut recs {
+        r.ttft_s = Some(-5.0);
+    }
+    assert!(fit(&recs, &FitOptions::default()).is_err());
+}

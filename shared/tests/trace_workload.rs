@@ -148,3 +148,17 @@ fn session_turns_wait_for_the_previous_turn() {
     // blocks of 16.
     assert_eq!(second.cached_tokens, Some(592));
 }
+
+/// A trace saved with a UTF-8 byte-order mark reads as the same trace without one (only its sha256, of the file's
+/// bytes, differs).
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_first_line() {
+    let text = "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 5, \"hash_ids\": [1, 2]}\n\
+                {\"timestamp\": 10, \"input_length\": 700, \"output_length\": 5, \"hash_ids\": [1, 3]}\n";
+    let mut plain = scenario_with(r#"{"kind": "trace", "path": "t.jsonl"}"#);
+    let mut marked = scenario_with(r#"{"kind": "trace", "path": "t.jsonl"}"#);
+    let a = loaded(&mut plain, text);
+    let b = loaded(&mut marked, &format!("\u{feff}{text}"));
+    assert_eq!(a.requests, b.requests);
+    assert_eq!(b.requests.len(), 2);
+}

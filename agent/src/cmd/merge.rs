@@ -11,8 +11,10 @@
 //!
 //! A run is `RUN.jsonl` or a folder (its `*.jsonl` files). The merged report says **partial** — and exits 3 — when
 //! a shard of the split is missing, a shard was cut short (interrupted or aborted), a shard left no `summary.json`
-//! (it did not finish), or a record file holds fewer lines than its summary says it wrote. Runs that are not shards
-//! of one plan (different splits, seeds, nonces or SLOs, or one index twice) are refused.
+//! (it did not finish) or a damaged one (or a damaged `server.json`), a record file holds other lines than its
+//! summary says it wrote (more, fewer, or others: `records_digest`), a line is unreadable or holds impossible values,
+//! a request appears twice, or a run's `counters.json` disagrees with its summary or its records. Runs that are not
+//! shards of one plan (different splits, seeds, nonces or SLOs, or one index twice) are refused.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -60,14 +62,23 @@ struct RunInfo {
     #[serde(default)]
     aborted: bool,
     records_written: u64,
+    /// The writer's digest of the lines it wrote (absent in runs written before it existed).
+    #[serde(default)]
+    records_digest: Option<String>,
 }
 
 /// One run as merge found it.
 struct Run {
     file: PathBuf,
     info: Option<RunInfo>,
+    /// Why its `summary.json` could not be read, when it is there but damaged.
+    info_error: Option<String>,
     records: Vec<RequestRecord>,
     bad_lines: usize,
+    /// The record file's digest and non-blank lines ([`records::file_digest`]); `None` in `--fast`.
+    digest: Option<(u64, u64)>,
+    /// Why a `server.json` beside it could not be read.
+    server_error: Option<String>,
     stats: Option<Mergeable>,
     /// Why its counters or histograms could not be read.
     stats_error: Option<String>,
@@ -110,19 +121,30 @@ fn read_stats(file: &Path) -> anyhow::Result<Mergeable> {
     Mergeable::from_parts(counters, hists).with_context(|| file.display().to_string())
 }
 
+/// A sidecar that is there but cannot be read as `T`: why, naming the file. `Ok(None)` when it is not there.
+fn read_sidecar<T: serde::de::DeserializeOwned>(file: &Path, suffix: &str) -> Result<Option<T>, String> {
+    let path = sidecar(file, suffix);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice::<T>(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{} is damaged ({e})", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{} cannot be read ({e})", path.display())),
+    }
+}
+
 fn read_run(file: &Path, fast: bool) -> anyhow::Result<Run> {
-    let info = match std::fs::read(sidecar(file, "summary.json")) {
-        Ok(bytes) => Some(
-            serde_json::from_slice::<RunInfo>(&bytes)
-                .with_context(|| format!("parsing {}", sidecar(file, "summary.json").display()))?,
-        ),
-        Err(_) => None,
+    let (info, info_error) = match read_sidecar::<RunInfo>(file, "summary.json") {
+        Ok(info) => (info, None),
+        Err(e) => (None, Some(e)),
     };
-    let (records, bad_lines) = if fast {
-        (Vec::new(), 0)
+    // merge uses nothing of server.json, but a damaged one says the run's files were damaged.
+    let server_error = read_sidecar::<serde_json::Value>(file, "server.json").err();
+    let (records, bad_lines, digest) = if fast {
+        (Vec::new(), 0, None)
     } else {
         let (r, bad) = records::read_records(file)?;
-        (r, bad.len())
+        (r, bad.len(), Some(records::file_digest(file)?))
     };
     let (stats, stats_error) = match &info {
         Some(_) => match read_stats(file) {
@@ -134,8 +156,11 @@ fn read_run(file: &Path, fast: bool) -> anyhow::Result<Run> {
     Ok(Run {
         file: file.to_path_buf(),
         info,
+        info_error,
         records,
         bad_lines,
+        digest,
+        server_error,
         stats,
         stats_error,
     })
@@ -156,11 +181,18 @@ fn merge(runs: Vec<Run>, fast: bool) -> anyhow::Result<Merged> {
     let mut partial = Vec::new();
     let mut notes = Vec::new();
     let infos: Vec<(&Run, &RunInfo)> = runs.iter().filter_map(|r| r.info.as_ref().map(|i| (r, i))).collect();
-    anyhow::ensure!(
-        !infos.is_empty(),
-        "no run has a summary.json beside its records: nothing says how they were run (a shard that did not finish \
-         leaves none)"
-    );
+    if infos.is_empty() {
+        let damaged: Vec<&str> = runs.iter().filter_map(|r| r.info_error.as_deref()).collect();
+        anyhow::ensure!(
+            damaged.is_empty(),
+            "no run has a readable summary.json: nothing says how they were run ({})",
+            damaged.join("; ")
+        );
+        anyhow::bail!(
+            "no run has a summary.json beside its records: nothing says how they were run (a shard that did not \
+             finish leaves none)"
+        );
+    }
     let first = infos[0].1.clone();
     let first = &first;
     for (r, i) in &infos {
@@ -214,36 +246,10 @@ fn merge(runs: Vec<Run>, fast: bool) -> anyhow::Result<Merged> {
         None
     };
     for r in &runs {
-        let name = r.file.display();
-        match &r.info {
-            None => partial.push(format!(
-                "{name}: no summary.json (the shard did not finish); its {} record(s) are in the exact summary only",
-                r.records.len()
-            )),
-            Some(i) => {
-                if let Some(why) = &i.interrupted {
-                    partial.push(format!("{name}: cut short ({why})"));
-                }
-                if i.aborted {
-                    partial.push(format!("{name}: cut short (aborted: the server stopped answering)"));
-                }
-                if !fast && (r.records.len() as u64) < i.records_written {
-                    partial.push(format!(
-                        "{name}: {} record(s) readable, its summary says {} were written",
-                        r.records.len(),
-                        i.records_written
-                    ));
-                }
-            }
-        }
-        if let Some(e) = &r.stats_error {
-            partial.push(format!(
-                "{name}: no histogram statistics ({e}); its records are in the exact summary only"
-            ));
-        }
-        if r.bad_lines > 0 {
-            partial.push(format!("{name}: {} line(s) unreadable", r.bad_lines));
-        }
+        partial.extend(run_problems(r, fast));
+    }
+    if !fast {
+        partial.extend(duplicated_requests(&runs, shards.is_some()));
     }
     // One time line: shift each run by its origin's distance from the earliest.
     let origins: Vec<Option<f64>> = runs
@@ -308,6 +314,129 @@ fn merge(runs: Vec<Run>, fast: bool) -> anyhow::Result<Merged> {
         records: all,
         shards,
     })
+}
+
+/// What makes one run's part of the merge incomplete or untrustworthy, each naming the file: a missing or damaged
+/// sidecar, a run cut short, a record file that is not the one its summary describes (more or fewer lines, another
+/// digest), counters that disagree with the summary or the records.
+fn run_problems(r: &Run, fast: bool) -> Vec<String> {
+    let name = r.file.display();
+    let mut out = Vec::new();
+    match (&r.info, &r.info_error) {
+        (None, Some(e)) => out.push(format!(
+            "{name}: {e}; its {} record(s) are in the exact summary only",
+            r.records.len()
+        )),
+        (None, None) => out.push(format!(
+            "{name}: no summary.json (the shard did not finish); its {} record(s) are in the exact summary only",
+            r.records.len()
+        )),
+        (Some(i), _) => out.extend(summary_problems(r, i, fast)),
+    }
+    if let Some(e) = &r.server_error {
+        out.push(format!("{name}: {e}"));
+    }
+    if let Some(e) = &r.stats_error {
+        out.push(format!(
+            "{name}: no histogram statistics ({e}); its records are in the exact summary only"
+        ));
+    }
+    if r.bad_lines > 0 {
+        out.push(format!(
+            "{name}: {} line(s) unreadable or with impossible values",
+            r.bad_lines
+        ));
+    }
+    out
+}
+
+/// [`run_problems`] of a run whose `summary.json` was read.
+fn summary_problems(r: &Run, i: &RunInfo, fast: bool) -> Vec<String> {
+    let name = r.file.display();
+    let mut out = Vec::new();
+    if let Some(why) = &i.interrupted {
+        out.push(format!("{name}: cut short ({why})"));
+    }
+    if i.aborted {
+        out.push(format!("{name}: cut short (aborted: the server stopped answering)"));
+    }
+    if let Some((digest, lines)) = r.digest {
+        if lines != i.records_written {
+            out.push(format!(
+                "{name}: {lines} record line(s), its summary says {} were written",
+                i.records_written
+            ));
+        } else if let Some(want) = &i.records_digest
+            && *want != format!("{digest:016x}")
+        {
+            out.push(format!(
+                "{name}: its lines are not the ones its summary.json says were written (digest {digest:016x}, \
+                 written {want}): another run's records, or edited"
+            ));
+        }
+    }
+    if let Some(st) = &r.stats {
+        let c = st.counters();
+        if c.records != i.records_written {
+            out.push(format!(
+                "{}: counts {} record(s), its summary says {} were written",
+                sidecar(&r.file, "counters.json").display(),
+                c.records,
+                i.records_written
+            ));
+        }
+        if c.completed + c.failed != c.records {
+            out.push(format!(
+                "{}: completed {} + failed {} is not its {} record(s)",
+                sidecar(&r.file, "counters.json").display(),
+                c.completed,
+                c.failed,
+                c.records
+            ));
+        }
+        if !fast {
+            let ok = r.records.iter().filter(|x| x.ok).count() as u64;
+            if ok != c.completed {
+                out.push(format!(
+                    "{}: completed {}, the record file holds {ok} completed record(s)",
+                    sidecar(&r.file, "counters.json").display(),
+                    c.completed
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Requests whose identity `(session, inst, step)` appears more than once in a run, or, with `across` (the runs
+/// are shards of one plan), in two runs: each is one request of the plan, so a repeat is a line copied (a file
+/// appended to itself, a shard given twice under two names). Whole-plan runs of one plan repeat each other's
+/// requests by design: only each file is checked.
+fn duplicated_requests(runs: &[Run], across: bool) -> Vec<String> {
+    let mut seen: std::collections::HashMap<(u64, u32, u32), usize> = std::collections::HashMap::new();
+    let mut dups: BTreeMap<(usize, usize), u64> = BTreeMap::new();
+    for (ri, r) in runs.iter().enumerate() {
+        if !across {
+            seen.clear();
+        }
+        for rec in &r.records {
+            if let Some(&first) = seen.get(&(rec.session, rec.inst, rec.step)) {
+                *dups.entry((first, ri)).or_default() += 1;
+            } else {
+                seen.insert((rec.session, rec.inst, rec.step), ri);
+            }
+        }
+    }
+    dups.into_iter()
+        .map(|((a, b), n)| {
+            let (fa, fb) = (runs[a].file.display(), runs[b].file.display());
+            if a == b {
+                format!("{fa}: {n} request(s) appear twice (same session, inst and step)")
+            } else {
+                format!("{fb}: {n} request(s) also in {fa} (same session, inst and step)")
+            }
+        })
+        .collect()
 }
 
 /// The figures the two summaries share, `(name, exact, histogram, is a latency figure)`.

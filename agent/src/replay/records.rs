@@ -37,6 +37,8 @@ struct WriterEnd {
     kept: Vec<RequestRecord>,
     /// Records whose line could not be written, and the first error.
     failed: u64,
+    /// [`line_digest`]s of the lines written, summed.
+    digest: u64,
     first_error: Option<String>,
 }
 
@@ -64,6 +66,9 @@ pub struct Finished {
     pub records: Vec<RequestRecord>,
     /// Lines written by this sink.
     pub written: u64,
+    /// The [`line_digest`]s of those lines, summed (wrapping): `summary.json`'s `records_digest`, which `merge`
+    /// checks against the file it is given.
+    pub digest: u64,
     /// Why some records are not in the file (how many, the first error), or why it could not be synced.
     pub error: Option<String>,
 }
@@ -127,6 +132,7 @@ impl RecordSink {
             return Ok(Finished {
                 records: Vec::new(),
                 written: self.written(),
+                digest: 0,
                 error: None,
             });
         };
@@ -147,6 +153,7 @@ impl RecordSink {
         Ok(Finished {
             records: end.kept,
             written: self.written(),
+            digest: end.digest,
             error,
         })
     }
@@ -171,6 +178,7 @@ fn write_loop(
     let mut end = WriterEnd {
         kept: Vec::new(),
         failed: 0,
+        digest: 0,
         first_error: None,
     };
     let mut batch: Vec<RequestRecord> = Vec::new();
@@ -193,9 +201,12 @@ fn write_loop(
         }
         buf.clear();
         let mut lines = 0u64;
+        let mut digest = 0u64;
         for rec in &batch {
+            let start = buf.len();
             match serde_json::to_writer(&mut buf, rec) {
                 Ok(()) => {
+                    digest = digest.wrapping_add(line_digest(&buf[start..]));
                     buf.push(b'\n');
                     lines += 1;
                 }
@@ -208,6 +219,7 @@ fn write_loop(
         match file.write_all(&buf).and_then(|()| file.flush()) {
             Ok(()) => {
                 written.fetch_add(lines, Ordering::Relaxed);
+                end.digest = end.digest.wrapping_add(digest);
             }
             Err(e) => {
                 end.failed += lines;
@@ -245,6 +257,39 @@ pub struct BadLine {
     pub torn: bool,
 }
 
+/// The digest of one record line (its bytes without the newline): XXH3-64, stable across builds and machines.
+/// A file's digest is the wrapping sum over its lines, so it does not depend on their order.
+pub fn line_digest(line: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(line)
+}
+
+/// The digest of a record file as its writer computed it ([`Finished::digest`]): the [`line_digest`]s of its
+/// non-blank lines (without `\n` or `\r\n`), summed; and how many lines that is.
+pub fn file_digest(path: &Path) -> anyhow::Result<(u64, u64)> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut reader = BufReader::new(file);
+    let (mut digest, mut lines) = (0u64, 0u64);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if reader
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("reading {}", path.display()))?
+            == 0
+        {
+            break;
+        }
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        digest = digest.wrapping_add(line_digest(line));
+        lines += 1;
+    }
+    Ok((digest, lines))
+}
+
 /// What a reader of `path` notes about the lines it skipped: how many, and the first one and why. `None` if none.
 pub fn skipped_note(path: &Path, bad: &[BadLine]) -> Option<String> {
     let first = bad.first()?;
@@ -258,8 +303,9 @@ pub fn skipped_note(path: &Path, bad: &[BadLine]) -> Option<String> {
 }
 
 /// Read every record of a JSONL file. Blank lines are skipped; lines that do not parse (bad JSON, bad UTF-8, a
-/// torn last line) are returned by line number, not fatal: each costs that line only. Only a file that cannot be
-/// read is an error.
+/// torn last line) or hold a record with impossible values ([`RequestRecord::check`]: a negative duration, tokens
+/// beyond any context) are returned by line number, not fatal: each costs that line only. Only a file that cannot
+/// be read is an error.
 pub fn read_records(path: &Path) -> anyhow::Result<(Vec<RequestRecord>, Vec<BadLine>)> {
     let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     parse_records(BufReader::new(file)).with_context(|| format!("reading {}", path.display()))
@@ -285,7 +331,9 @@ pub fn parse_records(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRe
         // UTF-8 checked once for the whole line, then parsed as text (faster than `from_slice`, which checks each
         // string it meets on its own).
         let parsed = match std::str::from_utf8(line) {
-            Ok(text) => serde_json::from_str::<RequestRecord>(text).map_err(|e| e.to_string()),
+            Ok(text) => serde_json::from_str::<RequestRecord>(text)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.check().map(|()| r)),
             Err(e) => Err(format!("not UTF-8: {e}")),
         };
         match parsed {

@@ -555,6 +555,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         wall_s: wall,
         requests_started: ctx.started.load(Ordering::Relaxed),
         records_written: finished.written,
+        records_digest: format!("{:016x}", finished.digest),
         interrupted: interrupted.map(|i| i.name.to_string()),
         aborted: ctx.aborted.load(Ordering::Relaxed),
         slo: s.slo,

@@ -64,6 +64,9 @@ pub struct RunSummary {
     pub requests_started: u64,
     /// Record lines this run wrote to the file.
     pub records_written: u64,
+    /// The XXH3-64 digests of those lines, summed (wrapping), as 16 hex digits: `merge` checks that the file it
+    /// is given holds these lines (not another run's, not edited).
+    pub records_digest: String,
     /// What ended the run early: `SIGINT`, `SIGTERM`, `stop requested`; `null` when it ran its course.
     pub interrupted: Option<String>,
     /// True when the fail streak aborted the run (the server stopped answering).

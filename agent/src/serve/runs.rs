@@ -11,7 +11,9 @@ use std::fs::File;
 use std::future::Future;
 use std::io::{BufWriter, Write};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use shared::capacity::{CapacityReport, CapacitySpec, Knob, LiveLevel, MAX_LEVELS};
 use shared::protocol::{
@@ -150,6 +152,8 @@ pub struct LiveRun {
     log: Mutex<RunLog>,
     events: broadcast::Sender<Arc<ServerMsg>>,
     stop: watch::Sender<bool>,
+    /// The run was stopped at the agent's `max_run_seconds` (a capacity search's levels together).
+    over_limit: AtomicBool,
 }
 
 /// The handle a driver pushes records into.
@@ -340,6 +344,13 @@ impl Runs {
         let target = self.target(target_name)?;
         self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         let bad = |e: String| (ErrorCode::InvalidScenario, e);
+        if let Some(f) = &target.fleet {
+            return Err(bad(format!(
+                "target `{target_name}` is a fleet of {} replicas: a live capacity search measures one server; pick \
+                 a target of one URL, or search a fleet's capacity in the simulator (the scenario's `fleet`)",
+                f.urls.len()
+            )));
+        }
         let Ok(Scenario::Engine(engine)) = Scenario::from_value(scenario.clone()) else {
             return Err(bad(
                 "model must be \"engine\" for a capacity search (the seed model has no knob to scale)".to_string(),
@@ -440,8 +451,18 @@ impl Runs {
             },
             stop_rx,
         );
+        // The whole search, every level and repeat, is one run: bounded by the agent's run limit like any other.
+        let limit = Duration::from_secs_f64(self.limits.max_run_seconds);
         tokio::spawn(async move {
-            let outcome = fut.await;
+            tokio::pin!(fut);
+            let outcome = match tokio::time::timeout(limit, &mut fut).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    run.over_limit.store(true, Ordering::Relaxed);
+                    let _ = run.stop.send(true);
+                    fut.await
+                }
+            };
             this.finish_capacity(&run, outcome);
         });
         Ok((info, simulated, guided))
@@ -509,6 +530,7 @@ impl Runs {
             }),
             events,
             stop,
+            over_limit: AtomicBool::new(false),
         });
         active.insert(info.run_id.clone(), run.clone());
         Ok((info, run, records_path, stop_rx))
@@ -522,6 +544,13 @@ impl Runs {
             let report = match outcome {
                 Ok(report) => {
                     info.state = if stopped { RunState::Stopped } else { RunState::Finished };
+                    if run.over_limit.load(Ordering::Relaxed) {
+                        info.error = Some(format!(
+                            "stopped at this agent's limit of {} s for a whole run, every level and repeat together \
+                             (--max-run-seconds); the levels measured are kept",
+                            self.limits.max_run_seconds
+                        ));
+                    }
                     Some(report)
                 }
                 Err(e) => {
@@ -724,6 +753,15 @@ pub fn check_workload_limits(scenario: &Scenario, limits: &Limits) -> Result<(),
         }
         Scenario::Engine(e) => (e.workload.clone(), e.seed, e.slo),
     };
+    if let Workload::Trace(t) = &workload
+        && t.needs_file()
+    {
+        return Err(format!(
+            "workload.path names a trace file ({:?}), which the agent does not read for a page: load the trace \
+             into the page (its requests go with the scenario) and start the run again",
+            t.path.as_deref().unwrap_or_default()
+        ));
+    }
     let rate = match &workload {
         Workload::Poisson(w) => Some(("rate_rps", w.rate_rps)),
         Workload::Gamma(w) => Some(("rate_rps", w.rate_rps)),

@@ -1086,13 +1086,20 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
         None => 0,
     };
     let prompt = r.prompt_tokens();
-    let blocks = if r.hash_ids.is_empty() {
+    // A request no engine accepts fails at submission: its content is never looked up, so it is not hashed (a
+    // row of a million hash ids would cost seconds and gigabytes for nothing). One engine only: a fleet's router
+    // may still weigh the content of a request that fails.
+    let refused =
+        d.engs.len() == 1 && !(prompt <= u64::from(u32::MAX) && d.engs[0].fits(prompt as u32, r.output_tokens));
+    let blocks = if r.hash_ids.is_empty() || refused {
         Vec::new()
     } else {
         engine_block_hashes(r, run.w.hash_block_size(), bs)
     };
     let content = if r.hash_ids.is_empty() {
         Content::Shared(r.shared_prefix_tokens)
+    } else if refused {
+        Content::Shared(0)
     } else {
         Content::Hashes(&blocks)
     };

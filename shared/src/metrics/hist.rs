@@ -246,6 +246,11 @@ impl Mergeable {
         Ok(Mergeable { counters, hists })
     }
 
+    /// The exact counts.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
     /// Each metric's histogram.
     pub fn histograms(&self) -> impl Iterator<Item = (Metric, &Histogram<u64>)> {
         Metric::ALL.into_iter().zip(self.hists.iter())

@@ -308,7 +308,8 @@ impl TraceWorkload {
                 format!("this file's sha256 is {hash}, but the scenario names the trace {want}"),
             ));
         }
-        self.requests = parse(text, &self.options())?;
+        // A byte-order mark (some editors write one) is not part of the first line.
+        self.requests = parse(text.strip_prefix('\u{feff}').unwrap_or(text), &self.options())?;
         self.sha256 = Some(hash);
         Ok(())
     }
