@@ -79,6 +79,27 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
+/// A reader that goes away (`loadshape merge RUN | head -1`) closes standard output, and Rust's `println!` then
+/// panics ("failed printing to stdout: Broken pipe"; Rust ignores SIGPIPE, so the write fails instead of killing
+/// the process). Every command prints with `println!`: this hook ends such a process quietly with success, as
+/// ripgrep does (the output was cut by its reader's choice), and leaves every other panic to the default hook.
+/// Called by `main` (not by [`run`], which tests call in-process).
+pub fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn block_on<F: std::future::Future<Output = anyhow::Result<ExitCode>>>(fut: F) -> anyhow::Result<ExitCode> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -11,5 +11,6 @@ use clap::Parser;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    loadshape::quiet_on_broken_pipe();
     loadshape::run(loadshape::Cli::parse())
 }

@@ -242,3 +242,87 @@ fn a_stopped_run_is_compared_with_the_simulated_requests_of_its_window() {
     assert!(whole["window_s"].is_null(), "{whole}");
     assert_ne!(whole["simulated"]["completed"], v["simulated"]["completed"]);
 }
+
+/// Records with impossible values are skipped with a note that counts them, by every reader: `report` printed a
+/// mean TTFT of −1.25e298 ms for one `ttft_s` of −1e300, `predict --against` printed negative live latencies for
+/// negative `wall_s`, and `calibrate --from` fitted a profile from records whose every `wall_s` was negative.
+#[test]
+fn impossible_values_are_skipped_and_counted() {
+    let d = dir("impossible");
+    let (sc, pf, rec, bad) = (
+        d.join("sc.json"),
+        d.join("profile.json"),
+        d.join("run.jsonl"),
+        d.join("bad.jsonl"),
+    );
+    write(&sc, &scenario(7, profile()));
+    write(&pf, &profile());
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&rec).unwrap_or_else(|e| panic!("{e}"));
+    let edit = |f: &dyn Fn(usize, &mut Value)| -> String {
+        text.lines()
+            .enumerate()
+            .map(|(i, l)| {
+                let mut v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}"));
+                f(i, &mut v);
+                v.to_string() + "\n"
+            })
+            .collect()
+    };
+    std::fs::write(
+        &bad,
+        edit(&|i, v| {
+            if i == 0 {
+                v["ttft_s"] = json!(-1e300);
+            } else if i % 10 == 0 {
+                v["wall_s"] = json!(-3.0);
+            }
+        }),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let o = loadshape(&["report", s(&bad), "--json"], None);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("impossible value: ttft_s is -1e300"), "{err}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let mean = v["summary"]["ttft_mean_ms"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    assert!(mean > 0.0 && mean < 1e6, "{mean}");
+    assert_eq!(
+        v["summary"]["completed"].as_u64(),
+        Some(54),
+        "60 less the 6 skipped: {v}"
+    );
+
+    let o = loadshape(
+        &[
+            "predict",
+            s(&sc),
+            "--profile",
+            s(&pf),
+            "--against",
+            s(&bad),
+            "--seeds",
+            "1",
+            "--json",
+        ],
+        None,
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("6 unreadable line(s) skipped"), "{out}");
+    assert!(!out.contains("\"-"), "no negative figure: {out}");
+
+    let all_negative = d.join("negative.jsonl");
+    std::fs::write(&all_negative, edit(&|_, v| v["wall_s"] = json!(-1.0))).unwrap_or_else(|e| panic!("{e}"));
+    let o = loadshape(
+        &["calibrate", "--from", s(&all_negative), "--out", s(&d.join("fit"))],
+        None,
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no records in") && err.contains("impossible value: wall_s is -1"),
+        "{err}"
+    );
+}

@@ -680,4 +680,92 @@ async fn tampered_shards_make_the_merge_partial_naming_the_file() {
             );
         }
     }
+
+    // Seeded random damage, each changing the files' bytes: a line duplicated, dropped or exchanged between the
+    // two shards, a digit changed in a record or in counters.json. merge never takes the result for a whole run
+    // (exit 0) and never panics: partial (exit 3), or an error (exit 1) that names a file.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n.max(1) as u64) as usize
+    };
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{e}"));
+    for k in 0..24 {
+        let c = d.join(format!("fuzz-{k}"));
+        copy_dir(&a, &c);
+        let files = [c.join(shard0), c.join(shard1)];
+        let mut lines: Vec<Vec<String>> = files
+            .iter()
+            .map(|f| {
+                let text = String::from_utf8(read(f.clone())).unwrap_or_default();
+                text.lines().map(String::from).collect()
+            })
+            .collect();
+        let f = next(2);
+        let i = next(lines[f].len());
+        let what = match next(5) {
+            0 => {
+                let line = lines[f][i].clone();
+                let at = next(lines[f].len() + 1);
+                lines[f].insert(at, line);
+                "a line duplicated"
+            }
+            1 => {
+                lines[f].remove(i);
+                "a line dropped"
+            }
+            2 => {
+                let j = next(lines[1 - f].len());
+                let moved = std::mem::take(&mut lines[f][i]);
+                lines[f][i] = std::mem::replace(&mut lines[1 - f][j], moved);
+                "lines exchanged between the shards"
+            }
+            3 => {
+                lines[f][i] = change_a_digit(&lines[f][i], next(1000), next(9));
+                "a digit of a record changed"
+            }
+            _ => {
+                let p = c.join(format!("run.shard-{f}-of-2.jsonl.counters.json"));
+                let text = String::from_utf8(read(p.clone())).unwrap_or_default();
+                std::fs::write(&p, change_a_digit(&text, next(1000), next(9))).unwrap_or_else(|e| panic!("{e}"));
+                "a digit of counters.json changed"
+            }
+        };
+        for (file, l) in files.iter().zip(&lines) {
+            std::fs::write(file, format!("{}\n", l.join("\n"))).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let out = Command::new(BIN)
+            .arg("merge")
+            .arg(&c)
+            .arg("--json")
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        match out.status.code() {
+            Some(3) => assert!(stdout.contains("\"partial\": true"), "{what}: {stdout}"),
+            Some(1) => assert!(stderr.contains(".jsonl"), "{what}: {stderr}"),
+            other => panic!("{what} (case {k}): exit {other:?}\n{stdout}\n{stderr}"),
+        }
+    }
+}
+
+/// `text` with its `pick`-th ASCII digit (counted cyclically) replaced by another digit (`by` in 0..9 picks which).
+fn change_a_digit(text: &str, pick: usize, by: usize) -> String {
+    let digits: Vec<usize> = text
+        .char_indices()
+        .filter(|(_, c)| c.is_ascii_digit())
+        .map(|(i, _)| i)
+        .collect();
+    let Some(&at) = digits.get(pick % digits.len().max(1)) else {
+        return format!("{text}0");
+    };
+    let old = text.as_bytes()[at] - b'0';
+    let new = (old + 1 + (by % 9) as u8) % 10;
+    format!("{}{}{}", &text[..at], char::from(b'0' + new), &text[at + 1..])
 }

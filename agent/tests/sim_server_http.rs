@@ -232,6 +232,67 @@ async fn bad_requests_are_400() {
     );
 }
 
+/// Sampling fields a real server checks are checked here too, each named in the 400 (before, `n` and `best_of`
+/// of 1e9 and a temperature of -1 were accepted silently); ordinary values pass.
+#[tokio::test]
+async fn sampling_fields_are_checked_as_vllm_checks_them() {
+    let app = router(fast());
+    for (field, value, says) in [
+        ("n", json!(1e9), "n must be 1"),
+        ("n", json!(2), "n must be 1"),
+        ("best_of", json!(1_000_000_000u64), "best_of must be 1"),
+        (
+            "temperature",
+            json!(-1),
+            "temperature must be a non-negative number (got -1)",
+        ),
+        ("temperature", json!("hot"), "temperature must be"),
+    ] {
+        let mut body = json!({"prompt": "x", "max_tokens": 2});
+        body[field] = value;
+        let (status, text) = call(&app, "/v1/completions", body).await;
+        let text = text.unwrap_or_default();
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{field}: {text}");
+        assert!(text.contains(says), "{field}: {text}");
+    }
+    let body = json!({"prompt": "x", "max_tokens": 2, "n": 1, "best_of": 1, "temperature": 0.7});
+    assert_eq!(call(&app, "/v1/completions", body).await.0, StatusCode::OK);
+}
+
+/// A client that never finishes its request headers loses its connection after the header read timeout (before,
+/// such sockets were held as long as the client liked).
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(loadshape::sim_server::serve(listener, fast(), async {
+        let _ = rx.await;
+    }));
+    let mut sock = tokio::net::TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    sock.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t0 = Instant::now();
+    let limit = loadshape::sim_server::HEADER_READ_TIMEOUT + Duration::from_secs(20);
+    let mut buf = [0u8; 256];
+    // The server closes the socket (a read of 0 bytes, a reset, or a 408 and then the close).
+    loop {
+        match tokio::time::timeout(limit, sock.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => break,
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the connection was still open after {:?}", t0.elapsed()),
+        }
+    }
+    assert!(t0.elapsed() >= loadshape::sim_server::HEADER_READ_TIMEOUT - Duration::from_secs(1));
+    let _ = tx.send(());
+}
+
 #[tokio::test]
 async fn fault_fail_after_and_error_rate() {
     let app = router(Config {

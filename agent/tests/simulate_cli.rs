@@ -437,3 +437,22 @@ fn bad_fleet_flags_are_named() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--compare-routers"), "{}", stderr(&o));
 }
+
+/// A reader that goes away (`loadshape simulate … | head -1`) ends the command quietly with success: no panic
+/// message, no exit 101. Standard output's read end is closed before the command writes anything.
+#[test]
+fn a_closed_standard_output_ends_the_command_quietly() {
+    use std::process::{Command, Stdio};
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/engine-10k.json");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loadshape"))
+        .args(["simulate", example, "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run loadshape");
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("wait for loadshape");
+    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
+    assert_eq!(stderr(&o), "");
+}

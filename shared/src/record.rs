@@ -182,13 +182,13 @@ impl RequestRecord {
                 Ok(())
             } else {
                 Err(format!(
-                    "impossible value: {name} is {v} (a duration must be finite and >= 0)"
+                    "impossible value: {name} is {v:?} (a duration must be finite and >= 0)"
                 ))
             }
         };
         if !(self.t_submit.is_finite() && self.t_submit.abs() <= MAX_RECORD_T_SUBMIT_S) {
             return Err(format!(
-                "impossible value: t_submit is {} (must be finite, within {MAX_RECORD_T_SUBMIT_S:e} s of the run's \
+                "impossible value: t_submit is {:?} (must be finite, within {MAX_RECORD_T_SUBMIT_S:e} s of the run's \
                  origin)",
                 self.t_submit
             ));
@@ -199,7 +199,7 @@ impl RequestRecord {
             // The first token comes before the end (a little slack for the last bit of the subtraction).
             if t > self.wall_s * (1.0 + 1e-9) + 1e-9 {
                 return Err(format!(
-                    "impossible value: ttft_s {t} is after the request's end (wall_s {})",
+                    "impossible value: ttft_s {t:?} is after the request's end (wall_s {:?})",
                     self.wall_s
                 ));
             }

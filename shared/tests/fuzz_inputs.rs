@@ -13,7 +13,7 @@
 //! - **every error names what is wrong**: non-empty, at most [`MAX_ERROR_CHARS`] characters, and naming a field
 //!   path, a line/column, a rung or a line of the log.
 //!
-//! Budget: [`CASES`] cases per property, 8 properties — about 10 s in a debug build (docs/simulator.md,
+//! Budget: [`CASES`] cases per property, 10 properties — about 10 s in a debug build (docs/simulator.md,
 //! "Fuzzing"). Raise it locally with `PROPTEST_CASES=20000 cargo test -p loadshape-shared --test fuzz_inputs`.
 
 use std::alloc::System;
@@ -27,6 +27,7 @@ use shared::error::MAX_MESSAGE_CHARS;
 use shared::ladder::Ladder;
 use shared::ladder::fit::{fit_targets, parse_log_bytes};
 use shared::link;
+use shared::record::RequestRecord;
 use shared::scenario::{Scenario, ScenarioError};
 
 // ---- the counting allocator ----
@@ -60,7 +61,7 @@ fn alloc_bound(input_bytes: usize) -> usize {
 /// path and a message, plus the fixed wording around them.
 const MAX_ERROR_CHARS: usize = 3 * MAX_MESSAGE_CHARS;
 
-/// Cases per property (8 properties; see the module docs for the budget).
+/// Cases per property (10 properties; see the module docs for the budget).
 const CASES: u32 = 256;
 
 fn config() -> ProptestConfig {
@@ -526,4 +527,149 @@ fn a_huge_value_gives_a_short_error() {
         assert!(err.chars().count() <= MAX_ERROR_CHARS, "{} chars", err.len());
         assert!(err.contains("bytes cut"), "{err}");
     }
+}
+
+// ---- record files and traces ----
+
+/// A run's records as a JSONL record file: 48 closed-loop requests of the engine-10k example's engine, with their
+/// ITL quantiles (what `simulate --records` and live runs write; `calibrate --from`, `predict --against` and `merge`
+/// read).
+fn record_file() -> &'static str {
+    static FILE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let mut v: Value = serde_json::from_str(EXAMPLES[2]).unwrap();
+        v["workload"] = serde_json::json!({"kind": "closed_loop", "users": 4, "num_requests": 48,
+            "prompt": {"dist": "uniform", "min": 100, "max": 3000}, "output": {"dist": "uniform", "min": 2, "max": 60}});
+        let Scenario::Engine(sc) = Scenario::from_value(v).unwrap() else { unreachable!() };
+        let opts = shared::engine::SimOptions {
+            record_itl_quantiles: true,
+            keep_records: true,
+        };
+        let recs = shared::engine::simulate_with(&sc, opts).unwrap().records;
+        recs.iter().map(|r| serde_json::to_string(r).unwrap() + "\n").collect()
+    })
+}
+
+/// Reads a record file as the agent's reader does: each line a record, kept when it parses and passes
+/// [`shared::record::RequestRecord::check`]. Returns (kept, every record that parsed).
+fn read_record_file(text: &str) -> (Vec<RequestRecord>, Vec<RequestRecord>) {
+    let parsed: Vec<RequestRecord> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let kept = parsed.iter().filter(|r| r.check().is_ok()).cloned().collect();
+    (kept, parsed)
+}
+
+/// Mutated record files (bytes flipped, a field replaced by an odd value — a negative or non-finite duration, a
+/// huge count —, dropped, lines duplicated or lost) through everything that reads them: the fit of
+/// `calibrate --from`, the scoring of `report`/`predict --against`, merge's counters. No panic, with the checked
+/// records and with every record that parsed (the fit and the scoring defend themselves too).
+#[test]
+fn record_files() {
+    let _g = serial();
+    run(
+        (
+            0u8..4,
+            any::<usize>(),
+            any::<u8>(),
+            any::<usize>(),
+            prop::collection::vec((any::<u8>(), any::<usize>(), any::<u8>()), 1..4),
+        ),
+        |(how, pick, kind, odd, muts)| {
+            let base = record_file();
+            let mut lines: Vec<String> = base.lines().map(String::from).collect();
+            let i = pick % lines.len();
+            let text = match how {
+                0 => String::from_utf8_lossy(&mutate_bytes(base.as_bytes(), &muts)).into_owned(),
+                1 => {
+                    for (k, p, o) in &muts {
+                        let j = i.wrapping_add(*p) % lines.len();
+                        lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+                    }
+                    lines.join("\n")
+                }
+                2 => {
+                    let dup = lines[i].clone();
+                    lines.insert(i.wrapping_add(odd) % lines.len(), dup);
+                    lines.remove((i + usize::from(kind)) % lines.len());
+                    lines.join("\n")
+                }
+                _ => lines[..i].join("\n"),
+            };
+            let (kept, parsed) = read_record_file(&text);
+            for recs in [&kept, &parsed] {
+                let _ = shared::calibrate::fit(recs, &shared::calibrate::FitOptions::default());
+                let _ = shared::metrics::summarize(recs, &shared::metrics::Slo::default());
+                let _ = shared::metrics::hist::Mergeable::of(recs, &shared::metrics::Slo::default()).summary();
+            }
+            for r in &kept {
+                prop_assert!(r.ttft_s.is_none_or(|t| t >= 0.0 && t <= r.wall_s * (1.0 + 1e-9) + 1e-9));
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A Mooncake trace of 40 rows: arrivals, lengths and chained hash ids, some shared.
+fn mooncake_text() -> String {
+    (0..40u64)
+        .map(|i| {
+            let ids: Vec<u64> = (0..(2 + i % 5)).map(|j| if j < 2 { j } else { 100 * i + j }).collect();
+            format!(
+                "{}\n",
+                serde_json::json!({"timestamp": i * 250, "input_length": 512 * ids.len() as u64 - 17 * i,
+                    "output_length": 5 + i % 30, "hash_ids": ids, "session_id": i % 7})
+            )
+        })
+        .collect()
+}
+
+/// Mutated Mooncake traces through what `simulate` does with one: read (errors name the line), checked against the
+/// size budget, then simulated. No panic, no allocation beyond the budget's reach, every error names its line.
+#[test]
+fn mooncake_traces() {
+    let _g = serial();
+    let text = mooncake_text();
+    run(
+        (
+            any::<bool>(),
+            any::<usize>(),
+            any::<usize>(),
+            prop::collection::vec((any::<u8>(), any::<usize>(), any::<u8>()), 1..4),
+        ),
+        |(bytes, pick, odd, muts)| {
+            let mutated = if bytes {
+                String::from_utf8_lossy(&mutate_bytes(text.as_bytes(), &muts)).into_owned()
+            } else {
+                let mut lines: Vec<String> = text.lines().map(String::from).collect();
+                for (k, p, o) in &muts {
+                    let j = pick.wrapping_add(*p) % lines.len();
+                    lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+                }
+                lines.join("\n")
+            };
+            let mut v: Value = serde_json::from_str(EXAMPLES[2]).unwrap();
+            v["workload"] = serde_json::json!({"kind": "trace", "path": "t.jsonl"});
+            let Scenario::Engine(mut sc) = Scenario::from_value(v).unwrap() else {
+                unreachable!()
+            };
+            let shared::workload::Workload::Trace(t) = &mut sc.workload else {
+                unreachable!()
+            };
+            match t.load_text(&mutated) {
+                Err(e) => {
+                    let msg = e.to_string();
+                    prop_assert!(msg.contains("line") || msg.contains("sha256"), "{msg}");
+                }
+                Ok(()) => {
+                    let sc = Scenario::Engine(sc);
+                    if sc.check_size(false, &shared::budget::Budget::DEFAULT).is_ok()
+                        && let Scenario::Engine(e) = &sc
+                        && e.validate().is_ok()
+                    {
+                        let _ = shared::engine::simulate(e);
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
 }

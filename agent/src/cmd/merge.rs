@@ -402,10 +402,32 @@ fn summary_problems(r: &Run, i: &RunInfo, fast: bool) -> Vec<String> {
                     sidecar(&r.file, "counters.json").display(),
                     c.completed
                 ));
+            } else if let Some(field) = counters_differ(c, Mergeable::of(&r.records, &i.slo).counters()) {
+                out.push(format!(
+                    "{}: {field} is not what the record file counts",
+                    sidecar(&r.file, "counters.json").display()
+                ));
             }
         }
     }
     out
+}
+
+/// The first field in which a run's counters differ from those of its records (the writer made both from the
+/// same records, so any difference is damage or an edit).
+fn counters_differ(read: &Counters, of_records: &Counters) -> Option<String> {
+    if read == of_records {
+        return None;
+    }
+    let (a, b) = (serde_json::to_value(read).ok()?, serde_json::to_value(of_records).ok()?);
+    let (serde_json::Value::Object(a), serde_json::Value::Object(b)) = (a, b) else {
+        return Some("a field".into());
+    };
+    Some(
+        a.iter()
+            .find(|(k, v)| b.get(*k) != Some(*v))
+            .map_or_else(|| "a field".to_string(), |(k, _)| k.clone()),
+    )
 }
 
 /// Requests whose identity `(session, inst, step)` appears more than once in a run, or, with `across` (the runs

@@ -113,6 +113,8 @@ fn skipped_lines(file: &str, bad: &[BadLine]) -> Vec<String> {
                 "{file}:{}: skipped a torn last line (cut before its newline, e.g. by a crash): {}",
                 b.line, b.error
             )
+        } else if b.error.starts_with("impossible value") {
+            format!("{file}:{}: record skipped: {}", b.line, b.error)
         } else {
             format!("{file}:{}: malformed record: {}", b.line, b.error)
         });

@@ -251,7 +251,8 @@ pub fn token_bits(token: &str) -> f64 {
             -p * p.log2()
         })
         .sum();
-    n * per_char
+    // One kind of character sums to -0.0 (−1·log2 1): the message said "about -0 bits".
+    (n * per_char).abs()
 }
 
 /// A fresh access token: 256 bits from the operating system's generator, hex. An error when the generator
@@ -417,6 +418,8 @@ mod tests {
         assert!(e.contains("empty"), "{e}");
         let e = check_token("a").unwrap_err();
         assert!(e.contains("too weak") && e.contains("128"), "{e}");
+        let e = check_token(&"a".repeat(200)).unwrap_err();
+        assert!(e.contains("about 0 bits"), "{e}");
         let e = check_token(&format!("{}+x", "Zq8".repeat(30))).unwrap_err();
         assert!(e.contains("'+'"), "{e}");
         assert!(check_token("3f9a1c0e8b7d6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f").is_ok());

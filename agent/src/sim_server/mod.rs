@@ -196,7 +196,9 @@ pub fn router(config: Config) -> std::io::Result<Router> {
     } else {
         router.route("/tokenize", post(tokenize_route))
     };
-    Ok(router.with_state(state))
+    Ok(router
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .with_state(state))
 }
 
 /// `POST /tokenize` in llama.cpp's shape (`{"content": TEXT}` → `{"tokens": [...]}`) or vLLM's (`{"model": M,
@@ -226,18 +228,64 @@ pub async fn serve(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
-    // TCP_NODELAY: without it a stream's small frames wait for the client's delayed ACK (up to 40 ms), which put
-    // a 40 ms floor under every short request's TTFT (found by `calibrate`: a 60-token prompt took 43 ms instead
-    // of 18).
-    let listener = listener.tap_io(|tcp| {
+    serve_router(listener, router(config)?, shutdown).await;
+    Ok(())
+}
+
+/// Longest a client may take to send a request's headers; then the connection is closed. A server answers
+/// clients it does not know: a socket that never finishes its headers must not hold a connection forever.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request's body once its headers are in; then the request fails with 400.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `axum::serve` with [`HEADER_READ_TIMEOUT`]: axum's own loop sets no timer on hyper's HTTP/1 connections, so a
+/// client that sends half a header held its connection for as long as it liked (400 such sockets stayed open for
+/// 20 s). Each connection is served by hyper-util's builder with a timer; `shutdown` stops accepting and waits for
+/// the connections open then to finish, as `with_graceful_shutdown` does.
+async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(shutdown);
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little rather than spin (as axum does).
+                    tracing::debug!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // TCP_NODELAY: without it a stream's small frames wait for the client's delayed ACK (up to 40 ms), which
+        // put a 40 ms floor under every short request's TTFT (found by `calibrate`: a 60-token prompt took 43 ms
+        // instead of 18).
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("TCP_NODELAY on an accepted connection: {e}");
         }
-    });
-    axum::serve(listener, router(config)?)
-        .with_graceful_shutdown(shutdown)
-        .await
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), TowerToHyperService::new(app.clone()));
+        let conn = graceful.watch(conn.into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("a connection ended with an error: {e}");
+            }
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 #[derive(Deserialize, Default)]
@@ -255,6 +303,31 @@ struct GenBody {
     ban_eos_token: Option<bool>,
     stream: Option<bool>,
     stream_options: Option<StreamOptions>,
+    /// OpenAI's sampling fields: checked as vLLM checks them (one choice is generated; sampling is not modelled).
+    n: Option<Value>,
+    best_of: Option<Value>,
+    temperature: Option<Value>,
+}
+
+/// `n` and `best_of` must be absent or 1 (sim-server streams one choice), `temperature` a number >= 0 (vLLM:
+/// "temperature must be non-negative"); the message names the field and the value, as vLLM's 400 does.
+fn check_sampling(body: &GenBody) -> Result<(), String> {
+    for (name, v) in [("n", &body.n), ("best_of", &body.best_of)] {
+        match v {
+            None | Some(Value::Null) => {}
+            Some(v) if v.as_u64() == Some(1) => {}
+            Some(v) => {
+                return Err(format!(
+                    "{name} must be 1: sim-server generates one choice per request (got {v})"
+                ));
+            }
+        }
+    }
+    match &body.temperature {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) if v.as_f64().is_some_and(|t| t >= 0.0) => Ok(()),
+        Some(v) => Err(format!("temperature must be a non-negative number (got {v})")),
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -391,6 +464,9 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     };
     if kind == Kind::Messages && body.max_tokens.is_none() {
         return error_response(StatusCode::BAD_REQUEST, "max_tokens: field required");
+    }
+    if let Err(e) = check_sampling(&body) {
+        return error_response(StatusCode::BAD_REQUEST, &e);
     }
     let text = match prompt_text(kind, &body, st.template) {
         Ok(t) => t,
