@@ -82,7 +82,7 @@ mod tests {
         let p = scratch("latin1", b"{\"a\": 1}\n{\"b\": \"caf\xe9\"}\n");
         let e = read_trace(&p).expect_err("not UTF-8").to_string();
         let _ = std::fs::remove_file(&p);
-        assert_eq!(e, "trace line 2: not UTF-8 (byte 12 of the line)");
+        assert_eq!(e, "trace line 2: not UTF-8 (byte 11 of the line)");
     }
 
     #[test]
