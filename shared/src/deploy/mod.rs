@@ -535,7 +535,7 @@ impl Deployment {
             reply_cached_share: 1.0,
             host_cache: None,
             scheduler: Default::default(),
-            roofline: Some(r.clone()),
+            roofline: Some(Box::new(r.clone())),
         };
         profile.validate()?;
         Ok(profile)
@@ -581,13 +581,13 @@ fn check_tp(m: &ModelSpec, g: &GpuSpec, tp: u32) -> Result<(), ScenarioError> {
         return Err(err("tp", format!("must be in 1..=64 (got {tp})")));
     }
     let t = u64::from(tp);
-    if m.heads % t != 0 {
+    if !m.heads.is_multiple_of(t) {
         return Err(err(
             "tp",
             format!("{tp} does not divide the model's {} attention heads", m.heads),
         ));
     }
-    if matches!(m.attention, Attention::Gqa) && m.kv_heads % t != 0 && t % m.kv_heads != 0 {
+    if matches!(m.attention, Attention::Gqa) && !m.kv_heads.is_multiple_of(t) && !t.is_multiple_of(m.kv_heads) {
         return Err(err(
             "tp",
             format!(

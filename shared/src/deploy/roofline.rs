@@ -217,7 +217,7 @@ impl RooflineCost {
             ("comm_ms_per_token", self.comm_ms_per_token, false),
             ("comm_fixed_ms", self.comm_fixed_ms, false),
         ] {
-            let ok = v.is_finite() && v >= 0.0 && v <= 1e30 && (!positive || v > 0.0);
+            let ok = v.is_finite() && (0.0..=1e30).contains(&v) && (!positive || v > 0.0);
             if !ok {
                 let want = if positive { "> 0" } else { ">= 0" };
                 return Err((name.to_string(), format!("must be a finite number {want} (got {v})")));

@@ -162,7 +162,7 @@ pub struct EngineProfile {
     /// Step time priced from a deployment (model, GPU, TP: [`crate::deploy`]); when present it replaces the linear
     /// step-time terms above, which then only describe it (docs/simulator.md, "Deployments"). Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub roofline: Option<RooflineCost>,
+    pub roofline: Option<Box<RooflineCost>>,
 }
 
 impl EngineProfile {

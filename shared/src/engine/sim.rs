@@ -1420,7 +1420,7 @@ mod tests {
             sc.profile.prefill_ctx_ms_per_ktok = attn;
             // And a deployment's roofline, whose bound may switch within a decode stretch.
             sc.profile.roofline = roof.map(|(flops_per_token, attn_flops_per_ctx, kv_bytes_per_token)| {
-                crate::deploy::roofline::RooflineCost {
+                Box::new(crate::deploy::roofline::RooflineCost {
                     overhead_ms: 0.5,
                     flops_per_ms: 1e9,
                     bytes_per_ms: 1e9,
@@ -1436,7 +1436,7 @@ mod tests {
                     window_bytes_per_seq: 100.0,
                     comm_ms_per_token: 0.001,
                     comm_fixed_ms: 0.1,
-                }
+                })
             });
             // And fleets: neither lazy decoding nor stepping each replica up to the others' finish bounds (against
             // the others' clocks, step by step) changes anything.
