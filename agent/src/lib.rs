@@ -52,6 +52,8 @@ pub enum Command {
     Predict(cmd::predict::Args),
     /// The most sessions, users or rate a deployment serves within its SLOs: in the simulator, then live.
     Capacity(cmd::capacity::Args),
+    /// The GPUs and models a scenario's deployment may name, with their numbers and sources.
+    Catalog(cmd::catalog::Args),
 }
 
 /// Execute a parsed command line. Errors are printed once, here, with their context chain.
@@ -69,6 +71,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Calibrate(args) => block_on(cmd::calibrate::run(args)),
         Command::Predict(args) => cmd::predict::run(args),
         Command::Capacity(args) => block_on(cmd::capacity::run(args)),
+        Command::Catalog(args) => cmd::catalog::run(args),
     };
     match result {
         Ok(code) => code,

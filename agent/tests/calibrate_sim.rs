@@ -40,6 +40,7 @@ fn truth() -> EngineProfile {
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     }
 }
 

@@ -76,6 +76,7 @@ fn scenario(router: Router) -> EngineScenario {
             load_cap: 1.5,
             profiles: Vec::new(),
         }),
+        deployment: None,
     }
 }
 

@@ -1168,6 +1168,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     });
     profile.step_fixed_ms = s_fixed;
     profile.per_seq_ms = q;

@@ -10,6 +10,7 @@
 pub mod budget;
 pub mod calibrate;
 pub mod capacity;
+pub mod deploy;
 pub mod engine;
 pub mod error;
 pub mod filler;

@@ -119,6 +119,7 @@ pub fn default_engine_scenario() -> EngineScenario {
         seed: 42,
         counterfactuals: true,
         fleet: None,
+        deployment: None,
     }
 }
 

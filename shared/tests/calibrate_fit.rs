@@ -28,6 +28,7 @@ fn truth() -> EngineProfile {
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn simulated(profile: &EngineProfile, workload: Workload, seed: u64, offset: f64
         seed,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: true,

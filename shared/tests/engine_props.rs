@@ -27,6 +27,7 @@ fn profile(kv: u64, seqs: u32, budget: u32, caching: bool) -> EngineProfile {
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     }
 }
 
@@ -101,6 +102,7 @@ proptest! {
             seed,
             counterfactuals: true,
             fleet: None,
+            deployment: None,
         };
         let a = simulate(&sc).expect("valid");
         let b = simulate(&sc).expect("valid");
@@ -211,6 +213,7 @@ proptest! {
             seed: 1,
             counterfactuals: false,
             fleet: None,
+            deployment: None,
         };
         match simulate(&sc) {
             Ok(r) => prop_assert!(!r.records.is_empty()),
@@ -237,6 +240,7 @@ fn bad_input_names_the_field() {
         seed: 1,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     };
     simulate(&good).expect("valid");
     type Mutation = Box<dyn Fn(&mut EngineScenario)>;

@@ -31,6 +31,7 @@ fn profile(scheduler: Scheduler, slots: u32, budget: u32) -> EngineProfile {
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler,
+        roofline: None,
     }
 }
 
@@ -171,6 +172,7 @@ fn sessions(scheduler: Scheduler, slots: u32, n: u32, seed: u64) -> EngineScenar
         seed,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     }
 }
 

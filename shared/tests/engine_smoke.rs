@@ -31,6 +31,7 @@ fn default_sessions_on_a_preset() {
         seed: 1,
         counterfactuals: true,
         fleet: None,
+        deployment: None,
     };
     let r = simulate(&sc).expect("ok");
     // Six sessions, each of its drawn number of steps, all completed (no respawn).
@@ -60,6 +61,7 @@ fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
         seed: 0,
         counterfactuals: true,
         fleet: None,
+        deployment: None,
     };
     let r = simulate(&sc).expect("ok");
     let m = &r.diagnostics.cache_misses;

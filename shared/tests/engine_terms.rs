@@ -29,6 +29,7 @@ fn profile(kv: u64) -> EngineProfile {
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     }
 }
 
@@ -56,6 +57,7 @@ fn sessions(kv: u64, sessions: u32, host: Option<u64>, seed: u64) -> EngineScena
         seed,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     }
 }
 
@@ -312,6 +314,7 @@ fn batch_kv_stretches_agree_with_single_steps() {
         seed: 1,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: false,

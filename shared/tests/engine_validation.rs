@@ -27,6 +27,7 @@ fn single_server() -> EngineProfile {
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     }
 }
 
@@ -45,6 +46,7 @@ fn single_server_poisson(num_requests: u64, rate_rps: f64, output: LengthDist, s
         seed,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     }
 }
 
@@ -124,11 +126,13 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             host_cache: None,
             reply_cached_share: 1.0,
             scheduler: Default::default(),
+            roofline: None,
         },
         slo: Slo::default(),
         seed: 3,
         counterfactuals: false,
         fleet: None,
+        deployment: None,
     }
 }
 

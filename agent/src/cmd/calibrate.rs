@@ -286,6 +286,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
             SchedulerChoice::Vllm => Scheduler::Vllm,
             SchedulerChoice::LlamaCpp => Scheduler::LlamaCpp,
         },
+        roofline: None,
     };
     p.validate()
         .map_err(|e| anyhow::anyhow!("the server's limits: profile {e}"))?;

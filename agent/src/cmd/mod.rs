@@ -3,6 +3,7 @@
 
 pub mod calibrate;
 pub mod capacity;
+pub mod catalog;
 pub mod ladder;
 pub mod link;
 pub mod merge;

@@ -3,7 +3,8 @@
 //! - `loadshape simulate --seed-report` prints the seed simulator's whole report (`scenario_sim.py`'s output).
 //! - `loadshape simulate FILE` (`-` for stdin) prints a readable summary; `--json` prints machine output: for
 //!   `"model": "seed"` exactly the seed's summary fields (`engine`, `workload`, `total_requests`, `duration_s`, …);
-//!   for `"model": "engine"` `{"summary": …, "diagnostics": …}` (plus `"timeline"` with `--timeline`).
+//!   for `"model": "engine"` `{"summary": …, "diagnostics": …}` (plus `"timeline"` with `--timeline`, and
+//!   `"deployment"`, its derived numbers, for a scenario that gives a deployment: they are printed above the table).
 //! - `--records PATH` writes the engine model's per-request records as JSONL (what `loadshape report` reads), in
 //!   submission order, each as soon as it and every earlier request have completed.
 //!
@@ -136,8 +137,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     report
                 }
             };
+            // A deployment's derived numbers (memory, KV capacity, step costs and their bound) go with the result.
+            let derived = s.deployment.as_ref().and_then(|d| d.resolve().ok()).map(|r| r.derived);
             if args.json {
                 let mut out = serde_json::json!({"summary": report.summary, "diagnostics": report.diagnostics});
+                if let Some(d) = &derived {
+                    out["deployment"] = serde_json::to_value(d)?;
+                }
                 if let Some(f) = &report.fleet {
                     out["fleet"] = serde_json::to_value(f)?;
                 }
@@ -146,6 +152,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
                 println!("{}", serde_json::to_string_pretty(&out)?);
             } else {
+                if let Some(d) = &derived {
+                    println!("{}", super::catalog::derived_text(d));
+                }
                 print!("{}", engine_table(&report));
             }
         }

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 
 use super::kv::{Kv, NONE};
 use super::profile::{EngineProfile, Scheduler};
+use crate::deploy::roofline::{RooflineCost, StepShape};
 
 /// A request's id, stable while it is known to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -849,6 +850,9 @@ impl Engine {
     /// The duration of the step just scheduled (`sched` plus the lazy requests).
     fn step_ms(&self, ctx: u64, prefill_tokens: u32, restored_tokens: u64) -> f64 {
         let n = (self.sched.len() as u64 + self.lz.n) as f64;
+        if let Some(r) = &self.p.roofline {
+            return self.roofline_step_ms(r, n, ctx, prefill_tokens) + self.restore_ms(restored_tokens);
+        }
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
         if self.p.batch_kv_ms_per_ktok > 0.0 {
             d += self.p.batch_kv_ms_per_ktok * n * ctx as f64 / 1000.0;
@@ -862,12 +866,40 @@ impl Engine {
                 d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
             }
         }
-        if restored_tokens > 0
-            && let Some(h) = &self.p.host_cache
-        {
-            d += restored_tokens as f64 / h.restore_tokens_per_ms;
+        d + self.restore_ms(restored_tokens)
+    }
+
+    /// Time to restore `restored_tokens` from the host tier, milliseconds.
+    fn restore_ms(&self, restored_tokens: u64) -> f64 {
+        match &self.p.host_cache {
+            Some(h) if restored_tokens > 0 => restored_tokens as f64 / h.restore_tokens_per_ms,
+            _ => 0.0,
         }
-        d
+    }
+
+    /// The step just scheduled priced by a deployment's roofline: `n` sequences holding `ctx` tokens of KV, of
+    /// which the prefill chunks compute `prefill_tokens` and every other sequence one token.
+    fn roofline_step_ms(&self, r: &RooflineCost, n: f64, ctx: u64, prefill_tokens: u32) -> f64 {
+        let (mut chunks, mut chunk_ctx) = (0u64, 0u64);
+        if prefill_tokens > 0 {
+            for s in self.sched.iter().filter(|s| s.prefill) {
+                chunks += 1;
+                chunk_ctx += u64::from(s.t);
+            }
+        }
+        let decoders = n - chunks as f64;
+        let shape = StepShape {
+            seqs: n,
+            tokens: decoders + f64::from(prefill_tokens),
+            ctx: ctx as f64,
+            decode_attended: (ctx - chunk_ctx) as f64 + decoders,
+            prefill_attended: if prefill_tokens > 0 {
+                self.prefill_attended()
+            } else {
+                0.0
+            },
+        };
+        r.step_ms(&shape)
     }
 
     /// [`Scheduler::LlamaCpp`]'s step, as llama-server's `update_slots` builds one batch: one token of every
@@ -1265,8 +1297,14 @@ impl Engine {
         let n = self.sched.len() as u64 + self.lz.n;
         let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
         // Σcontext grows by n per pure-decode step: the step time grows by `b` per step.
+        // A roofline's bound may switch within the stretch: it ends where the bound at its first step stops holding.
+        let mut bound_holds = u64::MAX;
         let b = if !pure {
             0.0
+        } else if let Some(r) = &self.p.roofline {
+            let (b, held) = r.decode_stretch(n as f64, ctx);
+            bound_holds = held;
+            b
         } else if self.p.batch_kv_ms_per_ktok > 0.0 {
             let nf = n as f64;
             nf * (self.p.per_ctx_token_ms + self.p.batch_kv_ms_per_ktok * nf / 1000.0)
@@ -1277,7 +1315,7 @@ impl Engine {
         let mut extra_at_k: Option<(u64, u64)> = None;
         if pure && max_steps > 1 {
             // Steps until the first finish.
-            let mut kmax = max_steps;
+            let mut kmax = max_steps.min(bound_holds);
             for s in &self.sched {
                 kmax = kmax.min(u64::from(s.left));
             }
@@ -1777,6 +1815,7 @@ mod tests {
                 host_cache: None,
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
+                roofline: None,
             });
             e.lazy_ok = lazy;
             let a = e.new_chain(NONE, 0);
@@ -1840,6 +1879,7 @@ mod tests {
             host_cache: None,
             reply_cached_share: 1.0,
             scheduler: Scheduler::LlamaCpp,
+            roofline: None,
         });
         let tokens = |lo: u32, n: u32| -> Vec<u32> { (lo..lo + n).collect() };
         let blocks = |t: &[u32]| super::super::types::PromptBlocks::from_tokens(t, 16);

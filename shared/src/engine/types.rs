@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::diagnostics::Diagnostics;
 use super::fleet::{FleetReport, FleetSpec};
 use super::profile::EngineProfile;
+use crate::deploy::Deployment;
 use crate::error::ScenarioError;
 use crate::metrics::{Slo, Summary};
 use crate::record::RequestRecord;
@@ -17,8 +18,12 @@ fn yes() -> bool {
 }
 
 /// One engine-model experiment: workload + engine profile + SLOs + seed.
+///
+/// Its JSON gives either `"profile"` or `"deployment"` (a model on a GPU, [`Deployment`]), never both: a deployment
+/// is resolved into `profile` as it is read and kept in `deployment`, and written back as the deployment while the
+/// profile is still what it resolves to (docs/simulator.md, "Deployments").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "EngineScenarioJson", into = "EngineScenarioJson")]
 pub struct EngineScenario {
     pub workload: Workload,
     pub profile: EngineProfile,
@@ -34,6 +39,74 @@ pub struct EngineScenario {
     /// Replicas behind a router ([`FleetSpec`]); absent: one engine.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetSpec>,
+    /// The deployment `profile` was resolved from; absent: the profile was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<Deployment>,
+}
+
+/// [`EngineScenario`] as JSON: `profile` or `deployment`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EngineScenarioJson {
+    workload: Workload,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    profile: Option<EngineProfile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deployment: Option<Deployment>,
+    #[serde(default)]
+    slo: Slo,
+    #[serde(default)]
+    seed: u64,
+    #[serde(default = "yes")]
+    counterfactuals: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fleet: Option<FleetSpec>,
+}
+
+impl TryFrom<EngineScenarioJson> for EngineScenario {
+    type Error = String;
+
+    fn try_from(j: EngineScenarioJson) -> Result<Self, String> {
+        let (profile, deployment) = match (j.profile, j.deployment) {
+            (Some(_), Some(_)) => {
+                return Err("give either `profile` or `deployment`, not both".to_string());
+            }
+            (None, None) => return Err("missing field `profile` (or `deployment`)".to_string()),
+            (Some(p), None) => (p, None),
+            (None, Some(d)) => {
+                let resolved = d.resolve().map_err(|e| e.within("deployment").to_string())?;
+                (resolved.profile, Some(d))
+            }
+        };
+        Ok(EngineScenario {
+            workload: j.workload,
+            profile,
+            slo: j.slo,
+            seed: j.seed,
+            counterfactuals: j.counterfactuals,
+            fleet: j.fleet,
+            deployment,
+        })
+    }
+}
+
+impl From<EngineScenario> for EngineScenarioJson {
+    fn from(s: EngineScenario) -> Self {
+        // The deployment stands for the profile only while the profile is what it resolves to.
+        let deployment = s
+            .deployment
+            .filter(|d| d.resolve().is_ok_and(|r| r.profile == s.profile));
+        let profile = if deployment.is_some() { None } else { Some(s.profile) };
+        EngineScenarioJson {
+            workload: s.workload,
+            profile,
+            deployment,
+            slo: s.slo,
+            seed: s.seed,
+            counterfactuals: s.counterfactuals,
+            fleet: s.fleet,
+        }
+    }
 }
 
 impl EngineScenario {

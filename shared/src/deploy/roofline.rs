@@ -1,0 +1,298 @@
+//! [`RooflineCost`]: the step time of a deployment (a model on a GPU at a tensor-parallel degree), priced from what
+//! the step does rather than from fitted coefficients. It lives on [`crate::engine::EngineProfile`] as `roofline`
+//! and, when present, replaces the profile's linear step-time terms (docs/simulator.md, "Deployments").
+//!
+//! For a step that schedules `seqs` sequences holding `Σcontext` tokens of KV and computes `tokens` new tokens
+//! (one per decoding sequence plus the prefill chunks), every quantity per GPU:
+//! - compute, ms = (`flops_per_token`·tokens + `attn_flops_per_ctx`·A_decode + `prefill_attn_flops_per_ctx`·
+//!   A_prefill) / `flops_per_ms`, where A counts, over the step's new tokens, the context tokens each attends to;
+//! - memory, ms = (`weight_bytes` + `expert_bytes`·`moe_layers`·touched(tokens) + `kv_bytes_per_token`·Σcontext +
+//!   `window_bytes_per_seq`·seqs) / `bytes_per_ms`, where touched(T) = E·(1 − (1 − k/E)^T) is the expected number
+//!   of distinct experts (of `experts`, `active_experts` per token) that T tokens route to;
+//! - step, ms = `overhead_ms` + max(compute, memory) + `comm_fixed_ms` + `comm_ms_per_token`·tokens.
+//!
+//! A pure-decode step is then max of two functions linear in Σcontext (the batch is fixed over a stretch), so the
+//! engine's closed-form stretches stay exact: [`RooflineCost::decode_stretch`] gives the per-step growth under the
+//! bound that holds at the stretch's first step and how many steps it keeps holding.
+
+use serde::{Deserialize, Serialize};
+
+/// Step-time model of a deployment; every quantity per GPU (see the module docs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RooflineCost {
+    /// Fixed cost of every step (scheduling, kernel launches, sampling), milliseconds.
+    pub overhead_ms: f64,
+    /// Sustained matrix throughput: dense peak at the compute precision × MFU, FLOPs per millisecond.
+    pub flops_per_ms: f64,
+    /// Sustained memory bandwidth: peak × bandwidth utilization, bytes per millisecond.
+    pub bytes_per_ms: f64,
+    /// Matrix FLOPs per new token (2 × active parameters, split over the TP ranks).
+    pub flops_per_token: f64,
+    /// Attention FLOPs per decoded token per context token it attends to.
+    pub attn_flops_per_ctx: f64,
+    /// Attention FLOPs per prefilled token per context token it attends to.
+    pub prefill_attn_flops_per_ctx: f64,
+    /// Weights every step reads whole (all but the routed experts), bytes.
+    pub weight_bytes: f64,
+    /// One routed expert of one layer, bytes (0 for a dense model).
+    pub expert_bytes: f64,
+    /// Layers with routed experts.
+    pub moe_layers: u32,
+    /// Routed experts per MoE layer.
+    pub experts: u32,
+    /// Routed experts each token uses.
+    pub active_experts: u32,
+    /// KV read per context token of every scheduled sequence (full-attention layers), bytes.
+    pub kv_bytes_per_token: f64,
+    /// KV read per scheduled sequence by sliding-window layers (window × their bytes per token), bytes.
+    pub window_bytes_per_seq: f64,
+    /// Tensor-parallel all-reduce cost per new token (bytes over the scale-up link), milliseconds.
+    pub comm_ms_per_token: f64,
+    /// Tensor-parallel all-reduce latency per step, milliseconds.
+    pub comm_fixed_ms: f64,
+}
+
+/// What one step does, as [`RooflineCost::step`] prices it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepShape {
+    /// Sequences scheduled.
+    pub seqs: f64,
+    /// New tokens computed (decoders plus prefill chunk tokens).
+    pub tokens: f64,
+    /// Σ context (KV tokens already computed) of the scheduled sequences.
+    pub ctx: f64,
+    /// Σ over decoded tokens of the context each attends to.
+    pub decode_attended: f64,
+    /// Σ over prefilled tokens of the context each attends to.
+    pub prefill_attended: f64,
+}
+
+impl StepShape {
+    /// A pure-decode step: `seqs` sequences holding `ctx` tokens of KV, each decoding one token (which attends to
+    /// its context and itself).
+    pub fn decode(seqs: f64, ctx: f64) -> Self {
+        StepShape {
+            seqs,
+            tokens: seqs,
+            ctx,
+            decode_attended: ctx + seqs,
+            prefill_attended: 0.0,
+        }
+    }
+
+    /// A cold prefill chunk of `tokens` (no context before it).
+    pub fn prefill(tokens: f64) -> Self {
+        StepShape {
+            seqs: 1.0,
+            tokens,
+            ctx: 0.0,
+            decode_attended: 0.0,
+            prefill_attended: tokens * (tokens - 1.0) / 2.0,
+        }
+    }
+}
+
+/// Which side of the roofline a step sits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    Compute,
+    Memory,
+}
+
+/// A step's cost, split into its parts, milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepCost {
+    pub compute_ms: f64,
+    pub memory_ms: f64,
+    pub comm_ms: f64,
+    pub overhead_ms: f64,
+    pub step_ms: f64,
+    pub bound: Bound,
+}
+
+impl RooflineCost {
+    /// Expected distinct routed experts per MoE layer that `tokens` tokens touch (0 for a dense model).
+    pub fn experts_touched(&self, tokens: f64) -> f64 {
+        if self.experts == 0 || self.moe_layers == 0 {
+            return 0.0;
+        }
+        let e = f64::from(self.experts);
+        let k = f64::from(self.active_experts.min(self.experts));
+        // `powi` (repeated multiplication) rather than `powf`, so native and wasm32 agree to the bit; past a
+        // million tokens every expert is touched anyway.
+        let t = tokens.clamp(0.0, 1e6) as i32;
+        e * (1.0 - (1.0 - k / e).powi(t))
+    }
+
+    /// Compute time of a step, milliseconds.
+    pub fn compute_ms(&self, s: &StepShape) -> f64 {
+        (self.flops_per_token * s.tokens
+            + self.attn_flops_per_ctx * s.decode_attended
+            + self.prefill_attn_flops_per_ctx * s.prefill_attended)
+            / self.flops_per_ms
+    }
+
+    /// Memory time of a step, milliseconds.
+    pub fn memory_ms(&self, s: &StepShape) -> f64 {
+        let experts = self.expert_bytes * f64::from(self.moe_layers) * self.experts_touched(s.tokens);
+        (self.weight_bytes + experts + self.kv_bytes_per_token * s.ctx + self.window_bytes_per_seq * s.seqs)
+            / self.bytes_per_ms
+    }
+
+    /// Tensor-parallel communication time of a step, milliseconds.
+    pub fn comm_ms(&self, s: &StepShape) -> f64 {
+        self.comm_fixed_ms + self.comm_ms_per_token * s.tokens
+    }
+
+    /// The step's duration, milliseconds.
+    pub fn step_ms(&self, s: &StepShape) -> f64 {
+        self.overhead_ms + self.compute_ms(s).max(self.memory_ms(s)) + self.comm_ms(s)
+    }
+
+    /// The step's duration with its parts and bound.
+    pub fn cost(&self, s: &StepShape) -> StepCost {
+        let (compute_ms, memory_ms, comm_ms) = (self.compute_ms(s), self.memory_ms(s), self.comm_ms(s));
+        StepCost {
+            compute_ms,
+            memory_ms,
+            comm_ms,
+            overhead_ms: self.overhead_ms,
+            step_ms: self.step_ms(s),
+            bound: if compute_ms > memory_ms {
+                Bound::Compute
+            } else {
+                Bound::Memory
+            },
+        }
+    }
+
+    /// A lower bound on any step's duration (a step reads at least the weights), milliseconds.
+    pub fn min_step_ms(&self) -> f64 {
+        self.overhead_ms + self.comm_fixed_ms + self.weight_bytes / self.bytes_per_ms
+    }
+
+    /// A stretch of pure-decode steps from `seqs` sequences holding `ctx` tokens of KV (Σcontext grows by `seqs`
+    /// a step): the growth of the step time per step under the bound that holds at the first step, and how many
+    /// steps (≥ 1) that bound keeps holding. The stretch must end there: past it the other bound's growth applies.
+    pub fn decode_stretch(&self, seqs: f64, ctx: f64) -> (f64, u64) {
+        let s = StepShape::decode(seqs, ctx);
+        let (c0, m0) = (self.compute_ms(&s), self.memory_ms(&s));
+        let cb = self.attn_flops_per_ctx * seqs / self.flops_per_ms;
+        let mb = self.kv_bytes_per_token * seqs / self.bytes_per_ms;
+        // The bound at step 0; at a tie, the one that grows faster (it is the max from step 1 on).
+        let compute_bound = c0 > m0 || (c0 == m0 && cb > mb);
+        let (b, gap, closing) = if compute_bound {
+            (cb, c0 - m0, mb - cb)
+        } else {
+            (mb, m0 - c0, cb - mb)
+        };
+        if closing <= 0.0 {
+            return (b, u64::MAX);
+        }
+        // Steps i = 0, 1, … with gap − closing·i ≥ 0.
+        let steps = gap / closing;
+        let held = if steps.is_finite() && steps < 1e15 {
+            steps as u64 + 1
+        } else {
+            u64::MAX
+        };
+        (b, held.max(1))
+    }
+
+    /// Check every number is finite and in range; paths are relative (`flops_per_ms`).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        for (name, v, positive) in [
+            ("overhead_ms", self.overhead_ms, false),
+            ("flops_per_ms", self.flops_per_ms, true),
+            ("bytes_per_ms", self.bytes_per_ms, true),
+            ("flops_per_token", self.flops_per_token, false),
+            ("attn_flops_per_ctx", self.attn_flops_per_ctx, false),
+            ("prefill_attn_flops_per_ctx", self.prefill_attn_flops_per_ctx, false),
+            ("weight_bytes", self.weight_bytes, true),
+            ("expert_bytes", self.expert_bytes, false),
+            ("kv_bytes_per_token", self.kv_bytes_per_token, false),
+            ("window_bytes_per_seq", self.window_bytes_per_seq, false),
+            ("comm_ms_per_token", self.comm_ms_per_token, false),
+            ("comm_fixed_ms", self.comm_fixed_ms, false),
+        ] {
+            let ok = v.is_finite() && (0.0..=1e30).contains(&v) && (!positive || v > 0.0);
+            if !ok {
+                let want = if positive { "> 0" } else { ">= 0" };
+                return Err((name.to_string(), format!("must be a finite number {want} (got {v})")));
+            }
+        }
+        if self.active_experts > self.experts {
+            return Err((
+                "active_experts".to_string(),
+                format!(
+                    "must be at most experts ({}) (got {})",
+                    self.experts, self.active_experts
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost() -> RooflineCost {
+        RooflineCost {
+            overhead_ms: 1.0,
+            flops_per_ms: 1e9,
+            bytes_per_ms: 1e9,
+            flops_per_token: 1e6,
+            attn_flops_per_ctx: 1000.0,
+            prefill_attn_flops_per_ctx: 1000.0,
+            weight_bytes: 1e9,
+            expert_bytes: 0.0,
+            moe_layers: 0,
+            experts: 0,
+            active_experts: 0,
+            kv_bytes_per_token: 100.0,
+            window_bytes_per_seq: 0.0,
+            comm_ms_per_token: 0.0,
+            comm_fixed_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn decode_stretch_ends_where_the_bound_switches() {
+        // Memory: 1 + 100·ctx/1e9; compute: (1e6·n + 1000·(ctx + n))/1e9. Compute grows 10× faster per context
+        // token, so memory-bound decoding turns compute-bound as the context grows.
+        let c = cost();
+        let n = 1000.0;
+        // Step i has ctx = 1000·i: memory 1 + 1e-4·i, compute 1.001 + 1e-3·i: compute-bound from the start and for
+        // good (it also grows faster).
+        let (b, held) = c.decode_stretch(n, 0.0);
+        assert_eq!(b, 1000.0 * n / 1e9);
+        assert_eq!(held, u64::MAX);
+        let mut c = cost();
+        c.flops_per_token = 0.5e6;
+        // compute 0.5 + 1e-3 + 1e-3·i, memory 1 + 1e-4·i: memory holds while 0.499 − 9e-4·i ≥ 0 → i ≤ 554.
+        let (b, held) = c.decode_stretch(n, 0.0);
+        assert_eq!(b, 100.0 * n / 1e9);
+        assert_eq!(held, 555);
+        let at = |i: f64| {
+            let s = StepShape::decode(n, n * i);
+            (c.compute_ms(&s), c.memory_ms(&s))
+        };
+        let (c554, m554) = at(554.0);
+        let (c555, m555) = at(555.0);
+        assert!(m554 >= c554 && c555 > m555);
+    }
+
+    #[test]
+    fn experts_touched_saturates() {
+        let mut c = cost();
+        (c.experts, c.active_experts, c.moe_layers) = (128, 8, 48);
+        assert!((c.experts_touched(1.0) - 8.0).abs() < 1e-12);
+        // Two tokens: 128·(1 − (120/128)²) = 15.5.
+        assert!((c.experts_touched(2.0) - 15.5).abs() < 1e-12);
+        assert!((c.experts_touched(4096.0) - 128.0).abs() < 1e-9);
+    }
+}
