@@ -25,6 +25,7 @@ fn single_server() -> EngineProfile {
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
         scheduler: Default::default(),
     }
@@ -122,6 +123,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             batch_kv_ms_per_ktok: 0.0,
             prefill_batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
+            kv_tiers: Vec::new(),
             reply_cached_share: 1.0,
             scheduler: Default::default(),
         },

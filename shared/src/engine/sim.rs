@@ -888,6 +888,9 @@ fn run_with(
         stats.ctx_time += s.ctx_time;
         stats.decode_time_ms += s.decode_time_ms;
         stats.host_hit_tokens += s.host_hit_tokens;
+        for (a, b) in stats.tier_hit_tokens.iter_mut().zip(&s.tier_hit_tokens) {
+            *a += b;
+        }
     }
     let fleet = d.fleet.as_ref().map(|f| {
         let end_ms = d.engs.iter().map(Engine::now_ms).fold(0.0, f64::max);
@@ -1301,6 +1304,7 @@ mod tests {
                 batch_kv_ms_per_ktok: 0.0,
                 prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
+                kv_tiers: Vec::new(),
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
             },
@@ -1346,6 +1350,7 @@ mod tests {
             attn in prop_oneof![Just(0.0f64), 0.0f64..0.5],
             replicas in prop_oneof![Just(1u32), 2u32..5],
             router in 0usize..4,
+            tiers in 0u8..3,
         ) {
             let w = if kind == 2 {
                 Workload::ClosedLoop(ClosedLoopWorkload {
@@ -1389,6 +1394,24 @@ mod tests {
                 restore_tokens_per_ms: 50.0,
             });
             sc.profile.prefill_ctx_ms_per_ktok = attn;
+            // Or tiers: written on eviction or when a request ends, LRU or with a TTL (simulated time), what one
+            // drops going on down.
+            if tiers > 0 && let Some(cap) = host_tokens.filter(|&c| c >= u64::from(bs)) {
+                use crate::engine::profile::{KvTier, TierEvict, TierWrite};
+                sc.profile.host_cache = None;
+                let ttl = TierEvict::Ttl { ttl_s: 0.5 + rate / 10.0 };
+                sc.profile.kv_tiers = if tiers == 1 {
+                    vec![
+                        KvTier { evict: ttl, ..KvTier::on_evict("host", cap, 50.0) },
+                        KvTier { write: TierWrite::Always, ..KvTier::on_evict("disk", cap * 4, 25.0) },
+                    ]
+                } else {
+                    vec![
+                        KvTier { write: TierWrite::Always, evict: ttl, ..KvTier::on_evict("host", cap, 50.0) },
+                        KvTier::on_evict("disk", cap / 2 + u64::from(bs), 25.0),
+                    ]
+                };
+            }
             // And fleets: neither lazy decoding nor stepping each replica up to the others' finish bounds (against
             // the others' clocks, step by step) changes anything.
             if replicas > 1 {
