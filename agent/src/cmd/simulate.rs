@@ -450,6 +450,9 @@ fn engine_table(r: &EngineReport) -> String {
             pct(s.step0_cached_share)
         ),
     );
+    if !s.retention.is_empty() {
+        row("by think time", shared::metrics::retention_text(&s.retention));
+    }
     let m = &d.cache_misses;
     let routed = if r.fleet.is_some() {
         format!(", routed to another replica {}", m.routed_to_another_replica_tokens)
