@@ -387,3 +387,52 @@ fn a_link_round_trips_a_profile_with_tiers() {
     let back = shared::link::decode(&shared::link::encode(&sc)).expect("decodes");
     assert_eq!(back, sc);
 }
+
+/// The A, B, A case as a trace (A again at `a2_ms`): the simulated run's cache-miss causes.
+fn a_b_a_misses(p: EngineProfile, a2_ms: f64) -> shared::engine::diagnostics::CacheMisses {
+    let req = |at: f64, first_id: u64| {
+        serde_json::json!({"arrival_ms": at, "unique_prompt_tokens": 4000, "output_tokens": 2,
+            "hash_ids": (first_id..first_id + 250).collect::<Vec<u64>>()})
+    };
+    let workload = serde_json::json!({"kind": "trace", "block_size": 16,
+        "requests": [req(0.0, 0), req(1000.0, 1000), req(a2_ms, 0)]});
+    let mut sc = sessions(p, 1);
+    sc.workload = serde_json::from_value(workload).expect("a trace");
+    simulate(&sc).expect("valid").diagnostics.cache_misses
+}
+
+/// Misses split by cause: what a tier dropped counts as "evicted from tier N", N the deepest tier that held it.
+#[test]
+fn misses_evicted_from_a_tier_name_the_tier() {
+    // No tiers: A's 200 blocks past the GPU's 49 were evicted while idle; no tier entry in the JSON.
+    let m = a_b_a_misses(profile(300), 3000.0);
+    assert_eq!((m.evicted_think_tokens, m.missed_tokens), (3200, 3216 + 8000));
+    assert!(m.evicted_from_tier_tokens.is_empty());
+    // A TTL of 1 s: the tier dropped them before A came back at 3 s.
+    let mut p = profile(300);
+    p.kv_tiers = vec![KvTier {
+        evict: TierEvict::Ttl { ttl_s: 1.0 },
+        ..tier("host", 1000, 400.0)
+    }];
+    let m = a_b_a_misses(p, 3000.0);
+    assert_eq!(
+        (m.evicted_think_tokens, m.evicted_from_tier_tokens.clone()),
+        (0, vec![3200])
+    );
+    assert_eq!(m.cached_tokens, 784);
+    // Tier 0 keeps 100 blocks, tier 1 50: A restores [49, 199) and misses [199, 249), which tier 0 sent to tier 1
+    // and tier 1 dropped.
+    let mut p = profile(300);
+    p.kv_tiers = vec![tier("host", 100, 400.0), tier("disk", 50, 100.0)];
+    let m = a_b_a_misses(p, 3000.0);
+    assert_eq!(m.cached_tokens, 199 * 16);
+    assert_eq!(
+        (m.evicted_think_tokens, m.evicted_from_tier_tokens.clone()),
+        (0, vec![0, 800])
+    );
+    let serialized = serde_json::to_string(&m).expect("json");
+    assert!(
+        serialized.contains(r#""evicted_from_tier_tokens":[0,800]"#),
+        "{serialized}"
+    );
+}

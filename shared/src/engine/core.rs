@@ -52,6 +52,8 @@ pub(crate) struct MissSplit {
     pub evicted_idle: u64,
     pub evicted_queued: u64,
     pub other: u64,
+    /// Evicted from tier N: computed before, then dropped by the deepest tier that held it.
+    pub tier: PerTier,
 }
 
 #[derive(Debug, Clone)]
@@ -1064,6 +1066,9 @@ impl Engine {
             r.admit_ms = now;
             r.cached_tokens = hit;
             r.miss = classify(r, hit_blocks, reach, ever, self.bs);
+            if !self.kv.tiers.is_empty() {
+                self.split_tier_misses(idx, chain, hit_blocks, reach, ever);
+            }
         } else {
             // A resumed request: what it recomputes beyond its hit was computed before.
             r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
@@ -1072,6 +1077,28 @@ impl Engine {
         self.running.push(idx);
         self.eager.push(idx);
         self.admitted.push(idx);
+    }
+
+    /// Of the blocks a request's first admission found evicted (while idle or while it queued: see [`classify`]),
+    /// those a tier held once and dropped move to "evicted from tier N", N the deepest tier that held them.
+    fn split_tier_misses(&mut self, idx: u32, chain: u32, hit_blocks: u32, reach: u32, ever: u32) {
+        let r = &self.reqs[idx as usize];
+        let ever_c = ever.min((r.p_eff - 1) / self.bs);
+        let arrival_c = r.reach_at_arrival.min(ever_c);
+        let reach_c = reach.min(ever_c);
+        let (mut idle, mut queued) = ([0u64; MAX_KV_TIERS], [0u64; MAX_KV_TIERS]);
+        self.kv.tier_lost(chain, arrival_c.max(hit_blocks), ever_c, &mut idle);
+        self.kv
+            .tier_lost(chain, reach_c.max(hit_blocks), arrival_c, &mut queued);
+        let bs = u64::from(self.bs);
+        let m = &mut self.reqs[idx as usize].miss;
+        for t in 0..MAX_KV_TIERS {
+            let i = (idle[t] * bs).min(m.evicted_idle);
+            let q = (queued[t] * bs).min(m.evicted_queued);
+            m.evicted_idle -= i;
+            m.evicted_queued -= q;
+            m.tier[t] += i + q;
+        }
     }
 
     /// Σ over the step's prefill chunks of their new tokens × the KV context of the step's other sequences

@@ -80,6 +80,9 @@ pub(crate) struct Slot {
     listed: bool,
     /// When last written or hit, milliseconds of simulated time.
     pub stamp: f64,
+    /// The hull of every range it has held (`ever_lo > ever_hi`: none), for the misses it caused.
+    pub ever_lo: u32,
+    pub ever_hi: u32,
 }
 
 const EMPTY_SLOT: Slot = Slot {
@@ -89,6 +92,8 @@ const EMPTY_SLOT: Slot = Slot {
     next: NONE,
     listed: false,
     stamp: 0.0,
+    ever_lo: u32::MAX,
+    ever_hi: 0,
 };
 
 /// One tier below the GPU.
@@ -300,6 +305,11 @@ impl Kv {
         };
         if let Some(id) = self.free_chains.pop() {
             self.chains[id as usize] = c;
+            for t in &mut self.tiers {
+                if let Some(s) = t.slots.get_mut(id as usize) {
+                    *s = EMPTY_SLOT;
+                }
+            }
             id
         } else {
             self.chains.push(c);
@@ -515,6 +525,58 @@ impl Kv {
         }
     }
 
+    /// Of the global blocks `[from, to)` of `c`'s lineage, those no tier holds now that some tier held once, each
+    /// counted in `out` for the deepest tier that held it (the last to drop it: the misses it caused). A chain's
+    /// blocks held once in a tier are taken as the hull of the ranges it held there.
+    pub fn tier_lost(&self, c: u32, from: u32, to: u32, out: &mut [u64]) {
+        if from >= to {
+            return;
+        }
+        let mut x = c;
+        let mut end = u32::MAX;
+        while x != NONE {
+            let off = self.chains[x as usize].offset;
+            let (g0, g1) = (from.max(off), to.min(end));
+            if g0 < g1 {
+                let (a, b) = (g0 - off, g1 - off);
+                // Cut [a, b) at every edge of the tiers' ranges, then classify each piece.
+                let mut cuts: Vec<u32> = vec![a, b];
+                for t in &self.tiers {
+                    let s = t.slot(x);
+                    for e in [s.lo, s.hi, s.ever_lo, s.ever_hi] {
+                        if e > a && e < b {
+                            cuts.push(e);
+                        }
+                    }
+                }
+                cuts.sort_unstable();
+                cuts.dedup();
+                for w in cuts.windows(2) {
+                    let p = w[0];
+                    let held = self.tiers.iter().any(|t| {
+                        let s = t.slot(x);
+                        s.lo <= p && p < s.hi
+                    });
+                    if held {
+                        continue;
+                    }
+                    if let Some(i) = (0..self.tiers.len()).rev().find(|&i| {
+                        let s = self.tiers[i].slot(x);
+                        s.ever_lo <= p && p < s.ever_hi
+                    }) && let Some(o) = out.get_mut(i)
+                    {
+                        *o += u64::from(w[1] - p);
+                    }
+                }
+            }
+            if from >= off {
+                break;
+            }
+            end = off;
+            x = self.chains[x as usize].parent;
+        }
+    }
+
     /// High-water mark of global blocks ever computed along `c`'s lineage (contiguous from 0).
     pub fn ever(&self, c: u32) -> u32 {
         self.lineage_max(c, |_, ch| ch.ever)
@@ -701,6 +763,8 @@ impl Kv {
             (s.lo, s.hi) = (s.lo.min(lo), s.hi.max(hi));
         }
         let new = u64::from(s.hi - s.lo);
+        s.ever_lo = s.ever_lo.min(s.lo);
+        s.ever_hi = s.ever_hi.max(s.hi);
         tier.used = tier.used + new - old;
         tier.touch(c, stamp);
         if !self.hold_tier_trim {

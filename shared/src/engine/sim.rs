@@ -585,11 +585,16 @@ impl SimLoop<'_> {
                     // Tokens cached elsewhere are missed here as never computed (or evicted) on this replica:
                     // moved to their own cause, so that the causes still sum to the missed tokens.
                     let mut left = away;
+                    let [t0, t1, t2, t3] = &mut miss.tier;
                     for part in [
                         &mut miss.cold,
                         &mut miss.evicted_idle,
                         &mut miss.other,
                         &mut miss.evicted_queued,
+                        t0,
+                        t1,
+                        t2,
+                        t3,
                     ] {
                         let t = left.min(*part);
                         *part -= t;
@@ -606,6 +611,13 @@ impl SimLoop<'_> {
             m.evicted_think_tokens += miss.evicted_idle;
             m.capacity_tokens += miss.evicted_queued;
             m.other_tokens += miss.other;
+            let tiers = eng.kv.tiers.len();
+            if tiers > m.evicted_from_tier_tokens.len() {
+                m.evicted_from_tier_tokens.resize(tiers, 0);
+            }
+            for (sum, t) in m.evicted_from_tier_tokens.iter_mut().zip(miss.tier) {
+                *sum += t;
+            }
             out.push((ri, r.finish_ms));
         }
         for fi in 0..eng.finished.len() {
