@@ -333,7 +333,12 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
                     format!(", routed to another replica {}", tokens(m.routed_to_another_replica_tokens))
                 } else {
                     String::new()
-                }
+                } + &m
+                    .evicted_from_tier_tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| format!(", evicted from KV tier {i} {}", tokens(t)))
+                    .collect::<String>()
             ),
         });
     }
