@@ -293,6 +293,13 @@ fn bad_tiers_name_the_field() {
         "{}",
         err(&q)
     );
+    q.kv_tiers[1].restore_tokens_per_ms = Some(1.0);
+    q.kv_tiers[1].kv_bytes_per_token = Some(131_072.0);
+    assert!(
+        err(&q).starts_with("kv_tiers[1].kv_bytes_per_token goes with bytes_per_s"),
+        "{}",
+        err(&q)
+    );
     // Faster first.
     let mut q = p.clone();
     q.kv_tiers[1].restore_tokens_per_ms = Some(500.0);

@@ -285,8 +285,11 @@ impl KvTier {
             }
             _ => {}
         }
-        if self.restore_tokens_per_ms.is_none() && self.kv_bytes_per_token.is_some() && self.bytes_per_s.is_none() {
-            return Err(f("kv_bytes_per_token", "goes with bytes_per_s"));
+        if self.bytes_per_s.is_none() && self.kv_bytes_per_token.is_some() {
+            return Err(f(
+                "kv_bytes_per_token",
+                "goes with bytes_per_s (with restore_tokens_per_ms, leave it out)",
+            ));
         }
         let r = self.tokens_per_ms();
         if !(r > 0.0 && r <= 1e9) {
