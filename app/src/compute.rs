@@ -342,6 +342,17 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             ),
         });
     }
+    if !r.summary.retention.is_empty() {
+        out.push(Callout {
+            id: "retention".to_string(),
+            severity: Severity::Info,
+            title: "Retention across tool calls".to_string(),
+            body: format!(
+                "Cached share of session steps by the think time before them (steps): {}.",
+                shared::metrics::retention_text(&r.summary.retention)
+            ),
+        });
+    }
     if let Some(f) = &r.fleet {
         let rows: Vec<String> = f
             .replicas
