@@ -30,7 +30,8 @@
 //!   leaves the cached conversation after `previous prompt + ⌊reply_cached_share · reply⌋` tokens (whole blocks).
 //! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
 //!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
-//!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
+//!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed,
+//!   where that is faster.
 //!   It is read as the one-tier list `kv_tiers: [{"name": "host", "capacity_tokens", "restore_tokens_per_ms"}]`
 //!   (see [`EngineProfile::tiers`]).
 //! - `kv_tiers`: an ordered list of prefix-cache tiers below the GPU's, faster first ([`KvTier`]: host DRAM,
