@@ -38,6 +38,7 @@ fn truth() -> EngineProfile {
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,

@@ -231,6 +231,19 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
     let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["summary"]["completed"], 9);
     assert_eq!(v["records"], 9);
+    // Retention across tool calls, from the live records: the 6 steps after a session's first, each sent about
+    // 0.05 s after the previous one ended, nearly all cached.
+    let retention = &v["summary"]["retention"];
+    assert_eq!(retention.as_array().map(Vec::len), Some(1), "{retention}");
+    assert_eq!(
+        (&retention[0]["think_s_min"], &retention[0]["steps"]),
+        (&serde_json::json!(0.0), &serde_json::json!(6))
+    );
+    assert!(
+        retention[0]["cached_share"].as_f64().is_some_and(|s| s > 0.8),
+        "{retention}"
+    );
+    assert!(stdout.contains("Cached share by think time (steps):"), "{stdout}");
     let (k, u) = if kernel { (9, 0) } else { (0, 9) };
     assert_eq!(v["checks"]["rx_clock_kernel"], k, "{v}");
     assert_eq!(v["checks"]["rx_clock_user"], u, "{v}");

@@ -456,3 +456,26 @@ fn a_closed_standard_output_ends_the_command_quietly() {
     assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
     assert_eq!(stderr(&o), "");
 }
+
+/// A profile's `kv_tiers` reach the engine from a scenario file; a bad tier fails naming its field.
+#[test]
+fn engine_model_reads_kv_tiers() {
+    let mut v: serde_json::Value = serde_json::from_str(&engine_small()).expect("JSON");
+    v["profile"]["kv_tiers"] = serde_json::json!([
+        {"name": "host", "capacity_tokens": 100000, "bytes_per_s": 25e9, "kv_bytes_per_token": 131072,
+         "write": "always"},
+        {"name": "disk", "capacity_tokens": 1000000, "restore_tokens_per_ms": 40, "evict": {"ttl_s": 60}}
+    ]);
+    let o = simulate(&["--json", "-"], Some(&v.to_string()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    assert_eq!(got["summary"]["completed"], serde_json::json!(200));
+    v["profile"]["kv_tiers"][1]["evict"]["ttl_s"] = serde_json::json!(0);
+    let o = simulate(&["--json", "-"], Some(&v.to_string()));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("profile.kv_tiers[1].evict.ttl_s must be > 0"),
+        "{}",
+        stderr(&o)
+    );
+}

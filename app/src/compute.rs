@@ -333,7 +333,23 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
                     format!(", routed to another replica {}", tokens(m.routed_to_another_replica_tokens))
                 } else {
                     String::new()
-                }
+                } + &m
+                    .evicted_from_tier_tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &t)| format!(", evicted from KV tier {i} {}", tokens(t)))
+                    .collect::<String>()
+            ),
+        });
+    }
+    if !r.summary.retention.is_empty() {
+        out.push(Callout {
+            id: "retention".to_string(),
+            severity: Severity::Info,
+            title: "Retention across tool calls".to_string(),
+            body: format!(
+                "Cached share of session steps by the think time before them (steps): {}.",
+                shared::metrics::retention_text(&r.summary.retention)
             ),
         });
     }

@@ -208,6 +208,66 @@ pub struct Summary {
     /// designed sizes; tokenizer matching aims within 1 %).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub realized_to_designed_prompt_ratio_p50: Option<f64>,
+    /// Retention across tool calls: the achieved cached share of session steps after the first, by the think time
+    /// before them (see [`Retention`]); only bands that hold a step. Absent when no record follows its session's
+    /// previous step (open-loop traffic, single-step sessions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retention: Vec<Retention>,
+}
+
+/// One band of think time in [`Summary::retention`]: session steps whose think time (their submission less the
+/// end of the same session's previous step, `t_submit + wall_s`; 0 if negative) falls in
+/// `[think_s_min, think_s_max)`, and Σ cached / Σ prompt tokens over those that completed reporting both. The bands'
+/// edges are [`RETENTION_EDGES_S`]; the last band is open and its `think_s_max` is the longest think time in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Retention {
+    pub think_s_min: f64,
+    pub think_s_max: f64,
+    /// Steps in the band (every step counted, failed ones too).
+    pub steps: u64,
+    /// `None` when no step in the band completed reporting prompt and cached tokens.
+    pub cached_share: Option<f64>,
+}
+
+/// [`Summary::retention`] on one line for the text reports: `0-1 s 69.9 % (10), 1-2 s 44.0 % (26), 3600+ s -
+/// (1)`, each band's cached share and its steps.
+pub fn retention_text(bands: &[Retention]) -> String {
+    bands
+        .iter()
+        .map(|b| {
+            let share = b
+                .cached_share
+                .map_or_else(|| "-".to_string(), |v| format!("{:.1} %", v * 100.0));
+            let last = b.think_s_min >= RETENTION_EDGES_S[RETENTION_EDGES_S.len() - 1];
+            if last {
+                format!("{}+ s {share} ({})", b.think_s_min, b.steps)
+            } else {
+                format!("{}-{} s {share} ({})", b.think_s_min, b.think_s_max, b.steps)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Lower edges of the think-time bands of [`Summary::retention`], seconds.
+pub const RETENTION_EDGES_S: [f64; 12] = [
+    0.0, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+/// Per think-time band: steps, cached and prompt tokens, the longest think time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Band {
+    steps: u64,
+    share: CachedShare,
+    max_s: f64,
+}
+
+/// The last step seen of a session `(session, inst)`: all steps good so far, its step, its end (seconds).
+#[derive(Debug, Clone, Copy)]
+struct SessionSeen {
+    good: bool,
+    step: u32,
+    end_s: f64,
 }
 
 /// Steps up to which [`summarize`] counts attainment by step in a vector rather than a map.
@@ -239,7 +299,8 @@ pub struct Summarizer {
     good: u64,
     start: f64,
     end: f64,
-    sessions: FxHashMap<(u64, u32), bool>,
+    sessions: FxHashMap<(u64, u32), SessionSeen>,
+    bands: [Band; RETENTION_EDGES_S.len()],
     by_step: FxHashMap<u32, (u64, u64)>,
     by_step_dense: Vec<(u64, u64)>,
     achieved: CachedShare,
@@ -265,6 +326,7 @@ impl Summarizer {
             start: f64::INFINITY,
             end: f64::NEG_INFINITY,
             sessions: FxHashMap::default(),
+            bands: [Band::default(); RETENTION_EDGES_S.len()],
             by_step: FxHashMap::default(),
             by_step_dense: Vec::new(),
             achieved: CachedShare::default(),
@@ -286,8 +348,30 @@ impl Summarizer {
             self.end = r.t_submit + r.wall_s;
         }
         let met = r.ok && self.slo.met_by(r);
-        let session_good = self.sessions.entry((r.session, r.inst)).or_insert(true);
-        *session_good &= met;
+        let end_s = r.t_submit + r.wall_s;
+        let seen = self.sessions.entry((r.session, r.inst)).or_insert(SessionSeen {
+            good: true,
+            step: r.step,
+            end_s,
+        });
+        seen.good &= met;
+        // A step right after the session's previous one: its think time is the gap between them.
+        let mut band = None;
+        if r.step > 0 && seen.step == r.step - 1 {
+            let think = r.t_submit - seen.end_s;
+            let think = if think > 0.0 { think } else { 0.0 };
+            let i = RETENTION_EDGES_S.iter().rposition(|&e| think >= e).unwrap_or(0);
+            let b = &mut self.bands[i];
+            b.steps += 1;
+            if think > b.max_s {
+                b.max_s = think;
+            }
+            band = Some(i);
+        }
+        if r.step >= seen.step {
+            seen.step = r.step;
+            seen.end_s = end_s;
+        }
         // Steps are small numbers: counted in a vector, in a map past `DENSE_STEPS` (a live record can say anything).
         let step = match self.by_step_dense.get_mut(r.step as usize) {
             Some(e) => e,
@@ -326,6 +410,9 @@ impl Summarizer {
                 if r.step == 0 {
                     self.step0.add(cached, prompt);
                 }
+                if let Some(i) = band {
+                    self.bands[i].share.add(cached, prompt);
+                }
             }
             if let Some(d) = r.designed_cached_tokens {
                 self.designed.add(d, prompt);
@@ -350,6 +437,7 @@ impl Summarizer {
             start,
             end,
             sessions,
+            bands,
             by_step,
             by_step_dense,
             achieved,
@@ -370,7 +458,7 @@ impl Summarizer {
         s.slo_attainment_ratio = good as f64 / records as f64;
 
         s.sessions = sessions.len() as u64;
-        let good_sessions = sessions.values().filter(|g| **g).count() as f64;
+        let good_sessions = sessions.values().filter(|g| g.good).count() as f64;
         s.session_goodput_sps = per_s(good_sessions);
         s.session_attainment_ratio = good_sessions / sessions.len() as f64;
         let mut by_step: Vec<(u32, (u64, u64))> = by_step.into_iter().collect();
@@ -394,6 +482,17 @@ impl Summarizer {
         s.cached_share_achieved = achieved.share();
         s.cached_share_designed = designed.share();
         s.step0_cached_share = step0.share();
+        s.retention = bands
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.steps > 0)
+            .map(|(i, b)| Retention {
+                think_s_min: RETENTION_EDGES_S[i],
+                think_s_max: RETENTION_EDGES_S.get(i + 1).copied().unwrap_or(b.max_s),
+                steps: b.steps,
+                cached_share: b.share.share(),
+            })
+            .collect();
         if !prompt_sizes.is_empty() {
             let mut designed: Vec<f64> = prompt_sizes.iter().map(|p| p.0 as f64).collect();
             let mut realized: Vec<f64> = prompt_sizes.iter().map(|p| p.1 as f64).collect();

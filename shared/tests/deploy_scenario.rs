@@ -114,6 +114,7 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: Some(Box::new(r)),

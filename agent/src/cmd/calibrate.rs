@@ -280,6 +280,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms,
         }),
+        kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
         scheduler: match a.scheduler {
             SchedulerChoice::Auto => d.scheduler.unwrap_or_default(),

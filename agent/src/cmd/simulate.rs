@@ -459,12 +459,18 @@ fn engine_table(r: &EngineReport) -> String {
             pct(s.step0_cached_share)
         ),
     );
+    if !s.retention.is_empty() {
+        row("by think time", shared::metrics::retention_text(&s.retention));
+    }
     let m = &d.cache_misses;
-    let routed = if r.fleet.is_some() {
+    let mut routed = if r.fleet.is_some() {
         format!(", routed to another replica {}", m.routed_to_another_replica_tokens)
     } else {
         String::new()
     };
+    for (i, t) in m.evicted_from_tier_tokens.iter().enumerate() {
+        routed.push_str(&format!(", evicted from tier {i} {t}"));
+    }
     row(
         "cache misses (tokens)",
         format!(

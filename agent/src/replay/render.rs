@@ -113,6 +113,13 @@ pub fn render(
         None => "n/a (server reports no cached_tokens)".into(),
     };
     line(&mut o, "Step-0 cached share:", step0);
+    if !s.retention.is_empty() {
+        line(
+            &mut o,
+            "Cached share by think time (steps):",
+            shared::metrics::retention_text(&s.retention),
+        );
+    }
     if let Some(r) = prefix_reuse(s) {
         let v = if r.below_design {
             format!(

@@ -534,6 +534,7 @@ impl Deployment {
             prefill_batch_kv_ms_per_ktok: 0.0,
             reply_cached_share: 1.0,
             host_cache: None,
+            kv_tiers: Vec::new(),
             scheduler: Default::default(),
             roofline: Some(Box::new(r.clone())),
         };

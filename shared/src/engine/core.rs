@@ -15,9 +15,12 @@
 
 use std::collections::VecDeque;
 
-use super::kv::{Kv, NONE};
-use super::profile::{EngineProfile, Scheduler};
+use super::kv::{Kv, NO_TIER, NONE};
+use super::profile::{EngineProfile, MAX_KV_TIERS, Scheduler, TierWrite};
 use crate::deploy::roofline::{RooflineCost, StepShape};
+
+/// Tokens restored from each tier (by tier index).
+pub(crate) type PerTier = [u64; MAX_KV_TIERS];
 
 /// A request's id, stable while it is known to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -50,6 +53,8 @@ pub(crate) struct MissSplit {
     pub evicted_idle: u64,
     pub evicted_queued: u64,
     pub other: u64,
+    /// Evicted from tier N: computed before, then dropped by the deepest tier that held it.
+    pub tier: PerTier,
 }
 
 #[derive(Debug, Clone)]
@@ -258,8 +263,10 @@ pub(crate) struct EngineStats {
     /// Σ over decode steps of (Σcontext / batch) × duration, for the mean decode context.
     pub ctx_time: f64,
     pub decode_time_ms: f64,
-    /// Prompt tokens restored from the host tier (counted in `cached_tokens` too).
+    /// Prompt tokens restored from the tiers below the GPU (counted in `cached_tokens` too).
     pub host_hit_tokens: u64,
+    /// The same by tier.
+    pub tier_hit_tokens: PerTier,
 }
 
 /// Identity hasher for keys that are already hashes.
@@ -288,7 +295,14 @@ impl Engine {
         let model_len = profile.model_len().max(2);
         let caching = profile.enable_prefix_caching;
         let mut kv = Kv::new(profile.num_kv_blocks.max(1), caching);
-        kv.host_capacity = profile.host_cache_blocks();
+        for t in profile.tiers() {
+            kv.add_tier(
+                t.capacity_tokens / u64::from(bs),
+                t.write == TierWrite::Always,
+                t.evict.ttl_ms(),
+                t.tokens_per_ms(),
+            );
+        }
         Engine {
             kv,
             p: profile,
@@ -555,6 +569,7 @@ impl Engine {
                 self.materialize_all();
                 self.running.retain(|&q| q != idx);
                 self.eager.retain(|&q| q != idx);
+                self.kv.now_ms = self.now_ms;
                 self.release_blocks(idx);
             }
             _ => return false,
@@ -588,6 +603,9 @@ impl Engine {
             (r.chain, p)
         };
         self.kv.private -= private;
+        if self.kv.write_through {
+            self.kv.write_lineage(chain);
+        }
         self.kv.unpin(chain);
         if self.llama {
             let r = &self.reqs[idx as usize];
@@ -671,46 +689,95 @@ impl Engine {
         self.log_base + self.log.len() as u64
     }
 
-    /// A waiting request's cached prefix, in blocks: `(the GPU's reach, its hit, the hit with the host tier)`. At
-    /// most all but the last prompt token hit; blocks right after the GPU hit that the host tier holds are
-    /// restored, not recomputed.
-    fn cached_blocks(&self, chain: u32, p_eff: u32) -> (u32, u32, u32) {
+    /// A waiting request's cached prefix, in blocks: `(the GPU's reach, its hit, the hit with the tiers, blocks
+    /// restored per tier)`. At most all but the last prompt token hit; blocks right after the GPU hit that the tiers
+    /// hold are restored instead of recomputed as far as that saves time (see [`Self::restore_plan`]).
+    fn cached_blocks(&self, chain: u32, p_eff: u32) -> (u32, u32, u32, [u32; MAX_KV_TIERS]) {
         let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
         let max_hit = (p_eff - 1) / self.bs;
         let gpu_hit_blocks = reach.min(max_hit);
-        let hit_blocks = if self.kv.host_capacity > 0 && gpu_hit_blocks < max_hit {
-            self.kv.reach_host(chain).clamp(gpu_hit_blocks, max_hit)
+        let mut per_tier = [0u32; MAX_KV_TIERS];
+        let hit_blocks = if !self.kv.tiers.is_empty() && gpu_hit_blocks < max_hit {
+            let to = self.kv.reach_tiers(chain).clamp(gpu_hit_blocks, max_hit);
+            if to > gpu_hit_blocks {
+                self.restore_plan(chain, gpu_hit_blocks, to, &mut per_tier)
+            } else {
+                gpu_hit_blocks
+            }
         } else {
             gpu_hit_blocks
         };
-        (reach, gpu_hit_blocks, hit_blocks)
+        (reach, gpu_hit_blocks, hit_blocks, per_tier)
+    }
+
+    /// Of the blocks `[from, to)` that the tiers hold after the GPU's hit, the prefix worth restoring: the one
+    /// whose restore (its tokens over each tier's speed) saves the most time against prefilling the same tokens
+    /// (`tokens / prefill_tokens_per_ms` plus their `prefill_ctx_ms_per_ktok` term), restored only if that saving
+    /// is positive. Returns the hit in blocks and writes the blocks taken from each tier.
+    fn restore_plan(&self, chain: u32, from: u32, to: u32, per_tier: &mut [u32; MAX_KV_TIERS]) -> u32 {
+        let mut runs = Vec::new();
+        self.kv.tier_runs(chain, from, to, &mut runs);
+        let bs = f64::from(self.bs);
+        let (mut at, mut saving) = (from, 0.0f64);
+        let (mut best_at, mut best) = (from, 0.0f64);
+        let mut taken = [0u32; MAX_KV_TIERS];
+        let mut best_taken = taken;
+        for &(tier, blocks) in &runs {
+            let n = f64::from(blocks) * bs;
+            if tier != NO_TIER {
+                let c = f64::from(at) * bs;
+                let recompute = n / self.p.prefill_tokens_per_ms
+                    + self.p.prefill_ctx_ms_per_ktok * (n * c + n * (n - 1.0) / 2.0) / 1000.0;
+                saving += recompute - n / self.kv.tiers[tier].rate;
+                taken[tier] += blocks;
+            }
+            at += blocks;
+            if saving > best {
+                (best_at, best, best_taken) = (at, saving, taken);
+            }
+        }
+        *per_tier = best_taken;
+        best_at
     }
 
     /// Takes `need` new blocks for a request whose prefix `chain` holds `gpu_hit_blocks` on the GPU and up to
-    /// `hit_blocks` with the host tier, restoring the host blocks; `None` (nothing changed) when they do not fit.
-    /// Returns the `fill` result and the tokens restored from the host tier.
-    fn admit_blocks(&mut self, chain: u32, need: u64, gpu_hit_blocks: u32, hit_blocks: u32) -> Option<(u64, u64)> {
+    /// `hit_blocks` with the tiers (`per_tier` blocks from each), restoring the tier blocks; `None` (nothing
+    /// changed) when they do not fit. Returns the `fill` result and the tokens restored from each tier.
+    fn admit_blocks(
+        &mut self,
+        chain: u32,
+        need: u64,
+        gpu_hit_blocks: u32,
+        hit_blocks: u32,
+        per_tier: [u32; MAX_KV_TIERS],
+    ) -> Option<(u64, PerTier)> {
         let pinned_loss = self.kv.lineage_evictable(chain);
         if need > self.kv.available() - pinned_loss {
             return None;
         }
         self.kv.pin(chain);
         let restored = hit_blocks - gpu_hit_blocks;
-        self.kv.hold_host_trim = restored > 0;
+        self.kv.hold_tier_trim = restored > 0;
         if !self.kv.alloc(need) {
-            self.kv.hold_host_trim = false;
+            self.kv.hold_tier_trim = false;
             self.kv.unpin(chain);
             return None;
         }
         let mut conv = 0;
-        let mut restored_tokens = 0;
+        let mut restored_tokens = [0u64; MAX_KV_TIERS];
         if restored > 0 {
             conv = self.kv.fill(chain, gpu_hit_blocks, hit_blocks);
-            self.kv.host_touch_lineage(chain);
-            self.kv.hold_host_trim = false;
-            self.kv.trim_host();
-            restored_tokens = u64::from(restored * self.bs);
-            self.stats.host_hit_tokens += restored_tokens;
+            for (t, &blocks) in per_tier.iter().enumerate() {
+                if blocks > 0 {
+                    self.kv.tier_touch_lineage(t, chain);
+                    let tokens = u64::from(blocks * self.bs);
+                    restored_tokens[t] = tokens;
+                    self.stats.tier_hit_tokens[t] += tokens;
+                    self.stats.host_hit_tokens += tokens;
+                }
+            }
+            self.kv.hold_tier_trim = false;
+            self.kv.trim_tiers();
         }
         Some((conv, restored_tokens))
     }
@@ -762,6 +829,12 @@ impl Engine {
         self.sched.clear();
         self.admitted.clear();
         self.preempted.clear();
+        if !self.kv.tiers.is_empty() {
+            self.kv.now_ms = self.now_ms;
+            if self.kv.any_ttl {
+                self.kv.expire_tiers();
+            }
+        }
         if self.llama {
             return self.schedule_slots();
         }
@@ -807,7 +880,7 @@ impl Engine {
             mut prefill_tokens,
             decoders,
         } = sums;
-        let mut restored_tokens = 0u64;
+        let mut restored_tokens = [0u64; MAX_KV_TIERS];
         if self.preempted.is_empty() {
             while let Some(&idx) = self.waiting.front() {
                 if self.running.len() >= self.p.max_num_seqs as usize || budget == 0 {
@@ -817,14 +890,15 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan())
                 };
-                let (reach, gpu_hit_blocks, hit_blocks) = self.cached_blocks(chain, p_eff);
+                let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff);
                 let hit = hit_blocks * self.bs;
                 let tokens = (p_eff - hit).min(budget);
                 let need = self.blocks(hit + tokens) - u64::from(gpu_hit_blocks);
-                let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks) else {
+                let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks, per_tier)
+                else {
                     break;
                 };
-                restored_tokens += restored;
+                add_tiers(&mut restored_tokens, &restored);
                 self.start_request(idx, chain, first, (reach, hit_blocks), need - conv);
                 let left = {
                     let r = &self.reqs[idx as usize];
@@ -848,10 +922,10 @@ impl Engine {
     }
 
     /// The duration of the step just scheduled (`sched` plus the lazy requests).
-    fn step_ms(&self, ctx: u64, prefill_tokens: u32, restored_tokens: u64) -> f64 {
+    fn step_ms(&self, ctx: u64, prefill_tokens: u32, restored_tokens: PerTier) -> f64 {
         let n = (self.sched.len() as u64 + self.lz.n) as f64;
         if let Some(r) = &self.p.roofline {
-            return self.roofline_step_ms(r, n, ctx, prefill_tokens) + self.restore_ms(restored_tokens);
+            return self.with_restores(self.roofline_step_ms(r, n, ctx, prefill_tokens), restored_tokens);
         }
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
         if self.p.batch_kv_ms_per_ktok > 0.0 {
@@ -866,15 +940,17 @@ impl Engine {
                 d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
             }
         }
-        d + self.restore_ms(restored_tokens)
+        self.with_restores(d, restored_tokens)
     }
 
-    /// Time to restore `restored_tokens` from the host tier, milliseconds.
-    fn restore_ms(&self, restored_tokens: u64) -> f64 {
-        match &self.p.host_cache {
-            Some(h) if restored_tokens > 0 => restored_tokens as f64 / h.restore_tokens_per_ms,
-            _ => 0.0,
+    /// Step time `d` plus the time to restore `restored_tokens` from each tier, milliseconds (added tier by tier).
+    fn with_restores(&self, mut d: f64, restored_tokens: PerTier) -> f64 {
+        for (t, tier) in self.kv.tiers.iter().enumerate() {
+            if restored_tokens[t] > 0 {
+                d += restored_tokens[t] as f64 / tier.rate;
+            }
         }
+        d
     }
 
     /// The step just scheduled priced by a deployment's roofline: `n` sequences holding `ctx` tokens of KV, of
@@ -942,7 +1018,7 @@ impl Engine {
             i += 1;
         }
         // Free slots take waiting requests.
-        let mut restored_tokens = 0u64;
+        let mut restored_tokens = [0u64; MAX_KV_TIERS];
         if self.preempted.is_empty() {
             while let Some(&idx) = self.waiting.front() {
                 if self.running.len() >= self.p.max_num_seqs as usize {
@@ -952,12 +1028,13 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan(), r.prompt)
                 };
-                let (reach, gpu_hit_blocks, hit_blocks) = self.cached_blocks(chain, p_eff);
+                let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff);
                 let need = self.blocks(p_eff) - u64::from(gpu_hit_blocks);
-                let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks) else {
+                let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks, per_tier)
+                else {
                     break;
                 };
-                restored_tokens += restored;
+                add_tiers(&mut restored_tokens, &restored);
                 self.start_request(idx, chain, first, (reach, hit_blocks), need - conv);
                 let slot = self.choose_slot(chain, prompt);
                 self.slots[slot as usize].busy = true;
@@ -1023,6 +1100,9 @@ impl Engine {
             r.admit_ms = now;
             r.cached_tokens = hit;
             r.miss = classify(r, hit_blocks, reach, ever, self.bs);
+            if !self.kv.tiers.is_empty() {
+                self.split_tier_misses(idx, chain, hit_blocks, reach, ever);
+            }
         } else {
             // A resumed request: what it recomputes beyond its hit was computed before.
             r.recomputed_tokens = r.recomputed_tokens.saturating_sub(u64::from(hit));
@@ -1031,6 +1111,28 @@ impl Engine {
         self.running.push(idx);
         self.eager.push(idx);
         self.admitted.push(idx);
+    }
+
+    /// Of the blocks a request's first admission found evicted (while idle or while it queued: see [`classify`]),
+    /// those a tier held once and dropped move to "evicted from tier N", N the deepest tier that held them.
+    fn split_tier_misses(&mut self, idx: u32, chain: u32, hit_blocks: u32, reach: u32, ever: u32) {
+        let r = &self.reqs[idx as usize];
+        let ever_c = ever.min((r.p_eff - 1) / self.bs);
+        let arrival_c = r.reach_at_arrival.min(ever_c);
+        let reach_c = reach.min(ever_c);
+        let (mut idle, mut queued) = ([0u64; MAX_KV_TIERS], [0u64; MAX_KV_TIERS]);
+        self.kv.tier_lost(chain, arrival_c.max(hit_blocks), ever_c, &mut idle);
+        self.kv
+            .tier_lost(chain, reach_c.max(hit_blocks), arrival_c, &mut queued);
+        let bs = u64::from(self.bs);
+        let m = &mut self.reqs[idx as usize].miss;
+        for t in 0..MAX_KV_TIERS {
+            let i = (idle[t] * bs).min(m.evicted_idle);
+            let q = (queued[t] * bs).min(m.evicted_queued);
+            m.evicted_idle -= i;
+            m.evicted_queued -= q;
+            m.tier[t] += i + q;
+        }
     }
 
     /// Σ over the step's prefill chunks of their new tokens × the KV context of the step's other sequences
@@ -1329,9 +1431,16 @@ impl Engine {
                 let ks = steps_to_cover(d1, b, span);
                 kmax = kmax.min(ks.max(1));
             }
-            // Steps the KV cache can hold.
+            // Steps the KV cache can hold. With a TTL tier, only the free blocks: a block evicted into a tier is
+            // stamped with the start of the step that needs its space (its time to live counts from there), so the
+            // stretch ends before the first step that evicts, which then runs at its own start time. Otherwise
+            // where stretches are cut (an arrival, a fleet's other replicas) would move expiries.
             if kmax > 1 {
-                let avail = self.kv.available();
+                let avail = if self.kv.any_ttl {
+                    self.kv.free()
+                } else {
+                    self.kv.available()
+                };
                 let at_max = self.extra_blocks(kmax);
                 extra_at_k = Some((kmax, at_max));
                 if at_max > avail {
@@ -1451,6 +1560,7 @@ impl Engine {
             }
         }
         if !self.finished.is_empty() {
+            self.kv.now_ms = end;
             for fi in 0..self.finished.len() {
                 let idx = self.finished[fi];
                 self.release_blocks(idx);
@@ -1689,6 +1799,13 @@ fn remove_ordered(list: &mut Vec<u32>, gone: &[u32]) {
 
 /// Split a first admission's missed prompt tokens by cause. `reach` is the lineage's resident prefix at admission,
 /// `r.reach_at_arrival` at submission, `ever` the blocks ever computed along it.
+/// `a += b`, tier by tier.
+fn add_tiers(a: &mut PerTier, b: &PerTier) {
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
+
 fn classify(r: &Req, hit_blocks: u32, reach: u32, ever: u32, bs: u32) -> MissSplit {
     let p = u64::from(r.p_eff);
     let hit = u64::from(hit_blocks) * u64::from(bs);
@@ -1813,6 +1930,7 @@ mod tests {
                 batch_kv_ms_per_ktok: 0.0,
                 prefill_batch_kv_ms_per_ktok: 0.0,
                 host_cache: None,
+                kv_tiers: Vec::new(),
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
                 roofline: None,
@@ -1877,6 +1995,7 @@ mod tests {
             batch_kv_ms_per_ktok: 0.0,
             prefill_batch_kv_ms_per_ktok: 0.0,
             host_cache: None,
+            kv_tiers: Vec::new(),
             reply_cached_share: 1.0,
             scheduler: Scheduler::LlamaCpp,
             roofline: None,

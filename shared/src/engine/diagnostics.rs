@@ -94,6 +94,11 @@ pub struct CacheMisses {
     /// beyond the chosen one's), taken out of the causes above. Absent from the JSON when zero.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub routed_to_another_replica_tokens: u64,
+    /// With `kv_tiers`: computed before, evicted from the GPU, and dropped by tier N too (the deepest tier that
+    /// held them), taken out of `evicted_think_tokens` and `capacity_tokens`; one entry per tier. Absent without
+    /// tiers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evicted_from_tier_tokens: Vec<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {

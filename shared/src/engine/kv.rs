@@ -19,13 +19,20 @@
 //!
 //! Blocks in use = Σ chain `r` (cached, pinned or not) + Σ private blocks of running requests ≤ capacity.
 //!
-//! An optional host tier ([`super::profile::HostCache`]) keeps what the GPU evicts: each chain holds one range
-//! `[hlo, hhi)` of its local blocks in host memory (evicted blocks are its tail, so successive evictions of a
-//! chain extend the range downward), chains in an LRU list of their own, trimmed from the least recently used
-//! chain's deepest block. The tier is inclusive: a restore copies blocks back and the host keeps them, so the
-//! host state changes only at eviction and trimming, never when a request computes (which `core::Lazy` defers).
+//! Optional tiers below the GPU ([`super::profile::KvTier`], faster first; `host_cache` is one such tier) keep
+//! blocks too: each chain holds one range `[lo, hi)` of its local blocks in each tier (evicted blocks are its
+//! tail, so successive evictions of a chain extend the range downward), chains in an LRU list per tier ordered by
+//! the time they were last written or hit (the engine's simulated `now_ms`), trimmed from the least recently used
+//! chain's deepest block, and with a TTL also dropped whole once `ttl` has passed since. A tier written
+//! `on_evict` takes what the level above drops (the GPU for tier 0); one written `always` takes a request's
+//! lineage when the request releases it. Tiers are inclusive: a restore copies blocks back and the tier keeps
+//! them, so a tier's state changes only at eviction, trimming, expiry and release, never when a request computes
+//! (which `core::Lazy` defers).
 
 pub(crate) const NONE: u32 = u32::MAX;
+
+/// In [`Kv::tier_runs`]: blocks the GPU holds.
+pub(crate) const NO_TIER: usize = usize::MAX;
 
 /// One chain of content blocks.
 #[derive(Debug, Clone)]
@@ -61,22 +68,120 @@ pub(crate) struct Chain {
     pub lazy: bool,
     /// Kept by the engine: waiting requests whose lineage holds this chain.
     pub waiting: u32,
-    /// Local blocks `[hlo, hhi)` held by the host tier (empty when equal).
-    pub hlo: u32,
-    pub hhi: u32,
-    host_prev: u32,
-    host_next: u32,
-    in_host: bool,
 }
 
-impl Chain {
-    /// Leading local blocks resident in the GPU or, right after them, in the host tier.
+/// A chain's blocks in one tier: local blocks `[lo, hi)` (empty when equal) and its place in the tier's list.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub lo: u32,
+    pub hi: u32,
+    prev: u32,
+    next: u32,
+    listed: bool,
+    /// When last written or hit, milliseconds of simulated time.
+    pub stamp: f64,
+    /// The hull of every range it has held (`ever_lo > ever_hi`: none), for the misses it caused.
+    pub ever_lo: u32,
+    pub ever_hi: u32,
+}
+
+const EMPTY_SLOT: Slot = Slot {
+    lo: 0,
+    hi: 0,
+    prev: NONE,
+    next: NONE,
+    listed: false,
+    stamp: 0.0,
+    ever_lo: u32::MAX,
+    ever_hi: 0,
+};
+
+/// One tier below the GPU.
+#[derive(Debug, Clone)]
+pub(crate) struct Tier {
+    /// Capacity, blocks (> 0).
+    pub capacity: u64,
+    /// Σ blocks held over all chains.
+    pub used: u64,
+    /// Written when a request releases its lineage (`always`), not when the level above evicts (`on_evict`).
+    pub always: bool,
+    /// Time to live after the last write or hit, milliseconds (infinite: LRU only).
+    pub ttl_ms: f64,
+    /// Restore speed, tokens per millisecond.
+    pub rate: f64,
+    head: u32,
+    tail: u32,
+    /// By chain id (grown on demand).
+    slots: Vec<Slot>,
+    /// Blocks dropped so far (trimmed or expired).
+    pub dropped_blocks: u64,
+}
+
+impl Tier {
     #[inline]
-    fn reach_any(&self) -> u32 {
-        if self.hhi > self.hlo && self.hlo <= self.r {
-            self.r.max(self.hhi)
+    pub fn slot(&self, c: u32) -> Slot {
+        self.slots.get(c as usize).copied().unwrap_or(EMPTY_SLOT)
+    }
+
+    fn slot_mut(&mut self, c: u32) -> &mut Slot {
+        let i = c as usize;
+        if i >= self.slots.len() {
+            self.slots.resize(i + 1, EMPTY_SLOT);
+        }
+        &mut self.slots[i]
+    }
+
+    fn unlink(&mut self, c: u32) {
+        let Slot { prev, next, .. } = self.slot(c);
+        if prev == NONE {
+            self.head = next;
         } else {
-            self.r
+            self.slots[prev as usize].next = next;
+        }
+        if next == NONE {
+            self.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+        let s = &mut self.slots[c as usize];
+        s.listed = false;
+        s.prev = NONE;
+        s.next = NONE;
+    }
+
+    /// Chain `c` was written or hit at `stamp`: it moves to the most recently used end (a TTL tier keeps its list
+    /// in stamp order, so a write stamped earlier than the tail, a cascade from an expiry, goes before it).
+    fn touch(&mut self, c: u32, stamp: f64) {
+        if self.slot(c).listed {
+            self.unlink(c);
+        }
+        let mut after = self.tail;
+        if self.ttl_ms.is_finite() {
+            while after != NONE && self.slots[after as usize].stamp > stamp {
+                after = self.slots[after as usize].prev;
+            }
+        }
+        let next = if after == NONE {
+            self.head
+        } else {
+            self.slots[after as usize].next
+        };
+        {
+            let s = self.slot_mut(c);
+            s.listed = true;
+            s.prev = after;
+            s.next = next;
+            s.stamp = stamp;
+        }
+        if after == NONE {
+            self.head = c;
+        } else {
+            self.slots[after as usize].next = c;
+        }
+        if next == NONE {
+            self.tail = c;
+        } else {
+            self.slots[next as usize].prev = c;
         }
     }
 }
@@ -102,15 +207,16 @@ pub(crate) struct Kv {
     pub private: u64,
     /// Blocks evicted so far.
     pub evicted_blocks: u64,
-    /// Host tier capacity, blocks (0: no host tier).
-    pub host_capacity: u64,
-    /// Σ host blocks over all chains.
-    pub host_used: u64,
-    host_head: u32,
-    host_tail: u32,
-    /// While set, evictions do not trim the host tier (an admission restoring host blocks holds it until they are
-    /// back in the GPU, so that evictions it causes cannot drop them first).
-    pub hold_host_trim: bool,
+    /// Tiers below the GPU, faster first (empty: none).
+    pub tiers: Vec<Tier>,
+    /// Some tier is written `always` / has a TTL.
+    pub write_through: bool,
+    pub any_ttl: bool,
+    /// Simulated time of tier writes, hits and expiry (set by the engine).
+    pub now_ms: f64,
+    /// While set, writes do not trim or expire the tiers (an admission restoring tier blocks holds them until they
+    /// are back in the GPU, so that evictions it causes cannot drop them first).
+    pub hold_tier_trim: bool,
 }
 
 impl Kv {
@@ -126,12 +232,30 @@ impl Kv {
             evictable: 0,
             private: 0,
             evicted_blocks: 0,
-            host_capacity: 0,
-            host_used: 0,
-            host_head: NONE,
-            host_tail: NONE,
-            hold_host_trim: false,
+            tiers: Vec::new(),
+            write_through: false,
+            any_ttl: false,
+            now_ms: 0.0,
+            hold_tier_trim: false,
         }
+    }
+
+    /// Add a tier below the last one: `capacity` blocks (> 0), written `always` or on eviction, `ttl_ms` (infinite:
+    /// none), restored at `rate` tokens per millisecond.
+    pub fn add_tier(&mut self, capacity: u64, always: bool, ttl_ms: f64, rate: f64) {
+        self.write_through |= always;
+        self.any_ttl |= ttl_ms.is_finite();
+        self.tiers.push(Tier {
+            capacity,
+            used: 0,
+            always,
+            ttl_ms,
+            rate,
+            head: NONE,
+            tail: NONE,
+            slots: Vec::new(),
+            dropped_blocks: 0,
+        });
     }
 
     /// Blocks neither resident nor private.
@@ -178,14 +302,14 @@ impl Kv {
             freed: false,
             lazy: false,
             waiting: 0,
-            hlo: 0,
-            hhi: 0,
-            host_prev: NONE,
-            host_next: NONE,
-            in_host: false,
         };
         if let Some(id) = self.free_chains.pop() {
             self.chains[id as usize] = c;
+            for t in &mut self.tiers {
+                if let Some(s) = t.slots.get_mut(id as usize) {
+                    *s = EMPTY_SLOT;
+                }
+            }
             id
         } else {
             self.chains.push(c);
@@ -205,7 +329,13 @@ impl Kv {
             return;
         }
         let ch = &self.chains[c as usize];
-        if !ch.freed && ch.r == 0 && ch.pins == 0 && ch.children == 0 && !ch.in_lru && !ch.in_host {
+        if !ch.freed
+            && ch.r == 0
+            && ch.pins == 0
+            && ch.children == 0
+            && !ch.in_lru
+            && !self.tiers.iter().any(|t| t.slot(c).listed)
+        {
             let parent = ch.parent;
             self.chains[c as usize].freed = true;
             self.free_chains.push(c);
@@ -218,7 +348,7 @@ impl Kv {
 
     /// Leading global blocks of `c`'s lineage that are resident.
     pub fn reach(&self, c: u32) -> u32 {
-        self.lineage_max(c, |ch| ch.r)
+        self.lineage_max(c, |_, ch| ch.r)
     }
 
     /// Leading blocks that content `a` (its first `a_blocks` global blocks) and content `b` (its first `b_blocks`)
@@ -248,25 +378,25 @@ impl Kv {
     /// Walk the lineage from the root: the furthest global block reached by `f(chain)` local blocks per chain,
     /// stopping where a chain does not cover the offset of the next.
     #[inline]
-    fn lineage_max(&self, c: u32, f: impl Fn(&Chain) -> u32) -> u32 {
+    fn lineage_max(&self, c: u32, f: impl Fn(u32, &Chain) -> u32) -> u32 {
         // Fast paths: a root chain (a session) or a child of a root (a request after a shared prefix).
         let ch = &self.chains[c as usize];
         if ch.parent == NONE {
-            return if ch.offset > 0 { 0 } else { f(ch) };
+            return if ch.offset > 0 { 0 } else { f(c, ch) };
         }
         let parent = &self.chains[ch.parent as usize];
         if parent.parent == NONE {
-            let reach = if parent.offset > 0 { 0 } else { f(parent) };
+            let reach = if parent.offset > 0 { 0 } else { f(ch.parent, parent) };
             return if reach < ch.offset {
                 reach
             } else {
-                ch.offset.saturating_add(f(ch))
+                ch.offset.saturating_add(f(c, ch))
             };
         }
         self.lineage_max_deep(c, f)
     }
 
-    fn lineage_max_deep(&self, c: u32, f: impl Fn(&Chain) -> u32) -> u32 {
+    fn lineage_max_deep(&self, c: u32, f: impl Fn(u32, &Chain) -> u32) -> u32 {
         // Find the deepest ancestor whose coverage reaches the offset of its child, walking up iteratively:
         // the answer for c is offset(c) + f(c) if every ancestor covers its child's offset, else the first gap.
         let mut stack: [u32; 64] = [NONE; 64];
@@ -292,12 +422,12 @@ impl Kv {
             if reach < ch.offset {
                 return reach;
             }
-            reach = ch.offset.saturating_add(f(ch));
+            reach = ch.offset.saturating_add(f(stack[i], ch));
         }
         reach
     }
 
-    fn lineage_max_slow(&self, c: u32, f: &impl Fn(&Chain) -> u32) -> u32 {
+    fn lineage_max_slow(&self, c: u32, f: &impl Fn(u32, &Chain) -> u32) -> u32 {
         let mut lineage = Vec::new();
         let mut x = c;
         while x != NONE {
@@ -310,19 +440,146 @@ impl Kv {
             if reach < ch.offset {
                 return reach;
             }
-            reach = ch.offset.saturating_add(f(ch));
+            reach = ch.offset.saturating_add(f(y, ch));
         }
         reach
     }
 
-    /// Leading global blocks of `c`'s lineage resident in the GPU or the host tier (see [`Chain::reach_any`]).
-    pub fn reach_host(&self, c: u32) -> u32 {
-        self.lineage_max(c, Chain::reach_any)
+    /// Leading local blocks of chain `id` held in the GPU (its `r`) or, right after them, in any tier.
+    #[inline]
+    fn reach_tiers_local(&self, id: u32, r: u32) -> u32 {
+        let mut x = r;
+        loop {
+            let mut moved = false;
+            for t in &self.tiers {
+                let s = t.slot(id);
+                if s.lo <= x && x < s.hi {
+                    x = s.hi;
+                    moved = true;
+                }
+            }
+            if !moved {
+                return x;
+            }
+        }
+    }
+
+    /// Leading global blocks of `c`'s lineage held in the GPU or, right after them, in the tiers.
+    pub fn reach_tiers(&self, c: u32) -> u32 {
+        self.lineage_max(c, |id, ch| self.reach_tiers_local(id, ch.r))
+    }
+
+    /// The global blocks `[from, to)` of `c`'s lineage (all held in the GPU or the tiers, `to` ≤
+    /// [`Self::reach_tiers`]) as runs `(tier, blocks)` in order, each block in the fastest tier holding it, or
+    /// tier [`NO_TIER`] for blocks the GPU holds. Stops early at a block nothing holds.
+    pub fn tier_runs(&self, c: u32, from: u32, to: u32, out: &mut Vec<(usize, u32)>) {
+        out.clear();
+        let mut lineage = Vec::new();
+        let mut x = c;
+        while x != NONE {
+            lineage.push(x);
+            x = self.chains[x as usize].parent;
+        }
+        let mut end = u32::MAX;
+        let mut spans = Vec::with_capacity(lineage.len());
+        for &y in &lineage {
+            let off = self.chains[y as usize].offset;
+            spans.push((y, off, end));
+            end = off;
+        }
+        for &(y, off, end) in spans.iter().rev() {
+            let (g0, g1) = (from.max(off), to.min(end));
+            if g0 >= g1 {
+                continue;
+            }
+            let r = self.chains[y as usize].r;
+            let (mut p, b) = (g0 - off, g1 - off);
+            while p < b {
+                let (tier, upto) = if p < r {
+                    (NO_TIER, r.min(b))
+                } else {
+                    let mut best: Option<(usize, u32)> = None;
+                    for (i, t) in self.tiers.iter().enumerate() {
+                        let s = t.slot(y);
+                        if s.lo <= p && p < s.hi {
+                            best = Some((i, s.hi.min(b)));
+                            break;
+                        }
+                    }
+                    let Some((i, mut upto)) = best else { return };
+                    // A faster tier starting inside the run takes over there.
+                    for t in &self.tiers[..i] {
+                        let s = t.slot(y);
+                        if s.lo > p && s.lo < upto && s.hi > s.lo {
+                            upto = s.lo;
+                        }
+                    }
+                    (i, upto)
+                };
+                match out.last_mut() {
+                    Some(last) if last.0 == tier => last.1 += upto - p,
+                    _ => out.push((tier, upto - p)),
+                }
+                p = upto;
+            }
+        }
+    }
+
+    /// Of the global blocks `[from, to)` of `c`'s lineage, those no tier holds now that some tier held once, each
+    /// counted in `out` for the deepest tier that held it (the last to drop it: the misses it caused). A chain's
+    /// blocks held once in a tier are taken as the hull of the ranges it held there.
+    pub fn tier_lost(&self, c: u32, from: u32, to: u32, out: &mut [u64]) {
+        if from >= to {
+            return;
+        }
+        let mut x = c;
+        let mut end = u32::MAX;
+        while x != NONE {
+            let off = self.chains[x as usize].offset;
+            let (g0, g1) = (from.max(off), to.min(end));
+            if g0 < g1 {
+                let (a, b) = (g0 - off, g1 - off);
+                // Cut [a, b) at every edge of the tiers' ranges, then classify each piece.
+                let mut cuts: Vec<u32> = vec![a, b];
+                for t in &self.tiers {
+                    let s = t.slot(x);
+                    for e in [s.lo, s.hi, s.ever_lo, s.ever_hi] {
+                        if e > a && e < b {
+                            cuts.push(e);
+                        }
+                    }
+                }
+                cuts.sort_unstable();
+                cuts.dedup();
+                for w in cuts.windows(2) {
+                    let p = w[0];
+                    let held = self.tiers.iter().any(|t| {
+                        let s = t.slot(x);
+                        s.lo <= p && p < s.hi
+                    });
+                    if held {
+                        continue;
+                    }
+                    if let Some(i) = (0..self.tiers.len()).rev().find(|&i| {
+                        let s = self.tiers[i].slot(x);
+                        s.ever_lo <= p && p < s.ever_hi
+                    }) && let Some(o) = out.get_mut(i)
+                    {
+                        *o += u64::from(w[1] - p);
+                    }
+                }
+            }
+            if from >= off {
+                break;
+            }
+            end = off;
+            x = self.chains[x as usize].parent;
+        }
     }
 
     /// High-water mark of global blocks ever computed along `c`'s lineage (contiguous from 0).
     pub fn ever(&self, c: u32) -> u32 {
-        self.lineage_max(c, |ch| ch.ever)
+        self.lineage_max(c, |_, ch| ch.ever)
     }
 
     /// Blocks that would stop being evictable if a request on chain `c` were admitted (see [`Self::pin`]).
@@ -481,99 +738,147 @@ impl Kv {
             self.evicted_blocks += take;
             n -= take;
             done += take;
-            if self.host_capacity > 0 && take > 0 {
-                self.host_push(h, r_old - take as u32, r_old);
+            if take > 0 && self.tiers.first().is_some_and(|t| !t.always) {
+                self.tier_push(0, h, r_old - take as u32, r_old, self.now_ms);
             }
             self.refresh(h);
         }
         done
     }
 
-    /// Chain `c`'s local blocks `[lo, hi)` leave the GPU for the host tier: merged with the chain's host range
-    /// when they touch or overlap it (else they replace it: a range with a gap below it is never hit, one below
-    /// `lo` is still in the GPU), the chain becomes the most recently used, and the tier is trimmed to capacity.
-    fn host_push(&mut self, c: u32, lo: u32, hi: u32) {
-        let ch = &mut self.chains[c as usize];
-        let old = u64::from(ch.hhi - ch.hlo);
-        if old == 0 || ch.hlo > hi || ch.hhi < lo {
-            (ch.hlo, ch.hhi) = (lo, hi);
-        } else {
-            (ch.hlo, ch.hhi) = (ch.hlo.min(lo), ch.hhi.max(hi));
+    /// Chain `c`'s local blocks `[lo, hi)` go into tier `t`, written or dropped by the level above at `stamp`:
+    /// merged with the chain's range there when they touch or overlap it (else they replace it: a range with a gap
+    /// below it is never hit, one below `lo` is still held above), the chain becomes the most recently used, and
+    /// the tier is expired and trimmed to capacity (what it drops going on down).
+    fn tier_push(&mut self, t: usize, c: u32, lo: u32, hi: u32, stamp: f64) {
+        if !self.hold_tier_trim && self.tiers[t].ttl_ms.is_finite() {
+            self.expire(t);
         }
-        let new = u64::from(ch.hhi - ch.hlo);
-        self.host_used = self.host_used + new - old;
-        self.host_touch(c);
-        if !self.hold_host_trim {
-            self.trim_host();
+        let tier = &mut self.tiers[t];
+        let s = tier.slot_mut(c);
+        let old = u64::from(s.hi - s.lo);
+        if old == 0 || s.lo > hi || s.hi < lo {
+            (s.lo, s.hi) = (lo, hi);
+        } else {
+            (s.lo, s.hi) = (s.lo.min(lo), s.hi.max(hi));
+        }
+        let new = u64::from(s.hi - s.lo);
+        s.ever_lo = s.ever_lo.min(s.lo);
+        s.ever_hi = s.ever_hi.max(s.hi);
+        tier.used = tier.used + new - old;
+        tier.touch(c, stamp);
+        if !self.hold_tier_trim {
+            self.trim(t);
         }
     }
 
-    /// Move chain `c` to the most recently used end of the host list (adding it if absent).
-    pub fn host_touch(&mut self, c: u32) {
-        if self.chains[c as usize].in_host {
-            self.host_unlink(c);
+    /// What tier `t` drops goes to the next tier when that one is written on eviction.
+    fn cascade(&mut self, t: usize, c: u32, lo: u32, hi: u32, stamp: f64) {
+        if self.tiers.get(t + 1).is_some_and(|n| !n.always) {
+            self.tier_push(t + 1, c, lo, hi, stamp);
         }
-        let tail = self.host_tail;
-        {
-            let ch = &mut self.chains[c as usize];
-            ch.in_host = true;
-            ch.host_prev = tail;
-            ch.host_next = NONE;
-        }
-        if tail == NONE {
-            self.host_head = c;
-        } else {
-            self.chains[tail as usize].host_next = c;
-        }
-        self.host_tail = c;
     }
 
-    fn host_unlink(&mut self, c: u32) {
-        let (prev, next) = {
-            let ch = &self.chains[c as usize];
-            (ch.host_prev, ch.host_next)
-        };
-        if prev == NONE {
-            self.host_head = next;
-        } else {
-            self.chains[prev as usize].host_next = next;
-        }
-        if next == NONE {
-            self.host_tail = prev;
-        } else {
-            self.chains[next as usize].host_prev = prev;
-        }
-        let ch = &mut self.chains[c as usize];
-        ch.in_host = false;
-        ch.host_prev = NONE;
-        ch.host_next = NONE;
-    }
-
-    /// Drop host blocks, least recently used chain first and each from its deepest block, down to capacity.
-    pub fn trim_host(&mut self) {
-        while self.host_used > self.host_capacity && self.host_head != NONE {
-            let c = self.host_head;
-            let ch = &mut self.chains[c as usize];
-            let take = (self.host_used - self.host_capacity).min(u64::from(ch.hhi - ch.hlo));
-            ch.hhi -= take as u32;
-            self.host_used -= take;
-            if ch.hhi == ch.hlo {
-                ch.hlo = 0;
-                ch.hhi = 0;
-                self.host_unlink(c);
+    /// Drop tier `t`'s blocks, least recently used chain first and each from its deepest block, down to capacity.
+    fn trim(&mut self, t: usize) {
+        while self.tiers[t].used > self.tiers[t].capacity && self.tiers[t].head != NONE {
+            let tier = &mut self.tiers[t];
+            let c = tier.head;
+            let over = tier.used - tier.capacity;
+            let s = &mut tier.slots[c as usize];
+            let take = over.min(u64::from(s.hi - s.lo)) as u32;
+            let (lo, hi) = (s.hi - take, s.hi);
+            s.hi -= take;
+            let emptied = s.hi == s.lo;
+            if emptied {
+                s.lo = 0;
+                s.hi = 0;
+            }
+            tier.used -= u64::from(take);
+            tier.dropped_blocks += u64::from(take);
+            if emptied {
+                tier.unlink(c);
+            }
+            let now = self.now_ms;
+            self.cascade(t, c, lo, hi, now);
+            if emptied {
                 self.maybe_recycle(c);
             }
         }
     }
 
-    /// Touch every chain of `c`'s lineage that holds host blocks (a host hit: they become most recently used).
-    pub fn host_touch_lineage(&mut self, c: u32) {
+    /// Drop tier `t`'s chains whose time to live has passed by `now_ms`, each going down stamped with the moment
+    /// it expired.
+    fn expire(&mut self, t: usize) {
+        let (ttl, now) = (self.tiers[t].ttl_ms, self.now_ms);
+        loop {
+            let tier = &mut self.tiers[t];
+            let c = tier.head;
+            if c == NONE || tier.slots[c as usize].stamp + ttl > now {
+                return;
+            }
+            let s = tier.slots[c as usize];
+            tier.slots[c as usize].lo = 0;
+            tier.slots[c as usize].hi = 0;
+            tier.used -= u64::from(s.hi - s.lo);
+            tier.dropped_blocks += u64::from(s.hi - s.lo);
+            tier.unlink(c);
+            self.cascade(t, c, s.lo, s.hi, s.stamp + ttl);
+            self.maybe_recycle(c);
+        }
+    }
+
+    /// Expire every TTL tier at `now_ms`, faster tier first (what one drops can expire below in turn).
+    pub fn expire_tiers(&mut self) {
+        for t in 0..self.tiers.len() {
+            if self.tiers[t].ttl_ms.is_finite() {
+                self.expire(t);
+            }
+        }
+    }
+
+    /// Trim every tier to capacity, faster first (after [`Self::hold_tier_trim`]).
+    pub fn trim_tiers(&mut self) {
+        for t in 0..self.tiers.len() {
+            self.trim(t);
+        }
+    }
+
+    /// Tier `t` served a hit for `c`: every chain of `c`'s lineage it holds becomes its most recently used.
+    pub fn tier_touch_lineage(&mut self, t: usize, c: u32) {
+        let now = self.now_ms;
         let mut x = c;
         while x != NONE {
-            if self.chains[x as usize].in_host {
-                self.host_touch(x);
+            if self.tiers[t].slot(x).listed {
+                self.tiers[t].touch(x, now);
             }
             x = self.chains[x as usize].parent;
+        }
+    }
+
+    /// A request on chain `c` releases its lineage: every tier written `always` takes the blocks of it the GPU
+    /// holds (all of `c`'s resident prefix, of each ancestor up to where the lineage leaves it), own chain first so
+    /// that a shared ancestor is the more recently used.
+    pub fn write_lineage(&mut self, c: u32) {
+        let now = self.now_ms;
+        let mut x = c;
+        let mut need = u32::MAX;
+        while x != NONE {
+            let (n, parent, off) = {
+                let ch = &self.chains[x as usize];
+                (ch.r.min(need), ch.parent, ch.offset)
+            };
+            if n > 0 {
+                for t in 0..self.tiers.len() {
+                    if self.tiers[t].always {
+                        self.tier_push(t, x, 0, n, now);
+                    }
+                }
+            }
+            if parent != NONE {
+                need = off - self.chains[parent as usize].offset;
+            }
+            x = parent;
         }
     }
 

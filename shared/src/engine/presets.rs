@@ -5,7 +5,7 @@
 //! 320 KiB/token split over 4 GPUs ≈ 2.4e-5 ms. The per-sequence term is the table's slope at ~1k context minus
 //! that context share.
 
-use super::profile::EngineProfile;
+use super::profile::{EngineProfile, KvTier, TierEvict, TierWrite};
 
 fn profile(
     name: &str,
@@ -40,6 +40,7 @@ fn profile(
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: None,
+        kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
@@ -120,6 +121,73 @@ pub fn by_name(name: &str) -> Option<EngineProfile> {
     all().into_iter().find(|p| p.name == name)
 }
 
+/// A named list of KV tiers (`kv_tiers`) standing for one serving stack's offloading, with its basis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierPreset {
+    pub name: &'static str,
+    pub basis: &'static str,
+    pub tiers: Vec<KvTier>,
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn bw_tier(name: &str, bytes: f64, bytes_per_s: f64, kv_bytes_per_token: f64, write: TierWrite) -> KvTier {
+    KvTier {
+        name: name.to_string(),
+        capacity_tokens: (bytes / kv_bytes_per_token) as u64,
+        restore_tokens_per_ms: None,
+        bytes_per_s: Some(bytes_per_s),
+        kv_bytes_per_token: Some(kv_bytes_per_token),
+        write,
+        evict: TierEvict::Lru,
+    }
+}
+
+/// The tier presets for a model of `kv_bytes_per_token` (Llama-3-8B in bf16: 131,072) whose GPU KV cache holds
+/// `gpu_kv_tokens`. Capacities and speeds are estimates (each basis says which); where a stack's policy is not a
+/// plain LRU written on eviction or write-through, the basis says what is modelled.
+pub fn tier_presets(kv_bytes_per_token: f64, gpu_kv_tokens: u64) -> Vec<TierPreset> {
+    let k = kv_bytes_per_token;
+    let pcie = 25e9;
+    vec![
+        TierPreset {
+            name: "vllm-cpu-offload",
+            basis: "vLLM's native KV offloading (--kv-offloading-backend native --kv-offloading-size 64): blocks are \
+                    copied to a pinned CPU pool as they are produced (write: always), LRU; 64 GiB; restore over \
+                    PCIe at 25 GB/s (estimate: pinned host-to-device copies on PCIe 4.0/5.0 x16)",
+            tiers: vec![bw_tier("cpu", 64.0 * GIB, pcie, k, TierWrite::Always)],
+        },
+        TierPreset {
+            name: "lmcache-cpu-disk",
+            basis: "LMCache with a local CPU backend and a local disk backend: 64 GiB of CPU memory written as KV \
+                    is stored (write: always), LRU, at 25 GB/s (estimate); 1 TiB of local NVMe taking what the CPU \
+                    tier drops (modelled as on_evict), at 5 GB/s (estimate: one PCIe 4.0 NVMe drive's reads)",
+            tiers: vec![
+                bw_tier("cpu", 64.0 * GIB, pcie, k, TierWrite::Always),
+                bw_tier("disk", 1024.0 * GIB, 5e9, k, TierWrite::OnEvict),
+            ],
+        },
+        TierPreset {
+            name: "sglang-hicache",
+            basis: "SGLang HiCache (--enable-hierarchical-cache --hicache-ratio 2 --hicache-write-policy \
+                    write_through): an L2 host pool twice the GPU's KV pool written through (write: always), LRU, \
+                    at 25 GB/s (estimate); an L3 store (Mooncake, 3FS) of 4 TiB taking what L2 drops (modelled as \
+                    on_evict) at 10 GB/s (estimate: RDMA at about 100 Gb/s)",
+            tiers: vec![
+                bw_tier("host", 2.0 * gpu_kv_tokens as f64 * k, pcie, k, TierWrite::Always),
+                bw_tier("remote", 4096.0 * GIB, 10e9, k, TierWrite::OnEvict),
+            ],
+        },
+        TierPreset {
+            name: "llama-cpp-cache-ram",
+            basis: "llama-server --cache-ram 8192 (its default, MiB): a slot's prompt cache is saved to RAM when \
+                    the slot takes another prompt (write: on_evict), oldest dropped first; restore at 25 GB/s \
+                    (estimate, a host-to-device copy; a CPU-only build copies within RAM, faster)",
+            tiers: vec![bw_tier("ram", 8.0 * GIB, pcie, k, TierWrite::OnEvict)],
+        },
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -129,5 +197,21 @@ mod tests {
             assert!(!p.basis.is_empty());
             assert_eq!(super::by_name(&p.name).as_ref(), Some(&p));
         }
+    }
+
+    #[test]
+    fn tier_presets_are_valid_faster_first() {
+        for mut p in super::all() {
+            for t in super::tier_presets(131_072.0, p.num_kv_blocks * u64::from(p.block_size)) {
+                assert!(!t.basis.is_empty() && !t.tiers.is_empty());
+                p.kv_tiers = t.tiers;
+                p.validate()
+                    .unwrap_or_else(|e| panic!("{} with {}: {e}", p.name, t.name));
+            }
+        }
+        let t = super::tier_presets(131_072.0, 432_000);
+        assert_eq!(t[0].tiers[0].capacity_tokens, 524_288);
+        assert_eq!(t[3].tiers[0].capacity_tokens, 65_536);
+        assert_eq!(t[2].tiers[0].capacity_tokens, 864_000);
     }
 }

@@ -30,7 +30,17 @@
 //!   leaves the cached conversation after `previous prompt + ⌊reply_cached_share · reply⌋` tokens (whole blocks).
 //! - `host_cache`: a second, host-memory tier of prefix cache (llama.cpp `--cache-ram`, vLLM CPU offload /
 //!   LMCache). Blocks the GPU prefix cache evicts are kept there (LRU, its own capacity); a prefix hit there is
-//!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed.
+//!   restored at `restore_tokens_per_ms` (charged to the admitting step, like prefill) instead of recomputed,
+//!   where that is faster.
+//!   It is read as the one-tier list `kv_tiers: [{"name": "host", "capacity_tokens", "restore_tokens_per_ms"}]`
+//!   (see [`EngineProfile::tiers`]).
+//! - `kv_tiers`: an ordered list of prefix-cache tiers below the GPU's, faster first ([`KvTier`]: host DRAM,
+//!   local disk, a remote store). A tier is written when the level above evicts a block (`"write": "on_evict"`,
+//!   the level above tier 0 being the GPU) or whenever a request that computed or used the block ends
+//!   (`"always"`, write-through); it drops blocks least recently written-or-hit first (`"evict": "lru"`) and, with
+//!   `{"ttl_s": s}`, also `s` seconds of simulated time after they were last written or hit. What a tier drops goes
+//!   to the next tier when that one is `on_evict`. A hit in a tier is restored at the tier's speed only when that
+//!   beats recomputing it (docs/simulator.md, "KV tiers").
 //!
 //! One scheduling option, vLLM's by default:
 //! - `scheduler`: `"vllm"` (default; vLLM v1: running requests in admission order, each prefill chunk taking what
@@ -83,6 +93,223 @@ pub struct HostCache {
     pub capacity_tokens: u64,
     /// Restore speed of a host hit into GPU memory, tokens per millisecond.
     pub restore_tokens_per_ms: f64,
+}
+
+/// Most tiers in `kv_tiers`.
+pub const MAX_KV_TIERS: usize = 4;
+
+/// When a tier is written (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TierWrite {
+    /// When the level above evicts the block (write-back).
+    #[default]
+    OnEvict,
+    /// When a request that computed or used the block ends, whether or not the level above keeps it
+    /// (write-through).
+    Always,
+}
+
+impl TierWrite {
+    fn is_default(&self) -> bool {
+        *self == TierWrite::OnEvict
+    }
+}
+
+/// What a tier drops: the least recently written-or-hit blocks when full (`"lru"`), and with `{"ttl_s": s}` also
+/// every block `s` seconds (simulated time) after it was last written or hit.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum TierEvict {
+    #[default]
+    Lru,
+    Ttl {
+        ttl_s: f64,
+    },
+}
+
+impl TierEvict {
+    fn is_lru(&self) -> bool {
+        *self == TierEvict::Lru
+    }
+
+    /// Time to live, milliseconds (infinite for `lru`).
+    pub fn ttl_ms(&self) -> f64 {
+        match self {
+            TierEvict::Lru => f64::INFINITY,
+            TierEvict::Ttl { ttl_s } => ttl_s * 1000.0,
+        }
+    }
+}
+
+impl Serialize for TierEvict {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            TierEvict::Lru => s.serialize_str("lru"),
+            TierEvict::Ttl { ttl_s } => {
+                let mut m = s.serialize_map(Some(1))?;
+                m.serialize_entry("ttl_s", ttl_s)?;
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TierEvict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Ttl {
+            ttl_s: f64,
+        }
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = TierEvict;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(r#""lru" or {"ttl_s": seconds}"#)
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<TierEvict, E> {
+                match v {
+                    "lru" => Ok(TierEvict::Lru),
+                    other => Err(E::invalid_value(serde::de::Unexpected::Str(other), &self)),
+                }
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<TierEvict, A::Error> {
+                let t = Ttl::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+                Ok(TierEvict::Ttl { ttl_s: t.ttl_s })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One prefix-cache tier below the GPU's (see the module docs). Its speed is `restore_tokens_per_ms`, or
+/// `bytes_per_s` over `kv_bytes_per_token` (the model's KV bytes per token: `2 · layers · kv_heads · head_dim ·
+/// bytes per element`, 128 KiB for Llama-3-8B in bf16).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvTier {
+    /// Label (`host`, `disk`, `remote`).
+    pub name: String,
+    /// Capacity, tokens (rounded down to whole blocks; at least one block).
+    pub capacity_tokens: u64,
+    /// Restore speed into GPU memory, tokens per millisecond (or give `bytes_per_s` and `kv_bytes_per_token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_tokens_per_ms: Option<f64>,
+    /// Restore bandwidth, bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<f64>,
+    /// KV bytes per token, to turn `bytes_per_s` into tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<f64>,
+    /// When it is written: `on_evict` (default) or `always`.
+    #[serde(default, skip_serializing_if = "TierWrite::is_default")]
+    pub write: TierWrite,
+    /// What it drops: `"lru"` (default) or `{"ttl_s": s}`.
+    #[serde(default, skip_serializing_if = "TierEvict::is_lru")]
+    pub evict: TierEvict,
+}
+
+impl KvTier {
+    /// An LRU tier written on eviction, its speed in tokens per millisecond (what `host_cache` stands for).
+    pub fn on_evict(name: &str, capacity_tokens: u64, restore_tokens_per_ms: f64) -> Self {
+        KvTier {
+            name: name.to_string(),
+            capacity_tokens,
+            restore_tokens_per_ms: Some(restore_tokens_per_ms),
+            bytes_per_s: None,
+            kv_bytes_per_token: None,
+            write: TierWrite::OnEvict,
+            evict: TierEvict::Lru,
+        }
+    }
+
+    /// Restore speed, tokens per millisecond (0 when neither form is given; validation refuses that).
+    pub fn tokens_per_ms(&self) -> f64 {
+        match (self.restore_tokens_per_ms, self.bytes_per_s, self.kv_bytes_per_token) {
+            (Some(r), _, _) => r,
+            (None, Some(b), Some(k)) if k > 0.0 => b / k / 1000.0,
+            _ => 0.0,
+        }
+    }
+
+    /// Field paths are relative (`capacity_tokens`); `block_size` sets the smallest capacity.
+    fn validate(&self, block_size: u32) -> Result<(), ScenarioError> {
+        fn f(path: &str, message: impl Into<String>) -> ScenarioError {
+            ScenarioError::field(path, message)
+        }
+        if self.name.is_empty() || self.name.chars().count() > 64 {
+            return Err(f("name", format!("must be 1 to 64 characters (got {:?})", self.name)));
+        }
+        if self.capacity_tokens < u64::from(block_size) || self.capacity_tokens > MAX_HOST_CACHE_TOKENS {
+            return Err(f(
+                "capacity_tokens",
+                format!(
+                    "must be at least one block ({block_size} tokens) and at most {MAX_HOST_CACHE_TOKENS} (got {})",
+                    self.capacity_tokens
+                ),
+            ));
+        }
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        match (self.restore_tokens_per_ms, self.bytes_per_s, self.kv_bytes_per_token) {
+            (Some(_), Some(_), _) => {
+                return Err(f(
+                    "bytes_per_s",
+                    "give restore_tokens_per_ms or bytes_per_s (with kv_bytes_per_token), not both",
+                ));
+            }
+            (Some(r), None, _) if !(positive(r) && r <= 1e9) => {
+                return Err(f(
+                    "restore_tokens_per_ms",
+                    format!("must be > 0 and at most 1e9 (got {r})"),
+                ));
+            }
+            (None, None, _) => {
+                return Err(f(
+                    "restore_tokens_per_ms",
+                    "a tier needs its speed: restore_tokens_per_ms, or bytes_per_s with kv_bytes_per_token",
+                ));
+            }
+            (None, Some(b), _) if !(positive(b) && b <= 1e15) => {
+                return Err(f("bytes_per_s", format!("must be > 0 and at most 1e15 (got {b})")));
+            }
+            (None, Some(_), None) => {
+                return Err(f(
+                    "kv_bytes_per_token",
+                    "required with bytes_per_s (the model's KV bytes per token)",
+                ));
+            }
+            (None, Some(_), Some(k)) if !(positive(k) && k <= 1e9) => {
+                return Err(f(
+                    "kv_bytes_per_token",
+                    format!("must be > 0 and at most 1e9 (got {k})"),
+                ));
+            }
+            _ => {}
+        }
+        if self.bytes_per_s.is_none() && self.kv_bytes_per_token.is_some() {
+            return Err(f(
+                "kv_bytes_per_token",
+                "goes with bytes_per_s (with restore_tokens_per_ms, leave it out)",
+            ));
+        }
+        let r = self.tokens_per_ms();
+        if !(r > 0.0 && r <= 1e9) {
+            return Err(f(
+                "bytes_per_s",
+                format!("bytes_per_s / kv_bytes_per_token must give > 0 and at most 1e9 tokens per ms (got {r})"),
+            ));
+        }
+        if let TierEvict::Ttl { ttl_s } = self.evict
+            && !(ttl_s.is_finite() && ttl_s > 0.0 && ttl_s <= 1e9)
+        {
+            return Err(f(
+                "evict.ttl_s",
+                format!("must be > 0 and at most 1e9 seconds (got {ttl_s})"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// How a step is filled (see the module docs).
@@ -156,6 +383,9 @@ pub struct EngineProfile {
     /// Host-memory prefix-cache tier; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_cache: Option<HostCache>,
+    /// Prefix-cache tiers below the GPU's, faster first; absent: none (or `host_cache`'s one tier).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kv_tiers: Vec<KvTier>,
     /// How each step is filled: `vllm` (default) or `llama_cpp` (see the module docs).
     #[serde(default, skip_serializing_if = "Scheduler::is_default")]
     pub scheduler: Scheduler,
@@ -314,7 +544,59 @@ impl EngineProfile {
                 ));
             }
         }
+        if !self.kv_tiers.is_empty() && self.host_cache.is_some() {
+            return Err(f(
+                "kv_tiers",
+                "give host_cache (one tier) or kv_tiers, not both".to_string(),
+            ));
+        }
+        if self.kv_tiers.len() > MAX_KV_TIERS {
+            return Err(f(
+                "kv_tiers",
+                format!("at most {MAX_KV_TIERS} tiers (got {})", self.kv_tiers.len()),
+            ));
+        }
+        for (i, t) in self.kv_tiers.iter().enumerate() {
+            t.validate(self.block_size)
+                .map_err(|e| e.within(&format!("kv_tiers[{i}]")))?;
+            if i > 0 {
+                let (above, this) = (self.kv_tiers[i - 1].tokens_per_ms(), t.tokens_per_ms());
+                if this > above {
+                    let field = if t.restore_tokens_per_ms.is_some() {
+                        "restore_tokens_per_ms"
+                    } else {
+                        "bytes_per_s"
+                    };
+                    return Err(ScenarioError::field(
+                        format!("kv_tiers[{i}].{field}"),
+                        format!(
+                            "tiers go faster first: {this} tokens/ms is faster than kv_tiers[{}] above it ({above} \
+                             tokens/ms)",
+                            i - 1
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The prefix-cache tiers below the GPU's as the engine runs them: `kv_tiers`, or `host_cache` as one tier
+    /// named `host` (written on eviction, LRU); none without prefix caching or when `host_cache` holds less than a
+    /// block.
+    pub fn tiers(&self) -> Vec<KvTier> {
+        if !self.enable_prefix_caching {
+            return Vec::new();
+        }
+        if !self.kv_tiers.is_empty() {
+            return self.kv_tiers.clone();
+        }
+        match &self.host_cache {
+            Some(h) if self.host_cache_blocks() > 0 => {
+                vec![KvTier::on_evict("host", h.capacity_tokens, h.restore_tokens_per_ms)]
+            }
+            _ => Vec::new(),
+        }
     }
 
     /// Host-tier capacity in blocks (0 without a host tier or without prefix caching).
