@@ -29,6 +29,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DIR = os.path.join(HERE, "..", "..", "shared", "groundtruth")
 
+# The issue's goals: |error| of the mean within these, out of the box.
+GOALS = {"tpot_mean": 0.15, "e2e_mean": 0.20, "ttft_mean": 0.30}
 # BLIS's published held-out medians (inference-sim), the reference the issue names.
 REFERENCE = {"e2e_mean": 0.067, "ttft_p99": 0.29}
 
@@ -56,6 +58,7 @@ def read_llmservingsim(text):
                 "output": int(r["output_toks"]),
                 "ttft_s": float(r["first_token_ts"]) - q,
                 "e2e_s": float(r["last_token_ts"]) - q,
+                "queue_s": float(r["scheduled_ts"]) - q,
             })
         except (KeyError, TypeError, ValueError) as e:
             raise SystemExit(f"{LLAMA_FILE} line {n}: {e!r}")
@@ -76,6 +79,7 @@ def read_blis_csv(text, shared_prefix):
                 "output": int(r["completion_tokens"]),
                 "ttft_s": float(r["ttft_s"]),
                 "e2e_s": float(r["e2e_s"]),
+                "queue_s": float(r["queue_s"]),
             })
         except (KeyError, TypeError, ValueError) as e:
             raise SystemExit(f"{CODELLAMA_FILE} line {n}: {e!r}")
@@ -116,6 +120,10 @@ def scenario(rows, deployment):
     }
 
 
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
 def nearest_rank(xs, q):
     s = sorted(xs)
     if not s:
@@ -130,7 +138,7 @@ def figures(reqs):
     tpot = [(e - t) / (o - 1) for t, e, o in reqs if o > 1]
     out = {}
     for name, xs in (("ttft", ttft), ("tpot", tpot), ("e2e", e2e)):
-        out[name + "_mean"] = sum(xs) / len(xs) if xs else float("nan")
+        out[name + "_mean"] = mean(xs)
         out[name + "_p50"] = nearest_rank(xs, 0.50)
         out[name + "_p99"] = nearest_rank(xs, 0.99)
     return out
@@ -221,7 +229,9 @@ def compare(run, binary, keep=None):
     sim = figures([(r["ttft_s"], r["wall_s"], r["gen_tokens"]) for r in recs])
     errors = {k: sim[k] / real[k] - 1.0 for k in real}
     dep = report.get("deployment", {})
-    diag = report.get("diagnostics", {})
+    kv = report.get("diagnostics", {}).get("kv_thrash", {})
+    queue = {"real": mean([r["queue_s"] for r in rows]),
+             "simulated": mean([r["queue_s"] for r in recs if r.get("queue_s") is not None])}
     return {
         "run": run["run"],
         "about": run["about"],
@@ -229,10 +239,14 @@ def compare(run, binary, keep=None):
         "kv_blocks": dep.get("kv_blocks"),
         "kv_blocks_basis": run["kv_blocks"],
         "deployment": run["deployment"],
+        "unit": "s",
         "real": real,
         "simulated": sim,
         "errors": errors,
-        "simulated_preemptions": diag.get("preemptions"),
+        "goals": {k: abs(errors[k]) <= bound for k, bound in GOALS.items()},
+        "queue_mean_s": queue,
+        "simulated_peak_kv_blocks": kv.get("peak_kv_blocks_used"),
+        "simulated_preemptions": kv.get("preemptions"),
         "simulated_cached_share": report.get("summary", {}).get("cached_share_achieved"),
     }
 
@@ -246,8 +260,13 @@ def table(results):
                 unit = 1000.0
                 r, s, e = res["real"][key] * unit, res["simulated"][key] * unit, res["errors"][key]
                 lines.append(f"{res['run']:<28} {key:<10} {r:>8.1f}ms {s:>8.1f}ms {e * 100:>+7.1f}%")
+        met = ", ".join(f"{k} {'met' if ok else 'missed'}" for k, ok in res["goals"].items())
+        lines.append(f"{'':<28} goals (TPOT mean 15 %, E2E mean 20 %, TTFT mean 30 %): {met}")
+        q = res["queue_mean_s"]
         lines.append(f"{'':<28} ({res['requests']} requests; KV {res['kv_blocks']} blocks, "
-                     f"{res['kv_blocks_basis']})")
+                     f"{res['kv_blocks_basis']}; simulated peak {res['simulated_peak_kv_blocks']}, "
+                     f"{res['simulated_preemptions']} preemptions; queue mean real {q['real'] * 1000:.0f} ms, "
+                     f"simulated {q['simulated'] * 1000:.0f} ms)")
     lines.append("errors are simulated / real - 1; BLIS's published held-out medians: E2E mean 6.7 %, "
                  "TTFT p99 29 %")
     return "\n".join(lines)
