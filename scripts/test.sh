@@ -151,6 +151,8 @@ bg_pid=$!
 
 run "cargo fmt --check" cargo fmt --all --check
 run "no import loops between files (ARCHITECTURE.md)" python3 scripts/import_cycles.py shared/src agent/src app/src
+run "ground-truth converters (synthetic lines; the real runs: scripts/bench_groundtruth.sh)" \
+  python3 scripts/groundtruth.py --selftest
 run "clippy (native)" cargo clippy --all-targets --locked -- -D warnings
 run "build the native tests" build_native_tests
 run "cargo doc (native: shared, agent; no warnings)" env RUSTDOCFLAGS="-D warnings" \

@@ -149,6 +149,10 @@ pub struct Deployment {
     /// Longest request, tokens (default: the model's `max_position_embeddings`, at most the KV capacity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<u64>,
+    /// KV blocks the server reports (vLLM's `num_gpu_blocks`, its `--num-gpu-blocks-override`), in place of the
+    /// estimate from memory; the weights must still fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_gpu_blocks_override: Option<u64>,
     #[serde(default, skip_serializing_if = "is_default_efficiency")]
     pub efficiency: Efficiency,
 }
@@ -244,6 +248,7 @@ impl Deployment {
             max_num_batched_tokens: None,
             block_size: None,
             max_model_len: None,
+            num_gpu_blocks_override: None,
             efficiency: Efficiency::default(),
         }
     }
@@ -471,10 +476,16 @@ impl Deployment {
                 ),
             ));
         }
-        let blocks = if block_bytes > 0.0 {
-            (left / block_bytes).floor()
-        } else {
-            f64::INFINITY
+        let blocks = match self.num_gpu_blocks_override {
+            Some(n) if n == 0 || n > MAX_KV_BLOCKS => {
+                return Err(err(
+                    "num_gpu_blocks_override",
+                    format!("must be in 1..={MAX_KV_BLOCKS} (got {n})"),
+                ));
+            }
+            Some(n) => n as f64,
+            None if block_bytes > 0.0 => (left / block_bytes).floor(),
+            None => f64::INFINITY,
         };
         Ok((
             blocks.min(MAX_KV_BLOCKS as f64) as u64,

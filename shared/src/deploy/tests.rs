@@ -239,3 +239,25 @@ fn sliding_window_layers_read_a_window_per_sequence() {
     assert_eq!(d.kv_bytes_per_token, 12.0 * 2.0 * 8.0 * 64.0 * 2.0);
     assert_eq!(d.roofline.window_bytes_per_seq, 12.0 * 2.0 * 8.0 * 64.0 * 2.0 * 128.0);
 }
+
+/// `num_gpu_blocks_override` takes the server's reported KV blocks in place of the estimate from memory (vLLM's
+/// log for CodeLlama-34B on an 80 GB card: 2,537); the weights must still fit, and 0 is refused by name.
+#[test]
+fn the_servers_gpu_blocks_replace_the_estimate() {
+    let mut d = Deployment::named("codellama-34b", "h100-sxm", 1);
+    let estimated = resolve(&d).derived.kv_blocks;
+    assert_ne!(estimated, 2537);
+    d.num_gpu_blocks_override = Some(2537);
+    let r = resolve(&d);
+    assert_eq!((r.derived.kv_blocks, r.derived.kv_tokens), (2537, 2537 * 16));
+    assert_eq!(r.profile.num_kv_blocks, 2537);
+    d.num_gpu_blocks_override = Some(0);
+    assert!(
+        error(&d).contains("num_gpu_blocks_override must be in 1..="),
+        "{}",
+        error(&d)
+    );
+    let mut big = Deployment::named("llama-3.1-70b", "h100-sxm", 1);
+    big.num_gpu_blocks_override = Some(1000);
+    assert!(error(&big).contains("does not fit"), "{}", error(&big));
+}
