@@ -582,7 +582,10 @@ fn record_files() {
                 1 => {
                     for (k, p, o) in &muts {
                         let j = i.wrapping_add(*p) % lines.len();
-                        lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+                        // A line an earlier mutation left unparseable (a number out of range) stays as it is.
+                        if serde_json::from_str::<Value>(&lines[j]).is_ok() {
+                            lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+                        }
                     }
                     lines.join("\n")
                 }
@@ -642,7 +645,10 @@ fn mooncake_traces() {
                 let mut lines: Vec<String> = text.lines().map(String::from).collect();
                 for (k, p, o) in &muts {
                     let j = pick.wrapping_add(*p) % lines.len();
-                    lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+                    // A line an earlier mutation left unparseable (a number out of range) stays as it is.
+                    if serde_json::from_str::<Value>(&lines[j]).is_ok() {
+                        lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+                    }
                 }
                 lines.join("\n")
             };
