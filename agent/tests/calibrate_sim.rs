@@ -276,22 +276,45 @@ async fn calibrate_recovers_a_known_profile() {
     let refit = calibrate::calibrate(&calibrate_args(&argv))
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
-    let carried = refit.deployment_fit.as_ref().unwrap_or_else(|| panic!("no deployment_fit"));
+    let carried = refit
+        .deployment_fit
+        .as_ref()
+        .unwrap_or_else(|| panic!("no deployment_fit"));
     let written = std::fs::read_to_string(again.join("deployment.json")).unwrap_or_else(|e| panic!("{e}"));
     let written = shared::deploy::Deployment::from_json(&written).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(written, carried.deployment);
     assert_eq!(written.max_num_seqs, Some(8), "{:?}", carried.filled);
-    assert!(carried.filled.iter().any(|f| f == "max_num_seqs = 8 (flag --max-num-seqs)"), "{:?}", carried.filled);
+    assert!(
+        carried
+            .filled
+            .iter()
+            .any(|f| f == "max_num_seqs = 8 (flag --max-num-seqs)"),
+        "{:?}",
+        carried.filled
+    );
+    // The truth is no deployment's roofline: a factor may end at the edge of its range (an overhead of 0), saying so.
     for (name, f) in &carried.factors {
-        assert!(f.value > 0.0 && !f.why.is_empty(), "{name}: {f:?}");
+        assert!(f.value >= 0.0 && !f.why.is_empty(), "{name}: {f:?}");
+        if f.why.contains("held at the edge") {
+            assert!(
+                carried.notes.iter().any(|n| n.contains("held at")),
+                "{:?}",
+                carried.notes
+            );
+        }
     }
-    assert_eq!(carried.factors["mfu"].identified, refit.coefficients["prefill_tokens_per_ms"].identified);
+    assert_eq!(
+        carried.factors["mfu"].identified,
+        refit.coefficients["prefill_tokens_per_ms"].identified
+    );
     assert!(!carried.factors["link_utilization"].identified);
-    assert!(carried.max_error.is_finite() && carried.shapes.len() >= 10, "{carried:?}");
-    let report: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(again.join("fit.json")).unwrap_or_else(|e| panic!("{e}")),
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        carried.max_error.is_finite() && carried.shapes.len() >= 10,
+        "{carried:?}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("fit.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
     assert!(report["deployment_fit"]["factors"]["bandwidth_utilization"]["identified"].is_boolean());
     for (name, co) in &fit.coefficients {
         let v = refit.coefficients[name].value;
@@ -567,7 +590,10 @@ fn llama_cpp_props_fill_what_the_deployment_leaves_out() {
     assert_eq!(dep.max_num_batched_tokens, Some(calibrate::LLAMA_CPP_DEFAULT_N_BATCH));
     assert_eq!(dep.block_size, None);
     assert_eq!(filled.len(), 2, "{filled:?}");
-    assert!(filled[0].starts_with("max_num_seqs = 4 (llama.cpp /props"), "{filled:?}");
+    assert!(
+        filled[0].starts_with("max_num_seqs = 4 (llama.cpp /props"),
+        "{filled:?}"
+    );
 }
 
 /// `sim-server --profile-file` serves the profile in the file; a bad file names the path and the field.

@@ -140,9 +140,7 @@ async fn cost_is_gpus_times_the_price_times_the_run_over_its_work() {
         (per_session[0], per_session[1], per_session[2])
     );
     // The text report says it too.
-    let text = capacity::render_replicas(
-        &serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}")),
-    );
+    let text = capacity::render_replicas(&serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}")));
     assert!(text.contains("per agent session") && text.contains("GPUs:"), "{text}");
 }
 
@@ -151,7 +149,10 @@ async fn bad_asks_are_refused_with_what_is_needed() {
     let dir = Scratch::new("replicas-bad");
     let path = scenario(&dir, "ok", 4, "h100-sxm", None);
     let e = error(&path, &["--gpu-hour-price", "-2"]).await;
-    assert!(e.contains("--gpu-hour-price must be a positive amount per GPU-hour (got -2)"), "{e}");
+    assert!(
+        e.contains("--gpu-hour-price must be a positive amount per GPU-hour (got -2)"),
+        "{e}"
+    );
     let e = error(&path, &["--gpu-hour-price", "0"]).await;
     assert!(e.contains("--gpu-hour-price must be a positive"), "{e}");
     let e = error(&path, &["--seeds", "0"]).await;
@@ -178,10 +179,7 @@ async fn bad_asks_are_refused_with_what_is_needed() {
         "{e}"
     );
     // Flags that belong to the load search, or no --simulate, are refused by the parser.
-    for bad in [
-        vec!["--knob", "sessions"],
-        vec!["--url", "http://127.0.0.1:1/v1"],
-    ] {
+    for bad in [vec!["--knob", "sessions"], vec!["--url", "http://127.0.0.1:1/v1"]] {
         let mut argv = vec![
             "loadshape",
             "capacity",
@@ -197,5 +195,10 @@ async fn bad_asks_are_refused_with_what_is_needed() {
     // A goal not met even by the most replicas: no answer for that seed, and a note saying why.
     let v = answer(&path, &["--seeds", "1", "--goal", "ttft_ms=1", "--max-replicas", "4"]).await;
     assert!(v["seeds"][0]["replicas"].is_null() && v["replicas"].is_null(), "{v}");
-    assert!(v["notes"][0].as_str().is_some_and(|n| n.contains("not met with 4 replicas")), "{v}");
+    assert!(
+        v["notes"][0]
+            .as_str()
+            .is_some_and(|n| n.contains("not met with 4 replicas")),
+        "{v}"
+    );
 }

@@ -350,18 +350,31 @@ fn predict_with_a_deployment_and_a_what_if() {
         serde_json::from_slice::<Value>(&o.stdout).unwrap_or_else(|e| panic!("{e}"))
     };
     let h100 = run("h100-sxm");
-    assert!(h100["deployment"].as_str().is_some_and(|p| p.ends_with("h100-sxm.json")), "{h100}");
+    assert!(
+        h100["deployment"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("h100-sxm.json")),
+        "{h100}"
+    );
     assert!(h100["profile"].is_null());
     let tpot = |v: &Value| v["simulated"]["tpot_p50_ms"].as_f64().unwrap_or_else(|| panic!("{v}"));
     // Batch-1 floor on an H100: 2.3 ms + 16.06 GB / (0.71 × 3.35 TB/s) ≈ 9.1 ms.
     assert!(tpot(&h100) > 9.0, "{}", tpot(&h100));
     let b200 = run("b200");
-    assert!(tpot(&b200) < tpot(&h100), "b200 {} vs h100 {}", tpot(&b200), tpot(&h100));
+    assert!(
+        tpot(&b200) < tpot(&h100),
+        "b200 {} vs h100 {}",
+        tpot(&b200),
+        tpot(&h100)
+    );
     // Both or neither of --profile and --deployment: refused; a bad deployment names the field.
     let pf = d.join("profile.json");
     write(&pf, &profile());
     let path = d.join("h100-sxm.json");
-    let o = loadshape(&["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&path)], None);
+    let o = loadshape(
+        &["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&path)],
+        None,
+    );
     assert!(!o.status.success());
     let o = loadshape(&["predict", s(&sc)], None);
     assert!(!o.status.success());

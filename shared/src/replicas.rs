@@ -271,7 +271,11 @@ fn search(s: &EngineScenario, spec: &ReplicaSpec, tp: u32, start: u32) -> Result
 
 /// The scenario on `replicas` replicas, simulated: the steady-state level (is the goal met?) and the whole run's
 /// summary (what it cost).
-pub fn run_level(s: &EngineScenario, spec: &ReplicaSpec, replicas: u32) -> Result<(capacity::Level, Summary), ScenarioError> {
+pub fn run_level(
+    s: &EngineScenario,
+    spec: &ReplicaSpec,
+    replicas: u32,
+) -> Result<(capacity::Level, Summary), ScenarioError> {
     let sc = EngineScenario {
         fleet: Some(FleetSpec {
             replicas,

@@ -59,13 +59,19 @@ fn a_deployment_whose_efficiencies_come_from_a_calibration_reproduces_it_within_
             assert!(t.factors[f].identified, "{case}: {f}");
         }
         let link = &t.factors["link_utilization"];
-        assert!(!link.identified && link.why.contains(if tp == 1 { "tp 1" } else { "one TP degree" }), "{link:?}");
+        assert!(
+            !link.identified && link.why.contains(if tp == 1 { "tp 1" } else { "one TP degree" }),
+            "{link:?}"
+        );
         // The written deployment resolves, and its roofline gives what the report says.
         let again = calibrated(&t.deployment);
         let r = again.roofline.as_ref().unwrap_or_else(|| panic!("roofline"));
         for s in &t.shapes {
             assert_eq!(r.step_ms(&s.shape.step()), s.roofline_ms);
-            assert!(within(s.roofline_ms, transfer::calibrated_ms(&profile, &s.shape), 0.02), "{case}: {s:?}");
+            assert!(
+                within(s.roofline_ms, transfer::calibrated_ms(&profile, &s.shape), 0.02),
+                "{case}: {s:?}"
+            );
         }
     }
 }
@@ -83,7 +89,9 @@ fn a_profile_the_roofline_cannot_express_is_reported_with_its_error() {
     let rms = (t.shapes.iter().map(|s| s.error * s.error).sum::<f64>() / t.shapes.len() as f64).sqrt();
     assert!((rms - t.rms_error).abs() < 1e-12);
     assert!(
-        t.notes.iter().any(|n| n.contains("cannot express the calibrated profile exactly")),
+        t.notes
+            .iter()
+            .any(|n| n.contains("cannot express the calibrated profile exactly")),
         "{:?}",
         t.notes
     );
@@ -119,10 +127,21 @@ fn a_factor_the_data_did_not_identify_keeps_its_value_and_says_why() {
     let t = transfer::transfer(&profile, &given, known).unwrap_or_else(|e| panic!("{e}"));
     let mfu = &t.factors["mfu"];
     assert_eq!(mfu.value, 0.6);
-    assert!(!mfu.identified && mfu.why.contains("the deployment's own value"), "{mfu:?}");
+    assert!(
+        !mfu.identified && mfu.why.contains("the deployment's own value"),
+        "{mfu:?}"
+    );
     // Decode (memory-bound) steps still match: bandwidth and overhead were identified.
-    assert!(within(t.deployment.efficiency.bandwidth_utilization.unwrap_or(0.0), 0.71, 0.02));
-    for s in t.shapes.iter().filter(|s| s.shape.kind == ShapeKind::Decode && s.shape.seqs <= 16) {
+    assert!(within(
+        t.deployment.efficiency.bandwidth_utilization.unwrap_or(0.0),
+        0.71,
+        0.02
+    ));
+    for s in t
+        .shapes
+        .iter()
+        .filter(|s| s.shape.kind == ShapeKind::Decode && s.shape.seqs <= 16)
+    {
         assert!(s.error.abs() <= 0.02, "{s:?}");
     }
 }
@@ -132,13 +151,24 @@ fn a_gpu_slower_than_the_measured_server_is_held_at_full_efficiency_with_a_note(
     // Measured on an H200 (4.8 TB/s), told it was an A100 (2 TB/s): the data ask for bandwidth above 1.
     let truth = with_efficiency("llama-3.1-8b", "h200", 1, 0.5, 0.8, 1.0);
     let profile = calibrated(&truth);
-    let t = transfer::transfer(&profile, &Deployment::named("llama-3.1-8b", "a100-80gb", 1), Identified::ALL)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let t = transfer::transfer(
+        &profile,
+        &Deployment::named("llama-3.1-8b", "a100-80gb", 1),
+        Identified::ALL,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(t.deployment.efficiency.bandwidth_utilization, Some(1.0));
     assert!(
-        t.notes.iter().any(|n| n.contains("bandwidth_utilization") && n.contains("held at 1.000")),
+        t.notes
+            .iter()
+            .any(|n| n.contains("bandwidth_utilization") && n.contains("held at 1.000")),
         "{:?}",
         t.notes
+    );
+    assert!(
+        t.factors["bandwidth_utilization"].why.contains("held at the edge"),
+        "{:?}",
+        t.factors
     );
     assert!(t.max_error > 0.02);
 }

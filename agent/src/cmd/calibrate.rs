@@ -676,24 +676,26 @@ pub fn fill_deployment(dep: &mut Deployment, a: &Args, d: &Discovered) -> Vec<St
         d.sources.join(", ")
     };
     let from = |flag: bool, name: &str| {
-        if flag {
-            format!("flag --{name}")
-        } else {
-            server.clone()
-        }
+        if flag { format!("flag --{name}") } else { server.clone() }
     };
     let mut filled = Vec::new();
     if dep.max_num_seqs.is_none()
         && let Some(v) = a.max_num_seqs.or(d.max_num_seqs)
     {
         dep.max_num_seqs = Some(v);
-        filled.push(format!("max_num_seqs = {v} ({})", from(a.max_num_seqs.is_some(), "max-num-seqs")));
+        filled.push(format!(
+            "max_num_seqs = {v} ({})",
+            from(a.max_num_seqs.is_some(), "max-num-seqs")
+        ));
     }
     if dep.max_model_len.is_none()
         && let Some(v) = a.max_model_len.or(d.max_model_len)
     {
         dep.max_model_len = Some(v);
-        filled.push(format!("max_model_len = {v} ({})", from(a.max_model_len.is_some(), "max-model-len")));
+        filled.push(format!(
+            "max_model_len = {v} ({})",
+            from(a.max_model_len.is_some(), "max-model-len")
+        ));
     }
     if dep.max_num_batched_tokens.is_none()
         && let Some(v) = a.max_num_batched_tokens.or(d.max_num_batched_tokens)
@@ -712,18 +714,16 @@ pub fn fill_deployment(dep: &mut Deployment, a: &Args, d: &Discovered) -> Vec<St
         && let Some(v) = block
     {
         dep.block_size = Some(v);
-        filled.push(format!("block_size = {v} ({})", from(a.block_size.is_some(), "block-size")));
+        filled.push(format!(
+            "block_size = {v} ({})",
+            from(a.block_size.is_some(), "block-size")
+        ));
     }
     filled
 }
 
 /// The fit carried over to the deployment (`deployment_fit`; `deployment.json` is its `deployment`).
-fn carry_over(
-    dep: &Deployment,
-    a: &Args,
-    d: &Discovered,
-    fit: &calibrate::Fit,
-) -> anyhow::Result<transfer::Transfer> {
+fn carry_over(dep: &Deployment, a: &Args, d: &Discovered, fit: &calibrate::Fit) -> anyhow::Result<transfer::Transfer> {
     let mut dep = dep.clone();
     let filled = fill_deployment(&mut dep, a, d);
     let known = |name: &str| fit.coefficients.get(name).is_some_and(|c| c.identified);
@@ -853,7 +853,12 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
             t.rms_error * 100.0,
             t.shapes.len()
         );
-        for n in t.filled.iter().map(|f| format!("filled {f}")).chain(t.notes.iter().cloned()) {
+        for n in t
+            .filled
+            .iter()
+            .map(|f| format!("filled {f}"))
+            .chain(t.notes.iter().cloned())
+        {
             println!("note: {n}");
         }
         println!("wrote {}", a.out.join("deployment.json").display());

@@ -24,8 +24,8 @@ use anyhow::Context as _;
 use serde_json::Value;
 use shared::capacity::{self, Goal, Knob, LiveLevel, Per};
 use shared::engine::Router;
-use shared::replicas;
 use shared::metrics;
+use shared::replicas;
 use shared::scenario::Scenario;
 
 use crate::capacity::{self as lib, fmt_load};
@@ -106,7 +106,12 @@ pub struct Args {
     pub seeds: u32,
     /// With `--replicas-for-slo`: the price of one GPU for one hour; adds the cost per agent session and per
     /// million tokens.
-    #[arg(long, value_name = "PRICE", allow_hyphen_values = true, requires = "replicas_for_slo")]
+    #[arg(
+        long,
+        value_name = "PRICE",
+        allow_hyphen_values = true,
+        requires = "replicas_for_slo"
+    )]
     pub gpu_hour_price: Option<f64>,
     /// With `--replicas-for-slo`: the router (`round_robin`, `least_outstanding`, `session_affinity`,
     /// `prefix_aware`; default: the scenario's fleet's, else `least_outstanding`).
@@ -224,12 +229,8 @@ pub fn replicas_for_slo(a: &Args) -> anyhow::Result<replicas::ReplicaReport> {
             a.scenario.display()
         );
     };
-    replicas::gpus_per_replica(&e).map_err(|err| {
-        anyhow::anyhow!(
-            "{}: --replicas-for-slo: {err}",
-            a.scenario.display()
-        )
-    })?;
+    replicas::gpus_per_replica(&e)
+        .map_err(|err| anyhow::anyhow!("{}: --replicas-for-slo: {err}", a.scenario.display()))?;
     let router = match (&a.router, &e.fleet) {
         (Some(name), _) => Router::ALL.into_iter().find(|r| r.name() == name).with_context(|| {
             let names: Vec<&str> = Router::ALL.iter().map(|r| r.name()).collect();
@@ -285,8 +286,16 @@ pub fn render_replicas(r: &replicas::ReplicaReport) -> String {
     let _ = writeln!(out, "GPUs:     {}", band(&r.gpus, &count));
     if let Some(p) = r.gpu_hour_price {
         let _ = writeln!(out, "at {p} per GPU-hour:");
-        let _ = writeln!(out, "  per agent session:         {}", band(&r.cost_per_session, &money));
-        let _ = writeln!(out, "  per million tokens:        {}", band(&r.cost_per_million_tokens, &money));
+        let _ = writeln!(
+            out,
+            "  per agent session:         {}",
+            band(&r.cost_per_session, &money)
+        );
+        let _ = writeln!(
+            out,
+            "  per million tokens:        {}",
+            band(&r.cost_per_million_tokens, &money)
+        );
         let _ = writeln!(
             out,
             "  per million output tokens: {}",

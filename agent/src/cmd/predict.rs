@@ -103,7 +103,8 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         (None, Some(path)) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading --deployment {}", path.display()))?;
-            let d = Deployment::from_json(&text).map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
+            let d =
+                Deployment::from_json(&text).map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
             let resolved = d
                 .resolve()
                 .map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;

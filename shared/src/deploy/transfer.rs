@@ -131,7 +131,11 @@ pub struct Transfer {
 /// Fit `deployment`'s efficiencies to `calibrated` (see the module docs). Factors the deployment gives and the
 /// data did not identify keep the deployment's value, the others their default. Errors: the deployment does not
 /// resolve (paths relative to it).
-pub fn transfer(calibrated: &EngineProfile, deployment: &Deployment, known: Identified) -> Result<Transfer, ScenarioError> {
+pub fn transfer(
+    calibrated: &EngineProfile,
+    deployment: &Deployment,
+    known: Identified,
+) -> Result<Transfer, ScenarioError> {
     let start = start_values(deployment)?;
     let shapes = grid(calibrated);
     let rows = parts(calibrated, deployment, &shapes)?;
@@ -148,7 +152,7 @@ pub fn transfer(calibrated: &EngineProfile, deployment: &Deployment, known: Iden
         .filter(|r| free.mfu || r.shape.kind == ShapeKind::Decode)
         .copied()
         .collect();
-    let sol = solve(&used, start, free, &mut notes);
+    let (sol, held) = solve(&used, start, free, &mut notes);
     let mut d = deployment.clone();
     d.efficiency = Efficiency {
         mfu: Some(sig4(1.0 / sol.x)),
@@ -178,7 +182,7 @@ pub fn transfer(calibrated: &EngineProfile, deployment: &Deployment, known: Iden
             w.error * 100.0
         ));
     }
-    let factors = factors(deployment, &d.efficiency, free, deployment.tp.unwrap_or(1));
+    let factors = factors(deployment, &d.efficiency, free, held, deployment.tp.unwrap_or(1));
     Ok(Transfer {
         deployment: d,
         factors,
@@ -319,8 +323,8 @@ fn cost(rows: &[Row], s: &Solution) -> f64 {
         .sum()
 }
 
-/// The least-squares efficiencies (see the module docs).
-fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut Vec<String>) -> Solution {
+/// The least-squares efficiencies (see the module docs), and which of `o`, `x`, `y` were held at an edge.
+fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut Vec<String>) -> (Solution, [bool; 3]) {
     let mut s = Solution {
         o: start.step_overhead_ms,
         x: 1.0 / start.mfu,
@@ -343,15 +347,18 @@ fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut
         }
         bound = again;
     }
-    for h in held {
-        notes.push(h);
+    let mut at_edge = [false; 3];
+    for (i, note) in held {
+        at_edge[i] = true;
+        notes.push(note);
     }
-    best.1
+    (best.1, at_edge)
 }
 
 /// One linear least-squares round with each row's bound fixed (`true`: compute). A free parameter that lands out
-/// of range is held at the edge and the rest refitted; returns the solution and a note per held parameter.
-fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) -> (Solution, Vec<String>) {
+/// of range is held at the edge and the rest refitted; returns the solution and, per held parameter, its index
+/// and a note.
+fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) -> (Solution, Vec<(usize, String)>) {
     let mut free = [free.overhead, free.mfu, free.bandwidth];
     let mut fixed = [s.o, s.x, s.y];
     let mut notes = Vec::new();
@@ -387,7 +394,7 @@ fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) 
             Some((i, at, v)) => {
                 free[i] = false;
                 fixed[i] = at;
-                notes.push(match i {
+                notes.push((i, match i {
                     0 => format!("the data ask for a step overhead of {v:.3} ms: held at {at} ms"),
                     1 => format!(
                         "the data ask for mfu {:.3}: held at {:.3} (the calibrated server computes faster than this GPU's \
@@ -401,7 +408,7 @@ fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) 
                         1.0 / v,
                         1.0 / at
                     ),
-                });
+                }));
             }
             None => {
                 return (
@@ -475,7 +482,7 @@ fn check(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
 }
 
 /// Each factor with its value and where it comes from.
-fn factors(given: &Deployment, e: &Efficiency, free: Free, tp: u32) -> BTreeMap<String, Factor> {
+fn factors(given: &Deployment, e: &Efficiency, free: Free, held: [bool; 3], tp: u32) -> BTreeMap<String, Factor> {
     let kept = |v: Option<f64>, what: &str| Factor {
         value: v.unwrap_or(0.0),
         identified: false,
@@ -489,16 +496,24 @@ fn factors(given: &Deployment, e: &Efficiency, free: Free, tp: u32) -> BTreeMap<
         }
     };
     let mut out = BTreeMap::new();
-    let fitted = |v: Option<f64>, from: &str| Factor {
+    let fitted = |v: Option<f64>, from: &str, i: usize| Factor {
         value: v.unwrap_or(0.0),
         identified: true,
-        why: format!("fitted: {from}"),
+        why: if held[i] {
+            format!("fitted: {from}; held at the edge of its range (see the notes)")
+        } else {
+            format!("fitted: {from}")
+        },
     };
     let g = &given.efficiency;
     out.insert(
         "step_overhead_ms".to_string(),
         if free.overhead {
-            fitted(e.step_overhead_ms, "the fixed cost of a batch-1 step less the weights' read")
+            fitted(
+                e.step_overhead_ms,
+                "the fixed cost of a batch-1 step less the weights' read",
+                0,
+            )
         } else {
             kept(
                 e.step_overhead_ms,
@@ -512,7 +527,11 @@ fn factors(given: &Deployment, e: &Efficiency, free: Free, tp: u32) -> BTreeMap<
     out.insert(
         "bandwidth_utilization".to_string(),
         if free.bandwidth {
-            fitted(e.bandwidth_utilization, "the decode step's growth with context (KV read per token)")
+            fitted(
+                e.bandwidth_utilization,
+                "the decode step's growth with context (KV read per token)",
+                2,
+            )
         } else {
             kept(
                 e.bandwidth_utilization,
@@ -526,7 +545,7 @@ fn factors(given: &Deployment, e: &Efficiency, free: Free, tp: u32) -> BTreeMap<
     out.insert(
         "mfu".to_string(),
         if free.mfu {
-            fitted(e.mfu, "prefill throughput")
+            fitted(e.mfu, "prefill throughput", 1)
         } else {
             kept(
                 e.mfu,
