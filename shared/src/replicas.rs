@@ -3,12 +3,12 @@
 //! SLO").
 //!
 //! Stages, per seed (the scenario's seed, then the next ones):
-//! 1. [`search`]: from a start (1 for the first seed, the previous seed's answer after), step the replica count by
+//! 1. `search`: from a start (1 for the first seed, the previous seed's answer after), step the replica count by
 //!    1, 2, 4, … (up while the goal fails, down while it passes) until the answer changes, then bisect between the
 //!    most failing and the fewest passing counts: from 1 this is doubling then bisection;
 //! 2. [`run_level`]: each count is the scenario with `"fleet": {"replicas": R, "router": …}`, simulated and scored
 //!    by [`crate::capacity::score_level`] (the steady-state window, the one scorer);
-//! 3. [`cost`]: the passing fleet's whole run priced at `gpu_hour_price` per GPU-hour, GPUs = replicas × TP.
+//! 3. [`cost()`]: the passing fleet's whole run priced at `gpu_hour_price` per GPU-hour, GPUs = replicas × TP.
 //!
 //! The seed band is the answer's uncertainty: [`Band`] gives the minimum, nearest-rank median and maximum of every
 //! figure over the seeds.

@@ -53,7 +53,7 @@ pub struct RooflineCost {
     pub comm_fixed_ms: f64,
 }
 
-/// What one step does, as [`RooflineCost::step`] prices it.
+/// What one step does, as [`RooflineCost::step_ms`] prices it.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StepShape {
     /// Sequences scheduled.

@@ -9,16 +9,16 @@
 //! 1. [`grid`]: the shapes that matter: pure-decode steps at batch 1, 2, 4, … up to `max_num_seqs` (at most 64)
 //!    with 512, 2,048, 8,192 and 32,768 tokens of context each (where the profile's limits hold them), and cold
 //!    prefills of 256 to 8,192 tokens (up to the step's token budget);
-//! 2. [`parts`]: per shape, the calibrated step cost ([`calibrated_ms`]) and the roofline's compute and memory time
+//! 2. `parts`: per shape, the calibrated step cost ([`calibrated_ms`]) and the roofline's compute and memory time
 //!    at full efficiency and its communication time;
-//! 3. [`solve`]: the step overhead `o`, `x = 1/mfu` and `y = 1/bandwidth_utilization` that minimize
+//! 3. `solve`: the step overhead `o`, `x = 1/mfu` and `y = 1/bandwidth_utilization` that minimize
 //!    Σ ((o + max(x·C, y·M) + comm − P) / P)² (relative errors, so short and long steps weigh alike): with each
 //!    shape's bound fixed the problem is linear least squares; the bounds are re-read from the solution and the
 //!    fit repeated until they no longer change (at most [`MAX_ROUNDS`] rounds; the best round is kept). Factors
 //!    the data did not identify keep their value (without the prefill rate, the fit uses the decode steps only);
 //!    a value out of range (an efficiency above 1, a negative overhead) is held at the range's edge and the
 //!    others refitted;
-//! 4. [`check`]: the deployment with the fitted efficiencies (rounded to 4 significant digits) is resolved again
+//! 4. `check`: the deployment with the fitted efficiencies (rounded to 4 significant digits) is resolved again
 //!    and every shape priced by its roofline: the error per shape, its largest and RMS.
 //!
 //! `link_utilization` and `allreduce_latency_us` are not fitted: one TP degree cannot tell them from the step
@@ -33,7 +33,7 @@ use super::{Deployment, Efficiency};
 use crate::engine::EngineProfile;
 use crate::error::ScenarioError;
 
-/// Most rounds of [`solve`] (re-reading each shape's bound).
+/// Most rounds of `solve` (re-reading each shape's bound).
 pub const MAX_ROUNDS: usize = 20;
 
 /// Which of the calibrated profile's terms the data determined (`fit.json`'s `coefficients[…].identified`).
@@ -253,7 +253,7 @@ pub fn calibrated_ms(p: &EngineProfile, s: &GridShape) -> f64 {
     }
 }
 
-/// One shape's numbers for [`solve`].
+/// One shape's numbers for `solve`.
 #[derive(Debug, Clone, Copy)]
 struct Row {
     shape: GridShape,
@@ -295,7 +295,7 @@ fn parts(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
         .collect())
 }
 
-/// Which of `o`, `x`, `y` [`solve`] may move.
+/// Which of `o`, `x`, `y` `solve` may move.
 #[derive(Debug, Clone, Copy)]
 struct Free {
     overhead: bool,
@@ -434,12 +434,14 @@ fn solve_linear(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
         }
         a.swap(col, piv);
         b.swap(col, piv);
-        for row in col + 1..n {
-            let f = a[row][col] / a[col][col];
-            for k in col..n {
-                a[row][k] -= f * a[col][k];
+        let (top, rest) = a.split_at_mut(col + 1);
+        let pivot_row = &top[col];
+        for (offset, row) in rest.iter_mut().enumerate() {
+            let f = row[col] / pivot_row[col];
+            for (v, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *v -= f * p;
             }
-            b[row] -= f * b[col];
+            b[col + 1 + offset] -= f * b[col];
         }
     }
     let mut x = vec![0.0; n];
