@@ -268,10 +268,55 @@ async fn calibrate_recovers_a_known_profile() {
         argv.push("--from".into());
         argv.push(f.display().to_string());
     }
+    // ... told the deployment it measured, it also writes that deployment with the fit's efficiencies.
+    let dep = again.join("measured.json");
+    std::fs::write(&dep, r#"{"model": "llama-3.1-8b", "gpu": "h100-sxm"}"#).unwrap_or_else(|e| panic!("{e}"));
+    argv.push("--deployment".into());
+    argv.push(dep.display().to_string());
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let refit = calibrate::calibrate(&calibrate_args(&argv))
         .await
         .unwrap_or_else(|e| panic!("{e:#}"));
+    let carried = refit
+        .deployment_fit
+        .as_ref()
+        .unwrap_or_else(|| panic!("no deployment_fit"));
+    let written = std::fs::read_to_string(again.join("deployment.json")).unwrap_or_else(|e| panic!("{e}"));
+    let written = shared::deploy::Deployment::from_json(&written).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(written, carried.deployment);
+    assert_eq!(written.max_num_seqs, Some(8), "{:?}", carried.filled);
+    assert!(
+        carried
+            .filled
+            .iter()
+            .any(|f| f == "max_num_seqs = 8 (flag --max-num-seqs)"),
+        "{:?}",
+        carried.filled
+    );
+    // The truth is no deployment's roofline: a factor may end at the edge of its range (an overhead of 0), saying so.
+    for (name, f) in &carried.factors {
+        assert!(f.value >= 0.0 && !f.why.is_empty(), "{name}: {f:?}");
+        if f.why.contains("held at the edge") {
+            assert!(
+                carried.notes.iter().any(|n| n.contains("held at")),
+                "{:?}",
+                carried.notes
+            );
+        }
+    }
+    assert_eq!(
+        carried.factors["mfu"].identified,
+        refit.coefficients["prefill_tokens_per_ms"].identified
+    );
+    assert!(!carried.factors["link_utilization"].identified);
+    assert!(
+        carried.max_error.is_finite() && carried.shapes.len() >= 10,
+        "{carried:?}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(again.join("fit.json")).unwrap_or_else(|e| panic!("{e}")))
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert!(report["deployment_fit"]["factors"]["bandwidth_utilization"]["identified"].is_boolean());
     for (name, co) in &fit.coefficients {
         let v = refit.coefficients[name].value;
         assert!(
@@ -512,6 +557,44 @@ async fn calibrate_refuses_runs_it_cannot_fit() {
         "{e}"
     );
     assert!(!dir.join("profile.json").exists(), "a refused fit writes no profile");
+    // A bad --deployment is refused before anything is read or sent, naming the file and the field.
+    let dep = dir.join("dep.json");
+    std::fs::write(&dep, r#"{"model": "llama-3.1-8b", "gpu": "h300"}"#).unwrap_or_else(|e| panic!("{e}"));
+    let a = calibrate_args(&[
+        "--from",
+        junk.to_str().unwrap_or_default(),
+        "--out",
+        dir.to_str().unwrap_or_default(),
+        "--deployment",
+        dep.to_str().unwrap_or_default(),
+    ]);
+    let e = format!("{:#}", calibrate::calibrate(&a).await.expect_err("bad deployment"));
+    assert!(e.contains("dep.json") && e.contains("gpu names no known GPU"), "{e}");
+}
+
+/// What llama.cpp's `/props` says fills the limits a deployment file leaves out (slots → `max_num_seqs`, per-slot
+/// `n_ctx` → `max_model_len`, `n_batch` → `max_num_batched_tokens`), each named; what the file gives stays, and
+/// llama.cpp's assumed block size is not taken for the server's.
+#[test]
+fn llama_cpp_props_fill_what_the_deployment_leaves_out() {
+    let mut d = calibrate::Discovered::default();
+    calibrate::parse_props(
+        &serde_json::json!({"total_slots": 4, "default_generation_settings": {"n_ctx": 8192}}),
+        &mut d,
+    );
+    let mut dep = shared::deploy::Deployment::named("llama-3.1-8b", "h100-sxm", 1);
+    dep.max_model_len = Some(4096);
+    let a = calibrate_args(&["--from", "x.jsonl", "--out", "out"]);
+    let filled = calibrate::fill_deployment(&mut dep, &a, &d);
+    assert_eq!(dep.max_num_seqs, Some(4));
+    assert_eq!(dep.max_model_len, Some(4096), "the file's own value stays");
+    assert_eq!(dep.max_num_batched_tokens, Some(calibrate::LLAMA_CPP_DEFAULT_N_BATCH));
+    assert_eq!(dep.block_size, None);
+    assert_eq!(filled.len(), 2, "{filled:?}");
+    assert!(
+        filled[0].starts_with("max_num_seqs = 4 (llama.cpp /props"),
+        "{filled:?}"
+    );
 }
 
 /// `sim-server --profile-file` serves the profile in the file; a bad file names the path and the field.

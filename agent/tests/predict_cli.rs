@@ -326,3 +326,65 @@ fn impossible_values_are_skipped_and_counted() {
         "{err}"
     );
 }
+
+/// `predict --deployment FILE` (what `calibrate --deployment` writes, edited for a what-if): the deployment's
+/// roofline replaces the scenario's profile; the same efficiencies on a faster GPU decode faster.
+#[test]
+fn predict_with_a_deployment_and_a_what_if() {
+    let d = dir("deployment");
+    let sc = d.join("sc.json");
+    write(&sc, &scenario(5, profile()));
+    let dep = |gpu: &str| {
+        json!({"model": "llama-3.1-8b", "gpu": gpu, "max_num_seqs": 16,
+               "efficiency": {"mfu": 0.42, "bandwidth_utilization": 0.71, "step_overhead_ms": 2.3,
+                              "link_utilization": 0.5, "allreduce_latency_us": 10.0}})
+    };
+    let run = |gpu: &str| {
+        let path = d.join(format!("{gpu}.json"));
+        write(&path, &dep(gpu));
+        let o = loadshape(
+            &["predict", s(&sc), "--deployment", s(&path), "--seeds", "2", "--json"],
+            None,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let h100 = run("h100-sxm");
+    assert!(
+        h100["deployment"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("h100-sxm.json")),
+        "{h100}"
+    );
+    assert!(h100["profile"].is_null());
+    let tpot = |v: &Value| v["simulated"]["tpot_p50_ms"].as_f64().unwrap_or_else(|| panic!("{v}"));
+    // Batch-1 floor on an H100: 2.3 ms + 16.06 GB / (0.71 × 3.35 TB/s) ≈ 9.1 ms.
+    assert!(tpot(&h100) > 9.0, "{}", tpot(&h100));
+    let b200 = run("b200");
+    assert!(
+        tpot(&b200) < tpot(&h100),
+        "b200 {} vs h100 {}",
+        tpot(&b200),
+        tpot(&h100)
+    );
+    // Both or neither of --profile and --deployment: refused; a bad deployment names the field.
+    let pf = d.join("profile.json");
+    write(&pf, &profile());
+    let path = d.join("h100-sxm.json");
+    let o = loadshape(
+        &["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&path)],
+        None,
+    );
+    assert!(!o.status.success());
+    let o = loadshape(&["predict", s(&sc)], None);
+    assert!(!o.status.success());
+    let mut bad = dep("h100-sxm");
+    bad["efficiency"]["mfu"] = json!(1.5);
+    write(&path, &bad);
+    let o = loadshape(&["predict", s(&sc), "--deployment", s(&path)], None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("h100-sxm.json") && err.contains("efficiency.mfu"),
+        "{err}"
+    );
+}

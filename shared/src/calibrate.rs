@@ -25,6 +25,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::deploy::transfer::Transfer;
 use crate::engine::EngineProfile;
 use crate::ladder::{Ladder, Rung};
 use crate::metrics::{mad, median};
@@ -346,6 +347,10 @@ pub struct Fit {
     /// What the fit assumed or fixed.
     pub notes: Vec<String>,
     pub method: String,
+    /// The measured deployment's efficiencies carried over from this fit (`calibrate --deployment`), with which
+    /// factors the data identified; absent without a deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_fit: Option<Transfer>,
 }
 
 /// Least observations per stage.
@@ -1243,6 +1248,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         unused,
         notes,
         method,
+        deployment_fit: None,
     })
 }
 

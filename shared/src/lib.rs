@@ -22,6 +22,7 @@ pub mod presets;
 pub mod protocol;
 pub mod pyrand;
 pub mod record;
+pub mod replicas;
 pub mod scenario;
 pub mod seed_diagnostics;
 pub mod seed_model;

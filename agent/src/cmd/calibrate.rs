@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use shared::calibrate::{self, FitOptions, ProbeLimits};
+use shared::deploy::Deployment;
+use shared::deploy::transfer;
 use shared::engine::EngineProfile;
 use shared::engine::profile::{HostCache, Scheduler};
 use shared::record::RequestRecord;
@@ -96,6 +98,11 @@ pub struct Args {
     /// records that hold session steps), `off` neither probes nor measures it (1, the whole reply).
     #[arg(long, value_enum, default_value_t = ReplyChoice::Auto)]
     pub reply_share: ReplyChoice,
+    /// The deployment measured (JSON, a scenario's `"deployment"`: model, GPU, TP, …): also write
+    /// `OUT/deployment.json`, that deployment with the efficiency factors that make its roofline match the fit
+    /// (what the server said fills the limits the file leaves out; `fit.json`'s `deployment_fit` says which).
+    #[arg(long, value_name = "FILE")]
+    pub deployment: Option<PathBuf>,
 }
 
 /// `--reply-share`.
@@ -654,8 +661,96 @@ fn write_json(path: &Path, v: &impl serde::Serialize) -> anyhow::Result<()> {
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
+/// The `--deployment` file, read and checked (before any probe is sent).
+fn read_deployment(path: &Path) -> anyhow::Result<Deployment> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading --deployment {}", path.display()))?;
+    Deployment::from_json(&text).map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))
+}
+
+/// The limits the deployment file leaves out, filled from the flags and what the server said (llama.cpp's
+/// `/props`: slots → `max_num_seqs`, per-slot `n_ctx` → `max_model_len`, `n_batch` → `max_num_batched_tokens`;
+/// vLLM's `cache_config_info` → `block_size`); one line per field filled.
+pub fn fill_deployment(dep: &mut Deployment, a: &Args, d: &Discovered) -> Vec<String> {
+    let server = if d.sources.is_empty() {
+        "the server".to_string()
+    } else {
+        d.sources.join(", ")
+    };
+    let from = |flag: bool, name: &str| {
+        if flag { format!("flag --{name}") } else { server.clone() }
+    };
+    let mut filled = Vec::new();
+    if dep.max_num_seqs.is_none()
+        && let Some(v) = a.max_num_seqs.or(d.max_num_seqs)
+    {
+        dep.max_num_seqs = Some(v);
+        filled.push(format!(
+            "max_num_seqs = {v} ({})",
+            from(a.max_num_seqs.is_some(), "max-num-seqs")
+        ));
+    }
+    if dep.max_model_len.is_none()
+        && let Some(v) = a.max_model_len.or(d.max_model_len)
+    {
+        dep.max_model_len = Some(v);
+        filled.push(format!(
+            "max_model_len = {v} ({})",
+            from(a.max_model_len.is_some(), "max-model-len")
+        ));
+    }
+    if dep.max_num_batched_tokens.is_none()
+        && let Some(v) = a.max_num_batched_tokens.or(d.max_num_batched_tokens)
+    {
+        dep.max_num_batched_tokens = Some(v);
+        filled.push(format!(
+            "max_num_batched_tokens = {v} ({})",
+            from(a.max_num_batched_tokens.is_some(), "max-num-batched-tokens")
+        ));
+    }
+    // llama.cpp has no KV blocks (`parse_props` assumes 16 for the profile): only a flag or vLLM's own says.
+    let block = a
+        .block_size
+        .or(d.block_size.filter(|_| d.scheduler != Some(Scheduler::LlamaCpp)));
+    if dep.block_size.is_none()
+        && let Some(v) = block
+    {
+        dep.block_size = Some(v);
+        filled.push(format!(
+            "block_size = {v} ({})",
+            from(a.block_size.is_some(), "block-size")
+        ));
+    }
+    filled
+}
+
+/// The fit carried over to the deployment (`deployment_fit`; `deployment.json` is its `deployment`).
+fn carry_over(dep: &Deployment, a: &Args, d: &Discovered, fit: &calibrate::Fit) -> anyhow::Result<transfer::Transfer> {
+    let mut dep = dep.clone();
+    let filled = fill_deployment(&mut dep, a, d);
+    let known = |name: &str| fit.coefficients.get(name).is_some_and(|c| c.identified);
+    let mut t = transfer::transfer(
+        &fit.profile,
+        &dep,
+        transfer::Identified {
+            step_fixed: known("step_fixed_ms"),
+            ctx_slope: known("per_ctx_token_ms"),
+            prefill_rate: known("prefill_tokens_per_ms"),
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("--deployment (with the limits the server gave): {e}"))?;
+    t.filled = filled;
+    if fit.profile.scheduler == Scheduler::LlamaCpp {
+        t.notes.push(
+            "the measured server schedules as llama.cpp does (slots, n_batch); a deployment's profile schedules as              vLLM does, with a KV capacity from the GPU's memory: predict --deployment simulates that engine"
+                .to_string(),
+        );
+    }
+    Ok(t)
+}
+
 /// Everything `calibrate` does, returning the fit (tests call this).
 pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
+    let deployment = a.deployment.as_deref().map(read_deployment).transpose()?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut facts = Vec::new();
     let (records, mut notes, d) = match &a.url {
@@ -714,6 +809,11 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     if !d.sources.is_empty() {
         fit.notes.push(format!("limits discovered: {}", d.sources.join(", ")));
     }
+    if let Some(dep) = &deployment {
+        let t = carry_over(dep, a, &d, &fit)?;
+        write_json(&a.out.join("deployment.json"), &t.deployment)?;
+        fit.deployment_fit = Some(t);
+    }
     write_json(&a.out.join("profile.json"), &fit.profile)?;
     write_json(&a.out.join("fit.json"), &fit)?;
     Ok(fit)
@@ -735,6 +835,34 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
     );
     for n in &fit.notes {
         println!("note: {n}");
+    }
+    if let Some(t) = &fit.deployment_fit {
+        let f = |name: &str| {
+            t.factors.get(name).map_or_else(String::new, |f| {
+                format!("{name} {:.4}{}", f.value, if f.identified { "" } else { " (kept)" })
+            })
+        };
+        println!(
+            "deployment: {}, {}, {}, {}, {}; its roofline matches the fit within {:.1} % (largest), {:.1} % (RMS) \
+             over {} step shapes",
+            f("mfu"),
+            f("bandwidth_utilization"),
+            f("step_overhead_ms"),
+            f("link_utilization"),
+            f("allreduce_latency_us"),
+            t.max_error * 100.0,
+            t.rms_error * 100.0,
+            t.shapes.len()
+        );
+        for n in t
+            .filled
+            .iter()
+            .map(|f| format!("filled {f}"))
+            .chain(t.notes.iter().cloned())
+        {
+            println!("note: {n}");
+        }
+        println!("wrote {}", a.out.join("deployment.json").display());
     }
     println!(
         "wrote {} and {}",

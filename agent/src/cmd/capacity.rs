@@ -8,6 +8,10 @@
 //! scorer. Live, every level's records are kept in `DIR` (`level-NN-LOAD[-rR].jsonl`, one file per run of a level)
 //! with `capacity.json` (what `--json` prints).
 //!
+//! `--replicas-for-slo` (simulated) answers the other question: the fewest replicas of the scenario's deployment
+//! that keep the goal at its own load, GPUs and (`--gpu-hour-price`) money, over `--seeds` seeds
+//! (`shared::replicas`).
+//!
 //! `--json` prints `{"capacity", "knob", "levels": [{"load", "pass", "attainment", "summary", "saturation", …}],
 //! "resolution", "goal", "strategy", "notes"}`; live also `"simulated_capacity"`, `"simulated_levels"`,
 //! `"levels_run"`, `"unguided_levels_simulated"`, `"repeat"` and `"run_dir"`.
@@ -19,7 +23,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use serde_json::Value;
 use shared::capacity::{self, Goal, Knob, LiveLevel, Per};
+use shared::engine::Router;
 use shared::metrics;
+use shared::replicas;
 use shared::scenario::Scenario;
 
 use crate::capacity::{self as lib, fmt_load};
@@ -91,6 +97,29 @@ pub struct Args {
     /// Live: run every level to its end, even when it is clearly failing.
     #[arg(long)]
     pub no_early_stop: bool,
+    /// Simulated: instead of the most load, the fewest replicas (GPUs = replicas x the deployment's `tp`) that
+    /// keep the goal at the scenario's own load, over `--seeds` seeds (docs/capacity.md, "Replicas for an SLO").
+    #[arg(long, requires = "simulate", conflicts_with_all = ["url", "knob", "min", "max", "resolution"])]
+    pub replicas_for_slo: bool,
+    /// With `--replicas-for-slo`: seeds run (the scenario's, then the next ones); the answer's band.
+    #[arg(long, default_value_t = 5, requires = "replicas_for_slo")]
+    pub seeds: u32,
+    /// With `--replicas-for-slo`: the price of one GPU for one hour; adds the cost per agent session and per
+    /// million tokens.
+    #[arg(
+        long,
+        value_name = "PRICE",
+        allow_hyphen_values = true,
+        requires = "replicas_for_slo"
+    )]
+    pub gpu_hour_price: Option<f64>,
+    /// With `--replicas-for-slo`: the router (`round_robin`, `least_outstanding`, `session_affinity`,
+    /// `prefix_aware`; default: the scenario's fleet's, else `least_outstanding`).
+    #[arg(long, requires = "replicas_for_slo")]
+    pub router: Option<String>,
+    /// With `--replicas-for-slo`: most replicas tried.
+    #[arg(long, default_value_t = 256, requires = "replicas_for_slo")]
+    pub max_replicas: u32,
     /// Machine-readable JSON.
     #[arg(long)]
     pub json: bool,
@@ -164,7 +193,134 @@ fn resolve(a: &Args) -> anyhow::Result<lib::Plan> {
 
 /// Everything `capacity` prints with `--json` (tests call this).
 pub async fn capacity(a: &Args) -> anyhow::Result<Value> {
+    if a.replicas_for_slo {
+        return Ok(serde_json::to_value(replicas_for_slo(a)?)?);
+    }
     capacity_until(a, None).await
+}
+
+/// `--replicas-for-slo`: the scenario read, the ask checked (each flag named), the search run in the simulator.
+pub fn replicas_for_slo(a: &Args) -> anyhow::Result<replicas::ReplicaReport> {
+    if let Some(p) = a.gpu_hour_price {
+        anyhow::ensure!(
+            p.is_finite() && p > 0.0,
+            "--gpu-hour-price must be a positive amount per GPU-hour (got {p})"
+        );
+    }
+    anyhow::ensure!(
+        (1..=replicas::MAX_SEEDS).contains(&a.seeds),
+        "--seeds must be in 1..={} (got {})",
+        replicas::MAX_SEEDS,
+        a.seeds
+    );
+    anyhow::ensure!(
+        (1..=replicas::MAX_REPLICAS).contains(&a.max_replicas),
+        "--max-replicas must be in 1..={} (got {})",
+        replicas::MAX_REPLICAS,
+        a.max_replicas
+    );
+    let text = std::fs::read_to_string(&a.scenario).with_context(|| format!("reading {}", a.scenario.display()))?;
+    let mut scenario = Scenario::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", a.scenario.display()))?;
+    crate::tracefile::load_traces(&mut scenario, Some(&a.scenario))
+        .with_context(|| a.scenario.display().to_string())?;
+    let Scenario::Engine(e) = scenario else {
+        anyhow::bail!(
+            "{}: model must be \"engine\" with a \"deployment\" for --replicas-for-slo (GPUs = replicas x tp)",
+            a.scenario.display()
+        );
+    };
+    replicas::gpus_per_replica(&e)
+        .map_err(|err| anyhow::anyhow!("{}: --replicas-for-slo: {err}", a.scenario.display()))?;
+    let router = match (&a.router, &e.fleet) {
+        (Some(name), _) => Router::ALL.into_iter().find(|r| r.name() == name).with_context(|| {
+            let names: Vec<&str> = Router::ALL.iter().map(|r| r.name()).collect();
+            format!("--router must be one of {} (got {name:?})", names.join(", "))
+        })?,
+        (None, Some(f)) => f.router,
+        (None, None) => Router::LeastOutstanding,
+    };
+    let spec = replicas::ReplicaSpec {
+        goal: parse_goal(a, &e.slo)?,
+        window: capacity::Window {
+            warmup_fraction: a.warmup_fraction,
+            ..capacity::Window::default()
+        },
+        router,
+        load_cap: e.fleet.as_ref().map_or(1.5, |f| f.load_cap),
+        max_replicas: a.max_replicas,
+        seeds: a.seeds,
+        gpu_hour_price: a.gpu_hour_price,
+    };
+    replicas::fewest_replicas(&e, &spec).map_err(|err| anyhow::anyhow!("{}: {err}", a.scenario.display()))
+}
+
+/// The `--replicas-for-slo` text report.
+pub fn render_replicas(r: &replicas::ReplicaReport) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let band = |b: &Option<replicas::Band>, f: &dyn Fn(f64) -> String| match b {
+        Some(b) if b.min == b.max => f(b.median),
+        Some(b) => format!("{} (seeds: {} .. {})", f(b.median), f(b.min), f(b.max)),
+        None => "-".to_string(),
+    };
+    let count = |v: f64| format!("{v:.0}");
+    let money = |v: f64| format!("{v:.4}");
+    let g = &r.goal;
+    let _ = writeln!(
+        out,
+        "goal: {:.1} % of {}s meet {}; router {}; {} GPU(s) per replica",
+        g.attainment * 100.0,
+        match g.per {
+            capacity::Per::Request => "request",
+            capacity::Per::Session => "session",
+        },
+        [("ttft_ms", g.ttft_ms), ("tpot_ms", g.tpot_ms), ("e2e_ms", g.e2e_ms)]
+            .iter()
+            .filter_map(|(k, v)| v.map(|v| format!("{k} <= {v}")))
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.router.name(),
+        r.tp
+    );
+    let _ = writeln!(out, "replicas: {}", band(&r.replicas, &count));
+    let _ = writeln!(out, "GPUs:     {}", band(&r.gpus, &count));
+    if let Some(p) = r.gpu_hour_price {
+        let _ = writeln!(out, "at {p} per GPU-hour:");
+        let _ = writeln!(
+            out,
+            "  per agent session:         {}",
+            band(&r.cost_per_session, &money)
+        );
+        let _ = writeln!(
+            out,
+            "  per million tokens:        {}",
+            band(&r.cost_per_million_tokens, &money)
+        );
+        let _ = writeln!(
+            out,
+            "  per million output tokens: {}",
+            band(&r.cost_per_million_output_tokens, &money)
+        );
+    }
+    let _ = writeln!(out, "  seed  replicas  GPUs  tried (replicas: attainment)");
+    for s in &r.seeds {
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:>8}  {:>4}  {}",
+            s.seed,
+            s.replicas.map_or("-".into(), |v| v.to_string()),
+            s.gpus.map_or("-".into(), |v| v.to_string()),
+            s.tried
+                .iter()
+                .map(|t| format!("{}: {:.3}{}", t.replicas, t.attainment, if t.pass { "" } else { " x" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for n in &r.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
 }
 
 /// [`capacity()`], ended early when `interrupt` turns true: the running level is cut (its records kept), no further
@@ -343,6 +499,15 @@ pub fn render(r: &Value) -> String {
 }
 
 pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
+    if a.replicas_for_slo {
+        let r = replicas_for_slo(&a)?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            print!("{}", render_replicas(&r));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.url.is_none() {
         let out = capacity(&a).await?;
         if a.json {

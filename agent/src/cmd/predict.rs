@@ -2,7 +2,8 @@
 //! seeds and, given live runs of the same scenario, set simulated and live figures side by side.
 //!
 //! Run with `loadshape predict scenario.json --profile cal/profile.json [--against run.jsonl ...] [--seeds 10]
-//! [--json]`. Every figure comes from `shared::metrics::summarize` (simulated and live alike). `--json` prints
+//! [--json]`, or with `--deployment cal/deployment.json` (a deployment with calibrated efficiencies, its model or
+//! GPU edited for a what-if) in place of `--profile`. Every figure comes from `shared::metrics::summarize` (simulated and live alike). `--json` prints
 //! `{"simulated": Summary, "simulated_spread": {field: {min, mean, max}}, "live": Summary, "live_runs": [...],
 //! "live_spread": {...}, "errors": {field: sim/live − 1}, "seeds": [...], "notes": [...]}`.
 
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use serde_json::{Value, json};
+use shared::deploy::Deployment;
 use shared::engine::{self, SimOptions};
 use shared::metrics::{self, Summary};
 use shared::scenario::Scenario;
@@ -23,8 +25,12 @@ pub struct Args {
     /// Scenario file (JSON, `"model": "engine"`).
     pub scenario: PathBuf,
     /// Engine profile JSON (replaces the scenario's `profile`).
-    #[arg(long)]
-    pub profile: PathBuf,
+    #[arg(long, required_unless_present = "deployment", conflicts_with = "deployment")]
+    pub profile: Option<PathBuf>,
+    /// Deployment JSON (a model on a GPU with its efficiencies, e.g. `calibrate --deployment`'s
+    /// `deployment.json`, edited): its roofline replaces the scenario's `profile`.
+    #[arg(long, value_name = "FILE")]
+    pub deployment: Option<PathBuf>,
     /// Live runs of the scenario (record JSONL files) to compare with.
     #[arg(long, value_name = "RUN.jsonl")]
     pub against: Vec<PathBuf>,
@@ -88,10 +94,29 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
             a.scenario.display()
         );
     };
-    sc.profile = crate::sim_server::load_profile_file(&a.profile)?;
+    let source = match (&a.profile, &a.deployment) {
+        (Some(p), _) => {
+            sc.profile = crate::sim_server::load_profile_file(p)?;
+            sc.deployment = None;
+            format!("profile {}", p.display())
+        }
+        (None, Some(path)) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading --deployment {}", path.display()))?;
+            let d =
+                Deployment::from_json(&text).map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
+            let resolved = d
+                .resolve()
+                .map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
+            sc.profile = resolved.profile;
+            sc.deployment = Some(d);
+            format!("deployment {}", path.display())
+        }
+        (None, None) => anyhow::bail!("predict needs --profile FILE or --deployment FILE"),
+    };
     sc.counterfactuals = false;
     sc.validate()
-        .map_err(|e| anyhow::anyhow!("{} with profile {}: {e}", a.scenario.display(), a.profile.display()))?;
+        .map_err(|e| anyhow::anyhow!("{} with {source}: {e}", a.scenario.display()))?;
     let mut notes = Vec::new();
     // The live runs first: one that stopped early or was cut at its deadline is compared with the simulated
     // requests of its own window (`shared::window`), not with the whole simulated run.
@@ -156,7 +181,8 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
     }
     let mut out = json!({
         "scenario": a.scenario.display().to_string(),
-        "profile": a.profile.display().to_string(),
+        "profile": a.profile.as_ref().map(|p| p.display().to_string()),
+        "deployment": a.deployment.as_ref().map(|p| p.display().to_string()),
         "seeds": seeds,
         "simulated": first,
         "simulated_spread": spread(&sims),

@@ -9,6 +9,7 @@
 pub mod catalog;
 pub mod model;
 pub mod roofline;
+pub mod transfer;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -81,6 +82,7 @@ pub struct Efficiency {
 }
 
 /// The default efficiencies, each with its basis (docs/simulator.md, "Deployments").
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EfficiencyDefaults {
     pub mfu: f64,
     pub bandwidth_utilization: f64,
@@ -251,6 +253,23 @@ impl Deployment {
             num_gpu_blocks_override: None,
             efficiency: Efficiency::default(),
         }
+    }
+
+    /// Read a deployment from JSON text (a `deployment.json`, or a scenario's `"deployment"`) and check that it
+    /// resolves. Errors name the field (`efficiency.mfu: …`, `gpu names no known GPU …`).
+    pub fn from_json(text: &str) -> Result<Deployment, ScenarioError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let d: Deployment = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            if path == "." {
+                ScenarioError::Parse(inner)
+            } else {
+                ScenarioError::Parse(format!("{path}: {inner}"))
+            }
+        })?;
+        d.resolve()?;
+        Ok(d)
     }
 
     /// Resolve into a profile and its derived numbers. Error paths are relative (`gpu`, `tp`).

@@ -1,0 +1,174 @@
+//! A deployment whose efficiencies come from a calibration reproduces that calibration's profile within 2 %
+//! (`shared::deploy::transfer`): the step costs of the roofline with the fitted efficiencies match the calibrated
+//! profile's over the shapes that matter (`transfer::grid`: decode at batch 1..=64 and 512..32,768 tokens of
+//! context each, cold prefills of 256..8,192 tokens, within the profile's limits).
+//!
+//! The calibrated profiles are synthetic: one resolved from a known deployment with known efficiencies (the roofline
+//! can express it exactly: the efficiencies are recovered within 2 %), and linear profiles the roofline cannot
+//! express exactly (llama.cpp's batch-wide KV read; a prefill that adds the weights' read to the compute), whose
+//! error is reported as it is.
+
+use shared::deploy::transfer::{self, Identified, ShapeKind};
+use shared::deploy::{Deployment, Efficiency};
+use shared::engine::EngineProfile;
+use shared::engine::presets::llama3_8b_h100;
+
+fn with_efficiency(model: &str, gpu: &str, tp: u32, mfu: f64, bw: f64, overhead: f64) -> Deployment {
+    let mut d = Deployment::named(model, gpu, tp);
+    d.efficiency = Efficiency {
+        mfu: Some(mfu),
+        bandwidth_utilization: Some(bw),
+        step_overhead_ms: Some(overhead),
+        ..Efficiency::default()
+    };
+    d
+}
+
+fn calibrated(d: &Deployment) -> EngineProfile {
+    d.resolve().unwrap_or_else(|e| panic!("{e}")).profile
+}
+
+fn within(a: f64, b: f64, tol: f64) -> bool {
+    (a / b - 1.0).abs() <= tol
+}
+
+#[test]
+fn a_deployment_whose_efficiencies_come_from_a_calibration_reproduces_it_within_2_percent() {
+    for (model, gpu, tp, mfu, bw, overhead) in [
+        ("llama-3.1-8b", "h100-sxm", 1, 0.42, 0.71, 2.3),
+        ("qwen3-30b-a3b", "h200", 1, 0.35, 0.62, 0.8),
+        ("llama-3.1-70b", "h100-sxm", 4, 0.55, 0.85, 1.5),
+    ] {
+        let truth = with_efficiency(model, gpu, tp, mfu, bw, overhead);
+        let profile = calibrated(&truth);
+        // The calibration was told the model and GPU; the efficiencies start from the defaults.
+        let t = transfer::transfer(&profile, &Deployment::named(model, gpu, tp), Identified::ALL)
+            .unwrap_or_else(|e| panic!("{model}: {e}"));
+        let e = &t.deployment.efficiency;
+        let case = format!("{model} on {gpu} x{tp}: {e:?}, notes {:?}", t.notes);
+        assert!(within(e.mfu.unwrap_or(0.0), mfu, 0.02), "{case}");
+        assert!(within(e.bandwidth_utilization.unwrap_or(0.0), bw, 0.02), "{case}");
+        assert!(within(e.step_overhead_ms.unwrap_or(0.0), overhead, 0.02), "{case}");
+        assert!(t.max_error <= 0.02, "{case}: max error {}", t.max_error);
+        assert!(t.notes.is_empty(), "{case}");
+        // Both kinds of step are among the shapes, and every factor says where it comes from.
+        assert!(t.shapes.iter().any(|s| s.shape.kind == ShapeKind::Decode));
+        assert!(t.shapes.iter().any(|s| s.shape.kind == ShapeKind::Prefill));
+        assert!(t.shapes.len() >= 24, "{case}: {} shapes", t.shapes.len());
+        for f in ["mfu", "bandwidth_utilization", "step_overhead_ms"] {
+            assert!(t.factors[f].identified, "{case}: {f}");
+        }
+        let link = &t.factors["link_utilization"];
+        assert!(
+            !link.identified && link.why.contains(if tp == 1 { "tp 1" } else { "one TP degree" }),
+            "{link:?}"
+        );
+        // The written deployment resolves, and its roofline gives what the report says.
+        let again = calibrated(&t.deployment);
+        let r = again.roofline.as_ref().unwrap_or_else(|| panic!("roofline"));
+        for s in &t.shapes {
+            assert_eq!(r.step_ms(&s.shape.step()), s.roofline_ms);
+            assert!(
+                within(s.roofline_ms, transfer::calibrated_ms(&profile, &s.shape), 0.02),
+                "{case}: {s:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_profile_the_roofline_cannot_express_is_reported_with_its_error() {
+    // llama.cpp-like: each sequence pays for the batch's KV (quadratic in the batch), which no roofline term does.
+    let mut p = llama3_8b_h100();
+    p.batch_kv_ms_per_ktok = 0.02;
+    let t = transfer::transfer(&p, &Deployment::named("llama-3.1-8b", "h100-sxm", 1), Identified::ALL)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.max_error > 0.02, "max error {}", t.max_error);
+    let worst = t.shapes.iter().map(|s| s.error.abs()).fold(0.0, f64::max);
+    assert_eq!(worst, t.max_error);
+    let rms = (t.shapes.iter().map(|s| s.error * s.error).sum::<f64>() / t.shapes.len() as f64).sqrt();
+    assert!((rms - t.rms_error).abs() < 1e-12);
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.contains("cannot express the calibrated profile exactly")),
+        "{:?}",
+        t.notes
+    );
+    // Every error is the resolved deployment's roofline against the profile, as stated.
+    for s in &t.shapes {
+        let want = s.roofline_ms / transfer::calibrated_ms(&p, &s.shape) - 1.0;
+        assert!((s.error - want).abs() < 1e-12);
+    }
+
+    // The preset's plain linear profile: a cost per sequence (no roofline term grows with the batch at fixed
+    // Σcontext while memory-bound) and a prefill linear in its tokens (the roofline's attention grows as n²): the
+    // fit is the best the roofline does, and the error says how far that is.
+    let p = llama3_8b_h100();
+    let t = transfer::transfer(&p, &Deployment::named("llama-3.1-8b", "h100-sxm", 1), Identified::ALL)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.max_error > 0.02 && t.max_error.is_finite(), "{}", t.max_error);
+    assert!(t.rms_error < t.max_error);
+    let e = t.deployment.efficiency;
+    assert!(e.mfu.is_some_and(|v| v > 0.0 && v <= 1.0), "{e:?}");
+    assert!(e.bandwidth_utilization.is_some_and(|v| v > 0.0 && v <= 1.0), "{e:?}");
+}
+
+#[test]
+fn a_factor_the_data_did_not_identify_keeps_its_value_and_says_why() {
+    let truth = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.42, 0.71, 2.3);
+    let profile = calibrated(&truth);
+    let mut given = Deployment::named("llama-3.1-8b", "h100-sxm", 1);
+    given.efficiency.mfu = Some(0.6);
+    let known = Identified {
+        prefill_rate: false,
+        ..Identified::ALL
+    };
+    let t = transfer::transfer(&profile, &given, known).unwrap_or_else(|e| panic!("{e}"));
+    let mfu = &t.factors["mfu"];
+    assert_eq!(mfu.value, 0.6);
+    assert!(
+        !mfu.identified && mfu.why.contains("the deployment's own value"),
+        "{mfu:?}"
+    );
+    // Decode (memory-bound) steps still match: bandwidth and overhead were identified.
+    assert!(within(
+        t.deployment.efficiency.bandwidth_utilization.unwrap_or(0.0),
+        0.71,
+        0.02
+    ));
+    for s in t
+        .shapes
+        .iter()
+        .filter(|s| s.shape.kind == ShapeKind::Decode && s.shape.seqs <= 16)
+    {
+        assert!(s.error.abs() <= 0.02, "{s:?}");
+    }
+}
+
+#[test]
+fn a_gpu_slower_than_the_measured_server_is_held_at_full_efficiency_with_a_note() {
+    // Measured on an H200 (4.8 TB/s), told it was an A100 (2 TB/s): the data ask for bandwidth above 1.
+    let truth = with_efficiency("llama-3.1-8b", "h200", 1, 0.5, 0.8, 1.0);
+    let profile = calibrated(&truth);
+    let t = transfer::transfer(
+        &profile,
+        &Deployment::named("llama-3.1-8b", "a100-80gb", 1),
+        Identified::ALL,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.deployment.efficiency.bandwidth_utilization, Some(1.0));
+    assert!(
+        t.notes
+            .iter()
+            .any(|n| n.contains("bandwidth_utilization") && n.contains("held at 1.000")),
+        "{:?}",
+        t.notes
+    );
+    assert!(
+        t.factors["bandwidth_utilization"].why.contains("held at the edge"),
+        "{:?}",
+        t.factors
+    );
+    assert!(t.max_error > 0.02);
+}
