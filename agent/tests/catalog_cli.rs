@@ -69,7 +69,7 @@ fn simulate_shows_a_deployments_derived_numbers() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.starts_with("deployment: llama-3.1-8b on 1 x h100-sxm"), "{text}");
-    assert!(text.contains("KV cache 25720 blocks x 16 = 411520 tokens"), "{text}");
+    assert!(text.contains("KV cache 28089 blocks x 16 = 449424 tokens"), "{text}");
     assert!(
         text.contains("decode batch 64 at 4096 ctx") && text.contains("prefill 2048 tokens"),
         "{text}"
@@ -78,7 +78,7 @@ fn simulate_shows_a_deployments_derived_numbers() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     let d = &v["deployment"];
-    assert_eq!(d["kv_blocks"], 25_720);
+    assert_eq!(d["kv_blocks"], 28_089);
     assert_eq!(d["samples"][0]["bound"], "memory");
     assert_eq!(d["samples"][3]["bound"], "compute");
     assert!(v["summary"]["completed"].as_u64().unwrap_or(0) > 0, "{v}");

@@ -23,7 +23,7 @@ fn a_deployment_resolves_and_round_trips() {
     let Scenario::Engine(e) = &sc else { panic!("engine") };
     assert!(e.profile.roofline.is_some());
     assert_eq!(e.profile.max_num_seqs, 64);
-    assert_eq!(e.profile.num_kv_blocks, 25_720);
+    assert_eq!(e.profile.num_kv_blocks, 28_089);
     // Written back as the deployment, not the profile it resolved to.
     let v = sc.to_value();
     assert!(

@@ -64,27 +64,34 @@ fn gpu(name: &str, flops: [f64; 3], hbm_gb: f64, hbm_gb_s: f64, link_gb_s: f64, 
     }
 }
 
-/// The built-in GPUs (dense TFLOPS bf16/fp8/fp4; memory GB and GB/s; link GB/s one direction).
+/// The built-in GPUs (dense TFLOPS bf16/fp8/fp4; memory GB and GB/s; link GB/s one direction). Memory is the total
+/// the driver reports where a public record of it was found (A100 80GB, H100 SXM, L40S: an "80 GB" card holds
+/// 80 GiB, 7 % more than 80e9 bytes, which at a 34B model's weights is a third of the KV cache), else the
+/// datasheet's figure.
 pub fn gpus() -> Vec<GpuSpec> {
     vec![
         gpu(
             "a100-80gb",
             [312.0, 0.0, 0.0],
-            80.0,
+            // 81,920 MiB, the total the driver reports (nvidia-smi): the datasheet's "80 GB" is 80 GiB.
+            85.899_345_92,
             2039.0,
             300.0,
             "NVIDIA A100 datasheet (SXM4 80GB): BF16 312 TFLOPS dense (624 sparse), no FP8; 80 GB HBM2e at \
-             2,039 GB/s; NVLink 600 GB/s (both directions). \
+             2,039 GB/s (the driver reports 81,920 MiB = 85.90 GB of it: nvidia-smi totals listed in \
+             https://github.com/modal-labs/modal-client/pull/2797); NVLink 600 GB/s (both directions). \
              https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
         ),
         gpu(
             "h100-sxm",
             [989.5, 1979.0, 0.0],
-            80.0,
+            // 81,559 MiB, the total the driver reports (nvidia-smi), above the datasheet's decimal "80 GB".
+            85.520_809_984,
             3350.0,
             450.0,
             "NVIDIA H100 datasheet (SXM): BF16 1,979 and FP8 3,958 TFLOPS with sparsity (halved); 80 GB HBM3 at \
-             3.35 TB/s; NVLink 900 GB/s (both directions). https://www.nvidia.com/en-us/data-center/h100/",
+             3.35 TB/s (the driver reports 81,559 MiB = 85.52 GB: nvidia-smi totals listed in \
+             https://github.com/modal-labs/modal-client/pull/2797); NVLink 900 GB/s (both directions). https://www.nvidia.com/en-us/data-center/h100/",
         ),
         gpu(
             "h200",
@@ -108,11 +115,13 @@ pub fn gpus() -> Vec<GpuSpec> {
         gpu(
             "l40s",
             [362.05, 733.0, 0.0],
-            48.0,
+            // 46,068 MiB, the total the driver reports (nvidia-smi).
+            48.305_799_168,
             864.0,
             32.0,
             "NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 sparse), FP8 733 dense (1,466 sparse); 48 GB \
-             GDDR6 at 864 GB/s; no NVLink: PCIe Gen4 x16, 64 GB/s (both directions). \
+             GDDR6 at 864 GB/s (the driver reports 46,068 MiB = 48.31 GB: nvidia-smi totals listed in \
+             https://github.com/modal-labs/modal-client/pull/2797); no NVLink: PCIe Gen4 x16, 64 GB/s (both directions). \
              https://www.nvidia.com/en-us/data-center/l40s/",
         ),
         gpu(

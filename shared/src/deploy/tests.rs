@@ -51,10 +51,11 @@ fn dense_llama_8b_on_h100() {
     assert_eq!(d.weight_bytes_per_gpu, 2.0 * total);
     // KV: 32 layers · 2 (K, V) · 8 heads · 128 · 2 bytes = 128 KiB a token.
     assert_eq!(d.kv_bytes_per_token, 131_072.0);
-    // 80e9 · 0.9 − 16,059,990,016 − 2e9 = 53,940,009,984 bytes; / (16 · 131,072) = 25,720.6 blocks.
-    assert_eq!(d.kv_blocks, 25_720);
-    assert_eq!(d.kv_tokens, 25_720 * 16);
-    assert_eq!(r.profile.num_kv_blocks, 25_720);
+    // 85,520,809,984 (81,559 MiB) · 0.9 − 16,059,990,016 − 2e9 = 58,908,738,969.6 bytes; / (16 · 131,072) =
+    // 28,089.9 blocks.
+    assert_eq!(d.kv_blocks, 28_089);
+    assert_eq!(d.kv_tokens, 28_089 * 16);
+    assert_eq!(r.profile.num_kv_blocks, 28_089);
     // The model's 131,072 positions fit in the 411,520 tokens of KV.
     assert_eq!(r.profile.max_model_len, Some(131_072));
     let rf = &d.roofline;
@@ -182,7 +183,7 @@ fn bad_deployments_are_named() {
     );
     let e = error(&Deployment::named("llama-3.1-70b", "h100-sxm", 1));
     assert!(
-        e.contains("does not fit on h100-sxm at tp 1") && e.contains("short by 71."),
+        e.contains("does not fit on h100-sxm at tp 1") && e.contains("short by 66.14"),
         "{e}"
     );
     let e = error(&Deployment::named("deepseek-v3", "h100-sxm", 8));
