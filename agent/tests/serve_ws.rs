@@ -1247,6 +1247,32 @@ fn knee_profile() -> serde_json::Value {
     })
 }
 
+/// A sim-server emulating [`knee_profile`] in real time on 127.0.0.1 (it runs until the test ends): its base URL.
+async fn knee_sim_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let config = loadshape::sim_server::Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
+        ..Default::default()
+    };
+    tokio::spawn(loadshape::sim_server::serve(listener, config, std::future::pending()));
+    url
+}
+
+/// A closed-loop scenario on [`knee_profile`] long enough (400 requests) that a capacity search on it is stopped,
+/// not finished.
+fn long_knee_search() -> serde_json::Value {
+    serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "closed_loop", "users": 2, "num_requests": 400,
+                     "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}},
+        "profile": knee_profile(),
+        "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0},
+        "seed": 3,
+        "counterfactuals": false
+    })
+}
+
 /// The page's "find capacity live": `start_capacity` on the configured `sim` target (a sim-server emulating the
 /// scenario's own profile in real time), levels streamed as `capacity_level` events, the report as
 /// `capacity_result`, then the final `run_state`; the run folder holds a record file per level and
@@ -1254,17 +1280,7 @@ fn knee_profile() -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_capacity_search_streams_its_levels_and_its_result() {
     let data_dir = tempdir("capacity");
-    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
-    let config = loadshape::sim_server::Config {
-        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
-        ..Default::default()
-    };
-    tokio::spawn(loadshape::sim_server::serve(
-        sim_listener,
-        config,
-        std::future::pending(),
-    ));
+    let sim_url = knee_sim_server().await;
     let driver = Arc::new(ReplayDriver {
         max_run_seconds: Some(60.0),
         max_in_flight: None,
@@ -1448,31 +1464,13 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_search_can_be_stopped() {
     let data_dir = tempdir("capacity-stop");
-    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
-    let config = loadshape::sim_server::Config {
-        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
-        ..Default::default()
-    };
-    tokio::spawn(loadshape::sim_server::serve(
-        sim_listener,
-        config,
-        std::future::pending(),
-    ));
+    let sim_url = knee_sim_server().await;
     let driver = Arc::new(ReplayDriver {
         max_run_seconds: Some(60.0),
         max_in_flight: None,
     });
     let agent = start_agent_with(data_dir.to_path_buf(), Target::sim(sim_url), driver).await;
-    let scenario = serde_json::json!({
-        "model": "engine",
-        "workload": {"kind": "closed_loop", "users": 2, "num_requests": 400,
-                     "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}},
-        "profile": knee_profile(),
-        "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0},
-        "seed": 3,
-        "counterfactuals": false
-    });
+    let scenario = long_knee_search();
     let mut ws = connect(&agent).await;
     send(
         &mut ws,
@@ -1528,17 +1526,7 @@ async fn a_capacity_search_can_be_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capacity_search_is_bounded_as_a_whole() {
     let data_dir = tempdir("capacity-bound");
-    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let sim_url = format!("http://{}/v1", sim_listener.local_addr().unwrap());
-    let config = loadshape::sim_server::Config {
-        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
-        ..Default::default()
-    };
-    tokio::spawn(loadshape::sim_server::serve(
-        sim_listener,
-        config,
-        std::future::pending(),
-    ));
+    let sim_url = knee_sim_server().await;
     let driver = Arc::new(ReplayDriver {
         max_run_seconds: Some(2.0),
         max_in_flight: None,
@@ -1555,15 +1543,7 @@ async fn a_capacity_search_is_bounded_as_a_whole() {
         },
     )
     .await;
-    let scenario = serde_json::json!({
-        "model": "engine",
-        "workload": {"kind": "closed_loop", "users": 2, "num_requests": 400,
-                     "prompt": {"dist": "fixed", "tokens": 256}, "output": {"dist": "fixed", "tokens": 40}},
-        "profile": knee_profile(),
-        "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0},
-        "seed": 3,
-        "counterfactuals": false
-    });
+    let scenario = long_knee_search();
     let mut ws = connect(&agent).await;
     let t0 = std::time::Instant::now();
     send(
