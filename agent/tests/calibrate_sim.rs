@@ -159,6 +159,9 @@ async fn calibrate_recovers_a_known_profile() {
         // ... nor a conversation (reply_cached_share: its own test below).
         "--reply-share",
         "off",
+        // ... nor sessions brought back after eviction (the tiers: their own tests below).
+        "--tiers",
+        "off",
     ]);
     let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
     let c = |name: &str| fit.coefficients[name].value;
@@ -366,6 +369,8 @@ async fn calibrate_recovers_a_unified_kv_profile() {
     let a = calibrate_args(&[
         "--url",
         &url,
+        "--tiers",
+        "off",
         "--out",
         out.to_str().unwrap_or_default(),
         "--budget",
@@ -453,6 +458,8 @@ async fn calibrate_recovers_a_unified_prefill_kv_profile() {
     let a = calibrate_args(&[
         "--url",
         &url,
+        "--tiers",
+        "off",
         "--out",
         out.to_str().unwrap_or_default(),
         "--budget",
@@ -638,4 +645,87 @@ fn sim_server_serves_a_profile_file() {
     assert!(e.contains("bad.json") && e.contains("per_seq_ms"), "{e}");
     let e = format!("{:#}", args(&dir.join("missing.json")).config().expect_err("missing"));
     assert!(e.contains("missing.json"), "{e}");
+}
+
+/// A profile whose GPU KV (16,000 tokens) the returns phase outgrows, with or without a host tier below it.
+fn tiered(host: Option<(u64, f64)>) -> EngineProfile {
+    EngineProfile {
+        name: "tiered".into(),
+        num_kv_blocks: 1_000,
+        prefill_tokens_per_ms: 20.0,
+        host_cache: host.map(
+            |(capacity_tokens, restore_tokens_per_ms)| shared::engine::profile::HostCache {
+                capacity_tokens,
+                restore_tokens_per_ms,
+            },
+        ),
+        ..truth()
+    }
+}
+
+async fn calibrate_tiers(p: &EngineProfile, name: &str) -> shared::calibrate::Fit {
+    let (url, _stop) = start(p.clone()).await;
+    let out = tmp(name);
+    let a = calibrate_args(&[
+        "--url",
+        &url,
+        "--out",
+        out.to_str().unwrap_or_default(),
+        "--budget",
+        "90",
+        "--max-prompt-tokens",
+        "6000",
+        "--decode-tokens",
+        "32",
+        "--max-num-seqs",
+        "8",
+        "--batch-kv",
+        "off",
+        "--prefill-kv",
+        "off",
+        "--reply-share",
+        "off",
+    ]);
+    calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+/// With no flag, the probe's returns phase finds a host tier of 60,000 tokens at 50 tokens/ms below a GPU cache of
+/// 16,000 tokens: its capacity and restore speed (scaled back by `SPEED`) within 10 %, written as `host_cache`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_finds_a_host_tier() {
+    let _one = LIVE.lock().await;
+    let p = tiered(Some((60_000, 50.0)));
+    let fit = calibrate_tiers(&p, "tier").await;
+    let t = fit.tiers.clone().unwrap_or_else(|| panic!("no tiers section"));
+    let report = serde_json::to_string(&t).unwrap_or_default();
+    let host = fit
+        .profile
+        .host_cache
+        .unwrap_or_else(|| panic!("no host tier written: {report}"));
+    let (cap, rate) = (host.capacity_tokens as f64, host.restore_tokens_per_ms / SPEED);
+    eprintln!(
+        "host tier: {cap} tokens (true 60000), {rate:.2} tokens/ms (true 50); {:?}",
+        t.notes
+    );
+    assert_eq!(t.source, "probe", "{report}");
+    assert!(!t.capacity_lower_bound, "the returns never stopped restoring: {report}");
+    assert!((cap / 60_000.0 - 1.0).abs() <= 0.10, "capacity {cap}: {report}");
+    assert!((rate / 50.0 - 1.0).abs() <= 0.10, "restore speed {rate}: {report}");
+}
+
+/// Without a tier, the returns are recomputed and none is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_finds_no_tier_where_there_is_none() {
+    let _one = LIVE.lock().await;
+    let p = tiered(None);
+    let fit = calibrate_tiers(&p, "no-tier").await;
+    let t = fit.tiers.clone().unwrap_or_else(|| panic!("no tiers section"));
+    let report = serde_json::to_string(&t).unwrap_or_default();
+    assert!(fit.profile.host_cache.is_none(), "{report}");
+    assert!(fit.profile.kv_tiers.is_empty(), "{report}");
+    assert_eq!(t.source, "none", "{report}");
+    assert!(
+        t.returns.iter().filter(|r| r.outcome == "recomputed").count() >= 3,
+        "the probe brought back too few sessions to tell: {report}"
+    );
 }

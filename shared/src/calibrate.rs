@@ -23,6 +23,8 @@
 //!    `a + prefill_batch_kv_ms_per_ktok·new·C/1000`, `C` the others' KV context (reconstructed like the decode
 //!    batch). Kept only where significant, like `batch_kv_ms_per_ktok`.
 
+pub mod tiers;
+
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::transfer::Transfer;
@@ -31,6 +33,7 @@ use crate::ladder::{Ladder, Rung};
 use crate::metrics::{mad, median};
 use crate::record::RequestRecord;
 use crate::workload::SessionWorkload;
+use crate::workload::trace::{TraceRequest, TraceWorkload};
 
 /// One request of the probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +56,10 @@ pub struct ProbePhase {
     /// previous reply included (for `reply_cached_share`). Its duration and drain are the agent's to set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation: Option<SessionWorkload>,
+    /// A phase of requests whose content is named by hash ids, each sent when the previous one ends (the
+    /// `returns` phase: sessions parked and brought back, [`plan_returns`]); replaces `requests`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceWorkload>,
 }
 
 /// What bounds the probe's sizes.
@@ -70,6 +77,10 @@ pub struct ProbeLimits {
     /// Probe a short conversation (the `conversation` phase, for `reply_cached_share`: how much of a reply the
     /// server finds cached when it comes back as text). Off: no such phase.
     pub conversation: bool,
+    /// Probe sessions brought back after their KV was evicted (the `returns` phase, for the prefix-cache tiers
+    /// below the GPU's): the GPU's KV capacity in tokens, which the parked sessions must outgrow. `None`: no such
+    /// phase.
+    pub returns: Option<u64>,
 }
 
 impl Default for ProbeLimits {
@@ -80,6 +91,7 @@ impl Default for ProbeLimits {
             decode_output_tokens: 96,
             prefill_kv: true,
             conversation: true,
+            returns: None,
         }
     }
 }
@@ -185,13 +197,18 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
         }
     });
     let conversation_share = if conversation.is_some() { 0.1 } else { 0.0 };
-    let decode_share = (1.0 - prefill_share - kv_share - conversation_share) / (batches.len() * contexts.len()) as f64;
+    // The returns phase's share comes out of the decode phases' (which have many more requests than they need).
+    let returns = l.returns.and_then(|gpu| plan_returns(m, gpu));
+    let returns_share = if returns.is_some() { RETURNS_SHARE } else { 0.0 };
+    let decode_share =
+        (1.0 - prefill_share - kv_share - conversation_share - returns_share) / (batches.len() * contexts.len()) as f64;
     let mut phases = vec![ProbePhase {
         name: "prefill".into(),
         users: 1,
         requests: prefill,
         budget_share: prefill_share,
         conversation: None,
+        trace: None,
     }];
     if l.prefill_kv {
         // Two users: one request (the holder) decodes 4 × `decode_output_tokens` at a context set per cycle (½, ⅛,
@@ -230,6 +247,7 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
             requests,
             budget_share: kv_share,
             conversation: None,
+            trace: None,
         });
     }
     for &b in &batches {
@@ -247,6 +265,7 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
                 ],
                 budget_share: decode_share,
                 conversation: None,
+                trace: None,
             });
         }
     }
@@ -257,9 +276,91 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
             requests: Vec::new(),
             budget_share: conversation_share,
             conversation: Some(w),
+            trace: None,
+        });
+    }
+    if let Some(t) = returns {
+        phases.push(ProbePhase {
+            name: "returns".into(),
+            users: 1,
+            requests: Vec::new(),
+            budget_share: returns_share,
+            conversation: None,
+            trace: Some(t),
         });
     }
     Ok(phases)
+}
+
+/// Share of the probe's budget the `returns` phase takes.
+pub const RETURNS_SHARE: f64 = 0.2;
+/// Most sessions the `returns` phase parks (its time share usually ends it first).
+pub const MAX_PARKED_SESSIONS: u32 = 400;
+/// Tokens per content block of the `returns` phase, and of what a return adds to its session's prompt.
+pub const RETURN_BLOCK_TOKENS: u32 = 64;
+
+/// The `returns` phase: one request at a time (each sent when the previous ends), sessions of `m / 2` tokens of
+/// their own content (session `k` is step 0 of session `k`). Sessions are parked until together they outgrow
+/// `gpu_kv_tokens` (the GPU's prefix cache, or llama.cpp's slots, no longer hold the oldest), then after every
+/// checkpoint the oldest session not yet brought back returns (step 1: its prompt and one more block): restored
+/// from a lower tier or recomputed. A return is checked against everything sent after its session was parked, so
+/// the checkpoints (each ≈ 6 % more sessions parked since the one checked than the last) bracket the tiers'
+/// capacity to ≈ 6 %. `None` when the
+/// GPU holds more than [`MAX_PARKED_SESSIONS`] less 8 such sessions.
+pub fn plan_returns(max_prompt_tokens: u32, gpu_kv_tokens: u64) -> Option<TraceWorkload> {
+    let bt = RETURN_BLOCK_TOKENS;
+    let blocks = (max_prompt_tokens / 2 / bt).max(2);
+    let session_tokens = u64::from(blocks * bt);
+    // Too large a GPU cache to outgrow within the phase: no phase.
+    let first = u32::try_from(gpu_kv_tokens / session_tokens + 2)
+        .ok()
+        .filter(|&f| f + 8 <= MAX_PARKED_SESSIONS)?;
+    let content = |k: u32, j: u32| (u64::from(k) + 1) << 24 | u64::from(j);
+    let mut requests: Vec<TraceRequest> = Vec::new();
+    let push = |r: TraceRequest, requests: &mut Vec<TraceRequest>| {
+        let after = requests
+            .len()
+            .checked_sub(1)
+            .map(|i| vec![i as u32])
+            .unwrap_or_default();
+        requests.push(TraceRequest { after, ..r });
+    };
+    let park = |k: u32| TraceRequest {
+        arrival_ms: 0.0,
+        shared_prefix_tokens: 0,
+        unique_prompt_tokens: blocks * bt,
+        output_tokens: 2,
+        hash_ids: (0..blocks).map(|j| content(k, j)).collect(),
+        after: Vec::new(),
+        delay_ms: 0.0,
+        session: Some(k),
+    };
+    let (mut parked, mut returned, mut next_check) = (0u32, 0u32, first);
+    while parked < MAX_PARKED_SESSIONS {
+        push(park(parked), &mut requests);
+        parked += 1;
+        if parked >= next_check && returned < parked {
+            let mut ids: Vec<u64> = (0..blocks).map(|j| content(returned, j)).collect();
+            ids.push(content(returned, blocks));
+            push(
+                TraceRequest {
+                    unique_prompt_tokens: (blocks + 1) * bt,
+                    hash_ids: ids,
+                    ..park(returned)
+                },
+                &mut requests,
+            );
+            // The sessions parked from the oldest one still out (what a return is checked against) grow by 6 %
+            // (at least one) from one checkpoint to the next.
+            let checked = parked - returned;
+            returned += 1;
+            next_check = returned + (checked + 1).max((f64::from(checked) * 1.06).ceil() as u32);
+        }
+    }
+    Some(TraceWorkload {
+        block_size: Some(bt),
+        ..TraceWorkload::inline(requests)
+    })
 }
 
 /// What the fit may assume beyond the records.
@@ -276,6 +377,10 @@ pub struct FitOptions {
     pub prefill_kv: Option<bool>,
     /// Leave `reply_cached_share` as the limits have it instead of measuring it from session steps.
     pub reply_share_off: bool,
+    /// Restore speed of a tier found from returns whose own speed could not be measured (the flag's), tokens/ms.
+    pub tier_restore_tokens_per_ms: Option<f64>,
+    /// Write no tier found from returns (`calibrate --tiers off`).
+    pub tiers_off: bool,
 }
 
 /// A fitted coefficient.
@@ -351,6 +456,10 @@ pub struct Fit {
     /// factors the data identified; absent without a deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment_fit: Option<Transfer>,
+    /// The prefix-cache tiers below the GPU's: how they were found (returns after eviction, flags), with the
+    /// observations; absent when the records were not looked at for them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tiers: Option<tiers::TierFit>,
 }
 
 /// Least observations per stage.
@@ -932,6 +1041,40 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         });
     }
 
+    // Sessions that came back after their KV left the GPU: their TTFT holds a restore (or a recompute) that the
+    // prefill stage does not model; the restored ones are kept aside for the tier fit.
+    let gpu = {
+        let (blocks, bs, seqs, sched) = opts
+            .limits
+            .as_ref()
+            .map_or((1_000_000, 16, 256, Default::default()), |l| {
+                (l.num_kv_blocks, l.block_size, l.max_num_seqs, l.scheduler)
+            });
+        tiers::Gpu {
+            kv_tokens: blocks * u64::from(bs),
+            slots: (sched == crate::engine::profile::Scheduler::LlamaCpp).then_some(u64::from(seqs)),
+        }
+    };
+    let returns = tiers::find_returns(records, gpu);
+    let mut aside: Vec<PrefillObs> = Vec::new();
+    {
+        let set: std::collections::BTreeSet<usize> = returns
+            .iter()
+            .filter(|r| r.outcome != "recomputed")
+            .map(|r| r.index)
+            .collect();
+        let mut kept = Vec::with_capacity(pre.len());
+        for p in pre.drain(..) {
+            if set.contains(&p.index) {
+                unused_prefill[p.index] = Some("a session's return after eviction (the tier fit uses it)".into());
+                aside.push(p);
+            } else {
+                kept.push(p);
+            }
+        }
+        pre = kept;
+    }
+
     // Stage 1: decode.
     if dec.len() < MIN_DECODE_REQUESTS {
         return Err(CalibrateError::Unfit {
@@ -1120,6 +1263,22 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         ));
         prefill_fixed = 0.0;
     }
+    // The tiers below the GPU's.
+    let tier_fit = {
+        let warm = |index: usize| {
+            aside.iter().find(|p| p.index == index).map(|p| {
+                let (chunks, ctx) = chunked(p);
+                dot(
+                    &[chunks, p.new, (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0],
+                    &pb,
+                ) + kc * ctx
+            })
+        };
+        let mut ttfts_sorted = ttfts.clone();
+        let noise = prefill.relative_mad * median(&mut ttfts_sorted);
+        let bs = opts.limits.as_ref().map_or(16, |l| l.block_size);
+        tiers::fit_tier(returns, records, gpu, bs, warm, noise)
+    };
     // Stage 3: prefills beside other sequences' KV.
     let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) = fit_beside(
         &beside,
@@ -1184,6 +1343,29 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     profile.prefill_fixed_ms = prefill_fixed;
     profile.prefill_ctx_ms_per_ktok = pb[2];
     profile.prefill_batch_kv_ms_per_ktok = pkv;
+    let mut tier_fit = tier_fit;
+    if profile.host_cache.is_some() || !profile.kv_tiers.is_empty() {
+        tier_fit.source = "flags".into();
+        tier_fit
+            .notes
+            .push("the profile's tiers were given (flags): written as given, the measurement above is not used".into());
+    } else if opts.tiers_off {
+        tier_fit.notes.push("tiers: off as asked, none written".into());
+    } else if let (Some(cap), Some(rate)) = (tier_fit.capacity_tokens, tier_fit.restore_tokens_per_ms) {
+        profile.host_cache = Some(crate::engine::profile::HostCache {
+            capacity_tokens: cap,
+            restore_tokens_per_ms: rate.min(1e9),
+        });
+    } else if let (Some(cap), Some(rate)) = (tier_fit.capacity_tokens, opts.tier_restore_tokens_per_ms) {
+        tier_fit.restore_tokens_per_ms = Some(rate);
+        tier_fit
+            .notes
+            .push(format!("restore speed: {rate} tokens/ms as given (not measured)"));
+        profile.host_cache = Some(crate::engine::profile::HostCache {
+            capacity_tokens: cap,
+            restore_tokens_per_ms: rate,
+        });
+    }
     if opts.reply_share_off {
         notes.push("reply_cached_share: not measured, as asked".into());
     } else if let Some(share) = reply_share(records, profile.block_size, &mut notes) {
@@ -1249,6 +1431,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         notes,
         method,
         deployment_fit: None,
+        tiers: Some(tier_fit),
     })
 }
 

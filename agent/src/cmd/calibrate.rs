@@ -86,9 +86,16 @@ pub struct Args {
     /// nor fits it (the probe of before), `on` keeps it wherever identified.
     #[arg(long, value_enum, default_value_t = Choice::Auto)]
     pub prefill_kv: Choice,
-    /// Restore speed of the host tier, tokens/ms (with `--host-cache-tokens`).
-    #[arg(long, default_value_t = 100.0)]
-    pub host_restore_tok_per_ms: f64,
+    /// Restore speed of the host tier, tokens/ms: with `--host-cache-tokens` (default 100), or for a tier the
+    /// probe found whose speed it could not measure.
+    #[arg(long)]
+    pub host_restore_tok_per_ms: Option<f64>,
+    /// Prefix-cache tiers below the GPU's (llama.cpp `--cache-ram`, vLLM CPU offload, LMCache, SGLang HiCache):
+    /// `auto` probes sessions brought back after their KV was evicted (the `returns` phase) and writes the tier
+    /// found as `host_cache`, and looks for such returns in `--from` records; `off` neither probes nor writes one.
+    /// `--host-cache-tokens` overrides.
+    #[arg(long, value_enum, default_value_t = TiersChoice::Auto)]
+    pub tiers: TiersChoice,
     /// How the server fills a step, written as the profile's `scheduler`: `auto` takes `llama-cpp` when the
     /// server answers llama.cpp's `/props`, else `vllm`.
     #[arg(long, value_enum, default_value_t = SchedulerChoice::Auto)]
@@ -103,6 +110,13 @@ pub struct Args {
     /// (what the server said fills the limits the file leaves out; `fit.json`'s `deployment_fit` says which).
     #[arg(long, value_name = "FILE")]
     pub deployment: Option<PathBuf>,
+}
+
+/// `--tiers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TiersChoice {
+    Auto,
+    Off,
 }
 
 /// `--reply-share`.
@@ -285,7 +299,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
         prefill_batch_kv_ms_per_ktok: 0.0,
         host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
             capacity_tokens,
-            restore_tokens_per_ms: a.host_restore_tok_per_ms,
+            restore_tokens_per_ms: a.host_restore_tok_per_ms.unwrap_or(100.0),
         }),
         kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
@@ -328,6 +342,9 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         decode_output_tokens: a.decode_tokens,
         prefill_kv: a.prefill_kv != Choice::Off,
         conversation: a.reply_share == ReplyChoice::Auto,
+        // The parked sessions must outgrow the GPU's KV (llama.cpp: every slot's context).
+        returns: (a.tiers == TiersChoice::Auto && a.host_cache_tokens.is_none())
+            .then(|| limits_p.num_kv_blocks.saturating_mul(u64::from(limits_p.block_size))),
     };
     let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = a.out.join("probe");
@@ -359,18 +376,21 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         target.dialect = dialect;
         target.api_key = a.api_key.clone();
         let out = dir.join(format!("{i:02}-{}.jsonl", ph.name));
-        let traffic = match &ph.conversation {
-            // Sessions keep starting for the phase's time, then the ones in flight finish within its grace.
-            Some(w) => Traffic::Sessions(shared::workload::SessionWorkload {
-                duration_s: share * 0.8,
-                drain: true,
-                drain_grace_s: share * 0.2,
-                ..w.clone()
-            }),
-            None => Traffic::Closed {
-                requests,
-                users: ph.users,
-                think_s: 0.0,
+        let traffic = match (&ph.conversation, &ph.trace) {
+            (None, Some(t)) => Traffic::Trace(std::sync::Arc::new(t.clone())),
+            (c, _) => match c {
+                // Sessions keep starting for the phase's time, then the ones in flight finish within its grace.
+                Some(w) => Traffic::Sessions(shared::workload::SessionWorkload {
+                    duration_s: share * 0.8,
+                    drain: true,
+                    drain_grace_s: share * 0.2,
+                    ..w.clone()
+                }),
+                None => Traffic::Closed {
+                    requests,
+                    users: ph.users,
+                    think_s: 0.0,
+                },
             },
         };
         let mut s = ReplaySettings::new(
@@ -793,6 +813,8 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
             batch_kv,
             prefill_kv,
             reply_share_off: a.reply_share == ReplyChoice::Off,
+            tier_restore_tokens_per_ms: a.host_restore_tok_per_ms,
+            tiers_off: a.tiers == TiersChoice::Off,
         },
     )
     .map_err(|e| {
