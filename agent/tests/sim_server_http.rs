@@ -232,6 +232,25 @@ async fn bad_requests_are_400() {
     );
 }
 
+/// A request beyond the profile's context (`max_model_len`: prompt + output) is refused before it starts, with
+/// HTTP 400 and vLLM's message, as vLLM refuses it; one that fits is served.
+#[tokio::test]
+async fn a_request_beyond_the_context_is_400() {
+    let mut profile = loadshape::sim_server::default_profile();
+    profile.max_model_len = Some(100);
+    let app = router(Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(profile),
+        ..fast()
+    });
+    let long = "word ".repeat(120);
+    let (status, body) = call(&app, "/v1/completions", stream_req(&long, 8)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body:?}");
+    let body = body.unwrap_or_default();
+    assert!(body.contains("maximum context length is 100 tokens"), "{body}");
+    let (status, _) = call(&app, "/v1/completions", stream_req("a few words", 8)).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 /// Sampling fields a real server checks are checked here too, each named in the 400 (before, `n` and `best_of`
 /// of 1e9 and a temperature of -1 were accepted silently); ordinary values pass.
 #[tokio::test]

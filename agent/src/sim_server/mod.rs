@@ -502,6 +502,20 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     (0..out_tokens).for_each(|i| tokenize::gen_token_ids(n, i, st.tokens_per_piece, &mut tokens));
     let blocks = shared::engine::PromptBlocks::from_tokens(&tokens, st.engine.block_size as u32).block_hashes;
     drop(tokens);
+    // Beyond the context: refused before it starts, as vLLM refuses it (HTTP 400, its message).
+    if let Some(len) = st.engine.max_model_len
+        && u64::from(prompt_tokens) + u64::from(out_tokens) > len
+    {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "This model's maximum context length is {len} tokens. However, you requested {} tokens ({prompt_tokens} \
+                 in the messages, {out_tokens} in the completion). Please reduce the length of the messages or \
+                 completion.",
+                u64::from(prompt_tokens) + u64::from(out_tokens)
+            ),
+        );
+    }
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };
