@@ -249,6 +249,16 @@ async fn a_request_beyond_the_context_is_400() {
     assert!(body.contains("maximum context length is 100 tokens"), "{body}");
     let (status, _) = call(&app, "/v1/completions", stream_req("a few words", 8)).await;
     assert_eq!(status, StatusCode::OK);
+    // At the default profile's context (432,000 tokens): a body far past axum's 2 MB default is read, and refused
+    // for its context.
+    let app = router(fast());
+    let (status, body) = call(&app, "/v1/completions", stream_req(&"word ".repeat(440_000), 8)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body:?}");
+    assert!(
+        body.unwrap_or_default()
+            .contains("maximum context length is 432000 tokens"),
+        "refused for its context"
+    );
 }
 
 /// Sampling fields a real server checks are checked here too, each named in the 400 (before, `n` and `best_of`

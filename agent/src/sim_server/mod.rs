@@ -198,6 +198,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
     };
     Ok(router
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state))
 }
 
@@ -237,6 +238,10 @@ pub async fn serve(
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a client may take to send a request's body once its headers are in; then the request fails with 400.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest request body read (axum's default, 2 MB, is shorter than a prompt at the default profile's context,
+/// 432,000 tokens: such a request was refused as too large a body instead of for its context, as vLLM refuses it).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// `axum::serve` with [`HEADER_READ_TIMEOUT`]: axum's own loop sets no timer on hyper's HTTP/1 connections, so a
 /// client that sends half a header held its connection for as long as it liked (400 such sockets stayed open for
