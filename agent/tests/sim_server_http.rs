@@ -395,7 +395,7 @@ async fn fault_stall_and_drop() {
 }
 
 /// `/tokenize` answers llama.cpp's and vLLM's bodies with the count `usage.prompt_tokens` reports, scaled by
-/// `tokens_per_piece`; `no_tokenize` leaves the route out (404), like a server without one.
+/// `tokens_per_piece` (vLLM's with the engine's `max_model_len`); `no_tokenize` leaves the route out (404), like a server without one.
 #[tokio::test]
 async fn tokenize_route_in_both_shapes() {
     let text = "def resolve(self, name): return entry.load()";
@@ -413,6 +413,8 @@ async fn tokenize_route_in_both_shapes() {
     assert_eq!(s, StatusCode::OK);
     let v: Value = serde_json::from_str(&body.unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["count"], 3 * n as u64, "{v}");
+    // vLLM's shape says the context the engine refuses requests beyond (the default profile's KV capacity).
+    assert_eq!(v["max_model_len"], 27_000 * 16, "{v}");
     let (s, body) = call(
         &dense,
         "/v1/completions",

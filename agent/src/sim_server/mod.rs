@@ -215,7 +215,10 @@ async fn tokenize_route(State(st): State<Arc<AppState>>, body: Bytes) -> Respons
     }
     if let Some(text) = v.get("prompt").and_then(serde_json::Value::as_str) {
         let tokens = tokenize::tokenize_with(text, st.tokens_per_piece);
-        return axum::Json(json!({"count": tokens.len(), "max_model_len": u32::MAX, "tokens": tokens})).into_response();
+        // The context the engine refuses requests beyond (`u32::MAX` for an engine without one).
+        let max_model_len = st.engine.max_model_len.unwrap_or(u64::from(u32::MAX));
+        return axum::Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens}))
+            .into_response();
     }
     error_response(
         StatusCode::BAD_REQUEST,
