@@ -84,7 +84,7 @@ fn predict_sets_simulated_beside_live() {
     // Seed 7 with the profile IS run 7: every error is 0 (to the last bits the JSONL records' decimals keep),
     // under the scoring module's names.
     let errors = v["errors"].as_object().unwrap_or_else(|| panic!("{v}"));
-    assert_eq!(errors.len(), 12, "{v}");
+    assert_eq!(errors.len(), shared::predict::FIELDS.len(), "{v}");
     for (f, e) in errors {
         assert!(e.as_f64().is_some_and(|e| e.abs() < 1e-12), "{f}: {e}");
     }
@@ -367,7 +367,8 @@ fn predict_with_a_deployment_and_a_what_if() {
         tpot(&b200),
         tpot(&h100)
     );
-    // Both or neither of --profile and --deployment: refused; a bad deployment names the field.
+    // Both --profile and --deployment: refused (neither: the scenario's own profile); a bad deployment names the
+    // field.
     let pf = d.join("profile.json");
     write(&pf, &profile());
     let path = d.join("h100-sxm.json");
@@ -376,8 +377,8 @@ fn predict_with_a_deployment_and_a_what_if() {
         None,
     );
     assert!(!o.status.success());
-    let o = loadshape(&["predict", s(&sc)], None);
-    assert!(!o.status.success());
+    let o = loadshape(&["predict", s(&sc), "--seeds", "1"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut bad = dep("h100-sxm");
     bad["efficiency"]["mfu"] = json!(1.5);
     write(&path, &bad);
@@ -386,5 +387,79 @@ fn predict_with_a_deployment_and_a_what_if() {
     assert!(
         !o.status.success() && err.contains("h100-sxm.json") && err.contains("efficiency.mfu"),
         "{err}"
+    );
+}
+
+/// Without `--profile` or `--deployment`, predict takes the scenario's own profile: the scenario's run of its own
+/// seed compares with an error of 0 in every field. Both flags at once are refused.
+#[test]
+fn predict_without_a_profile_uses_the_scenarios_own() {
+    let d = dir("own");
+    let (sc, rec) = (d.join("sc.json"), d.join("run.jsonl"));
+    write(&sc, &scenario(7, profile()));
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = loadshape(
+        &["predict", s(&sc), "--against", s(&rec), "--seeds", "2", "--json"],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["profile"], Value::Null);
+    let errors = v["errors"].as_object().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(errors.len(), shared::predict::FIELDS.len(), "{v}");
+    for (f, e) in errors {
+        assert!(e.as_f64().is_some_and(|e| e.abs() < 1e-12), "{f}: {e}");
+    }
+    // The table rows are the errors' fields, in order, with the same numbers.
+    let table = v["table"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(table.len(), shared::predict::FIELDS.len());
+    assert_eq!(table[0]["field"], "ttft_p50_ms");
+    assert_eq!(table[0]["error"], errors["ttft_p50_ms"]);
+    assert_eq!(table[0]["simulated"], v["simulated"]["ttft_p50_ms"]);
+    let pf = d.join("profile.json");
+    write(&pf, &profile());
+    let o = loadshape(&["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&pf)], None);
+    assert!(!o.status.success(), "both flags accepted");
+}
+
+/// Sessions whose context outgrows `max_model_len` (4,000 prompt tokens, 564 more a step, 64 out, 6,000 at most):
+/// each fails at step 4 of 6, and its step 5 is never sent. `report` counts both and shows the first error, in text and JSON.
+#[test]
+fn report_shows_failed_and_never_sent_requests_and_the_first_error() {
+    let d = dir("fail");
+    let (sc, rec) = (d.join("sc.json"), d.join("run.jsonl"));
+    let mut p = profile();
+    p["max_model_len"] = json!(6000);
+    write(
+        &sc,
+        &json!({"model": "engine", "seed": 3, "counterfactuals": false,
+                "workload": {"kind": "sessions", "sessions": 2, "steps": 6, "base_tokens": 4000, "gen_tokens": 64,
+                             "tool_tokens": 500, "think_s": 0.0, "stagger_s": 0.0, "respawn": false,
+                             "dist": "uniform", "spread": 0.0, "duration_s": 60.0, "task_tokens": 0},
+                "profile": p, "slo": {"ttft_ms": 500.0, "tpot_ms": 50.0}}),
+    );
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = loadshape(&["report", s(&rec), "--json"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let f = &v["failures"];
+    assert_eq!(f["failed"], 2, "{v}");
+    assert_eq!(f["never_sent"], 2, "{v}");
+    assert_eq!(f["planned"], 12, "{v}");
+    let first = f["first_error"].as_str().unwrap_or_default().to_string();
+    assert!(first.contains("exceed max_model_len 6000"), "{first}");
+    let o = loadshape(&["report", s(&rec)], None);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("Failed requests:") && text.contains("First error:"),
+        "{text}"
+    );
+    assert!(text.contains(&first), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("Never sent (session ended on an error):") && l.ends_with(" 2 of 12 planned")),
+        "{text}"
     );
 }

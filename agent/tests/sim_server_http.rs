@@ -232,6 +232,35 @@ async fn bad_requests_are_400() {
     );
 }
 
+/// A request beyond the profile's context (`max_model_len`: prompt + output) is refused before it starts, with
+/// HTTP 400 and vLLM's message, as vLLM refuses it; one that fits is served.
+#[tokio::test]
+async fn a_request_beyond_the_context_is_400() {
+    let mut profile = loadshape::sim_server::default_profile();
+    profile.max_model_len = Some(100);
+    let app = router(Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(profile),
+        ..fast()
+    });
+    let long = "word ".repeat(120);
+    let (status, body) = call(&app, "/v1/completions", stream_req(&long, 8)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body:?}");
+    let body = body.unwrap_or_default();
+    assert!(body.contains("maximum context length is 100 tokens"), "{body}");
+    let (status, _) = call(&app, "/v1/completions", stream_req("a few words", 8)).await;
+    assert_eq!(status, StatusCode::OK);
+    // At the default profile's context (432,000 tokens): a body far past axum's 2 MB default is read, and refused
+    // for its context.
+    let app = router(fast());
+    let (status, body) = call(&app, "/v1/completions", stream_req(&"word ".repeat(440_000), 8)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body:?}");
+    assert!(
+        body.unwrap_or_default()
+            .contains("maximum context length is 432000 tokens"),
+        "refused for its context"
+    );
+}
+
 /// Sampling fields a real server checks are checked here too, each named in the 400 (before, `n` and `best_of`
 /// of 1e9 and a temperature of -1 were accepted silently); ordinary values pass.
 #[tokio::test]
@@ -366,7 +395,7 @@ async fn fault_stall_and_drop() {
 }
 
 /// `/tokenize` answers llama.cpp's and vLLM's bodies with the count `usage.prompt_tokens` reports, scaled by
-/// `tokens_per_piece`; `no_tokenize` leaves the route out (404), like a server without one.
+/// `tokens_per_piece` (vLLM's with the engine's `max_model_len`); `no_tokenize` leaves the route out (404), like a server without one.
 #[tokio::test]
 async fn tokenize_route_in_both_shapes() {
     let text = "def resolve(self, name): return entry.load()";
@@ -384,6 +413,8 @@ async fn tokenize_route_in_both_shapes() {
     assert_eq!(s, StatusCode::OK);
     let v: Value = serde_json::from_str(&body.unwrap_or_else(|e| panic!("{e}"))).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["count"], 3 * n as u64, "{v}");
+    // vLLM's shape says the context the engine refuses requests beyond (the default profile's KV capacity).
+    assert_eq!(v["max_model_len"], 27_000 * 16, "{v}");
     let (s, body) = call(
         &dense,
         "/v1/completions",

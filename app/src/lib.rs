@@ -28,6 +28,7 @@ pub mod fmt;
 pub mod ladder_panel;
 pub mod live;
 pub mod metric;
+pub mod numbers;
 pub mod offload;
 pub mod seed_band;
 pub mod seed_panel;

@@ -479,9 +479,98 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             match f.done {
                 Done::Outcome(Ok(o)) => simulated.set(Some(Arc::new(o))),
                 Done::Outcome(Err(e)) => sim_error.set(Some(format!("No simulated overlay: {e}"))),
-                Done::Point(_) | Done::Capacity(_) | Done::Band(_) => {}
+                Done::Point(_) | Done::Capacity(_) | Done::Band(_) | Done::Predicted(_) => {}
             }
         });
+    });
+
+    // The numbers table's simulated side (`predict`'s: the scenario over its seeds), over the live run's window:
+    // `predict`'s for a run that has ended or a file (the shortest cut window, else the whole run), the overlay's
+    // while the run is going.
+    let predicted = RwSignal::new(None::<crate::numbers::Predicted>);
+    let numbers_note = RwSignal::new(None::<String>);
+    let numbers_generation = StoredValue::new(0u64);
+    let table_window = Memo::new(move |_| {
+        let running = matches!(live.source.get(), Some(Source::Run(r)) if r.state == RunState::Running);
+        live.records.with(|r| {
+            if running {
+                overlay_window(Some(RunState::Running), r).map(|(end, _)| end)
+            } else {
+                shared::predict::window_of([r.as_slice()])
+            }
+        })
+    });
+    let has_records = Memo::new(move |_| live.records.with(|r| !r.is_empty()));
+    Effect::new(move |_| {
+        let generation = offload::new_generation();
+        numbers_generation.set_value(generation);
+        offload::supersede(Lane::Numbers, generation);
+        let json = live.scenario.get();
+        let window = table_window.get();
+        numbers_note.set(None);
+        if !has_records.get() {
+            predicted.set(None);
+            return;
+        }
+        let Some(sc) = json.and_then(|v| Scenario::from_value(v).ok()) else {
+            predicted.set(None);
+            numbers_note.set(Some("No simulated side: the run's scenario is not known.".into()));
+            return;
+        };
+        if !matches!(sc, Scenario::Engine(_)) {
+            predicted.set(None);
+            numbers_note.set(Some(
+                "No simulated side: the seed model is simulated once, without seeds.".into(),
+            ));
+            return;
+        }
+        if crate::compute::records_of(&sc) > crate::numbers::MAX_TABLE_RECORDS {
+            predicted.set(None);
+            numbers_note.set(Some(format!(
+                "No simulated side: above {} requests the page does not simulate {} seeds.",
+                crate::numbers::MAX_TABLE_RECORDS,
+                shared::predict::DEFAULT_SEEDS
+            )));
+            return;
+        }
+        let size = crate::compute::size_of(&sc) * f64::from(shared::predict::DEFAULT_SEEDS);
+        offload::submit(
+            Lane::Numbers,
+            generation,
+            size,
+            Job::Predict(sc.to_value(), window),
+            move |f| {
+                if numbers_generation.try_get_value() != Some(generation) {
+                    return;
+                }
+                match f.done {
+                    Done::Predicted(Ok(p)) => predicted.set(Some(p)),
+                    Done::Predicted(Err(e)) => numbers_note.set(Some(format!("No simulated side: {e}"))),
+                    _ => {}
+                }
+            },
+        );
+    });
+    let failures = Memo::new(move |_| live.records.with(|r| shared::metrics::failures(r)));
+
+    // Before launch: the plan against the target's context, as the scenario's profile gives it (`max_model_len`,
+    // which a calibrated profile carries; else its KV capacity). The explorer's simulation of the same scenario
+    // refuses the requests beyond it, as the server will.
+    let plan_warning = Memo::new(move |_| {
+        let Some(Scenario::Engine(e)) = Scenario::from_value(ex.json.get()).ok() else {
+            return None;
+        };
+        let o = ex.outcome.get()?;
+        let failed = o.get("failed")? as u64;
+        let sent = failed + o.get("completed")? as u64;
+        (failed > 0).then(|| {
+            format!(
+                "{failed} of {sent} simulated requests exceed the context the profile gives the target ({} tokens, \
+                 prompt + output): a server refuses them, and a refused request ends its session (its later steps \
+                 are never sent).",
+                e.profile.model_len()
+            )
+        })
     });
 
     view! {
@@ -514,6 +603,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         </select>
                     </label>
                     <p class="faint small">"Runs the explorer's current scenario. Targets are the ones the agent's operator configured."</p>
+                    {move || plan_warning.get().map(|w| view! { <p class="callout warn small" data-plan-warning="">{w}</p> })}
                     <div class="actions">
                         <button class="btn primary" data-action="launch" on:click=launch disabled=running>"Launch"</button>
                         <button class="btn danger" data-action="stop" on:click=stop disabled=move || !running()>"Stop"</button>
@@ -575,7 +665,11 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                 <LiveCapacityCard capacity=live.capacity/>
                 // A capacity search keeps its records per level: the replay's summary, overlay and fit do not apply.
                 <Show when=move || !live.source.with(|s| matches!(s, Some(Source::Run(r)) if r.kind == RunKind::Capacity))>
-                    <LiveSummary summary=summary/>
+                    <LiveSummary summary=summary failures=failures/>
+                    <crate::numbers::FailureLine failures=failures/>
+                    <Show when=move || has_records.get()>
+                        <crate::numbers::NumbersTable predicted=predicted.into() live=summary note=numbers_note.into()/>
+                    </Show>
                     {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
                     {move || simulated.get().map(|o| view! {
                         <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
@@ -653,7 +747,7 @@ const LIVE_HEADLINE: [(&str, &str); 10] = [
 ];
 
 #[component]
-fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
+fn LiveSummary(summary: Memo<Option<Summary>>, failures: Memo<shared::metrics::Failures>) -> impl IntoView {
     view! {
         {move || {
             let s = summary.get()?;
@@ -677,6 +771,27 @@ fn LiveSummary(summary: Memo<Option<Summary>>) -> impl IntoView {
                             })
                         })
                         .collect_view()}
+                    {move || {
+                        let f = failures.get();
+                        let bad = f.failed > 0;
+                        let unsent = f.never_sent > 0;
+                        view! {
+                            <div class="stat" class:bad=bad>
+                                <div class="label">"Failed"</div>
+                                <div class="value">
+                                    <span class="metric-value" data-metric="failed_requests" data-value=f.failed.to_string()>{f.failed.to_string()}</span>
+                                    <span class="unit">{if f.cut > 0 { format!("+ {} cut", f.cut) } else { String::new() }}</span>
+                                </div>
+                            </div>
+                            <div class="stat" class:bad=unsent>
+                                <div class="label">"Never sent"</div>
+                                <div class="value">
+                                    <span class="metric-value" data-metric="never_sent" data-value=f.never_sent.to_string()>{f.never_sent.to_string()}</span>
+                                    <span class="unit">{format!("of {} planned", f.planned)}</span>
+                                </div>
+                            </div>
+                        }
+                    }}
                 </div>
             })
         }}

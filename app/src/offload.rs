@@ -34,6 +34,8 @@ pub enum Lane {
     Live = 1,
     /// The live panel's prediction with a fitted profile ([`crate::fit_panel`]).
     Fit = 2,
+    /// The live panel's numbers table ([`crate::numbers`]).
+    Numbers = 3,
 }
 
 /// A finished job.
@@ -91,7 +93,7 @@ struct Pool {
     queue: VecDeque<Pending>,
     /// The job being computed, with `performance.now()` when it was sent.
     in_flight: Option<(Pending, f64)>,
-    latest: [u64; 3],
+    latest: [u64; 4],
     next_id: u32,
     crashes: u32,
     /// The worker's script URL, revoked once it started.
@@ -108,7 +110,7 @@ thread_local! {
         epoch: 0,
         queue: VecDeque::new(),
         in_flight: None,
-        latest: [0; 3],
+        latest: [0; 4],
         next_id: 1,
         crashes: 0,
         script_url: None,

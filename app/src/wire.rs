@@ -29,6 +29,9 @@ pub enum Job {
     Capacity(#[serde(with = "json_tree")] Value),
     /// The seed band of an engine scenario's CDFs ([`crate::seed_band::seed_band`]).
     SeedBand(#[serde(with = "json_tree")] Value),
+    /// The live numbers table's simulated side ([`crate::numbers::predicted`]): the scenario over its seeds, scored
+    /// over the live run's window (its end, s; `None`: the whole run).
+    Predict(#[serde(with = "json_tree")] Value, Option<f64>),
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -107,6 +110,7 @@ pub enum Done {
     Point(Option<SweepPoint>),
     Capacity(Result<crate::capacity_view::CapacityView, String>),
     Band(Result<crate::seed_band::SeedBand, String>),
+    Predicted(Result<crate::numbers::Predicted, String>),
 }
 
 impl Job {
@@ -146,6 +150,11 @@ impl Job {
                     .map_err(|e| e.to_string())
                     .and_then(|sc| crate::seed_band::seed_band(&sc)),
             ),
+            Job::Predict(v, window_s) => Done::Predicted(
+                Scenario::from_value(v.clone())
+                    .map_err(|e| e.to_string())
+                    .and_then(|sc| crate::numbers::predicted(&sc, *window_s)),
+            ),
         }
     }
 
@@ -156,6 +165,7 @@ impl Job {
             Job::SweepPoint(_) => Done::Point(None),
             Job::Capacity(_) => Done::Capacity(Err(why.to_string())),
             Job::SeedBand(_) => Done::Band(Err(why.to_string())),
+            Job::Predict(..) => Done::Predicted(Err(why.to_string())),
         }
     }
 }
@@ -311,6 +321,12 @@ mod tests {
                 ttft: vec![(0.01, 0.1 + 0.2, 1e300), (0.99, f64::MIN_POSITIVE, 3.0)],
                 tpot: Vec::new(),
             })),
+            Done::Predicted(Ok(crate::numbers::Predicted {
+                seeds: vec![7, 8],
+                values: vec![vec![Some(0.1 + 0.2), None], vec![Some(f64::MIN_POSITIVE), Some(1e300)]],
+                window_s: Some(12.5),
+            })),
+            Done::Predicted(Err("the seed model is simulated once, without seeds".into())),
         ] {
             assert_eq!(
                 decode_done(&encode_done(9, 0.0, 4294967296.0, &done)),

@@ -18,6 +18,7 @@ pub mod ladder;
 pub mod link;
 pub mod metrics;
 pub mod order;
+pub mod predict;
 pub mod presets;
 pub mod protocol;
 pub mod pyrand;

@@ -883,6 +883,66 @@ pub enum RecordOutcome {
     Failed,
 }
 
+/// What failed in a run, for the cards and the report: requests that failed (not cut by the run's end), cut ones,
+/// and the session steps that were never sent because their session ended on a failed request (a session's
+/// next step is sent only after its request completes, live and simulated alike: one refused request, e.g. a
+/// prompt beyond the server's context, ends the session).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failures {
+    /// Records that failed ([`RecordOutcome::Failed`]).
+    pub failed: u64,
+    /// Records cut by the end of the run ([`RecordOutcome::Cut`]).
+    pub cut: u64,
+    /// Planned steps of the sessions that ended on a failed request, after it: never sent.
+    pub never_sent: u64,
+    /// The requests the started sessions planned: the records plus `never_sent`.
+    pub planned: u64,
+    /// The earliest submitted failed request's error text.
+    pub first_error: Option<String>,
+}
+
+/// [`Failures`] of a run's records. A session instance (`session`, `inst`) whose last record (by `step`) failed
+/// planned `steps_asked` steps: those after the failed one were never sent.
+pub fn failures(records: &[RequestRecord]) -> Failures {
+    let mut f = Failures::default();
+    let mut last: FxHashMap<(u64, u32), &RequestRecord> = FxHashMap::default();
+    let mut first: Option<&RequestRecord> = None;
+    for r in records {
+        match outcome_of(r) {
+            RecordOutcome::Completed => {}
+            RecordOutcome::Cut => f.cut += 1,
+            RecordOutcome::Failed => {
+                f.failed += 1;
+                if first.is_none_or(|e| r.t_submit < e.t_submit) {
+                    first = Some(r);
+                }
+            }
+        }
+        let e = last.entry((r.session, r.inst)).or_insert(r);
+        if r.step > e.step {
+            *e = r;
+        }
+    }
+    f.never_sent = last
+        .values()
+        .filter(|r| outcome_of(r) == RecordOutcome::Failed)
+        .map(|r| u64::from(r.steps_asked.saturating_sub(r.step + 1)))
+        .sum();
+    f.planned = records.len() as u64 + f.never_sent;
+    f.first_error = first.map(|r| r.error.clone().unwrap_or_else(|| "failed (no error text)".to_string()));
+    f
+}
+
+/// The sentence that explains the gap between planned and sent requests, when there is one.
+pub fn never_sent_text(f: &Failures) -> Option<String> {
+    (f.never_sent > 0).then(|| {
+        format!(
+            "{} of {} planned requests never sent (the session ended on an error)",
+            f.never_sent, f.planned
+        )
+    })
+}
+
 /// Counts a reader of a record file should know about (shown by `summary.json`, `loadshape report` and the text
 /// report).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

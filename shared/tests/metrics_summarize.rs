@@ -1,6 +1,8 @@
 //! `shared::metrics` on small hand-built record sets whose every figure is computed by hand in the comments.
 
-use shared::metrics::{Slo, StepAttainment, nearest_rank_index, percentile_sorted, summarize, timeline};
+use shared::metrics::{
+    Slo, StepAttainment, failures, nearest_rank_index, never_sent_text, percentile_sorted, summarize, timeline,
+};
 use shared::record::{ItlSummary, RequestRecord, UsageSource};
 
 /// A completed request: submitted at `t`, first token after `ttft` s, done after `wall` s, `gen` tokens.
@@ -343,4 +345,37 @@ fn checks_classify_by_the_typed_failure_and_read_old_records_by_their_text() {
     // Of the completed records only `short_missing` lacks its prompt tokens (failed ones are not counted).
     assert_eq!(c.prompt_usage_missing, 1);
     assert_eq!((c.rx_clock_kernel, c.rx_clock_user, c.rx_clock()), (1, 1, "mixed"));
+}
+
+/// Session 0 (4 steps) fails at step 1: steps 2 and 3 were never sent. Session 1 (4 steps) completes step 0 and is
+/// cut at step 1 by the run's end: cut, not failed, and nothing counted as never sent. Session 2 fails at its last
+/// step: nothing after it was planned.
+#[test]
+fn failures_count_failed_cut_and_never_sent_steps() {
+    let four = |r: RequestRecord| RequestRecord { steps_asked: 4, ..r };
+    let mut refused = four(failed(0, 1, 2.0, 0.01));
+    refused.failure = Some(shared::record::FailureKind::HttpStatus);
+    refused.error = Some("HTTP 400: prompt too long".into());
+    let mut cut = four(failed(1, 1, 3.0, 0.5));
+    cut.failure = Some(shared::record::FailureKind::Cut);
+    cut.error = Some("cut: stopped".into());
+    let records = vec![
+        four(rec(0, 0, 0.0, 0.1, 1.0, 10)),
+        four(rec(1, 0, 0.5, 0.1, 1.0, 10)),
+        refused,
+        cut,
+        rec(2, 0, 0.0, 0.1, 1.0, 10),
+        failed(2, 1, 4.0, 0.1),
+    ];
+    let f = failures(&records);
+    assert_eq!((f.failed, f.cut, f.never_sent, f.planned), (2, 1, 2, 8));
+    assert_eq!(f.first_error.as_deref(), Some("HTTP 400: prompt too long"));
+    assert_eq!(
+        never_sent_text(&f).as_deref(),
+        Some("2 of 8 planned requests never sent (the session ended on an error)")
+    );
+    // A run with no failure has nothing to explain.
+    let ok = failures(&records[..2]);
+    assert_eq!(never_sent_text(&ok), None);
+    assert_eq!((ok.failed, ok.never_sent, ok.planned, ok.first_error), (0, 0, 2, None));
 }

@@ -3,9 +3,12 @@
 //!
 //! Run with `loadshape predict scenario.json --profile cal/profile.json [--against run.jsonl ...] [--seeds 10]
 //! [--json]`, or with `--deployment cal/deployment.json` (a deployment with calibrated efficiencies, its model or
-//! GPU edited for a what-if) in place of `--profile`. Every figure comes from `shared::metrics::summarize` (simulated and live alike). `--json` prints
+//! GPU edited for a what-if) in place of `--profile`; with neither, the scenario's own profile (or deployment).
+//! Every figure comes from `shared::metrics::summarize` (simulated and live alike), laid side by side by
+//! `shared::predict::compare`, the function the page's live view calls for its table. `--json` prints
 //! `{"simulated": Summary, "simulated_spread": {field: {min, mean, max}}, "live": Summary, "live_runs": [...],
-//! "live_spread": {...}, "errors": {field: sim/live − 1}, "seeds": [...], "notes": [...]}`.
+//! "live_spread": {...}, "errors": {field: sim/live − 1}, "live_failures": Failures, "table": [Row], "seeds":
+//! [...], "notes": [...]}`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,10 +16,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use shared::deploy::Deployment;
-use shared::engine::{self, SimOptions};
 use shared::metrics::{self, Summary};
+use shared::predict::{FIELDS, Row, Spread};
 use shared::scenario::Scenario;
-use shared::window;
 
 use crate::replay::records::{read_records, skipped_note};
 
@@ -24,8 +26,9 @@ use crate::replay::records::{read_records, skipped_note};
 pub struct Args {
     /// Scenario file (JSON, `"model": "engine"`).
     pub scenario: PathBuf,
-    /// Engine profile JSON (replaces the scenario's `profile`).
-    #[arg(long, required_unless_present = "deployment", conflicts_with = "deployment")]
+    /// Engine profile JSON (replaces the scenario's `profile`). Without it or `--deployment`, the scenario's own
+    /// profile (or deployment).
+    #[arg(long, conflicts_with = "deployment")]
     pub profile: Option<PathBuf>,
     /// Deployment JSON (a model on a GPU with its efficiencies, e.g. `calibrate --deployment`'s
     /// `deployment.json`, edited): its roofline replaces the scenario's `profile`.
@@ -35,45 +38,24 @@ pub struct Args {
     #[arg(long, value_name = "RUN.jsonl")]
     pub against: Vec<PathBuf>,
     /// Seeds to simulate (the scenario's seed, then the next ones): the simulated figures' spread.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = shared::predict::DEFAULT_SEEDS)]
     pub seeds: u32,
     /// Machine-readable JSON.
     #[arg(long)]
     pub json: bool,
 }
 
-/// The compared fields, by `Summary`'s names.
-pub const FIELDS: [&str; 12] = [
-    "ttft_p50_ms",
-    "ttft_p90_ms",
-    "ttft_p99_ms",
-    "tpot_p50_ms",
-    "tpot_p90_ms",
-    "tpot_p99_ms",
-    "e2el_p50_ms",
-    "e2el_p90_ms",
-    "e2el_p99_ms",
-    "cached_share_achieved",
-    "output_throughput_tok_s",
-    "request_throughput_rps",
-];
-
 fn field(s: &Value, name: &str) -> Option<f64> {
     s.get(name).and_then(Value::as_f64).filter(|v| v.is_finite())
 }
 
-/// Per field: min, mean and max over `summaries`.
-fn spread(summaries: &[Value]) -> Value {
+/// Rows' spreads as `{field: {min, mean, max}}`, the field absent where no run has it.
+fn spread_json(rows: &[Row], of: impl Fn(&Row) -> Option<Spread>) -> Value {
     let mut out = serde_json::Map::new();
-    for f in FIELDS {
-        let v: Vec<f64> = summaries.iter().filter_map(|s| field(s, f)).collect();
-        if v.is_empty() {
-            continue;
+    for r in rows {
+        if let Some(sp) = of(r) {
+            out.insert(r.field.clone(), json!(sp));
         }
-        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let mean = v.iter().sum::<f64>() / v.len() as f64;
-        out.insert(f.into(), json!({"min": min, "mean": mean, "max": max}));
     }
     Value::Object(out)
 }
@@ -112,7 +94,8 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
             sc.deployment = Some(d);
             format!("deployment {}", path.display())
         }
-        (None, None) => anyhow::bail!("predict needs --profile FILE or --deployment FILE"),
+        (None, None) if sc.deployment.is_some() => "the scenario's own deployment".to_string(),
+        (None, None) => "the scenario's own profile".to_string(),
     };
     sc.counterfactuals = false;
     sc.validate()
@@ -133,83 +116,64 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         notes.extend(skipped_note(p, &bad));
         live_records.push(records);
     }
-    let window = live_records
-        .iter()
-        .filter(|r| window::was_cut(r))
-        .filter_map(|r| window::covered_s(r))
-        .reduce(f64::min);
+    let window = shared::predict::window_of(live_records.iter().map(Vec::as_slice));
     if let Some(end) = window {
         notes.push(format!(
             "a live run was cut (stopped early or at its deadline): the simulated figures are those of its window, \
              the requests submitted in the first {end:.1} s (running ones cut there, as the live run's were)"
         ));
     }
-    let options = SimOptions {
-        keep_records: window.is_some(),
-        ..SimOptions::SUMMARY
-    };
-    let mut sims = Vec::new();
-    let mut seeds = Vec::new();
-    let mut first: Option<Summary> = None;
-    for i in 0..a.seeds {
-        let mut s = sc.clone();
-        s.seed = sc.seed.wrapping_add(u64::from(i));
-        let mut report = engine::simulate_with(&s, options)
-            .with_context(|| format!("simulating {} with seed {}", a.scenario.display(), s.seed))?;
-        if let Some(end) = window {
-            report.summary = metrics::summarize(&window::clip(&report.records, end, window::InFlight::Cut), &s.slo);
-        }
-        if report.summary.completed == 0 {
-            anyhow::bail!(
-                "the profile does not fit the scenario: none of its {} requests completes (prompt + output above \
-                 the profile's max_model_len {}?)",
-                report.summary.failed,
-                sc.profile.model_len()
-            );
-        }
-        if i == 0 && report.summary.failed > 0 {
-            notes.push(format!(
-                "{} of {} simulated requests do not fit the profile (prompt + output > max_model_len {}): failed",
-                report.summary.failed,
-                report.summary.failed + report.summary.completed,
-                sc.profile.model_len()
-            ));
-        }
-        seeds.push(s.seed);
-        sims.push(serde_json::to_value(&report.summary)?);
-        first.get_or_insert(report.summary);
+    let runs = shared::predict::simulate_seeds(&sc, a.seeds, window)
+        .map_err(|e| anyhow::anyhow!("simulating {}: {e}", a.scenario.display()))?;
+    let (seeds, summaries): (Vec<u64>, Vec<Summary>) = runs.into_iter().unzip();
+    let first = &summaries[0];
+    if first.completed == 0 {
+        anyhow::bail!(
+            "the profile does not fit the scenario: none of its {} requests completes (prompt + output above \
+             the profile's max_model_len {}?)",
+            first.failed,
+            sc.profile.model_len()
+        );
     }
+    if first.failed > 0 {
+        notes.push(format!(
+            "{} of {} simulated requests do not fit the profile (prompt + output > max_model_len {}): failed",
+            first.failed,
+            first.failed + first.completed,
+            sc.profile.model_len()
+        ));
+    }
+    let lives: Vec<Summary> = live_records.iter().map(|r| metrics::summarize(r, &sc.slo)).collect();
+    let rows = shared::predict::compare(
+        &summaries.iter().map(shared::predict::values).collect::<Vec<_>>(),
+        &lives.iter().map(shared::predict::values).collect::<Vec<_>>(),
+    );
     let mut out = json!({
         "scenario": a.scenario.display().to_string(),
         "profile": a.profile.as_ref().map(|p| p.display().to_string()),
         "deployment": a.deployment.as_ref().map(|p| p.display().to_string()),
         "seeds": seeds,
         "simulated": first,
-        "simulated_spread": spread(&sims),
+        "simulated_spread": spread_json(&rows, |r| r.simulated_spread),
         "window_s": window,
     });
-    if !a.against.is_empty() {
-        let mut lives = Vec::new();
-        for records in &live_records {
-            lives.push(serde_json::to_value(metrics::summarize(records, &sc.slo))?);
-        }
-        let live = lives[0].clone();
-        let sim = &out["simulated"];
+    if let Some(live) = lives.first() {
         let mut errors = serde_json::Map::new();
-        for f in FIELDS {
-            if let (Some(s), Some(l)) = (field(sim, f), field(&live, f))
-                && l != 0.0
-            {
-                errors.insert(f.into(), json!(s / l - 1.0));
+        for r in &rows {
+            if let Some(e) = r.error {
+                errors.insert(r.field.clone(), json!(e));
             }
         }
-        out["live"] = live;
+        out["live"] = serde_json::to_value(live)?;
         out["errors"] = Value::Object(errors);
         if lives.len() >= 2 {
-            out["live_spread"] = spread(&lives);
+            out["live_spread"] = spread_json(&rows, |r| r.live_spread);
         }
-        out["live_runs"] = Value::Array(lives);
+        out["live_runs"] = serde_json::to_value(&lives)?;
+        // The failures of the first live run (failed, cut, never sent, the first error).
+        out["live_failures"] = serde_json::to_value(metrics::failures(&live_records[0]))?;
     }
+    out["table"] = serde_json::to_value(&rows)?;
     out["notes"] = json!(notes);
     Ok(out)
 }
@@ -261,6 +225,21 @@ pub fn render(out: &Value) -> String {
             out.get("live_spread").map_or(String::new(), range),
             err
         );
+    }
+    if let Some(f) = out
+        .get("live_failures")
+        .and_then(|f| serde_json::from_value::<metrics::Failures>(f.clone()).ok())
+        && f.failed > 0
+    {
+        let _ = writeln!(
+            s,
+            "live: {} failed request(s); first error: {}",
+            f.failed,
+            f.first_error.as_deref().unwrap_or("-")
+        );
+        if let Some(t) = metrics::never_sent_text(&f) {
+            let _ = writeln!(s, "live: {t}");
+        }
     }
     for n in out["notes"].as_array().into_iter().flatten() {
         let _ = writeln!(s, "note: {}", n.as_str().unwrap_or_default());

@@ -83,6 +83,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             "file": a.file, "records": recs.len(), "malformed_lines": bad.iter().map(|b| b.line).collect::<Vec<_>>(),
             "torn_last_line": bad.iter().find(|b| b.torn).map(|b| b.line),
             "slo": slo, "summary": summary, "checks": checks,
+            // Failed and cut requests, the session steps never sent after a failure, the first error.
+            "failures": metrics::failures(&recs),
             // Achieved vs designed cached share, flagged below 80 % (as in summary.json; null when not judged).
             "prefix_reuse": prefix_reuse(&summary),
             "server": server_json.as_ref().and_then(|v| v.get("report")),

@@ -36,7 +36,23 @@ pub fn render(
     };
     let _ = writeln!(o, "{:=^60}", " loadshape replay result ");
     line(&mut o, "Successful requests:", s.completed.to_string());
+    // `s.failed` counts every record that did not complete; the run's end cut some of them, the rest failed.
+    let f = shared::metrics::failures(recs);
     line(&mut o, "Failed requests:", s.failed.to_string());
+    if f.cut > 0 && f.failed > 0 {
+        line(&mut o, "  of which cut at the end of the run:", f.cut.to_string());
+    }
+    if f.never_sent > 0 {
+        line(
+            &mut o,
+            "Never sent (session ended on an error):",
+            format!("{} of {} planned", f.never_sent, f.planned),
+        );
+    }
+    if let Some(e) = &f.first_error {
+        let e: String = e.chars().take(200).collect();
+        line(&mut o, "First error:", e);
+    }
     line(&mut o, "Benchmark duration (s):", format!("{:.2}", s.duration_s));
     line(&mut o, "Total input tokens:", s.total_input_tokens.to_string());
     line(&mut o, "Total generated tokens:", s.total_output_tokens.to_string());

@@ -49,6 +49,11 @@ pub trait StepEngine: Send + 'static {
     fn load(&self) -> (usize, usize);
     /// Block size the engine hashes prompts with.
     fn block_size(&self) -> usize;
+    /// The longest prompt + output a request may have (the profile's `max_model_len`), when the engine has one:
+    /// longer requests are refused before they start, with HTTP 400 as vLLM refuses them.
+    fn max_model_len(&self) -> Option<u64> {
+        None
+    }
     /// KV blocks referenced by running requests / all KV blocks, when the engine models a KV cache.
     fn kv_usage(&self) -> Option<f64> {
         None
@@ -136,6 +141,8 @@ pub struct EngineHandle {
     tx: mpsc::UnboundedSender<Submission>,
     pub metrics: Arc<EngineMetrics>,
     pub block_size: usize,
+    /// [`StepEngine::max_model_len`].
+    pub max_model_len: Option<u64>,
 }
 
 impl EngineHandle {
@@ -144,6 +151,7 @@ impl EngineHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let metrics = Arc::new(EngineMetrics::default());
         let block_size = engine.block_size();
+        let max_model_len = engine.max_model_len();
         // Report from the first scrape on (an idle engine's KV use is 0, its preemptions 0).
         metrics.observe(&*engine);
         let m = metrics.clone();
@@ -155,6 +163,7 @@ impl EngineHandle {
             tx,
             metrics,
             block_size,
+            max_model_len,
         })
     }
 

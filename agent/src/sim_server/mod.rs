@@ -198,6 +198,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
     };
     Ok(router
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(BODY_READ_TIMEOUT))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state))
 }
 
@@ -214,7 +215,10 @@ async fn tokenize_route(State(st): State<Arc<AppState>>, body: Bytes) -> Respons
     }
     if let Some(text) = v.get("prompt").and_then(serde_json::Value::as_str) {
         let tokens = tokenize::tokenize_with(text, st.tokens_per_piece);
-        return axum::Json(json!({"count": tokens.len(), "max_model_len": u32::MAX, "tokens": tokens})).into_response();
+        // The context the engine refuses requests beyond (`u32::MAX` for an engine without one).
+        let max_model_len = st.engine.max_model_len.unwrap_or(u64::from(u32::MAX));
+        return axum::Json(json!({"count": tokens.len(), "max_model_len": max_model_len, "tokens": tokens}))
+            .into_response();
     }
     error_response(
         StatusCode::BAD_REQUEST,
@@ -237,6 +241,10 @@ pub async fn serve(
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest a client may take to send a request's body once its headers are in; then the request fails with 400.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest request body read (axum's default, 2 MB, is shorter than a prompt at the default profile's context,
+/// 432,000 tokens: such a request was refused as too large a body instead of for its context, as vLLM refuses it).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// `axum::serve` with [`HEADER_READ_TIMEOUT`]: axum's own loop sets no timer on hyper's HTTP/1 connections, so a
 /// client that sends half a header held its connection for as long as it liked (400 such sockets stayed open for
@@ -502,6 +510,20 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     (0..out_tokens).for_each(|i| tokenize::gen_token_ids(n, i, st.tokens_per_piece, &mut tokens));
     let blocks = shared::engine::PromptBlocks::from_tokens(&tokens, st.engine.block_size as u32).block_hashes;
     drop(tokens);
+    // Beyond the context: refused before it starts, as vLLM refuses it (HTTP 400, its message).
+    if let Some(len) = st.engine.max_model_len
+        && u64::from(prompt_tokens) + u64::from(out_tokens) > len
+    {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "This model's maximum context length is {len} tokens. However, you requested {} tokens ({prompt_tokens} \
+                 in the messages, {out_tokens} in the completion). Please reduce the length of the messages or \
+                 completion.",
+                u64::from(prompt_tokens) + u64::from(out_tokens)
+            ),
+        );
+    }
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };

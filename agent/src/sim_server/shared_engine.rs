@@ -71,6 +71,10 @@ impl StepEngine for SharedEngine {
         self.engine.profile().block_size.max(1) as usize
     }
 
+    fn max_model_len(&self) -> Option<u64> {
+        Some(self.engine.profile().model_len())
+    }
+
     fn kv_usage(&self) -> Option<f64> {
         let cap = self.engine.kv_capacity();
         (cap > 0).then(|| self.engine.kv_blocks_used() as f64 / cap as f64)

@@ -1,0 +1,176 @@
+// The live view's numbers and failures (issue #41, items 2 and 3), against the real agent's `sim` target:
+// - the numbers table under the live cards equals `loadshape predict --json` of the same scenario and the agent's
+//   own records (same window: a run that ran to its end, so the whole simulated run), field by field, exactly;
+// - a run whose requests the target refuses (prompts beyond its context: HTTP 400) shows the failed count, the
+//   requests never sent (each refused request ended its session) and the first error, and the page warned before
+//   the launch.
+// Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import path from 'node:path';
+import { ROOT, SHOTS, cli, launchBrowser, scratchFile, shareLink } from './harness.mjs';
+
+const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
+const TOKEN = process.env.LOADSHAPE_TOKEN;
+const ORIGIN = new URL(URL_WITH_TOKEN).origin;
+const LIVE = '[data-summary="live"]';
+
+let browser;
+before(async () => { browser = await launchBrowser(); });
+after(async () => { await browser?.close(); });
+
+/** An engine-model session scenario from examples/, reshaped to a short live run on `sim`. */
+function liveScenario(workload) {
+  const file = readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.json')).sort().find((f) => {
+    const s = JSON.parse(readFileSync(path.join(ROOT, 'examples', f), 'utf8'));
+    return s.model === 'engine' && s.workload?.kind === 'sessions';
+  });
+  assert.ok(file, 'an engine-model session scenario in examples/');
+  const scenario = JSON.parse(readFileSync(path.join(ROOT, 'examples', file), 'utf8'));
+  Object.assign(scenario.workload, { respawn: false, stagger_s: 0.1, base_tokens: 2000, gen_tokens: 64, tool_tokens: 200 },
+    workload);
+  delete scenario.workload.ladder;
+  return scenario;
+}
+
+async function exported(runId) {
+  const res = await fetch(`${ORIGIN}/api/runs/${runId}/records.jsonl?token=${TOKEN}`);
+  assert.equal(res.status, 200, `export of ${runId}`);
+  return (await res.text()).split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l));
+}
+
+async function newPage() {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.errors = errors;
+  return page;
+}
+
+const recordsShown = (page) => page.locator(`${LIVE} [data-records]`).first().getAttribute('data-records').then(Number);
+
+/** Opens the scenario in the live view with `sim` picked (not launched). */
+async function open(page, scenario, name) {
+  await page.goto(shareLink(scenario, name, ORIGIN).replace('#s=', `#token=${TOKEN}&s=`));
+  await page.locator('[data-summary="explorer"] [data-metric="ttft_p50_ms"]').first().waitFor({ timeout: 30000 });
+  await page.locator('[data-view="live"]').click();
+  await page.locator('[data-status="connected"]').first().waitFor({ timeout: 30000 });
+  await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
+    .some((o) => o.value === 'sim'), null, { timeout: 20000 });
+  await page.locator('select[data-control="target"]').selectOption('sim');
+}
+
+/** Launches what is open; resolves to the run id once it has ended, with every record of the agent's on the page. */
+async function launchToEnd(page) {
+  await page.locator('[data-action="launch"]').click();
+  await page.waitForFunction((sel) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > 0,
+    `${LIVE} [data-records]`, { timeout: 60000 });
+  const runId = await page.locator(`${LIVE} .status-line .mono`).first().innerText();
+  await page.locator(`${LIVE} [data-run-state="finished"], ${LIVE} [data-run-state="failed"], ${LIVE} [data-run-state="stopped"]`)
+    .first().waitFor({ timeout: 180000 });
+  const records = await exported(runId);
+  for (let i = 0; i < 100 && (await recordsShown(page)) !== records.length; i += 1) await page.waitForTimeout(100);
+  assert.equal(await recordsShown(page), records.length, 'the page holds the agent\'s records');
+  return { runId, records };
+}
+
+/** The page's numbers table: { field: { simulated, min, max, live, error } } from the exact `data-*` numbers. */
+async function readTable(page) {
+  return page.locator(`${LIVE} table[data-numbers] tr[data-row]`).evaluateAll((rows) => Object.fromEntries(rows.map((tr) => {
+    const num = (col, attr = 'data-value') => {
+      const v = tr.querySelector(`[data-col="${col}"]`)?.getAttribute(attr) ?? '';
+      return v === '' ? null : Number(v);
+    };
+    return [tr.dataset.row, { simulated: num('simulated'), min: num('range', 'data-min'), max: num('range', 'data-max'),
+      live: num('live'), error: num('error') }];
+  })));
+}
+
+test('the numbers table under the live cards equals `loadshape predict --json` of the same scenario and records', async () => {
+  const page = await newPage();
+  try {
+    const scenario = liveScenario({ sessions: 3, steps: 3, think_s: 0.05 });
+    await open(page, scenario, 'numbers');
+    const { records } = await launchToEnd(page);
+    const recFile = scratchFile('numbers.jsonl', records.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const scFile = scratchFile('numbers-scenario.json', JSON.stringify(scenario));
+    const predict = JSON.parse(cli(['predict', '--json', scFile, '--against', recFile]));
+    assert.equal(predict.window_s, null, 'a run that ran to its end: the whole simulated run');
+    await page.locator(`${LIVE} [data-numbers-seeds="${predict.seeds.length}"]`).waitFor({ timeout: 60000 });
+    const shown = await readTable(page);
+    assert.deepEqual(Object.keys(shown), predict.table.map((r) => r.field), 'the same rows in the same order');
+    for (const row of predict.table) {
+      const got = shown[row.field];
+      const want = { simulated: row.simulated, min: row.simulated_spread?.min ?? null, max: row.simulated_spread?.max ?? null,
+        live: row.live, error: row.error };
+      assert.deepEqual(got, want, `${row.field}: the page vs predict --json`);
+    }
+    assert.ok(predict.table.filter((r) => r.error !== null).length >= 10, 'most rows have a live value and an error');
+    // No failure: no failures line; the cards count none.
+    assert.equal(await page.locator(`${LIVE} [data-failures]`).count(), 0);
+    assert.equal(await page.locator(`${LIVE} [data-metric="failed_requests"]`).getAttribute('data-value'), '0');
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('a run whose requests the target refuses shows the failed count, the requests never sent and the first error', async () => {
+  const page = await newPage();
+  try {
+    // Two sessions of three steps whose first prompt is beyond the target's context (the sim target's profile:
+    // 27,000 blocks of 16 tokens): the target refuses each at once, and the session ends there.
+    const scenario = liveScenario({ sessions: 2, steps: 3, think_s: 0.05, base_tokens: 440000, dist: 'uniform', spread: 0 });
+    await open(page, scenario, 'refused');
+    // Before the launch: the plan against the context, with counts.
+    const warning = page.locator('[data-plan-warning]');
+    await warning.waitFor({ timeout: 30000 });
+    assert.match(await warning.innerText(), /^2 of 2 simulated requests exceed the context .*432,?000 tokens/);
+    const { records } = await launchToEnd(page);
+    assert.equal(records.length, 2);
+    assert.ok(records.every((r) => !r.ok && r.failure === 'http_status'), JSON.stringify(records.map((r) => r.error)));
+    const failures = page.locator(`${LIVE} [data-failures]`);
+    await failures.waitFor({ timeout: 20000 });
+    assert.equal(await failures.getAttribute('data-failed'), '2');
+    assert.equal(await failures.getAttribute('data-never-sent'), '4');
+    assert.equal(await failures.getAttribute('data-planned'), '6');
+    assert.equal(await page.locator(`${LIVE} [data-never-sent-text]`).innerText(),
+      '4 of 6 planned requests never sent (the session ended on an error)');
+    const first = await page.locator(`${LIVE} [data-first-error]`).innerText();
+    assert.match(first, /maximum context length is 432000 tokens/);
+    assert.equal(await page.locator(`${LIVE} [data-metric="failed_requests"]`).getAttribute('data-value'), '2');
+    assert.equal(await page.locator(`${LIVE} [data-metric="never_sent"]`).getAttribute('data-value'), '4');
+    // The same counts and error as `loadshape report --json` of the agent's file.
+    const rep = JSON.parse(cli(['report', '--json', scratchFile('refused.jsonl', records.map((r) => JSON.stringify(r)).join('\n') + '\n')]));
+    assert.equal(rep.failures.failed, 2);
+    assert.equal(rep.failures.never_sent, 4);
+    assert.equal(rep.failures.first_error, first);
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+test('screenshot: the live view with the numbers table and a failure', async () => {
+  const page = await newPage();
+  try {
+    // Sessions on a lognormal draw of first prompts: most fit, the longest exceed the context and are refused.
+    const scenario = liveScenario({ sessions: 6, steps: 3, think_s: 0.05, base_tokens: 60000, spread: 2.0 });
+    await open(page, scenario, 'numbers-shot');
+    await launchToEnd(page);
+    await page.locator(`${LIVE} table[data-numbers] [data-col="simulated"][data-value]`).first().waitFor({ timeout: 60000 });
+    await page.locator(`${LIVE} [data-failures]`).waitFor({ timeout: 20000 });
+    await page.waitForTimeout(500);
+    // From the top of the live results to the bottom of the numbers card (the charts below are the page's as before).
+    await page.evaluate(() => window.scrollTo(0, 0));
+    const top = await page.locator(LIVE).boundingBox();
+    const card = await page.locator(`${LIVE} [data-numbers-card]`).boundingBox();
+    mkdirSync(SHOTS, { recursive: true });
+    await page.screenshot({ path: path.join(SHOTS, 'page-live-numbers-1280.png'), fullPage: true,
+      clip: { x: top.x, y: top.y, width: top.width, height: card.y + card.height - top.y + 8 } });
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await page.close();
+  }
+});
