@@ -1159,6 +1159,25 @@ impl Engine {
         eager + self.lazy_extra_blocks(k)
     }
 
+    /// A stretch's blocks for steps 2..=`k` taken step by step, each at its step's start (`start` plus the stretch's
+    /// first `j − 1` steps) after the TTL tiers expire at that moment, as a step scheduled on its own would: a
+    /// block evicted into a tier is stamped with the step that needed its space, wherever the stretch is cut (an
+    /// arrival, a fleet's other replicas, sim-server's real-time loop). Only with a TTL tier and evictions: other
+    /// tiers keep no time, and free blocks hold no stamp.
+    fn alloc_step_by_step(&mut self, k: u64, start: f64, d1: f64, b: f64) {
+        let mut taken = 0;
+        for j in 2..=k {
+            let need = self.extra_blocks(j);
+            if need > taken {
+                self.kv.now_ms = start + stretch_ms(d1, b, j - 1);
+                self.kv.expire_tiers();
+                // Cannot fail: the whole stretch's blocks were checked.
+                let _ = self.kv.alloc(need - taken);
+                taken = need;
+            }
+        }
+    }
+
     /// [`Self::extra_blocks`] of the lazy requests: the count depends only on where each context sits in its
     /// last block, so it is summed over block positions, not requests.
     fn lazy_extra_blocks(&self, k: u64) -> u64 {
@@ -1431,16 +1450,9 @@ impl Engine {
                 let ks = steps_to_cover(d1, b, span);
                 kmax = kmax.min(ks.max(1));
             }
-            // Steps the KV cache can hold. With a TTL tier, only the free blocks: a block evicted into a tier is
-            // stamped with the start of the step that needs its space (its time to live counts from there), so the
-            // stretch ends before the first step that evicts, which then runs at its own start time. Otherwise
-            // where stretches are cut (an arrival, a fleet's other replicas) would move expiries.
+            // Steps the KV cache can hold.
             if kmax > 1 {
-                let avail = if self.kv.any_ttl {
-                    self.kv.free()
-                } else {
-                    self.kv.available()
-                };
+                let avail = self.kv.available();
                 let at_max = self.extra_blocks(kmax);
                 extra_at_k = Some((kmax, at_max));
                 if at_max > avail {
@@ -1467,8 +1479,12 @@ impl Engine {
                 Some((kk, e)) if kk == k => e,
                 _ => self.extra_blocks(k),
             };
-            // Cannot fail: checked above.
-            let _ = self.kv.alloc(extra);
+            if self.kv.any_ttl && extra > self.kv.free() {
+                self.alloc_step_by_step(k, start, d1, b);
+            } else {
+                // Cannot fail: checked above.
+                let _ = self.kv.alloc(extra);
+            }
         }
         self.log.push((d1, d1 + b * (kf - 1.0), k));
         let log_end = self.log_end();
