@@ -75,8 +75,8 @@ struct Run {
     info_error: Option<String>,
     records: Vec<RequestRecord>,
     bad_lines: usize,
-    /// The record file's digest and non-blank lines ([`records::file_digest`]); `None` in `--fast`.
-    digest: Option<(u64, u64)>,
+    /// The record file's digest and non-blank lines ([`records::read_records_digest`]); `None` in `--fast`.
+    digest: Option<records::FileDigest>,
     /// Why a `server.json` beside it could not be read.
     server_error: Option<String>,
     stats: Option<Mergeable>,
@@ -143,8 +143,8 @@ fn read_run(file: &Path, fast: bool) -> anyhow::Result<Run> {
     let (records, bad_lines, digest) = if fast {
         (Vec::new(), 0, None)
     } else {
-        let (r, bad) = records::read_records(file)?;
-        (r, bad.len(), Some(records::file_digest(file)?))
+        let (r, bad, digest) = records::read_records_digest(file)?;
+        (r, bad.len(), Some(digest))
     };
     let (stats, stats_error) = match &info {
         Some(_) => match read_stats(file) {
@@ -360,7 +360,7 @@ fn summary_problems(r: &Run, i: &RunInfo, fast: bool) -> Vec<String> {
     if i.aborted {
         out.push(format!("{name}: cut short (aborted: the server stopped answering)"));
     }
-    if let Some((digest, lines)) = r.digest {
+    if let Some(records::FileDigest { digest, lines }) = r.digest {
         if lines != i.records_written {
             out.push(format!(
                 "{name}: {lines} record line(s), its summary says {} were written",

@@ -263,33 +263,6 @@ pub fn line_digest(line: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(line)
 }
 
-/// The digest of a record file as its writer computed it ([`Finished::digest`]): the [`line_digest`]s of its
-/// non-blank lines (without `\n` or `\r\n`), summed; and how many lines that is.
-pub fn file_digest(path: &Path) -> anyhow::Result<(u64, u64)> {
-    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut reader = BufReader::new(file);
-    let (mut digest, mut lines) = (0u64, 0u64);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if reader
-            .read_until(b'\n', &mut buf)
-            .with_context(|| format!("reading {}", path.display()))?
-            == 0
-        {
-            break;
-        }
-        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        digest = digest.wrapping_add(line_digest(line));
-        lines += 1;
-    }
-    Ok((digest, lines))
-}
-
 /// What a reader of `path` notes about the lines it skipped: how many, and the first one and why. `None` if none.
 pub fn skipped_note(path: &Path, bad: &[BadLine]) -> Option<String> {
     let first = bad.first()?;
@@ -311,10 +284,30 @@ pub fn read_records(path: &Path) -> anyhow::Result<(Vec<RequestRecord>, Vec<BadL
     parse_records(BufReader::new(file)).with_context(|| format!("reading {}", path.display()))
 }
 
+/// [`read_records`] with the file's digest as its writer computed it ([`Finished::digest`]): the [`line_digest`]s
+/// of its non-blank lines (without `\n` or `\r\n`), summed, and how many lines that is; in the same pass.
+pub fn read_records_digest(path: &Path) -> anyhow::Result<(Vec<RequestRecord>, Vec<BadLine>, FileDigest)> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    parse_all(BufReader::new(file)).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A record file's summed [`line_digest`]s and its count of non-blank lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileDigest {
+    pub digest: u64,
+    pub lines: u64,
+}
+
 /// [`read_records`] over any reader.
-pub fn parse_records(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRecord>, Vec<BadLine>)> {
+pub fn parse_records(reader: impl BufRead) -> std::io::Result<(Vec<RequestRecord>, Vec<BadLine>)> {
+    parse_all(reader).map(|(records, bad, _)| (records, bad))
+}
+
+/// [`parse_records`], and the lines' [`FileDigest`].
+fn parse_all(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRecord>, Vec<BadLine>, FileDigest)> {
     let mut records = Vec::new();
     let mut bad = Vec::new();
+    let mut digest = FileDigest::default();
     let mut buf = Vec::new();
     for line_no in 1.. {
         buf.clear();
@@ -328,6 +321,8 @@ pub fn parse_records(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRe
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
+        digest.digest = digest.digest.wrapping_add(line_digest(line));
+        digest.lines += 1;
         // UTF-8 checked once for the whole line, then parsed as text (faster than `from_slice`, which checks each
         // string it meets on its own).
         let parsed = match std::str::from_utf8(line) {
@@ -346,7 +341,7 @@ pub fn parse_records(mut reader: impl BufRead) -> std::io::Result<(Vec<RequestRe
             }),
         }
     }
-    Ok((records, bad))
+    Ok((records, bad, digest))
 }
 
 #[cfg(test)]
