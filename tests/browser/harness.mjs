@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
@@ -112,4 +112,18 @@ export function assertSameNumbers(shown, expected, what, atLeast = 8) {
     compared += 1;
   }
   assert.ok(compared >= atLeast, `${what}: only ${compared} fields compared (${Object.keys(shown).join(', ')})`);
+}
+
+/** An engine-model session scenario from examples/, reshaped to a short live run on `sim`. */
+export function liveScenario(workload) {
+  const file = readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.json')).sort().find((f) => {
+    const s = JSON.parse(readFileSync(path.join(ROOT, 'examples', f), 'utf8'));
+    return s.model === 'engine' && s.workload?.kind === 'sessions';
+  });
+  assert.ok(file, 'an engine-model session scenario in examples/');
+  const scenario = JSON.parse(readFileSync(path.join(ROOT, 'examples', file), 'utf8'));
+  Object.assign(scenario.workload, { respawn: false, stagger_s: 0.1, base_tokens: 2000, gen_tokens: 64, tool_tokens: 200 },
+    workload);
+  delete scenario.workload.ladder;
+  return scenario;
 }

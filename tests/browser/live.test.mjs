@@ -10,9 +10,8 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { readFileSync, readdirSync } from 'node:fs';
-import path from 'node:path';
-import { ROOT, cli, launchBrowser, numericFields, readMetrics, scratchFile, screenshot, shareLink } from './harness.mjs';
+import { readFileSync } from 'node:fs';
+import { cli, launchBrowser, liveScenario, numericFields, readMetrics, scratchFile, screenshot, shareLink } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const TOKEN = process.env.LOADSHAPE_TOKEN;
@@ -22,20 +21,6 @@ const LIVE = '[data-summary="live"]';
 let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser?.close(); });
-
-/** An engine-model session scenario from examples/, reshaped to a short live run on `sim`. */
-function liveScenario(workload) {
-  const file = readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.json')).sort().find((f) => {
-    const s = JSON.parse(readFileSync(path.join(ROOT, 'examples', f), 'utf8'));
-    return s.model === 'engine' && s.workload?.kind === 'sessions';
-  });
-  assert.ok(file, 'an engine-model session scenario in examples/');
-  const scenario = JSON.parse(readFileSync(path.join(ROOT, 'examples', file), 'utf8'));
-  Object.assign(scenario.workload, { respawn: false, stagger_s: 0.1, base_tokens: 2000, gen_tokens: 64, tool_tokens: 200 },
-    workload);
-  delete scenario.workload.ladder;
-  return scenario;
-}
 
 /** A TCP proxy in front of the agent: `cut()` drops every open connection and refuses new ones until
  * `restore()`. Host and Origin are rewritten to the agent's address (its DNS-rebinding guard checks them). */

@@ -7,9 +7,9 @@
 // Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, readdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { ROOT, SHOTS, cli, launchBrowser, scratchFile, shareLink } from './harness.mjs';
+import { SHOTS, cli, launchBrowser, liveScenario, scratchFile, shareLink } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const TOKEN = process.env.LOADSHAPE_TOKEN;
@@ -19,20 +19,6 @@ const LIVE = '[data-summary="live"]';
 let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser?.close(); });
-
-/** An engine-model session scenario from examples/, reshaped to a short live run on `sim`. */
-function liveScenario(workload) {
-  const file = readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.json')).sort().find((f) => {
-    const s = JSON.parse(readFileSync(path.join(ROOT, 'examples', f), 'utf8'));
-    return s.model === 'engine' && s.workload?.kind === 'sessions';
-  });
-  assert.ok(file, 'an engine-model session scenario in examples/');
-  const scenario = JSON.parse(readFileSync(path.join(ROOT, 'examples', file), 'utf8'));
-  Object.assign(scenario.workload, { respawn: false, stagger_s: 0.1, base_tokens: 2000, gen_tokens: 64, tool_tokens: 200 },
-    workload);
-  delete scenario.workload.ladder;
-  return scenario;
-}
 
 async function exported(runId) {
   const res = await fetch(`${ORIGIN}/api/runs/${runId}/records.jsonl?token=${TOKEN}`);
