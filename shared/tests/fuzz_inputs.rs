@@ -550,6 +550,20 @@ fn record_file() -> &'static str {
     })
 }
 
+/// `text` (JSON lines) with one line per mutation given a dropped key or an odd value ([`mutate_value`]): line
+/// `pick + p` for the mutation `(kind, p, o)`. A line an earlier mutation left unparseable (a number out of range)
+/// stays as it is.
+fn mutate_lines(text: &str, pick: usize, odd: usize, muts: &[(u8, usize, u8)]) -> String {
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    for (k, p, o) in muts {
+        let j = pick.wrapping_add(*p) % lines.len();
+        if serde_json::from_str::<Value>(&lines[j]).is_ok() {
+            lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
+        }
+    }
+    lines.join("\n")
+}
+
 /// Reads a record file as the agent's reader does: each line a record, kept when it parses and passes
 /// [`shared::record::RequestRecord::check`]. Returns (kept, every record that parsed).
 fn read_record_file(text: &str) -> (Vec<RequestRecord>, Vec<RequestRecord>) {
@@ -579,16 +593,7 @@ fn record_files() {
             let i = pick % lines.len();
             let text = match how {
                 0 => String::from_utf8_lossy(&mutate_bytes(base.as_bytes(), &muts)).into_owned(),
-                1 => {
-                    for (k, p, o) in &muts {
-                        let j = i.wrapping_add(*p) % lines.len();
-                        // A line an earlier mutation left unparseable (a number out of range) stays as it is.
-                        if serde_json::from_str::<Value>(&lines[j]).is_ok() {
-                            lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
-                        }
-                    }
-                    lines.join("\n")
-                }
+                1 => mutate_lines(base, i, odd, &muts),
                 2 => {
                     let dup = lines[i].clone();
                     lines.insert(i.wrapping_add(odd) % lines.len(), dup);
@@ -642,15 +647,7 @@ fn mooncake_traces() {
             let mutated = if bytes {
                 String::from_utf8_lossy(&mutate_bytes(text.as_bytes(), &muts)).into_owned()
             } else {
-                let mut lines: Vec<String> = text.lines().map(String::from).collect();
-                for (k, p, o) in &muts {
-                    let j = pick.wrapping_add(*p) % lines.len();
-                    // A line an earlier mutation left unparseable (a number out of range) stays as it is.
-                    if serde_json::from_str::<Value>(&lines[j]).is_ok() {
-                        lines[j] = mutate_value(&lines[j], 1 + k % 2, *p, odd.wrapping_add(usize::from(*o))).0;
-                    }
-                }
-                lines.join("\n")
+                mutate_lines(&text, pick, odd, &muts)
             };
             let mut v: Value = serde_json::from_str(EXAMPLES[2]).unwrap();
             v["workload"] = serde_json::json!({"kind": "trace", "path": "t.jsonl"});
