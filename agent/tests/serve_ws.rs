@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use loadshape::serve::driver::ReplayDriver;
+use loadshape::serve::page::Page;
 use loadshape::serve::runs::{BoxFuture, Driver, RunSink};
 use loadshape::serve::store::RunStore;
 use loadshape::serve::{AppState, Runs, Target, allowed_hosts, app};
@@ -163,7 +164,7 @@ async fn start_agent_limited(
         runs,
         ws_write_timeout,
     });
-    let router = app(state, &data_dir.join("no-dist"));
+    let router = app(state, &Page::Dir(data_dir.join("no-dist")));
     let server = tokio::spawn(async move {
         axum::serve(listener, router).await.unwrap();
     });

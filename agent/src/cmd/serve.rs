@@ -11,6 +11,7 @@ use shared::protocol::Limits;
 
 use super::signals::Signals;
 use crate::serve::driver::ReplayDriver;
+use crate::serve::page::Page;
 use crate::serve::runs::TargetFleet;
 use crate::serve::store::RunStore;
 use crate::serve::{AppState, Runs, Target, allowed_host, allowed_hosts, app, check_token, random_token};
@@ -32,9 +33,10 @@ pub struct Args {
     /// `ssh -L 9000:127.0.0.1:8080` tunnel: `localhost:9000`). Repeatable.
     #[arg(long = "allowed-host", value_name = "HOST[:PORT]")]
     pub allowed_hosts: Vec<String>,
-    /// Folder holding the Trunk-built page (`index.html` and its assets).
-    #[arg(long, env = "LOADSHAPE_DIST", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"))]
-    pub dist: PathBuf,
+    /// Serve the page from this folder (Trunk's build: `index.html` and its assets) instead of the copy embedded in
+    /// the binary. For developing the page; a binary built without the page (a debug build) needs it.
+    #[arg(long, env = "LOADSHAPE_DIST", value_name = "DIR")]
+    pub dist: Option<PathBuf>,
     /// Where runs are stored (one folder per run under `runs/`).
     #[arg(long, env = "LOADSHAPE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -97,12 +99,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             anyhow::bail!("{name} must be a number > 0 (got {v})");
         }
     }
-    if !args.dist.join("index.html").exists() {
-        eprintln!(
+    let page = page_source(args.dist.clone());
+    match &page {
+        Some(Page::Dir(dir)) if !dir.join("index.html").exists() => eprintln!(
             "warning: no page at {} (run `trunk build --release`); serving the API only",
-            args.dist.display()
-        );
+            dir.display()
+        ),
+        None => eprintln!(
+            "warning: this binary was built without the page; serving the API only (build the page with \
+             `trunk build --release` and pass --dist dist, or use a release build, which embeds it)"
+        ),
+        _ => {}
     }
+    let page = page.unwrap_or_else(|| Page::Dir(PathBuf::new()));
     // The built-in emulated engine, in-process on its own loopback port, is always target `sim`.
     let sim_listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .await
@@ -172,7 +181,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     println!("  open http://{shown}/#token={token}");
     println!("  runs stored in {}", runs.store.dir().display());
-    let mut server = std::pin::pin!(axum::serve(listener, app(state, &args.dist)).into_future());
+    println!("  {}", page.describe());
+    let mut server = std::pin::pin!(axum::serve(listener, app(state, &page)).into_future());
     let signal = tokio::select! {
         r = &mut server => return r.map(|()| ExitCode::SUCCESS).context("serving"),
         s = signals.recv() => s.name,
@@ -496,4 +506,23 @@ mod tests {
             assert!(e.contains(why), "{e}");
         }
     }
+}
+
+/// Where the page comes from: `--dist` when given; else the copy embedded in the binary; else, in a debug build, the
+/// workspace's `dist/` (where `trunk build` puts it while developing).
+fn page_source(dist: Option<PathBuf>) -> Option<Page> {
+    if let Some(dir) = dist {
+        return Some(Page::Dir(dir));
+    }
+    if let Some(page) = Page::embedded() {
+        return Some(page);
+    }
+    #[cfg(debug_assertions)]
+    {
+        let dev = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"));
+        if dev.join("index.html").exists() {
+            return Some(Page::Dir(dev));
+        }
+    }
+    None
 }

@@ -6,6 +6,7 @@
 //! Live runs go only to targets the operator configured; the page picks a target by name.
 
 pub mod driver;
+pub mod page;
 pub mod runs;
 pub mod store;
 pub mod ws;
@@ -21,8 +22,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tower_http::services::{ServeDir, ServeFile};
-use tower_http::set_header::SetResponseHeader;
 
 pub use runs::{Runs, Target};
 
@@ -40,19 +39,12 @@ pub struct AppState {
 /// The default of [`AppState::ws_write_timeout`] (`--ws-write-timeout`).
 pub const WS_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The agent's routes over `state`, serving the page from `dist`.
-pub fn app(state: Arc<AppState>, dist: &std::path::Path) -> Router {
-    // `no-cache`: the browser revalidates every file (a 304 when it is unchanged, cheap on loopback), so a cached
-    // index.html never names the modules of an older build (the page loads some of them on demand).
-    let page = SetResponseHeader::overriding(
-        ServeDir::new(dist).fallback(ServeFile::new(dist.join("index.html"))),
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-cache"),
-    );
+/// The agent's routes over `state`, serving `page`.
+pub fn app(state: Arc<AppState>, page: &page::Page) -> Router {
     Router::new()
         .route("/ws", get(ws_handler))
         .route("/api/runs/{run_id}/records.jsonl", get(export_records))
-        .fallback_service(page)
+        .fallback_service(page.router())
         // Host and Origin on every request, the page's files too: a rebinding name gets nothing from the agent,
         // not even its page (the token stays required where it was: the websocket and the API).
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
