@@ -30,6 +30,7 @@ command -v node >/dev/null || need_apt+=(nodejs npm)
 python3 -c 'import ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # llama.cpp's build needs cmake (scripts/realserver/setup.sh): in the same apt run.
 case "$mode" in --with-real-server | --tests) command -v cmake >/dev/null || need_apt+=(cmake) ;; esac
+case "$mode" in --tests) command -v curl >/dev/null || need_apt+=(curl) ;; esac  # scripts/build_wheel.sh
 # apt runs in the background while cargo builds trunk and wasm-bindgen-cli (it mostly downloads and unpacks; those
 # compile), and everything that needs its packages (node, npm, python3-venv, cmake) waits for it: `apt_done`. Without
 # recommends: 33 packages instead of 122 for chromium, chromium-driver and cmake (docs/measurements.md).

@@ -51,12 +51,18 @@ page_docs() {
 wasm_tests() { cargo test -p loadshape-shared -p loadshape-app --target $WASM --locked --test 'wasm*' "$@"; }
 page_unit_tests() { cargo test -p loadshape-app --target $WASM --locked --lib "$@"; }
 page_build() { trunk build --release --offline; }
+wheel_build() {
+  WHEEL_DIR="$scratch/wheel" bash scripts/build_wheel.sh | tee "$scratch/wheel.log"
+  tail -n 1 "$scratch/wheel.log" >"$installed_bin"
+}
 
 # The native test binaries, built once and run as `cargo test` runs them (in their package's folder), without
 # holding the target dir's lock: "DIR<TAB>BINARY" lines in $native_tests.
 native_tests="$scratch/native-tests.tsv"
 native_built="$scratch/native-built"
 page_built="$scratch/page-built"
+wheel_built="$scratch/wheel-built"
+installed_bin="$scratch/installed-bin"
 build_native_tests() {
   cargo test --locked --no-run --message-format=json-render-diagnostics | python3 -c '
 import json, os, sys
@@ -96,6 +102,10 @@ background() {
   run "build the page unit tests" page_unit_tests --no-run
   run "trunk build --release --offline" page_build
   touch "$page_built"
+  # The wheel embeds the page just built; the browser suite opens the page its installed executable serves.
+  run "wheel: maturin build, pip install into a fresh virtualenv, --version, simulate, serve (scripts/build_wheel.sh)" \
+    wheel_build
+  touch "$wheel_built"
   # The build goes on beside the page's test suites (the real-server suite runs after it, alone).
   local status=0
   wait "$llama_pid" || status=$?
@@ -168,8 +178,10 @@ run "wasm-bindgen tests in headless Chromium" wasm_tests
 run "page unit tests (wasm32, headless Chromium)" page_unit_tests
 run "seed equivalence (python seed vs loadshape simulate)" \
   env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" bash scripts/check_seed.sh
-run "browser end-to-end (agent + page in headless Chromium)" \
-  env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" node tests/browser/run.mjs
+await_background "the wheel" "$wheel_built"
+run "browser end-to-end (agent + page in headless Chromium; the installed wheel's page too)" \
+  env LOADSHAPE_BIN="$CARGO_TARGET_DIR/debug/loadshape" LOADSHAPE_INSTALLED_BIN="$(cat "$installed_bin")" \
+  node tests/browser/run.mjs
 
 await_background "llama.cpp's build"
 passed=$((passed + $(cat "$bg_log.passed")))

@@ -14,12 +14,19 @@ export const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname)
 export const BIN = process.env.LOADSHAPE_BIN || path.join(ROOT, 'target/debug/loadshape');
 export const SHOTS = path.join(ROOT, 'artifacts/screenshots');
 
-/** Starts `loadshape serve` on 127.0.0.1:<free port>; resolves to { url, origin, token, child, stop }. */
-export async function startAgent(extraArgs = [], env = {}, dist = path.join(ROOT, 'dist')) {
+/**
+ * Starts `loadshape serve` on 127.0.0.1:<free port>; resolves to { url, origin, token, child, stop }.
+ * `dist` null serves the binary's embedded page (no `--dist`); `opts.bin` and `opts.cwd` run another executable
+ * from another folder (an installed one, from an empty folder).
+ */
+export async function startAgent(extraArgs = [], env = {}, dist = path.join(ROOT, 'dist'), opts = {}) {
   const token = randomBytes(32).toString('hex');  // the agent refuses tokens under 128 bits
   const dataDir = mkdtempSync(path.join(tmpdir(), 'loadshape-e2e-'));
-  const child = spawn(BIN, ['serve', '--port', '0', '--token', token, '--dist', dist,
-    '--data-dir', dataDir, ...extraArgs], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const distArgs = dist === null ? [] : ['--dist', dist];
+  const childEnv = { ...process.env, ...env };
+  if (dist === null) delete childEnv.LOADSHAPE_DIST;
+  const child = spawn(opts.bin || BIN, ['serve', '--port', '0', '--token', token, ...distArgs,
+    '--data-dir', dataDir, ...extraArgs], { env: childEnv, cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (d) => { stderr += d; });
   const url = await new Promise((resolve, reject) => {
