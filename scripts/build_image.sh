@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The loadshape container image, built offline: a static (musl) release binary made on this host, then an image
-# FROM scratch (deploy/kubernetes/Containerfile.prebuilt: the binary, a CA bundle, user 65532), then checked by
-# running it with no network: `--version` and a short `simulate`. Idempotent: a second run rebuilds nothing that
+# FROM scratch (deploy/kubernetes/Containerfile.prebuilt: the binary with the page embedded, a CA bundle, user
+# 65532), then checked by running it with no network (`--version` and a short `simulate`) and by its default command
+# (`serve --listen 0.0.0.0`) answering `/` with the page. Idempotent: a second run rebuilds nothing that
 # is up to date and re-tags the same image.
 #
 #   bash scripts/build_image.sh                 # IMAGE=loadshape:latest, podman (else docker)
@@ -36,6 +37,11 @@ fi
 CA=/etc/ssl/certs/ca-certificates.crt
 [ -r "$CA" ] || { echo "build_image.sh: $CA is missing (Debian: apt-get install ca-certificates)" >&2; exit 1; }
 
+if [ ! -f "$ROOT/dist/index.html" ]; then
+  step "the page (trunk build --release), which the release binary embeds"
+  (cd "$ROOT" && trunk build --release --offline)
+fi
+
 step "static release binary (cargo build --release --target $TARGET)"
 cargo build --release --locked -p loadshape --target "$TARGET"
 BIN="$CARGO_TARGET_DIR/$TARGET/release/loadshape"
@@ -57,6 +63,7 @@ else
   cp "$BIN" "$CTX/loadshape"
 fi
 cp "$CA" "$CTX/ca-certificates.crt"
+mkdir "$CTX/data"
 "$ENGINE" build -f "$ROOT/deploy/kubernetes/Containerfile.prebuilt" -t "$IMAGE" "$CTX"
 
 step "run it with no network: --version, then a short simulate"
@@ -84,6 +91,21 @@ fi
 "$ENGINE" run --rm -i --network none $RUN_OPTS "$IMAGE" simulate - < "$ROOT/examples/engine-fleet-sessions.json" | tail -n 12
 uid="$("$ENGINE" image inspect "$IMAGE" --format '{{.Config.User}}')"
 [ "$uid" = "65532:65532" ] || { echo "build_image.sh: the image runs as '$uid', not 65532:65532" >&2; exit 1; }
+
+step "its default command serves the embedded page (a token set, as a non-loopback bind requires)"
+# shellcheck disable=SC2086 # RUN_OPTS is a list of options
+cid="$("$ENGINE" run -d --rm $RUN_OPTS -p 127.0.0.1::8080 -e LOADSHAPE_TOKEN="$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')" "$IMAGE")"
+trap '"$ENGINE" rm -f "$cid" >/dev/null 2>&1; rm -rf "$CTX"' EXIT
+port="$("$ENGINE" port "$cid" 8080 | head -n 1 | sed 's/.*://')"
+ok=""
+for _ in $(seq 50); do
+  # The agent answers the Host it serves on (its port inside the container), not the host's mapped port.
+  if curl -fsS -H 'Host: 127.0.0.1:8080' "http://127.0.0.1:$port/" 2>/dev/null | grep -q '_bg.wasm'; then ok=1; break; fi
+  sleep 0.2
+done
+[ -n "$ok" ] || { "$ENGINE" logs "$cid"; echo "build_image.sh: the image's serve did not answer / with the page" >&2; exit 1; }
+echo "serve in the image answered / with the page"
+"$ENGINE" rm -f "$cid" >/dev/null
 
 size="$("$ENGINE" image inspect "$IMAGE" --format '{{.Size}}')"
 echo "image $IMAGE: $size bytes ($(( size / 1024 / 1024 )) MiB), user $uid, entrypoint /loadshape"
