@@ -12,9 +12,11 @@
 #   CLIENTS="floor loadshape lsreqwest" ...              # lsreqwest: loadshape with --http-client reqwest
 #   CLIENTS="floor loadshape lsuser" ...                 # lsuser: loadshape with --rx-clock user (frames timed when
 #                                                        # the task reads them, not by the kernel's receive time)
-#   CLIENTS="floor vllmbench loadshape" ...              # vllmbench: vLLM's Rust client `vllm-bench`, built once from
-#                                                        # ../shared/peerbench/peers/vllm-bench-*.tar.gz (≈ 6 min)
-#                                                        # into $VLLM_BENCH_DIR (default $HOME/.cache/loadshape-peers)
+#   CLIENTS="floor vllm loadshape" ...                   # vllm: `vllm bench serve` from PyPI's vllm, installed by
+#                                                        # peerbench's install_peers.sh (a ~9 GB virtualenv, once)
+#
+# Peers come from a package registry only. The figures of vLLM's Rust client `vllm-bench`, built from a source
+# tarball, are kept as a dated measurement in docs/measurements.md.
 #
 # loadshape runs a closed-loop scenario (scripts/bench/closed_loop.json with users/num_requests filled in): fixed
 # 32-token prompts and 256 output tokens, like the floor client. Results: $PEERBENCH/$RESULTS/summary.md.
@@ -59,13 +61,9 @@ for f in main.rs bin/floorclient.rs; do
 done
 rm -rf "$patched"
 (cd mockserver && CARGO_TARGET_DIR=target cargo build --release -q) || { echo "mock server build failed"; exit 1; }
-# vLLM's Rust client, built once outside the clone (its own Cargo.lock; crates from the registry).
-VB_DIR="${VLLM_BENCH_DIR:-$HOME/.cache/loadshape-peers}"
-VB="$VB_DIR/vllm-bench/target/release/vllm-bench"
-if [[ " $CLIENTS " == *" vllmbench "* ]] && [ ! -x "$VB" ]; then
-  mkdir -p "$VB_DIR" && tar xzf "$SRC"/peers/vllm-bench-*.tar.gz -C "$VB_DIR" \
-    && (cd "$VB_DIR/vllm-bench" && CARGO_TARGET_DIR=target cargo build --release -q) \
-    || { echo "vllm-bench build failed"; exit 1; }
+# vLLM's `vllm bench serve`, from PyPI, in peerbench's own virtualenv (installed once).
+if [[ " $CLIENTS " == *" vllm "* ]] && [ ! -x venvs/vllm/bin/vllm ]; then
+  bash install_peers.sh || { echo "installing the peers (install_peers.sh) failed: see logs/"; exit 1; }
 fi
 # measure.py needs psutil: a small venv unless the system python has it.
 if python3 -c 'import psutil' 2> /dev/null; then PY=python3; else
@@ -125,13 +123,13 @@ client_cmd() {  # client conc nreq label -> prints argv, one per line
     floor)
       printf '%s\n' mockserver/target/release/floorclient --addr "127.0.0.1:$PORT" --concurrency "$c" \
         --requests "$n" --max-tokens 256 ;;
-    vllmbench)  # vllm bench serve's flags; --save-detailed keeps per-request TTFT/ITL/start times (its full records);
-      # no ready-check request, so the server sees exactly the benchmark's requests (client_added.py joins them).
-      printf '%s\n' "$VB" --backend openai --base-url "$BASE" --endpoint /v1/completions --model mock-model \
-        --tokenizer "$PB/tokenizer" --dataset-name random --random-input-len 32 --random-output-len 256 --ignore-eos \
-        --num-prompts "$n" --max-concurrency "$c" --request-rate inf --ready-check-timeout-sec 0 \
+    vllm)  # --save-detailed keeps per-request TTFT/ITL/start times (its full records); client_added.py joins them
+      # with the server's log. `vllm bench serve` sends one ready-check request first, which the join skips.
+      printf '%s\n' venvs/vllm/bin/vllm bench serve --backend openai --base-url "$BASE" --endpoint /v1/completions \
+        --model mock-model --tokenizer "$PB/tokenizer" --dataset-name random --random-input-len 32 \
+        --random-output-len 256 --ignore-eos --num-prompts "$n" --max-concurrency "$c" --request-rate inf \
         --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99 --disable-tqdm --seed 42 \
-        --save-result --save-detailed --result-dir "$RESULTS/client" --result-filename "$label.vllmbench.json" ;;
+        --save-result --save-detailed --result-dir "$RESULTS/client" --result-filename "$label.vllm.json" ;;
     loadshape|lsreqwest|lsuser)  # full per-request records, usage, ITL summaries, scraping off (the mock has no /metrics)
       printf '%s\n' "$LS_BIN" replay --url "$BASE/v1" --model mock-model --dialect vllm --quiet \
         --metrics-url none --match-tokenizer off --scenario "$(scenario "$c" "$n")" --out "$RESULTS/client/$label.jsonl"

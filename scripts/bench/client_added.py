@@ -46,10 +46,10 @@ def client_pairs(client_dir: Path, label: str):
             if line.strip():
                 s, t = line.split()
                 pairs.append((float(s), float(t)))
-    elif label.startswith("vllmbench"):
-        # vllm-bench --save-detailed: per request `start_times` (s after its start, monotonic), `ttfts` (s) and
+    elif label.startswith("vllm"):
+        # vllm bench serve --save-detailed: per request `start_times` (s after its start, monotonic), `ttfts` (s) and
         # `errors` ("" when it succeeded).
-        path = client_dir / f"{label}.vllmbench.json"
+        path = client_dir / f"{label}.vllm.json"
         if not path.exists():
             return None
         r = json.loads(path.read_text())

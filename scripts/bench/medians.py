@@ -83,9 +83,9 @@ def loadshape_ttft(res, label, conc):
     return {"mean": statistics.mean(t), "p50": pct(t, 0.5), "p99": pct(t, 0.99), "p99s": pct(steady, 0.99), "n": len(t)}
 
 
-def vllmbench_ttft(res, label, conc):
-    """vllm-bench's per-request TTFTs (--save-detailed), the same figures as loadshape's."""
-    path = os.path.join(res, "client", label + ".vllmbench.json")
+def vllm_ttft(res, label, conc):
+    """vllm bench serve's per-request TTFTs (--save-detailed), the same figures as loadshape's."""
+    path = os.path.join(res, "client", label + ".vllm.json")
     if not os.path.exists(path):
         return None
     r = json.load(open(path))
@@ -111,8 +111,8 @@ def main():
         cpu = r.get("marginal_cpu_s_per_1M_tokens") or r.get("total_cpu_s_per_1M_tokens")
         if client == "floor":
             ttft = floor_ttft(res, r["label"])
-        elif client == "vllmbench":
-            ttft = vllmbench_ttft(res, r["label"], conc)
+        elif client == "vllm":
+            ttft = vllm_ttft(res, r["label"], conc)
         else:
             ttft = loadshape_ttft(res, r["label"], conc)
         cells.setdefault((conc, itl), {}).setdefault(client, {})[rnd] = {
