@@ -3,13 +3,14 @@
 # `loadshape sim-server` emulating the scenario's own profile, guided vs unguided (levels run, capacity, wall time).
 # A script, not a test: the numbers go in the README with how they were made.
 #
-#   scripts/bench_capacity.sh        env: OUT=dir (default /tmp/loadshape-capacity), RUNS=timed runs each (5),
+#   scripts/bench_capacity.sh        env: OUT=dir (default ${TMPDIR:-/tmp}/loadshape-capacity),
+#                                         RUNS=timed runs each (5),
 #                                         LOADSHAPE_BIN=a release binary (default: build one)
 # The sim-server runs on 127.0.0.1 only and is ended (by its PID) when the script exits.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
-OUT="${OUT:-/tmp/loadshape-capacity}"
+OUT="${OUT:-${TMPDIR:-/tmp}/loadshape-capacity}"
 RUNS="${RUNS:-5}"
 if [ -z "${LOADSHAPE_BIN:-}" ]; then
   cargo build --release --locked -q -p loadshape

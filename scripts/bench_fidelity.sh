@@ -4,7 +4,8 @@
 # next to the live runs' own spread. A script, not a test: the numbers go in the README with how they were made.
 #
 #   scripts/bench_fidelity.sh            (needs scripts/realserver/setup.sh once; builds the release binary)
-#   env: OUT=dir (default /tmp/loadshape-fidelity), BUDGET=calibrate seconds (180), REPEAT=live runs each (2),
+#   env: OUT=dir (default ${TMPDIR:-/tmp}/loadshape-fidelity), BUDGET=calibrate seconds (180),
+#        REPEAT=live runs each (2),
 #        SLOTS=llama-server --parallel (4), LOADSHAPE_BIN=a release binary, MAX_PROMPT=calibrate
 #        --max-prompt-tokens (default: calibrate's own, 85 % of the slot's context), NICE=niceness of server and
 #        client (0; -10 on a busy machine, as root), CAL_ARGS=more calibrate flags, CAL_FROM=a probe folder
@@ -21,7 +22,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
-OUT="${OUT:-/tmp/loadshape-fidelity}"
+OUT="${OUT:-${TMPDIR:-/tmp}/loadshape-fidelity}"
 BUDGET="${BUDGET:-180}"
 REPEAT="${REPEAT:-2}"
 SLOTS="${SLOTS:-4}"

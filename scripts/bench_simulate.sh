@@ -7,7 +7,7 @@
 #
 #   bash scripts/bench_simulate.sh                                  # examples/engine-sessions-1m.json --json
 #   RUNS=5 bash scripts/bench_simulate.sh examples/engine-sessions-10k.json --json
-#   LOADSHAPE_BIN=/tmp/old/loadshape bash scripts/bench_simulate.sh   # another build, for side-by-side rounds
+#   LOADSHAPE_BIN=OLD_BUILD/loadshape bash scripts/bench_simulate.sh   # another build, for side-by-side rounds
 set -eu
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/loadshape-target}"

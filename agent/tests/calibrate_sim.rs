@@ -415,7 +415,7 @@ async fn calibrate_recovers_a_unified_kv_profile() {
     // batch² × context), and batch_kv is at most 20 % of the largest step probed, so a 1 % bias of one cell's
     // median gap moves it by 5-10 %. On a loaded machine the sim-server's catch-up clock can bias the median gap of
     // short steps low (the mean stays exact; docs/calibration.md, "Why batch_kv_ms_per_ktok misses the 5 % goal
-    // live", and "Session 17" for what pacing the engine to the microsecond did). Each is
+    // live", and "The sim-server's engine paced to the microsecond" for what that did). Each is
     // recovered to 0.2 % from the engine's own records (shared/tests/calibrate_fit.rs); what the live fit must
     // get right is the step time they add up to, at every batch size and context the probe ran: within 5 %
     // (worst cell 1.5-1.7 % in those runs).

@@ -6,9 +6,10 @@ the function names, which Trunk's build strips, so build the same module with na
 
     source scripts/env.sh && trunk build --release --offline      # cargo's wasm for the page, as Trunk builds it
     W=$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/loadshape-app.wasm
-    wasm-bindgen --target web --no-typescript --out-dir /tmp/wb "$W"
-    wasm-opt -g -Oz <WASM_OPT_FLAGS of scripts/page_split.sh> /tmp/wb/loadshape-app_bg.wasm -o /tmp/wb/named.wasm
-    python3 scripts/bench/wasm_gzip_share.py /tmp/wb/named.wasm
+    WB=$(mktemp -d)
+    wasm-bindgen --target web --no-typescript --out-dir "$WB" "$W"
+    wasm-opt -g -Oz <WASM_OPT_FLAGS of scripts/page_split.sh> "$WB"/loadshape-app_bg.wasm -o "$WB"/named.wasm
+    python3 scripts/bench/wasm_gzip_share.py "$WB"/named.wasm
 
 For each group (a crate, or a module of `shared` and the page; std's sort instances on their own) the module is
 rebuilt with that group's function bodies replaced by `unreachable` and compressed again; the difference from the

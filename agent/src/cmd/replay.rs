@@ -614,7 +614,7 @@ mod tests {
             "--url",
             "http://127.0.0.1:9/v1",
             "--out",
-            "/tmp/run.jsonl",
+            "run.jsonl",
         ];
         let cli = crate::Cli::try_parse_from(argv.iter().chain(flags)).map_err(|e| anyhow::anyhow!("{e}"))?;
         let crate::Command::Replay(a) = cli.command else {

@@ -3,9 +3,9 @@
 //!
 //! A thread of its own, not a tokio task, for the clock: tokio's timer ticks in whole milliseconds, so a 7.12 ms
 //! step would wake on the next tick and the token gaps come out as 7s and 8s, whose median (what `calibrate` fits)
-//! is not the step (docs/calibration.md, "Session 17"). The thread sleeps to each step's absolute deadline
-//! (`std::thread::sleep`: the kernel's high-resolution timers), so gaps follow the step and a late wake does not
-//! carry over.
+//! is not the step (docs/calibration.md, "The sim-server's engine paced to the microsecond"). The thread sleeps to
+//! each step's absolute deadline (`std::thread::sleep`: the kernel's high-resolution timers), so gaps follow the
+//! step and a late wake does not carry over.
 //!
 //! The engine is virtual-time: `now_ms` advances by each step's duration; when the engine is idle the clock jumps
 //! to wall time so idle periods pass. A request whose HTTP client went away (its channel closed) is cancelled in the

@@ -23,7 +23,7 @@ pub struct TierReturn {
     pub prefix_tokens: u64,
     pub cached_tokens: u64,
     /// Tokens of distinct prompts sent from the previous step (its own included) up to this one: what the
-    /// caches held newer than this session's prefix.
+    /// caches held newer than the session's prefix.
     pub footprint_tokens: u64,
     /// `restored`, `recomputed` or `partial`.
     pub outcome: String,
