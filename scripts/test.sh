@@ -160,6 +160,8 @@ step "the installs, the page's builds and llama.cpp's: started in the background
 bg_pid=$!
 
 run "cargo fmt --check" cargo fmt --all --check
+run "the tree speaks of the project only: no build-machine paths, no narration (scripts/check_words.sh)" \
+  bash scripts/check_words.sh
 run "no import loops between files (ARCHITECTURE.md)" python3 scripts/import_cycles.py shared/src agent/src app/src
 run "ground-truth converters (synthetic lines; the real runs: scripts/bench_groundtruth.sh)" \
   python3 scripts/groundtruth.py --selftest
