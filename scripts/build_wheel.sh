@@ -56,8 +56,8 @@ grep -q 'embedded page' "$empty/serve.out" || { cat "$empty/serve.out"; echo "bu
 curl -fsS "$url/" -o index.html
 module="$(grep -o 'loadshape-app-[0-9a-f]*_bg.wasm' index.html | head -n 1)"
 [ -n "$module" ] || { echo "build_wheel.sh: / is not the page (no wasm module named)" >&2; exit 1; }
-headers="$(curl -fsS -o /dev/null -D - -H 'Accept-Encoding: br, gzip' "$url/$module")"
-for want in 'content-type: application/wasm' 'content-encoding: br' 'cache-control: public, max-age=31536000, immutable'; do
+headers="$(curl -fsS -o /dev/null -D - -H 'Accept-Encoding: gzip, deflate, br' "$url/$module")"
+for want in 'content-type: application/wasm' 'content-encoding: gzip' 'cache-control: public, max-age=31536000, immutable'; do
   grep -qi "^$want" <<<"$headers" || { echo "$headers"; echo "build_wheel.sh: $module lacks '$want'" >&2; exit 1; }
 done
 echo "serve answered / with the page, and $module compressed and immutable"

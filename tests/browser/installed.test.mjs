@@ -4,10 +4,10 @@
 // it after building and installing the wheel.
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { launchBrowser, readMetrics, screenshot, startAgent } from './harness.mjs';
+import { launchBrowser, readMetrics, screenshot, SHOTS, startAgent } from './harness.mjs';
 
 const INSTALLED = process.env.LOADSHAPE_INSTALLED_BIN;
 const skip = INSTALLED ? false : 'LOADSHAPE_INSTALLED_BIN is not set (scripts/build_wheel.sh prints it)';
@@ -44,6 +44,9 @@ test('the installed executable serves its embedded page, which computes and conn
   assert.match(headers['cache-control'] ?? '', /immutable/, 'a content-hashed file is cached as immutable');
   assert.ok(headers.etag, 'an ETag to revalidate against');
   await screenshot(page, 'installed-1440x900');
+  // The README's picture (docs/page.png is a copy): what a newcomer sees first, one screen.
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, 'readme-1440x900.png') });
   assert.deepEqual(errors, [], 'no uncaught errors on the page');
   await page.close();
 });

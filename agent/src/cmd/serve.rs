@@ -397,6 +397,25 @@ fn default_data_dir() -> PathBuf {
         .join("loadshape")
 }
 
+/// Where the page comes from: `--dist` when given; else the copy embedded in the binary; else, in a debug build, the
+/// workspace's `dist/` (where `trunk build` puts it while developing).
+fn page_source(dist: Option<PathBuf>) -> Option<Page> {
+    if let Some(dir) = dist {
+        return Some(Page::Dir(dir));
+    }
+    if let Some(page) = Page::embedded() {
+        return Some(page);
+    }
+    #[cfg(debug_assertions)]
+    {
+        let dev = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"));
+        if dev.join("index.html").exists() {
+            return Some(Page::Dir(dev));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,23 +525,4 @@ mod tests {
             assert!(e.contains(why), "{e}");
         }
     }
-}
-
-/// Where the page comes from: `--dist` when given; else the copy embedded in the binary; else, in a debug build, the
-/// workspace's `dist/` (where `trunk build` puts it while developing).
-fn page_source(dist: Option<PathBuf>) -> Option<Page> {
-    if let Some(dir) = dist {
-        return Some(Page::Dir(dir));
-    }
-    if let Some(page) = Page::embedded() {
-        return Some(page);
-    }
-    #[cfg(debug_assertions)]
-    {
-        let dev = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../dist"));
-        if dev.join("index.html").exists() {
-            return Some(Page::Dir(dev));
-        }
-    }
-    None
 }

@@ -1,11 +1,11 @@
 //! The page's files: embedded in the binary (release builds, see `agent/build.rs`) or read from a folder
 //! (`--dist DIR`, `LOADSHAPE_DIST`; what debug builds use).
 //!
-//! Both are served with the same headers: a content type from the file's extension, `no-cache` on `index.html`
-//! (the browser revalidates it, so it never names the modules of an older build, which the page loads on demand)
-//! and a year with `immutable` on Trunk's content-hashed files (`name-<16 hex digits>.ext`: a new build is a new
-//! name). Responses are compressed (brotli or gzip, as the browser accepts) by the router's compression layer; the
-//! embedded files also answer `If-None-Match` with 304 by their SHA-256.
+//! Both are served with the same cache headers: `no-cache` on `index.html` (the browser revalidates it, so it never
+//! names the modules of an older build, which the page loads on demand) and a year with `immutable` on Trunk's
+//! content-hashed files (`name-<16 hex digits>.ext`: a new build is a new name). The embedded files carry their
+//! content type, an `ETag` (their SHA-256) that answers `If-None-Match` with 304, and a gzip -9 copy made at build
+//! time, sent to browsers that accept gzip.
 
 use std::path::PathBuf;
 
@@ -41,14 +41,13 @@ impl Page {
     /// The routes serving the page, for a router's fallback.
     pub fn router(&self) -> Router {
         let files = match self {
-            Page::Dir(dir) => Router::new().fallback_service(
-                ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html"))),
-            ),
+            Page::Dir(dir) => {
+                Router::new().fallback_service(ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html"))))
+            }
             Page::Embedded => Router::new().fallback(embedded::serve),
         };
         files
             .layer(axum::middleware::map_response(cache_control))
-            .layer(tower_http::compression::CompressionLayer::new())
             .layer(SetResponseHeaderLayer::if_not_present(
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
@@ -84,6 +83,24 @@ pub fn is_content_hashed(path: &str) -> bool {
     hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero weight.
+pub fn accepts_gzip(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or("");
+            let weight = parts
+                .find_map(|p| p.strip_prefix("q="))
+                .and_then(|q| q.parse::<f32>().ok())
+                .unwrap_or(1.0);
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && weight > 0.0
+        })
+}
+
 #[cfg(embedded_page)]
 mod embedded {
     use axum::body::Body;
@@ -92,12 +109,13 @@ mod embedded {
     use rust_embed::Embed;
 
     #[derive(Embed)]
-    // Relative to the agent crate (rust-embed resolves it from CARGO_MANIFEST_DIR).
-    #[folder = "../dist"]
+    // dist/ as agent/build.rs copied it, with the gzip copies.
+    #[folder = "$OUT_DIR/page"]
     struct Assets;
 
+    /// The page's files (not counting their gzip copies).
     pub fn count() -> usize {
-        Assets::iter().count()
+        Assets::iter().filter(|p| !p.ends_with(".gz")).count()
     }
 
     /// One embedded file, or `index.html` for a path that names no file and has no extension (the page's own
@@ -105,13 +123,18 @@ mod embedded {
     pub async fn serve(uri: Uri, headers: HeaderMap) -> Response {
         let path = uri.path().trim_start_matches('/');
         let path = if path.is_empty() { "index.html" } else { path };
-        let file = match Assets::get(path) {
-            Some(file) => file,
-            None if !path.rsplit('/').next().unwrap_or(path).contains('.') => {
-                Assets::get("index.html").expect("an embedded page has its index.html (agent/build.rs)")
-            }
-            None => return StatusCode::NOT_FOUND.into_response(),
+        let path = match Assets::get(path) {
+            Some(_) if !path.ends_with(".gz") => path,
+            None if !path.rsplit('/').next().unwrap_or(path).contains('.') => "index.html",
+            _ => return StatusCode::NOT_FOUND.into_response(),
         };
+        let file = Assets::get(path).expect("looked up above");
+        let mime = HeaderValue::from_str(file.metadata.mimetype())
+            .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+        let gzip = super::accepts_gzip(&headers)
+            .then(|| Assets::get(&format!("{path}.gz")))
+            .flatten();
+        let file = gzip.clone().unwrap_or(file);
         let hash = file.metadata.sha256_hash();
         let etag = format!("\"{}\"", hex(&hash[..16]));
         let matches = headers
@@ -119,16 +142,21 @@ mod embedded {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.split(',').any(|tag| tag.trim() == etag || tag.trim() == "*"));
         let etag = HeaderValue::from_str(&etag).expect("hex digits in quotes are a header value");
+        let vary = (header::VARY, HeaderValue::from_static("accept-encoding"));
         if matches {
-            return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response();
+            return (StatusCode::NOT_MODIFIED, [(header::ETAG, etag), vary]).into_response();
         }
-        let mime = HeaderValue::from_str(file.metadata.mimetype())
-            .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-        (
-            [(header::CONTENT_TYPE, mime), (header::ETAG, etag)],
+        let mut response = (
+            [(header::CONTENT_TYPE, mime), (header::ETAG, etag), vary],
             Body::from(file.data.into_owned()),
         )
-            .into_response()
+            .into_response();
+        if gzip.is_some() {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        response
     }
 
     fn hex(bytes: &[u8]) -> String {
@@ -146,13 +174,33 @@ mod embedded {
     }
 
     pub async fn serve() -> Response {
-        (StatusCode::NOT_FOUND, "this loadshape was built without its page; serve it with --dist DIR").into_response()
+        (
+            StatusCode::NOT_FOUND,
+            "this loadshape was built without its page; serve it with --dist DIR",
+        )
+            .into_response()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::is_content_hashed;
+    use super::{accepts_gzip, is_content_hashed};
+    use axum::http::{HeaderMap, HeaderValue, header};
+
+    #[test]
+    fn gzip_is_sent_only_where_accepted() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(v));
+            accepts_gzip(&h)
+        };
+        assert!(with("gzip, deflate, br, zstd"));
+        assert!(with("br;q=1.0, GZIP;q=0.5"));
+        assert!(with("*"));
+        assert!(!with("gzip;q=0"));
+        assert!(!with("br, identity"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
 
     #[test]
     fn trunk_hashed_names_are_recognised() {
