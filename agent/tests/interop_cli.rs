@@ -166,6 +166,7 @@ fn bad_input_names_the_file_the_tool_and_the_field() {
     // Another tool's file, read as AIPerf.
     let e = fails(&["import", s(&gl), "--from", "aiperf"]);
     assert!(e.contains("benchmarks.json") && e.contains("read as aiperf") && e.contains("field `"), "{e}");
+    assert!(e.contains("looks like guidellm's"), "{e}");
     // Truncated JSON.
     let text = std::fs::read_to_string(&gl).unwrap();
     let cut = d.join("cut.json");
@@ -324,4 +325,45 @@ fn export_and_import_config_round_trip() {
         "workload": {"kind": "bursty", "num_requests": 50, "seed": 1, "mean_rps": 2.0}}).to_string()).unwrap();
     let e = fails(&["export", "--to", "guidellm", s(&bursty)]);
     assert!(e.contains("bursty") && e.contains("report --export mooncake"), "{e}");
+}
+
+/// `sim-server --request-log`: one line per generation request, streamed or not, with the server's own times and
+/// counts (what `scripts/bench_interop.sh` checks the tools against).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sim_server_logs_every_request_it_served() {
+    use loadshape::sim_server::{self, Config};
+    let d = Scratch::new("interop-simlog");
+    let log = d.join("log.jsonl");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = Config { request_log: Some(log.clone()), speed: 4.0, ..Config::default() };
+    let server = tokio::spawn(sim_server::serve(listener, config, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    for stream in [true, false] {
+        let body = json!({"model": "sim", "prompt": "one two three four", "max_tokens": 5, "ignore_eos": true, "stream": stream,
+                          "stream_options": {"include_usage": true}});
+        let resp = client
+            .post(format!("http://{addr}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(resp.status().is_success());
+        let _ = resp.text().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    let _ = stop.send(());
+    let _ = server.await;
+    let lines = server_log(&log);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for (l, stream) in lines.iter().zip([true, false]) {
+        assert_eq!((l.prompt_tokens, l.output_tokens, l.completed, l.stream), (4, 5, true, stream), "{l:?}");
+        let first = l.t_first_token_s.unwrap_or(f64::NAN);
+        assert!(l.t_arrival_s <= first && first <= l.t_end_s, "{l:?}");
+    }
+    assert_eq!(lines[0].frames, 5);
+    assert!(lines[0].req < lines[1].req);
 }

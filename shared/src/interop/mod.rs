@@ -240,12 +240,21 @@ fn first_json(text: &str) -> Result<Value, serde_json::Error> {
 pub fn import(tool: Tool, file: &str, text: &str) -> Result<Imported, ImportError> {
     let cx = Cx { file, tool };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let mut out = match tool {
+    let read = match tool {
         Tool::VllmBench => vllm_bench::read(&cx, text),
         Tool::Guidellm => guidellm::read(&cx, text),
         Tool::Aiperf => aiperf::read(&cx, text),
         Tool::InferencePerf => inference_perf::read(&cx, text),
-    }?;
+    };
+    // A file of another tool read as this one: say whose it looks like.
+    let mut out = read.map_err(|mut e| {
+        if let Ok(other) = detect(file, text)
+            && other != tool
+        {
+            e.message = format!("{} (the file looks like {other}'s: --from {other})", e.message);
+        }
+        e
+    })?;
     out.check_records();
     if out.records.is_empty() && out.summary.is_none() {
         return Err(cx.err("(file)", "no request in the file"));
