@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use shared::record::RequestRecord;
 
 fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/interop").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/interop")
+        .join(rel)
 }
 
 fn s(p: &Path) -> &str {
@@ -25,7 +27,10 @@ fn s(p: &Path) -> &str {
 /// `loadshape ARGS`, which must succeed: its stdout and stderr.
 fn ok(args: &[&str]) -> (String, String) {
     let out = loadshape(args, None);
-    let (o, e) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
     assert!(out.status.success(), "loadshape {args:?} failed:\n{e}");
     (o, e)
 }
@@ -73,9 +78,21 @@ fn each_tools_records_match_the_servers_own_log() {
         assert_eq!(recs.len(), log.len(), "{tool}: requests");
         assert!(recs.iter().all(|r| r.ok) && log.iter().all(|l| l.completed), "{tool}");
         let sum = |f: &dyn Fn(&RequestRecord) -> u64| recs.iter().map(f).sum::<u64>();
-        assert_eq!(sum(&|r| r.prompt_tokens.unwrap_or(0)), log.iter().map(|l| u64::from(l.prompt_tokens)).sum::<u64>(), "{tool}: prompt tokens");
-        assert_eq!(sum(&|r| r.gen_tokens), log.iter().map(|l| u64::from(l.output_tokens)).sum::<u64>(), "{tool}: output tokens");
-        assert_eq!(sum(&|r| r.sse_frames), log.iter().map(|l| u64::from(l.frames)).sum::<u64>(), "{tool}: frames");
+        assert_eq!(
+            sum(&|r| r.prompt_tokens.unwrap_or(0)),
+            log.iter().map(|l| u64::from(l.prompt_tokens)).sum::<u64>(),
+            "{tool}: prompt tokens"
+        );
+        assert_eq!(
+            sum(&|r| r.gen_tokens),
+            log.iter().map(|l| u64::from(l.output_tokens)).sum::<u64>(),
+            "{tool}: output tokens"
+        );
+        assert_eq!(
+            sum(&|r| r.sse_frames),
+            log.iter().map(|l| u64::from(l.frames)).sum::<u64>(),
+            "{tool}: frames"
+        );
         // Paired by send order, up to two places apart (two streams send at once), and prompt length.
         recs.sort_by(|a, b| a.t_submit.total_cmp(&b.t_submit));
         log.sort_by(|a, b| a.t_arrival_s.total_cmp(&b.t_arrival_s));
@@ -92,12 +109,25 @@ fn each_tools_records_match_the_servers_own_log() {
             paired += 1;
             let server = l.t_first_token_s.unwrap_or(f64::NAN) - l.t_arrival_s;
             let client = r.ttft_s.unwrap_or(f64::NAN);
-            assert!(client >= server - 0.001 && client <= server + 0.05, "{tool}: TTFT {client} vs the server's {server}");
-            assert!(r.wall_s >= l.t_end_s - l.t_arrival_s - 0.001, "{tool}: E2E {} shorter than the server's", r.wall_s);
+            assert!(
+                client >= server - 0.001 && client <= server + 0.05,
+                "{tool}: TTFT {client} vs the server's {server}"
+            );
+            assert!(
+                r.wall_s >= l.t_end_s - l.t_arrival_s - 0.001,
+                "{tool}: E2E {} shorter than the server's",
+                r.wall_s
+            );
         }
-        assert_eq!(paired, recs.len(), "{tool}: requests without a server line of their prompt length near their send order");
+        assert_eq!(
+            paired,
+            recs.len(),
+            "{tool}: requests without a server line of their prompt length near their send order"
+        );
         // The notes beside the records name the tool and its version.
-        let about: Value = serde_json::from_str(&std::fs::read_to_string(d.join(format!("{tool}.jsonl.import.json"))).unwrap()).unwrap();
+        let about: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join(format!("{tool}.jsonl.import.json"))).unwrap())
+                .unwrap();
         assert_eq!(about["imported_from"][0]["tool"], tool);
         assert!(!about["imported_from"][0]["notes"].as_array().unwrap().is_empty());
     }
@@ -111,15 +141,23 @@ fn a_vllm_bench_detailed_result_becomes_records() {
     let out = d.join("v.jsonl");
     ok(&["import", s(&fixture("vllm-bench/detailed.json")), "--out", s(&out)]);
     let recs = records(&out);
-    let src: Value = serde_json::from_str(&std::fs::read_to_string(fixture("vllm-bench/detailed.json")).unwrap()).unwrap();
+    let src: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("vllm-bench/detailed.json")).unwrap()).unwrap();
     assert_eq!(recs.len(), 4);
-    assert_eq!(recs.iter().filter(|r| r.ok).count() as u64, src["completed"].as_u64().unwrap());
+    assert_eq!(
+        recs.iter().filter(|r| r.ok).count() as u64,
+        src["completed"].as_u64().unwrap()
+    );
     let failed = recs.iter().find(|r| !r.ok).expect("a failed record");
     assert!(failed.error.as_deref().unwrap_or("").contains("503"), "{failed:?}");
     let (report, _) = ok(&["report", s(&out), "--json"]);
     let report: Value = serde_json::from_str(&report).unwrap();
     // TTFT, TPOT ((latency − TTFT) / (tokens − 1)) and ITL mean as vLLM computed them over the same requests.
-    for (ours, theirs) in [("ttft_mean_ms", "mean_ttft_ms"), ("tpot_mean_ms", "mean_tpot_ms"), ("e2el_mean_ms", "mean_e2el_ms")] {
+    for (ours, theirs) in [
+        ("ttft_mean_ms", "mean_ttft_ms"),
+        ("tpot_mean_ms", "mean_tpot_ms"),
+        ("e2el_mean_ms", "mean_e2el_ms"),
+    ] {
         let got = report["summary"][ours].as_f64().unwrap_or(f64::NAN);
         let want = src[theirs].as_f64().unwrap();
         assert!((got - want).abs() < 1e-3, "{ours} {got} vs vLLM's {theirs} {want}");
@@ -139,7 +177,8 @@ fn summary_only_files_become_a_summary_and_say_so() {
         let (_, err) = ok(&["import", s(&fixture(file)), "--out", s(&out)]);
         assert!(err.contains("summary only"), "{file}: {err}");
         assert!(!out.exists(), "{file}: records written");
-        let about: Value = serde_json::from_str(&std::fs::read_to_string(d.join("s.jsonl.import.json")).unwrap()).unwrap();
+        let about: Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("s.jsonl.import.json")).unwrap()).unwrap();
         let sum = &about["imported_from"][0]["summary"];
         let got = sum["metrics"]["ttft_ms"]["mean"].as_f64().unwrap_or(f64::NAN);
         assert!(got > 0.0, "{file}: {sum}");
@@ -153,7 +192,8 @@ fn summary_only_files_become_a_summary_and_say_so() {
     let recs = d.join("a.jsonl");
     ok(&["import", s(&fixture("aiperf/profile_export.jsonl")), "--out", s(&recs)]);
     let mean = records(&recs).iter().map(|r| r.ttft_s.unwrap_or(0.0)).sum::<f64>() * 1e3 / records(&recs).len() as f64;
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(fixture("aiperf/profile_export_aiperf.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("aiperf/profile_export_aiperf.json")).unwrap()).unwrap();
     let theirs = summary["time_to_first_token"]["avg"].as_f64().unwrap();
     assert!((mean / theirs - 1.0).abs() < 1e-6, "{mean} vs AIPerf's {theirs}");
 }
@@ -165,14 +205,20 @@ fn bad_input_names_the_file_the_tool_and_the_field() {
     let gl = fixture("guidellm/benchmarks.json");
     // Another tool's file, read as AIPerf.
     let e = fails(&["import", s(&gl), "--from", "aiperf"]);
-    assert!(e.contains("benchmarks.json") && e.contains("read as aiperf") && e.contains("field `"), "{e}");
+    assert!(
+        e.contains("benchmarks.json") && e.contains("read as aiperf") && e.contains("field `"),
+        "{e}"
+    );
     assert!(e.contains("looks like guidellm's"), "{e}");
     // Truncated JSON.
     let text = std::fs::read_to_string(&gl).unwrap();
     let cut = d.join("cut.json");
     std::fs::write(&cut, &text[..text.len() / 2]).unwrap();
     let e = fails(&["import", s(&cut), "--from", "guidellm"]);
-    assert!(e.contains("cut.json") && e.contains("read as guidellm") && e.contains("truncated"), "{e}");
+    assert!(
+        e.contains("cut.json") && e.contains("read as guidellm") && e.contains("truncated"),
+        "{e}"
+    );
     // A truncated JSON-lines file: the last line.
     let ap = std::fs::read_to_string(fixture("aiperf/profile_export.jsonl")).unwrap();
     let cut = d.join("cut.jsonl");
@@ -188,13 +234,23 @@ fn bad_input_names_the_file_the_tool_and_the_field() {
     let changed = d.join("changed.json");
     std::fs::write(&changed, v.to_string()).unwrap();
     let e = fails(&["import", s(&changed)]);
-    assert!(e.contains("field `benchmarks[0].requests.successful[0].request_start_time`") && e.contains("missing"), "{e}");
+    assert!(
+        e.contains("field `benchmarks[0].requests.successful[0].request_start_time`") && e.contains("missing"),
+        "{e}"
+    );
     let changed = d.join("unit.jsonl");
     let at = ap.find("\"time_to_first_token\":{").expect("a TTFT metric");
     let unit = at + ap[at..].find("\"unit\":\"ms\"").expect("its unit");
-    std::fs::write(&changed, format!("{}\"unit\":\"s\"{}", &ap[..unit], &ap[unit + "\"unit\":\"ms\"".len()..])).unwrap();
+    std::fs::write(
+        &changed,
+        format!("{}\"unit\":\"s\"{}", &ap[..unit], &ap[unit + "\"unit\":\"ms\"".len()..]),
+    )
+    .unwrap();
     let e = fails(&["import", s(&changed)]);
-    assert!(e.contains("read as aiperf") && e.contains(".unit`") && e.contains("expected \"ms\""), "{e}");
+    assert!(
+        e.contains("read as aiperf") && e.contains(".unit`") && e.contains("expected \"ms\""),
+        "{e}"
+    );
     // Not any tool's file.
     let other = d.join("other.json");
     std::fs::write(&other, json!({"hello": 1}).to_string()).unwrap();
@@ -207,13 +263,24 @@ fn bad_input_names_the_file_the_tool_and_the_field() {
 fn report_and_predict_read_imported_records() {
     let d = Scratch::new("interop-predict");
     let run = d.join("ip.jsonl");
-    ok(&["import", s(&fixture("inference-perf/per_request_lifecycle_metrics.json")), "--out", s(&run)]);
+    ok(&[
+        "import",
+        s(&fixture("inference-perf/per_request_lifecycle_metrics.json")),
+        "--out",
+        s(&run),
+    ]);
     let (report, _) = ok(&["report", s(&run), "--json"]);
     let report: Value = serde_json::from_str(&report).unwrap();
     assert_eq!(report["records"], 8);
     // The run's own config, read into the nearest scenario, is what `predict` simulates against the run.
     let sc = d.join("sc.json");
-    let (_, err) = ok(&["import", "--config", s(&fixture("inference-perf/config.yaml")), "--out", s(&sc)]);
+    let (_, err) = ok(&[
+        "import",
+        "--config",
+        s(&fixture("inference-perf/config.yaml")),
+        "--out",
+        s(&sc),
+    ]);
     assert!(err.contains("not carried over"), "{err}");
     let scenario: Value = serde_json::from_str(&std::fs::read_to_string(&sc).unwrap()).unwrap();
     assert_eq!(scenario["workload"]["kind"], "closed_loop");
@@ -231,15 +298,33 @@ fn report_and_predict_read_imported_records() {
 fn calibrate_from_imported_aiperf_runs_recovers_the_known_profile() {
     let d = Scratch::new("interop-calibrate");
     let run = d.join("runs.jsonl");
-    let files: Vec<PathBuf> = ["c1", "c4", "c8"].iter().map(|c| fixture(&format!("calibrate/{c}.profile_export.jsonl"))).collect();
+    let files: Vec<PathBuf> = ["c1", "c4", "c8"]
+        .iter()
+        .map(|c| fixture(&format!("calibrate/{c}.profile_export.jsonl")))
+        .collect();
     let mut args = vec!["import"];
     args.extend(files.iter().map(|f| s(f)));
     args.extend(["--out", s(&run)]);
     ok(&args);
     let cal = d.join("cal");
     ok(&[
-        "calibrate", "--from", s(&run), "--out", s(&cal), "--max-num-seqs", "8", "--batch-kv", "off", "--prefill-kv", "off",
-        "--reply-share", "off", "--tiers", "off", "--scheduler", "vllm",
+        "calibrate",
+        "--from",
+        s(&run),
+        "--out",
+        s(&cal),
+        "--max-num-seqs",
+        "8",
+        "--batch-kv",
+        "off",
+        "--prefill-kv",
+        "off",
+        "--reply-share",
+        "off",
+        "--tiers",
+        "off",
+        "--scheduler",
+        "vllm",
     ]);
     let fit: Value = serde_json::from_str(&std::fs::read_to_string(cal.join("fit.json")).unwrap()).unwrap();
     let truth: shared::engine::EngineProfile =
@@ -249,9 +334,21 @@ fn calibrate_from_imported_aiperf_runs_recovers_the_known_profile() {
     let errors = [
         ("step_fixed_ms", rel(c("step_fixed_ms"), truth.step_fixed_ms), 0.05),
         ("per_seq_ms", rel(c("per_seq_ms"), truth.per_seq_ms), 0.15),
-        ("per_ctx_token_ms", rel(c("per_ctx_token_ms"), truth.per_ctx_token_ms), 0.15),
-        ("prefill_tokens_per_ms", rel(c("prefill_tokens_per_ms"), truth.prefill_tokens_per_ms), 0.10),
-        ("prefill_ctx_ms_per_ktok", rel(c("prefill_ctx_ms_per_ktok"), truth.prefill_ctx_ms_per_ktok), 0.15),
+        (
+            "per_ctx_token_ms",
+            rel(c("per_ctx_token_ms"), truth.per_ctx_token_ms),
+            0.15,
+        ),
+        (
+            "prefill_tokens_per_ms",
+            rel(c("prefill_tokens_per_ms"), truth.prefill_tokens_per_ms),
+            0.10,
+        ),
+        (
+            "prefill_ctx_ms_per_ktok",
+            rel(c("prefill_ctx_ms_per_ktok"), truth.prefill_ctx_ms_per_ktok),
+            0.15,
+        ),
     ];
     eprintln!("relative errors: {errors:?}");
     for (name, e, tol) in errors {
@@ -265,8 +362,14 @@ fn calibrate_from_imported_aiperf_runs_recovers_the_known_profile() {
     };
     for batch in [1.0, 2.0, 4.0, 8.0] {
         for context in [128.0, 1024.0] {
-            let (got, want) = (fitted.decode_step_ms(batch, context), truth.decode_step_ms(batch, context));
-            assert!((got / want - 1.0).abs() <= 0.05, "decode step at batch {batch}, context {context}: {got} vs {want}");
+            let (got, want) = (
+                fitted.decode_step_ms(batch, context),
+                truth.decode_step_ms(batch, context),
+            );
+            assert!(
+                (got / want - 1.0).abs() <= 0.05,
+                "decode step at batch {batch}, context {context}: {got} vs {want}"
+            );
         }
     }
     let time = |rate: f64, ctx: f64, n: f64| n / rate + ctx * n * (n - 1.0) / 2000.0;
@@ -275,9 +378,16 @@ fn calibrate_from_imported_aiperf_runs_recovers_the_known_profile() {
             time(c("prefill_tokens_per_ms"), c("prefill_ctx_ms_per_ktok"), n),
             time(truth.prefill_tokens_per_ms, truth.prefill_ctx_ms_per_ktok, n),
         );
-        assert!((got / want - 1.0).abs() <= 0.05, "cold prefill of {n} tokens: {got} vs {want}");
+        assert!(
+            (got / want - 1.0).abs() <= 0.05,
+            "cold prefill of {n} tokens: {got} vs {want}"
+        );
     }
-    assert!((c("prefill_fixed_ms") - truth.prefill_fixed_ms).abs() <= 10.0, "prefill_fixed_ms {}", c("prefill_fixed_ms"));
+    assert!(
+        (c("prefill_fixed_ms") - truth.prefill_fixed_ms).abs() <= 10.0,
+        "prefill_fixed_ms {}",
+        c("prefill_fixed_ms")
+    );
 }
 
 /// `export --to` writes each peer's equivalent of a scenario, and `import --config` reads it back to the same
@@ -298,7 +408,10 @@ fn export_and_import_config_round_trip() {
     for tool in ["guidellm", "aiperf", "inference-perf", "vllm-bench"] {
         let out = d.join(format!("{tool}.cfg"));
         let (_, err) = ok(&["export", "--to", tool, s(&sc), "--out", s(&out)]);
-        assert!(err.contains("think_s"), "{tool}: the think time must be listed as lost: {err}");
+        assert!(
+            err.contains("think_s"),
+            "{tool}: the think time must be listed as lost: {err}"
+        );
         let back = d.join(format!("{tool}.json"));
         ok(&["import", "--config", s(&out), "--from", tool, "--out", s(&back)]);
         let w: Value = serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
@@ -310,7 +423,11 @@ fn export_and_import_config_round_trip() {
         assert_eq!(w["output"]["tokens"], 70, "{tool}");
     }
     // The tool is detected from a command line given in place of a file.
-    let (stdout, _) = ok(&["import", "--config", "aiperf profile --request-rate 3 --request-count 30 --isl 200 --osl 20"]);
+    let (stdout, _) = ok(&[
+        "import",
+        "--config",
+        "aiperf profile --request-rate 3 --request-count 30 --isl 200 --osl 20",
+    ]);
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["workload"]["kind"], "poisson");
     assert_eq!(v["workload"]["rate_rps"], 3.0);
@@ -321,8 +438,13 @@ fn export_and_import_config_round_trip() {
     assert_eq!(v["workload"]["num_requests"], 8);
     // A workload the peers cannot express is refused with the way out.
     let bursty = d.join("bursty.json");
-    std::fs::write(&bursty, json!({"model": "engine", "profile": serde_json::to_value(shared::engine::presets::llama3_8b_h100()).unwrap(),
-        "workload": {"kind": "bursty", "num_requests": 50, "seed": 1, "mean_rps": 2.0}}).to_string()).unwrap();
+    std::fs::write(
+        &bursty,
+        json!({"model": "engine", "profile": serde_json::to_value(shared::engine::presets::llama3_8b_h100()).unwrap(),
+        "workload": {"kind": "bursty", "num_requests": 50, "seed": 1, "mean_rps": 2.0}})
+        .to_string(),
+    )
+    .unwrap();
     let e = fails(&["export", "--to", "guidellm", s(&bursty)]);
     assert!(e.contains("bursty") && e.contains("report --export mooncake"), "{e}");
 }
@@ -334,10 +456,16 @@ async fn sim_server_logs_every_request_it_served() {
     use loadshape::sim_server::{self, Config};
     let d = Scratch::new("interop-simlog");
     let log = d.join("log.jsonl");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let config = Config { request_log: Some(log.clone()), speed: 4.0, ..Config::default() };
+    let config = Config {
+        request_log: Some(log.clone()),
+        speed: 4.0,
+        ..Config::default()
+    };
     let server = tokio::spawn(sim_server::serve(listener, config, async {
         let _ = stopped.await;
     }));
@@ -360,7 +488,11 @@ async fn sim_server_logs_every_request_it_served() {
     let lines = server_log(&log);
     assert_eq!(lines.len(), 2, "{lines:?}");
     for (l, stream) in lines.iter().zip([true, false]) {
-        assert_eq!((l.prompt_tokens, l.output_tokens, l.completed, l.stream), (4, 5, true, stream), "{l:?}");
+        assert_eq!(
+            (l.prompt_tokens, l.output_tokens, l.completed, l.stream),
+            (4, 5, true, stream),
+            "{l:?}"
+        );
         let first = l.t_first_token_s.unwrap_or(f64::NAN);
         assert!(l.t_arrival_s <= first && first <= l.t_end_s, "{l:?}");
     }

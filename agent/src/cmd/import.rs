@@ -157,10 +157,21 @@ pub fn config_input(name: &str, text: &str) -> anyhow::Result<ConfigInput> {
         return Ok(ConfigInput::Value(v));
     }
     let first = trimmed.split_whitespace().next().unwrap_or("");
-    let is_command = ["guidellm", "aiperf", "vllm", "inference-perf", "python", "python3", "genai-perf"]
-        .iter()
-        .any(|c| first == *c || first.ends_with(&format!("/{c}")));
-    if !is_command && let Ok(v) = serde_yaml::from_str::<Value>(text) && v.is_object() {
+    let is_command = [
+        "guidellm",
+        "aiperf",
+        "vllm",
+        "inference-perf",
+        "python",
+        "python3",
+        "genai-perf",
+    ]
+    .iter()
+    .any(|c| first == *c || first.ends_with(&format!("/{c}")));
+    if !is_command
+        && let Ok(v) = serde_yaml::from_str::<Value>(text)
+        && v.is_object()
+    {
         return Ok(ConfigInput::Value(v));
     }
     let words = config::split_command_line(text).map_err(|e| anyhow::anyhow!("{name}: not a command line: {e}"))?;
@@ -199,7 +210,11 @@ pub fn config_tool(name: &str, input: &ConfigInput) -> anyhow::Result<Tool> {
 }
 
 fn run_config(a: &Args) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(a.files.len() == 1, "--config reads one config (got {} files)", a.files.len());
+    anyhow::ensure!(
+        a.files.len() == 1,
+        "--config reads one config (got {} files)",
+        a.files.len()
+    );
     let path = &a.files[0];
     let name = path.display().to_string();
     let text = match std::fs::read_to_string(path) {

@@ -202,9 +202,10 @@ pub fn router(config: Config) -> std::io::Result<Router> {
     let log = match &config.request_log {
         Some(path) => Some(RequestLog {
             origin: std::time::Instant::now(),
-            file: std::sync::Mutex::new(std::fs::File::create(path).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("--request-log {}: {e}", path.display()))
-            })?),
+            file: std::sync::Mutex::new(
+                std::fs::File::create(path)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("--request-log {}: {e}", path.display())))?,
+            ),
         }),
         None => None,
     };

@@ -68,7 +68,12 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
             (Some(l), _) => l / 1e3,
             (None, Some(e)) => (e - start_ns) / 1e9,
             (None, None) if error.is_some() => 0.0,
-            (None, None) => return Err(cx.err(format!("{path}.metrics.request_latency"), "missing (and no request_end_ns)")),
+            (None, None) => {
+                return Err(cx.err(
+                    format!("{path}.metrics.request_latency"),
+                    "missing (and no request_end_ns)",
+                ));
+            }
         };
         let usage_out = m("usage_completion_tokens")?;
         let client_out = m("output_sequence_length")?;
@@ -131,7 +136,7 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
     let multi = turns.values().any(|&t| t > 1);
     for mut p in peers {
         p.steps_asked = turns[&p.session];
-        if p.prompt_tokens.is_some() && p.usage_source == UsageSource::Missing {
+        if p.ok && p.usage_source == UsageSource::Missing {
             out.note("no usage_completion_tokens: output tokens are AIPerf's own tokenizer's count of the text");
         }
         out.records.push(p.into_record());
@@ -140,7 +145,9 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
         out.note("usage_prompt_cache_read_tokens missing on some requests: their cached tokens are unknown");
     }
     if warmup > 0 {
-        out.note(format!("{warmup} warmup request(s) left out (benchmark_phase is not \"profiling\")"));
+        out.note(format!(
+            "{warmup} warmup request(s) left out (benchmark_phase is not \"profiling\")"
+        ));
     }
     if multi {
         out.note("conversation_id becomes the session and turn_index the step (multi-turn)");
@@ -161,7 +168,11 @@ fn metric(cx: &Cx, metrics: &Value, path: &str, key: &str) -> Result<Option<f64>
         return Ok(None);
     };
     let p = format!("{path}.{key}");
-    let unit = if key.contains("tokens") || key.contains("length") { "tokens" } else { "ms" };
+    let unit = if key.contains("tokens") || key.contains("length") {
+        "tokens"
+    } else {
+        "ms"
+    };
     unit_is(cx, x, &p, unit)?;
     cx.opt_num(x, &p, "value")
 }
@@ -169,7 +180,10 @@ fn metric(cx: &Cx, metrics: &Value, path: &str, key: &str) -> Result<Option<f64>
 fn unit_is(cx: &Cx, x: &Value, path: &str, want: &str) -> Result<(), ImportError> {
     match x.get("unit").and_then(Value::as_str) {
         Some(u) if u == want => Ok(()),
-        Some(u) => Err(cx.err(format!("{path}.unit"), format!("expected {want:?}, found {u:?} (the tool's schema changed?)"))),
+        Some(u) => Err(cx.err(
+            format!("{path}.unit"),
+            format!("expected {want:?}, found {u:?} (the tool's schema changed?)"),
+        )),
         None => Err(cx.err(format!("{path}.unit"), "missing (expected `{value, unit}`)")),
     }
 }
@@ -182,7 +196,10 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
     out.tool_version = v.get("aiperf_version").and_then(Value::as_str).map(str::to_string);
     let ttft = cx.get(v, "", "time_to_first_token")?;
     if !ttft.is_object() {
-        return Err(cx.err("time_to_first_token", format!("expected an object of statistics, found {}", super::short(ttft))));
+        return Err(cx.err(
+            "time_to_first_token",
+            format!("expected an object of statistics, found {}", super::short(ttft)),
+        ));
     }
     let mut s = PeerSummary::default();
     let stat = |k: &str, scale: f64| map.get(k).map(|x| stat_of(x, scale)).unwrap_or_default();
@@ -197,9 +214,10 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
     let avg = |k: &str| map.get(k).and_then(|x| x.get("avg")).and_then(Value::as_f64);
     s.completed = avg("request_count").map(|c| c.round() as u64);
     s.duration_s = avg("benchmark_duration");
-    s.failed = map.get("error_summary").and_then(Value::as_array).map(|errs| {
-        errs.iter().filter_map(|e| e.get("count").and_then(Value::as_u64)).sum()
-    });
+    s.failed = map
+        .get("error_summary")
+        .and_then(Value::as_array)
+        .map(|errs| errs.iter().filter_map(|e| e.get("count").and_then(Value::as_u64)).sum());
     out.summary = Some(s);
     out.note("summary only (profile_export_aiperf.json): no per-request data; read profile_export.jsonl for records");
     out.note("tpot_ms is AIPerf's inter_token_latency ((latency − TTFT) / (output tokens − 1)); itl_ms its inter_chunk_latency");

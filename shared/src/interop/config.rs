@@ -27,13 +27,22 @@ pub enum ConfigInput {
 /// How requests arrive.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arrival {
-    Poisson { rate: f64 },
+    Poisson {
+        rate: f64,
+    },
     /// Evenly spaced at `rate`.
-    Constant { rate: f64 },
+    Constant {
+        rate: f64,
+    },
     /// Gamma gaps with coefficient of variation `cv`.
-    Gamma { rate: f64, cv: f64 },
+    Gamma {
+        rate: f64,
+        cv: f64,
+    },
     /// `users` closed-loop clients.
-    Concurrent { users: u32 },
+    Concurrent {
+        users: u32,
+    },
 }
 
 /// A token-length distribution as the peers describe it.
@@ -186,7 +195,10 @@ pub fn import_config(tool: Tool, file: &str, input: &ConfigInput) -> Result<Conf
         (Tool::Aiperf, ConfigInput::Value(v)) => aiperf_value(v, &mut lost).map_err(|(f, m)| err(&f, m))?,
         (Tool::InferencePerf, ConfigInput::Value(v)) => ip_value(v, &mut lost).map_err(|(f, m)| err(&f, m))?,
         (Tool::InferencePerf, ConfigInput::Args(_)) => {
-            return Err(err("(file)", "inference-perf takes its workload from a config file (--config_file): give that file".into()));
+            return Err(err(
+                "(file)",
+                "inference-perf takes its workload from a config file (--config_file): give that file".into(),
+            ));
         }
         (Tool::VllmBench, ConfigInput::Args(a)) => vllm_args(a, &mut lost).map_err(|(f, m)| err(&f, m))?,
         (Tool::VllmBench, ConfigInput::Value(v)) => vllm_value(v, &mut lost).map_err(|(f, m)| err(&f, m))?,
@@ -234,7 +246,10 @@ fn flags(args: &[String]) -> Vec<(String, String)> {
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
-        if let Some(name) = a.strip_prefix("--").or_else(|| a.strip_prefix('-').filter(|n| n.len() == 1)) {
+        if let Some(name) = a
+            .strip_prefix("--")
+            .or_else(|| a.strip_prefix('-').filter(|n| n.len() == 1))
+        {
             if let Some((n, v)) = name.split_once('=') {
                 out.push((n.to_string(), v.to_string()));
             } else if i + 1 < args.len() && !args[i + 1].starts_with('-') {
@@ -255,7 +270,9 @@ fn first_of(field: &str, v: &str, lost: &mut Vec<String>) -> String {
     let first = parts.next().unwrap_or("").trim().to_string();
     let rest: Vec<&str> = parts.collect();
     if !rest.is_empty() {
-        lost.push(format!("{field}: a sweep over {v}: only the first point ({first}) is carried"));
+        lost.push(format!(
+            "{field}: a sweep over {v}: only the first point ({first}) is carried"
+        ));
     }
     first
 }
@@ -268,15 +285,24 @@ fn guidellm_args(args: &[String], lost: &mut Vec<String>) -> R<PeerLoad> {
     for (name, v) in flags(args) {
         match name.as_str() {
             "profile" | "backend" | "tokenizer" => {
-                let obj: Map<String, Value> = kv_list(&name, &v)?.into_iter().map(|(k, x)| (k, Value::String(x))).collect();
+                let obj: Map<String, Value> = kv_list(&name, &v)?
+                    .into_iter()
+                    .map(|(k, x)| (k, Value::String(x)))
+                    .collect();
                 spec.insert(name, Value::Object(obj));
             }
-            "constraint" => constraints.push(Value::Object(kv_list(&name, &v)?.into_iter().map(|(k, x)| (k, Value::String(x))).collect())),
+            "constraint" => constraints.push(Value::Object(
+                kv_list(&name, &v)?
+                    .into_iter()
+                    .map(|(k, x)| (k, Value::String(x)))
+                    .collect(),
+            )),
             "data" => {
                 let pairs = kv_list(&name, &v)?;
                 if pairs.iter().any(|(k, _)| k == "kind") || pairs.iter().any(|(k, _)| k == "prompt_tokens") {
                     let mut obj: Map<String, Value> = pairs.into_iter().map(|(k, x)| (k, Value::String(x))).collect();
-                    obj.entry("kind").or_insert_with(|| Value::String("synthetic_text".into()));
+                    obj.entry("kind")
+                        .or_insert_with(|| Value::String("synthetic_text".into()));
                     data.push(Value::Object(obj));
                 } else {
                     data.push(json!({"kind": "file", "path": v}));
@@ -320,7 +346,7 @@ fn guidellm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
         match x {
             Value::Null => Ok(None),
             Value::Number(n) => Ok(n.as_f64()),
-            Value::String(s) => num(field, &s.split(',').next().unwrap_or("")).map(Some),
+            Value::String(s) => num(field, s.split(',').next().unwrap_or("")).map(Some),
             Value::Array(a) => match a.first() {
                 Some(Value::Number(n)) => Ok(n.as_f64()),
                 Some(Value::String(s)) => num(field, s).map(Some),
@@ -330,35 +356,61 @@ fn guidellm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
         }
     };
     let sweep = |x: &Value, field: &str, lost: &mut Vec<String>| match x {
-        Value::Array(a) if a.len() > 1 => lost.push(format!("{field}: a sweep over {} points: only the first is carried", a.len())),
-        Value::String(s) if s.contains(',') => lost.push(format!("{field}: a sweep over {s}: only the first point is carried")),
+        Value::Array(a) if a.len() > 1 => lost.push(format!(
+            "{field}: a sweep over {} points: only the first is carried",
+            a.len()
+        )),
+        Value::String(s) if s.contains(',') => {
+            lost.push(format!("{field}: a sweep over {s}: only the first point is carried"))
+        }
         _ => {}
     };
     let profile = v.get("profile").cloned().unwrap_or(json!({"kind": "synchronous"}));
-    let kind = profile.get("kind").or(profile.get("type_")).and_then(Value::as_str).unwrap_or("synchronous");
+    let kind = profile
+        .get("kind")
+        .or(profile.get("type_"))
+        .and_then(Value::as_str)
+        .unwrap_or("synchronous");
     let rate = profile.get("rate").unwrap_or(&Value::Null);
     let streams = profile.get("streams").unwrap_or(&Value::Null);
     load.arrival = match kind {
         "synchronous" => Arrival::Concurrent { users: 1 },
         "concurrent" => {
             sweep(streams, "profile.streams", lost);
-            let users = f(streams, "profile.streams")?.ok_or_else(|| bad("profile.streams", "missing for kind=concurrent"))?;
-            Arrival::Concurrent { users: users.round().max(1.0) as u32 }
+            let users =
+                f(streams, "profile.streams")?.ok_or_else(|| bad("profile.streams", "missing for kind=concurrent"))?;
+            Arrival::Concurrent {
+                users: users.round().max(1.0) as u32,
+            }
         }
         "poisson" | "constant" | "async" => {
             sweep(rate, "profile.rate", lost);
             let r = f(rate, "profile.rate")?.ok_or_else(|| bad("profile.rate", format!("missing for kind={kind}")))?;
-            if kind == "poisson" { Arrival::Poisson { rate: r } } else { Arrival::Constant { rate: r } }
+            if kind == "poisson" {
+                Arrival::Poisson { rate: r }
+            } else {
+                Arrival::Constant { rate: r }
+            }
         }
         "throughput" => {
             lost.push("profile kind=throughput (every request at once, to the server's limit): read as closed-loop users = requests".into());
             Arrival::Concurrent { users: 0 }
         }
         "sweep" => {
-            lost.push("profile kind=sweep (synchronous, throughput, then rates between): read as one synchronous stream".into());
+            lost.push(
+                "profile kind=sweep (synchronous, throughput, then rates between): read as one synchronous stream"
+                    .into(),
+            );
             Arrival::Concurrent { users: 1 }
         }
-        other => return Err(bad("profile.kind", format!("{other:?} has no loadshape equivalent (known: synchronous, concurrent, poisson, constant, throughput, sweep)"))),
+        other => {
+            return Err(bad(
+                "profile.kind",
+                format!(
+                    "{other:?} has no loadshape equivalent (known: synchronous, concurrent, poisson, constant, throughput, sweep)"
+                ),
+            ));
+        }
     };
     for key in ["rampup_duration", "rampup"] {
         if f(profile.get(key).unwrap_or(&Value::Null), key)?.unwrap_or(0.0) > 0.0 {
@@ -367,25 +419,37 @@ fn guidellm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     }
     let constraints: Vec<Value> = match v.get("constraints") {
         Some(Value::Array(a)) => a.clone(),
-        Some(Value::Object(m)) => m.iter().map(|(k, x)| {
-            let mut x = x.clone();
-            if x.get("kind").is_none() && x.is_object() {
-                x["kind"] = Value::String(k.clone());
-            }
-            x
-        }).collect(),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, x)| {
+                let mut x = x.clone();
+                if x.get("kind").is_none() && x.is_object() {
+                    x["kind"] = Value::String(k.clone());
+                }
+                x
+            })
+            .collect(),
         _ => Vec::new(),
     };
     for c in &constraints {
         match c.get("kind").and_then(Value::as_str) {
-            Some("max_requests") => load.num_requests = f(c.get("count").unwrap_or(&Value::Null), "constraint.count")?.map(|n| n as u64),
-            Some("max_duration") => load.duration_s = f(c.get("duration").or(c.get("seconds")).unwrap_or(&Value::Null), "constraint.duration")?,
+            Some("max_requests") => {
+                load.num_requests = f(c.get("count").unwrap_or(&Value::Null), "constraint.count")?.map(|n| n as u64)
+            }
+            Some("max_duration") => {
+                load.duration_s = f(
+                    c.get("duration").or(c.get("seconds")).unwrap_or(&Value::Null),
+                    "constraint.duration",
+                )?
+            }
             Some(k) => lost.push(format!("constraint {k}: not carried")),
             None => {}
         }
     }
     if let Arrival::Concurrent { users: 0 } = load.arrival {
-        load.arrival = Arrival::Concurrent { users: load.num_requests.unwrap_or(DEFAULT_REQUESTS).min(1_000_000) as u32 };
+        load.arrival = Arrival::Concurrent {
+            users: load.num_requests.unwrap_or(DEFAULT_REQUESTS).min(1_000_000) as u32,
+        };
     }
     let data = match v.get("data") {
         Some(Value::Array(a)) => a.clone(),
@@ -395,7 +459,9 @@ fn guidellm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     for d in &data {
         let k = d.get("kind").and_then(Value::as_str).unwrap_or("");
         if k != "synthetic_text" {
-            lost.push(format!("data kind={k}: prompts from a dataset are not carried; lengths left at the scenario defaults"));
+            lost.push(format!(
+                "data kind={k}: prompts from a dataset are not carried; lengths left at the scenario defaults"
+            ));
             continue;
         }
         let g = |key: &str| f(d.get(key).unwrap_or(&Value::Null), &format!("data.{key}"));
@@ -422,7 +488,11 @@ fn guidellm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     }
     if let Some(b) = v.get("backend") {
         load.url = b.get("target").and_then(Value::as_str).map(str::to_string);
-        load.model = b.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()).map(str::to_string);
+        load.model = b
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
     }
     Ok(load)
 }
@@ -470,21 +540,32 @@ fn aiperf_args(args: &[String], lost: &mut Vec<String>) -> R<PeerLoad> {
     Ok(load)
 }
 
-fn arrival(rate: Option<f64>, conc: Option<f64>, pattern: Option<&str>, smooth: Option<f64>, lost: &mut Vec<String>) -> R<Arrival> {
+fn arrival(
+    rate: Option<f64>,
+    conc: Option<f64>,
+    pattern: Option<&str>,
+    smooth: Option<f64>,
+    lost: &mut Vec<String>,
+) -> R<Arrival> {
     Ok(match (rate, conc) {
         (Some(r), c) => {
             if let Some(c) = c {
-                lost.push(format!("a concurrency cap of {c} beside the request rate: not carried (open-loop arrivals)"));
+                lost.push(format!(
+                    "a concurrency cap of {c} beside the request rate: not carried (open-loop arrivals)"
+                ));
             }
             match pattern.unwrap_or("poisson") {
                 "poisson" => Arrival::Poisson { rate: r },
                 "constant" => Arrival::Constant { rate: r },
                 "gamma" => {
                     let k = smooth.unwrap_or(1.0);
-                    if !(k > 0.0) {
+                    if k.is_nan() || k <= 0.0 {
                         return Err(bad("arrival-smoothness", format!("must be > 0 (got {k})")));
                     }
-                    Arrival::Gamma { rate: r, cv: 1.0 / k.sqrt() }
+                    Arrival::Gamma {
+                        rate: r,
+                        cv: 1.0 / k.sqrt(),
+                    }
                 }
                 other => {
                     lost.push(format!("arrival pattern {other}: read as Poisson"));
@@ -492,7 +573,9 @@ fn arrival(rate: Option<f64>, conc: Option<f64>, pattern: Option<&str>, smooth: 
                 }
             }
         }
-        (None, Some(c)) => Arrival::Concurrent { users: (c.round() as u32).max(1) },
+        (None, Some(c)) => Arrival::Concurrent {
+            users: (c.round() as u32).max(1),
+        },
         (None, None) => Arrival::Concurrent { users: 1 },
     })
 }
@@ -502,7 +585,10 @@ fn arrival(rate: Option<f64>, conc: Option<f64>, pattern: Option<&str>, smooth: 
 fn aiperf_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     let v = v.get("input_config").unwrap_or(v);
     let mut load = PeerLoad::default();
-    let phases = v.get("phases").and_then(Value::as_array).ok_or_else(|| bad("phases", "missing (an AIPerf input_config has phases[])"))?;
+    let phases = v
+        .get("phases")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("phases", "missing (an AIPerf input_config has phases[])"))?;
     let phase = phases
         .iter()
         .find(|p| p.get("kind").and_then(Value::as_str) == Some("profiling"))
@@ -519,7 +605,10 @@ fn aiperf_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
         lost,
     )?;
     if phases.len() > 1 {
-        lost.push(format!("{} phases: only the profiling phase is carried (warm-up is not)", phases.len()));
+        lost.push(format!(
+            "{} phases: only the profiling phase is carried (warm-up is not)",
+            phases.len()
+        ));
     }
     if let Some(ds) = v.get("datasets").and_then(Value::as_array).and_then(|d| d.first()) {
         if ds.get("type").and_then(Value::as_str).is_some_and(|t| t != "synthetic") {
@@ -540,11 +629,21 @@ fn aiperf_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
             load.prefix_tokens = pre.get("length").and_then(Value::as_u64).unwrap_or(0) as u32;
             load.prefix_count = pre.get("pool_size").and_then(Value::as_u64).unwrap_or(1).max(1) as u32;
         }
-        if let Some(t) = ds.get("conversation").and_then(|c| c.get("turn")).and_then(|t| t.get("mean")).and_then(Value::as_f64) {
+        if let Some(t) = ds
+            .get("conversation")
+            .and_then(|c| c.get("turn"))
+            .and_then(|t| t.get("mean"))
+            .and_then(Value::as_f64)
+        {
             load.turns = Some(t);
         }
     }
-    load.url = v.get("endpoint").and_then(|e| e.get("urls")).and_then(|u| u.get(0)).and_then(Value::as_str).map(str::to_string);
+    load.url = v
+        .get("endpoint")
+        .and_then(|e| e.get("urls"))
+        .and_then(|u| u.get(0))
+        .and_then(Value::as_str)
+        .map(str::to_string);
     load.model = v
         .get("models")
         .and_then(|m| m.get("items"))
@@ -559,11 +658,19 @@ fn aiperf_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
 /// shared_prefix}`, `server.{base_url, model_name}`.
 fn ip_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     let mut load = PeerLoad::default();
-    let l = v.get("load").ok_or_else(|| bad("load", "missing (an inference-perf config has load.stages)"))?;
-    let stages = l.get("stages").and_then(Value::as_array).ok_or_else(|| bad("load.stages", "missing"))?;
+    let l = v
+        .get("load")
+        .ok_or_else(|| bad("load", "missing (an inference-perf config has load.stages)"))?;
+    let stages = l
+        .get("stages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("load.stages", "missing"))?;
     let st = stages.first().ok_or_else(|| bad("load.stages", "empty"))?;
     if stages.len() > 1 {
-        lost.push(format!("load.stages: {} stages: only the first is carried", stages.len()));
+        lost.push(format!(
+            "load.stages: {} stages: only the first is carried",
+            stages.len()
+        ));
     }
     let g = |k: &str| st.get(k).and_then(Value::as_f64);
     let kind = l.get("type").and_then(Value::as_str).unwrap_or("constant");
@@ -571,11 +678,22 @@ fn ip_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     load.num_requests = g("num_requests").map(|n| n as u64);
     load.arrival = match kind {
         "concurrent" => Arrival::Concurrent {
-            users: g("concurrency_level").ok_or_else(|| bad("load.stages[0].concurrency_level", "missing for type concurrent"))? as u32,
+            users: g("concurrency_level")
+                .ok_or_else(|| bad("load.stages[0].concurrency_level", "missing for type concurrent"))?
+                as u32,
         },
-        "poisson" => Arrival::Poisson { rate: g("rate").ok_or_else(|| bad("load.stages[0].rate", "missing"))? },
-        "constant" => Arrival::Constant { rate: g("rate").ok_or_else(|| bad("load.stages[0].rate", "missing"))? },
-        other => return Err(bad("load.type", format!("{other:?} has no loadshape equivalent (known: constant, poisson, concurrent)"))),
+        "poisson" => Arrival::Poisson {
+            rate: g("rate").ok_or_else(|| bad("load.stages[0].rate", "missing"))?,
+        },
+        "constant" => Arrival::Constant {
+            rate: g("rate").ok_or_else(|| bad("load.stages[0].rate", "missing"))?,
+        },
+        other => {
+            return Err(bad(
+                "load.type",
+                format!("{other:?} has no loadshape equivalent (known: constant, poisson, concurrent)"),
+            ));
+        }
     };
     let data = v.get("data");
     let dist = |k: &str| {
@@ -586,7 +704,10 @@ fn ip_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
             max: x.get("max").and_then(Value::as_u64).map(|m| m as u32),
         })
     };
-    let dtype = data.and_then(|d| d.get("type")).and_then(Value::as_str).unwrap_or("random");
+    let dtype = data
+        .and_then(|d| d.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("random");
     match dtype {
         "random" | "synthetic" => {
             load.prompt = dist("input_distribution");
@@ -597,8 +718,14 @@ fn ip_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
             let n = |k: &str| sp.and_then(|s| s.get(k)).and_then(Value::as_f64);
             load.prefix_tokens = n("system_prompt_len").unwrap_or(0.0) as u32;
             load.prefix_count = n("num_groups").unwrap_or(1.0).max(1.0) as u32;
-            load.prompt = n("question_len").map(|q| Len { mean: q, ..Len::default() });
-            load.output = n("output_len").map(|o| Len { mean: o, ..Len::default() });
+            load.prompt = n("question_len").map(|q| Len {
+                mean: q,
+                ..Len::default()
+            });
+            load.output = n("output_len").map(|o| Len {
+                mean: o,
+                ..Len::default()
+            });
         }
         other => lost.push(format!("data type {other}: prompts from a dataset are not carried")),
     }
@@ -626,17 +753,25 @@ fn vllm_args(args: &[String], lost: &mut Vec<String>) -> R<PeerLoad> {
             "random-prefix-len" => prefix = num(n, &v)?,
             "base-url" => load.url = Some(v),
             "model" => load.model = Some(v),
-            "dataset-name" if v != "random" => lost.push(format!("--dataset-name {v}: prompts from a dataset are not carried")),
-            "backend" | "endpoint" | "dataset-name" | "save-result" | "save-detailed" | "result-dir" | "result-filename"
-            | "tokenizer" | "ignore-eos" | "seed" | "host" | "port" | "percentile-metrics" | "metric-percentiles" => {}
+            "dataset-name" if v != "random" => {
+                lost.push(format!("--dataset-name {v}: prompts from a dataset are not carried"))
+            }
+            "backend" | "endpoint" | "dataset-name" | "save-result" | "save-detailed" | "result-dir"
+            | "result-filename" | "tokenizer" | "ignore-eos" | "seed" | "host" | "port" | "percentile-metrics"
+            | "metric-percentiles" => {}
             other => lost.push(format!("--{other} {v}: not carried")),
         }
     }
     let pattern = burst.map(|b| if (b - 1.0).abs() < 1e-9 { "poisson" } else { "gamma" });
     load.arrival = match (rate, conc) {
         (None, None) => {
-            lost.push("--request-rate inf (all at once) without --max-concurrency: read as closed-loop users = requests".into());
-            Arrival::Concurrent { users: load.num_requests.unwrap_or(DEFAULT_REQUESTS).min(1_000_000) as u32 }
+            lost.push(
+                "--request-rate inf (all at once) without --max-concurrency: read as closed-loop users = requests"
+                    .into(),
+            );
+            Arrival::Concurrent {
+                users: load.num_requests.unwrap_or(DEFAULT_REQUESTS).min(1_000_000) as u32,
+            }
         }
         _ => arrival(rate, conc, pattern, burst, lost)?,
     };
@@ -661,7 +796,12 @@ fn vllm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     };
-    for (key, flag) in [("request_rate", "--request-rate"), ("max_concurrency", "--max-concurrency"), ("burstiness", "--burstiness"), ("num_prompts", "--num-prompts")] {
+    for (key, flag) in [
+        ("request_rate", "--request-rate"),
+        ("max_concurrency", "--max-concurrency"),
+        ("burstiness", "--burstiness"),
+        ("num_prompts", "--num-prompts"),
+    ] {
         if let Some(x) = v.get(key).and_then(s) {
             args.push(flag.to_string());
             args.push(x);
@@ -670,7 +810,10 @@ fn vllm_value(v: &Value, lost: &mut Vec<String>) -> R<PeerLoad> {
     if let Some(m) = v.get("model_id").and_then(Value::as_str) {
         args.extend(["--model".to_string(), m.to_string()]);
     }
-    lost.push("a vllm bench result file keeps no dataset lengths: prompt and output lengths left at the scenario defaults".into());
+    lost.push(
+        "a vllm bench result file keeps no dataset lengths: prompt and output lengths left at the scenario defaults"
+            .into(),
+    );
     vllm_args(&args, lost)
 }
 
@@ -711,7 +854,9 @@ fn scenario_of(load: &PeerLoad, lost: &mut Vec<String>) -> Result<Value, String>
             DEFAULT_REQUESTS
         }
         (None, None, _) => {
-            lost.push(format!("no request count or duration: {DEFAULT_REQUESTS} requests assumed"));
+            lost.push(format!(
+                "no request count or duration: {DEFAULT_REQUESTS} requests assumed"
+            ));
             DEFAULT_REQUESTS
         }
     };
@@ -766,7 +911,10 @@ fn scenario_of(load: &PeerLoad, lost: &mut Vec<String>) -> Result<Value, String>
         ));
     }
     if let Some(u) = &load.url {
-        lost.push(format!("the target {u}{} is not part of a scenario (give it to `replay --url`)", load.model.as_ref().map(|m| format!(" (model {m})")).unwrap_or_default()));
+        lost.push(format!(
+            "the target {u}{} is not part of a scenario (give it to `replay --url`)",
+            load.model.as_ref().map(|m| format!(" (model {m})")).unwrap_or_default()
+        ));
     }
     let profile = crate::engine::presets::llama3_8b_h100();
     lost.push(format!(
@@ -786,10 +934,16 @@ fn scenario_of(load: &PeerLoad, lost: &mut Vec<String>) -> Result<Value, String>
 /// The peer's load for a scenario: what an engine scenario's workload becomes in the peers' terms.
 pub fn load_of(scenario: &Scenario, lost: &mut Vec<String>) -> Result<PeerLoad, String> {
     let Scenario::Engine(e) = scenario else {
-        return Err("a seed-model scenario has no request workload to write; use an engine scenario (\"model\": \"engine\")".into());
+        return Err(
+            "a seed-model scenario has no request workload to write; use an engine scenario (\"model\": \"engine\")"
+                .into(),
+        );
     };
     let len = |d: &LengthDist| match *d {
-        LengthDist::Fixed { tokens } => Len { mean: f64::from(tokens), ..Len::default() },
+        LengthDist::Fixed { tokens } => Len {
+            mean: f64::from(tokens),
+            ..Len::default()
+        },
         LengthDist::Uniform { min, max } => Len {
             mean: (f64::from(min) + f64::from(max)) / 2.0,
             stdev: f64::from(max - min) / 12f64.sqrt(),
@@ -798,7 +952,12 @@ pub fn load_of(scenario: &Scenario, lost: &mut Vec<String>) -> Result<PeerLoad, 
         },
         LengthDist::Lognormal { sigma, .. } => {
             let mean = d.mean();
-            Len { mean, stdev: mean * ((sigma * sigma).exp() - 1.0).sqrt(), min: Some(1), max: Some(d.max_value()) }
+            Len {
+                mean,
+                stdev: mean * ((sigma * sigma).exp() - 1.0).sqrt(),
+                min: Some(1),
+                max: Some(d.max_value()),
+            }
         }
     };
     let mut load = PeerLoad::default();
@@ -809,7 +968,10 @@ pub fn load_of(scenario: &Scenario, lost: &mut Vec<String>) -> Result<PeerLoad, 
             (&w.prompt, &w.output, w.shared_prefix_tokens)
         }
         Workload::Gamma(w) => {
-            load.arrival = Arrival::Gamma { rate: w.rate_rps, cv: w.cv };
+            load.arrival = Arrival::Gamma {
+                rate: w.rate_rps,
+                cv: w.cv,
+            };
             load.num_requests = Some(w.num_requests);
             (&w.prompt, &w.output, w.shared_prefix_tokens)
         }
@@ -817,7 +979,10 @@ pub fn load_of(scenario: &Scenario, lost: &mut Vec<String>) -> Result<PeerLoad, 
             load.arrival = Arrival::Concurrent { users: w.users };
             load.num_requests = Some(w.num_requests);
             if w.think_s > 0.0 {
-                lost.push(format!("think_s {} (a pause between a user's requests): the peers' concurrent modes send the next at once", w.think_s));
+                lost.push(format!(
+                    "think_s {} (a pause between a user's requests): the peers' concurrent modes send the next at once",
+                    w.think_s
+                ));
             }
             (&w.prompt, &w.output, w.shared_prefix_tokens)
         }
@@ -830,8 +995,14 @@ pub fn load_of(scenario: &Scenario, lost: &mut Vec<String>) -> Result<PeerLoad, 
             ));
             load.arrival = Arrival::Concurrent { users: s.sessions };
             load.num_requests = Some(u64::from(s.sessions) * u64::from(s.steps));
-            load.prompt = Some(Len { mean: s.base_tokens as f64 + f64::from(s.steps) * f64::from(s.gen_tokens + s.tool_tokens) / 2.0, ..Len::default() });
-            load.output = Some(Len { mean: f64::from(s.gen_tokens), ..Len::default() });
+            load.prompt = Some(Len {
+                mean: s.base_tokens as f64 + f64::from(s.steps) * f64::from(s.gen_tokens + s.tool_tokens) / 2.0,
+                ..Len::default()
+            });
+            load.output = Some(Len {
+                mean: f64::from(s.gen_tokens),
+                ..Len::default()
+            });
             load.turns = Some(f64::from(s.steps));
             return Ok(load);
         }
@@ -850,17 +1021,27 @@ pub fn load_of(scenario: &Scenario, lost: &mut Vec<String>) -> Result<PeerLoad, 
     load.prompt = Some(p);
     load.output = Some(len(output));
     if matches!(prompt, LengthDist::Lognormal { .. }) || matches!(output, LengthDist::Lognormal { .. }) {
-        lost.push("lognormal lengths: written as the peers' normal distribution of the same mean and standard deviation".into());
+        lost.push(
+            "lognormal lengths: written as the peers' normal distribution of the same mean and standard deviation"
+                .into(),
+        );
     }
     if matches!(prompt, LengthDist::Uniform { .. }) || matches!(output, LengthDist::Uniform { .. }) {
         lost.push("uniform lengths: written as a normal distribution of the same mean and standard deviation (clamped to the range where the tool has min/max)".into());
     }
-    lost.push(format!("the engine profile ({}) and SLOs describe the server, not the load: not written", e.profile.name));
+    lost.push(format!(
+        "the engine profile ({}) and SLOs describe the server, not the load: not written",
+        e.profile.name
+    ));
     Ok(load)
 }
 
 fn fmt_num(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 { format!("{}", x as i64) } else { format!("{x}") }
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x}")
+    }
 }
 
 /// Write `scenario` for `tool`, aimed at `url` (the OpenAI base, e.g. `http://127.0.0.1:8000`) and `model`.
@@ -877,12 +1058,18 @@ pub fn export(tool: Tool, scenario: &Scenario, url: &str, model: &str) -> Result
                 Arrival::Poisson { rate } => format!("kind=poisson,rate={}", fmt_num(rate)),
                 Arrival::Constant { rate } => format!("kind=constant,rate={}", fmt_num(rate)),
                 Arrival::Gamma { rate, cv } => {
-                    lost.push(format!("gamma arrivals (cv {cv}): GuideLLM has none; written as Poisson at the same rate"));
+                    lost.push(format!(
+                        "gamma arrivals (cv {cv}): GuideLLM has none; written as Poisson at the same rate"
+                    ));
                     format!("kind=poisson,rate={}", fmt_num(rate))
                 }
                 Arrival::Concurrent { users } => format!("kind=concurrent,streams={users}"),
             };
-            let mut data = format!("kind=synthetic_text,prompt_tokens={},output_tokens={}", p.mean.round(), o.mean.round());
+            let mut data = format!(
+                "kind=synthetic_text,prompt_tokens={},output_tokens={}",
+                p.mean.round(),
+                o.mean.round()
+            );
             for (name, l) in [("prompt", &p), ("output", &o)] {
                 if l.stdev > 0.0 {
                     data.push_str(&format!(",{name}_tokens_stdev={}", l.stdev.round()));
@@ -908,12 +1095,18 @@ pub fn export(tool: Tool, scenario: &Scenario, url: &str, model: &str) -> Result
             let arrival = match load.arrival {
                 Arrival::Poisson { rate } => format!("--request-rate {} --arrival-pattern poisson", fmt_num(rate)),
                 Arrival::Constant { rate } => format!("--request-rate {} --arrival-pattern constant", fmt_num(rate)),
-                Arrival::Gamma { rate, cv } => format!("--request-rate {} --arrival-pattern gamma --arrival-smoothness {}", fmt_num(rate), fmt_num((1.0 / (cv * cv) * 1e4).round() / 1e4)),
+                Arrival::Gamma { rate, cv } => format!(
+                    "--request-rate {} --arrival-pattern gamma --arrival-smoothness {}",
+                    fmt_num(rate),
+                    fmt_num((1.0 / (cv * cv) * 1e4).round() / 1e4)
+                ),
                 Arrival::Concurrent { users } => format!("--concurrency {users}"),
             };
             for (name, l) in [("prompt", &p), ("output", &o)] {
                 if l.min.is_some() || l.max.is_some() {
-                    lost.push(format!("{name} length bounds: AIPerf draws a normal distribution by mean and stddev only"));
+                    lost.push(format!(
+                        "{name} length bounds: AIPerf draws a normal distribution by mean and stddev only"
+                    ));
                 }
             }
             let mut extra = String::new();
@@ -921,7 +1114,11 @@ pub fn export(tool: Tool, scenario: &Scenario, url: &str, model: &str) -> Result
                 extra.push_str(&format!(" \\\n  --shared-system-prompt-length {}", load.prefix_tokens));
             }
             if let Some(t) = load.turns {
-                extra.push_str(&format!(" \\\n  --conversation-num {} --conversation-turn-mean {}", (n as f64 / t).ceil(), t.round()));
+                extra.push_str(&format!(
+                    " \\\n  --conversation-num {} --conversation-turn-mean {}",
+                    (n as f64 / t).ceil(),
+                    t.round()
+                ));
             }
             format!(
                 "aiperf profile \\\n  --model {model} --url {url} --endpoint-type completions --streaming \\\n  {arrival} --request-count {n} \\\n  --synthetic-input-tokens-mean {} --synthetic-input-tokens-stddev {} \\\n  --output-tokens-mean {} --output-tokens-stddev {} \\\n  --extra-inputs ignore_eos:true --prompt-corpus random{extra}\n",
@@ -933,22 +1130,54 @@ pub fn export(tool: Tool, scenario: &Scenario, url: &str, model: &str) -> Result
         }
         Tool::InferencePerf => {
             let (kind, stage) = match load.arrival {
-                Arrival::Poisson { rate } => ("poisson", format!("{{rate: {}, duration: {}}}", fmt_num(rate), fmt_num((n as f64 / rate).ceil()))),
-                Arrival::Constant { rate } => ("constant", format!("{{rate: {}, duration: {}}}", fmt_num(rate), fmt_num((n as f64 / rate).ceil()))),
+                Arrival::Poisson { rate } => (
+                    "poisson",
+                    format!(
+                        "{{rate: {}, duration: {}}}",
+                        fmt_num(rate),
+                        fmt_num((n as f64 / rate).ceil())
+                    ),
+                ),
+                Arrival::Constant { rate } => (
+                    "constant",
+                    format!(
+                        "{{rate: {}, duration: {}}}",
+                        fmt_num(rate),
+                        fmt_num((n as f64 / rate).ceil())
+                    ),
+                ),
                 Arrival::Gamma { rate, cv } => {
-                    lost.push(format!("gamma arrivals (cv {cv}): inference-perf has none; written as Poisson at the same rate"));
-                    ("poisson", format!("{{rate: {}, duration: {}}}", fmt_num(rate), fmt_num((n as f64 / rate).ceil())))
+                    lost.push(format!(
+                        "gamma arrivals (cv {cv}): inference-perf has none; written as Poisson at the same rate"
+                    ));
+                    (
+                        "poisson",
+                        format!(
+                            "{{rate: {}, duration: {}}}",
+                            fmt_num(rate),
+                            fmt_num((n as f64 / rate).ceil())
+                        ),
+                    )
                 }
-                Arrival::Concurrent { users } => ("concurrent", format!("{{num_requests: {n}, concurrency_level: {users}}}")),
+                Arrival::Concurrent { users } => (
+                    "concurrent",
+                    format!("{{num_requests: {n}, concurrency_level: {users}}}"),
+                ),
             };
             if !matches!(load.arrival, Arrival::Concurrent { .. }) {
-                lost.push(format!("{n} requests: inference-perf's rate stages run for a duration, written as requests / rate"));
+                lost.push(format!(
+                    "{n} requests: inference-perf's rate stages run for a duration, written as requests / rate"
+                ));
             }
             let d = |l: &Len| {
                 format!(
                     "{{min: {}, max: {}, mean: {}, std_dev: {}, total_count: {n}}}",
                     l.min.unwrap_or(if l.stdev > 0.0 { 1 } else { l.mean.round() as u32 }),
-                    l.max.unwrap_or(if l.stdev > 0.0 { (l.mean + 4.0 * l.stdev).round() as u32 } else { l.mean.round() as u32 }),
+                    l.max.unwrap_or(if l.stdev > 0.0 {
+                        (l.mean + 4.0 * l.stdev).round() as u32
+                    } else {
+                        l.mean.round() as u32
+                    }),
                     l.mean.round(),
                     l.stdev.round()
                 )
@@ -969,13 +1198,23 @@ pub fn export(tool: Tool, scenario: &Scenario, url: &str, model: &str) -> Result
             let (rate, extra) = match load.arrival {
                 Arrival::Poisson { rate } => (fmt_num(rate), String::new()),
                 Arrival::Constant { rate } => {
-                    lost.push("constant-rate arrivals: vllm bench's nearest is a very smooth gamma (--burstiness 10000)".into());
+                    lost.push(
+                        "constant-rate arrivals: vllm bench's nearest is a very smooth gamma (--burstiness 10000)"
+                            .into(),
+                    );
                     (fmt_num(rate), " --burstiness 10000".into())
                 }
-                Arrival::Gamma { rate, cv } => (fmt_num(rate), format!(" --burstiness {}", fmt_num((1.0 / (cv * cv) * 1e4).round() / 1e4))),
+                Arrival::Gamma { rate, cv } => (
+                    fmt_num(rate),
+                    format!(" --burstiness {}", fmt_num((1.0 / (cv * cv) * 1e4).round() / 1e4)),
+                ),
                 Arrival::Concurrent { users } => ("inf".into(), format!(" --max-concurrency {users}")),
             };
-            let range = if p.mean > 0.0 && p.stdev > 0.0 { (p.stdev * 12f64.sqrt() / 2.0 / p.mean).min(1.0) } else { 0.0 };
+            let range = if p.mean > 0.0 && p.stdev > 0.0 {
+                (p.stdev * 12f64.sqrt() / 2.0 / p.mean).min(1.0)
+            } else {
+                0.0
+            };
             if p.stdev > 0.0 || o.stdev > 0.0 {
                 lost.push("length spread: vllm bench's random dataset draws uniformly within ±range-ratio of the mean, one ratio for prompt and output".into());
             }
@@ -997,8 +1236,23 @@ mod tests {
 
     #[test]
     fn command_lines_split_as_a_shell_splits_them() {
-        let w = split_command_line("guidellm run \\\n --data 'kind=synthetic_text,prompt_tokens=5' --x \"a b\\\"c\" # comment\n--y z").unwrap();
-        assert_eq!(w, ["guidellm", "run", "--data", "kind=synthetic_text,prompt_tokens=5", "--x", "a b\"c", "--y", "z"]);
+        let w = split_command_line(
+            "guidellm run \\\n --data 'kind=synthetic_text,prompt_tokens=5' --x \"a b\\\"c\" # comment\n--y z",
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            [
+                "guidellm",
+                "run",
+                "--data",
+                "kind=synthetic_text,prompt_tokens=5",
+                "--x",
+                "a b\"c",
+                "--y",
+                "z"
+            ]
+        );
         assert!(split_command_line("a 'b").unwrap_err().contains("single quote"));
     }
 
@@ -1019,11 +1273,19 @@ mod tests {
 
     #[test]
     fn an_aiperf_command_line_with_a_rate_becomes_poisson_and_a_bad_number_names_the_flag() {
-        let args = split_command_line("aiperf profile --request-rate 5 --request-count 100 --isl 300 --isl-stddev 100 --osl 50").unwrap();
+        let args = split_command_line(
+            "aiperf profile --request-rate 5 --request-count 100 --isl 300 --isl-stddev 100 --osl 50",
+        )
+        .unwrap();
         let c = import_config(Tool::Aiperf, "cmd", &ConfigInput::Args(args)).unwrap();
         assert_eq!(c.scenario["workload"]["kind"], "poisson");
         assert_eq!(c.scenario["workload"]["prompt"]["dist"], "lognormal");
-        let e = import_config(Tool::Aiperf, "cmd", &ConfigInput::Args(vec!["--request-rate".into(), "fast".into()])).unwrap_err();
+        let e = import_config(
+            Tool::Aiperf,
+            "cmd",
+            &ConfigInput::Args(vec!["--request-rate".into(), "fast".into()]),
+        )
+        .unwrap_err();
         assert_eq!(e.field, "request-rate");
     }
 
@@ -1042,7 +1304,11 @@ mod tests {
             assert_eq!(back.scenario["workload"]["kind"], "poisson", "{tool}: {}", out.text);
             assert_eq!(back.scenario["workload"]["rate_rps"], 4.0, "{tool}");
             assert_eq!(back.scenario["workload"]["num_requests"], 300, "{tool}");
-            assert_eq!(back.scenario["workload"]["prompt"]["tokens"], 700, "{tool}: {}", out.text);
+            assert_eq!(
+                back.scenario["workload"]["prompt"]["tokens"], 700,
+                "{tool}: {}",
+                out.text
+            );
             assert_eq!(back.scenario["workload"]["output"]["tokens"], 90, "{tool}");
         }
     }

@@ -35,14 +35,22 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
         let reqs = cx.get(bench, &bpath, "requests")?;
         let rpath = format!("{bpath}.requests");
         if !reqs.is_object() {
-            return Err(cx.err(&rpath, format!("expected {{successful, errored, incomplete}}, found {}", short(reqs))));
+            return Err(cx.err(
+                &rpath,
+                format!("expected {{successful, errored, incomplete}}, found {}", short(reqs)),
+            ));
         }
         let mut kept = 0u64;
         for (kind, ok) in [("successful", true), ("errored", false), ("incomplete", false)] {
             let list = match reqs.get(kind) {
                 None | Some(Value::Null) => continue,
                 Some(Value::Array(l)) => l,
-                Some(x) => return Err(cx.err(format!("{rpath}.{kind}"), format!("expected an array, found {}", short(x)))),
+                Some(x) => {
+                    return Err(cx.err(
+                        format!("{rpath}.{kind}"),
+                        format!("expected an array, found {}", short(x)),
+                    ));
+                }
             };
             for (i, r) in list.iter().enumerate() {
                 let path = format!("{rpath}.{kind}[{i}]");
@@ -70,7 +78,12 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
                 "{bpath}: the file keeps {kept} of the benchmark's {total} requests (GuideLLM's sample_size): scores are of the sample"
             ));
         }
-        if let Some(strategy) = bench.get("config").and_then(|c| c.get("strategy")).and_then(|s| s.get("type_")).and_then(Value::as_str) {
+        if let Some(strategy) = bench
+            .get("config")
+            .and_then(|c| c.get("strategy"))
+            .and_then(|s| s.get("type_"))
+            .and_then(Value::as_str)
+        {
             out.note(format!("{bpath}: strategy {strategy}"));
         }
     }
@@ -121,7 +134,10 @@ fn request(
     let frames = t("token_iterations")?.map(|f| f.max(0.0).round() as u64);
     let gen_tokens = cx.opt_count(r, path, "output_tokens")?.unwrap_or(0);
     if ok && ttft_ms.is_none() && first.is_none() {
-        return Err(cx.err(format!("{path}.time_to_first_token_ms"), "missing (and no info.timings.first_token_iteration)"));
+        return Err(cx.err(
+            format!("{path}.time_to_first_token_ms"),
+            "missing (and no info.timings.first_token_iteration)",
+        ));
     }
     let ttft_s = ttft_ms.map(|m| m / 1e3).or(first.map(|f| f - start));
     // One mean gap per frame: GuideLLM keeps the first and last token's times only.
@@ -146,7 +162,10 @@ fn request(
             next
         }
     };
-    let step = info.and_then(|i| i.get("turn_index")).and_then(Value::as_u64).unwrap_or(0) as u32;
+    let step = info
+        .and_then(|i| i.get("turn_index"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0) as u32;
     let body: Option<Value> = r
         .get("request_args")
         .and_then(Value::as_str)
@@ -161,7 +180,10 @@ fn request(
         .and_then(|m| m.get("text_characters"))
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    let error = info.and_then(|i| i.get("error")).and_then(Value::as_str).map(str::to_string);
+    let error = info
+        .and_then(|i| i.get("error"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
     Ok(Peer {
         session,
         step,
@@ -183,7 +205,10 @@ fn request(
         error: if ok {
             None
         } else if incomplete {
-            Some(format!("cut: incomplete (GuideLLM stopped the benchmark before it finished){}", error.map(|e| format!(": {e}")).unwrap_or_default()))
+            Some(format!(
+                "cut: incomplete (GuideLLM stopped the benchmark before it finished){}",
+                error.map(|e| format!(": {e}")).unwrap_or_default()
+            ))
         } else {
             Some(error.unwrap_or_else(|| "errored (no error text)".into()))
         },
@@ -203,7 +228,10 @@ fn read_summary(cx: &Cx, benchmarks: &[Value], mut out: Imported) -> Result<Impo
             .unwrap_or_default()
     };
     if metrics.get("time_to_first_token_ms").is_none() {
-        return Err(cx.err("benchmarks[0].metrics.time_to_first_token_ms", "missing (a different version of the tool's format?)"));
+        return Err(cx.err(
+            "benchmarks[0].metrics.time_to_first_token_ms",
+            "missing (a different version of the tool's format?)",
+        ));
     }
     super::put(&mut s, "ttft_ms", stat("time_to_first_token_ms"));
     super::put(&mut s, "tpot_ms", stat("time_per_output_token_ms"));

@@ -22,7 +22,9 @@ pub(crate) fn looks_like(first: &Value) -> bool {
         Value::Array(items) => items
             .first()
             .is_some_and(|r| r.get("start_time").is_some() && r.get("end_time").is_some() && r.get("info").is_some()),
-        Value::Object(m) => m.contains_key("load_summary") || (m.contains_key("successes") && m.contains_key("failures")),
+        Value::Object(m) => {
+            m.contains_key("load_summary") || (m.contains_key("successes") && m.contains_key("failures"))
+        }
         _ => false,
     }
 }
@@ -32,7 +34,12 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
     let items = match &v {
         Value::Array(items) => items,
         Value::Object(_) => return read_summary(cx, &v),
-        other => return Err(cx.err("(file)", format!("expected an array of requests, found {}", short(other)))),
+        other => {
+            return Err(cx.err(
+                "(file)",
+                format!("expected an array of requests, found {}", short(other)),
+            ));
+        }
     };
     let mut out = Imported::new(Tool::InferencePerf);
     let mut sessions: std::collections::HashMap<String, (u64, u32)> = Default::default();
@@ -56,12 +63,19 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
                     .map(|t| t.as_f64().filter(|f| f.is_finite()))
                     .collect::<Option<Vec<f64>>>()
                     .ok_or_else(|| cx.err(format!("{rpath}.{key}"), "expected numbers (seconds)")),
-                Some(x) => Err(cx.err(format!("{rpath}.{key}"), format!("expected an array, found {}", short(x)))),
+                Some(x) => Err(cx.err(
+                    format!("{rpath}.{key}"),
+                    format!("expected an array, found {}", short(x)),
+                )),
             }
         };
         let token_times = times("output_token_times")?;
         let chunk_times = times("chunk_times")?;
-        let frames = if chunk_times.is_empty() { &token_times } else { &chunk_times };
+        let frames = if chunk_times.is_empty() {
+            &token_times
+        } else {
+            &chunk_times
+        };
         let first = token_times.first().or(chunk_times.first()).copied();
         let client_out = match resp {
             Some(x) => cx.opt_count(x, &rpath, "output_tokens")?,
@@ -93,7 +107,10 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
             .and_then(Value::as_u64)
             .or_else(|| info.get("input_tokens").and_then(Value::as_u64));
         // The request body, as sent: the output length asked for and the prompt's characters.
-        let body: Option<Value> = r.get("request").and_then(Value::as_str).and_then(|s| serde_json::from_str(s).ok());
+        let body: Option<Value> = r
+            .get("request")
+            .and_then(Value::as_str)
+            .and_then(|s| serde_json::from_str(s).ok());
         let asked = body
             .as_ref()
             .and_then(|b| b.get("max_tokens").or(b.get("max_completion_tokens")))
@@ -194,7 +211,10 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
     let mut s = PeerSummary::default();
     let stat = |k: &str| lat.get(k).map(|x| stat_of(x, 1e3)).unwrap_or_default();
     if lat.get("time_to_first_token").is_none() && lat.get("request_latency").is_none() {
-        return Err(cx.err("successes.latency.request_latency", "missing (a different version of the tool's format?)"));
+        return Err(cx.err(
+            "successes.latency.request_latency",
+            "missing (a different version of the tool's format?)",
+        ));
     }
     put(&mut s, "ttft_ms", stat("time_to_first_token"));
     put(&mut s, "tpot_ms", stat("time_per_output_token"));
@@ -209,10 +229,24 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
     let tp = ok.get("throughput");
     let rate = |k: &str| tp.and_then(|t| t.get(k)).and_then(Value::as_f64);
     if let Some(r) = rate("requests_per_sec") {
-        put(&mut s, "request_throughput_rps", super::PeerStat { mean: Some(r), ..Default::default() });
+        put(
+            &mut s,
+            "request_throughput_rps",
+            super::PeerStat {
+                mean: Some(r),
+                ..Default::default()
+            },
+        );
     }
     if let Some(r) = rate("output_tokens_per_sec") {
-        put(&mut s, "output_throughput_tok_s", super::PeerStat { mean: Some(r), ..Default::default() });
+        put(
+            &mut s,
+            "output_throughput_tok_s",
+            super::PeerStat {
+                mean: Some(r),
+                ..Default::default()
+            },
+        );
     }
     s.completed = ok.get("count").and_then(Value::as_u64);
     s.failed = v.get("failures").and_then(|f| f.get("count")).and_then(Value::as_u64);

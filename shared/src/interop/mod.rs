@@ -81,7 +81,11 @@ pub struct ImportError {
 impl fmt::Display for ImportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.tool {
-            Some(t) => write!(f, "{}: read as {t}: field `{}`: {}", self.file, self.field, self.message),
+            Some(t) => write!(
+                f,
+                "{}: read as {t}: field `{}`: {}",
+                self.file, self.field, self.message
+            ),
             None => write!(f, "{}: field `{}`: {}", self.file, self.field, self.message),
         }
     }
@@ -177,7 +181,9 @@ impl Imported {
         });
         if let Some(e) = first {
             let n = before - self.records.len();
-            self.note(format!("{n} request(s) left out: they cannot describe a real request (first: {e})"));
+            self.note(format!(
+                "{n} request(s) left out: they cannot describe a real request (first: {e})"
+            ));
         }
     }
 }
@@ -201,8 +207,7 @@ pub fn detect(file: &str, text: &str) -> Result<Tool, ImportError> {
         )));
     };
     let has = |k: &str| map.contains_key(k);
-    if has("metadata") && has("metrics") && map.get("metadata").is_some_and(|m| m.get("request_start_ns").is_some())
-    {
+    if has("metadata") && has("metrics") && map.get("metadata").is_some_and(|m| m.get("request_start_ns").is_some()) {
         return Ok(Tool::Aiperf);
     }
     if has("aiperf_version") || (has("time_to_first_token") && has("request_throughput") && has("input_config")) {
@@ -293,7 +298,9 @@ impl Cx<'_> {
     /// `v[key]`, which must be present and not null.
     pub fn get<'v>(&self, v: &'v Value, path: &str, key: &str) -> Result<&'v Value, ImportError> {
         match v.get(key) {
-            Some(Value::Null) | None => Err(self.err(join(path, key), "missing (a different version of the tool's format?)")),
+            Some(Value::Null) | None => {
+                Err(self.err(join(path, key), "missing (a different version of the tool's format?)"))
+            }
             Some(x) => Ok(x),
         }
     }
@@ -336,7 +343,11 @@ impl Cx<'_> {
 }
 
 pub(crate) fn join(path: &str, key: &str) -> String {
-    if path.is_empty() { key.to_string() } else { format!("{path}.{key}") }
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
 }
 
 /// A JSON value for an error message, cut to 60 characters.
@@ -411,7 +422,14 @@ impl Peer {
             retries: 0,
             retry_statuses: Vec::new(),
             failure: None,
-            error: if self.ok { None } else { Some(self.error.unwrap_or_else(|| "failed (no error text in the file)".into())) },
+            error: if self.ok {
+                None
+            } else {
+                Some(
+                    self.error
+                        .unwrap_or_else(|| "failed (no error text in the file)".into()),
+                )
+            },
             prompt_block_hashes: Vec::new(),
             replica: None,
         }

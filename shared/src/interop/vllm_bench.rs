@@ -30,7 +30,12 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
     let input_lens = nums(cx, &v, "input_lens")?;
     let output_lens = match v.get("output_lens") {
         Some(Value::Array(_)) => nums(cx, &v, "output_lens")?,
-        _ => return Err(cx.err("output_lens", "missing or not an array (a different version of the tool's format?)")),
+        _ => {
+            return Err(cx.err(
+                "output_lens",
+                "missing or not an array (a different version of the tool's format?)",
+            ));
+        }
     };
     let itls = cx.arr(&v, "", "itls")?;
     let errors = v.get("errors").and_then(Value::as_array);
@@ -38,9 +43,17 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
         Some(Value::Array(_)) => Some(nums(cx, &v, "start_times")?),
         _ => None,
     };
-    for (key, len) in [("latencies", latencies.len()), ("input_lens", input_lens.len()), ("output_lens", output_lens.len()), ("itls", itls.len())] {
+    for (key, len) in [
+        ("latencies", latencies.len()),
+        ("input_lens", input_lens.len()),
+        ("output_lens", output_lens.len()),
+        ("itls", itls.len()),
+    ] {
         if len != n {
-            return Err(cx.err(key, format!("{len} entries where ttfts has {n} (the per-request arrays must be parallel)")));
+            return Err(cx.err(
+                key,
+                format!("{len} entries where ttfts has {n} (the per-request arrays must be parallel)"),
+            ));
         }
     }
     if let Some(s) = &starts
@@ -48,7 +61,10 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
     {
         return Err(cx.err("start_times", format!("{} entries where ttfts has {n}", s.len())));
     }
-    let asked = v.get("output_len").or(v.get("random_output_len")).and_then(Value::as_u64);
+    let asked = v
+        .get("output_len")
+        .or(v.get("random_output_len"))
+        .and_then(Value::as_u64);
     for i in 0..n {
         let gaps = match &itls[i] {
             Value::Array(g) => g
@@ -56,9 +72,17 @@ pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
                 .map(|x| x.as_f64().filter(|f| f.is_finite()).map(|f| (f * 1e3) as f32))
                 .collect::<Option<Vec<f32>>>()
                 .ok_or_else(|| cx.err(format!("itls[{i}]"), "expected numbers (seconds)"))?,
-            other => return Err(cx.err(format!("itls[{i}]"), format!("expected an array of gaps, found {}", short(other)))),
+            other => {
+                return Err(cx.err(
+                    format!("itls[{i}]"),
+                    format!("expected an array of gaps, found {}", short(other)),
+                ));
+            }
         };
-        let error = errors.and_then(|e| e.get(i)).and_then(Value::as_str).filter(|e| !e.is_empty());
+        let error = errors
+            .and_then(|e| e.get(i))
+            .and_then(Value::as_str)
+            .filter(|e| !e.is_empty());
         let ok = error.is_none();
         let count = |x: f64| x.max(0.0).round() as u64;
         out.records.push(
@@ -115,10 +139,18 @@ fn nums(cx: &Cx, v: &Value, key: &str) -> Result<Vec<f64>, ImportError> {
 fn read_summary(cx: &Cx, v: &Value, mut out: Imported) -> Result<Imported, ImportError> {
     let f = |k: &str| v.get(k).and_then(Value::as_f64).filter(|x| x.is_finite());
     if f("mean_ttft_ms").is_none() && f("mean_e2el_ms").is_none() {
-        return Err(cx.err("mean_ttft_ms", "missing, and no per-request `ttfts` either (a different version of the tool's format?)"));
+        return Err(cx.err(
+            "mean_ttft_ms",
+            "missing, and no per-request `ttfts` either (a different version of the tool's format?)",
+        ));
     }
     let mut s = PeerSummary::default();
-    for (ours, theirs) in [("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl"), ("e2e_ms", "e2el")] {
+    for (ours, theirs) in [
+        ("ttft_ms", "ttft"),
+        ("tpot_ms", "tpot"),
+        ("itl_ms", "itl"),
+        ("e2e_ms", "e2el"),
+    ] {
         put(
             &mut s,
             ours,
@@ -131,7 +163,10 @@ fn read_summary(cx: &Cx, v: &Value, mut out: Imported) -> Result<Imported, Impor
             },
         );
     }
-    let one = |x: Option<f64>| PeerStat { mean: x, ..Default::default() };
+    let one = |x: Option<f64>| PeerStat {
+        mean: x,
+        ..Default::default()
+    };
     put(&mut s, "request_throughput_rps", one(f("request_throughput")));
     put(&mut s, "output_throughput_tok_s", one(f("output_throughput")));
     s.completed = v.get("completed").and_then(Value::as_u64);
