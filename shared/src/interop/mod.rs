@@ -468,6 +468,7 @@ pub(crate) fn put(summary: &mut PeerSummary, name: &str, stat: PeerStat) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn tool_names_round_trip() {
@@ -475,6 +476,86 @@ mod tests {
             assert_eq!(t.name().parse::<Tool>(), Ok(t));
         }
         assert!("genai-perf".parse::<Tool>().unwrap_err().contains("one of: vllm-bench"));
+    }
+
+    #[test]
+    fn vllm_bench_arrays_must_be_parallel() {
+        let text = json!({"backend": "vllm", "ttfts": [0.1, 0.2], "latencies": [0.3], "input_lens": [5, 5],
+                          "output_lens": [2, 2], "itls": [[0.01], [0.01]], "errors": ["", ""]})
+        .to_string();
+        assert_eq!(detect("v.json", &text), Ok(Tool::VllmBench));
+        let e = import(Tool::VllmBench, "v.json", &text).unwrap_err();
+        assert_eq!((e.field.as_str(), e.tool), ("latencies", Some(Tool::VllmBench)), "{e}");
+        assert!(e.message.contains("1 entries where ttfts has 2"), "{e}");
+    }
+
+    fn aiperf_line(phase: &str, error: Option<Value>) -> String {
+        let mut v = json!({"metadata": {"conversation_id": "c", "turn_index": 0, "benchmark_phase": phase,
+                                        "request_start_ns": 1_000_000_000u64, "request_end_ns": 1_100_000_000u64},
+                           "metrics": {"request_latency": {"value": 100.0, "unit": "ms"}}});
+        if let Some(e) = error {
+            v["error"] = e;
+        } else {
+            v["metrics"]["time_to_first_token"] = json!({"value": 20.0, "unit": "ms"});
+            v["metrics"]["usage_completion_tokens"] = json!({"value": 9, "unit": "tokens"});
+            v["metrics"]["usage_prompt_tokens"] = json!({"value": 50, "unit": "tokens"});
+            v["metrics"]["inter_chunk_latency"] = json!({"value": vec![10.0; 8], "unit": "ms"});
+        }
+        v.to_string()
+    }
+
+    #[test]
+    fn aiperf_errors_fail_and_warmups_are_left_out() {
+        let text = [
+            aiperf_line("warmup", None),
+            aiperf_line("profiling", None),
+            aiperf_line(
+                "profiling",
+                Some(json!({"code": 500, "type": "Internal", "message": "boom"})),
+            ),
+        ]
+        .join("\n");
+        let out = import(Tool::Aiperf, "p.jsonl", &text).unwrap();
+        assert_eq!(out.records.len(), 2);
+        let (ok, bad) = (&out.records[0], &out.records[1]);
+        assert!(
+            ok.ok && ok.ttft_s == Some(0.02) && ok.gen_tokens == 9 && ok.sse_frames == 9,
+            "{ok:?}"
+        );
+        assert_eq!(ok.itl.map(|i| i.p50_ms), Some(10.0));
+        assert!(!bad.ok && bad.error.as_deref() == Some("HTTP 500: boom"), "{bad:?}");
+        assert!(
+            out.notes.iter().any(|n| n.contains("1 warmup request")),
+            "{:?}",
+            out.notes
+        );
+    }
+
+    #[test]
+    fn guidellm_errored_and_incomplete_requests_are_failures() {
+        let req = |start: f64| {
+            json!({"request_start_time": start, "request_end_time": start + 0.5, "prompt_tokens": 10,
+                   "output_tokens": 4, "time_to_first_token_ms": 50.0,
+                   "info": {"conversation_id": format!("c{start}"), "turn_index": 0, "error": "reset",
+                            "timings": {"first_token_iteration": start + 0.05, "last_token_iteration": start + 0.35,
+                                        "token_iterations": 4}}})
+        };
+        let text = json!({"metadata": {"guidellm_version": "0.8.1"}, "benchmarks": [{"requests": {
+            "successful": [req(100.0)], "errored": [req(101.0)], "incomplete": [req(102.0)]}}]})
+        .to_string();
+        assert_eq!(detect("b.json", &text), Ok(Tool::Guidellm));
+        let out = import(Tool::Guidellm, "b.json", &text).unwrap();
+        assert_eq!(out.tool_version.as_deref(), Some("0.8.1"));
+        let r = &out.records;
+        assert_eq!(r.len(), 3);
+        assert!(
+            r[0].ok && (r[0].itl.map_or(0.0, |i| i.mean_ms) - 100.0).abs() < 1e-3,
+            "{:?}",
+            r[0]
+        );
+        assert_eq!((r[1].ok, r[1].error.as_deref()), (false, Some("reset")));
+        assert_eq!(r[2].failure, Some(crate::record::FailureKind::Cut));
+        assert_eq!(r[2].t_submit, 2.0);
     }
 
     #[test]
