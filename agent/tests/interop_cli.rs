@@ -272,6 +272,13 @@ fn report_and_predict_read_imported_records() {
     let (report, _) = ok(&["report", s(&run), "--json"]);
     let report: Value = serde_json::from_str(&report).unwrap();
     assert_eq!(report["records"], 8);
+    assert_eq!(report["imported_from"][0]["tool"], "inference-perf");
+    assert_eq!(report["imported_from"][0]["tool_version"], Value::Null);
+    let (text, _) = ok(&["report", s(&run)]);
+    assert!(
+        text.contains("imported from inference-perf (version not in the file)"),
+        "{text}"
+    );
     // The run's own config, read into the nearest scenario, is what `predict` simulates against the run.
     let sc = d.join("sc.json");
     let (_, err) = ok(&[

@@ -47,11 +47,9 @@ pub fn parse_tool(s: &str) -> Result<Tool, String> {
     s.parse()
 }
 
-/// The notes file written beside an import's records.
+/// The notes file written beside an import's records (`report` shows it).
 pub fn sidecar(out: &Path) -> PathBuf {
-    let mut s = out.as_os_str().to_owned();
-    s.push(".import.json");
-    PathBuf::from(s)
+    crate::replay::summary::sidecar(out, "import.json")
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
