@@ -188,6 +188,15 @@ fn summary_only_files_become_a_summary_and_say_so() {
         }
         std::fs::remove_file(d.join("s.jsonl.import.json")).unwrap();
     }
+    // Without --out: the notes and the records' summary, as JSON.
+    let (stdout, _) = ok(&["import", s(&fixture("guidellm/benchmarks.json"))]);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (v["records"].as_u64(), v["summary"]["completed"].as_u64()),
+        (Some(8), Some(8)),
+        "{v}"
+    );
+    assert_eq!(v["imported_from"][0]["tool_version"], "0.8.1");
     // The same run's per-request and summary files agree on the mean TTFT (AIPerf: both in ms).
     let recs = d.join("a.jsonl");
     ok(&["import", s(&fixture("aiperf/profile_export.jsonl")), "--out", s(&recs)]);

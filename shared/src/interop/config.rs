@@ -1290,6 +1290,44 @@ mod tests {
     }
 
     #[test]
+    fn the_older_guidellm_flags_and_an_inference_perf_config_are_read() {
+        let args = split_command_line(
+            "guidellm benchmark --target http://h:8000 --rate-type poisson --rate 5 --max-requests 100 \
+             --data \"prompt_tokens=256,output_tokens=128\"",
+        )
+        .unwrap();
+        let c = import_config(Tool::Guidellm, "cmd", &ConfigInput::Args(args)).unwrap();
+        assert_eq!(c.scenario["workload"]["kind"], "poisson");
+        assert_eq!(c.scenario["workload"]["rate_rps"], 5.0);
+        assert_eq!(c.scenario["workload"]["num_requests"], 100);
+        assert_eq!(c.scenario["workload"]["output"]["tokens"], 128);
+        let ip = json!({"load": {"type": "constant", "stages": [{"rate": 4, "duration": 30}, {"rate": 8, "duration": 30}]},
+                        "data": {"type": "shared_prefix", "shared_prefix": {"num_groups": 3, "system_prompt_len": 400,
+                                 "question_len": 100, "output_len": 50}},
+                        "server": {"base_url": "http://h:8000", "model_name": "m"}});
+        let c = import_config(Tool::InferencePerf, "c.yaml", &ConfigInput::Value(ip)).unwrap();
+        let w = &c.scenario["workload"];
+        assert_eq!(
+            (
+                w["kind"].as_str(),
+                w["num_requests"].as_u64(),
+                w["shared_prefix_tokens"].as_u64()
+            ),
+            (Some("gamma"), Some(120), Some(400))
+        );
+        for lost in ["2 stages", "3 distinct shared prefixes", "constant-rate"] {
+            assert!(c.lost.iter().any(|l| l.contains(lost)), "{lost}: {:?}", c.lost);
+        }
+        let e = import_config(
+            Tool::InferencePerf,
+            "c.yaml",
+            &ConfigInput::Value(json!({"load": {"type": "trace", "stages": [{}]}})),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "load.type");
+    }
+
+    #[test]
     fn exports_read_back_to_the_same_load() {
         let s = Scenario::from_value(json!({
             "model": "engine",
