@@ -145,6 +145,17 @@ rm -rf "$OUT/aiperf"
 stop_server
 "$B" import "$OUT/aiperf/profile_export.jsonl" --out "$OUT/aiperf.jsonl" 2>/dev/null
 check "aiperf $AIPERF_V" "$OUT/aiperf.jsonl" "$OUT/aiperf.server.jsonl" || fail=1
+# Multi-turn: 3 conversations of 3 turns on the chat endpoint, each turn resending the history (the prefix cache hits).
+start_server "$OUT/aiperf-multiturn.server.jsonl"
+rm -rf "$OUT/aiperf-multiturn"
+"$VENV/bin/aiperf" profile --model sim --url "$URL" --endpoint-type chat --streaming --tokenizer local/wordtok \
+  --prompt-corpus random --synthetic-input-tokens-mean 100 --synthetic-input-tokens-stddev 0 --output-tokens-mean 16 \
+  --output-tokens-stddev 0 --extra-inputs ignore_eos:true --concurrency 2 --conversation-num 3 \
+  --conversation-turn-mean 3 --conversation-turn-stddev 0 --request-count 9 --artifact-dir "$OUT/aiperf-multiturn" \
+  --ui-type none > "$OUT/aiperf-multiturn.log" 2>&1
+stop_server
+"$B" import "$OUT/aiperf-multiturn/profile_export.jsonl" --out "$OUT/aiperf-multiturn.jsonl" 2>/dev/null
+check "aiperf $AIPERF_V multi-turn" "$OUT/aiperf-multiturn.jsonl" "$OUT/aiperf-multiturn.server.jsonl" || fail=1
 
 step "GuideLLM $GUIDELLM_V"
 "$VENV/bin/python" - "$OUT/prompts.jsonl" "$N" <<'PY'
@@ -235,6 +246,8 @@ if [ -n "${FIXTURES:-}" ]; then
   fix aiperf/profile_export.jsonl aiperf/profile_export.jsonl
   fix aiperf/profile_export_aiperf.json aiperf/profile_export_aiperf.json
   fix aiperf.server.jsonl aiperf/server.jsonl
+  fix aiperf-multiturn/profile_export.jsonl aiperf-multiturn/profile_export.jsonl
+  fix aiperf-multiturn.server.jsonl aiperf-multiturn/server.jsonl
   fix guidellm/benchmarks.json guidellm/benchmarks.json
   fix guidellm.server.jsonl guidellm/server.jsonl
   fix inference-perf/per_request_lifecycle_metrics.json inference-perf/per_request_lifecycle_metrics.json

@@ -515,3 +515,51 @@ async fn sim_server_logs_every_request_it_served() {
     assert_eq!(lines[0].frames, 5);
     assert!(lines[0].req < lines[1].req);
 }
+
+/// AIPerf's multi-turn conversations (chat, each turn resending the history): `conversation_id` becomes the
+/// session and `turn_index` the step, and the cached tokens are the server's.
+#[test]
+fn aiperf_conversations_become_sessions_with_the_servers_cached_tokens() {
+    let d = Scratch::new("interop-multiturn");
+    let out = d.join("mt.jsonl");
+    let (_, err) = ok(&[
+        "import",
+        s(&fixture("aiperf-multiturn/profile_export.jsonl")),
+        "--out",
+        s(&out),
+    ]);
+    assert!(err.contains("multi-turn"), "{err}");
+    let recs = records(&out);
+    let log = server_log(&fixture("aiperf-multiturn/server.jsonl"));
+    assert_eq!(recs.len(), log.len());
+    let mut sessions: std::collections::BTreeMap<u64, Vec<&RequestRecord>> = Default::default();
+    for r in &recs {
+        sessions.entry(r.session).or_default().push(r);
+    }
+    assert_eq!(sessions.len(), 3, "{recs:?}");
+    for steps in sessions.values() {
+        let mut steps = steps.clone();
+        steps.sort_by_key(|r| r.step);
+        assert_eq!(
+            steps.iter().map(|r| (r.step, r.steps_asked)).collect::<Vec<_>>(),
+            [(0, 3), (1, 3), (2, 3)]
+        );
+        for w in steps.windows(2) {
+            // The next turn resends this one's prompt and reply: it is longer, and the server found a cached prefix.
+            let (a, b) = (w[0], w[1]);
+            assert!(
+                b.prompt_tokens.unwrap_or(0) >= a.prompt_tokens.unwrap_or(0) + a.gen_tokens,
+                "{a:?} {b:?}"
+            );
+            assert!(b.cached_tokens.unwrap_or(0) > 0, "{b:?}");
+        }
+    }
+    assert_eq!(
+        recs.iter().map(|r| r.cached_tokens.unwrap_or(0)).sum::<u64>(),
+        log.iter().map(|l| l.cached_tokens).sum::<u64>()
+    );
+    assert_eq!(
+        recs.iter().map(|r| r.prompt_tokens.unwrap_or(0)).sum::<u64>(),
+        log.iter().map(|l| u64::from(l.prompt_tokens)).sum::<u64>()
+    );
+}
