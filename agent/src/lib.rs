@@ -54,6 +54,10 @@ pub enum Command {
     Capacity(cmd::capacity::Args),
     /// The GPUs and models a scenario's deployment may name, with their numbers and sources.
     Catalog(cmd::catalog::Args),
+    /// Read the results (or configs) of vllm bench, GuideLLM, AIPerf and inference-perf as loadshape records.
+    Import(cmd::import::Args),
+    /// Write a scenario's workload as GuideLLM's, AIPerf's or inference-perf's command line or config.
+    Export(cmd::export::Args),
 }
 
 /// Execute a parsed command line. Errors are printed once, here, with their context chain.
@@ -72,6 +76,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Predict(args) => cmd::predict::run(args),
         Command::Capacity(args) => block_on(cmd::capacity::run(args)),
         Command::Catalog(args) => cmd::catalog::run(args),
+        Command::Import(args) => cmd::import::run(args),
+        Command::Export(args) => cmd::export::run(args),
     };
     match result {
         Ok(code) => code,

@@ -14,6 +14,7 @@ pub mod deploy;
 pub mod engine;
 pub mod error;
 pub mod filler;
+pub mod interop;
 pub mod ladder;
 pub mod link;
 pub mod metrics;

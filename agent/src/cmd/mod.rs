@@ -4,6 +4,8 @@
 pub mod calibrate;
 pub mod capacity;
 pub mod catalog;
+pub mod export;
+pub mod import;
 pub mod ladder;
 pub mod link;
 pub mod merge;

@@ -77,6 +77,11 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .and_then(|r| serde_json::from_value(r.clone()).ok());
     // A run over several URLs: each replica's own `/metrics` report (server.json's `replicas`).
     let replica_servers = server_json.as_ref().map(replica_reports_in).unwrap_or_default();
+    // Records `loadshape import` read from another tool's files: which tool, and the notes on what differs.
+    let imported = std::fs::read(sidecar(&a.file, "import.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("imported_from").cloned());
     if a.json {
         let checks = Checks::of(&recs);
         let mut out = serde_json::json!({
@@ -91,6 +96,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         });
         // Records that name their replica (a fleet: `simulate` with one, `replay` over several URLs): each one's
         // share, with its own `/metrics` report (`server`) when the replay scraped each replica. Absent otherwise.
+        if let Some(from) = &imported {
+            out["imported_from"] = from.clone();
+        }
         let rows = replica_rows(&recs, &replica_servers);
         if !rows.is_empty() {
             out["replicas"] = serde_json::to_value(&rows).context("serializing the replicas")?;
@@ -102,6 +110,21 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
     } else {
         println!("{}", render(&recs, &summary, &slo, server.as_ref(), &replica_servers));
+        for from in imported.iter().flat_map(|v| v.as_array().into_iter().flatten()) {
+            let field = |k: &str| from.get(k).and_then(serde_json::Value::as_str).unwrap_or("?");
+            println!(
+                "imported from {} {} ({}): {} notes on what differs from loadshape's records in {}",
+                field("tool"),
+                from.get("tool_version")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("(version not in the file)"),
+                field("file"),
+                from.get("notes")
+                    .and_then(serde_json::Value::as_array)
+                    .map_or(0, Vec::len),
+                sidecar(&a.file, "import.json").display()
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -85,6 +85,10 @@ pub struct Args {
     /// Seed for the injected error draw.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Write the server's own account of every generation request here, one JSON line each (arrival, first token
+    /// and end times, prompt, cached and output tokens): to check what a load client measured.
+    #[arg(long, value_name = "FILE")]
+    pub request_log: Option<std::path::PathBuf>,
 }
 
 impl Args {
@@ -153,6 +157,7 @@ impl Args {
             seed: self.seed,
             tokens_per_piece: self.tokens_per_piece.max(1),
             template: self.template,
+            request_log: self.request_log.clone(),
         })
     }
 }

@@ -121,6 +121,38 @@ pub struct Config {
     pub tokens_per_piece: u32,
     /// How chat and Messages message lists are rendered into the prompt.
     pub template: Template,
+    /// Write one JSON line per finished generation request here ([`RequestLogLine`]): the server's own account of
+    /// each request, to check a load client's measurements against.
+    pub request_log: Option<std::path::PathBuf>,
+}
+
+/// One line of the sim-server's request log (`--request-log`): what the server itself saw of a generation request.
+/// Times are wall seconds since the server started, taken when the server handed the bytes to the connection.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RequestLogLine {
+    /// The request's number (`cmpl-N`), from 1 in arrival order.
+    pub req: u64,
+    /// When its body was read.
+    pub t_arrival_s: f64,
+    /// When the first content frame was handed over (`None`: no token was sent).
+    pub t_first_token_s: Option<f64>,
+    /// When the last frame (usage, `[DONE]`) or the whole answer was handed over, or the stream was dropped.
+    pub t_end_s: f64,
+    pub prompt_tokens: u32,
+    pub cached_tokens: u64,
+    /// Tokens sent.
+    pub output_tokens: u32,
+    /// Content frames sent.
+    pub frames: u32,
+    /// Every token asked for was sent and the stream ended normally.
+    pub completed: bool,
+    pub stream: bool,
+}
+
+/// The request log's file and clock.
+struct RequestLog {
+    origin: std::time::Instant,
+    file: std::sync::Mutex<std::fs::File>,
 }
 
 impl Default for Config {
@@ -135,6 +167,7 @@ impl Default for Config {
             seed: 0,
             tokens_per_piece: 1,
             template: Template::Stable,
+            request_log: None,
         }
     }
 }
@@ -153,6 +186,7 @@ struct AppState {
     rejected: AtomicU64,
     /// (block size, KV blocks, prefix caching) of a profile engine, for `vllm:cache_config_info`.
     cache_config: Option<(u32, u64, bool)>,
+    log: Option<RequestLog>,
 }
 
 /// The server's routes, and the emulated engine's thread started; an error only when no thread can start.
@@ -164,6 +198,16 @@ pub fn router(config: Config) -> std::io::Result<Router> {
             Box::new(SharedEngine::new(p))
         }
         EngineChoice::Custom(make) => make(),
+    };
+    let log = match &config.request_log {
+        Some(path) => Some(RequestLog {
+            origin: std::time::Instant::now(),
+            file: std::sync::Mutex::new(
+                std::fs::File::create(path)
+                    .map_err(|e| std::io::Error::new(e.kind(), format!("--request-log {}: {e}", path.display())))?,
+            ),
+        }),
+        None => None,
     };
     let state = Arc::new(AppState {
         model_json: serde_json::to_string(&config.model).unwrap_or_else(|_| "\"sim\"".into()),
@@ -178,6 +222,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
         requests: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         cache_config,
+        log,
     });
     let no_tokenize = state.faults.no_tokenize;
     let router = Router::new()
@@ -524,6 +569,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
             ),
         );
     }
+    let arrival = std::time::Instant::now();
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };
@@ -548,6 +594,10 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         include_usage,
         stalled: false,
         phase: Phase::Tokens,
+        arrival,
+        first_frame: None,
+        frames: 0,
+        stream: body.stream.unwrap_or(false),
     };
     if body.stream.unwrap_or(false) {
         let stream = futures_util::stream::unfold(g, |mut g| async move {
@@ -589,6 +639,40 @@ struct Gen {
     include_usage: bool,
     stalled: bool,
     phase: Phase,
+    /// For the request log: when the body was read, when the first content frame went out, frames sent.
+    arrival: std::time::Instant,
+    first_frame: Option<std::time::Instant>,
+    frames: u32,
+    stream: bool,
+}
+
+impl Drop for Gen {
+    /// The request log's line, written when the response is over (finished, failed or dropped by the client).
+    fn drop(&mut self) {
+        let Some(log) = &self.st.log else { return };
+        let since = |t: std::time::Instant| t.saturating_duration_since(log.origin).as_secs_f64();
+        let line = RequestLogLine {
+            req: self.req,
+            t_arrival_s: since(self.arrival),
+            t_first_token_s: self.first_frame.map(since),
+            t_end_s: since(std::time::Instant::now()),
+            prompt_tokens: self.prompt_tokens,
+            cached_tokens: self.cached,
+            output_tokens: self.sent,
+            frames: self.frames,
+            completed: self.sent == self.out_tokens && self.phase == Phase::End,
+            stream: self.stream,
+        };
+        if let Ok(mut text) = serde_json::to_string(&line) {
+            text.push('\n');
+            if let Ok(mut f) = log.file.lock() {
+                use std::io::Write as _;
+                if let Err(e) = f.write_all(text.as_bytes()) {
+                    tracing::warn!("--request-log: {e}");
+                }
+            }
+        }
+    }
 }
 
 impl Gen {
@@ -638,6 +722,8 @@ impl Gen {
     /// The frame for the pending tokens, which count as sent from here.
     fn send_pending(&mut self, last: bool) -> Bytes {
         let frame = self.token_frame(self.pending, last);
+        self.first_frame.get_or_insert_with(std::time::Instant::now);
+        self.frames += 1;
         self.sent += self.pending;
         self.pending = 0;
         frame
@@ -822,6 +908,8 @@ impl Gen {
         }
         let text: String = (0..self.pending).map(|i| tokenize::gen_token(self.req, i)).collect();
         self.sent = self.pending;
+        self.first_frame = (self.sent > 0).then(std::time::Instant::now);
+        self.phase = Phase::End;
         let usage: Value = serde_json::from_str(&self.usage_json()).unwrap_or(Value::Null);
         let body = match self.kind {
             Kind::Completions => json!({
