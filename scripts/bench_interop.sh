@@ -9,7 +9,7 @@
 # what the suite reads.
 #
 #   scripts/bench_interop.sh
-#   env: OUT=dir (default /tmp/loadshape-interop), VENV=the peers' virtualenv (default ~/.cache/loadshape-peers;
+#   env: OUT=dir (default ${TMPDIR:-/tmp}/loadshape-interop), VENV=the peers' virtualenv (default ~/.cache/loadshape-peers;
 #        kept between runs), VENV_IP=inference-perf's (it pins other versions; default VENV-ip), PY=a python >= 3.12
 #        (default python3.12), PORT=sim-server's port (18431), LOADSHAPE_BIN=a built binary, N=requests per tool
 #        (8), CALIBRATE=1 also runs the three AIPerf runs against a known profile that
@@ -24,7 +24,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
-OUT="${OUT:-/tmp/loadshape-interop}"
+OUT="${OUT:-${TMPDIR:-/tmp}/loadshape-interop}"
 VENV="${VENV:-$HOME/.cache/loadshape-peers}"
 VENV_IP="${VENV_IP:-$VENV-ip}"
 PY="${PY:-python3.12}"
