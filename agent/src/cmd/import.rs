@@ -167,7 +167,7 @@ pub fn config_input(name: &str, text: &str) -> anyhow::Result<ConfigInput> {
     .iter()
     .any(|c| first == *c || first.ends_with(&format!("/{c}")));
     if !is_command
-        && let Ok(v) = serde_yaml::from_str::<Value>(text)
+        && let Ok(v) = serde_norway::from_str::<Value>(text)
         && v.is_object()
     {
         return Ok(ConfigInput::Value(v));
