@@ -131,7 +131,7 @@ mod embedded {
         let file = Assets::get(path).expect("looked up above");
         let mime = HeaderValue::from_str(file.metadata.mimetype())
             .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-        let gzip = super::accepts_gzip(&headers)
+        let gzip = crate::serve::page::accepts_gzip(&headers)
             .then(|| Assets::get(&format!("{path}.gz")))
             .flatten();
         let file = gzip.clone().unwrap_or(file);

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{Cx, ImportError, Imported, Peer, PeerSummary, Tool, put, stat_of};
+use super::types::{Cx, ImportError, Imported, Peer, PeerSummary, Tool, put, stat_of};
 use crate::record::UsageSource;
 
 pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
@@ -198,7 +198,7 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
     if !ttft.is_object() {
         return Err(cx.err(
             "time_to_first_token",
-            format!("expected an object of statistics, found {}", super::short(ttft)),
+            format!("expected an object of statistics, found {}", super::types::short(ttft)),
         ));
     }
     let mut s = PeerSummary::default();

@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{ImportError, Tool};
+use super::types::{ImportError, Tool};
 use crate::scenario::Scenario;
 use crate::workload::Workload;
 use crate::workload::open_loop::LengthDist;

@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use super::{Cx, ImportError, Imported, Peer, PeerStat, Tool, short};
+use super::types::{Cx, ImportError, Imported, Peer, PeerStat, Tool, short};
 use crate::record::{FailureKind, UsageSource};
 
 pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
@@ -219,12 +219,12 @@ fn request(
 fn read_summary(cx: &Cx, benchmarks: &[Value], mut out: Imported) -> Result<Imported, ImportError> {
     let bench = &benchmarks[0];
     let metrics = cx.get(bench, "benchmarks[0]", "metrics")?;
-    let mut s = super::PeerSummary::default();
+    let mut s = super::types::PeerSummary::default();
     let stat = |k: &str| -> PeerStat {
         metrics
             .get(k)
             .and_then(|m| m.get("successful"))
-            .map(|x| super::stat_of(x, 1.0))
+            .map(|x| super::types::stat_of(x, 1.0))
             .unwrap_or_default()
     };
     if metrics.get("time_to_first_token_ms").is_none() {
@@ -233,11 +233,11 @@ fn read_summary(cx: &Cx, benchmarks: &[Value], mut out: Imported) -> Result<Impo
             "missing (a different version of the tool's format?)",
         ));
     }
-    super::put(&mut s, "ttft_ms", stat("time_to_first_token_ms"));
-    super::put(&mut s, "tpot_ms", stat("time_per_output_token_ms"));
-    super::put(&mut s, "itl_ms", stat("inter_token_latency_ms"));
+    super::types::put(&mut s, "ttft_ms", stat("time_to_first_token_ms"));
+    super::types::put(&mut s, "tpot_ms", stat("time_per_output_token_ms"));
+    super::types::put(&mut s, "itl_ms", stat("inter_token_latency_ms"));
     let e2e = stat("request_latency");
-    super::put(
+    super::types::put(
         &mut s,
         "e2e_ms",
         PeerStat {
@@ -249,10 +249,10 @@ fn read_summary(cx: &Cx, benchmarks: &[Value], mut out: Imported) -> Result<Impo
             max: e2e.max.map(|x| x * 1e3),
         },
     );
-    super::put(&mut s, "prompt_tokens", stat("prompt_token_count"));
-    super::put(&mut s, "output_tokens", stat("output_token_count"));
-    super::put(&mut s, "request_throughput_rps", stat("requests_per_second"));
-    super::put(&mut s, "output_throughput_tok_s", stat("output_tokens_per_second"));
+    super::types::put(&mut s, "prompt_tokens", stat("prompt_token_count"));
+    super::types::put(&mut s, "output_tokens", stat("output_token_count"));
+    super::types::put(&mut s, "request_throughput_rps", stat("requests_per_second"));
+    super::types::put(&mut s, "output_throughput_tok_s", stat("output_tokens_per_second"));
     let totals = metrics.get("request_totals");
     s.completed = totals.and_then(|t| t.get("successful")).and_then(Value::as_u64);
     s.failed = totals.and_then(|t| t.get("errored")).and_then(Value::as_u64);

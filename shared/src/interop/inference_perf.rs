@@ -13,7 +13,7 @@
 
 use serde_json::Value;
 
-use super::{Cx, ImportError, Imported, Peer, PeerSummary, Tool, put, short, stat_of};
+use super::types::{Cx, ImportError, Imported, Peer, PeerSummary, Tool, put, short, stat_of};
 use crate::record::UsageSource;
 
 /// An inference-perf file: a per-request array or a lifecycle summary.
@@ -232,7 +232,7 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
         put(
             &mut s,
             "request_throughput_rps",
-            super::PeerStat {
+            super::types::PeerStat {
                 mean: Some(r),
                 ..Default::default()
             },
@@ -242,7 +242,7 @@ fn read_summary(cx: &Cx, v: &Value) -> Result<Imported, ImportError> {
         put(
             &mut s,
             "output_throughput_tok_s",
-            super::PeerStat {
+            super::types::PeerStat {
                 mean: Some(r),
                 ..Default::default()
             },

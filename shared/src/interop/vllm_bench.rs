@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use super::{Cx, ImportError, Imported, Peer, PeerStat, PeerSummary, Tool, put, short};
+use super::types::{Cx, ImportError, Imported, Peer, PeerStat, PeerSummary, Tool, put, short};
 use crate::record::UsageSource;
 
 pub(crate) fn read(cx: &Cx, text: &str) -> Result<Imported, ImportError> {
