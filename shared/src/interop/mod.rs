@@ -2,7 +2,7 @@
 //!
 //! [`import`] turns one file of `vllm bench serve` (`--save-result --save-detailed`), GuideLLM (`benchmarks.json`),
 //! AIPerf (`profile_export.jsonl`, or the summary `profile_export_aiperf.json`) or inference-perf (per-request
-//! `per_request_lifecycle_metrics.json`, or a `summary_lifecycle_metrics.json`) into [`RequestRecord`]s, with a
+//! `per_request_lifecycle_metrics.json`, or a `summary_lifecycle_metrics.json`) into [`RequestRecord`](crate::record::RequestRecord)s, with a
 //! note of every field the file lacks and every definition that differs from ours; a file with no per-request
 //! data becomes a [`PeerSummary`] and says so. [`detect`] names the tool from the file's shape. [`config`] reads
 //! their workload configs into the nearest scenario and writes theirs from ours. Field-by-field mapping:
