@@ -59,7 +59,8 @@ async fn serve(dir: &Path) -> Serve {
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
     let mut stdout = BufReader::new(child.stdout.take().unwrap_or_else(|| panic!("stdout"))).lines();
-    // The start-up lines: the version, `open http://ADDR/#token=…`, `runs stored in …` (the last).
+    // The start-up lines: the version, `open http://ADDR/#token=…`, where the page comes from, `runs stored in …`
+    // (the last).
     let addr = tokio::time::timeout(Duration::from_secs(30), async {
         let mut addr = None;
         loop {

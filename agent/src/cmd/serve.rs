@@ -180,8 +180,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         shared::version::LOADSHAPE_VERSION
     );
     println!("  open http://{shown}/#token={token}");
-    println!("  runs stored in {}", runs.store.dir().display());
     println!("  {}", page.describe());
+    // The last start-up line (tests read up to it).
+    println!("  runs stored in {}", runs.store.dir().display());
     let mut server = std::pin::pin!(axum::serve(listener, app(state, &page)).into_future());
     let signal = tokio::select! {
         r = &mut server => return r.map(|()| ExitCode::SUCCESS).context("serving"),
