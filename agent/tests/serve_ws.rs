@@ -61,6 +61,7 @@ fn record(i: u64) -> RequestRecord {
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
     }
 }
 

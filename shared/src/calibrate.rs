@@ -1334,6 +1334,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     });
     profile.step_fixed_ms = s_fixed;
     profile.per_seq_ms = q;

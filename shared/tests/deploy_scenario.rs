@@ -118,6 +118,7 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: Some(Box::new(r)),
+        speculative: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn profile(kv: u64, seqs: u32, budget: u32, caching: bool) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 

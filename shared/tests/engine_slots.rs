@@ -33,6 +33,7 @@ fn profile(scheduler: Scheduler, slots: u32, budget: u32) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler,
         roofline: None,
+        speculative: None,
     }
 }
 

@@ -31,6 +31,7 @@ fn profile(kv: u64) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 

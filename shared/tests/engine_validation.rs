@@ -29,6 +29,7 @@ fn single_server() -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -129,6 +130,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             reply_cached_share: 1.0,
             scheduler: Default::default(),
             roofline: None,
+            speculative: None,
         },
         slo: Slo::default(),
         seed: 3,

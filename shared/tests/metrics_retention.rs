@@ -40,6 +40,7 @@ fn step(session: u64, step: u32, t: f64, wall: f64, prompt: u64, cached: u64) ->
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
     }
 }
 

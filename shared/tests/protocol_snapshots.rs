@@ -44,6 +44,7 @@ fn record() -> RequestRecord {
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
     }
 }
 

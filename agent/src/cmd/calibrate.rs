@@ -309,6 +309,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
             SchedulerChoice::LlamaCpp => Scheduler::LlamaCpp,
         },
         roofline: None,
+        speculative: None,
     };
     p.validate()
         .map_err(|e| anyhow::anyhow!("the server's limits: profile {e}"))?;

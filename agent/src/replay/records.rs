@@ -380,6 +380,7 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+            spec: None,
         }
     }
 

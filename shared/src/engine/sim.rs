@@ -20,7 +20,7 @@ use super::profile::EngineProfile;
 use super::types::TimelinePoint;
 use super::types::{EngineScenario, SimOptions};
 use crate::metrics::{Slo, Summarizer, Summary};
-use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
+use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, SpecCounts, UsageSource};
 use crate::workload::mooncake::engine_block_hashes;
 use crate::workload::{PlannedRequest, Requests, SessionPlan, SessionWorkload, TraceWorkload, Workload};
 
@@ -522,6 +522,7 @@ impl SimLoop<'_> {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: self.fleet.as_ref().map(|_| r as u32),
+            spec: None,
         });
         let eng = &mut self.engs[r];
         if fits {
@@ -567,6 +568,14 @@ impl SimLoop<'_> {
             rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
             rec.gen_tokens = u64::from(r.generated);
             rec.sse_frames = u64::from(r.generated);
+            if eng.spec.is_some() {
+                rec.sse_frames = u64::from(r.frames);
+                rec.spec = Some(SpecCounts {
+                    draft_tokens: u64::from(r.spec_drafted),
+                    accepted_tokens: u64::from(r.spec_accepted),
+                    steps: Some(u64::from(r.spec_steps)),
+                });
+            }
             rec.cached_tokens = Some(u64::from(r.cached_tokens));
             rec.queue_s = Some((r.admit_ms - r.arrival_ms) / 1000.0);
             rec.itl = itl;
@@ -680,6 +689,7 @@ fn run_with(
             };
             let mut eng = Engine::new(own);
             eng.lazy_ok = lazy;
+            eng.seed_speculation(sc.seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             eng
         })
         .collect();
@@ -1348,6 +1358,7 @@ mod tests {
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
                 roofline: None,
+                speculative: None,
             },
             slo: Slo {
                 ttft_ms: 500.0,

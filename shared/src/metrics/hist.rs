@@ -456,6 +456,7 @@ mod tests {
             failure: None,
             error: None,
             replica: None,
+            spec: None,
         }
     }
 

@@ -151,6 +151,7 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica,
+            spec: None,
         }
     }
 
