@@ -23,6 +23,7 @@
 //!    `a + prefill_batch_kv_ms_per_ktok·new·C/1000`, `C` the others' KV context (reconstructed like the decode
 //!    batch). Kept only where significant, like `batch_kv_ms_per_ktok`.
 
+pub mod spec;
 pub mod tiers;
 
 use serde::{Deserialize, Serialize};

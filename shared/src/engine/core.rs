@@ -140,6 +140,13 @@ pub enum StepEvent {
         cached_tokens: u32,
         queue_ms: f64,
     },
+    /// Speculative decoding: the request drafted `draft_tokens` in the step and the target accepted
+    /// `accepted_tokens` of them (reported before the step's `Tokens`).
+    Speculated {
+        id: ReqId,
+        draft_tokens: u32,
+        accepted_tokens: u32,
+    },
     /// `tokens` output tokens were emitted at the end of the step.
     Tokens { id: ReqId, tokens: u32 },
     /// Preempted for lack of KV space; it will recompute.
@@ -1847,6 +1854,13 @@ impl Engine {
         }
         for s in &self.sched {
             let r = &self.reqs[s.idx as usize];
+            if s.drafted > 0 {
+                events.push(StepEvent::Speculated {
+                    id: ReqId::new(s.idx, r.generation),
+                    draft_tokens: s.drafted,
+                    accepted_tokens: s.accepted,
+                });
+            }
             if r.last_emit > 0 {
                 events.push(StepEvent::Tokens {
                     id: ReqId::new(s.idx, r.generation),
