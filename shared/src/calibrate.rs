@@ -461,6 +461,9 @@ pub struct Fit {
     /// observations; absent when the records were not looked at for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiers: Option<tiers::TierFit>,
+    /// Speculative decoding, when the records carry its counts ([`spec::fit_speculative`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<spec::SpecFit>,
 }
 
 /// Least observations per stage.
@@ -1434,6 +1437,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         method,
         deployment_fit: None,
         tiers: Some(tier_fit),
+        speculative: None,
     })
 }
 
