@@ -55,12 +55,12 @@ fn base() -> EngineProfile {
 
 fn truth() -> EngineProfile {
     EngineProfile {
-        speculative: Some(Speculative {
+        speculative: Some(Box::new(Speculative {
             method: SpecMethod::Mtp,
             draft_tokens: 3,
             acceptance: Acceptance::Rate(RATE),
             draft_cost_ms: DRAFT_COST_MS,
-        }),
+        })),
         ..base()
     }
 }
@@ -69,7 +69,7 @@ fn truth() -> EngineProfile {
 async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
     let dir = Scratch::new("spec-sim");
     let s = sim_server_helper::start(Config {
-        engine: EngineChoice::Profile(truth()),
+        engine: EngineChoice::Profile(Box::new(truth())),
         speed: 1.0,
         ..Config::default()
     })
@@ -144,7 +144,11 @@ async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
     let accepted: u64 = recs.iter().filter_map(|r| r.spec).map(|c| c.accepted_tokens).sum();
     let report = &server["report"];
     assert_eq!(report["spec_draft_tokens"].as_f64(), Some(drafted as f64), "{server}");
-    assert_eq!(report["spec_accepted_tokens"].as_f64(), Some(accepted as f64), "{server}");
+    assert_eq!(
+        report["spec_accepted_tokens"].as_f64(),
+        Some(accepted as f64),
+        "{server}"
+    );
 
     // calibrate: the acceptance rate and the draft's cost, against the profile without speculation.
     let base_path = dir.join("base.json");

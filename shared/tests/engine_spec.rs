@@ -36,13 +36,13 @@ fn profile() -> EngineProfile {
     }
 }
 
-fn spec(k: u32, acceptance: Acceptance, draft_cost_ms: f64) -> Option<Speculative> {
-    Some(Speculative {
+fn spec(k: u32, acceptance: Acceptance, draft_cost_ms: f64) -> Option<Box<Speculative>> {
+    Some(Box::new(Speculative {
         method: SpecMethod::Mtp,
         draft_tokens: k,
         acceptance,
         draft_cost_ms,
-    })
+    }))
 }
 
 /// Runs one request of `prompt` tokens and `output` tokens alone; returns each step's (duration, tokens emitted).
@@ -137,11 +137,15 @@ fn the_roofline_pays_for_verified_tokens() {
         prefill_attended: 0.0,
     };
     assert_eq!(on.iter().map(|s| s.1).collect::<Vec<_>>(), vec![1, 2]);
-    assert!(close(on[1].0, r.step_ms(&shape) + 0.25), "{on:?} vs {}", r.step_ms(&shape) + 0.25);
+    assert!(
+        close(on[1].0, r.step_ms(&shape) + 0.25),
+        "{on:?} vs {}",
+        r.step_ms(&shape) + 0.25
+    );
     assert!(on[1].0 > off[1].0);
 }
 
-fn scenario(speculative: Option<Speculative>, seed: u64) -> EngineScenario {
+fn scenario(speculative: Option<Box<Speculative>>, seed: u64) -> EngineScenario {
     let mut p = profile();
     p.speculative = speculative;
     EngineScenario {
@@ -181,7 +185,12 @@ fn simulated_acceptance_matches_the_profile() {
     let steps = c.steps.expect("steps");
     assert!(rec.sse_frames == 1 + steps || rec.sse_frames == 2 + steps, "{rec:?}");
     assert_eq!(rec.gen_tokens, rec.sse_frames + c.accepted_tokens);
-    assert!(s.tpot_mean_ms < s.itl_mean_ms.expect("itl"), "{} {:?}", s.tpot_mean_ms, s.itl_mean_ms);
+    assert!(
+        s.tpot_mean_ms < s.itl_mean_ms.expect("itl"),
+        "{} {:?}",
+        s.tpot_mean_ms,
+        s.itl_mean_ms
+    );
     // The same seed gives the same run; another seed other draws.
     let again = simulate(&scenario(spec(2, Acceptance::Rate(0.7), 0.2), 1)).expect("valid");
     assert_eq!(format!("{:?}", r.records), format!("{:?}", again.records));
@@ -194,10 +203,24 @@ fn simulated_acceptance_matches_the_profile() {
 #[test]
 fn speculation_moves_tpot_the_way_acceptance_says() {
     let off = simulate(&scenario(None, 3)).expect("valid").summary;
-    let good = simulate(&scenario(spec(3, Acceptance::Rate(0.8), 0.1), 3)).expect("valid").summary;
-    let bad = simulate(&scenario(spec(3, Acceptance::Rate(0.0), 1.0), 3)).expect("valid").summary;
-    assert!(good.tpot_p50_ms < 0.7 * off.tpot_p50_ms, "{} vs {}", good.tpot_p50_ms, off.tpot_p50_ms);
-    assert!(bad.tpot_p50_ms > off.tpot_p50_ms, "{} vs {}", bad.tpot_p50_ms, off.tpot_p50_ms);
+    let good = simulate(&scenario(spec(3, Acceptance::Rate(0.8), 0.1), 3))
+        .expect("valid")
+        .summary;
+    let bad = simulate(&scenario(spec(3, Acceptance::Rate(0.0), 1.0), 3))
+        .expect("valid")
+        .summary;
+    assert!(
+        good.tpot_p50_ms < 0.7 * off.tpot_p50_ms,
+        "{} vs {}",
+        good.tpot_p50_ms,
+        off.tpot_p50_ms
+    );
+    assert!(
+        bad.tpot_p50_ms > off.tpot_p50_ms,
+        "{} vs {}",
+        bad.tpot_p50_ms,
+        off.tpot_p50_ms
+    );
     assert_eq!(off.spec_acceptance, None);
     assert_eq!(off.spec_accepted_per_step, None);
     let json = serde_json::to_string(&off).expect("json");
@@ -237,7 +260,8 @@ fn bad_speculative_fields_are_named() {
     assert!(e.contains("speculative.draft_cost_ms"), "{e}");
     // A good one reads back as written.
     let mut v = base.clone();
-    v["speculative"] = serde_json::json!({"method": "mtp", "draft_tokens": 2, "acceptance": [0.8, 0.5], "draft_cost_ms": 0.3});
+    v["speculative"] =
+        serde_json::json!({"method": "mtp", "draft_tokens": 2, "acceptance": [0.8, 0.5], "draft_cost_ms": 0.3});
     let p = EngineProfile::from_json(&v.to_string()).expect("valid");
     assert_eq!(p.speculative, spec(2, Acceptance::PerPosition(vec![0.8, 0.5]), 0.3));
     let back = serde_json::to_value(&p).expect("json");

@@ -790,7 +790,8 @@ fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("reading --spec-base {}", path.display()))?;
-            let p = EngineProfile::from_json(&text).map_err(|e| anyhow::anyhow!("--spec-base {}: {e}", path.display()))?;
+            let p =
+                EngineProfile::from_json(&text).map_err(|e| anyhow::anyhow!("--spec-base {}: {e}", path.display()))?;
             Some(p)
         }
         None => None,
@@ -823,16 +824,18 @@ fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit
         p.batch_kv_ms_per_ktok = b.batch_kv_ms_per_ktok;
         p.prefill_batch_kv_ms_per_ktok = b.prefill_batch_kv_ms_per_ktok;
         p.roofline = b.roofline.clone();
-        fit.notes
-            .push("speculative decoding: step terms from --spec-base, draft cost and acceptance from the records".into());
+        fit.notes.push(
+            "speculative decoding: step terms from --spec-base, draft cost and acceptance from the records".into(),
+        );
     } else {
         fit.notes.push(
             "speculative decoding: the decode terms were fitted to steps that include the draft; give --spec-base              (the server without speculation) to separate them"
                 .into(),
         );
     }
-    fit.profile.speculative = Some(sf.speculative.clone());
-    fit.notes.extend(sf.notes.iter().map(|n| format!("speculative decoding: {n}")));
+    fit.profile.speculative = Some(Box::new(sf.speculative.clone()));
+    fit.notes
+        .extend(sf.notes.iter().map(|n| format!("speculative decoding: {n}")));
     fit.speculative = Some(sf);
     Ok(())
 }

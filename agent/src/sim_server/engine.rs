@@ -34,11 +34,23 @@ pub enum ReqEvent {
 /// What one engine step did, per request id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
-    Admitted { id: u64, cached_tokens: u64 },
-    Tokens { id: u64, n: u32 },
+    Admitted {
+        id: u64,
+        cached_tokens: u64,
+    },
+    Tokens {
+        id: u64,
+        n: u32,
+    },
     /// Speculative decoding: drafted and accepted tokens of one request in the step.
-    Spec { id: u64, drafted: u32, accepted: u32 },
-    Finished { id: u64 },
+    Spec {
+        id: u64,
+        drafted: u32,
+        accepted: u32,
+    },
+    Finished {
+        id: u64,
+    },
 }
 
 /// A step-able iteration-level engine: `shared::engine::Engine` behind [`super::shared_engine::SharedEngine`],
@@ -251,8 +263,10 @@ fn drive(
                 }
                 ServerEvent::Spec { id, drafted, accepted } => {
                     m.spec_drafts_total.fetch_add(1, Ordering::Relaxed);
-                    m.spec_draft_tokens_total.fetch_add(u64::from(drafted), Ordering::Relaxed);
-                    m.spec_accepted_tokens_total.fetch_add(u64::from(accepted), Ordering::Relaxed);
+                    m.spec_draft_tokens_total
+                        .fetch_add(u64::from(drafted), Ordering::Relaxed);
+                    m.spec_accepted_tokens_total
+                        .fetch_add(u64::from(accepted), Ordering::Relaxed);
                     if let Some((tx, _)) = sinks.get(&id) {
                         let _ = tx.send(ReqEvent::Spec { drafted, accepted });
                     }

@@ -77,7 +77,7 @@ pub enum Template {
 /// Which engine model the server emulates.
 pub enum EngineChoice {
     /// `shared::engine::Engine` with this profile (the simulator's engine).
-    Profile(EngineProfile),
+    Profile(Box<EngineProfile>),
     /// Any step-able engine, built when the router starts (tests use this to script an engine).
     Custom(Box<dyn Fn() -> Box<dyn StepEngine> + Send + Sync>),
 }
@@ -127,7 +127,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             model: "sim".into(),
-            engine: EngineChoice::Profile(default_profile()),
+            engine: EngineChoice::Profile(Box::new(default_profile())),
             speed: 1.0,
             tokens_per_frame: 1,
             natural_len: None,
@@ -161,7 +161,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
     let engine: Box<dyn StepEngine> = match config.engine {
         EngineChoice::Profile(p) => {
             cache_config = Some((p.block_size, p.num_kv_blocks, p.enable_prefix_caching));
-            Box::new(SharedEngine::new(p))
+            Box::new(SharedEngine::new(*p))
         }
         EngineChoice::Custom(make) => make(),
     };

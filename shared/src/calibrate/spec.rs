@@ -86,7 +86,11 @@ pub fn fit_speculative(
             k_seen = k_seen.max(c.draft_tokens.div_ceil(st).min(u64::from(u32::MAX)) as u32);
         }
     }
-    let share = if drafted > 0 { accepted as f64 / drafted as f64 } else { 0.0 };
+    let share = if drafted > 0 {
+        accepted as f64 / drafted as f64
+    } else {
+        0.0
+    };
     let k = match draft_tokens {
         Some(k) => k,
         None => {
@@ -111,17 +115,16 @@ pub fn fit_speculative(
         let mut order: Vec<usize> = (0..spans.len()).collect();
         crate::order::sort_by_f64_key(&mut order, |&i| spans[i].0);
         for r in &counted {
-            let (Some(c), Some(ttft)) = (r.spec, r.ttft_s) else { continue };
+            let (Some(c), Some(ttft)) = (r.spec, r.ttft_s) else {
+                continue;
+            };
             let st = decode_steps(r);
             if st < 4 || c.draft_tokens == 0 || r.gen_tokens < 8 {
                 continue;
             }
             let (a, b) = (r.t_submit, r.t_submit + r.wall_s);
             // Alone: no other request overlaps it (a linear pass: records are few where this matters).
-            let others = order
-                .iter()
-                .filter(|&&i| spans[i].0 < b && spans[i].1 > a)
-                .count();
+            let others = order.iter().filter(|&&i| spans[i].0 < b && spans[i].1 > a).count();
             if others > 1 {
                 continue;
             }
@@ -194,12 +197,12 @@ mod tests {
     #[test]
     fn recovers_a_simulated_profile() {
         let mut p = base();
-        p.speculative = Some(Speculative {
+        p.speculative = Some(Box::new(Speculative {
             method: SpecMethod::Eagle,
             draft_tokens: 3,
             acceptance: Acceptance::Rate(0.65),
             draft_cost_ms: 1.7,
-        });
+        }));
         let sc = EngineScenario {
             workload: Workload::ClosedLoop(ClosedLoopWorkload {
                 users: 1,
@@ -237,14 +240,7 @@ mod tests {
         assert_eq!(f.speculative.draft_cost_ms, 0.0);
         assert!(f.notes.iter().any(|n| n.contains("--spec-base")), "{:?}", f.notes);
         // No counts: nothing.
-        let off = simulate_with(
-            &EngineScenario {
-                profile: base(),
-                ..sc
-            },
-            opts,
-        )
-        .expect("valid");
+        let off = simulate_with(&EngineScenario { profile: base(), ..sc }, opts).expect("valid");
         assert!(fit_speculative(&off.records, SpecMethod::Eagle, None, Some(&base())).is_none());
     }
 }

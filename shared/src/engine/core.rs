@@ -368,7 +368,7 @@ impl Engine {
 
     /// Set up the slots of [`Scheduler::LlamaCpp`].
     fn with_scheduler(mut self) -> Self {
-        self.spec = self.p.speculative.as_ref().map(SpecState::new);
+        self.spec = self.p.speculative.as_deref().map(SpecState::new);
         if self.p.scheduler == Scheduler::LlamaCpp {
             self.llama = true;
             self.slots = vec![

@@ -54,8 +54,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::deploy::roofline::{RooflineCost, StepShape};
 use super::spec::Speculative;
+use crate::deploy::roofline::{RooflineCost, StepShape};
 use crate::error::ScenarioError;
 
 /// Largest accepted KV capacity, blocks.
@@ -396,7 +396,7 @@ pub struct EngineProfile {
     pub roofline: Option<Box<RooflineCost>>,
     /// Speculative decoding (MTP, EAGLE, a draft model, n-grams: [`Speculative`]); absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub speculative: Option<Speculative>,
+    pub speculative: Option<Box<Speculative>>,
 }
 
 impl EngineProfile {

@@ -133,7 +133,10 @@ impl Speculative {
                 }
                 for (i, &a) in v.iter().enumerate() {
                     if !share(a) {
-                        return Err(f(format!("acceptance[{i}]"), format!("must be a rate in 0..=1 (got {a})")));
+                        return Err(f(
+                            format!("acceptance[{i}]"),
+                            format!("must be a rate in 0..=1 (got {a})"),
+                        ));
                     }
                     if i > 0 && a > v[i - 1] {
                         return Err(f(
@@ -151,7 +154,10 @@ impl Speculative {
         if !(self.draft_cost_ms.is_finite() && (0.0..=1e6).contains(&self.draft_cost_ms)) {
             return Err(f(
                 "draft_cost_ms",
-                format!("must be a finite number in 0..=1e6 milliseconds (got {})", self.draft_cost_ms),
+                format!(
+                    "must be a finite number in 0..=1e6 milliseconds (got {})",
+                    self.draft_cost_ms
+                ),
             ));
         }
         Ok(())
@@ -286,8 +292,8 @@ mod tests {
                 }
             }
         }
-        for i in 1..=3 {
-            let share = at_least[i] as f64 / n as f64;
+        for (i, &count) in at_least.iter().enumerate().skip(1) {
+            let share = count as f64 / n as f64;
             let want = 0.6f64.powi(i as i32);
             assert!((share - want).abs() < 0.005, "position {i}: {share} vs {want}");
         }
