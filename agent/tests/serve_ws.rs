@@ -62,6 +62,7 @@ fn record(i: u64) -> RequestRecord {
         prompt_block_hashes: Vec::new(),
         replica: None,
         spec: None,
+        kv_transfer_ms: None,
     }
 }
 

@@ -1650,6 +1650,7 @@ mod tests {
             prompt_block_hashes: Vec::new(),
             replica: None,
             spec: None,
+            kv_transfer_ms: None,
         };
         let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
         assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);

@@ -128,6 +128,10 @@ pub struct RequestRecord {
     /// profile, or live where the server reports them (llama.cpp's `timings`). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<SpecCounts>,
+    /// Simulated prefill/decode disaggregation: the time its prompt's KV took to cross the link from the prefill
+    /// instance to the decode instance, milliseconds (part of `ttft_s`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_ms: Option<f64>,
 }
 
 /// One request's speculative decoding: drafted and accepted tokens, and the steps that verified them.
@@ -297,6 +301,7 @@ mod tests {
             prompt_block_hashes: Vec::new(),
             replica: None,
             spec: None,
+            kv_transfer_ms: None,
         }
     }
 

@@ -44,6 +44,7 @@ fn simulated(profile: &EngineProfile, workload: Workload, seed: u64, offset: f64
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: true,

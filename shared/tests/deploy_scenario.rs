@@ -161,6 +161,7 @@ fn finish_times(p: &EngineProfile, reqs: &[(u32, u32)]) -> (Vec<f64>, Vec<f64>, 
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: false,

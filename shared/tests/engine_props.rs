@@ -105,6 +105,7 @@ proptest! {
             counterfactuals: true,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         };
         let a = simulate(&sc).expect("valid");
         let b = simulate(&sc).expect("valid");
@@ -216,6 +217,7 @@ proptest! {
             counterfactuals: false,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         };
         match simulate(&sc) {
             Ok(r) => prop_assert!(!r.records.is_empty()),
@@ -243,6 +245,7 @@ fn bad_input_names_the_field() {
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     simulate(&good).expect("valid");
     type Mutation = Box<dyn Fn(&mut EngineScenario)>;

@@ -175,6 +175,7 @@ fn sessions(scheduler: Scheduler, slots: u32, n: u32, seed: u64) -> EngineScenar
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

@@ -162,6 +162,7 @@ fn scenario(speculative: Option<Box<Speculative>>, seed: u64) -> EngineScenario 
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

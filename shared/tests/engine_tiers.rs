@@ -208,6 +208,7 @@ fn sessions(p: EngineProfile, seed: u64) -> EngineScenario {
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn single_server_poisson(num_requests: u64, rate_rps: f64, output: LengthDist, s
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 
@@ -137,6 +138,7 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

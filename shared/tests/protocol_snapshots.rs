@@ -45,6 +45,7 @@ fn record() -> RequestRecord {
         prompt_block_hashes: Vec::new(),
         replica: None,
         spec: None,
+        kv_transfer_ms: None,
     }
 }
 

@@ -381,6 +381,7 @@ mod tests {
             prompt_block_hashes: Vec::new(),
             replica: None,
             spec: None,
+            kv_transfer_ms: None,
         }
     }
 

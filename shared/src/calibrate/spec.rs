@@ -218,6 +218,7 @@ mod tests {
             counterfactuals: false,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         };
         let opts = SimOptions {
             keep_records: true,

@@ -108,6 +108,8 @@ pub(crate) struct Req {
     pub spec_steps: u32,
     pub spec_drafted: u32,
     pub spec_accepted: u32,
+    /// Its prompt's KV came from another instance (prefill/decode disaggregation): admitted, it decodes at once.
+    pub imported: bool,
 }
 
 /// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
@@ -507,6 +509,7 @@ impl Engine {
             spec_steps: 0,
             spec_drafted: 0,
             spec_accepted: 0,
+            imported: false,
         };
         let idx = if let Some(i) = self.free_reqs.pop() {
             let generation = self.reqs[i as usize].generation.wrapping_add(1);
@@ -518,6 +521,16 @@ impl Engine {
         };
         self.waiting.push_back(idx);
         ReqId::new(idx, self.reqs[idx as usize].generation)
+    }
+
+    /// Queue a request whose prompt's KV was computed elsewhere and arrives with it (a disaggregated fleet's
+    /// decode instance): when admitted it takes blocks for its whole prompt and decodes in the same step, that first
+    /// decode step emitting its first token. Its KV stays its own (never the prefix cache's). The caller guarantees
+    /// [`Self::fits`].
+    pub(crate) fn submit_prefilled(&mut self, now_ms: f64, chain: u32, prompt: u32, output: u32, tag: u64) -> ReqId {
+        let id = self.submit_chain(now_ms, chain, prompt, output, tag, true);
+        self.reqs[id.idx() as usize].imported = true;
+        id
     }
 
     /// The chain a prompt given as chained block hashes uses (see [`super::types::PromptBlocks`]): the known chain
@@ -938,7 +951,7 @@ impl Engine {
         let BatchSums {
             mut ctx,
             mut prefill_tokens,
-            decoders,
+            mut decoders,
         } = sums;
         let mut restored_tokens = [0u64; MAX_KV_TIERS];
         if self.preempted.is_empty() {
@@ -950,6 +963,31 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan())
                 };
+                if self.reqs[idx as usize].imported && first {
+                    // Its prompt's KV arrived over the link: blocks for it and the next token, and it decodes now.
+                    let need = self.blocks(p_eff + 1);
+                    let Some((conv, _)) = self.admit_blocks(chain, need, 0, 0, [0; MAX_KV_TIERS]) else {
+                        break;
+                    };
+                    self.start_request(idx, chain, first, (0, 0), need - conv);
+                    let r = &mut self.reqs[idx as usize];
+                    r.t = p_eff;
+                    let left = r.output - r.generated;
+                    ctx += u64::from(p_eff);
+                    decoders += 1;
+                    self.sched.push(Sched {
+                        idx,
+                        tokens: 1,
+                        prefill: false,
+                        t: p_eff,
+                        chain,
+                        left,
+                        drafted: 0,
+                        accepted: 0,
+                    });
+                    budget -= 1;
+                    continue;
+                }
                 let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff);
                 let hit = hit_blocks * self.bs;
                 let tokens = (p_eff - hit).min(budget);

@@ -22,6 +22,7 @@
 
 pub mod core;
 pub mod diagnostics;
+pub mod disagg;
 pub mod fleet;
 pub(crate) mod kv;
 pub mod presets;
@@ -37,6 +38,7 @@ use crate::workload::Workload;
 
 pub use self::core::{Engine, ReqId, Step, StepEvent};
 pub use diagnostics::Diagnostics;
+pub use disagg::Disaggregation;
 pub use fleet::{FleetReport, FleetSpec, PrefixView, ReplicaLoad, Router, UNROUTED};
 pub use profile::EngineProfile;
 pub use spec::{Acceptance, SpecMethod, Speculative};

@@ -457,6 +457,7 @@ mod tests {
             error: None,
             replica: None,
             spec: None,
+            kv_transfer_ms: None,
         }
     }
 

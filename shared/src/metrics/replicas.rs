@@ -152,6 +152,7 @@ mod tests {
             prompt_block_hashes: Vec::new(),
             replica,
             spec: None,
+            kv_transfer_ms: None,
         }
     }
 
