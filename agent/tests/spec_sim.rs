@@ -76,7 +76,17 @@ async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
     .await;
     let out = dir.join("run.jsonl");
     let out_s = out.to_string_lossy().to_string();
-    // One session: every request runs alone on the server.
+    // One session: every request runs alone on the server. The same scenario is simulated below.
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "sessions", "sessions": 1, "steps": 16, "base_tokens": 400, "gen_tokens": 160,
+                     "tool_tokens": 100, "think_s": 0.0, "spread": 0.0, "stagger_s": 0.0, "duration_s": 600.0},
+        "profile": truth(),
+        "seed": 3,
+        "counterfactuals": false
+    });
+    let scenario_path = dir.join("scenario.json");
+    std::fs::write(&scenario_path, scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let run = tokio::time::timeout(
         Duration::from_secs(120),
         Command::new(BIN)
@@ -88,22 +98,8 @@ async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
                 "sim",
                 "--out",
                 &out_s,
-                "--sessions",
-                "1",
-                "--steps",
-                "16",
-                "--spread",
-                "0",
-                "--base",
-                "400",
-                "--gen",
-                "160",
-                "--tool",
-                "100",
-                "--think",
-                "0",
-                "--seed",
-                "3",
+                "--scenario",
+                &scenario_path.to_string_lossy(),
                 "--quiet",
                 "--metrics-url",
                 &format!("{}/metrics", s.origin),
@@ -193,4 +189,30 @@ async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(written.speculative, Some(p));
     assert_eq!(written.step_fixed_ms, base().step_fixed_ms);
+
+    // The simulator with the calibrated profile predicts the live TPOT (its own draws of acceptance, not the
+    // server's): p50 within 10 %, p99 within 20 %.
+    let sc = shared::scenario::Scenario::from_json(&scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let shared::scenario::Scenario::Engine(mut sc) = sc else {
+        panic!("an engine scenario")
+    };
+    sc.profile = written;
+    let sim = shared::engine::simulate(&sc).unwrap_or_else(|e| panic!("{e}"));
+    let live = shared::metrics::summarize(&recs, &sc.slo);
+    assert_eq!(sim.summary.completed, live.completed);
+    let (p50, p99) = (
+        sim.summary.tpot_p50_ms / live.tpot_p50_ms - 1.0,
+        sim.summary.tpot_p99_ms / live.tpot_p99_ms - 1.0,
+    );
+    eprintln!(
+        "TPOT p50 simulated {:.3} vs live {:.3} ms ({:+.1} %), p99 {:.3} vs {:.3} ms ({:+.1} %)",
+        sim.summary.tpot_p50_ms,
+        live.tpot_p50_ms,
+        p50 * 100.0,
+        sim.summary.tpot_p99_ms,
+        live.tpot_p99_ms,
+        p99 * 100.0
+    );
+    assert!(p50.abs() <= 0.10, "TPOT p50: {p50}");
+    assert!(p99.abs() <= 0.20, "TPOT p99: {p99}");
 }
