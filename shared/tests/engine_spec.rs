@@ -86,6 +86,16 @@ fn full_acceptance_emits_k_plus_one_per_step() {
     }
 }
 
+/// llama.cpp's slot schedule drafts and verifies alike: the same lone request, the same steps.
+#[test]
+fn the_slot_schedule_speculates_too() {
+    let mut p = profile();
+    p.speculative = spec(3, Acceptance::Rate(1.0), 0.5);
+    let vllm = lone(p.clone(), 32, 9);
+    p.scheduler = shared::engine::profile::Scheduler::LlamaCpp;
+    assert_eq!(lone(p, 32, 9), vllm);
+}
+
 /// Acceptance 0, k = 2, 3 output tokens: the first decode step drafts 1 (only 2 tokens are left, so it verifies 2
 /// positions) and emits 1; the last drafts nothing (one token left) and pays no draft.
 #[test]
