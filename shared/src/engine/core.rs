@@ -1047,8 +1047,8 @@ impl Engine {
     }
 
     /// [`Self::step_ms`] under speculative decoding: the step without speculation, plus the drafted tokens its
-    /// decoders verify (at the prefill rate, or in a roofline's shape) and the draft's cost per drafted token.
-    #[cold]
+    /// decoders verify (at the prefill rate, or in a roofline's shape) and the draft's cost per drafted token. Out of
+    /// line: the step without speculation stays small.
     #[inline(never)]
     fn spec_step_ms(&self, s: &SpecState, n: f64, ctx: u64, prefill_tokens: u32, restored: PerTier) -> f64 {
         let (mut drafted, mut attended) = (0u64, 0.0f64);
