@@ -278,3 +278,43 @@ fn bad_speculative_fields_are_named() {
     let back = serde_json::to_value(&p).expect("json");
     assert_eq!(back["speculative"], v["speculative"]);
 }
+
+/// A KV cache too small for the load preempts and recomputes under speculation too: every request still ends with
+/// its exact length, and a record's frames and accepted tokens add up to its tokens.
+#[test]
+fn preemption_under_speculation_keeps_the_counts() {
+    let mut p = profile();
+    // Two 4,016-token prompts fit (8,032 of 8,160 tokens); their replies do not.
+    p.num_kv_blocks = 510;
+    p.speculative = spec(4, Acceptance::Rate(0.75), 0.1);
+    let sc = EngineScenario {
+        workload: Workload::Sessions(shared::workload::SessionWorkload {
+            sessions: 4,
+            steps: 2,
+            base_tokens: 4000,
+            gen_tokens: 160,
+            tool_tokens: 50,
+            think_s: 0.2,
+            spread: 0.0,
+            respawn: false,
+            duration_s: 60.0,
+            stagger_s: 0.1,
+            ..Default::default()
+        }),
+        profile: p,
+        slo: Slo::default(),
+        seed: 5,
+        counterfactuals: false,
+        fleet: None,
+        deployment: None,
+        disaggregation: None,
+    };
+    let r = simulate(&sc).expect("valid");
+    assert!(r.diagnostics.kv_thrash.preemptions > 0, "{:?}", r.diagnostics.kv_thrash);
+    for rec in r.records.iter().filter(|x| x.ok) {
+        assert_eq!(rec.gen_tokens, rec.asked_tokens, "{rec:?}");
+        let c = rec.spec.expect("counts");
+        assert!(rec.sse_frames + c.accepted_tokens >= rec.gen_tokens, "{rec:?}");
+    }
+    assert!(r.summary.completed > 0);
+}
