@@ -42,6 +42,7 @@ fn truth() -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -68,7 +69,7 @@ async fn start(profile: EngineProfile) -> (String, tokio::sync::oneshot::Sender<
     let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let config = Config {
-        engine: EngineChoice::Profile(profile),
+        engine: EngineChoice::Profile(Box::new(profile)),
         speed: SPEED,
         ..Config::default()
     };
@@ -626,7 +627,7 @@ fn sim_server_serves_a_profile_file() {
     };
     let config = args(&path).config().unwrap_or_else(|e| panic!("{e:#}"));
     match config.engine {
-        EngineChoice::Profile(got) => assert_eq!(got, p),
+        EngineChoice::Profile(got) => assert_eq!(*got, p),
         other => panic!("{other:?}"),
     }
     let bad = dir.join("bad.json");

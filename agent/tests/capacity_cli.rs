@@ -67,7 +67,7 @@ fn args(extra: &[&str]) -> capacity::Args {
 
 async fn start() -> sim_server_helper::Sim {
     sim_server_helper::start(Config {
-        engine: EngineChoice::Profile(profile()),
+        engine: EngineChoice::Profile(Box::new(profile())),
         ..Config::default()
     })
     .await

@@ -77,6 +77,7 @@ fn scenario(router: Router) -> EngineScenario {
             profiles: Vec::new(),
         }),
         deployment: None,
+        disaggregation: None,
     }
 }
 

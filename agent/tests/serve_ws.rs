@@ -62,6 +62,8 @@ fn record(i: u64) -> RequestRecord {
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
+        kv_transfer_ms: None,
     }
 }
 
@@ -1253,7 +1255,7 @@ async fn knee_sim_server() -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/v1", listener.local_addr().unwrap());
     let config = loadshape::sim_server::Config {
-        engine: loadshape::sim_server::EngineChoice::Profile(serde_json::from_value(knee_profile()).unwrap()),
+        engine: loadshape::sim_server::EngineChoice::Profile(Box::new(serde_json::from_value(knee_profile()).unwrap())),
         ..Default::default()
     };
     tokio::spawn(loadshape::sim_server::serve(listener, config, std::future::pending()));

@@ -239,7 +239,7 @@ async fn a_request_beyond_the_context_is_400() {
     let mut profile = loadshape::sim_server::default_profile();
     profile.max_model_len = Some(100);
     let app = router(Config {
-        engine: loadshape::sim_server::EngineChoice::Profile(profile),
+        engine: loadshape::sim_server::EngineChoice::Profile(Box::new(profile)),
         ..fast()
     });
     let long = "word ".repeat(120);
@@ -567,7 +567,7 @@ async fn kv_use_and_preemptions_are_exported_under_vllms_names() {
     }))
     .unwrap_or_else(|e| panic!("{e}"));
     let app = router(Config {
-        engine: loadshape::sim_server::EngineChoice::Profile(profile),
+        engine: loadshape::sim_server::EngineChoice::Profile(Box::new(profile)),
         ..Config::default()
     });
     let (_, before) = get(&app, "/metrics").await;

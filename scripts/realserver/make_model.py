@@ -3,7 +3,11 @@
 
 The model's output is gibberish; what a load tool measures (batching, prefix caching, prefill and decode cost,
 the tokenizer, the HTTP/SSE surface) is the real llama.cpp server's. Deterministic for a given --seed and
-training text. Usage: make_model.py OUT.gguf [--size tiny|small] [--seed N]
+training text. Usage: make_model.py OUT.gguf [--size tiny|small] [--seed N] [--perturb X]
+
+`--perturb X` adds independent noise of X times the weights' scale to every matrix of the --seed model: a draft
+model for speculative decoding (`llama-server -md`) that shares the tokenizer and agrees with the target on some
+tokens, more the smaller X.
 """
 
 import argparse
@@ -48,6 +52,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--size", choices=sorted(SIZES), default="tiny")
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--perturb", type=float, default=0.0)
     args = ap.parse_args()
 
     files = sorted(glob.glob("/usr/share/common-licenses/*"))
@@ -88,9 +93,13 @@ def main():
     w.add_chat_template(CHATML)
 
     rng = np.random.default_rng(args.seed)
+    noise = np.random.default_rng(args.seed + 1_000_003)
 
     def mat(rows, cols):
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+        m = rng.standard_normal((rows, cols), dtype=np.float32) * 0.02
+        if args.perturb > 0:
+            m += noise.standard_normal((rows, cols), dtype=np.float32) * (0.02 * args.perturb)
+        return m.astype(np.float16)
 
     w.add_tensor("token_embd.weight", mat(n_vocab, n_embd))
     w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))

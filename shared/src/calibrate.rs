@@ -23,6 +23,7 @@
 //!    `a + prefill_batch_kv_ms_per_ktok·new·C/1000`, `C` the others' KV context (reconstructed like the decode
 //!    batch). Kept only where significant, like `batch_kv_ms_per_ktok`.
 
+pub mod spec;
 pub mod tiers;
 
 use serde::{Deserialize, Serialize};
@@ -460,6 +461,9 @@ pub struct Fit {
     /// observations; absent when the records were not looked at for them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tiers: Option<tiers::TierFit>,
+    /// Speculative decoding, when the records carry its counts ([`spec::fit_speculative`]); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<spec::SpecFit>,
 }
 
 /// Least observations per stage.
@@ -1334,6 +1338,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     });
     profile.step_fixed_ms = s_fixed;
     profile.per_seq_ms = q;
@@ -1432,6 +1437,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         method,
         deployment_fit: None,
         tiers: Some(tier_fit),
+        speculative: None,
     })
 }
 

@@ -213,6 +213,56 @@ pub struct Summary {
     /// previous step (open-loop traffic, single-step sessions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retention: Vec<Retention>,
+    /// Speculative decoding: Σ accepted / Σ drafted tokens over completed records that carry the counts
+    /// (`RequestRecord::spec`), vLLM's acceptance rate. Absent when none does (speculation off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_acceptance: Option<f64>,
+    /// Speculative decoding: accepted draft tokens per verification step, Σ accepted / Σ steps over completed
+    /// records that carry their steps (a step emits `1 +` this many tokens on average). Absent when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_per_step: Option<f64>,
+}
+
+/// Running sums of speculative decoding's counts (see [`Summary::spec_acceptance`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct SpecSums {
+    any: bool,
+    drafted: u64,
+    accepted: u64,
+    /// Records with steps: their accepted tokens and steps.
+    stepped: bool,
+    accepted_stepped: u64,
+    steps: u64,
+}
+
+impl SpecSums {
+    fn add(&mut self, c: &crate::record::SpecCounts) {
+        self.any = true;
+        self.drafted += c.draft_tokens;
+        self.accepted += c.accepted_tokens;
+        if let Some(st) = c.steps {
+            self.stepped = true;
+            self.accepted_stepped += c.accepted_tokens;
+            self.steps += st;
+        }
+    }
+
+    fn write(&self, s: &mut Summary) {
+        if self.any {
+            s.spec_acceptance = Some(if self.drafted > 0 {
+                self.accepted as f64 / self.drafted as f64
+            } else {
+                0.0
+            });
+        }
+        if self.stepped {
+            s.spec_accepted_per_step = Some(if self.steps > 0 {
+                self.accepted_stepped as f64 / self.steps as f64
+            } else {
+                0.0
+            });
+        }
+    }
 }
 
 /// One band of think time in [`Summary::retention`]: session steps whose think time (their submission less the
@@ -308,6 +358,7 @@ pub struct Summarizer {
     step0: CachedShare,
     /// (designed, realized) prompt tokens of completed records carrying both.
     prompt_sizes: Vec<(u64, u64)>,
+    spec: SpecSums,
 }
 
 impl Summarizer {
@@ -333,6 +384,7 @@ impl Summarizer {
             designed: CachedShare::default(),
             step0: CachedShare::default(),
             prompt_sizes: Vec::new(),
+            spec: SpecSums::default(),
         }
     }
 
@@ -404,6 +456,9 @@ impl Summarizer {
         if let Some(i) = &r.itl {
             self.itl.push((i.mean_ms, r.sse_frames.saturating_sub(1).max(1)));
         }
+        if let Some(c) = &r.spec {
+            self.spec.add(c);
+        }
         if let Some(prompt) = r.prompt_tokens {
             if let Some(cached) = r.cached_tokens {
                 self.achieved.add(cached, prompt);
@@ -444,11 +499,13 @@ impl Summarizer {
             designed,
             step0,
             prompt_sizes,
+            spec,
             ..
         } = self;
         if records == 0 {
             return s;
         }
+        spec.write(&mut s);
         s.duration_s = (end - start).max(0.0);
         let per_s = |x: f64| if s.duration_s > 0.0 { x / s.duration_s } else { 0.0 };
         s.request_throughput_rps = per_s(s.completed as f64);
@@ -1592,6 +1649,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+            spec: None,
+            kv_transfer_ms: None,
         };
         let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
         assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);

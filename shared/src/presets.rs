@@ -120,6 +120,7 @@ pub fn default_engine_scenario() -> EngineScenario {
         counterfactuals: true,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

@@ -124,6 +124,26 @@ pub struct RequestRecord {
     /// replica), or live `replay` over several `--url`s (the index of the URL). Absent for one engine or one URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<u32>,
+    /// Speculative decoding's counts for this request ([`SpecCounts`]): simulated with `"speculative"` in the
+    /// profile, or live where the server reports them (llama.cpp's `timings`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecCounts>,
+    /// Simulated prefill/decode disaggregation: the time its prompt's KV took to cross the link from the prefill
+    /// instance to the decode instance, milliseconds (part of `ttft_s`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_ms: Option<f64>,
+}
+
+/// One request's speculative decoding: drafted and accepted tokens, and the steps that verified them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecCounts {
+    /// Draft tokens proposed (llama.cpp `timings.draft_n`).
+    pub draft_tokens: u64,
+    /// Draft tokens the target model accepted (llama.cpp `timings.draft_n_accepted`).
+    pub accepted_tokens: u64,
+    /// Decode steps that verified drafts, where known (the simulator; not llama.cpp's `timings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
 }
 
 /// Why a live request failed: [`RequestRecord::failure`], set where the error is made (`error` keeps the text).
@@ -280,6 +300,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+            spec: None,
+            kv_transfer_ms: None,
         }
     }
 

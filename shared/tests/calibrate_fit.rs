@@ -30,6 +30,7 @@ fn truth() -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -43,6 +44,7 @@ fn simulated(profile: &EngineProfile, workload: Workload, seed: u64, offset: f64
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: true,

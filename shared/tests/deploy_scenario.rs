@@ -118,6 +118,7 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: Some(Box::new(r)),
+        speculative: None,
     }
 }
 
@@ -160,6 +161,7 @@ fn finish_times(p: &EngineProfile, reqs: &[(u32, u32)]) -> (Vec<f64>, Vec<f64>, 
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: false,

@@ -29,6 +29,7 @@ fn profile(kv: u64, seqs: u32, budget: u32, caching: bool) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -104,6 +105,7 @@ proptest! {
             counterfactuals: true,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         };
         let a = simulate(&sc).expect("valid");
         let b = simulate(&sc).expect("valid");
@@ -215,6 +217,7 @@ proptest! {
             counterfactuals: false,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         };
         match simulate(&sc) {
             Ok(r) => prop_assert!(!r.records.is_empty()),
@@ -242,6 +245,7 @@ fn bad_input_names_the_field() {
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     simulate(&good).expect("valid");
     type Mutation = Box<dyn Fn(&mut EngineScenario)>;

@@ -33,6 +33,7 @@ fn profile(scheduler: Scheduler, slots: u32, budget: u32) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler,
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -174,6 +175,7 @@ fn sessions(scheduler: Scheduler, slots: u32, n: u32, seed: u64) -> EngineScenar
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

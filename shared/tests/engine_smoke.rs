@@ -32,6 +32,7 @@ fn default_sessions_on_a_preset() {
         counterfactuals: true,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let r = simulate(&sc).expect("ok");
     // Six sessions, each of its drawn number of steps, all completed (no respawn).
@@ -62,6 +63,7 @@ fn bursty_trace_hits_the_shared_prefix_and_closed_loop_hides_queueing() {
         counterfactuals: true,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let r = simulate(&sc).expect("ok");
     let m = &r.diagnostics.cache_misses;

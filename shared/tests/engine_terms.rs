@@ -31,6 +31,7 @@ fn profile(kv: u64) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -59,6 +60,7 @@ fn sessions(kv: u64, sessions: u32, host: Option<u64>, seed: u64) -> EngineScena
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 
@@ -316,6 +318,7 @@ fn batch_kv_stretches_agree_with_single_steps() {
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     };
     let opts = SimOptions {
         record_itl_quantiles: false,

@@ -36,6 +36,7 @@ fn profile(kv: u64) -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -207,6 +208,7 @@ fn sessions(p: EngineProfile, seed: u64) -> EngineScenario {
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

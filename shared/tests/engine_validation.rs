@@ -29,6 +29,7 @@ fn single_server() -> EngineProfile {
         reply_cached_share: 1.0,
         scheduler: Default::default(),
         roofline: None,
+        speculative: None,
     }
 }
 
@@ -48,6 +49,7 @@ fn single_server_poisson(num_requests: u64, rate_rps: f64, output: LengthDist, s
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 
@@ -129,12 +131,14 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             reply_cached_share: 1.0,
             scheduler: Default::default(),
             roofline: None,
+            speculative: None,
         },
         slo: Slo::default(),
         seed: 3,
         counterfactuals: false,
         fleet: None,
         deployment: None,
+        disaggregation: None,
     }
 }
 

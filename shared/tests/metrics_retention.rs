@@ -40,6 +40,8 @@ fn step(session: u64, step: u32, t: f64, wall: f64, prompt: u64, cached: u64) ->
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
+        kv_transfer_ms: None,
     }
 }
 
@@ -143,6 +145,7 @@ fn a_ttl_tier_shows_in_retention() {
             counterfactuals: false,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         };
         simulate(&sc).expect("valid").summary.retention
     };

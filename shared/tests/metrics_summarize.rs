@@ -37,6 +37,8 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
+        kv_transfer_ms: None,
     }
 }
 

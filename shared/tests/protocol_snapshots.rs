@@ -44,6 +44,8 @@ fn record() -> RequestRecord {
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: None,
+        kv_transfer_ms: None,
     }
 }
 

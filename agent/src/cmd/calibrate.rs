@@ -110,6 +110,19 @@ pub struct Args {
     /// (what the server said fills the limits the file leaves out; `fit.json`'s `deployment_fit` says which).
     #[arg(long, value_name = "FILE")]
     pub deployment: Option<PathBuf>,
+    /// Speculative decoding (records that carry drafted and accepted tokens, e.g. llama.cpp's `timings`): the
+    /// draft tokens per step (`k`) of the measured server; default: the most the records drafted per step.
+    #[arg(long)]
+    pub draft_tokens: Option<u32>,
+    /// Speculative decoding: the profile of the same server without speculation (JSON, e.g. an earlier
+    /// `calibrate`'s `profile.json`): its step terms price a decode step without the draft, so the rest is the
+    /// draft's cost (`draft_cost_ms`); the written profile takes its step terms. Without it only the acceptance is
+    /// fitted.
+    #[arg(long, value_name = "PROFILE.json")]
+    pub spec_base: Option<PathBuf>,
+    /// Speculative decoding: the `method` written into the profile.
+    #[arg(long, default_value = "draft", value_parser = ["mtp", "eagle", "draft", "ngram"])]
+    pub spec_method: String,
 }
 
 /// `--tiers`.
@@ -309,6 +322,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
             SchedulerChoice::LlamaCpp => Scheduler::LlamaCpp,
         },
         roofline: None,
+        speculative: None,
     };
     p.validate()
         .map_err(|e| anyhow::anyhow!("the server's limits: profile {e}"))?;
@@ -768,6 +782,64 @@ fn carry_over(dep: &Deployment, a: &Args, d: &Discovered, fit: &calibrate::Fit) 
     Ok(t)
 }
 
+/// Speculative decoding from the records that carry its counts (`shared::calibrate::spec`): into the profile and
+/// `fit.json`'s `speculative`. With `--spec-base`, the profile's step terms are the base profile's (the records'
+/// decode gaps include the draft and the verified tokens, so the decode fit would fold them into its terms).
+fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit) -> anyhow::Result<()> {
+    let base = match &a.spec_base {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading --spec-base {}", path.display()))?;
+            let p =
+                EngineProfile::from_json(&text).map_err(|e| anyhow::anyhow!("--spec-base {}: {e}", path.display()))?;
+            Some(p)
+        }
+        None => None,
+    };
+    if let Some(k) = a.draft_tokens
+        && !(1..=shared::engine::spec::MAX_DRAFT_TOKENS).contains(&k)
+    {
+        anyhow::bail!(
+            "--draft-tokens must be in 1..={} (got {k})",
+            shared::engine::spec::MAX_DRAFT_TOKENS
+        );
+    }
+    let method: shared::engine::SpecMethod = serde_json::from_value(serde_json::Value::String(a.spec_method.clone()))
+        .map_err(|e| anyhow::anyhow!("--spec-method: {e}"))?;
+    let Some(sf) = calibrate::spec::fit_speculative(records, method, a.draft_tokens, base.as_ref()) else {
+        if base.is_some() {
+            fit.notes
+                .push("--spec-base given but no record carries speculative counts: ignored".into());
+        }
+        return Ok(());
+    };
+    if let Some(b) = &base {
+        let p = &mut fit.profile;
+        p.step_fixed_ms = b.step_fixed_ms;
+        p.per_seq_ms = b.per_seq_ms;
+        p.per_ctx_token_ms = b.per_ctx_token_ms;
+        p.prefill_tokens_per_ms = b.prefill_tokens_per_ms;
+        p.prefill_fixed_ms = b.prefill_fixed_ms;
+        p.prefill_ctx_ms_per_ktok = b.prefill_ctx_ms_per_ktok;
+        p.batch_kv_ms_per_ktok = b.batch_kv_ms_per_ktok;
+        p.prefill_batch_kv_ms_per_ktok = b.prefill_batch_kv_ms_per_ktok;
+        p.roofline = b.roofline.clone();
+        fit.notes.push(
+            "speculative decoding: step terms from --spec-base, draft cost and acceptance from the records".into(),
+        );
+    } else {
+        fit.notes.push(
+            "speculative decoding: the decode terms were fitted to steps that include the draft; give --spec-base              (the server without speculation) to separate them"
+                .into(),
+        );
+    }
+    fit.profile.speculative = Some(Box::new(sf.speculative.clone()));
+    fit.notes
+        .extend(sf.notes.iter().map(|n| format!("speculative decoding: {n}")));
+    fit.speculative = Some(sf);
+    Ok(())
+}
+
 /// Everything `calibrate` does, returning the fit (tests call this).
 pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     let deployment = a.deployment.as_deref().map(read_deployment).transpose()?;
@@ -828,6 +900,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
         )
     })?;
     fit.notes.append(&mut notes);
+    add_speculative(a, &records, &mut fit)?;
     if !d.sources.is_empty() {
         fit.notes.push(format!("limits discovered: {}", d.sources.join(", ")));
     }
@@ -855,6 +928,23 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         fit.prefill.n,
         fit.unused.len()
     );
+    if let Some(sf) = &fit.speculative {
+        let p = &sf.speculative;
+        let rate = match &p.acceptance {
+            shared::engine::Acceptance::Rate(a) => format!("{a:.4}"),
+            shared::engine::Acceptance::PerPosition(v) => format!("{v:?}"),
+        };
+        println!(
+            "speculative decoding: acceptance {rate} for draft_tokens {} ({} of {} drafted tokens accepted, {:.3}, over              {} requests), draft_cost_ms {:.4} (from {} lone requests)",
+            p.draft_tokens,
+            sf.accepted_tokens,
+            sf.drafted_tokens,
+            sf.accepted_share,
+            sf.requests,
+            p.draft_cost_ms,
+            sf.draft_cost_requests
+        );
+    }
     for n in &fit.notes {
         println!("note: {n}");
     }

@@ -142,7 +142,7 @@ impl Args {
         );
         Ok(Config {
             model: self.model.clone(),
-            engine: EngineChoice::Profile(profile),
+            engine: EngineChoice::Profile(Box::new(profile)),
             speed: self.speed,
             tokens_per_frame: self.tokens_per_frame,
             natural_len: self.natural_len,

@@ -418,6 +418,12 @@ fn engine_table(r: &EngineReport) -> String {
             .map(opt_ms)
             .join(" / "),
     );
+    if let Some(a) = s.spec_acceptance {
+        let per_step = s
+            .spec_accepted_per_step
+            .map_or_else(String::new, |v| format!(", {v:.3} accepted tokens per step"));
+        row("speculative", format!("accepted share {a:.3}{per_step}"));
+    }
     row(
         "E2E",
         [s.e2el_mean_ms, s.e2el_p50_ms, s.e2el_p90_ms, s.e2el_p99_ms]

@@ -239,6 +239,9 @@ pub struct RequestOutcome {
     /// The status of each attempt that was answered 429/503 with `Retry-After` and sent again, in order (the
     /// record's `retries` and `retry_statuses`). `submitted`, `ttft` and `wall` count from the first attempt.
     pub retry_statuses: Vec<u16>,
+    /// Speculative decoding's counts where the server reports them per request (llama.cpp's `timings.draft_n`,
+    /// `timings.draft_n_accepted`): the record's `spec`.
+    pub spec: Option<shared::record::SpecCounts>,
 }
 
 /// The HTTP client, one per run; connections are pooled and reused.
@@ -1158,6 +1161,8 @@ struct StreamState {
     anthropic_usage: Option<AnthropicUsage>,
     /// Anthropic: `message_delta` carried `usage.output_tokens`.
     anthropic_output: bool,
+    /// The last `timings` with draft counts (llama.cpp).
+    spec: Option<shared::record::SpecCounts>,
 }
 
 impl StreamState {
@@ -1178,6 +1183,7 @@ impl StreamState {
             gaps_ms: Vec::with_capacity((max_tokens as usize).min(1 << 16)),
             text: collect_text.then(|| String::with_capacity((max_tokens as usize * 5).min(1 << 20))),
             first_frame_kernel: false,
+            spec: None,
         }
     }
 
@@ -1223,6 +1229,17 @@ impl StreamState {
                 finish_here = true;
                 self.finish_reason = Some(reason.0.into_owned());
             }
+        }
+        if let Some(Timings {
+            draft_n: Some(drafted),
+            draft_n_accepted,
+        }) = chunk.timings
+        {
+            self.spec = Some(shared::record::SpecCounts {
+                draft_tokens: drafted,
+                accepted_tokens: draft_n_accepted.unwrap_or(0),
+                steps: None,
+            });
         }
         if let Some(u) = chunk.usage {
             self.usage = Some(UsageCounts {
@@ -1389,6 +1406,7 @@ impl StreamState {
             text: self.text.unwrap_or_default(),
             first_frame_kernel: self.first_frame_kernel,
             retry_statuses: Vec::new(),
+            spec: self.spec,
         }
     }
 
@@ -1470,6 +1488,9 @@ struct Chunk<'a> {
     choices: FirstOf<Choice<'a>>,
     #[serde(default)]
     usage: Option<Usage>,
+    /// llama.cpp's per-request timings; only the speculative counts are read.
+    #[serde(default)]
+    timings: Option<Timings>,
     #[serde(default)]
     error: Option<IgnoredAny>,
     #[serde(borrow, default)]
@@ -1504,6 +1525,15 @@ struct Usage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<Details>,
+}
+
+/// llama.cpp's `timings`: draft tokens proposed and accepted (present when speculative decoding drafted).
+#[derive(Deserialize)]
+struct Timings {
+    #[serde(default)]
+    draft_n: Option<u64>,
+    #[serde(default)]
+    draft_n_accepted: Option<u64>,
 }
 
 #[derive(Deserialize)]

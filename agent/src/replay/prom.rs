@@ -161,6 +161,14 @@ pub struct Snapshot {
     /// Requests preempted (SGLang: retracted) since the server started, a counter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preemptions_total: Option<f64>,
+    /// Speculative decoding (vLLM `spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`):
+    /// drafts (verification steps per request), draft tokens and accepted tokens since the server started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_drafts_total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_draft_tokens_total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_tokens_total: Option<f64>,
 }
 
 impl Snapshot {
@@ -184,6 +192,15 @@ impl Snapshot {
             s.cache_hit_rate = get(&["vllm:gpu_prefix_cache_hit_rate"]);
             s.kv_cache_usage = get(&["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]);
             s.preemptions_total = get(&["vllm:num_preemptions_total", "vllm:num_preemptions"]);
+            s.spec_drafts_total = get(&["vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts"]);
+            s.spec_draft_tokens_total = get(&[
+                "vllm:spec_decode_num_draft_tokens_total",
+                "vllm:spec_decode_num_draft_tokens",
+            ]);
+            s.spec_accepted_tokens_total = get(&[
+                "vllm:spec_decode_num_accepted_tokens_total",
+                "vllm:spec_decode_num_accepted_tokens",
+            ]);
         } else if m.keys().any(|k| k.starts_with("sglang:")) {
             s.family = Some("sglang");
             s.prompt_tokens_total = get(&["sglang:prompt_tokens_total"]);
@@ -233,6 +250,14 @@ pub struct ServerReport {
     /// not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptions: Option<f64>,
+    /// Speculative decoding between the first and the last scrape (counter deltas; vLLM): drafts, draft tokens,
+    /// accepted tokens; absent when the server does not report them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_drafts: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_tokens: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_tokens: Option<f64>,
 }
 
 impl ServerReport {
@@ -271,6 +296,14 @@ impl ServerReport {
         r.waiting_max = good.iter().filter_map(|s| s.waiting).reduce(f64::max);
         r.kv_cache_usage_max = good.iter().filter_map(|s| s.kv_cache_usage).reduce(f64::max);
         r.preemptions = delta(|s| s.preemptions_total);
+        // A server that exposes these counters only once it has drafted (sim-server) started them at 0.
+        let since_zero = |f: fn(&Snapshot) -> Option<f64>| match (f(first), f(last)) {
+            (None, Some(b)) => Some(b),
+            _ => delta(f),
+        };
+        r.spec_drafts = since_zero(|s| s.spec_drafts_total);
+        r.spec_draft_tokens = since_zero(|s| s.spec_draft_tokens_total);
+        r.spec_accepted_tokens = since_zero(|s| s.spec_accepted_tokens_total);
         r
     }
 }

@@ -380,6 +380,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+            spec: None,
+            kv_transfer_ms: None,
         }
     }
 

@@ -100,6 +100,12 @@ pub fn render(
         line(&mut o, "Median ITL (ms):", opt(s.itl_p50_ms));
         line(&mut o, "P99 ITL (ms):", opt(s.itl_p99_ms));
     }
+    if s.spec_acceptance.is_some() {
+        head(&mut o, " Speculative Decoding ");
+        let f = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.3}"));
+        line(&mut o, "Accepted share of drafts:", f(s.spec_acceptance));
+        line(&mut o, "Accepted tokens per step:", f(s.spec_accepted_per_step));
+    }
     head(
         &mut o,
         &format!(" Goodput (TTFT <= {} ms, TPOT <= {} ms) ", slo.ttft_ms, slo.tpot_ms),

@@ -176,6 +176,8 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         error: o.error.clone(),
         prompt_block_hashes: Vec::new(),
         replica: None,
+        spec: o.spec,
+        kv_transfer_ms: None,
     }
 }
 

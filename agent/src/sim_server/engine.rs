@@ -23,6 +23,8 @@ use tokio::sync::mpsc;
 pub enum ReqEvent {
     /// The engine admitted the request; `cached_tokens` of its prompt came from the prefix cache.
     Admitted { cached_tokens: u64 },
+    /// Speculative decoding: the step that just ended drafted `drafted` tokens for it and accepted `accepted`.
+    Spec { drafted: u32, accepted: u32 },
     /// `n` more output tokens were produced in the step that just ended.
     Tokens(u32),
     /// The request produced its last token.
@@ -32,9 +34,23 @@ pub enum ReqEvent {
 /// What one engine step did, per request id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
-    Admitted { id: u64, cached_tokens: u64 },
-    Tokens { id: u64, n: u32 },
-    Finished { id: u64 },
+    Admitted {
+        id: u64,
+        cached_tokens: u64,
+    },
+    Tokens {
+        id: u64,
+        n: u32,
+    },
+    /// Speculative decoding: drafted and accepted tokens of one request in the step.
+    Spec {
+        id: u64,
+        drafted: u32,
+        accepted: u32,
+    },
+    Finished {
+        id: u64,
+    },
 }
 
 /// A step-able iteration-level engine: `shared::engine::Engine` behind [`super::shared_engine::SharedEngine`],
@@ -79,6 +95,11 @@ pub struct EngineMetrics {
     pub kv_usage_bits: AtomicU64,
     /// Preemptions so far; [`NOT_REPORTED`] when the engine does not preempt.
     pub preemptions_total: AtomicU64,
+    /// Speculative decoding: verification steps per request that drafted, draft tokens, accepted tokens (vLLM's
+    /// `spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`; on `/metrics` once any is > 0).
+    pub spec_drafts_total: AtomicU64,
+    pub spec_draft_tokens_total: AtomicU64,
+    pub spec_accepted_tokens_total: AtomicU64,
 }
 
 /// The value of an [`EngineMetrics`] field the engine does not report.
@@ -97,6 +118,9 @@ impl Default for EngineMetrics {
             steps_total: AtomicU64::new(0),
             kv_usage_bits: AtomicU64::new(NOT_REPORTED),
             preemptions_total: AtomicU64::new(NOT_REPORTED),
+            spec_drafts_total: AtomicU64::new(0),
+            spec_draft_tokens_total: AtomicU64::new(0),
+            spec_accepted_tokens_total: AtomicU64::new(0),
         }
     }
 }
@@ -235,6 +259,16 @@ fn drive(
                     m.generation_tokens_total.fetch_add(u64::from(n), Ordering::Relaxed);
                     if let Some((tx, _)) = sinks.get(&id) {
                         let _ = tx.send(ReqEvent::Tokens(n));
+                    }
+                }
+                ServerEvent::Spec { id, drafted, accepted } => {
+                    m.spec_drafts_total.fetch_add(1, Ordering::Relaxed);
+                    m.spec_draft_tokens_total
+                        .fetch_add(u64::from(drafted), Ordering::Relaxed);
+                    m.spec_accepted_tokens_total
+                        .fetch_add(u64::from(accepted), Ordering::Relaxed);
+                    if let Some((tx, _)) = sinks.get(&id) {
+                        let _ = tx.send(ReqEvent::Spec { drafted, accepted });
                     }
                 }
                 ServerEvent::Finished { id } => {

@@ -77,7 +77,7 @@ pub enum Template {
 /// Which engine model the server emulates.
 pub enum EngineChoice {
     /// `shared::engine::Engine` with this profile (the simulator's engine).
-    Profile(EngineProfile),
+    Profile(Box<EngineProfile>),
     /// Any step-able engine, built when the router starts (tests use this to script an engine).
     Custom(Box<dyn Fn() -> Box<dyn StepEngine> + Send + Sync>),
 }
@@ -159,7 +159,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             model: "sim".into(),
-            engine: EngineChoice::Profile(default_profile()),
+            engine: EngineChoice::Profile(Box::new(default_profile())),
             speed: 1.0,
             tokens_per_frame: 1,
             natural_len: None,
@@ -195,7 +195,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
     let engine: Box<dyn StepEngine> = match config.engine {
         EngineChoice::Profile(p) => {
             cache_config = Some((p.block_size, p.num_kv_blocks, p.enable_prefix_caching));
-            Box::new(SharedEngine::new(p))
+            Box::new(SharedEngine::new(*p))
         }
         EngineChoice::Custom(make) => make(),
     };
@@ -598,6 +598,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         first_frame: None,
         frames: 0,
         stream: body.stream.unwrap_or(false),
+        spec: None,
     };
     if body.stream.unwrap_or(false) {
         let stream = futures_util::stream::unfold(g, |mut g| async move {
@@ -644,6 +645,8 @@ struct Gen {
     first_frame: Option<std::time::Instant>,
     frames: u32,
     stream: bool,
+    /// Speculative decoding: tokens drafted and accepted so far (`None` until the engine reports a draft).
+    spec: Option<(u64, u64)>,
 }
 
 impl Drop for Gen {
@@ -719,6 +722,17 @@ impl Gen {
         )
     }
 
+    /// llama.cpp's `timings` with its speculative counts (`draft_n`, `draft_n_accepted`), as `,"timings":{…}` to
+    /// append to a JSON object; empty without speculative decoding.
+    fn timings_field(&self) -> String {
+        match self.spec {
+            Some((drafted, accepted)) => {
+                format!(r#","timings":{{"draft_n":{drafted},"draft_n_accepted":{accepted}}}"#)
+            }
+            None => String::new(),
+        }
+    }
+
     /// The frame for the pending tokens, which count as sent from here.
     fn send_pending(&mut self, last: bool) -> Bytes {
         let frame = self.token_frame(self.pending, last);
@@ -740,17 +754,19 @@ impl Gen {
         } else {
             "null".into()
         };
+        // llama.cpp sends `timings` on its last frame.
+        let timings = if last { self.timings_field() } else { String::new() };
         let mut out = String::with_capacity(text.len() + 200);
         let _ = match self.kind {
             Kind::Completions => write!(
                 out,
-                r#"data: {{"id":"cmpl-{}","object":"text_completion","created":0,"model":{},"choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
-                self.req, self.st.model_json, text, finish
+                r#"data: {{"id":"cmpl-{}","object":"text_completion","created":0,"model":{},"choices":[{{"index":0,"text":"{}","logprobs":null,"finish_reason":{}}}],"usage":null{}}}"#,
+                self.req, self.st.model_json, text, finish, timings
             ),
             Kind::Chat => write!(
                 out,
-                r#"data: {{"id":"chatcmpl-{}","object":"chat.completion.chunk","created":0,"model":{},"choices":[{{"index":0,"delta":{{"content":"{}"}},"logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
-                self.req, self.st.model_json, text, finish
+                r#"data: {{"id":"chatcmpl-{}","object":"chat.completion.chunk","created":0,"model":{},"choices":[{{"index":0,"delta":{{"content":"{}"}},"logprobs":null,"finish_reason":{}}}],"usage":null{}}}"#,
+                self.req, self.st.model_json, text, finish, timings
             ),
             Kind::Messages => write!(
                 out,
@@ -863,6 +879,10 @@ impl Gen {
                             }
                             self.phase = Phase::Usage;
                         }
+                        Some(ReqEvent::Spec { drafted, accepted }) => {
+                            let (d, a) = self.spec.unwrap_or((0, 0));
+                            self.spec = Some((d + u64::from(drafted), a + u64::from(accepted)));
+                        }
                         Some(ReqEvent::Tokens(n)) => {
                             self.pending += n;
                             let last = self.sent + self.pending >= self.out_tokens;
@@ -903,6 +923,10 @@ impl Gen {
             match ev {
                 ReqEvent::Admitted { cached_tokens } => self.cached = cached_tokens,
                 ReqEvent::Tokens(n) => self.pending += n,
+                ReqEvent::Spec { drafted, accepted } => {
+                    let (d, a) = self.spec.unwrap_or((0, 0));
+                    self.spec = Some((d + u64::from(drafted), a + u64::from(accepted)));
+                }
                 ReqEvent::Finished => break,
             }
         }
@@ -911,7 +935,7 @@ impl Gen {
         self.first_frame = (self.sent > 0).then(std::time::Instant::now);
         self.phase = Phase::End;
         let usage: Value = serde_json::from_str(&self.usage_json()).unwrap_or(Value::Null);
-        let body = match self.kind {
+        let mut body = match self.kind {
             Kind::Completions => json!({
                 "id": format!("cmpl-{}", self.req), "object": "text_completion", "created": 0, "model": self.st.model,
                 "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": self.finish_reason}],
@@ -928,6 +952,12 @@ impl Gen {
                 "usage": serde_json::from_str::<Value>(&self.anthropic_usage_json(self.sent)).unwrap_or(Value::Null),
             }),
         };
+        if let (Some((drafted, accepted)), Some(o)) = (self.spec, body.as_object_mut()) {
+            o.insert(
+                "timings".into(),
+                json!({"draft_n": drafted, "draft_n_accepted": accepted}),
+            );
+        }
         axum::Json(body).into_response()
     }
 }
@@ -1007,6 +1037,28 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Result<impl IntoResponse, I
         "Engine iterations run.",
         m.steps_total.load(r),
     );
+    // Speculative decoding under vLLM's names, once the engine has drafted.
+    let drafts = m.spec_drafts_total.load(r);
+    if drafts > 0 {
+        put(
+            "vllm:spec_decode_num_drafts_total",
+            "counter",
+            "Number of spec decoding drafts.",
+            drafts,
+        );
+        put(
+            "vllm:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Number of draft tokens.",
+            m.spec_draft_tokens_total.load(r),
+        );
+        put(
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Number of accepted tokens.",
+            m.spec_accepted_tokens_total.load(r),
+        );
+    }
     // KV-cache use and preemptions under vLLM's names, when the engine models them (the built-in engine does).
     if let Some(p) = m.preemptions() {
         put(

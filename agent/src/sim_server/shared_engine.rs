@@ -50,6 +50,15 @@ impl StepEngine for SharedEngine {
                     cached_tokens: u64::from(cached_tokens),
                 }),
                 shared::engine::StepEvent::Tokens { id, tokens } => Some(ServerEvent::Tokens { id: id.0, n: tokens }),
+                shared::engine::StepEvent::Speculated {
+                    id,
+                    draft_tokens,
+                    accepted_tokens,
+                } => Some(ServerEvent::Spec {
+                    id: id.0,
+                    drafted: draft_tokens,
+                    accepted: accepted_tokens,
+                }),
                 shared::engine::StepEvent::Finished { id, .. } => Some(ServerEvent::Finished { id: id.0 }),
                 shared::engine::StepEvent::Preempted { .. } => {
                     preempted += 1;

@@ -567,6 +567,7 @@ impl Deployment {
             kv_tiers: Vec::new(),
             scheduler: Default::default(),
             roofline: Some(Box::new(r.clone())),
+            speculative: None,
         };
         profile.validate()?;
         Ok(profile)

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 
 use super::kv::{Kv, NO_TIER, NONE};
 use super::profile::{EngineProfile, MAX_KV_TIERS, Scheduler, TierWrite};
+use super::spec::SpecState;
 use crate::deploy::roofline::{RooflineCost, StepShape};
 
 /// Tokens restored from each tier (by tier index).
@@ -101,6 +102,14 @@ pub(crate) struct Req {
     pub lz_d0: u64,
     /// The slot it runs in ([`Scheduler::LlamaCpp`] only; 0 otherwise).
     pub slot: u32,
+    /// Speculative decoding only: steps that emitted tokens (stream frames), decode steps that drafted, drafted and
+    /// accepted draft tokens.
+    pub frames: u32,
+    pub spec_steps: u32,
+    pub spec_drafted: u32,
+    pub spec_accepted: u32,
+    /// Its prompt's KV came from another instance (prefill/decode disaggregation): admitted, it decodes at once.
+    pub imported: bool,
 }
 
 /// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
@@ -118,6 +127,9 @@ struct Sched {
     t: u32,
     chain: u32,
     left: u32,
+    /// Speculative decoding: tokens drafted and accepted (0 otherwise, and for prefill chunks).
+    drafted: u32,
+    accepted: u32,
 }
 
 /// What happened to one request in one step (see [`Step`]).
@@ -129,6 +141,13 @@ pub enum StepEvent {
         id: ReqId,
         cached_tokens: u32,
         queue_ms: f64,
+    },
+    /// Speculative decoding: the request drafted `draft_tokens` in the step and the target accepted
+    /// `accepted_tokens` of them (reported before the step's `Tokens`).
+    Speculated {
+        id: ReqId,
+        draft_tokens: u32,
+        accepted_tokens: u32,
     },
     /// `tokens` output tokens were emitted at the end of the step.
     Tokens { id: ReqId, tokens: u32 },
@@ -232,6 +251,8 @@ pub struct Engine {
     slots: Vec<SlotMem>,
     /// Releases so far (the slots' least-recently-used clock).
     slot_clock: i64,
+    /// Speculative decoding (`EngineProfile::speculative`); `None`: off.
+    pub(crate) spec: Option<SpecState>,
 }
 
 /// A llama.cpp slot: busy, or the content its last request left in it (for prompt similarity) and when it was
@@ -342,12 +363,14 @@ impl Engine {
             llama: false,
             slots: Vec::new(),
             slot_clock: 0,
+            spec: None,
         }
         .with_scheduler()
     }
 
     /// Set up the slots of [`Scheduler::LlamaCpp`].
     fn with_scheduler(mut self) -> Self {
+        self.spec = self.p.speculative.as_deref().map(SpecState::new);
         if self.p.scheduler == Scheduler::LlamaCpp {
             self.llama = true;
             self.slots = vec![
@@ -365,6 +388,32 @@ impl Engine {
 
     pub fn profile(&self) -> &EngineProfile {
         &self.p
+    }
+
+    /// Seed speculative decoding's acceptance draws (no effect without `speculative`): the same seed and the same
+    /// submissions give the same tokens per step.
+    pub fn seed_speculation(&mut self, seed: u64) {
+        if let Some(s) = &mut self.spec {
+            s.seed(seed);
+        }
+    }
+
+    /// A decoding sequence's part of a step under speculative decoding, with `left` tokens still to generate and
+    /// `budget` tokens of the step's budget left (≥ 1): `(positions verified, drafted, accepted)`.
+    fn spec_decode(&mut self, left: u32, budget: u32) -> (u32, u32, u32) {
+        let Some(s) = &mut self.spec else { return (1, 0, 0) };
+        let verify = (1 + s.k).min(left.max(1)).min(budget.max(1));
+        let drafted = verify - 1;
+        let accepted = s.draw(drafted);
+        (verify, drafted, accepted)
+    }
+
+    /// Mark the step's last scheduled entry as having drafted and accepted these tokens.
+    fn note_spec(&mut self, drafted: u32, accepted: u32) {
+        if let Some(s) = self.sched.last_mut() {
+            s.drafted = drafted;
+            s.accepted = accepted;
+        }
     }
 
     /// Engine time, milliseconds: the end of the last step (or the last idle jump).
@@ -456,6 +505,11 @@ impl Engine {
             lazy: false,
             lz_d0: 0,
             slot: 0,
+            frames: 0,
+            spec_steps: 0,
+            spec_drafted: 0,
+            spec_accepted: 0,
+            imported: false,
         };
         let idx = if let Some(i) = self.free_reqs.pop() {
             let generation = self.reqs[i as usize].generation.wrapping_add(1);
@@ -467,6 +521,16 @@ impl Engine {
         };
         self.waiting.push_back(idx);
         ReqId::new(idx, self.reqs[idx as usize].generation)
+    }
+
+    /// Queue a request whose prompt's KV was computed elsewhere and arrives with it (a disaggregated fleet's
+    /// decode instance): when admitted it takes blocks for its whole prompt and decodes in the same step, that first
+    /// decode step emitting its first token. Its KV stays its own (never the prefix cache's). The caller guarantees
+    /// [`Self::fits`].
+    pub(crate) fn submit_prefilled(&mut self, now_ms: f64, chain: u32, prompt: u32, output: u32, tag: u64) -> ReqId {
+        let id = self.submit_chain(now_ms, chain, prompt, output, tag, true);
+        self.reqs[id.idx() as usize].imported = true;
+        id
     }
 
     /// The chain a prompt given as chained block hashes uses (see [`super::types::PromptBlocks`]): the known chain
@@ -849,16 +913,22 @@ impl Engine {
         let mut i = 0;
         while self.lz.n == 0 && i < self.running.len() {
             let idx = self.running[i];
-            let (t, p_eff) = {
+            let (t, p_eff, left) = {
                 let r = &self.reqs[idx as usize];
-                (r.t, r.p_eff)
+                (r.t, r.p_eff, r.output - r.generated)
             };
-            let tokens = wanted(t, p_eff).min(budget);
+            let mut tokens = wanted(t, p_eff).min(budget);
             if tokens == 0 {
                 i += 1;
                 continue;
             }
-            let need = self.new_blocks(t, p_eff, tokens);
+            // Speculative decoding: a decoder verifies `tokens` positions and emits `emit` tokens.
+            let (mut emit, mut drafted, mut accepted) = (tokens, 0, 0);
+            if self.spec.is_some() && t >= p_eff {
+                (tokens, drafted, accepted) = self.spec_decode(left, budget);
+                emit = 1 + accepted;
+            }
+            let need = self.new_blocks(t, p_eff, emit);
             let mut self_preempted = false;
             while need > 0 && !self.kv.alloc(need) {
                 let Some(victim) = self.running.pop() else { break };
@@ -871,14 +941,17 @@ impl Engine {
             if self_preempted {
                 break;
             }
-            self.schedule_running(idx, tokens, need, &mut sums);
+            self.schedule_running(idx, emit, need, &mut sums);
+            if drafted > 0 {
+                self.note_spec(drafted, accepted);
+            }
             budget -= tokens;
             i += 1;
         }
         let BatchSums {
             mut ctx,
             mut prefill_tokens,
-            decoders,
+            mut decoders,
         } = sums;
         let mut restored_tokens = [0u64; MAX_KV_TIERS];
         if self.preempted.is_empty() {
@@ -890,6 +963,31 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan())
                 };
+                if self.reqs[idx as usize].imported && first {
+                    // Its prompt's KV arrived over the link: blocks for it and the next token, and it decodes now.
+                    let need = self.blocks(p_eff + 1);
+                    let Some((conv, _)) = self.admit_blocks(chain, need, 0, 0, [0; MAX_KV_TIERS]) else {
+                        break;
+                    };
+                    self.start_request(idx, chain, first, (0, 0), need - conv);
+                    let r = &mut self.reqs[idx as usize];
+                    r.t = p_eff;
+                    let left = r.output - r.generated;
+                    ctx += u64::from(p_eff);
+                    decoders += 1;
+                    self.sched.push(Sched {
+                        idx,
+                        tokens: 1,
+                        prefill: false,
+                        t: p_eff,
+                        chain,
+                        left,
+                        drafted: 0,
+                        accepted: 0,
+                    });
+                    budget -= 1;
+                    continue;
+                }
                 let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff);
                 let hit = hit_blocks * self.bs;
                 let tokens = (p_eff - hit).min(budget);
@@ -913,6 +1011,8 @@ impl Engine {
                     t: hit,
                     chain,
                     left,
+                    drafted: 0,
+                    accepted: 0,
                 });
                 budget -= tokens;
             }
@@ -924,6 +1024,9 @@ impl Engine {
     /// The duration of the step just scheduled (`sched` plus the lazy requests).
     fn step_ms(&self, ctx: u64, prefill_tokens: u32, restored_tokens: PerTier) -> f64 {
         let n = (self.sched.len() as u64 + self.lz.n) as f64;
+        if let Some(s) = &self.spec {
+            return self.spec_step_ms(s, n, ctx, prefill_tokens, restored_tokens);
+        }
         if let Some(r) = &self.p.roofline {
             return self.with_restores(self.roofline_step_ms(r, n, ctx, prefill_tokens), restored_tokens);
         }
@@ -943,6 +1046,43 @@ impl Engine {
         self.with_restores(d, restored_tokens)
     }
 
+    /// [`Self::step_ms`] under speculative decoding: the step without speculation, plus the drafted tokens its
+    /// decoders verify (at the prefill rate, or in a roofline's shape) and the draft's cost per drafted token. Out of
+    /// line: the step without speculation stays small.
+    #[inline(never)]
+    fn spec_step_ms(&self, s: &SpecState, n: f64, ctx: u64, prefill_tokens: u32, restored: PerTier) -> f64 {
+        let (mut drafted, mut attended) = (0u64, 0.0f64);
+        for e in self.sched.iter().filter(|e| e.drafted > 0) {
+            let (v, c) = (f64::from(e.drafted), f64::from(e.t));
+            drafted += u64::from(e.drafted);
+            // Position j (1..=drafted) after the next token attends to its context, the next token and the drafts
+            // before it: c + 1 + j.
+            attended += v * (c + 1.0) + v * (v + 1.0) / 2.0;
+        }
+        let draft_ms = s.draft_cost_ms * drafted as f64;
+        if let Some(r) = &self.p.roofline {
+            let mut shape = self.roofline_shape(n, ctx, prefill_tokens);
+            shape.tokens += drafted as f64;
+            shape.decode_attended += attended;
+            return self.with_restores(r.step_ms(&shape) + draft_ms, restored);
+        }
+        let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
+        if self.p.batch_kv_ms_per_ktok > 0.0 {
+            d += self.p.batch_kv_ms_per_ktok * n * ctx as f64 / 1000.0;
+        }
+        if prefill_tokens > 0 {
+            d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
+            if self.p.prefill_ctx_ms_per_ktok > 0.0 {
+                d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
+            }
+            if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
+                d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
+            }
+        }
+        d += drafted as f64 / self.p.prefill_tokens_per_ms + draft_ms;
+        self.with_restores(d, restored)
+    }
+
     /// Step time `d` plus the time to restore `restored_tokens` from each tier, milliseconds (added tier by tier).
     fn with_restores(&self, mut d: f64, restored_tokens: PerTier) -> f64 {
         for (t, tier) in self.kv.tiers.iter().enumerate() {
@@ -956,6 +1096,11 @@ impl Engine {
     /// The step just scheduled priced by a deployment's roofline: `n` sequences holding `ctx` tokens of KV, of
     /// which the prefill chunks compute `prefill_tokens` and every other sequence one token.
     fn roofline_step_ms(&self, r: &RooflineCost, n: f64, ctx: u64, prefill_tokens: u32) -> f64 {
+        r.step_ms(&self.roofline_shape(n, ctx, prefill_tokens))
+    }
+
+    /// The shape [`Self::roofline_step_ms`] prices.
+    fn roofline_shape(&self, n: f64, ctx: u64, prefill_tokens: u32) -> StepShape {
         let (mut chunks, mut chunk_ctx) = (0u64, 0u64);
         if prefill_tokens > 0 {
             for s in self.sched.iter().filter(|s| s.prefill) {
@@ -964,7 +1109,7 @@ impl Engine {
             }
         }
         let decoders = n - chunks as f64;
-        let shape = StepShape {
+        StepShape {
             seqs: n,
             tokens: decoders + f64::from(prefill_tokens),
             ctx: ctx as f64,
@@ -974,8 +1119,7 @@ impl Engine {
             } else {
                 0.0
             },
-        };
-        r.step_ms(&shape)
+        }
     }
 
     /// [`Scheduler::LlamaCpp`]'s step, as llama-server's `update_slots` builds one batch: one token of every
@@ -1000,7 +1144,9 @@ impl Engine {
                 i += 1;
                 continue;
             }
-            let need = self.new_blocks(t, p_eff, 1);
+            let left = self.reqs[idx as usize].output - self.reqs[idx as usize].generated;
+            let (verify, drafted, accepted) = self.spec_decode(left, budget);
+            let need = self.new_blocks(t, p_eff, 1 + accepted);
             let mut self_preempted = false;
             while need > 0 && !self.kv.alloc(need) {
                 let Some(victim) = self.running.pop() else { break };
@@ -1013,8 +1159,11 @@ impl Engine {
             if self_preempted {
                 break;
             }
-            self.schedule_running(idx, 1, need, &mut sums);
-            budget -= 1;
+            self.schedule_running(idx, 1 + accepted, need, &mut sums);
+            if drafted > 0 {
+                self.note_spec(drafted, accepted);
+            }
+            budget -= verify;
             i += 1;
         }
         // Free slots take waiting requests.
@@ -1254,7 +1403,7 @@ impl Engine {
     /// Blocks running request with context `t` (prefilling up to `p_eff`) needs for `tokens` more: a prefill chunk
     /// its new blocks, a decoded token a new block exactly when the last one is full.
     fn new_blocks(&self, t: u32, p_eff: u32, tokens: u32) -> u64 {
-        if t < p_eff {
+        if t < p_eff || tokens > 1 {
             self.blocks(t + tokens) - self.blocks(t)
         } else {
             u64::from(self.rem_bs(t) == 0)
@@ -1279,6 +1428,8 @@ impl Engine {
             t: r.t,
             chain: r.chain,
             left: r.output - r.generated,
+            drafted: 0,
+            accepted: 0,
         });
     }
 
@@ -1434,7 +1585,7 @@ impl Engine {
         };
         let mut k = 1u64;
         let mut extra_at_k: Option<(u64, u64)> = None;
-        if pure && max_steps > 1 {
+        if pure && max_steps > 1 && self.spec.is_none() {
             // Steps until the first finish.
             let mut kmax = max_steps.min(bound_holds);
             for s in &self.sched {
@@ -1497,6 +1648,7 @@ impl Engine {
             self.stats.ctx_time += (ctx / n as f64 + (kf - 1.0) / 2.0) * duration;
         }
         self.finished.clear();
+        let spec = self.spec.is_some();
         for si in 0..self.sched.len() {
             let Sched {
                 idx,
@@ -1504,9 +1656,12 @@ impl Engine {
                 prefill,
                 t: old_t,
                 chain,
+                drafted,
+                accepted,
                 ..
             } = self.sched[si];
-            let adv = if prefill { tokens } else { k as u32 };
+            // Under speculative decoding a decoder's `tokens` are what it emits (and `k` is 1).
+            let adv = if prefill || spec { tokens } else { k as u32 };
             let new_t = old_t + adv;
             if !prefill && k > 1 {
                 let extra = self.ceil_bs(u64::from(new_t)) - self.ceil_bs(u64::from(old_t) + 1);
@@ -1521,8 +1676,22 @@ impl Engine {
             let r = &mut self.reqs[idx as usize];
             r.private -= conv;
             r.t = new_t;
-            let emitted = if prefill { u32::from(new_t == r.p_eff) } else { k as u32 };
+            let emitted = if prefill {
+                u32::from(new_t == r.p_eff)
+            } else if spec {
+                tokens
+            } else {
+                k as u32
+            };
             r.last_emit = emitted;
+            if spec {
+                r.frames += u32::from(emitted > 0);
+                if drafted > 0 {
+                    r.spec_steps += 1;
+                    r.spec_drafted += drafted;
+                    r.spec_accepted += accepted;
+                }
+            }
             if emitted > 0 {
                 if r.generated == 0 {
                     r.first_token_ms = end;
@@ -1584,7 +1753,7 @@ impl Engine {
             // `finished` is in admission order, as `running` is: removed in one pass, without looking requests up.
             remove_ordered(&mut self.running, &self.finished);
         }
-        if max_steps > 1 && self.lazy_ok && !self.llama && !self.lz.cnt.is_empty() {
+        if max_steps > 1 && self.lazy_ok && !self.llama && !self.lz.cnt.is_empty() && self.spec.is_none() {
             let mut eager = std::mem::take(&mut self.eager);
             eager.retain(|&idx| {
                 let join = self.lazy_eligible(idx);
@@ -1639,10 +1808,12 @@ impl Engine {
         quantiles: bool,
     ) -> Option<crate::record::ItlSummary> {
         let r = &self.reqs[idx as usize];
-        if r.generated < 2 {
+        // Gaps are between frames: one per token, or under speculative decoding one per step that emitted.
+        let frames = if self.spec.is_some() { r.frames } else { r.generated };
+        if frames < 2 {
             return None;
         }
-        let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated - 1);
+        let mean_ms = (r.finish_ms - r.first_token_ms) / f64::from(frames - 1);
         if !quantiles {
             // The mean needs no stretch; p50, p99 and max would read every one of the request's stretches.
             return Some(crate::record::ItlSummary {
@@ -1672,7 +1843,7 @@ impl Engine {
         // Every token after the first closed at least one gap (a preempted request's count can be higher), so the
         // count is never 0 here: the lean path above, which never counts, returns `Some` exactly when this does.
         debug_assert!(
-            stretches.iter().map(|e| e.2).sum::<u64>() >= u64::from(r.generated - 1),
+            stretches.iter().map(|e| e.2).sum::<u64>() >= u64::from(frames - 1),
             "ITL gaps of request {idx}"
         );
         crate::metrics::itl_from_stretches(mean_ms, stretches, keys)
@@ -1721,6 +1892,13 @@ impl Engine {
         }
         for s in &self.sched {
             let r = &self.reqs[s.idx as usize];
+            if s.drafted > 0 {
+                events.push(StepEvent::Speculated {
+                    id: ReqId::new(s.idx, r.generation),
+                    draft_tokens: s.drafted,
+                    accepted_tokens: s.accepted,
+                });
+            }
             if r.last_emit > 0 {
                 events.push(StepEvent::Tokens {
                     id: ReqId::new(s.idx, r.generation),
@@ -1754,8 +1932,9 @@ impl Engine {
     }
 
     /// A lower bound of when a request queued now can next finish (infinite when none is): every step takes at
-    /// least `step_fixed_ms`, starts at or after the clock, and gives a request at most one token, so the request
-    /// with the fewest tokens left needs that many steps. A fleet steps each replica no further than the others'
+    /// least `step_fixed_ms`, starts at or after the clock, and gives a request at most one token (under
+    /// speculative decoding `1 + draft_tokens`), so the request with the fewest tokens left needs that many steps
+    /// (that many over `1 + draft_tokens`). A fleet steps each replica no further than the others'
     /// bounds (see `sim.rs`). O(eager running + waiting).
     pub(crate) fn earliest_finish_ms(&mut self) -> f64 {
         let left = |r: &Req| u64::from(r.output.saturating_sub(r.generated)).max(1);
@@ -1765,6 +1944,12 @@ impl Engine {
         }
         if self.lz.n > 0 {
             k = k.min(self.lazy_next_finish().saturating_sub(self.lz.d).max(1));
+        }
+        if let Some(s) = &self.spec
+            && k != u64::MAX
+        {
+            // Up to 1 + k tokens per step.
+            k = k.div_ceil(u64::from(s.k) + 1);
         }
         if k == u64::MAX {
             f64::INFINITY
@@ -1950,6 +2135,7 @@ mod tests {
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
                 roofline: None,
+                speculative: None,
             });
             e.lazy_ok = lazy;
             let a = e.new_chain(NONE, 0);
@@ -2015,6 +2201,7 @@ mod tests {
             reply_cached_share: 1.0,
             scheduler: Scheduler::LlamaCpp,
             roofline: None,
+            speculative: None,
         });
         let tokens = |lo: u32, n: u32| -> Vec<u32> { (lo..lo + n).collect() };
         let blocks = |t: &[u32]| super::super::types::PromptBlocks::from_tokens(t, 16);

@@ -22,11 +22,13 @@
 
 pub mod core;
 pub mod diagnostics;
+pub mod disagg;
 pub mod fleet;
 pub(crate) mod kv;
 pub mod presets;
 pub mod profile;
 mod sim;
+pub mod spec;
 mod types;
 
 use crate::error::ScenarioError;
@@ -36,8 +38,10 @@ use crate::workload::Workload;
 
 pub use self::core::{Engine, ReqId, Step, StepEvent};
 pub use diagnostics::Diagnostics;
+pub use disagg::Disaggregation;
 pub use fleet::{FleetReport, FleetSpec, PrefixView, ReplicaLoad, Router, UNROUTED};
 pub use profile::EngineProfile;
+pub use spec::{Acceptance, SpecMethod, Speculative};
 pub use types::{EngineReport, EngineScenario, PromptBlocks, SimOptions, TimelinePoint};
 
 /// Validate `scenario`, run it through the engine in virtual time, score it, and diagnose it.

@@ -54,6 +54,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::spec::Speculative;
 use crate::deploy::roofline::{RooflineCost, StepShape};
 use crate::error::ScenarioError;
 
@@ -393,6 +394,9 @@ pub struct EngineProfile {
     /// step-time terms above, which then only describe it (docs/simulator.md, "Deployments"). Absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roofline: Option<Box<RooflineCost>>,
+    /// Speculative decoding (MTP, EAGLE, a draft model, n-grams: [`Speculative`]); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Box<Speculative>>,
 }
 
 impl EngineProfile {
@@ -528,6 +532,9 @@ impl EngineProfile {
         if let Some(r) = &self.roofline {
             r.validate()
                 .map_err(|(name, message)| ScenarioError::field(format!("roofline.{name}"), message))?;
+        }
+        if let Some(s) = &self.speculative {
+            s.validate().map_err(|e| e.within("speculative"))?;
         }
         if let Some(h) = &self.host_cache {
             if h.capacity_tokens > MAX_HOST_CACHE_TOKENS {

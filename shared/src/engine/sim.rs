@@ -14,13 +14,14 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
+use super::disagg::Disaggregation;
 use super::fleet::{FleetReport, FleetSpec, ReplicaLoad};
 use super::kv::NONE;
 use super::profile::EngineProfile;
 use super::types::TimelinePoint;
 use super::types::{EngineScenario, SimOptions};
 use crate::metrics::{Slo, Summarizer, Summary};
-use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, UsageSource};
+use crate::record::{RECORD_SCHEMA_VERSION, RequestRecord, SpecCounts, UsageSource};
 use crate::workload::mooncake::engine_block_hashes;
 use crate::workload::{PlannedRequest, Requests, SessionPlan, SessionWorkload, TraceWorkload, Workload};
 
@@ -67,6 +68,34 @@ impl PartialOrd for Ev {
 }
 impl Ord for Ev {
     // Reversed: BinaryHeap is a max-heap and we pop the earliest.
+    fn cmp(&self, o: &Self) -> Ordering {
+        o.t_ms.total_cmp(&self.t_ms).then(o.seq.cmp(&self.seq))
+    }
+}
+
+/// Prefill/decode disaggregation: a prompt's KV on its way to a decode instance, arriving at `t_ms`.
+#[derive(Debug, Clone, Copy)]
+struct Transfer {
+    t_ms: f64,
+    seq: u64,
+    /// Record index.
+    ri: usize,
+    prompt: u32,
+    output: u32,
+}
+impl PartialEq for Transfer {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Transfer {}
+impl PartialOrd for Transfer {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Transfer {
+    // Reversed, as `Ev`: the earliest first.
     fn cmp(&self, o: &Self) -> Ordering {
         o.t_ms.total_cmp(&self.t_ms).then(o.seq.cmp(&self.seq))
     }
@@ -389,6 +418,10 @@ struct SimLoop<'s> {
     /// Fleets: per replica, a lower bound of its next finish (`Engine::earliest_finish_ms`, lowered as requests
     /// are sent to it).
     finish_lb: Vec<f64>,
+    /// Prefill/decode disaggregation and the model's KV bytes per token; `None`: every replica does both.
+    disagg: Option<(Disaggregation, f64)>,
+    /// Prompts' KV crossing the link, earliest first.
+    transfers: BinaryHeap<Transfer>,
 }
 
 /// Record fields known at submission.
@@ -455,7 +488,13 @@ impl SimLoop<'_> {
         f.outstanding
             .extend(self.engs.iter().map(|e| (e.running() + e.waiting()) as u64));
         let n = self.engs.len();
-        let r = f.spec.pick(f.sent, &f.outstanding, &f.cached, affinity);
+        // Disaggregated: the prefill instances only.
+        let pool = self
+            .disagg
+            .as_ref()
+            .map_or(n, |(dg, _)| dg.prefill_instances as usize)
+            .min(n);
+        let r = f.spec.pick(f.sent, &f.outstanding[..pool], &f.cached[..pool], affinity);
         f.sent += 1;
         let elsewhere = (0..n).filter(|&o| o != r).map(|o| f.cached[o]).max().unwrap_or(0);
         let away = (elsewhere.saturating_sub(f.cached[r]) * bs).min(prompt);
@@ -492,6 +531,8 @@ impl SimLoop<'_> {
             Content::Hashes(h) => (eng.chain_for_blocks(h), false),
         };
         let fits = prompt <= u64::from(u32::MAX) && eng.fits(prompt as u32, output);
+        // Disaggregated: the prefill instance computes the prompt (and its first token, which is not sent).
+        let engine_output = if self.disagg.is_some() { 1 } else { output };
         let idx = self.records.push(RequestRecord {
             schema: RECORD_SCHEMA_VERSION,
             session: m.session,
@@ -522,6 +563,8 @@ impl SimLoop<'_> {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: self.fleet.as_ref().map(|_| r as u32),
+            spec: None,
+            kv_transfer_ms: None,
         });
         let eng = &mut self.engs[r];
         if fits {
@@ -529,7 +572,7 @@ impl SimLoop<'_> {
                 // An idle replica's clock may lag the fleet's: it must not start this request before it arrives.
                 eng.idle_until_if_idle(t_ms);
                 self.stalled[r] = false;
-                let lb = eng.now_ms() + f64::from(output.max(1)) * eng.profile().step_fixed_ms;
+                let lb = eng.now_ms() + f64::from(engine_output.max(1)) * eng.profile().step_fixed_ms;
                 self.finish_lb[r] = self.finish_lb[r].min(lb);
                 if away > 0
                     && let Some(f) = &mut self.fleet
@@ -537,7 +580,7 @@ impl SimLoop<'_> {
                     f.routed_away.insert(idx, away);
                 }
             }
-            eng.submit_chain(t_ms, chain, prompt as u32, output, idx as u64, release);
+            eng.submit_chain(t_ms, chain, prompt as u32, engine_output, idx as u64, release);
         } else {
             self.records.get_mut(idx).error = Some(format!(
                 "prompt {prompt} + output {output} tokens exceed max_model_len {}",
@@ -551,10 +594,9 @@ impl SimLoop<'_> {
         idx
     }
 
-    /// Fill the records of requests replica `e`'s last advance finished; returns (record index, finish time)
-    /// pairs.
-    fn collect_finished(&mut self, e: usize, out: &mut Vec<(usize, f64)>) {
-        out.clear();
+    /// [`Self::collect_finished`] on a disaggregated fleet's decode instance: the request is done; its times count
+    /// from its submission to the prefill instance, and its prompt's figures stay the prefill instance's.
+    fn collect_decoded(&mut self, e: usize, out: &mut Vec<(usize, f64)>) {
         let eng = &mut self.engs[e];
         for fi in 0..eng.finished.len() {
             let idx = eng.finished[fi];
@@ -562,14 +604,113 @@ impl SimLoop<'_> {
             let r = &eng.reqs[idx as usize];
             let ri = r.tag as usize;
             let rec = self.records.get_mut(ri);
+            let submit_ms = rec.t_submit * 1000.0;
             rec.ok = true;
-            rec.ttft_s = Some((r.first_token_ms - r.arrival_ms) / 1000.0);
-            rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
+            rec.ttft_s = Some((r.first_token_ms - submit_ms) / 1000.0);
+            rec.wall_s = (r.finish_ms - submit_ms) / 1000.0;
             rec.gen_tokens = u64::from(r.generated);
             rec.sse_frames = u64::from(r.generated);
+            if eng.spec.is_some() {
+                rec.sse_frames = u64::from(r.frames);
+                rec.spec = Some(SpecCounts {
+                    draft_tokens: u64::from(r.spec_drafted),
+                    accepted_tokens: u64::from(r.spec_accepted),
+                    steps: Some(u64::from(r.spec_steps)),
+                });
+            }
+            rec.itl = itl;
+            if let Some(f) = &mut self.fleet {
+                f.requests[e] += 1;
+            }
+            out.push((ri, r.finish_ms));
+        }
+        for fi in 0..eng.finished.len() {
+            let idx = eng.finished[fi];
+            eng.forget(idx);
+        }
+        eng.finished.clear();
+    }
+
+    /// A prompt's KV arrived at a decode instance (the least outstanding one): it is queued there.
+    fn send_decode(&mut self, tr: Transfer) {
+        let Some((dg, _)) = &self.disagg else { return };
+        let p = dg.prefill_instances as usize;
+        let n = self.engs.len();
+        let r = (p..n)
+            .min_by_key(|&r| ((self.engs[r].running() + self.engs[r].waiting()), r))
+            .unwrap_or(n - 1);
+        let eng = &mut self.engs[r];
+        if !eng.fits(tr.prompt, tr.output) {
+            self.records.get_mut(tr.ri).error = Some(format!(
+                "prompt {} + output {} tokens exceed the decode instance's max_model_len {}",
+                tr.prompt,
+                tr.output,
+                eng.profile().model_len()
+            ));
+            self.failed_now.push((tr.ri, tr.t_ms));
+            return;
+        }
+        eng.idle_until_if_idle(tr.t_ms);
+        self.stalled[r] = false;
+        let lb = eng.now_ms() + f64::from(tr.output.max(1)) * eng.profile().step_fixed_ms;
+        self.finish_lb[r] = self.finish_lb[r].min(lb);
+        let chain = eng.new_chain(NONE, 0);
+        eng.submit_prefilled(tr.t_ms, chain, tr.prompt, tr.output, tr.ri as u64);
+    }
+
+    /// Fill the records of requests replica `e`'s last advance finished; returns (record index, finish time)
+    /// pairs.
+    fn collect_finished(&mut self, e: usize, out: &mut Vec<(usize, f64)>) {
+        out.clear();
+        if let Some((dg, _)) = &self.disagg
+            && !dg.prefills(e)
+        {
+            self.collect_decoded(e, out);
+            return;
+        }
+        let eng = &mut self.engs[e];
+        for fi in 0..eng.finished.len() {
+            let idx = eng.finished[fi];
+            let itl = eng.itl_summary(idx, &mut self.scratch, &mut self.keys, self.itl_quantiles);
+            let r = &eng.reqs[idx as usize];
+            let ri = r.tag as usize;
+            let rec = self.records.get_mut(ri);
+            let prefill_only = self.disagg.is_some();
+            if let Some((dg, kv_bytes)) = &self.disagg {
+                // A prefill instance finished the prompt: its KV goes to a decode instance (the record is completed
+                // there, see `collect_decoded`); the prompt's cache figures are this instance's.
+                let transfer_ms = dg.transfer_ms(u64::from(r.prompt), *kv_bytes);
+                rec.kv_transfer_ms = Some(transfer_ms);
+                rec.cached_tokens = Some(u64::from(r.cached_tokens));
+                rec.queue_s = Some((r.admit_ms - r.arrival_ms) / 1000.0);
+                self.seq += 1;
+                self.transfers.push(Transfer {
+                    t_ms: r.finish_ms + transfer_ms,
+                    seq: self.seq,
+                    ri,
+                    prompt: r.prompt,
+                    output: rec.asked_tokens.min(u64::from(u32::MAX)) as u32,
+                });
+            } else {
+                rec.ok = true;
+                rec.ttft_s = Some((r.first_token_ms - r.arrival_ms) / 1000.0);
+                rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
+                rec.gen_tokens = u64::from(r.generated);
+                rec.sse_frames = u64::from(r.generated);
+            }
+            if eng.spec.is_some() && !prefill_only {
+                rec.sse_frames = u64::from(r.frames);
+                rec.spec = Some(SpecCounts {
+                    draft_tokens: u64::from(r.spec_drafted),
+                    accepted_tokens: u64::from(r.spec_accepted),
+                    steps: Some(u64::from(r.spec_steps)),
+                });
+            }
             rec.cached_tokens = Some(u64::from(r.cached_tokens));
             rec.queue_s = Some((r.admit_ms - r.arrival_ms) / 1000.0);
-            rec.itl = itl;
+            if !prefill_only {
+                rec.itl = itl;
+            }
             let m = &mut self.misses;
             let prompt = u64::from(r.prompt);
             m.prompt_tokens += prompt;
@@ -618,7 +759,9 @@ impl SimLoop<'_> {
             for (sum, t) in m.evicted_from_tier_tokens.iter_mut().zip(miss.tier) {
                 *sum += t;
             }
-            out.push((ri, r.finish_ms));
+            if !prefill_only {
+                out.push((ri, r.finish_ms));
+            }
         }
         for fi in 0..eng.finished.len() {
             let idx = eng.finished[fi];
@@ -680,6 +823,7 @@ fn run_with(
             };
             let mut eng = Engine::new(own);
             eng.lazy_ok = lazy;
+            eng.seed_speculation(sc.seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             eng
         })
         .collect();
@@ -713,6 +857,12 @@ fn run_with(
         seq: 0,
         seed: sc.seed,
         failed_now: Vec::new(),
+        disagg: sc
+            .disaggregation
+            .clone()
+            .filter(|_| replicas > 1)
+            .and_then(|dg| dg.kv_bytes_per_token(profile).map(|k| (dg, k))),
+        transfers: BinaryHeap::new(),
     };
     let mut src = match (&sc.workload, mode) {
         (Workload::Sessions(w), _) => {
@@ -850,7 +1000,7 @@ fn run_with(
                 let eng = &d.engs[e];
                 for &q in &eng.admitted {
                     let r = &eng.reqs[q as usize];
-                    if r.admit_ms >= step_start && r.preemptions == 0 {
+                    if r.admit_ms >= step_start && r.preemptions == 0 && !r.imported {
                         d.timeline.hit += u64::from(r.cached_tokens);
                         d.timeline.prompt += u64::from(r.prompt);
                     }
@@ -963,11 +1113,24 @@ fn shared_of(w: &Workload) -> u32 {
 
 /// Every source keeps its next event in the heap (an open-loop source: exactly its next arrival).
 fn next_time(d: &SimLoop) -> Option<f64> {
-    d.heap.peek().map(|e| e.t_ms)
+    let t = d.heap.peek().map(|e| e.t_ms);
+    match d.transfers.peek() {
+        Some(tr) => Some(t.map_or(tr.t_ms, |t| t.min(tr.t_ms))),
+        None => t,
+    }
 }
 
 /// Handle the earliest due event.
 fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
+    // A prompt's KV arriving at a decode instance, if that comes first.
+    if let Some(tr) = d.transfers.peek()
+        && d.heap.peek().is_none_or(|e| tr.t_ms <= e.t_ms)
+    {
+        let tr = *tr;
+        d.transfers.pop();
+        d.send_decode(tr);
+        return;
+    }
     let Some(ev) = d.heap.pop() else { return };
     match src {
         Source::Trace(run) => {
@@ -1348,6 +1511,7 @@ mod tests {
                 reply_cached_share: 1.0,
                 scheduler: Default::default(),
                 roofline: None,
+                speculative: None,
             },
             slo: Slo {
                 ttft_ms: 500.0,
@@ -1358,6 +1522,7 @@ mod tests {
             counterfactuals: false,
             fleet: None,
             deployment: None,
+            disaggregation: None,
         }
     }
 

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::diagnostics::Diagnostics;
+use super::disagg::Disaggregation;
 use super::fleet::{FleetReport, FleetSpec};
 use super::profile::EngineProfile;
 use crate::deploy::Deployment;
@@ -42,6 +43,10 @@ pub struct EngineScenario {
     /// The deployment `profile` was resolved from; absent: the profile was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<Deployment>,
+    /// Prefill/decode disaggregation of the fleet ([`Disaggregation`]); in JSON the fleet's `"disaggregation"`.
+    /// Absent: every replica prefills and decodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<Disaggregation>,
 }
 
 /// [`EngineScenario`] as JSON: `profile` or `deployment`.
@@ -60,7 +65,25 @@ struct EngineScenarioJson {
     #[serde(default = "yes")]
     counterfactuals: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    fleet: Option<FleetSpec>,
+    fleet: Option<FleetJson>,
+}
+
+/// [`FleetSpec`] as a scenario's JSON holds it: its fields and `disaggregation`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FleetJson {
+    replicas: u32,
+    router: super::fleet::Router,
+    #[serde(default = "default_load_cap")]
+    load_cap: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    profiles: Vec<EngineProfile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disaggregation: Option<Disaggregation>,
+}
+
+fn default_load_cap() -> f64 {
+    1.5
 }
 
 impl TryFrom<EngineScenarioJson> for EngineScenario {
@@ -78,14 +101,27 @@ impl TryFrom<EngineScenarioJson> for EngineScenario {
                 (resolved.profile, Some(d))
             }
         };
+        let (fleet, disaggregation) = match j.fleet {
+            Some(f) => (
+                Some(FleetSpec {
+                    replicas: f.replicas,
+                    router: f.router,
+                    load_cap: f.load_cap,
+                    profiles: f.profiles,
+                }),
+                f.disaggregation,
+            ),
+            None => (None, None),
+        };
         Ok(EngineScenario {
             workload: j.workload,
             profile,
             slo: j.slo,
             seed: j.seed,
             counterfactuals: j.counterfactuals,
-            fleet: j.fleet,
+            fleet,
             deployment,
+            disaggregation,
         })
     }
 }
@@ -104,7 +140,13 @@ impl From<EngineScenario> for EngineScenarioJson {
             slo: s.slo,
             seed: s.seed,
             counterfactuals: s.counterfactuals,
-            fleet: s.fleet,
+            fleet: s.fleet.map(|f| FleetJson {
+                replicas: f.replicas,
+                router: f.router,
+                load_cap: f.load_cap,
+                profiles: f.profiles,
+                disaggregation: s.disaggregation,
+            }),
         }
     }
 }
@@ -117,6 +159,12 @@ impl EngineScenario {
         self.slo.validate().map_err(|e| e.within("slo"))?;
         if let Some(f) = &self.fleet {
             f.validate_with(&self.profile).map_err(|e| e.within("fleet"))?;
+        }
+        if let Some(dg) = &self.disaggregation {
+            let replicas = self.fleet.as_ref().map_or(1, |f| f.replicas);
+            dg.validate(replicas)
+                .and_then(|()| dg.validate_with(&self.profile))
+                .map_err(|e| e.within("fleet.disaggregation"))?;
         }
         Ok(())
     }

@@ -337,6 +337,8 @@ impl Peer {
             },
             prompt_block_hashes: Vec::new(),
             replica: None,
+            spec: None,
+            kv_transfer_ms: None,
         }
     }
 }

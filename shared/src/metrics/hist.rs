@@ -456,6 +456,8 @@ mod tests {
             failure: None,
             error: None,
             replica: None,
+            spec: None,
+            kv_transfer_ms: None,
         }
     }
 

@@ -151,6 +151,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica,
+            spec: None,
+            kv_transfer_ms: None,
         }
     }
 

@@ -1,0 +1,247 @@
+//! Speculative decoding from a live run's records ([`fit_speculative`]): the acceptance from the drafted and accepted
+//! tokens the server reported per request (llama.cpp's `timings`, or the simulator's counts), and the draft's cost
+//! from the decode steps of requests that ran alone, against the profile of the same server without speculation.
+//!
+//! - Acceptance: the share `s = Σ accepted / Σ drafted`; for `k` draft tokens the one rate `a` with
+//!   `(a + a² + … + a^k) / k = s` ([`crate::engine::spec::rate_for_share`]).
+//! - Steps: a decode step emits one token plus the drafts it accepted, so a request's decode steps number
+//!   `gen_tokens − 1 − accepted` whatever the server streams per frame, and it drafted `drafted / steps` tokens
+//!   per step on average.
+//! - Draft cost: a lone request's mean decode step is `(wall − ttft) / steps`; the base profile prices the same
+//!   step without the draft (one sequence at the request's mean context, verifying `1 + drafted / steps`
+//!   positions, as the engine does), and the rest over the drafted tokens per step is the draft's cost per token.
+//!   The fitted value is the median over the lone requests, with its spread.
+//! - `k` when not given: the largest `⌈drafted / steps⌉` over the records (a request drafts `k` per step except
+//!   near its end).
+
+use serde::{Deserialize, Serialize};
+
+use crate::deploy::roofline::StepShape;
+use crate::engine::EngineProfile;
+use crate::engine::spec::{Acceptance, SpecMethod, Speculative, rate_for_share};
+use crate::metrics::{mad, median};
+use crate::record::RequestRecord;
+
+/// Least lone requests for a draft cost.
+pub const MIN_DRAFT_COST_REQUESTS: usize = 4;
+
+/// What [`fit_speculative`] found (`fit.json`'s `speculative`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpecFit {
+    /// The profile's `speculative` it gives.
+    pub speculative: Speculative,
+    /// Records that carried counts, and their sums.
+    pub requests: usize,
+    pub drafted_tokens: u64,
+    pub accepted_tokens: u64,
+    /// `accepted_tokens / drafted_tokens`.
+    pub accepted_share: f64,
+    /// Mean drafted tokens per decode step.
+    pub drafted_per_step: f64,
+    /// Lone requests the draft cost came from (0: not fitted).
+    pub draft_cost_requests: usize,
+    /// Robust spread of the per-request draft costs (`1.4826·MAD`), ms; absent when not fitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_cost_spread_ms: Option<f64>,
+    pub notes: Vec<String>,
+}
+
+/// One step of one sequence at context `ctx` verifying `1 + drafted` positions, without the draft's cost, as the
+/// engine prices it under `p` (docs/simulator.md, "Speculative decoding").
+pub fn verify_step_ms(p: &EngineProfile, ctx: f64, drafted: f64) -> f64 {
+    if let Some(r) = &p.roofline {
+        let mut shape = StepShape::decode(1.0, ctx);
+        shape.tokens += drafted;
+        shape.decode_attended += drafted * (ctx + 1.0) + drafted * (drafted + 1.0) / 2.0;
+        return r.step_ms(&shape);
+    }
+    p.decode_step_ms(1.0, ctx) + drafted / p.prefill_tokens_per_ms
+}
+
+/// Speculative decoding from `records`: `None` when no record carries counts. `draft_tokens` is `k` if known;
+/// `base` the profile of the server without speculation (its step terms), needed for the draft's cost.
+pub fn fit_speculative(
+    records: &[RequestRecord],
+    method: SpecMethod,
+    draft_tokens: Option<u32>,
+    base: Option<&EngineProfile>,
+) -> Option<SpecFit> {
+    let mut notes = Vec::new();
+    let counted: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.ok && r.spec.is_some() && r.check().is_ok())
+        .collect();
+    if counted.is_empty() {
+        return None;
+    }
+    let (mut drafted, mut accepted, mut steps) = (0u64, 0u64, 0u64);
+    let mut k_seen = 0u32;
+    for r in &counted {
+        let Some(c) = r.spec else { continue };
+        drafted += c.draft_tokens;
+        accepted += c.accepted_tokens;
+        let st = decode_steps(r);
+        steps += st;
+        if st > 0 {
+            k_seen = k_seen.max(c.draft_tokens.div_ceil(st).min(u64::from(u32::MAX)) as u32);
+        }
+    }
+    let share = if drafted > 0 {
+        accepted as f64 / drafted as f64
+    } else {
+        0.0
+    };
+    let k = match draft_tokens {
+        Some(k) => k,
+        None => {
+            notes.push(format!(
+                "draft_tokens {} taken from the records (the most drafted per step); give --draft-tokens to set it",
+                k_seen.max(1)
+            ));
+            k_seen.max(1)
+        }
+    }
+    .clamp(1, crate::engine::spec::MAX_DRAFT_TOKENS);
+    let rate = rate_for_share(share, k);
+    let drafted_per_step = if steps > 0 { drafted as f64 / steps as f64 } else { 0.0 };
+    // The draft's cost from lone requests.
+    let mut costs = Vec::new();
+    if let Some(base) = base {
+        let spans: Vec<(f64, f64)> = records
+            .iter()
+            .filter(|r| r.check().is_ok())
+            .map(|r| (r.t_submit, r.t_submit + r.wall_s))
+            .collect();
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        crate::order::sort_by_f64_key(&mut order, |&i| spans[i].0);
+        for r in &counted {
+            let (Some(c), Some(ttft)) = (r.spec, r.ttft_s) else {
+                continue;
+            };
+            let st = decode_steps(r);
+            if st < 4 || c.draft_tokens == 0 || r.gen_tokens < 8 {
+                continue;
+            }
+            let (a, b) = (r.t_submit, r.t_submit + r.wall_s);
+            // Alone: no other request overlaps it (a linear pass: records are few where this matters).
+            let others = order.iter().filter(|&&i| spans[i].0 < b && spans[i].1 > a).count();
+            if others > 1 {
+                continue;
+            }
+            let step_ms = (r.wall_s - ttft) * 1000.0 / st as f64;
+            let d = c.draft_tokens as f64 / st as f64;
+            let ctx = r.prompt_tokens.unwrap_or(0) as f64 + r.gen_tokens as f64 / 2.0;
+            costs.push((step_ms - verify_step_ms(base, ctx, d)) / d);
+        }
+    } else {
+        notes.push("no base profile (--spec-base): draft_cost_ms not fitted, left at 0".into());
+    }
+    let (draft_cost_ms, spread) = if costs.len() >= MIN_DRAFT_COST_REQUESTS {
+        let spread = 1.4826 * mad(&costs);
+        let m = median(&mut costs);
+        if m < 0.0 {
+            notes.push(format!(
+                "the lone requests' steps are shorter than the base profile's without a draft (median {m:.4} ms per \
+                 drafted token): draft_cost_ms set to 0"
+            ));
+        }
+        (m.max(0.0), Some(spread))
+    } else {
+        if base.is_some() {
+            notes.push(format!(
+                "draft_cost_ms not fitted: {} lone requests with counts and at least 8 tokens (need \
+                 {MIN_DRAFT_COST_REQUESTS})",
+                costs.len()
+            ));
+        }
+        (0.0, None)
+    };
+    let n_cost = if spread.is_some() { costs.len() } else { 0 };
+    Some(SpecFit {
+        speculative: Speculative {
+            method,
+            draft_tokens: k,
+            acceptance: Acceptance::Rate(rate),
+            draft_cost_ms,
+        },
+        requests: counted.len(),
+        drafted_tokens: drafted,
+        accepted_tokens: accepted,
+        accepted_share: share,
+        drafted_per_step,
+        draft_cost_requests: n_cost,
+        draft_cost_spread_ms: spread,
+        notes,
+    })
+}
+
+/// A record's decode steps: each emits one token plus the drafts it accepted.
+fn decode_steps(r: &RequestRecord) -> u64 {
+    let accepted = r.spec.map_or(0, |c| c.accepted_tokens);
+    r.gen_tokens.saturating_sub(1).saturating_sub(accepted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{EngineScenario, SimOptions, simulate_with};
+    use crate::metrics::Slo;
+    use crate::workload::{ClosedLoopWorkload, LengthDist, Workload};
+
+    fn base() -> EngineProfile {
+        crate::engine::presets::laptop_demo()
+    }
+
+    /// From simulated records of a known profile (one user, so every request runs alone), the fit recovers the
+    /// acceptance rate and the draft cost.
+    #[test]
+    fn recovers_a_simulated_profile() {
+        let mut p = base();
+        p.speculative = Some(Box::new(Speculative {
+            method: SpecMethod::Eagle,
+            draft_tokens: 3,
+            acceptance: Acceptance::Rate(0.65),
+            draft_cost_ms: 1.7,
+        }));
+        let sc = EngineScenario {
+            workload: Workload::ClosedLoop(ClosedLoopWorkload {
+                users: 1,
+                num_requests: 60,
+                think_s: 0.0,
+                prompt: LengthDist::Uniform { min: 100, max: 1500 },
+                output: LengthDist::Fixed { tokens: 200 },
+                shared_prefix_tokens: 0,
+            }),
+            profile: p,
+            slo: Slo::default(),
+            seed: 9,
+            counterfactuals: false,
+            fleet: None,
+            deployment: None,
+            disaggregation: None,
+        };
+        let opts = SimOptions {
+            keep_records: true,
+            ..SimOptions::default()
+        };
+        let r = simulate_with(&sc, opts).expect("valid");
+        let f = fit_speculative(&r.records, SpecMethod::Eagle, None, Some(&base())).expect("counts");
+        assert_eq!(f.speculative.draft_tokens, 3);
+        let Acceptance::Rate(a) = f.speculative.acceptance else {
+            panic!("a rate")
+        };
+        assert!((a / 0.65 - 1.0).abs() < 0.05, "{a} {f:?}");
+        assert!(
+            (f.speculative.draft_cost_ms / 1.7 - 1.0).abs() < 0.05,
+            "{} {f:?}",
+            f.speculative.draft_cost_ms
+        );
+        // Without the base profile: the acceptance alone, and a note.
+        let f = fit_speculative(&r.records, SpecMethod::Eagle, Some(3), None).expect("counts");
+        assert_eq!(f.speculative.draft_cost_ms, 0.0);
+        assert!(f.notes.iter().any(|n| n.contains("--spec-base")), "{:?}", f.notes);
+        // No counts: nothing.
+        let off = simulate_with(&EngineScenario { profile: base(), ..sc }, opts).expect("valid");
+        assert!(fit_speculative(&off.records, SpecMethod::Eagle, None, Some(&base())).is_none());
+    }
+}

@@ -1,0 +1,320 @@
+//! Speculative decoding in the engine (`"speculative"` in the profile): steps verify `k + 1` positions per decoding
+//! sequence, emit `1 + accepted` tokens drawn from the seeded generator, and pay for the verified tokens and the
+//! draft; records keep tokens, frames and acceptance apart; off, nothing changes. Hand-computed cases first.
+
+use shared::deploy::roofline::{RooflineCost, StepShape};
+use shared::engine::{
+    Acceptance, Engine, EngineProfile, EngineScenario, PromptBlocks, SpecMethod, Speculative, StepEvent, simulate,
+};
+use shared::metrics::Slo;
+use shared::workload::{LengthDist, PoissonWorkload, Workload};
+
+fn profile() -> EngineProfile {
+    EngineProfile {
+        name: "p".into(),
+        basis: "test".into(),
+        block_size: 16,
+        num_kv_blocks: 10_000,
+        max_num_seqs: 8,
+        max_num_batched_tokens: 8192,
+        max_model_len: None,
+        step_fixed_ms: 10.0,
+        per_seq_ms: 1.0,
+        per_ctx_token_ms: 0.01,
+        prefill_tokens_per_ms: 16.0,
+        prefill_fixed_ms: 0.0,
+        enable_prefix_caching: true,
+        prefill_ctx_ms_per_ktok: 0.0,
+        batch_kv_ms_per_ktok: 0.0,
+        prefill_batch_kv_ms_per_ktok: 0.0,
+        host_cache: None,
+        kv_tiers: Vec::new(),
+        reply_cached_share: 1.0,
+        scheduler: Default::default(),
+        roofline: None,
+        speculative: None,
+    }
+}
+
+fn spec(k: u32, acceptance: Acceptance, draft_cost_ms: f64) -> Option<Box<Speculative>> {
+    Some(Box::new(Speculative {
+        method: SpecMethod::Mtp,
+        draft_tokens: k,
+        acceptance,
+        draft_cost_ms,
+    }))
+}
+
+/// Runs one request of `prompt` tokens and `output` tokens alone; returns each step's (duration, tokens emitted).
+fn lone(p: EngineProfile, prompt: u32, output: u32) -> Vec<(f64, u32)> {
+    let mut e = Engine::new(p);
+    let tokens: Vec<u32> = (0..prompt).collect();
+    e.submit(0.0, PromptBlocks::from_tokens(&tokens, 16), output);
+    let mut out = Vec::new();
+    let mut t = 0.0;
+    while let Some(s) = e.step(t) {
+        let emitted = s
+            .events
+            .iter()
+            .map(|ev| match ev {
+                StepEvent::Tokens { tokens, .. } => *tokens,
+                _ => 0,
+            })
+            .sum();
+        out.push((s.duration_ms, emitted));
+        t = s.start_ms + s.duration_ms;
+    }
+    out
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// Acceptance 1, k = 3: a 32-token prompt, 9 output tokens. Step 1 prefills (10 + 1 + 32/16 = 13 ms) and emits the
+/// first token; each decode step verifies 4 positions and emits 4 tokens, paying 3 drafted tokens at the prefill
+/// rate (3/16 ms) and 3 × 0.5 ms of draft: 10 + 1 + 0.01·ctx + 0.1875 + 1.5, at contexts 32 and 36.
+#[test]
+fn full_acceptance_emits_k_plus_one_per_step() {
+    let mut p = profile();
+    p.speculative = spec(3, Acceptance::Rate(1.0), 0.5);
+    let steps = lone(p, 32, 9);
+    assert_eq!(steps.iter().map(|s| s.1).collect::<Vec<_>>(), vec![1, 4, 4]);
+    let want = [13.0, 11.0 + 0.32 + 0.1875 + 1.5, 11.0 + 0.36 + 0.1875 + 1.5];
+    for (s, w) in steps.iter().zip(want) {
+        assert!(close(s.0, w), "{steps:?} vs {want:?}");
+    }
+}
+
+/// llama.cpp's slot schedule drafts and verifies alike: the same lone request, the same steps.
+#[test]
+fn the_slot_schedule_speculates_too() {
+    let mut p = profile();
+    p.speculative = spec(3, Acceptance::Rate(1.0), 0.5);
+    let vllm = lone(p.clone(), 32, 9);
+    p.scheduler = shared::engine::profile::Scheduler::LlamaCpp;
+    assert_eq!(lone(p, 32, 9), vllm);
+}
+
+/// Acceptance 0, k = 2, 3 output tokens: the first decode step drafts 1 (only 2 tokens are left, so it verifies 2
+/// positions) and emits 1; the last drafts nothing (one token left) and pays no draft.
+#[test]
+fn no_acceptance_emits_one_and_drafts_only_what_can_be_used() {
+    let mut p = profile();
+    p.speculative = spec(2, Acceptance::Rate(0.0), 0.5);
+    let steps = lone(p, 32, 3);
+    assert_eq!(steps.iter().map(|s| s.1).collect::<Vec<_>>(), vec![1, 1, 1]);
+    let want = [13.0, 11.0 + 0.32 + 1.0 / 16.0 + 0.5, 11.0 + 0.33];
+    for (s, w) in steps.iter().zip(want) {
+        assert!(close(s.0, w), "{steps:?} vs {want:?}");
+    }
+}
+
+/// A deployment's roofline prices the verified tokens too: a decode step of one sequence at context c verifying
+/// k + 1 positions is the roofline's step of k + 1 tokens attending to c + 1, …, c + k + 1, plus the draft.
+#[test]
+fn the_roofline_pays_for_verified_tokens() {
+    let r = RooflineCost {
+        overhead_ms: 0.5,
+        flops_per_ms: 1e9,
+        bytes_per_ms: 1e9,
+        flops_per_token: 1.6e10,
+        attn_flops_per_ctx: 1e6,
+        prefill_attn_flops_per_ctx: 1e6,
+        weight_bytes: 1.6e10,
+        expert_bytes: 0.0,
+        moe_layers: 0,
+        experts: 0,
+        active_experts: 0,
+        kv_bytes_per_token: 131072.0,
+        window_bytes_per_seq: 0.0,
+        comm_ms_per_token: 0.0,
+        comm_fixed_ms: 0.0,
+    };
+    let mut p = profile();
+    p.roofline = Some(Box::new(r.clone()));
+    let off = lone(p.clone(), 32, 3);
+    p.speculative = spec(2, Acceptance::Rate(1.0), 0.25);
+    let on = lone(p, 32, 3);
+    // Off: the second step decodes one token at context 32.
+    assert!(close(off[1].0, r.step_ms(&StepShape::decode(1.0, 32.0))), "{off:?}");
+    // On: 2 tokens are left, so it drafts 1 and verifies 2 positions, attending to 33 and 34 tokens.
+    let shape = StepShape {
+        seqs: 1.0,
+        tokens: 2.0,
+        ctx: 32.0,
+        decode_attended: 33.0 + 34.0,
+        prefill_attended: 0.0,
+    };
+    assert_eq!(on.iter().map(|s| s.1).collect::<Vec<_>>(), vec![1, 2]);
+    assert!(
+        close(on[1].0, r.step_ms(&shape) + 0.25),
+        "{on:?} vs {}",
+        r.step_ms(&shape) + 0.25
+    );
+    assert!(on[1].0 > off[1].0);
+}
+
+fn scenario(speculative: Option<Box<Speculative>>, seed: u64) -> EngineScenario {
+    let mut p = profile();
+    p.speculative = speculative;
+    EngineScenario {
+        workload: Workload::Poisson(PoissonWorkload {
+            rate_rps: 4.0,
+            num_requests: 400,
+            prompt: LengthDist::Fixed { tokens: 400 },
+            output: LengthDist::Fixed { tokens: 200 },
+            shared_prefix_tokens: 0,
+        }),
+        profile: p,
+        slo: Slo::default(),
+        seed,
+        counterfactuals: false,
+        fleet: None,
+        deployment: None,
+        disaggregation: None,
+    }
+}
+
+/// Over many steps the accepted share and the accepted tokens per step are the profile's (rate 0.7, k = 2:
+/// positions accepted in 70 % and 49 % of steps, so 1.19 tokens per step and a share of 0.595; the last steps of a
+/// request draft fewer, which changes little over 200 tokens). Tokens and frames stay apart: TPOT (per token) is
+/// below ITL (per frame).
+#[test]
+fn simulated_acceptance_matches_the_profile() {
+    let r = simulate(&scenario(spec(2, Acceptance::Rate(0.7), 0.2), 1)).expect("valid");
+    let s = &r.summary;
+    let acc = s.spec_acceptance.expect("speculation on");
+    let per_step = s.spec_accepted_per_step.expect("steps known");
+    assert!((acc - 0.595).abs() < 0.01, "{acc}");
+    assert!((per_step - 1.19).abs() < 0.02, "{per_step}");
+    let rec = &r.records[0];
+    let c = rec.spec.expect("counts");
+    assert!(rec.sse_frames < rec.gen_tokens, "{rec:?}");
+    // Frames: the first token, then one per decode step (the steps that drafted, and a last one with one token
+    // left, which drafts nothing).
+    let steps = c.steps.expect("steps");
+    assert!(rec.sse_frames == 1 + steps || rec.sse_frames == 2 + steps, "{rec:?}");
+    assert_eq!(rec.gen_tokens, rec.sse_frames + c.accepted_tokens);
+    assert!(
+        s.tpot_mean_ms < s.itl_mean_ms.expect("itl"),
+        "{} {:?}",
+        s.tpot_mean_ms,
+        s.itl_mean_ms
+    );
+    // The same seed gives the same run; another seed other draws.
+    let again = simulate(&scenario(spec(2, Acceptance::Rate(0.7), 0.2), 1)).expect("valid");
+    assert_eq!(format!("{:?}", r.records), format!("{:?}", again.records));
+    let other = simulate(&scenario(spec(2, Acceptance::Rate(0.7), 0.2), 2)).expect("valid");
+    assert_ne!(other.summary.spec_acceptance, s.spec_acceptance);
+}
+
+/// Speculation shortens TPOT when drafts are accepted and cheap; at acceptance 0 with a costly draft it lengthens
+/// it.
+#[test]
+fn speculation_moves_tpot_the_way_acceptance_says() {
+    let off = simulate(&scenario(None, 3)).expect("valid").summary;
+    let good = simulate(&scenario(spec(3, Acceptance::Rate(0.8), 0.1), 3))
+        .expect("valid")
+        .summary;
+    let bad = simulate(&scenario(spec(3, Acceptance::Rate(0.0), 1.0), 3))
+        .expect("valid")
+        .summary;
+    assert!(
+        good.tpot_p50_ms < 0.7 * off.tpot_p50_ms,
+        "{} vs {}",
+        good.tpot_p50_ms,
+        off.tpot_p50_ms
+    );
+    assert!(
+        bad.tpot_p50_ms > off.tpot_p50_ms,
+        "{} vs {}",
+        bad.tpot_p50_ms,
+        off.tpot_p50_ms
+    );
+    assert_eq!(off.spec_acceptance, None);
+    assert_eq!(off.spec_accepted_per_step, None);
+    let json = serde_json::to_string(&off).expect("json");
+    assert!(!json.contains("spec_"), "{json}");
+}
+
+/// A per-position list is read as the share of steps accepting each position.
+#[test]
+fn per_position_acceptance() {
+    let r = simulate(&scenario(spec(3, Acceptance::PerPosition(vec![0.9, 0.6, 0.3]), 0.0), 4)).expect("valid");
+    let per_step = r.summary.spec_accepted_per_step.expect("on");
+    assert!((per_step - 1.8).abs() < 0.03, "{per_step}");
+}
+
+/// Bad input names the field.
+#[test]
+fn bad_speculative_fields_are_named() {
+    let base = serde_json::to_value(profile()).expect("json");
+    let with = |s: serde_json::Value| {
+        let mut v = base.clone();
+        v["speculative"] = s;
+        EngineProfile::from_json(&v.to_string())
+            .expect_err("refused")
+            .to_string()
+    };
+    let e = with(serde_json::json!({"method": "mtp", "draft_tokens": 0, "acceptance": 0.5}));
+    assert!(e.contains("speculative.draft_tokens"), "{e}");
+    let e = with(serde_json::json!({"method": "eagle", "draft_tokens": 2, "acceptance": 1.2}));
+    assert!(e.contains("speculative.acceptance"), "{e}");
+    let e = with(serde_json::json!({"method": "draft", "draft_tokens": 2, "acceptance": [0.8, 0.9]}));
+    assert!(e.contains("speculative.acceptance[1]"), "{e}");
+    let e = with(serde_json::json!({"method": "ngram", "draft_tokens": 2, "acceptance": [0.8]}));
+    assert!(e.contains("speculative.acceptance"), "{e}");
+    let e = with(serde_json::json!({"method": "medusa", "draft_tokens": 2, "acceptance": 0.5}));
+    assert!(e.contains("speculative.method"), "{e}");
+    let e = with(serde_json::json!({"method": "mtp", "draft_tokens": 2, "acceptance": 0.5, "draft_cost_ms": -1}));
+    assert!(e.contains("speculative.draft_cost_ms"), "{e}");
+    // A good one reads back as written.
+    let mut v = base.clone();
+    v["speculative"] =
+        serde_json::json!({"method": "mtp", "draft_tokens": 2, "acceptance": [0.8, 0.5], "draft_cost_ms": 0.3});
+    let p = EngineProfile::from_json(&v.to_string()).expect("valid");
+    assert_eq!(p.speculative, spec(2, Acceptance::PerPosition(vec![0.8, 0.5]), 0.3));
+    let back = serde_json::to_value(&p).expect("json");
+    assert_eq!(back["speculative"], v["speculative"]);
+}
+
+/// A KV cache too small for the load preempts and recomputes under speculation too: every request still ends with
+/// its exact length, and a record's frames and accepted tokens add up to its tokens.
+#[test]
+fn preemption_under_speculation_keeps_the_counts() {
+    let mut p = profile();
+    // Two 4,016-token prompts fit (8,032 of 8,160 tokens); their replies do not.
+    p.num_kv_blocks = 510;
+    p.speculative = spec(4, Acceptance::Rate(0.75), 0.1);
+    let sc = EngineScenario {
+        workload: Workload::Sessions(shared::workload::SessionWorkload {
+            sessions: 4,
+            steps: 2,
+            base_tokens: 4000,
+            gen_tokens: 160,
+            tool_tokens: 50,
+            think_s: 0.2,
+            spread: 0.0,
+            respawn: false,
+            duration_s: 60.0,
+            stagger_s: 0.1,
+            ..Default::default()
+        }),
+        profile: p,
+        slo: Slo::default(),
+        seed: 5,
+        counterfactuals: false,
+        fleet: None,
+        deployment: None,
+        disaggregation: None,
+    };
+    let r = simulate(&sc).expect("valid");
+    assert!(r.diagnostics.kv_thrash.preemptions > 0, "{:?}", r.diagnostics.kv_thrash);
+    for rec in r.records.iter().filter(|x| x.ok) {
+        assert_eq!(rec.gen_tokens, rec.asked_tokens, "{rec:?}");
+        let c = rec.spec.expect("counts");
+        assert!(rec.sse_frames + c.accepted_tokens >= rec.gen_tokens, "{rec:?}");
+    }
+    assert!(r.summary.completed > 0);
+}
