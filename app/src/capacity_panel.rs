@@ -150,8 +150,9 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
         <div class="card capacity" data-capacity-card="">
             <h2>"Capacity"</h2>
             <p class="faint">
-                "The most load this scenario's engine serves within its SLOs: doubling, then bisection, in the simulator "
-                "(`loadshape capacity --simulate`). "
+                "The most load this scenario's engine serves within its SLOs: doubling, then bisection, in the simulator. "
+                "Each level is scored on its steady state: the first 20 % of its run (the warm-up, at least the time all "
+                "sessions take to start) is left out, so a level's numbers differ from the cards above at the same load. "
                 <span data-capacity-ms=move || ms.get().map(|m| m.to_string()).unwrap_or_default()>
                     {move || ms.get().map(|m| format!("Searched in {m:.0} ms.")).unwrap_or_default()}
                 </span>

@@ -12,6 +12,19 @@ fn lower_is_better(name: &str) -> bool {
     name.ends_with("_ms") || name == "duration_s" || name == "failed"
 }
 
+/// Summary fields in the order Compare lists them: the explorer's headline metrics first, in its order, then the
+/// rest by label.
+pub fn ordered(mut names: Vec<String>) -> Vec<String> {
+    let head = |n: &str| crate::explorer::HEADLINE.iter().position(|(h, _)| *h == n);
+    names.sort_by(|x, y| match (head(x), head(y)) {
+        (Some(i), Some(j)) => i.cmp(&j),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => crate::metric::label(x).cmp(&crate::metric::label(y)),
+    });
+    names
+}
+
 /// The scenario fields that differ between A and B, as `path: a → b`.
 pub fn changed_fields(a: &Value, b: &Value) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
@@ -55,27 +68,31 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
     let table = move || {
         let a = ex.pinned.get()?;
         let b = ex.outcome.get()?;
-        let rows = a
-            .outcome
-            .metrics
-            .iter()
-            .filter_map(|(name, va)| {
-                let vb = b.get(name)?;
-                let delta = crate::fmt::delta_pct(*va, vb);
-                let better = if (vb - va).abs() < 1e-12 {
+        let band = a.band.clone();
+        let rows = ordered(a.outcome.metrics.iter().map(|(n, _)| n.clone()).collect())
+            .into_iter()
+            .filter_map(|name| {
+                let va = a.outcome.get(&name)?;
+                let vb = b.get(&name)?;
+                let delta = crate::fmt::delta_pct(va, vb);
+                // A change inside A's seed band (the spread of A over seeds) is noise, not an effect: greyed.
+                let within = band.as_ref().and_then(|band| band.holds(&name, vb)) == Some(true);
+                let better = if within || (vb - va).abs() < 1e-12 || delta == "±0 %" {
                     ""
-                } else if (vb < *va) == lower_is_better(name) {
+                } else if (vb < va) == lower_is_better(&name) {
                     "delta-good"
                 } else {
                     "delta-bad"
                 };
                 let exact = a.outcome.exact && b.exact;
+                let headline = crate::explorer::HEADLINE.iter().any(|(h, _)| *h == name);
+                let note = within.then_some(" (within A's seed band)");
                 Some(view! {
-                    <tr data-compare=name.clone()>
-                        <td class="mono">{name.clone()}</td>
-                        <td data-side="a"><span data-metric=name.clone() data-value=va.to_string()>{crate::metric::display(name, *va, exact)}</span></td>
-                        <td data-side="b"><span data-metric=name.clone() data-value=vb.to_string()>{crate::metric::display(name, vb, exact)}</span></td>
-                        <td class=better data-delta="">{delta}</td>
+                    <tr data-compare=name.clone() class:within-band=within class:headline=headline>
+                        <td title=name.clone()>{crate::metric::label(&name)}<span class="faint small">{match crate::metric::unit_of(&name) { "ratio" => String::new(), u => format!(" {u}") }}</span></td>
+                        <td data-side="a"><span data-metric=name.clone() data-value=va.to_string()>{crate::metric::display(&name, va, exact)}</span></td>
+                        <td data-side="b"><span data-metric=name.clone() data-value=vb.to_string()>{crate::metric::display(&name, vb, exact)}</span></td>
+                        <td class=better data-delta="" data-within-band=within.to_string()>{delta}{note}</td>
                     </tr>
                 })
             })
@@ -100,9 +117,10 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                     <h2>"A vs B"</h2>
                     <span class="muted">{format!("A: {} · B: {}", a.outcome.describe, b.describe)}</span>
                     <span class="spacer"></span>
-                    <button class="btn small" on:click=move |_| ex.pinned.set(None)>"Unpin A"</button>
+                    <button class="btn small" data-action="unpin" on:click=move |_| ex.pinned.set(None)>"Unpin A"</button>
                     <button
                         class="btn small"
+                        data-action="restore-a"
                         on:click=move |_| {
                             if let Some(p) = ex.pinned.get_untracked() {
                                 ex.json.set(p.json);
@@ -114,8 +132,11 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                 </div>
                 <h3>"What changed"</h3>
                 {change_list}
+                {band.is_some().then(|| view! {
+                    <p class="faint small">"Greyed: a change that stays within A's spread over 5 seeds (noise, not an effect)."</p>
+                })}
                 <table class="data compare-table">
-                    <thead><tr><th>"metric"</th><th>"A (pinned)"</th><th>"B (explorer)"</th><th>"Δ"</th></tr></thead>
+                    <thead><tr><th>"Metric"</th><th>"A (pinned)"</th><th>"B (explorer)"</th><th>"Change"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
             </div>
@@ -133,10 +154,12 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                 </div>
             }
         >
-            {table}
-            <div class="charts" class:hidden=move || ttft.get().is_empty() && tpot.get().is_empty()>
-                <LineChart id="compare-ttft" title="TTFT distribution, A vs B" x_label="TTFT (ms)" y_label="share ≤ x" series=ttft y_max=1.0 empty="no per-request samples for this model"/>
-                <LineChart id="compare-tpot" title="TPOT distribution, A vs B" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot y_max=1.0 empty="no per-request samples for this model"/>
+            <div class="compare-layout">
+                {table}
+                <div class="charts" class:hidden=move || ttft.get().is_empty() && tpot.get().is_empty()>
+                    <LineChart id="compare-ttft" title="TTFT distribution, A vs B" x_label="TTFT (ms)" y_label="share ≤ x" series=ttft y_max=1.0 empty="no per-request samples for this model"/>
+                    <LineChart id="compare-tpot" title="TPOT distribution, A vs B" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot y_max=1.0 empty="no per-request samples for this model"/>
+                </div>
             </div>
         </Show>
     }
@@ -176,5 +199,29 @@ mod tests {
             ]
         );
         assert!(lower_is_better("ttft_p99_ms") && !lower_is_better("goodput_rps"));
+    }
+
+    #[test]
+    fn headline_metrics_come_first() {
+        let names = [
+            "zeta_ms",
+            "duration_s",
+            "cached_share_achieved",
+            "ttft_p50_ms",
+            "alpha_ratio",
+            "goodput_rps",
+        ];
+        let got = ordered(names.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            got,
+            [
+                "ttft_p50_ms",
+                "goodput_rps",
+                "cached_share_achieved",
+                "duration_s",
+                "alpha_ratio",
+                "zeta_ms"
+            ]
+        );
     }
 }

@@ -286,23 +286,35 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
         Some(b) => format!("it allows at most {b} decoding sequences"),
         None => "no batch size crosses it".to_string(),
     };
+    // A what-if: max_num_seqs would allow batches that miss the TPOT SLO. An alarm only when this run's batch
+    // went past the limit; advice otherwise.
+    let hit = o.overbatched && o.slo_batch_limit.is_none_or(|b| o.max_running > b);
     out.push(Callout {
         id: "overbatched".to_string(),
-        severity: if o.overbatched { Severity::Bad } else { Severity::Good },
-        title: if o.overbatched {
-            "Over-batched".to_string()
-        } else {
-            "Batch size within the TPOT SLO".to_string()
+        severity: match (o.overbatched, hit) {
+            (true, true) => Severity::Bad,
+            (true, false) => Severity::Info,
+            _ => Severity::Good,
+        },
+        title: match (o.overbatched, hit) {
+            (true, true) => "Over-batched".to_string(),
+            (true, false) => "Advice: the batch limit allows batches that miss the TPOT SLO".to_string(),
+            _ => "Batch size within the TPOT SLO".to_string(),
         },
         body: format!(
-            "TPOT SLO {} ms: at the run's mean decode context of {} tokens {limit}; max_num_seqs {} would give \
-             {:.1} ms per token. Mean decode batch {:.1}, peak running {}.",
+            "TPOT SLO {} ms: at the run's mean decode context of {} tokens {limit}; a full batch (max running \
+             sequences {}) would give {:.1} ms per token. Mean decode batch {:.1}, peak running {}{}.",
             o.tpot_slo_ms,
             crate::fmt::num(o.mean_decode_context_tokens),
             o.max_num_seqs,
             o.tpot_at_max_num_seqs_ms,
             o.mean_decode_batch,
-            o.max_running
+            o.max_running,
+            if o.overbatched && !hit {
+                ": this run stayed within the limit, so this is advice for heavier load, not a problem here"
+            } else {
+                ""
+            }
         ),
     });
     let m = &d.cache_misses;
@@ -700,6 +712,38 @@ mod tests {
             let got = result.expect("seed profile evaluates");
             assert_eq!(got, report["scenario_comparisons"][&name], "{name}");
         }
+    }
+
+    /// The over-batching what-if is an alarm only when the run's own batch went past the SLO's batch limit.
+    #[test]
+    fn over_batching_is_advice_unless_the_run_hit_it() {
+        let Some(Scenario::Engine(mut e)) = default_sessions_scenario() else {
+            panic!("the sessions default is an engine scenario")
+        };
+        e.counterfactuals = false;
+        let o = compute(&Scenario::Engine(e.clone())).expect("computes");
+        let r = shared::engine::simulate_with(&e, shared::engine::SimOptions::SUMMARY).expect("simulates");
+        let d = &r.diagnostics.overbatched;
+        let c = o
+            .diagnostics
+            .iter()
+            .find(|c| c.id == "overbatched")
+            .expect("an over-batching call-out");
+        let hit = d.overbatched && d.slo_batch_limit.is_none_or(|b| d.max_running > b);
+        assert_eq!(c.severity == Severity::Bad, hit, "{c:?} {d:?}");
+        if d.overbatched && !hit {
+            assert_eq!(c.severity, Severity::Info);
+            assert!(c.title.starts_with("Advice"), "{c:?}");
+        }
+        // A tight TPOT SLO the run's batch does cross: an alarm.
+        e.slo.tpot_ms = 1.0;
+        let o = compute(&Scenario::Engine(e)).expect("computes");
+        let c = o
+            .diagnostics
+            .iter()
+            .find(|c| c.id == "overbatched")
+            .expect("an over-batching call-out");
+        assert_eq!((c.severity, c.title.as_str()), (Severity::Bad, "Over-batched"));
     }
 
     #[test]

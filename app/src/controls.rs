@@ -106,6 +106,76 @@ pub fn shape(json: &Value) -> Vec<Group> {
     groups
 }
 
+/// A workload's primary knobs, in the order the controls show them (what people change first).
+pub const PRIMARY: [&str; 11] = [
+    "sessions",
+    "users",
+    "rate_rps",
+    "mean_rps",
+    "think_s",
+    "steps",
+    "base_tokens",
+    "tool_tokens",
+    "gen_tokens",
+    "num_requests",
+    "cv",
+];
+
+/// A scenario's groups split for the controls: the workload's primary knobs and the SLOs first; the rest of the
+/// workload, the engine, the fleet and the general fields under "advanced". A document without a workload (the
+/// ladder solver's options) is all first.
+pub fn layout(groups: Vec<Group>) -> (Vec<Group>, Vec<Group>) {
+    if !groups.iter().any(|g| g.key == "workload") {
+        return (groups, Vec::new());
+    }
+    let (mut first, mut advanced) = (Vec::new(), Vec::new());
+    let mut slo = None;
+    for g in groups {
+        match g.key.as_str() {
+            "workload" => {
+                let (mut primary, rest): (Vec<Leaf>, Vec<Leaf>) = g
+                    .leaves
+                    .into_iter()
+                    .partition(|l| PRIMARY.contains(&l.name.as_str()) && l.pointer == format!("/workload/{}", l.name));
+                shared::order::sort_by_u64_key(&mut primary, |l| {
+                    PRIMARY.iter().position(|n| *n == l.name).unwrap_or(PRIMARY.len()) as u64
+                });
+                if !primary.is_empty() {
+                    first.push(Group {
+                        key: "workload".into(),
+                        title: g.title.clone(),
+                        leaves: primary,
+                    });
+                }
+                if !rest.is_empty() {
+                    advanced.insert(
+                        0,
+                        Group {
+                            key: "workload-more".into(),
+                            title: format!("{} (more)", g.title),
+                            leaves: rest,
+                        },
+                    );
+                }
+            }
+            "slo" => {
+                let mut g = g;
+                let order = |n: &str| {
+                    ["ttft_ms", "tpot_ms", "e2e_ms"]
+                        .iter()
+                        .position(|x| *x == n)
+                        .unwrap_or(3)
+                };
+                shared::order::sort_by_u64_key(&mut g.leaves, |l| order(&l.name) as u64);
+                slo = Some(g);
+            }
+            _ => advanced.push(g),
+        }
+    }
+    first.extend(slo);
+    (first, advanced)
+}
+
 fn collect(value: &Value, pointer: &str, out: &mut Vec<Leaf>) {
     if let Value::Object(map) = value {
         for (key, v) in map {
@@ -165,25 +235,44 @@ pub fn default_fleet() -> Value {
     serde_json::json!({"replicas": 2, "router": "round_robin", "load_cap": 1.5})
 }
 
-/// All the controls of a JSON document (a scenario, solver options), grouped.
+/// All the controls of a JSON document (a scenario, solver options), grouped: for a scenario the workload's primary
+/// knobs and the SLOs, then the rest under "Advanced" ([`layout`]).
 #[component]
 pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
     let shape = Memo::new(move |_| json.with(shape));
+    // Kept across shape changes (a new workload kind rebuilds the groups, not the user's choice to see them).
+    let advanced_open = RwSignal::new(false);
+    let group = move |g: Group| {
+        view! {
+            <fieldset class="group" data-group=g.key.clone()>
+                <legend>{g.title.clone()}</legend>
+                {g.leaves.into_iter().map(|leaf| view! { <Control json=json leaf=leaf/> }).collect_view()}
+            </fieldset>
+        }
+    };
     view! {
         <div class="controls-groups">
             {move || {
-                shape
-                    .get()
-                    .into_iter()
-                    .map(|g| {
-                        view! {
-                            <fieldset class="group" data-group=g.key.clone()>
-                                <legend>{g.title.clone()}</legend>
-                                {g.leaves.into_iter().map(|leaf| view! { <Control json=json leaf=leaf/> }).collect_view()}
-                            </fieldset>
-                        }
-                    })
-                    .collect_view()
+                let (first, advanced) = layout(shape.get());
+                let more = (!advanced.is_empty()).then(|| {
+                    view! {
+                        <details
+                            class="advanced"
+                            data-advanced=""
+                            prop:open=move || advanced_open.get()
+                            on:toggle=move |ev| {
+                                use wasm_bindgen::JsCast;
+                                if let Some(d) = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) {
+                                    advanced_open.set(d.has_attribute("open"));
+                                }
+                            }
+                        >
+                            <summary>"Advanced: engine, fleet and the rest of the workload"</summary>
+                            {advanced.into_iter().map(group).collect_view()}
+                        </details>
+                    }
+                });
+                view! { {first.into_iter().map(group).collect_view()} {more} }
             }}
         </div>
     }
@@ -211,14 +300,27 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             let value = move || current.get().as_f64().unwrap_or(0.0);
             let max = move || spec.max.max(value());
             let min = move || spec.min.min(value());
+            // Counts and token sizes slide on a log scale (the track's position, 0..=LOG_STEPS); the number box
+            // beside it always holds the value itself.
+            let log = fields::log_scale(&spec);
             let kind = leaf.kind.clone();
             let kind2 = leaf.kind.clone();
             let p1 = pointer.clone();
             let p2 = pointer.clone();
+            let slider_min = move || if log { 0.0 } else { min() };
+            let slider_max = move || if log { fields::LOG_STEPS } else { max() };
+            let slider_step = if log { 1.0 } else { step };
+            let slider_value = move || {
+                if log {
+                    fields::log_position(value(), min(), max()).round().to_string()
+                } else {
+                    value().to_string()
+                }
+            };
             view! {
                 <div class="field" data-field=pointer.clone() title=help>
                     <label for=id.clone()>
-                        <span class="field-label">{label}</span>
+                        <span class="field-label">{label.clone()}</span>
                         <span class="field-unit">{spec.unit}</span>
                     </label>
                     <div class="field-inputs">
@@ -228,15 +330,17 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             class="slider"
                             class:hidden=spec.no_slider
                             data-pointer=pointer.clone()
-                            min=min
-                            max=max
-                            step=step
-                            prop:value=move || value().to_string()
+                            data-scale=if log { "log" } else { "linear" }
+                            min=slider_min
+                            max=slider_max
+                            step=slider_step
+                            prop:value=slider_value
                             on:input=move |ev| {
-                                if let Ok(v) = event_target_value(&ev).parse::<f64>()
-                                    && let Some(j) = number_value(&kind, v)
-                                {
-                                    set_at(json, &p1, j);
+                                if let Ok(v) = event_target_value(&ev).parse::<f64>() {
+                                    let v = if log { fields::log_value(v, min(), max(), step, integer) } else { v };
+                                    if let Some(j) = number_value(&kind, v) {
+                                        set_at(json, &p1, j);
+                                    }
                                 }
                             }
                         />
@@ -244,6 +348,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             type="number"
                             class="num"
                             class:wide=spec.no_slider
+                            aria-label=format!("{label} ({})", if spec.unit.is_empty() { "value" } else { spec.unit })
                             data-pointer=pointer.clone()
                             step="any"
                             prop:value=move || current.get().to_string()
@@ -286,10 +391,12 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             // around the current typical value.
             let parent = pointer.rsplit_once('/').map(|(p, _)| p.to_string()).unwrap_or_default();
             let text = move || current.get().as_str().unwrap_or_default().to_string();
+            let shape_label = format!("{} shape", fields::humanize(parent.rsplit('/').next().unwrap_or("")));
             view! {
                 <div class="field field-text" data-field=pointer.clone() title="shape of the length distribution">
-                    <label><span class="field-label">{format!("{} shape", fields::humanize(parent.rsplit('/').next().unwrap_or("")))}</span></label>
+                    <label for=id.clone()><span class="field-label">{shape_label}</span></label>
                     <select
+                        id=id.clone()
                         data-pointer=pointer.clone()
                         prop:value=text
                         on:change=move |ev| {
@@ -317,6 +424,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             let input = match fields::choices(&leaf.name) {
                 Some(options) => view! {
                     <select
+                        id=id.clone()
                         data-pointer=pointer.clone()
                         prop:value=text
                         on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
@@ -328,6 +436,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                 None => view! {
                     <input
                         type="text"
+                        id=id.clone()
                         data-pointer=pointer.clone()
                         prop:value=text
                         on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
@@ -337,7 +446,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             };
             view! {
                 <div class="field field-text" data-field=pointer.clone() title=help>
-                    <label><span class="field-label">{label}</span></label>
+                    <label for=id.clone()><span class="field-label">{label}</span></label>
                     {input}
                 </div>
             }
@@ -348,10 +457,11 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             let default = fields::unset_default(&leaf.name);
             view! {
                 <div class="field field-unset" data-field=pointer.clone() title=help>
-                    <label><span class="field-label">{label}</span></label>
+                    <span class="field-label">{label.clone()}</span>
                     <span class="faint">"not set"</span>
                     <button
                         class="btn small"
+                        aria-label=format!("Set {label}")
                         on:click=move |_| {
                             if p == "/fleet" {
                                 set_at(json, &p, default_fleet());
@@ -426,6 +536,47 @@ mod tests {
         assert_eq!(s[2].leaves[0].kind, Kind::Unset);
         assert_eq!(s[3].leaves[0].kind, Kind::Text);
         assert_eq!(s[3].leaves[1].kind, Kind::Bool, "switches last");
+    }
+
+    #[test]
+    fn primary_knobs_then_slos_then_the_rest_under_advanced() {
+        let j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "sessions", "base_tokens": 22000, "drain_grace_s": 420.0, "duration_s": 900.0,
+                         "gen_tokens": 700, "respawn": true, "sessions": 8, "spread": 0.5, "steps": 12,
+                         "think_s": 6.0, "tool_tokens": 900},
+            "profile": {"name": "p", "num_kv_blocks": 100},
+            "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0},
+            "seed": 7
+        });
+        let (first, advanced) = layout(shape(&j));
+        let keys: Vec<&str> = first.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["workload", "slo"]);
+        let slos: Vec<&str> = first[1].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(slos, ["ttft_ms", "tpot_ms"], "TTFT first");
+        let names: Vec<&str> = first[0].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "sessions",
+                "think_s",
+                "steps",
+                "base_tokens",
+                "tool_tokens",
+                "gen_tokens"
+            ]
+        );
+        let keys: Vec<&str> = advanced.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["workload-more", "profile", "fleet", "general"]);
+        let more: Vec<&str> = advanced[0].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert!(more.contains(&"drain_grace_s") && more.contains(&"respawn") && !more.contains(&"sessions"));
+        // Every leaf is somewhere, once.
+        let all = shape(&j).iter().map(|g| g.leaves.len()).sum::<usize>();
+        let shown = first.iter().chain(&advanced).map(|g| g.leaves.len()).sum::<usize>();
+        assert_eq!(all, shown);
+        // Solver options (no workload) are not split.
+        let opts = serde_json::json!({"slots": 8, "min_steps": 2});
+        assert!(layout(shape(&opts)).1.is_empty());
     }
 
     #[test]

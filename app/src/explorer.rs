@@ -36,13 +36,14 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
             <aside class="card controls">
                 <ScenarioHeader ex=ex/>
                 <Controls json=ex.json/>
-                <ScenarioActions ex=ex/>
+                <ScenarioJson ex=ex/>
             </aside>
             <div
                 class="results"
                 data-summary="explorer"
                 data-first-result-ms=move || ex.first_result_ms.get().map(|v| format!("{v:.0}")).unwrap_or_default()
             >
+                <ActionBar ex=ex/>
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
                 <ChartsGrid ex=ex/>
@@ -63,6 +64,9 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
     });
     let presets = shared::presets::all();
     let basis = RwSignal::new(None::<String>);
+    // The preset applied last and the scenario it gave: it stays shown, "(modified)" once the scenario differs.
+    let applied = RwSignal::new(None::<(String, serde_json::Value)>);
+    let modified = Memo::new(move |_| applied.with(|a| a.as_ref().map(|(_, j)| ex.json.with(|now| now != j))));
     view! {
         <div class="card-head">
             <h2>"Scenario"</h2>
@@ -81,6 +85,7 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                                     {
                                         ex.set_scenario(&sc);
                                         basis.set(None);
+                                        applied.set(None);
                                     }
                                 }
                             >
@@ -96,6 +101,12 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
             <select
                 id="preset"
                 data-control="preset"
+                data-preset-state=move || match (applied.get(), modified.get()) {
+                    (Some((id, _)), Some(true)) => format!("{id} modified"),
+                    (Some((id, _)), _) => id,
+                    _ => String::new(),
+                }
+                prop:value=move || applied.with(|a| a.as_ref().map(|(id, _)| id.clone()).unwrap_or_default())
                 on:change=move |ev| {
                     let name = event_target_value(&ev);
                     // A preset applies to the scenario shown, or to the default one while that is invalid.
@@ -105,13 +116,22 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
                     {
                         basis.set(Some(format!("{}: {}", p.label, p.basis)));
                         ex.set_scenario(&sc);
+                        applied.set(Some((p.id.clone(), ex.json.get_untracked())));
                     }
                 }
             >
-                <option value="" selected>"choose a preset…"</option>
+                <option value="">"choose a preset…"</option>
                 {presets
                     .into_iter()
-                    .map(|p| view! { <option value=p.id.clone()>{p.label.clone()}</option> })
+                    .map(|p| {
+                        let id = p.id.clone();
+                        let label = p.label.clone();
+                        let text = move || {
+                            let this = applied.with(|a| a.as_ref().is_some_and(|(a, _)| *a == id));
+                            if this && modified.get() == Some(true) { format!("{label} (modified)") } else { label.clone() }
+                        };
+                        view! { <option value=p.id.clone()>{text}</option> }
+                    })
                     .collect_view()}
             </select>
         </div>
@@ -141,12 +161,12 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
     }
 }
 
-/// Copy link, pin as A, reset, and the raw JSON.
+/// The explorer's actions, in a bar that stays in view above the results: copy link, pin as A, compare, reset,
+/// and launch (the live view, where the target is chosen).
 #[component]
-fn ScenarioActions(ex: Explorer) -> impl IntoView {
+fn ActionBar(ex: Explorer) -> impl IntoView {
+    let view_tab = use_context::<RwSignal<crate::View>>();
     let copied = RwSignal::new(None::<String>);
-    let json_text = RwSignal::new(String::new());
-    let json_error = RwSignal::new(None::<String>);
     let copy = move |_| {
         let Some(sc) = ex.scenario() else {
             copied.set(Some("fix the scenario first".to_string()));
@@ -163,19 +183,53 @@ fn ScenarioActions(ex: Explorer) -> impl IntoView {
             ex.pinned.set(Some(crate::state::Pinned {
                 json: ex.json.get_untracked(),
                 outcome: o,
+                band: ex.band.get_untracked(),
             }));
         }
     };
+    let go = move |v: crate::View| {
+        if let Some(t) = view_tab {
+            t.set(v);
+            if let Some(w) = web_sys::window() {
+                w.scroll_to_with_x_and_y(0.0, 0.0);
+            }
+        }
+    };
+    let pinned = move || ex.pinned.with(Option::is_some);
     view! {
-        <div class="actions">
+        <div class="action-bar" role="toolbar" aria-label="Scenario actions" data-action-bar="">
             <button class="btn primary" data-action="copy-link" on:click=copy>"Copy link"</button>
-            <button class="btn" data-action="pin" on:click=pin>"Pin as A"</button>
+            <button
+                class="btn"
+                data-action="pin"
+                on:click=pin
+                title="Keep this result as A: the charts overlay it and Compare sets it beside the current one"
+            >
+                {move || if pinned() { "Pin again as A" } else { "Pin as A" }}
+            </button>
+            <button
+                class="btn"
+                data-action="go-compare"
+                on:click=move |_| go(crate::View::Compare)
+                title=move || if pinned() { "A (pinned) beside the current scenario" } else { "Pin a result as A first" }
+            >
+                "Compare"
+            </button>
             <button
                 class="btn"
                 data-action="reset"
                 on:click=move |_| ex.json.set(compute::default_scenario())
             >
                 "Reset"
+            </button>
+            <span class="spacer"></span>
+            <button
+                class="btn"
+                data-action="go-live"
+                on:click=move |_| go(crate::View::Live)
+                title="Run this scenario against a real server (the Live view)"
+            >
+                "Launch live…"
             </button>
         </div>
         {move || {
@@ -185,17 +239,26 @@ fn ScenarioActions(ex: Explorer) -> impl IntoView {
                     view! {
                         <div class="copied">
                             <span class="muted">"Link copied:"</span>
-                            <input type="text" readonly data-share-link="" prop:value=l/>
+                            <input type="text" readonly aria-label="Share link" data-share-link="" prop:value=l/>
                         </div>
                     }
                 })
         }}
+    }
+}
+
+/// The scenario as JSON, to read or paste.
+#[component]
+fn ScenarioJson(ex: Explorer) -> impl IntoView {
+    let json_text = RwSignal::new(String::new());
+    let json_error = RwSignal::new(None::<String>);
+    view! {
         <details
             class="json-box"
             on:toggle=move |_| json_text.set(serde_json::to_string_pretty(&ex.json.get_untracked()).unwrap_or_default())
         >
             <summary>"Scenario JSON"</summary>
-            <textarea rows="14" data-control="scenario-json" prop:value=move || json_text.get() on:input=move |ev| json_text.set(event_target_value(&ev))></textarea>
+            <textarea rows="14" aria-label="Scenario JSON" data-control="scenario-json" prop:value=move || json_text.get() on:input=move |ev| json_text.set(event_target_value(&ev))></textarea>
             <div class="actions">
                 <button
                     class="btn small"
@@ -212,7 +275,7 @@ fn ScenarioActions(ex: Explorer) -> impl IntoView {
                 >
                     "Apply"
                 </button>
-                <span class="faint">"same format as " <code>"loadshape simulate FILE"</code></span>
+                <span class="faint">"the same format the command line reads"</span>
             </div>
             {move || json_error.get().map(|e| view! { <p class="callout bad">{e}</p> })}
         </details>
@@ -246,7 +309,7 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                     view! {
                         <div class="banner warn" data-link-error="">
                             <span>{m}</span>
-                            <button class="btn small close" on:click=move |_| ex.link_message.set(None)>"Dismiss"</button>
+                            <button class="btn small close" aria-label="Dismiss the link message" on:click=move |_| ex.link_message.set(None)>"Dismiss"</button>
                         </div>
                     }
                 })
@@ -316,9 +379,12 @@ fn SummaryCards(ex: Explorer) -> impl IntoView {
                     };
                     return view! { <div class="muted" data-no-result="">{text}</div> }.into_any();
                 };
+                // Session cards belong to session workloads only.
+                let sessions = ex.json.with(|j| j.pointer("/workload/kind").and_then(|k| k.as_str()) == Some("sessions"));
                 HEADLINE
                     .iter()
                     .filter(|(name, _)| o.get(name).is_some())
+                    .filter(|(name, _)| sessions || !name.starts_with("session_"))
                     .map(|&(name, label)| stat_card(ex, o.clone(), name, label))
                     .collect_view()
                     .into_any()
@@ -392,7 +458,7 @@ fn seed_band_of(ex: Explorer) -> RwSignal<Option<std::sync::Arc<crate::seed_band
     use crate::offload::{self, Lane};
     use crate::wire::{Done, Job};
     use shared::scenario::Scenario;
-    let band = RwSignal::new(None);
+    let band = ex.band;
     let generation = StoredValue::new(0u64);
     Effect::new(move |_| {
         band.set(None);

@@ -384,3 +384,86 @@ mod tests {
         assert_eq!(humanize("drain_grace_s"), "Drain grace s");
     }
 }
+
+/// Positions of a log-scaled slider: `0..=LOG_STEPS`.
+pub const LOG_STEPS: f64 = 1000.0;
+
+/// Whether a field's slider is log-scaled: counts and token sizes over a wide range (sessions 1–256: a linear track
+/// gives the useful 1–32 an eighth of its length).
+pub fn log_scale(spec: &FieldSpec) -> bool {
+    matches!(
+        spec.unit,
+        "tok" | "seqs" | "slots" | "sessions" | "users" | "req" | "steps" | "blocks" | "rungs" | "replicas"
+    ) && spec.max >= 30.0 * spec.min.max(1.0)
+}
+
+/// The log of a slider's scale: `ln(v)` for ranges from 1 up, `ln(1 + v)` for ranges from 0 (so 0 has a place).
+fn log_of(v: f64, min: f64) -> f64 {
+    if min >= 1.0 {
+        v.max(1.0).ln()
+    } else {
+        v.max(0.0).ln_1p()
+    }
+}
+
+/// A value's position on a log-scaled slider over `min..=max`: `0..=LOG_STEPS`.
+pub fn log_position(v: f64, min: f64, max: f64) -> f64 {
+    let (lo, hi) = (log_of(min, min), log_of(max.max(min), min));
+    if hi <= lo {
+        return 0.0;
+    }
+    ((log_of(v.clamp(min, max.max(min)), min) - lo) / (hi - lo) * LOG_STEPS).clamp(0.0, LOG_STEPS)
+}
+
+/// The value at a log-scaled slider's position, rounded to `step` (at least 1 for integers) and kept in
+/// `min..=max`.
+pub fn log_value(pos: f64, min: f64, max: f64, step: f64, integer: bool) -> f64 {
+    let (lo, hi) = (log_of(min, min), log_of(max.max(min), min));
+    let x = lo + (pos / LOG_STEPS).clamp(0.0, 1.0) * (hi - lo);
+    let raw = if min >= 1.0 { x.exp() } else { x.exp_m1() };
+    let step = if integer { step.max(1.0).round() } else { step };
+    let v = if step > 0.0 { (raw / step).round() * step } else { raw };
+    v.clamp(min, max.max(min))
+}
+
+#[cfg(test)]
+mod log_tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn counts_and_token_sizes_slide_on_a_log_scale() {
+        for name in [
+            "sessions",
+            "users",
+            "steps",
+            "base_tokens",
+            "tool_tokens",
+            "gen_tokens",
+            "max_num_seqs",
+        ] {
+            assert!(log_scale(&spec(name).expect("known")), "{name}");
+        }
+        for name in ["think_s", "ttft_ms", "spread", "mean_rps"] {
+            assert!(!log_scale(&spec(name).expect("known")), "{name}");
+        }
+        // Sessions 1–256: the useful 1–32 takes more than half of the track (a linear one gave it 12 %).
+        let s = spec("sessions").expect("known");
+        assert!(log_position(32.0, s.min, s.max) > 0.6 * LOG_STEPS);
+        // Every count is reachable and comes back as itself.
+        for v in 1..=256u32 {
+            let pos = log_position(f64::from(v), s.min, s.max).round();
+            let back = log_value(pos, s.min, s.max, s.step, true);
+            assert!(
+                (back - f64::from(v)).abs() <= (f64::from(v) * 0.01).max(0.0),
+                "{v} -> {pos} -> {back}"
+            );
+        }
+        // Zero has a place (tool output may be 0) and the ends are the range's ends.
+        let t = spec("tool_tokens").expect("known");
+        assert_eq!(log_value(0.0, t.min, t.max, t.step, true), 0.0);
+        assert_eq!(log_value(LOG_STEPS, t.min, t.max, t.step, true), t.max);
+    }
+}

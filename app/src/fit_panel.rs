@@ -245,9 +245,8 @@ pub fn FitCard(
                 </button>
             </div>
             <p class="faint small">
-                "Fits the engine model's step-time coefficients to these records, as "
-                <code>"loadshape calibrate --from RUN.jsonl"</code>
-                " does (Huber IRLS; docs/calibration.md). Nothing leaves the page."
+                "Fits the engine model's step-time coefficients to these records, as the command line's calibration \
+                 from a run does (a robust fit; docs/calibration.md). Nothing leaves the page."
             </p>
             {move || used.get().map(|m| view! { <p class="callout good" data-fit-used="">{m}</p> })}
             {move || match fitted.get() {

@@ -172,7 +172,7 @@ fn SolutionView(sol: Solution, solve_ms: Option<f64>) -> impl IntoView {
             {(!sol.notes.is_empty()).then(|| {
                 view! {
                     <div class="notes">
-                        {sol.notes.iter().map(|n| view! { <p class="callout warn">{n.clone()}</p> }).collect_view()}
+                        {sol.notes.iter().map(|n| view! { <p class="callout warn">{page_words(n)}</p> }).collect_view()}
                     </div>
                 }
             })}
@@ -189,4 +189,9 @@ fn SolutionView(sol: Solution, solve_ms: Option<f64>) -> impl IntoView {
             </p>
         </div>
     }
+}
+
+/// A solver note in the page's words: the command line's flag becomes the control that sets the same thing.
+pub fn page_words(note: &str) -> String {
+    note.replace("try --prefer-margins", "try Priority: margins")
 }

@@ -573,6 +573,18 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         })
     });
 
+    // What Launch will send and for how long, from the explorer's simulation of the same scenario.
+    let launch_plan = Memo::new(move |_| {
+        let sc = Scenario::from_value(ex.json.get()).ok()?;
+        let o = ex.outcome.get()?;
+        let requests = o
+            .get("completed")
+            .map(|c| c + o.get("failed").unwrap_or(0.0) + o.get("never_sent").unwrap_or(0.0))
+            .or_else(|| o.get("total_requests"))?;
+        let duration = o.get("duration_s")?;
+        Some(launch_plan_text(&sc, requests, duration, &live.target.get()))
+    });
+
     view! {
         <div class="live-layout">
             <aside class="card controls live-controls">
@@ -582,7 +594,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     fallback=move || view! {
                         <p class="muted">
                             {move || if conn.status.get() == Status::NoToken {
-                                "Open the link `loadshape serve` prints (it carries #token=…) to launch live runs. You can still import a JSONL record file below."
+                                "Open the link the agent printed when it started (it carries #token=…) to launch live runs. You can still import a JSONL record file below."
                             } else {
                                 "Waiting for the agent…"
                             }}
@@ -603,6 +615,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         </select>
                     </label>
                     <p class="faint small">"Runs the explorer's current scenario. Targets are the ones the agent's operator configured."</p>
+                    {move || launch_plan.get().map(|t| view! { <p class="launch-plan" data-launch-plan="">{t}</p> })}
                     {move || plan_warning.get().map(|w| view! { <p class="callout warn small" data-plan-warning="">{w}</p> })}
                     <div class="actions">
                         <button class="btn primary" data-action="launch" on:click=launch disabled=running>"Launch"</button>
@@ -611,7 +624,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     <div class="actions">
                         <button class="btn" data-action="find-capacity" on:click=find_capacity disabled=running>"Find capacity live"</button>
                     </div>
-                    <p class="faint small">"Searches the most load (the workload's knob: sessions, users, rate) the target serves within the scenario's SLOs for 95 % of requests: the simulator's capacity first, then live levels around it (`loadshape capacity`). Stop ends it."</p>
+                    <p class="faint small">"Searches the most load (the workload's knob: sessions, users, rate) the target serves within the scenario's SLOs for 95 % of requests: the simulator's capacity first, then live levels around it. Stop ends it."</p>
                 </Show>
                 {move || live.message.get().map(|m| view! { <p class="callout bad" data-live-error="">{m}</p> })}
                 <h3 class="section">"Import records"</h3>
@@ -620,6 +633,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     multiple=true
                     accept=".jsonl,.json,.ndjson,text/plain"
                     data-control="import"
+                    aria-label="Import record files (JSONL)"
                     on:change=move |ev| {
                         use wasm_bindgen::JsCast;
                         let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else { return };
@@ -689,6 +703,55 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             </div>
         </div>
     }
+}
+
+/// The workload in a few words: `8 sessions × ~12 steps`, `4 users`, `200 requests at 2 req/s`.
+pub fn workload_summary(sc: &Scenario) -> String {
+    use shared::workload::Workload;
+    match sc {
+        Scenario::Seed(s) => {
+            let shared::seed_model::SeedWorkload::Bursty(w) = &s.workload;
+            format!("{} requests at {} req/s", w.num_requests, w.mean_rps)
+        }
+        Scenario::Engine(e) => match &e.workload {
+            Workload::Sessions(w) => match &w.ladder {
+                Some(l) => format!("{} sessions on a ladder", l.rungs.len()),
+                None => format!("{} sessions × ~{} steps", w.sessions, w.steps),
+            },
+            Workload::ClosedLoop(w) => format!("{} users", w.users),
+            Workload::Poisson(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+            Workload::Gamma(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+            Workload::Bursty(w) => format!("{} requests at {} req/s", w.num_requests, w.mean_rps),
+            Workload::Trace(w) => format!("a trace of {} requests", w.requests.len()),
+        },
+    }
+}
+
+/// About how long, in the unit that reads best: `45 s`, `6 min`, `1.5 h`.
+pub fn about(seconds: f64) -> String {
+    if seconds < 90.0 {
+        format!("{:.0} s", seconds.max(0.0))
+    } else if seconds < 5400.0 {
+        format!("{:.0} min", seconds / 60.0)
+    } else {
+        format!("{:.1} h", seconds / 3600.0)
+    }
+}
+
+/// What Launch sends: `Launch sends 8 sessions × ~12 steps, ≈ 111 requests, ≈ 6 min on tiny` (requests and time as
+/// the explorer simulates them).
+pub fn launch_plan_text(sc: &Scenario, requests: f64, duration_s: f64, target: &str) -> String {
+    let on = if target.is_empty() {
+        String::new()
+    } else {
+        format!(" on {target}")
+    };
+    format!(
+        "Launch sends {}, ≈ {:.0} requests, ≈ {}{on} (as simulated).",
+        workload_summary(sc),
+        requests,
+        about(duration_s)
+    )
 }
 
 #[component]
@@ -911,6 +974,19 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+
+    #[test]
+    fn launch_says_what_it_sends_and_for_how_long() {
+        let sc = shared::presets::default_scenario();
+        let text = launch_plan_text(&sc, 110.6, 372.0, "tiny");
+        assert!(text.starts_with("Launch sends "), "{text}");
+        assert!(
+            text.ends_with(", ≈ 111 requests, ≈ 6 min on tiny (as simulated)."),
+            "{text}"
+        );
+        assert_eq!(about(44.6), "45 s");
+        assert_eq!(about(7200.0), "2.0 h");
+    }
 
     #[test]
     fn a_target_is_labelled_by_what_it_is() {

@@ -26,6 +26,41 @@ pub fn unit_of(field: &str) -> &'static str {
     }
 }
 
+/// The label the page shows for a summary field: the explorer's headline label (`TTFT p50`), else the name in
+/// words with its unit dropped (`ttft_mean_ms` → `TTFT mean`, `kv_peak_use_ratio` → `KV peak use`).
+pub fn label(field: &str) -> String {
+    if let Some((_, l)) = crate::explorer::HEADLINE.iter().find(|(n, _)| *n == field) {
+        return (*l).to_string();
+    }
+    let mut words: Vec<String> = field
+        .split('_')
+        .map(|w| match w {
+            "ttft" => "TTFT".to_string(),
+            "tpot" => "TPOT".to_string(),
+            "e2el" | "e2e" => "E2E".to_string(),
+            "itl" => "ITL".to_string(),
+            "kv" => "KV".to_string(),
+            "slo" => "SLO".to_string(),
+            other => other.to_string(),
+        })
+        .collect();
+    // The unit goes beside the value (`tok_s` is two words).
+    while words.len() > 1
+        && matches!(
+            words[words.len() - 1].as_str(),
+            "ms" | "s" | "rps" | "sps" | "ratio" | "tok"
+        )
+    {
+        words.pop();
+    }
+    let mut out = words.join(" ");
+    if let Some(first) = out.get(0..1) {
+        let upper = first.to_uppercase();
+        out.replace_range(0..1, &upper);
+    }
+    if out.is_empty() { field.to_string() } else { out }
+}
+
 /// The text shown for a value of `field`.
 pub fn display(field: &str, v: f64, exact: bool) -> String {
     if exact {
@@ -33,6 +68,10 @@ pub fn display(field: &str, v: f64, exact: bool) -> String {
     }
     if field.ends_with("_ratio") || field.contains("share") {
         return crate::fmt::pct(v);
+    }
+    // Counts (completed, failed, tokens) read as whole numbers.
+    if !field.ends_with("_ms") && !field.ends_with("_s") && v.fract() == 0.0 && v.abs() < 1e15 {
+        return crate::fmt::num(v).split('.').next().unwrap_or_default().to_string();
     }
     crate::fmt::num(v)
 }
@@ -57,5 +96,24 @@ pub fn Metric(
         >
             {move || value.get().map(|v| display(name, v, exact)).unwrap_or_else(|| "—".to_string())}
         </span>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn labels_read_as_the_explorer_reads_them() {
+        assert_eq!(label("ttft_p50_ms"), "TTFT p50");
+        assert_eq!(label("goodput_rps"), "Goodput");
+        assert_eq!(label("ttft_mean_ms"), "TTFT mean");
+        assert_eq!(label("kv_peak_use_ratio"), "KV peak use");
+        assert_eq!(label("output_throughput_tok_s"), "Output tokens");
+        assert_eq!(label("prefill_tokens"), "Prefill tokens");
+        assert!(!label("e2el_mean_ms").contains('_'));
     }
 }

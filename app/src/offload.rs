@@ -380,7 +380,7 @@ fn failure_message(why: &str, panic: Option<&str>, size: f64) -> String {
         None if why.contains("unreachable") => format!(
             "The computation stopped in the background worker ({why}): it most likely ran out of memory. \
              WebAssembly in a browser tab gets at most {} GiB; this run ({} requests or session steps, \
-             counterfactual runs included) needed more. Use fewer requests, or `loadshape simulate` for this size.",
+             counterfactual runs included) needed more. Use fewer requests, or the command line's simulator for this size.",
             WASM_MEMORY_LIMIT / f64::from(1u32 << 30),
             crate::fmt::num(size)
         ),

@@ -22,6 +22,19 @@ pub struct SeedBand {
     pub seeds: Vec<u64>,
     pub ttft: Envelope,
     pub tpot: Envelope,
+    /// Per summary metric: (name, least, greatest) over the seeds (Compare greys a change inside it).
+    #[serde(default)]
+    pub metrics: Vec<(String, f64, f64)>,
+}
+
+impl SeedBand {
+    /// Whether `v` lies within the seeds' range of `name` (`None`: the band has no such metric).
+    pub fn holds(&self, name: &str, v: f64) -> Option<bool> {
+        self.metrics
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map(|&(_, lo, hi)| lo <= v && v <= hi)
+    }
 }
 
 /// The band as a closed polygon for the chart: the least quantiles upwards, then the greatest downwards.
@@ -39,12 +52,23 @@ pub fn seed_band(sc: &Scenario) -> Result<SeedBand, String> {
     };
     let mut seeds = Vec::new();
     let (mut ttft, mut tpot) = (Vec::new(), Vec::new());
+    let mut metrics: Vec<(String, f64, f64)> = Vec::new();
     for i in 0..BAND_SEEDS {
         let mut one = e.clone();
         one.seed = e.seed.wrapping_add(i);
         one.counterfactuals = false;
         let o = crate::compute::compute(&Scenario::Engine(one.clone()))?;
         seeds.push(one.seed);
+        for (name, v) in &o.metrics {
+            match metrics.iter_mut().find(|(n, _, _)| n == name) {
+                Some(m) => {
+                    m.1 = m.1.min(*v);
+                    m.2 = m.2.max(*v);
+                }
+                None if i == 0 => metrics.push((name.clone(), *v, *v)),
+                None => {}
+            }
+        }
         ttft.push(o.ttft_cdf);
         tpot.push(o.tpot_cdf);
     }
@@ -52,6 +76,7 @@ pub fn seed_band(sc: &Scenario) -> Result<SeedBand, String> {
         seeds,
         ttft: quantile_envelope(&ttft, BAND_LEVELS),
         tpot: quantile_envelope(&tpot, BAND_LEVELS),
+        metrics,
     })
 }
 
@@ -87,6 +112,12 @@ mod tests {
         let poly = polygon(&b.ttft);
         assert_eq!(poly.len(), 2 * BAND_LEVELS);
         assert_eq!(poly[0].1, poly[poly.len() - 1].1);
+        // Each seed's summary metrics lie within the band's ranges, and some range has width.
+        for (name, v) in &o.metrics {
+            assert_eq!(b.holds(name, *v), Some(true), "{name} {v}");
+        }
+        assert!(b.metrics.iter().any(|(_, lo, hi)| hi > lo));
+        assert_eq!(b.holds("no_such_metric", 1.0), None);
         // The seed model has none.
         assert!(seed_band(&shared::presets::default_scenario()).is_err());
     }

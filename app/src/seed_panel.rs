@@ -82,8 +82,7 @@ pub fn SeedPanel() -> impl IntoView {
             </div>
             <div class="profiles">{cards}</div>
             <p class="faint small">
-                "Computed in your browser by the seed's exact model (shared::seed_model); equal, field for field, to "
-                <code>"loadshape simulate --seed-report"</code> "."
+                "Computed in your browser by the seed's exact model; equal, field for field, to the seed's own report."
             </p>
         </div>
     }

@@ -41,6 +41,8 @@ pub const MAX_RECORDS: f64 = 2_000_000.0;
 pub struct Pinned {
     pub json: Value,
     pub outcome: Arc<Outcome>,
+    /// A's seed band when it had one when pinned (Compare greys B's changes inside it).
+    pub band: Option<Arc<crate::seed_band::SeedBand>>,
 }
 
 /// The explorer's signals. Copy: share it by value or through context.
@@ -71,6 +73,8 @@ pub struct Explorer {
     /// (done, total) of the running sweep.
     pub sweep_progress: RwSignal<(usize, usize)>,
     pub pinned: RwSignal<Option<Pinned>>,
+    /// The seed band of the current result (engine scenarios), once the worker has computed it.
+    pub band: RwSignal<Option<Arc<crate::seed_band::SeedBand>>>,
     /// `performance.now()` when the first result was shown (time to an interactive page), milliseconds.
     pub first_result_ms: RwSignal<Option<f64>>,
     generation: StoredValue<u64>,
@@ -132,6 +136,7 @@ impl Explorer {
             sweep: RwSignal::new(Vec::new()),
             sweep_progress: RwSignal::new((0, 0)),
             pinned: RwSignal::new(None),
+            band: RwSignal::new(None),
             first_result_ms: RwSignal::new(None),
             generation: StoredValue::new(0),
             debounce: StoredValue::new(None),
@@ -283,7 +288,7 @@ pub fn too_large(records: f64) -> String {
     format!(
         "This scenario is too large to compute in a browser tab: {} requests or session steps, above the page's \
          limit of {}. Every record is kept in the tab's WebAssembly memory, which is at most {} GiB. Use \
-         `loadshape simulate FILE` for this size, or fewer requests here.",
+         the command line's simulator for this size, or fewer requests here.",
         crate::fmt::num(records),
         crate::fmt::num(MAX_RECORDS),
         offload::WASM_MEMORY_LIMIT / f64::from(1u32 << 30)

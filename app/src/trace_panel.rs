@@ -58,6 +58,7 @@ pub fn TracePanel(ex: Explorer) -> impl IntoView {
                 type="file"
                 accept=".jsonl,.json,.ndjson,text/plain"
                 data-control="trace-file"
+                aria-label="Trace file (Mooncake JSONL)"
                 on:change=move |ev| {
                     use wasm_bindgen::JsCast;
                     let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else { return };

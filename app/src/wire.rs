@@ -320,6 +320,7 @@ mod tests {
                 seeds: vec![42, 43],
                 ttft: vec![(0.01, 0.1 + 0.2, 1e300), (0.99, f64::MIN_POSITIVE, 3.0)],
                 tpot: Vec::new(),
+                metrics: vec![("ttft_p50_ms".into(), 0.1 + 0.2, 1e300)],
             })),
             Done::Predicted(Ok(crate::numbers::Predicted {
                 seeds: vec![7, 8],
