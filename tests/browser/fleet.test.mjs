@@ -34,7 +34,7 @@ let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser?.close(); });
 
-/** `pct` of app/src/fmt.rs: one decimal and a space before the sign. */
+/** `pct` of app/src/ui/fmt.rs: one decimal and a space before the sign. */
 const pct = (v) => `${(v * 100).toFixed(1)} %`;
 
 /** The rows the page writes per replica, from the native fleet report. */

@@ -4,7 +4,7 @@
 //! `metrics::summarize` and `metrics::cdf_points`), and so does every scenario the page derives (the defaults and
 //! presets of `shared::presets`, the sweep's `Workload::scaled`); this module only reshapes results for display:
 //! flat metric lists, chart points, call-outs with their text. [`Outcome`] is what crosses from the compute worker
-//! ([`crate::wire`]), so it derives serde.
+//! ([`crate::worker::wire`]), so it derives serde.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -273,7 +273,7 @@ fn load_label(w: &Workload) -> &'static str {
 }
 
 fn tokens(n: u64) -> String {
-    crate::fmt::num(n as f64)
+    crate::ui::fmt::num(n as f64)
 }
 
 /// The engine model's diagnostics as call-outs with their numbers.
@@ -305,7 +305,7 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             "TPOT SLO {} ms: at the run's mean decode context of {} tokens {limit}; a full batch (max running \
              sequences {}) would give {:.1} ms per token. Mean decode batch {:.1}, peak running {}{}.",
             o.tpot_slo_ms,
-            crate::fmt::num(o.mean_decode_context_tokens),
+            crate::ui::fmt::num(o.mean_decode_context_tokens),
             o.max_num_seqs,
             o.tpot_at_max_num_seqs_ms,
             o.mean_decode_batch,
@@ -319,7 +319,7 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
     });
     let m = &d.cache_misses;
     if m.prompt_tokens > 0 {
-        let share = |n: u64| crate::fmt::pct(n as f64 / m.prompt_tokens as f64);
+        let share = |n: u64| crate::ui::fmt::pct(n as f64 / m.prompt_tokens as f64);
         out.push(Callout {
             id: "cache_misses".to_string(),
             severity: if m.missed_tokens > m.designed_cached_tokens.saturating_sub(m.cached_tokens).max(1) * 2 {
@@ -375,9 +375,9 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
                     x.replica,
                     x.profile.as_ref().map_or(String::new(), |p| format!(" ({p})")),
                     x.requests,
-                    crate::fmt::pct(x.cached_share),
+                    crate::ui::fmt::pct(x.cached_share),
                     x.mean_running,
-                    crate::fmt::pct(x.busy_share)
+                    crate::ui::fmt::pct(x.busy_share)
                 )
             })
             .collect();
@@ -391,7 +391,7 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             title: format!("Fleet: {} replicas, router {}", f.replicas.len(), f.router.name()),
             body: format!(
                 "Cached share {}; {} prompt tokens were cached on another replica than the one routed to. {}.",
-                crate::fmt::pct(if m.prompt_tokens > 0 {
+                crate::ui::fmt::pct(if m.prompt_tokens > 0 {
                     m.cached_tokens as f64 / m.prompt_tokens as f64
                 } else {
                     0.0
@@ -423,7 +423,7 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
                 tokens(k.evicted_blocks),
                 tokens(k.peak_kv_blocks_used),
                 tokens(k.kv_capacity_blocks),
-                crate::fmt::pct(k.peak_kv_blocks_used as f64 / k.kv_capacity_blocks.max(1) as f64)
+                crate::ui::fmt::pct(k.peak_kv_blocks_used as f64 / k.kv_capacity_blocks.max(1) as f64)
             ),
         });
     }
@@ -439,12 +439,12 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             body: format!(
                 "Open loop: TTFT p50 {} ms, p99 {} ms at {} req/s. The same requests one at a time (closed loop): \
                  TTFT p50 {} ms, p99 {} ms at {} req/s — the tail is {:.1}× worse once requests arrive on their own.",
-                crate::fmt::num(c.open_ttft_p50_ms),
-                crate::fmt::num(c.open_ttft_p99_ms),
-                crate::fmt::num(c.open_request_throughput_rps),
-                crate::fmt::num(c.closed_ttft_p50_ms),
-                crate::fmt::num(c.closed_ttft_p99_ms),
-                crate::fmt::num(c.closed_request_throughput_rps),
+                crate::ui::fmt::num(c.open_ttft_p50_ms),
+                crate::ui::fmt::num(c.open_ttft_p99_ms),
+                crate::ui::fmt::num(c.open_request_throughput_rps),
+                crate::ui::fmt::num(c.closed_ttft_p50_ms),
+                crate::ui::fmt::num(c.closed_ttft_p99_ms),
+                crate::ui::fmt::num(c.closed_request_throughput_rps),
                 c.ttft_p99_ratio
             ),
         });
@@ -456,12 +456,12 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
             title: "Without prefix caching".to_string(),
             body: format!(
                 "Turning the prefix cache off: TTFT p50 {} → {} ms, p99 {} → {} ms; output {} → {} tok/s.",
-                crate::fmt::num(c.cache_on_ttft_p50_ms),
-                crate::fmt::num(c.ttft_p50_ms),
-                crate::fmt::num(c.cache_on_ttft_p99_ms),
-                crate::fmt::num(c.ttft_p99_ms),
-                crate::fmt::num(c.cache_on_output_throughput_tok_s),
-                crate::fmt::num(c.output_throughput_tok_s)
+                crate::ui::fmt::num(c.cache_on_ttft_p50_ms),
+                crate::ui::fmt::num(c.ttft_p50_ms),
+                crate::ui::fmt::num(c.cache_on_ttft_p99_ms),
+                crate::ui::fmt::num(c.ttft_p99_ms),
+                crate::ui::fmt::num(c.cache_on_output_throughput_tok_s),
+                crate::ui::fmt::num(c.output_throughput_tok_s)
             ),
         });
     }
@@ -513,9 +513,9 @@ fn seed_callouts(s: &SeedScenario, summary: &seed_model::SeedSummary, d: &SeedDi
                  Closed loop on the same trace (one request at a time): TTFT p50 {} ms, attainment {}, \
                  but only {} req/s. A closed-loop benchmark hides the queueing that agent traffic meets.",
                 open.ttft_p50_ms,
-                crate::fmt::pct(open.slo_attainment_ratio),
+                crate::ui::fmt::pct(open.slo_attainment_ratio),
                 closed.ttft_p50_ms,
-                crate::fmt::pct(closed.slo_attainment_ratio),
+                crate::ui::fmt::pct(closed.slo_attainment_ratio),
                 closed.request_throughput_rps
             ),
         });
@@ -561,7 +561,7 @@ fn seed_callouts(s: &SeedScenario, summary: &seed_model::SeedSummary, d: &SeedDi
                 s.slo.ttft_ms,
                 w.mean_rps,
                 p.prefill_tokens_per_ms,
-                crate::fmt::pct(p.prefix_cache_hit_efficiency),
+                crate::ui::fmt::pct(p.prefix_cache_hit_efficiency),
                 summary.request_throughput_rps
             ),
         });

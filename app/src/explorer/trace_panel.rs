@@ -9,8 +9,8 @@ use serde_json::Value;
 use shared::workload::mooncake::TraceStats;
 use shared::workload::{TraceWorkload, Workload};
 
-use crate::metric::Metric;
-use crate::state::Explorer;
+use crate::model::state::Explorer;
+use crate::ui::metric::Metric;
 
 /// The explorer's trace workload, if it has one.
 fn trace_of(json: &Value) -> Option<TraceWorkload> {

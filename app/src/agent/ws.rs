@@ -151,7 +151,7 @@ impl AgentConn {
 
     fn connect(self, attempt: u32) {
         let Some(token) = self.token.get_value() else { return };
-        let Some(url) = crate::url::ws_url(&token) else {
+        let Some(url) = crate::model::url::ws_url(&token) else {
             self.fail("cannot work out the agent's address from this page's URL".to_string());
             return;
         };
@@ -194,7 +194,7 @@ impl AgentConn {
                         break;
                     }
                 };
-                let msg = match crate::server_msg::decode(&text) {
+                let msg = match crate::agent::server_msg::decode(&text) {
                     Ok(m) => m,
                     Err(e) => {
                         self.message.set(Some(format!(

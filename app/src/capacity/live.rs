@@ -14,8 +14,8 @@ use leptos::prelude::*;
 use serde_json::Value;
 use shared::capacity::{CapacityReport, Level, LiveLevel};
 
-use crate::capacity_view::{LevelRow, row_of};
-use crate::charts::{LineChart, PALETTE, Series, Threshold};
+use crate::capacity::view::{LevelRow, row_of};
+use crate::ui::charts::{LineChart, PALETTE, Series, Threshold};
 
 /// A capacity search the agent runs (or ran), as far as the page has heard.
 #[derive(Debug, Clone, PartialEq)]

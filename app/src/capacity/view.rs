@@ -78,7 +78,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
-    use crate::wire::{Done, Job, decode_done, encode_done};
+    use crate::worker::wire::{Done, Job, decode_done, encode_done};
 
     fn knee() -> Scenario {
         let v = serde_json::json!({

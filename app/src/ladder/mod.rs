@@ -8,8 +8,8 @@ use leptos::prelude::*;
 use serde_json::Value;
 use shared::ladder::solve::{Solution, SolveOptions, solve};
 
-use crate::controls::Controls;
-use crate::state::Explorer;
+use crate::explorer::controls::Controls;
+use crate::model::state::Explorer;
 
 /// The ladder view.
 #[component]
@@ -26,11 +26,11 @@ pub fn LadderPanel(ex: Explorer) -> impl IntoView {
         // Paint "solving…" first; the solver is synchronous.
         set_timeout(
             move || {
-                let t0 = crate::offload::now_ms();
+                let t0 = crate::worker::offload::now_ms();
                 let result = serde_json::from_value::<SolveOptions>(opts)
                     .map_err(|e| format!("invalid solver options: {e}"))
                     .and_then(|o| solve(&o).map_err(|e| e.to_string()));
-                solve_ms.set(Some(crate::offload::now_ms() - t0));
+                solve_ms.set(Some(crate::worker::offload::now_ms() - t0));
                 solution.set(Some(result));
                 solving.set(false);
             },
@@ -42,7 +42,7 @@ pub fn LadderPanel(ex: Explorer) -> impl IntoView {
             return;
         };
         let opts: Option<SolveOptions> = serde_json::from_value(options.get_untracked()).ok();
-        match crate::compute::with_ladder(&ex.json.get_untracked(), &sol.ladder.to_string(), opts.as_ref()) {
+        match crate::model::compute::with_ladder(&ex.json.get_untracked(), &sol.ladder.to_string(), opts.as_ref()) {
             Ok(json) => {
                 ex.json.set(json);
                 used.set(Some(
@@ -114,7 +114,7 @@ fn SolutionView(sol: Solution, solve_ms: Option<f64>) -> impl IntoView {
             view! {
                 <tr>
                     <td>{i}</td>
-                    <td>{crate::fmt::num(r.base_tokens as f64)}</td>
+                    <td>{crate::ui::fmt::num(r.base_tokens as f64)}</td>
                     <td>{r.steps}</td>
                     <td class="bar-cell"><span class="hbar" style:width=format!("{width:.1}%")></span></td>
                 </tr>
@@ -136,18 +136,18 @@ fn SolutionView(sol: Solution, solve_ms: Option<f64>) -> impl IntoView {
             <div class="stat-grid">
                 <div class="stat">
                     <div class="label">"Median prompt"</div>
-                    <div class="value"><span class="metric-value" data-metric="median" data-value=s.median>{crate::fmt::num(s.median as f64)}</span><span class="unit">"tok"</span></div>
+                    <div class="value"><span class="metric-value" data-metric="median" data-value=s.median>{crate::ui::fmt::num(s.median as f64)}</span><span class="unit">"tok"</span></div>
                     <div class="sub">{format!("error {} · slack {:.3}", err(sol.median_error), s.median_margins.slack(0.5))}</div>
                 </div>
                 <div class="stat">
                     <div class="label">"p90 prompt"</div>
-                    <div class="value"><span class="metric-value" data-metric="p90" data-value=s.p90>{crate::fmt::num(s.p90 as f64)}</span><span class="unit">"tok"</span></div>
+                    <div class="value"><span class="metric-value" data-metric="p90" data-value=s.p90>{crate::ui::fmt::num(s.p90 as f64)}</span><span class="unit">"tok"</span></div>
                     <div class="sub">{format!("error {} · slack {:.3}", err(sol.p90_error), s.p90_margins.slack(0.9))}</div>
                 </div>
                 <div class="stat" class:good=sol.cached_reached>
                     <div class="label">{format!("Cached share ({})", sol.cached_definition)}</div>
-                    <div class="value"><span class="metric-value" data-metric="cached_share" data-value=sol.cached_share>{crate::fmt::pct(sol.cached_share)}</span></div>
-                    <div class="sub">{format!("tokens {} · requests {}", crate::fmt::pct(s.cached_share_tokens), crate::fmt::pct(s.cached_share_requests))}</div>
+                    <div class="value"><span class="metric-value" data-metric="cached_share" data-value=sol.cached_share>{crate::ui::fmt::pct(sol.cached_share)}</span></div>
+                    <div class="sub">{format!("tokens {} · requests {}", crate::ui::fmt::pct(s.cached_share_tokens), crate::ui::fmt::pct(s.cached_share_requests))}</div>
                 </div>
                 <div class="stat">
                     <div class="label">"Narrowest margin"</div>
@@ -161,8 +161,8 @@ fn SolutionView(sol: Solution, solve_ms: Option<f64>) -> impl IntoView {
                 </div>
                 <div class="stat">
                     <div class="label">"Prompt range"</div>
-                    <div class="value">{crate::fmt::num(s.mean_prompt_tokens)}<span class="unit">"mean"</span></div>
-                    <div class="sub">{format!("{} – {} tok", crate::fmt::num(s.min_prompt_tokens as f64), crate::fmt::num(s.max_prompt_tokens as f64))}</div>
+                    <div class="value">{crate::ui::fmt::num(s.mean_prompt_tokens)}<span class="unit">"mean"</span></div>
+                    <div class="sub">{format!("{} – {} tok", crate::ui::fmt::num(s.min_prompt_tokens as f64), crate::ui::fmt::num(s.max_prompt_tokens as f64))}</div>
                 </div>
             </div>
             <table class="data rungs">

@@ -1,7 +1,7 @@
 //! The seed band on the explorer's CDFs (issue #17, item 6): the engine scenario simulated with [`BAND_SEEDS`]
 //! seeds (its own and the next ones), and at each share p the least and the greatest p-quantile over them
 //! ([`shared::metrics::quantile_envelope`]), so the run-to-run spread of one scenario shows as a shaded band around
-//! its CDF instead of one line. Run in the worker ([`crate::wire::Job::SeedBand`]) after each explorer result.
+//! its CDF instead of one line. Run in the worker ([`crate::worker::wire::Job::SeedBand`]) after each explorer result.
 
 use serde::{Deserialize, Serialize};
 use shared::metrics::quantile_envelope;
@@ -57,7 +57,7 @@ pub fn seed_band(sc: &Scenario) -> Result<SeedBand, String> {
         let mut one = e.clone();
         one.seed = e.seed.wrapping_add(i);
         one.counterfactuals = false;
-        let o = crate::compute::compute(&Scenario::Engine(one.clone()))?;
+        let o = crate::model::compute::compute(&Scenario::Engine(one.clone()))?;
         seeds.push(one.seed);
         for (name, v) in &o.metrics {
             match metrics.iter_mut().find(|(n, _, _)| n == name) {
@@ -99,7 +99,7 @@ mod tests {
         // Each seed's own CDF lies inside the band (the third one, say), and seeds do differ somewhere.
         let mut third = e;
         third.seed = 44;
-        let o = crate::compute::compute(&Scenario::Engine(third)).expect("computes");
+        let o = crate::model::compute::compute(&Scenario::Engine(third)).expect("computes");
         for &(p, lo, hi) in &b.ttft {
             let x = shared::metrics::cdf_quantile(&o.ttft_cdf, p).expect("a quantile");
             assert!(lo <= x && x <= hi, "p {p}: {lo} ≤ {x} ≤ {hi}");

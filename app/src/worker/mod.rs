@@ -1,15 +1,18 @@
 //! The compute worker's side: the page's own wasm module, started a second time inside a dedicated Web Worker.
 //!
 //! `main` calls [`run`] when there is no `window` (it is running in a worker). Requests arrive as `Uint8Array`s
-//! ([`crate::wire`]); each is computed with the same `shared` calls as on the main thread and answered with the
+//! ([`crate::worker::wire`]); each is computed with the same `shared` calls as on the main thread and answered with the
 //! result's bytes (the buffer is transferred, not copied) and the size of the worker's wasm memory after the run.
 //! The worker says `"ready"` once its handler is installed. A panic is posted to the page as
 //! `"panic: <message>"` before the worker's wasm traps, so the page can say what went wrong (an out-of-memory
-//! abort has no message: the page names the memory limit instead, see [`crate::offload`]).
+//! abort has no message: the page names the memory limit instead, see [`crate::worker::offload`]).
 //!
 //! A worker named [`FAULT_PREFIX`]`oom` (the page's `?worker-fault=oom`, for the browser test of that path)
 //! exhausts its wasm memory on its first computation, for real: the allocator's failure aborts the run exactly
 //! as a run too large for the tab would. [`FAULT_PREFIX`]`panic` (`?worker-fault=panic`) panics there instead.
+
+pub mod offload;
+pub mod wire;
 
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -37,10 +40,10 @@ pub fn run() {
     let reply_to = scope.clone();
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
         let bytes = js_sys::Uint8Array::new(&ev.data()).to_vec();
-        let answer = match crate::wire::decode_job(&bytes) {
+        let answer = match crate::worker::wire::decode_job(&bytes) {
             Ok((id, job)) => {
                 if let Some(kind) = &fault
-                    && matches!(job, crate::wire::Job::Compute(_))
+                    && matches!(job, crate::worker::wire::Job::Compute(_))
                 {
                     match kind.as_str() {
                         "oom" => exhaust_memory(),
@@ -49,10 +52,15 @@ pub fn run() {
                 }
                 let t0 = now_ms(&reply_to);
                 let done = job.run();
-                crate::wire::encode_done(id, now_ms(&reply_to) - t0, memory_bytes(), &done)
+                crate::worker::wire::encode_done(id, now_ms(&reply_to) - t0, memory_bytes(), &done)
             }
             // Never expected from the same build; answer job 0 so the page can report it.
-            Err(e) => crate::wire::encode_done(0, 0.0, memory_bytes(), &crate::wire::Done::Outcome(Err(e.to_string()))),
+            Err(e) => crate::worker::wire::encode_done(
+                0,
+                0.0,
+                memory_bytes(),
+                &crate::worker::wire::Done::Outcome(Err(e.to_string())),
+            ),
         };
         let out = js_sys::Uint8Array::from(answer.as_slice());
         let transfer = js_sys::Array::of1(&out.buffer());

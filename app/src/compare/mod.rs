@@ -4,8 +4,8 @@
 use leptos::prelude::*;
 use serde_json::Value;
 
-use crate::charts::{LineChart, PALETTE, Series};
-use crate::state::Explorer;
+use crate::model::state::Explorer;
+use crate::ui::charts::{LineChart, PALETTE, Series};
 
 /// Metrics where a smaller value is better (latencies); for the rest larger is better.
 fn lower_is_better(name: &str) -> bool {
@@ -20,7 +20,7 @@ pub fn ordered(mut names: Vec<String>) -> Vec<String> {
         (Some(i), Some(j)) => i.cmp(&j),
         (Some(_), None) => std::cmp::Ordering::Less,
         (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => crate::metric::label(x).cmp(&crate::metric::label(y)),
+        (None, None) => crate::ui::metric::label(x).cmp(&crate::ui::metric::label(y)),
     });
     names
 }
@@ -74,7 +74,7 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
             .filter_map(|name| {
                 let va = a.outcome.get(&name)?;
                 let vb = b.get(&name)?;
-                let delta = crate::fmt::delta_pct(va, vb);
+                let delta = crate::ui::fmt::delta_pct(va, vb);
                 // A change inside A's seed band (the spread of A over seeds) is noise, not an effect: greyed.
                 let within = band.as_ref().and_then(|band| band.holds(&name, vb)) == Some(true);
                 let better = if within || (vb - va).abs() < 1e-12 || delta == "±0 %" {
@@ -89,9 +89,9 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                 let note = within.then_some(" (within A's seed band)");
                 Some(view! {
                     <tr data-compare=name.clone() class:within-band=within class:headline=headline>
-                        <td title=name.clone()>{crate::metric::label(&name)}<span class="faint small">{match crate::metric::unit_of(&name) { "ratio" => String::new(), u => format!(" {u}") }}</span></td>
-                        <td data-side="a"><span data-metric=name.clone() data-value=va.to_string()>{crate::metric::display(&name, va, exact)}</span></td>
-                        <td data-side="b"><span data-metric=name.clone() data-value=vb.to_string()>{crate::metric::display(&name, vb, exact)}</span></td>
+                        <td title=name.clone()>{crate::ui::metric::label(&name)}<span class="faint small">{match crate::ui::metric::unit_of(&name) { "ratio" => String::new(), u => format!(" {u}") }}</span></td>
+                        <td data-side="a"><span data-metric=name.clone() data-value=va.to_string()>{crate::ui::metric::display(&name, va, exact)}</span></td>
+                        <td data-side="b"><span data-metric=name.clone() data-value=vb.to_string()>{crate::ui::metric::display(&name, vb, exact)}</span></td>
                         <td class=better data-delta="" data-within-band=within.to_string()>{delta}{note}</td>
                     </tr>
                 })
@@ -165,7 +165,7 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
     }
 }
 
-fn overlay(ex: Explorer, pick: fn(&crate::compute::Outcome) -> &Vec<(f64, f64)>) -> Vec<Series> {
+fn overlay(ex: Explorer, pick: fn(&crate::model::compute::Outcome) -> &Vec<(f64, f64)>) -> Vec<Series> {
     let mut s = Vec::new();
     if let Some(a) = ex.pinned.get() {
         s.push(Series::steps("A (pinned)", PALETTE[1], pick(&a.outcome).clone()).dashed());

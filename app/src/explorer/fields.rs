@@ -310,7 +310,7 @@ pub fn fallback(name: &str, value: f64, integer: bool) -> FieldSpec {
     let step = if integer { 1.0 } else { (max / 200.0).max(1e-6) };
     FieldSpec {
         label: "",
-        unit: crate::metric::unit_of(name),
+        unit: crate::ui::metric::unit_of(name),
         min: 0.0,
         max,
         step,

@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::compute;
+use crate::model::compute;
 
 /// Fields shown in each card, with labels and units (the rest of the summary is present, smaller).
 const ROWS: [(&str, &str, &str); 10] = [

@@ -8,6 +8,9 @@
 //! pages gathered and shown at once); a reconnect mid-way asks again from the first record it lacks, and a run
 //! still running is then subscribed from there.
 
+pub mod fit_panel;
+pub mod numbers;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,13 +21,13 @@ use shared::protocol::{CapacityOptions, ClientMsg, RunInfo, RunKind, RunState, S
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 
-use crate::agent_ws::{AgentConn, Status};
-use crate::capacity_live::{LiveCapacity, LiveCapacityCard};
-use crate::charts::{LineChart, PALETTE, Series};
-use crate::compute::Outcome;
-use crate::offload::{self, Lane};
-use crate::state::Explorer;
-use crate::wire::{Done, Job};
+use crate::agent::ws::{AgentConn, Status};
+use crate::capacity::live::{LiveCapacity, LiveCapacityCard};
+use crate::model::compute::Outcome;
+use crate::model::state::Explorer;
+use crate::ui::charts::{LineChart, PALETTE, Series};
+use crate::worker::offload::{self, Lane};
+use crate::worker::wire::{Done, Job};
 
 /// How often buffered records are moved into the charts, milliseconds.
 const FLUSH_MS: u64 = 250;
@@ -334,7 +337,9 @@ pub fn slo_of(scenario: Option<&Value>) -> Slo {
 /// off for 17-digit numbers, so a page-made file would not be byte-identical to the agent's.
 fn export_run(run_id: &str) {
     use wasm_bindgen::JsCast;
-    let Some(token) = crate::url::token() else { return };
+    let Some(token) = crate::model::url::token() else {
+        return;
+    };
     let href = format!(
         "/api/runs/{}/records.jsonl?token={}",
         js_sys::encode_uri_component(run_id),
@@ -458,13 +463,13 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             simulated.set(None);
             return;
         };
-        let size = crate::compute::size_of(&sc);
+        let size = crate::model::compute::size_of(&sc);
         // Too large for a tab: say so instead of trying.
-        let records = crate::compute::records_of(&sc);
-        if records > crate::state::MAX_RECORDS {
+        let records = crate::model::compute::records_of(&sc);
+        if records > crate::model::state::MAX_RECORDS {
             sim_error.set(Some(format!(
                 "No simulated overlay: {}",
-                crate::state::too_large(records)
+                crate::model::state::too_large(records)
             )));
             return;
         }
@@ -487,7 +492,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     // The numbers table's simulated side (`predict`'s: the scenario over its seeds), over the live run's window:
     // `predict`'s for a run that has ended or a file (the shortest cut window, else the whole run), the overlay's
     // while the run is going.
-    let predicted = RwSignal::new(None::<crate::numbers::Predicted>);
+    let predicted = RwSignal::new(None::<crate::live::numbers::Predicted>);
     let numbers_note = RwSignal::new(None::<String>);
     let numbers_generation = StoredValue::new(0u64);
     let table_window = Memo::new(move |_| {
@@ -524,16 +529,16 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             ));
             return;
         }
-        if crate::compute::records_of(&sc) > crate::numbers::MAX_TABLE_RECORDS {
+        if crate::model::compute::records_of(&sc) > crate::live::numbers::MAX_TABLE_RECORDS {
             predicted.set(None);
             numbers_note.set(Some(format!(
                 "No simulated side: above {} requests the page does not simulate {} seeds.",
-                crate::numbers::MAX_TABLE_RECORDS,
+                crate::live::numbers::MAX_TABLE_RECORDS,
                 shared::predict::DEFAULT_SEEDS
             )));
             return;
         }
-        let size = crate::compute::size_of(&sc) * f64::from(shared::predict::DEFAULT_SEEDS);
+        let size = crate::model::compute::size_of(&sc) * f64::from(shared::predict::DEFAULT_SEEDS);
         offload::submit(
             Lane::Numbers,
             generation,
@@ -680,16 +685,16 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                 // A capacity search keeps its records per level: the replay's summary, overlay and fit do not apply.
                 <Show when=move || !live.source.with(|s| matches!(s, Some(Source::Run(r)) if r.kind == RunKind::Capacity))>
                     <LiveSummary summary=summary failures=failures/>
-                    <crate::numbers::FailureLine failures=failures/>
+                    <crate::live::numbers::FailureLine failures=failures/>
                     <Show when=move || has_records.get()>
-                        <crate::numbers::NumbersTable predicted=predicted.into() live=summary note=numbers_note.into()/>
+                        <crate::live::numbers::NumbersTable predicted=predicted.into() live=summary note=numbers_note.into()/>
                     </Show>
                     {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
                     {move || simulated.get().map(|o| view! {
                         <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
                     })}
                     <LiveCharts live=live simulated=simulated/>
-                    <crate::fit_panel::FitCard
+                    <crate::live::fit_panel::FitCard
                         records=live.records
                         scenario=live.scenario
                         source=Signal::derive(move || live.source.get().map(|s| match s {
@@ -815,19 +820,19 @@ fn LiveSummary(summary: Memo<Option<Summary>>, failures: Memo<shared::metrics::F
         {move || {
             let s = summary.get()?;
             let v = serde_json::to_value(&s).ok()?;
-            let (metrics, _) = crate::compute::flatten(&v);
+            let (metrics, _) = crate::model::compute::flatten(&v);
             Some(view! {
                 <div class="stat-grid">
                     {LIVE_HEADLINE
                         .iter()
                         .filter_map(|&(name, label)| {
                             let value = metrics.iter().find(|(k, _)| k == name)?.1;
-                            let unit = if name.ends_with("_ratio") || name.contains("share") { "" } else { crate::metric::unit_of(name) };
+                            let unit = if name.ends_with("_ratio") || name.contains("share") { "" } else { crate::ui::metric::unit_of(name) };
                             Some(view! {
                                 <div class="stat">
                                     <div class="label">{label}</div>
                                     <div class="value">
-                                        <span class="metric-value" data-metric=name data-value=value.to_string()>{crate::metric::display(name, value, false)}</span>
+                                        <span class="metric-value" data-metric=name data-value=value.to_string()>{crate::ui::metric::display(name, value, false)}</span>
                                         <span class="unit">{unit}</span>
                                     </div>
                                 </div>

@@ -1,4 +1,4 @@
-//! The messages between the page and its compute worker ([`crate::offload`], [`crate::worker`]): derived serde in
+//! The messages between the page and its compute worker ([`crate::worker::offload`], [`crate::worker`]): derived serde in
 //! [`postcard`]'s binary form, sent as a transferred `Uint8Array`.
 //!
 //! Exact by construction: postcard writes every `f64` as its 8 bytes, so a result computed in the worker is bit
@@ -12,24 +12,24 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::compute::{Outcome, SweepPoint};
+use crate::model::compute::{Outcome, SweepPoint};
 
 /// What the worker is asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Job {
-    /// Everything the explorer shows for a scenario ([`crate::compute::compute`]).
+    /// Everything the explorer shows for a scenario ([`crate::model::compute::compute`]).
     Compute(#[serde(with = "json_tree")] Value),
-    /// One point of the goodput-vs-load sweep ([`crate::compute::sweep_point`]).
+    /// One point of the goodput-vs-load sweep ([`crate::model::compute::sweep_point`]).
     SweepPoint(#[serde(with = "json_tree")] Value),
-    /// What a scenario's simulation shows over a live run's window ([`crate::compute::compute_window`]): the
+    /// What a scenario's simulation shows over a live run's window ([`crate::model::compute::compute_window`]): the
     /// scenario, the window's end (s), and whether requests running at its end are cut records (the live run has
     /// ended) rather than not yet recorded (it is still going).
     ComputeWindow(#[serde(with = "json_tree")] Value, f64, bool),
-    /// The simulated capacity search ([`crate::capacity_view::capacity_view`]).
+    /// The simulated capacity search ([`crate::capacity::view::capacity_view`]).
     Capacity(#[serde(with = "json_tree")] Value),
-    /// The seed band of an engine scenario's CDFs ([`crate::seed_band::seed_band`]).
+    /// The seed band of an engine scenario's CDFs ([`crate::explorer::seed_band::seed_band`]).
     SeedBand(#[serde(with = "json_tree")] Value),
-    /// The live numbers table's simulated side ([`crate::numbers::predicted`]): the scenario over its seeds, scored
+    /// The live numbers table's simulated side ([`crate::live::numbers::predicted`]): the scenario over its seeds, scored
     /// over the live run's window (its end, s; `None`: the whole run).
     Predict(#[serde(with = "json_tree")] Value, Option<f64>),
 }
@@ -108,9 +108,9 @@ mod json_tree {
 pub enum Done {
     Outcome(Result<Outcome, String>),
     Point(Option<SweepPoint>),
-    Capacity(Result<crate::capacity_view::CapacityView, String>),
-    Band(Result<crate::seed_band::SeedBand, String>),
-    Predicted(Result<crate::numbers::Predicted, String>),
+    Capacity(Result<crate::capacity::view::CapacityView, String>),
+    Band(Result<crate::explorer::seed_band::SeedBand, String>),
+    Predicted(Result<crate::live::numbers::Predicted, String>),
 }
 
 impl Job {
@@ -121,12 +121,12 @@ impl Job {
             Job::Compute(v) => Done::Outcome(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::compute::compute(&sc)),
+                    .and_then(|sc| crate::model::compute::compute(&sc)),
             ),
             Job::SweepPoint(v) => Done::Point(
                 Scenario::from_value(v.clone())
                     .ok()
-                    .and_then(|sc| crate::compute::sweep_point(&sc)),
+                    .and_then(|sc| crate::model::compute::sweep_point(&sc)),
             ),
             Job::ComputeWindow(v, end_s, cut) => {
                 let in_flight = if *cut {
@@ -137,23 +137,23 @@ impl Job {
                 Done::Outcome(
                     Scenario::from_value(v.clone())
                         .map_err(|e| e.to_string())
-                        .and_then(|sc| crate::compute::compute_window(&sc, *end_s, in_flight)),
+                        .and_then(|sc| crate::model::compute::compute_window(&sc, *end_s, in_flight)),
                 )
             }
             Job::Capacity(v) => Done::Capacity(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::capacity_view::capacity_view(&sc)),
+                    .and_then(|sc| crate::capacity::view::capacity_view(&sc)),
             ),
             Job::SeedBand(v) => Done::Band(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::seed_band::seed_band(&sc)),
+                    .and_then(|sc| crate::explorer::seed_band::seed_band(&sc)),
             ),
             Job::Predict(v, window_s) => Done::Predicted(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::numbers::predicted(&sc, *window_s)),
+                    .and_then(|sc| crate::live::numbers::predicted(&sc, *window_s)),
             ),
         }
     }
@@ -246,7 +246,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::compute::{self, Outcome};
+    use crate::model::compute::{self, Outcome};
 
     /// Every float of an outcome, by its bits, in order (so `-0.0` and `0.0` differ, unlike `==`).
     fn bits(o: &Outcome) -> Vec<u64> {
@@ -316,13 +316,13 @@ mod tests {
                 throughput_rps: f64::MIN_POSITIVE,
             })),
             Done::Band(Err("the seed model has no seed band".into())),
-            Done::Band(Ok(crate::seed_band::SeedBand {
+            Done::Band(Ok(crate::explorer::seed_band::SeedBand {
                 seeds: vec![42, 43],
                 ttft: vec![(0.01, 0.1 + 0.2, 1e300), (0.99, f64::MIN_POSITIVE, 3.0)],
                 tpot: Vec::new(),
                 metrics: vec![("ttft_p50_ms".into(), 0.1 + 0.2, 1e300)],
             })),
-            Done::Predicted(Ok(crate::numbers::Predicted {
+            Done::Predicted(Ok(crate::live::numbers::Predicted {
                 seeds: vec![7, 8],
                 values: vec![vec![Some(0.1 + 0.2), None], vec![Some(f64::MIN_POSITIVE), Some(1e300)]],
                 window_s: Some(12.5),

@@ -21,11 +21,11 @@ use shared::presets::default_engine_scenario;
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 
-use crate::charts::{LineChart, PALETTE, Series};
-use crate::compute::Outcome;
-use crate::offload::{self, Lane};
-use crate::state::Explorer;
-use crate::wire::{Done, Job};
+use crate::model::compute::Outcome;
+use crate::model::state::Explorer;
+use crate::ui::charts::{LineChart, PALETTE, Series};
+use crate::worker::offload::{self, Lane};
+use crate::worker::wire::{Done, Job};
 
 /// Fits an engine profile to `records` as `loadshape calibrate --from` does (`batch_kv` decided by the data). The
 /// limits (KV blocks, slots, batch budget) are those of the run's scenario when it is an engine scenario (what
@@ -168,7 +168,7 @@ pub fn FitCard(
                     Some((end_s, cut)) => Job::ComputeWindow(sc.to_value(), end_s, cut),
                     None => Job::Compute(sc.to_value()),
                 };
-                let size = crate::compute::size_of(&sc);
+                let size = crate::model::compute::size_of(&sc);
                 offload::submit(Lane::Fit, g, size, job, move |done| {
                     if generation.try_get_value() != Some(g) {
                         return;

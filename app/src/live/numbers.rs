@@ -1,7 +1,7 @@
 //! Under the live cards: the numbers beside the curves, and the failures in plain sight (issue #41, items 2-3).
 //!
 //! The numbers table is `loadshape predict`'s: the scenario simulated with its seed and the next ones
-//! ([`shared::predict::simulate_seeds`], in the worker: [`crate::wire::Job::Predict`]) over the live run's window,
+//! ([`shared::predict::simulate_seeds`], in the worker: [`crate::worker::wire::Job::Predict`]) over the live run's window,
 //! laid beside the live records' summary by [`shared::predict::compare`], the function `predict` calls. The
 //! failures line counts failed, cut and never-sent requests and shows the first error
 //! ([`shared::metrics::failures`]).
@@ -62,12 +62,12 @@ fn unit(field: &str) -> &'static str {
     if field.contains("share") {
         ""
     } else {
-        crate::metric::unit_of(field)
+        crate::ui::metric::unit_of(field)
     }
 }
 
 fn cell(field: &str, v: Option<f64>) -> String {
-    v.map_or_else(|| "—".to_string(), |x| crate::metric::display(field, x, false))
+    v.map_or_else(|| "—".to_string(), |x| crate::ui::metric::display(field, x, false))
 }
 
 fn num_attr(v: Option<f64>) -> String {

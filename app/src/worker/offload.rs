@@ -23,7 +23,7 @@ use leptos::prelude::set_timeout;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
-use crate::wire::{Done, Job};
+use crate::worker::wire::{Done, Job};
 
 /// Who asked: each lane's generations are independent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,9 +32,9 @@ pub enum Lane {
     Explorer = 0,
     /// The live panel's simulated overlay.
     Live = 1,
-    /// The live panel's prediction with a fitted profile ([`crate::fit_panel`]).
+    /// The live panel's prediction with a fitted profile ([`crate::live::fit_panel`]).
     Fit = 2,
-    /// The live panel's numbers table ([`crate::numbers`]).
+    /// The live panel's numbers table ([`crate::live::numbers`]).
     Numbers = 3,
 }
 
@@ -58,7 +58,7 @@ pub const WASM_MEMORY_LIMIT: f64 = 4_294_967_296.0;
 
 /// An outdated job that has run this long in the worker gets the worker restarted, milliseconds.
 pub const RESTART_AFTER_MS: f64 = 300.0;
-/// Jobs at most this large (requests or session steps, [`crate::compute::size_of`]) run on the main thread while
+/// Jobs at most this large (requests or session steps, [`crate::model::compute::size_of`]) run on the main thread while
 /// the worker is starting; larger ones wait for it.
 pub const SMALL_JOB: f64 = 2_000.0;
 /// A worker not ready after this long is given up for the main thread, milliseconds.
@@ -134,15 +134,15 @@ pub fn new_generation() -> u64 {
 
 /// `?worker=off` (or `#worker=off`) keeps every computation on the main thread, for comparison.
 fn worker_allowed() -> bool {
-    let (hash, search) = crate::url::location_parts();
-    crate::url::param(&hash, &search, "worker").as_deref() != Some("off")
+    let (hash, search) = crate::model::url::location_parts();
+    crate::model::url::param(&hash, &search, "worker").as_deref() != Some("off")
 }
 
 /// `?worker-fault=oom` / `=panic`: workers exhaust their memory / panic on their first computation (the browser
 /// tests of those paths).
 fn fault_requested() -> Option<&'static str> {
-    let (hash, search) = crate::url::location_parts();
-    match crate::url::param(&hash, &search, "worker-fault").as_deref() {
+    let (hash, search) = crate::model::url::location_parts();
+    match crate::model::url::param(&hash, &search, "worker-fault").as_deref() {
         Some("oom") => Some("oom"),
         Some("panic") => Some("panic"),
         _ => None,
@@ -159,7 +159,7 @@ pub fn mode() -> &'static str {
 }
 
 /// Queue `job` for `lane`; `callback` gets its result unless a newer generation of the lane superseded it.
-/// `size` is the job's work ([`crate::compute::size_of`]).
+/// `size` is the job's work ([`crate::model::compute::size_of`]).
 pub fn submit(lane: Lane, generation: u64, size: f64, job: Job, callback: impl FnOnce(Finished) + 'static) {
     POOL.with_borrow_mut(|p| {
         let id = p.next_id;
@@ -274,7 +274,7 @@ fn pump() {
                     let Some(job) = p.queue.pop_front() else {
                         return Step::Idle;
                     };
-                    let bytes = crate::wire::encode_job(job.id, &job.job);
+                    let bytes = crate::worker::wire::encode_job(job.id, &job.job);
                     p.in_flight = Some((job, now_ms()));
                     Step::PostToWorker(w, bytes)
                 }
@@ -382,7 +382,7 @@ fn failure_message(why: &str, panic: Option<&str>, size: f64) -> String {
              WebAssembly in a browser tab gets at most {} GiB; this run ({} requests or session steps, \
              counterfactual runs included) needed more. Use fewer requests, or the command line's simulator for this size.",
             WASM_MEMORY_LIMIT / f64::from(1u32 << 30),
-            crate::fmt::num(size)
+            crate::ui::fmt::num(size)
         ),
         None => format!("The computation stopped in the background worker: {why}"),
     }
@@ -522,7 +522,7 @@ fn on_worker_message(epoch: u64, data: JsValue) {
     let Some(bytes) = data.dyn_ref::<js_sys::Uint8Array>().map(js_sys::Uint8Array::to_vec) else {
         return;
     };
-    match crate::wire::decode_done(&bytes) {
+    match crate::worker::wire::decode_done(&bytes) {
         Ok((id, ms, memory_bytes, done)) => finish(id, done, ms, memory_bytes, true),
         Err(e) => crashed(&e.to_string()),
     }

@@ -7,7 +7,7 @@
 use leptos::prelude::*;
 use serde_json::{Number, Value};
 
-use crate::fields::{self, FieldSpec};
+use crate::explorer::fields::{self, FieldSpec};
 
 /// Keys never shown as controls: tags the page edits elsewhere (model switch, workload menu) or not at all.
 const HIDDEN: [&str; 4] = ["model", "version", "kind", "basis"];
@@ -407,7 +407,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                                     .find_map(|k| d.and_then(|d| d.get(*k)).and_then(Value::as_f64))
                                     .unwrap_or(256.0)
                             });
-                            if let Some(v) = crate::compute::default_length(&event_target_value(&ev), typical) {
+                            if let Some(v) = crate::model::compute::default_length(&event_target_value(&ev), typical) {
                                 set_at(json, &parent, v);
                             }
                         }
@@ -505,8 +505,8 @@ mod tests {
         assert_eq!(kind("/fleet/router"), Some(Kind::Text));
         assert_eq!(kind("/fleet/replicas"), Some(Kind::Integer));
         assert_eq!(kind("/fleet/load_cap"), Some(Kind::Float));
-        assert!(crate::fields::choices("router").is_some_and(|c| c.len() == 4));
-        assert!(crate::fields::spec("replicas").is_some());
+        assert!(crate::explorer::fields::choices("router").is_some_and(|c| c.len() == 4));
+        assert!(crate::explorer::fields::spec("replicas").is_some());
         // The default fleet is a valid scenario field; a seed scenario gets no fleet group.
         j["profile"] =
             serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset")).expect("json");
@@ -590,7 +590,7 @@ mod tests {
     /// around its value.
     #[test]
     fn the_reply_share_slides_over_zero_to_one() {
-        let s = crate::fields::spec("reply_cached_share").expect("a known field");
+        let s = crate::explorer::fields::spec("reply_cached_share").expect("a known field");
         assert_eq!((s.min, s.max), (0.0, 1.0));
     }
 }

@@ -67,13 +67,13 @@ pub fn display(field: &str, v: f64, exact: bool) -> String {
         return v.to_string();
     }
     if field.ends_with("_ratio") || field.contains("share") {
-        return crate::fmt::pct(v);
+        return crate::ui::fmt::pct(v);
     }
     // Counts (completed, failed, tokens) read as whole numbers.
     if !field.ends_with("_ms") && !field.ends_with("_s") && v.fract() == 0.0 && v.abs() < 1e15 {
-        return crate::fmt::num(v).split('.').next().unwrap_or_default().to_string();
+        return crate::ui::fmt::num(v).split('.').next().unwrap_or_default().to_string();
     }
-    crate::fmt::num(v)
+    crate::ui::fmt::num(v)
 }
 
 /// A metric value element. `value` is reactive; `None` renders a dash.

@@ -1,5 +1,5 @@
-//! The explorer's "capacity" card: [`crate::capacity_view::capacity_view`] of the explorer's scenario (in the
-//! worker, as [`crate::wire::Job::Capacity`]), the goodput-vs-load curve of its levels with the knee (the capacity) marked,
+//! The explorer's "capacity" card: [`crate::capacity::view::capacity_view`] of the explorer's scenario (in the
+//! worker, as [`crate::worker::wire::Job::Capacity`]), the goodput-vs-load curve of its levels with the knee (the capacity) marked,
 //! and the level table. Recomputed after each explorer result; a newer edit supersedes a running search.
 //!
 //! Read by tests: `[data-capacity]` (`data-value`: the capacity, `""` when none), `[data-capacity-knob]`,
@@ -9,11 +9,11 @@
 use leptos::prelude::*;
 use shared::scenario::Scenario;
 
-use crate::capacity_view::{CapacityView, LevelRow, capacity_view};
-use crate::charts::{LineChart, PALETTE, Series, Threshold};
-use crate::offload::{self, Lane};
-use crate::state::Explorer;
-use crate::wire::{Done, Job};
+use crate::capacity::view::{CapacityView, LevelRow, capacity_view};
+use crate::model::state::Explorer;
+use crate::ui::charts::{LineChart, PALETTE, Series, Threshold};
+use crate::worker::offload::{self, Lane};
+use crate::worker::wire::{Done, Job};
 
 fn num(v: f64, digits: usize) -> String {
     if v.fract() == 0.0 {
@@ -46,7 +46,7 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
         let g = offload::new_generation();
         generation.set_value(g);
         running.set(true);
-        let size = crate::compute::size_of(&sc) * 8.0;
+        let size = crate::model::compute::size_of(&sc) * 8.0;
         offload::submit(Lane::Explorer, g, size, Job::Capacity(sc.to_value()), move |f| {
             if generation.try_get_value() != Some(g) {
                 return;

@@ -3,7 +3,7 @@
 //!
 //! Edits go into [`Explorer::json`]; an effect debounces them ([`DEBOUNCE_MS`]), validates with
 //! `Scenario::from_value`, stores the share link in the URL fragment, and hands the computation to
-//! [`crate::offload`] (a Web Worker, so the page never freezes), then the goodput-vs-rate sweep one point per job.
+//! [`crate::worker::offload`] (a Web Worker, so the page never freezes), then the goodput-vs-rate sweep one point per job.
 //! Every edit is a new generation: results of older generations are dropped, and their queued jobs never run.
 
 use std::sync::Arc;
@@ -13,9 +13,9 @@ use leptos::prelude::*;
 use serde_json::Value;
 use shared::scenario::Scenario;
 
-use crate::compute::{self, Outcome, SweepPoint};
-use crate::offload::{self, Lane, now_ms};
-use crate::wire::{Done, Job};
+use crate::model::compute::{self, Outcome, SweepPoint};
+use crate::worker::offload::{self, Lane, now_ms};
+use crate::worker::wire::{Done, Job};
 
 /// The longest [`Explorer::settled`] waits for the first result.
 pub const SETTLE_GRACE: Duration = Duration::from_secs(2);
@@ -42,7 +42,7 @@ pub struct Pinned {
     pub json: Value,
     pub outcome: Arc<Outcome>,
     /// A's seed band when it had one when pinned (Compare greys B's changes inside it).
-    pub band: Option<Arc<crate::seed_band::SeedBand>>,
+    pub band: Option<Arc<crate::explorer::seed_band::SeedBand>>,
 }
 
 /// The explorer's signals. Copy: share it by value or through context.
@@ -74,7 +74,7 @@ pub struct Explorer {
     pub sweep_progress: RwSignal<(usize, usize)>,
     pub pinned: RwSignal<Option<Pinned>>,
     /// The seed band of the current result (engine scenarios), once the worker has computed it.
-    pub band: RwSignal<Option<Arc<crate::seed_band::SeedBand>>>,
+    pub band: RwSignal<Option<Arc<crate::explorer::seed_band::SeedBand>>>,
     /// `performance.now()` when the first result was shown (time to an interactive page), milliseconds.
     pub first_result_ms: RwSignal<Option<f64>>,
     generation: StoredValue<u64>,
@@ -110,8 +110,8 @@ impl Explorer {
 
     /// State for the page URL: the scenario from `#s=...` when it decodes, else the default with a message.
     pub fn from_url() -> Explorer {
-        let (hash, search) = crate::url::location_parts();
-        let (json, message) = match crate::url::param(&hash, &search, shared::link::FRAGMENT_KEY) {
+        let (hash, search) = crate::model::url::location_parts();
+        let (json, message) = match crate::model::url::param(&hash, &search, shared::link::FRAGMENT_KEY) {
             None => (compute::default_scenario(), None),
             Some(payload) => match shared::link::decode(&payload) {
                 Ok(sc) => (sc.to_value(), None),
@@ -161,7 +161,7 @@ impl Explorer {
 
     /// Set the value at a JSON pointer (`/profile/base_tpot_ms`).
     pub fn set_at(&self, pointer: &str, value: Value) {
-        crate::controls::set_at(self.json, pointer, value);
+        crate::explorer::controls::set_at(self.json, pointer, value);
     }
 
     /// Compute now even if the scenario is large.
@@ -198,8 +198,8 @@ impl Explorer {
             }
         };
         self.error.set(None);
-        let hash = crate::url::location_parts().0;
-        crate::url::replace_hash(&crate::url::with_param(
+        let hash = crate::model::url::location_parts().0;
+        crate::model::url::replace_hash(&crate::model::url::with_param(
             &hash,
             shared::link::FRAGMENT_KEY,
             Some(&shared::link::encode(&sc)),
@@ -289,8 +289,8 @@ pub fn too_large(records: f64) -> String {
         "This scenario is too large to compute in a browser tab: {} requests or session steps, above the page's \
          limit of {}. Every record is kept in the tab's WebAssembly memory, which is at most {} GiB. Use \
          the command line's simulator for this size, or fewer requests here.",
-        crate::fmt::num(records),
-        crate::fmt::num(MAX_RECORDS),
+        crate::ui::fmt::num(records),
+        crate::ui::fmt::num(MAX_RECORDS),
         offload::WASM_MEMORY_LIMIT / f64::from(1u32 << 30)
     )
 }

@@ -1,12 +1,18 @@
 //! The what-if explorer: scenario controls on the left; summary, charts and diagnostics on the right.
 
+pub mod controls;
+pub mod fields;
+pub mod seed_band;
+pub mod seed_panel;
+pub mod trace_panel;
+
 use leptos::prelude::*;
 
-use crate::charts::{LineChart, PALETTE, Series, Threshold};
-use crate::compute::{self, Outcome, Severity};
-use crate::controls::Controls;
-use crate::metric::{Metric, unit_of};
-use crate::state::Explorer;
+use crate::explorer::controls::Controls;
+use crate::model::compute::{self, Outcome, Severity};
+use crate::model::state::Explorer;
+use crate::ui::charts::{LineChart, PALETTE, Series, Threshold};
+use crate::ui::metric::{Metric, unit_of};
 
 /// Headline metrics, in display order, with their labels. A field absent from a model's summary is skipped.
 pub const HEADLINE: [(&str, &str); 16] = [
@@ -47,7 +53,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
                 <ChartsGrid ex=ex/>
-                <crate::capacity_panel::CapacityCard ex=ex/>
+                <crate::capacity::panel::CapacityCard ex=ex/>
                 <Diagnostics ex=ex/>
                 <AllMetrics ex=ex/>
             </div>
@@ -172,7 +178,7 @@ fn ActionBar(ex: Explorer) -> impl IntoView {
             copied.set(Some("fix the scenario first".to_string()));
             return;
         };
-        let link = shared::link::link_url(&crate::url::page_base(), &sc);
+        let link = shared::link::link_url(&crate::model::url::page_base(), &sc);
         if let Some(w) = web_sys::window() {
             let _ = w.navigator().clipboard().write_text(&link);
         }
@@ -180,7 +186,7 @@ fn ActionBar(ex: Explorer) -> impl IntoView {
     };
     let pin = move |_| {
         if let Some(o) = ex.outcome.get_untracked() {
-            ex.pinned.set(Some(crate::state::Pinned {
+            ex.pinned.set(Some(crate::model::state::Pinned {
                 json: ex.json.get_untracked(),
                 outcome: o,
                 band: ex.band.get_untracked(),
@@ -291,7 +297,7 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
         move || {
             let since = ex.computing_since.get_untracked();
             let shown = since
-                .map(|t0| (crate::offload::now_ms() - t0) / 1000.0)
+                .map(|t0| (crate::worker::offload::now_ms() - t0) / 1000.0)
                 .filter(|s| *s >= 0.5);
             if shown.is_some() || elapsed.get_untracked().is_some() {
                 elapsed.set(shown);
@@ -330,7 +336,7 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                 "computing…"
                 {move || elapsed.get().map(|s| format!(" {s:.1} s"))}
                 // Re-read whenever "computing" changes: where the next run goes is known only then.
-                {move || (ex.computing.get() && crate::offload::mode() == "worker").then_some(" (in the background: the page stays usable)")}
+                {move || (ex.computing.get() && crate::worker::offload::mode() == "worker").then_some(" (in the background: the page stays usable)")}
             </span>
             {move || {
                 ex.needs_run
@@ -431,7 +437,7 @@ fn AllMetrics(ex: Explorer) -> impl IntoView {
                     .iter()
                     .filter(|(k, _)| !HEADLINE.iter().any(|(h, _)| h == k))
                     .map(|(k, v)| {
-                        let shown = crate::metric::display(k, *v, o.exact);
+                        let shown = crate::ui::metric::display(k, *v, o.exact);
                         view! {
                             <tr>
                                 <td class="mono">{k.clone()}</td>
@@ -453,10 +459,10 @@ fn AllMetrics(ex: Explorer) -> impl IntoView {
 }
 
 /// The seed band of the explorer's current result, computed in the worker after each result (engine scenarios up
-/// to [`crate::seed_band::MAX_BAND_RECORDS`] requests); `None` until it arrives, and for the seed model.
-fn seed_band_of(ex: Explorer) -> RwSignal<Option<std::sync::Arc<crate::seed_band::SeedBand>>> {
-    use crate::offload::{self, Lane};
-    use crate::wire::{Done, Job};
+/// to [`crate::explorer::seed_band::MAX_BAND_RECORDS`] requests); `None` until it arrives, and for the seed model.
+fn seed_band_of(ex: Explorer) -> RwSignal<Option<std::sync::Arc<crate::explorer::seed_band::SeedBand>>> {
+    use crate::worker::offload::{self, Lane};
+    use crate::worker::wire::{Done, Job};
     use shared::scenario::Scenario;
     let band = ex.band;
     let generation = StoredValue::new(0u64);
@@ -468,12 +474,13 @@ fn seed_band_of(ex: Explorer) -> RwSignal<Option<std::sync::Arc<crate::seed_band
         let Ok(sc) = Scenario::from_value(ex.json.get_untracked()) else {
             return;
         };
-        if !matches!(sc, Scenario::Engine(_)) || compute::records_of(&sc) > crate::seed_band::MAX_BAND_RECORDS {
+        if !matches!(sc, Scenario::Engine(_)) || compute::records_of(&sc) > crate::explorer::seed_band::MAX_BAND_RECORDS
+        {
             return;
         }
         let g = offload::new_generation();
         generation.set_value(g);
-        let size = compute::size_of(&sc) * crate::seed_band::BAND_SEEDS as f64;
+        let size = compute::size_of(&sc) * crate::explorer::seed_band::BAND_SEEDS as f64;
         offload::submit(Lane::Explorer, g, size, Job::SeedBand(sc.to_value()), move |f| {
             if generation.try_get_value() != Some(g) {
                 return;
@@ -490,7 +497,7 @@ fn seed_band_of(ex: Explorer) -> RwSignal<Option<std::sync::Arc<crate::seed_band
 #[component]
 fn ChartsGrid(ex: Explorer) -> impl IntoView {
     let band = seed_band_of(ex);
-    let band_name = move |b: &crate::seed_band::SeedBand| format!("{} seeds: min–max", b.seeds.len());
+    let band_name = move |b: &crate::explorer::seed_band::SeedBand| format!("{} seeds: min–max", b.seeds.len());
     let ttft = Signal::derive(move || {
         ex.outcome.get().map_or_else(Vec::new, |o| {
             let mut s = Vec::new();
@@ -498,7 +505,7 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
                 s.push(Series::band(
                     band_name(&b),
                     PALETTE[0],
-                    crate::seed_band::polygon(&b.ttft),
+                    crate::explorer::seed_band::polygon(&b.ttft),
                 ));
             }
             s.push(Series::steps("this scenario", PALETTE[0], o.ttft_cdf.clone()));
@@ -515,7 +522,7 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
                 s.push(Series::band(
                     band_name(&b),
                     PALETTE[0],
-                    crate::seed_band::polygon(&b.tpot),
+                    crate::explorer::seed_band::polygon(&b.tpot),
                 ));
             }
             s.push(Series::steps("this scenario", PALETTE[0], o.tpot_cdf.clone()));

@@ -139,7 +139,7 @@ mod tests {
     /// The protocol's snapshots: one example of every `ServerMsg` kind, as the agent writes it
     /// (`shared/tests/protocol_snapshots.rs` keeps them equal to the derive's output).
     fn documented_server_messages() -> Vec<&'static str> {
-        let doc = include_str!("../../docs/protocol.md");
+        let doc = include_str!("../../../docs/protocol.md");
         let (_, agent_to_page) = doc
             .split_once("### Agent → page (`ServerMsg`)")
             .expect("docs/protocol.md lists the agent's messages");
