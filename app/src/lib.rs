@@ -72,7 +72,16 @@ pub fn App() -> impl IntoView {
     let settled = ex.settled().shared();
     let conn = AgentConn::start(model::url::token(), settled.clone());
     provide_context(conn);
-    let view = RwSignal::new(View::Explorer);
+    // The view shown is kept in the URL (`view=live`), so a reload comes back to it.
+    let view = RwSignal::new(
+        model::url::page_param("view")
+            .and_then(|v| View::ALL.into_iter().find(|x| x.id() == v))
+            .unwrap_or(View::Explorer),
+    );
+    Effect::new(move |_| {
+        let v = view.get();
+        model::url::set_page_param("view", (v != View::Explorer).then_some(v.id()));
+    });
     // For "Use in explorer" buttons in other views.
     provide_context(view);
 

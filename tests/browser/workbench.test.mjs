@@ -134,3 +134,37 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await page.close();
   });
 }
+
+test('a reload re-attaches to the running run, on the live view, with its target; history says when and how long', async () => {
+  const page = await newPage({ width: 1280, height: 800 });
+  // Long enough to reload in the middle: two sessions of 30 steps with their think time.
+  const scenario = liveScenario({ sessions: 2, steps: 30 });
+  await page.goto(shareLink(scenario, 'reattach', ORIGIN).replace('#s=', `#token=${TOKEN}&s=`));
+  await settled(page);
+  await page.locator('[data-view="live"]').click();
+  await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
+    .some((o) => o.value === 'sim'), null, { timeout: 20000 });
+  await page.locator('select[data-control="target"]').selectOption('sim');
+  await page.locator('[data-action="launch"]').click();
+  await page.waitForFunction((sel) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > 0,
+    `${LIVE} [data-records]`, { timeout: 60000 });
+  const runId = await page.locator(`${LIVE} .status-line .mono`).first().innerText();
+  const before = Number(await page.locator(`${LIVE} [data-records]`).first().getAttribute('data-records'));
+
+  await page.reload();
+  await page.locator(`${LIVE} [data-run-state="running"]`).first().waitFor({ timeout: 30000 });
+  assert.equal(await page.locator('[data-view="live"]').getAttribute('aria-selected'), 'true', 'the live view again');
+  assert.equal(await page.locator(`${LIVE} .status-line .mono`).first().innerText(), runId, 'the same run');
+  assert.equal(await page.locator('select[data-control="target"]').inputValue(), 'sim');
+  await page.waitForFunction(([sel, n]) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > n,
+    [`${LIVE} [data-records]`, before], { timeout: 60000 });
+  const detail = await page.locator(`[data-run="${runId}"] [data-run-detail]`).innerText();
+  assert.match(detail, /^sim · started \w{3} \d+, \d\d:\d\d · \d+ s so far · \d+ records$/);
+
+  await page.locator('[data-action="stop"]').click();
+  await page.locator(`${LIVE} [data-run-state="stopped"], ${LIVE} [data-run-state="finished"]`).first()
+    .waitFor({ timeout: 60000 });
+  assert.doesNotMatch(await page.locator(`[data-run="${runId}"] [data-run-detail]`).innerText(), /so far/);
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});

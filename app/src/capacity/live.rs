@@ -38,6 +38,21 @@ pub struct Outcome {
     pub levels_run: u64,
     pub unguided_levels_simulated: Option<u64>,
     pub notes: Vec<String>,
+    /// The search's highest load when a limit, not the engine, sets it (`max_load` in the report), and why
+    /// (`max_load_reason`: e.g. the agent's per-run limit).
+    pub max_load: Option<(f64, String)>,
+}
+
+impl Outcome {
+    /// The capacity as the card says it: `96`, `≥ 256 (the agent's per-run limit)` when the search ended at a
+    /// limit with every level up to it passing, or why there is none.
+    pub fn text(&self) -> String {
+        match (self.capacity, &self.max_load) {
+            (None, _) => "none: even the lowest load run fails".to_string(),
+            (Some(c), Some((max, why))) if c >= *max => format!("≥ {} ({why})", num(c)),
+            (Some(c), _) => num(c),
+        }
+    }
 }
 
 impl LiveCapacity {
@@ -104,8 +119,28 @@ impl LiveCapacity {
                 .as_array()
                 .map(|n| n.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
                 .unwrap_or_default(),
+            max_load: report["max_load"].as_f64().map(|m| {
+                let why = report["max_load_reason"].as_str().unwrap_or("the search's upper bound");
+                (m, why.to_string())
+            }),
         });
     }
+}
+
+/// While a search runs: which level runs, how long the search has run and the records written so far:
+/// `level 3 running (the last finished at 16) · 2 min 10 s · 354 records so far`.
+pub fn progress_text(finished: usize, last_load: Option<f64>, elapsed_s: f64, records: u64) -> String {
+    let last = last_load.map_or_else(String::new, |l| format!(" (the last finished at {})", num(l)));
+    let secs = elapsed_s.max(0.0).round() as u64;
+    let took = if secs < 60 {
+        format!("{secs} s")
+    } else {
+        format!("{} min {} s", secs / 60, secs % 60)
+    };
+    format!(
+        "level {} running{last} · {took} · {records} records so far",
+        finished + 1
+    )
 }
 
 fn num(v: f64) -> String {
@@ -185,7 +220,31 @@ fn curve(levels: &[&Level]) -> Vec<(f64, f64)> {
 
 /// The card of the search in `capacity` (nothing when there is none).
 #[component]
-pub fn LiveCapacityCard(capacity: RwSignal<Option<LiveCapacity>>) -> impl IntoView {
+pub fn LiveCapacityCard(
+    capacity: RwSignal<Option<LiveCapacity>>,
+    /// The search's run as the agent last reported it (its start and records so far), for the progress line.
+    #[prop(into)]
+    run: Signal<Option<shared::protocol::RunInfo>>,
+) -> impl IntoView {
+    // Seconds since the search started, ticking while it runs.
+    let now = RwSignal::new(js_sys::Date::now());
+    if let Ok(h) = set_interval_with_handle(move || now.set(js_sys::Date::now()), std::time::Duration::from_secs(1)) {
+        on_cleanup(move || h.clear());
+    }
+    let progress = move || {
+        let c = capacity.get()?;
+        if c.result.is_some() {
+            return None;
+        }
+        let r = run.get().filter(|r| r.run_id == c.run_id)?;
+        let elapsed = (now.get() - r.started_ms as f64).max(0.0) / 1000.0;
+        Some(progress_text(
+            c.levels.len(),
+            c.levels.last().map(|l| l.level.load),
+            elapsed,
+            r.records,
+        ))
+    };
     let chart = Signal::derive(move || {
         capacity.with(|c| {
             let Some(c) = c else { return Vec::new() };
@@ -242,9 +301,7 @@ pub fn LiveCapacityCard(capacity: RwSignal<Option<LiveCapacity>>) -> impl IntoVi
                 .unwrap_or_default();
             let live_shown = match &c.result {
                 None => "searching…".to_string(),
-                Some(r) => r
-                    .capacity
-                    .map_or_else(|| "none: even the lowest load run fails".to_string(), num),
+                Some(r) => r.text(),
             };
             let sim_value = c.simulated_capacity.map(|v| v.to_string()).unwrap_or_default();
             let sim_shown = c.simulated_capacity.map_or_else(|| "none".to_string(), num);
@@ -281,6 +338,7 @@ pub fn LiveCapacityCard(capacity: RwSignal<Option<LiveCapacity>>) -> impl IntoVi
                         <span data-live-capacity-levels=c.levels.len().to_string()>{count}</span>
                         {format!(" · {strategy} · run {}", c.run_id)}
                     </p>
+                    {move || progress().map(|f| view! { <p class="muted" data-live-capacity-progress="">{f}</p> })}
                     <LineChart id="live-capacity" title="Goodput vs load: live vs simulated" x_label="load" y_label="req/s" series=chart thresholds=marks empty="waiting for the first level"/>
                     <div class="capacity-sides">
                         <div>
@@ -309,6 +367,37 @@ mod tests {
     use shared::metrics::Summary;
 
     use super::*;
+
+    #[test]
+    fn a_capacity_at_the_agents_limit_reads_as_at_least() {
+        let mut o = Outcome {
+            capacity: Some(256.0),
+            levels_run: 6,
+            unguided_levels_simulated: None,
+            notes: Vec::new(),
+            max_load: Some((256.0, "the agent's per-run limit".to_string())),
+        };
+        assert_eq!(o.text(), "≥ 256 (the agent's per-run limit)");
+        o.capacity = Some(96.0);
+        assert_eq!(o.text(), "96");
+        o.max_load = None;
+        o.capacity = Some(256.0);
+        assert_eq!(o.text(), "256");
+        o.capacity = None;
+        assert!(o.text().starts_with("none"));
+    }
+
+    #[test]
+    fn a_running_search_says_its_level_time_and_records() {
+        assert_eq!(
+            progress_text(0, None, 4.2, 0),
+            "level 1 running · 4 s · 0 records so far"
+        );
+        assert_eq!(
+            progress_text(2, Some(16.0), 130.0, 354),
+            "level 3 running (the last finished at 16) · 2 min 10 s · 354 records so far"
+        );
+    }
 
     fn level(load: f64, pass: bool) -> LiveLevel {
         let level = Level {

@@ -66,6 +66,8 @@ pub struct Live {
     flush_pending: StoredValue<bool>,
     /// A reopened run whose pages are still arriving: the run and the records gathered so far.
     paging: StoredValue<Option<(RunInfo, Vec<RequestRecord>)>>,
+    /// Whether this page has re-attached to a running run (or decided there was none), once per page.
+    attached: StoredValue<bool>,
 }
 
 impl Live {
@@ -84,6 +86,7 @@ impl Live {
             buffer: StoredValue::new(Vec::new()),
             flush_pending: StoredValue::new(false),
             paging: StoredValue::new(None),
+            attached: StoredValue::new(false),
         }
     }
 
@@ -194,14 +197,34 @@ impl Live {
     fn handle(&self, conn: AgentConn, msg: &ServerMsg) {
         match msg {
             ServerMsg::Targets { targets, .. } => {
+                // The target chosen before a reload (`target=` in the URL), else the first.
+                let kept = crate::model::url::page_param("target").filter(|k| targets.iter().any(|t| &t.name == k));
                 if self.target.get_untracked().is_empty()
-                    && let Some(t) = targets.first()
+                    && let Some(t) = kept.or_else(|| targets.first().map(|t| t.name.clone()))
                 {
-                    self.target.set(t.name.clone());
+                    self.target.set(t);
                 }
                 self.targets.set(targets.clone());
             }
-            ServerMsg::Runs { runs, .. } => self.runs.set(runs.clone()),
+            ServerMsg::Runs { runs, .. } => {
+                self.runs.set(runs.clone());
+                // A page (re)loaded while a run goes on re-attaches to it: the one the URL names (`run=`), else
+                // the newest running one. Once per page, and never over something already shown.
+                if !self.attached.get_value() && self.source.with_untracked(Option::is_none) {
+                    self.attached.set_value(true);
+                    let named = crate::model::url::page_param("run");
+                    let pick = runs
+                        .iter()
+                        .filter(|r| r.state == RunState::Running)
+                        .max_by_key(|r| (named.as_deref() == Some(r.run_id.as_str()), r.started_ms));
+                    if let Some(r) = pick {
+                        conn.send(&ClientMsg::FetchRun {
+                            id: conn.next_id(),
+                            run_id: r.run_id.clone(),
+                        });
+                    }
+                }
+            }
             ServerMsg::RunStarted { run, .. } => {
                 self.message.set(None);
                 self.upsert_run(run.clone());
@@ -373,6 +396,20 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         }
     });
     let connected = move || conn.status.get() == Status::Connected;
+    // The target and the run shown are kept in the URL (`target=`, `run=`): a reload comes back to them.
+    Effect::new(move |_| {
+        let t = live.target.get();
+        if !t.is_empty() {
+            crate::model::url::set_page_param("target", Some(&t));
+        }
+    });
+    Effect::new(move |_| {
+        let run = live.source.with(|s| match s {
+            Some(Source::Run(r)) => Some(r.run_id.clone()),
+            _ => None,
+        });
+        crate::model::url::set_page_param("run", run.as_deref());
+    });
     let running = move || matches!(live.source.get(), Some(Source::Run(r)) if r.state == RunState::Running);
 
     let launch = move |_| {
@@ -681,7 +718,13 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             </aside>
             <div class="results" data-summary="live">
                 <SourceLine live=live/>
-                <LiveCapacityCard capacity=live.capacity/>
+                <LiveCapacityCard
+                    capacity=live.capacity
+                    run=Signal::derive(move || match live.source.get() {
+                        Some(Source::Run(r)) => Some(r),
+                        _ => None,
+                    })
+                />
                 // A capacity search keeps its records per level: the replay's summary, overlay and fit do not apply.
                 <Show when=move || !live.source.with(|s| matches!(s, Some(Source::Run(r)) if r.kind == RunKind::Capacity))>
                     <LiveSummary summary=summary failures=failures/>
@@ -950,7 +993,7 @@ fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
                                 <span class="pill" data-run-state=state_attr>{state}</span>
                                 <span class="mono small">{r.run_id.clone()}</span>
                             </div>
-                            <div class="run-line faint small">{format!("{} · {} records", r.target, r.records)}</div>
+                            <div class="run-line faint small" data-run-detail="">{run_detail(&r, now_ms())}</div>
                             <div class="run-actions">
                                 <button class="btn small" data-action="open-run" on:click=move |_| { conn.send(&ClientMsg::FetchRun { id: conn.next_id(), run_id: id_open.clone() }); }>"Open"</button>
                                 <button class="btn small" data-action="export-run" on:click=move |_| export_run(&id_export)>"Export"</button>
@@ -961,6 +1004,56 @@ fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
                 }).collect_view()}
             </ul>
         </div>
+    }
+}
+
+/// Now, Unix milliseconds (the browser's clock).
+fn now_ms() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+/// A history entry's line: what ran, where, when it started, how long it took (or has run), what it wrote:
+/// `capacity search · sim · started 14:02 · 6 min · 1,234 records`.
+pub fn run_detail(r: &RunInfo, now_ms: u64) -> String {
+    let kind = if r.kind == RunKind::Capacity {
+        "capacity search · "
+    } else {
+        ""
+    };
+    let started = local_clock(r.started_ms);
+    let took = r.ended_ms.unwrap_or(now_ms).saturating_sub(r.started_ms) as f64 / 1000.0;
+    let so_far = if r.ended_ms.is_none() { " so far" } else { "" };
+    format!(
+        "{kind}{} · started {started} · {}{so_far} · {} records",
+        r.target,
+        about(took),
+        crate::ui::fmt::num(r.records as f64)
+            .split('.')
+            .next()
+            .unwrap_or_default()
+    )
+}
+
+/// A Unix time (ms) as the browser's local date and time, `Dec 6, 14:02` (UTC `HH:MM` outside a browser).
+fn local_clock(ms: u64) -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        format!(
+            "{} {}, {:02}:{:02}",
+            MONTHS[(d.get_month() as usize).min(11)],
+            d.get_date(),
+            d.get_hours(),
+            d.get_minutes()
+        )
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let min = ms / 60_000;
+        format!("{:02}:{:02} UTC", (min / 60) % 24, min % 60)
     }
 }
 
@@ -979,6 +1072,34 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+
+    #[test]
+    fn history_entries_say_when_how_long_and_what() {
+        let r = RunInfo {
+            run_id: "r1".into(),
+            kind: RunKind::Capacity,
+            target: "sim".into(),
+            state: RunState::Finished,
+            started_ms: 1_796_551_740_000,
+            ended_ms: Some(1_796_551_740_000 + 372_000),
+            records: 1234,
+            error: None,
+        };
+        let line = run_detail(&r, 0);
+        assert!(line.starts_with("capacity search · sim · started "), "{line}");
+        assert!(line.ends_with(" · 6 min · 1,234 records"), "{line}");
+        let running = RunInfo {
+            kind: RunKind::Replay,
+            state: RunState::Running,
+            ended_ms: None,
+            ..r
+        };
+        let line = run_detail(&running, 1_796_551_740_000 + 45_000);
+        assert!(
+            line.starts_with("sim · started ") && line.contains(" · 45 s so far · "),
+            "{line}"
+        );
+    }
 
     #[test]
     fn launch_says_what_it_sends_and_for_how_long() {

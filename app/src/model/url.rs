@@ -80,6 +80,18 @@ pub fn page_base() -> String {
     format!("{origin}{path}")
 }
 
+/// A parameter of the page URL's fragment or query (`view`, `target`, `run`: what a reload restores).
+pub fn page_param(key: &str) -> Option<String> {
+    let (hash, search) = location_parts();
+    param(&hash, &search, key)
+}
+
+/// Set (or with `None` remove) a parameter of the page URL's fragment, keeping the others.
+pub fn set_page_param(key: &str, value: Option<&str>) {
+    let (hash, _) = location_parts();
+    replace_hash(&with_param(&hash, key, value));
+}
+
 /// Replace the fragment without adding a history entry or triggering navigation.
 pub fn replace_hash(hash: &str) {
     let Some(window) = web_sys::window() else { return };
