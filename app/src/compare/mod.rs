@@ -86,13 +86,13 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                 };
                 let exact = a.outcome.exact && b.exact;
                 let headline = crate::explorer::HEADLINE.iter().any(|(h, _)| *h == name);
-                let note = within.then_some(" (within A's seed band)");
+                let note = within.then_some(" (noise)");
                 Some(view! {
                     <tr data-compare=name.clone() class:within-band=within class:headline=headline>
                         <td title=name.clone()>{crate::ui::metric::label(&name)}<span class="faint small">{match crate::ui::metric::unit_of(&name) { "ratio" => String::new(), u => format!(" {u}") }}</span></td>
                         <td data-side="a"><span data-metric=name.clone() data-value=va.to_string()>{crate::ui::metric::display(&name, va, exact)}</span></td>
                         <td data-side="b"><span data-metric=name.clone() data-value=vb.to_string()>{crate::ui::metric::display(&name, vb, exact)}</span></td>
-                        <td class=better data-delta="" data-within-band=within.to_string()>{delta}{note}</td>
+                        <td class=better data-delta="" data-within-band=within.to_string() title=within.then_some("within A's spread over 5 seeds")><span class="pct">{delta}</span><span class="noise">{note}</span></td>
                     </tr>
                 })
             })
@@ -133,12 +133,14 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                 <h3>"What changed"</h3>
                 {change_list}
                 {band.is_some().then(|| view! {
-                    <p class="faint small">"Greyed: a change that stays within A's spread over 5 seeds (noise, not an effect)."</p>
+                    <p class="faint small">"Greyed, \"(noise)\": a change that stays within A's spread over 5 seeds, not an effect."</p>
                 })}
+                <div class="table-scroll">
                 <table class="data compare-table">
                     <thead><tr><th>"Metric"</th><th>"A (pinned)"</th><th>"B (explorer)"</th><th>"Change"</th></tr></thead>
                     <tbody>{rows}</tbody>
                 </table>
+                </div>
             </div>
         })
     };

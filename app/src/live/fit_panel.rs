@@ -251,11 +251,35 @@ pub fn FitCard(
             {move || used.get().map(|m| view! { <p class="callout good" data-fit-used="">{m}</p> })}
             {move || match fitted.get() {
                 None => None,
-                Some(Err(e)) => Some(view! {
-                    <p class="callout bad" data-fit-error="">
-                        <strong>"No fit: "</strong>{e}
-                    </p>
-                }.into_any()),
+                Some(Err(e)) => {
+                    let advice = refusal_advice(&e);
+                    Some(view! {
+                        <p class="callout bad" data-fit-error="">
+                            <strong>"No fit: "</strong>{e}
+                        </p>
+                        <p class="callout" data-fit-advice="">{advice}</p>
+                        <div class="actions">
+                            <button
+                                class="btn"
+                                data-action="calibration-run"
+                                on:click=move |_| {
+                                    let base = ex.scenario().and_then(|s| match s {
+                                        Scenario::Engine(e) => Some(e),
+                                        Scenario::Seed(_) => None,
+                                    });
+                                    if let Ok(sc) = Scenario::from_value(calibration_run(base)) {
+                                        ex.set_scenario(&sc);
+                                        used.set(Some(
+                                            "The explorer now holds a calibration run (one user at a time, varied prompt lengths): launch it, then fit it.".to_string(),
+                                        ));
+                                    }
+                                }
+                            >
+                                "Set up a calibration run"
+                            </button>
+                        </div>
+                    }.into_any())
+                }
                 Some(Ok(f)) => Some(view! { <FitTables f=f ms=fit_ms.get_untracked()/> }.into_any()),
             }}
             {move || predict_note.get().map(|m| view! { <p class="muted" data-fit-predict-note="">{m}</p> })}
@@ -328,12 +352,82 @@ fn FitTables(f: Arc<Fit>, ms: Option<f64>) -> impl IntoView {
     }
 }
 
+/// What a run needs for the fit, after its refusal `error` (calibrate's own words), or why no run will do.
+pub fn refusal_advice(error: &str) -> String {
+    const RUN: &str = "A run the fit can always use: one user at a time (a closed loop of 1 user, no think time), \
+        prompts of varied lengths, 30 requests or more — \"Set up a calibration run\" puts one in the explorer.";
+    if error.contains("does not describe this server") {
+        format!(
+            "This is a genuine misfit, not a run too small: the server's timings do not follow the engine model's \
+             step costs. A designed probe of the server (the command line's calibration against its URL) measures \
+             each cost on its own. {RUN}"
+        )
+    } else if error.contains("alone on the server") {
+        format!(
+            "The prefill cost is measured on requests that ran alone on the server; with several sessions or users \
+             at once almost none do. {RUN}"
+        )
+    } else if error.contains("distinct prompt lengths") {
+        format!("The prefill cost needs prompts of several lengths; this run's were nearly all alike. {RUN}")
+    } else {
+        RUN.to_string()
+    }
+}
+
+/// The run the fit can always use: `base`'s profile, SLOs and seed (else the default engine scenario's) with a
+/// closed loop of one user, no think time, 40 requests of uniform prompt (200–4,000 tokens) and output (16–128)
+/// lengths.
+pub fn calibration_run(base: Option<shared::engine::EngineScenario>) -> Value {
+    let base = base.unwrap_or_else(default_engine_scenario);
+    let mut v = Scenario::Engine(base).to_value();
+    v["workload"] = serde_json::json!({
+        "kind": "closed_loop", "users": 1, "num_requests": 40, "think_s": 0.0,
+        "prompt": {"dist": "uniform", "min": 200, "max": 4000},
+        "output": {"dist": "uniform", "min": 16, "max": 128}
+    });
+    if let Some(m) = v.as_object_mut() {
+        m.remove("fleet");
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
+
+    #[test]
+    fn a_refusal_says_what_a_run_needs() {
+        let alone = refusal_advice("7 requests were alone on the server during their prefill (need 8)");
+        assert!(
+            alone.contains("alone on the server") && alone.contains("one user at a time"),
+            "{alone}"
+        );
+        let lengths = refusal_advice("3 distinct prompt lengths (need 4)");
+        assert!(lengths.contains("several lengths"), "{lengths}");
+        let misfit =
+            refusal_advice("ms_per_new_token came out negative (-0.2): the model does not describe this server");
+        assert!(misfit.starts_with("This is a genuine misfit"), "{misfit}");
+        for text in [&alone, &lengths, &misfit] {
+            assert!(!text.contains("--") && !text.contains('`'), "page words: {text}");
+        }
+        // The calibration run is a valid scenario: one user, no think time, varied prompts, the base's profile.
+        let mut base = default_engine_scenario();
+        base.profile.name = "mine".into();
+        base.slo.ttft_ms = 777.0;
+        let sc = Scenario::from_value(calibration_run(Some(base))).expect("a valid scenario");
+        let Scenario::Engine(e) = &sc else {
+            panic!("an engine scenario")
+        };
+        let shared::workload::Workload::ClosedLoop(w) = &e.workload else {
+            panic!("a closed loop: {:?}", e.workload)
+        };
+        assert_eq!((w.users, w.think_s), (1, 0.0));
+        assert!(w.num_requests >= 30);
+        assert_eq!((e.profile.name.as_str(), e.slo.ttft_ms), ("mine", 777.0));
+    }
     use shared::engine::{EngineScenario, SimOptions, simulate_with};
     use shared::workload::{ClosedLoopWorkload, LengthDist, Workload};
 
