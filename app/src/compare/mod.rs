@@ -15,7 +15,7 @@ fn lower_is_better(name: &str) -> bool {
 /// Summary fields in the order Compare lists them: the explorer's headline metrics first, in its order, then the
 /// rest by label.
 pub fn ordered(mut names: Vec<String>) -> Vec<String> {
-    let head = |n: &str| crate::explorer::HEADLINE.iter().position(|(h, _)| *h == n);
+    let head = |n: &str| crate::ui::metric::HEADLINE.iter().position(|(h, _)| *h == n);
     names.sort_by(|x, y| match (head(x), head(y)) {
         (Some(i), Some(j)) => i.cmp(&j),
         (Some(_), None) => std::cmp::Ordering::Less,
@@ -85,7 +85,7 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                     "delta-bad"
                 };
                 let exact = a.outcome.exact && b.exact;
-                let headline = crate::explorer::HEADLINE.iter().any(|(h, _)| *h == name);
+                let headline = crate::ui::metric::HEADLINE.iter().any(|(h, _)| *h == name);
                 let note = within.then_some(" (noise)");
                 Some(view! {
                     <tr data-compare=name.clone() class:within-band=within class:headline=headline>

@@ -14,25 +14,7 @@ use crate::model::state::Explorer;
 use crate::ui::charts::{LineChart, PALETTE, Series, Threshold};
 use crate::ui::metric::{Metric, unit_of};
 
-/// Headline metrics, in display order, with their labels. A field absent from a model's summary is skipped.
-pub const HEADLINE: [(&str, &str); 16] = [
-    ("ttft_p50_ms", "TTFT p50"),
-    ("ttft_p99_ms", "TTFT p99"),
-    ("tpot_p50_ms", "TPOT p50"),
-    ("tpot_p99_ms", "TPOT p99"),
-    ("e2el_p50_ms", "E2E p50"),
-    ("e2el_p99_ms", "E2E p99"),
-    ("request_throughput_rps", "Throughput"),
-    ("output_throughput_tok_s", "Output tokens"),
-    ("raw_output_tokens_per_s", "Output tokens"),
-    ("goodput_rps", "Goodput"),
-    ("slo_goodput_rps", "Goodput"),
-    ("slo_attainment_ratio", "SLO attainment"),
-    ("session_goodput_sps", "Session goodput"),
-    ("session_attainment_ratio", "Session attainment"),
-    ("cached_share_achieved", "Cached share"),
-    ("duration_s", "Duration"),
-];
+use crate::ui::metric::HEADLINE;
 
 /// The explorer view.
 #[component]

@@ -7,6 +7,26 @@
 
 use leptos::prelude::*;
 
+/// Headline metrics, in display order, with their labels. A field absent from a model's summary is skipped.
+pub const HEADLINE: [(&str, &str); 16] = [
+    ("ttft_p50_ms", "TTFT p50"),
+    ("ttft_p99_ms", "TTFT p99"),
+    ("tpot_p50_ms", "TPOT p50"),
+    ("tpot_p99_ms", "TPOT p99"),
+    ("e2el_p50_ms", "E2E p50"),
+    ("e2el_p99_ms", "E2E p99"),
+    ("request_throughput_rps", "Throughput"),
+    ("output_throughput_tok_s", "Output tokens"),
+    ("raw_output_tokens_per_s", "Output tokens"),
+    ("goodput_rps", "Goodput"),
+    ("slo_goodput_rps", "Goodput"),
+    ("slo_attainment_ratio", "SLO attainment"),
+    ("session_goodput_sps", "Session goodput"),
+    ("session_attainment_ratio", "Session attainment"),
+    ("cached_share_achieved", "Cached share"),
+    ("duration_s", "Duration"),
+];
+
 /// The unit suffix a field name implies, for display next to the value.
 pub fn unit_of(field: &str) -> &'static str {
     if field.ends_with("_ms") {
@@ -29,7 +49,7 @@ pub fn unit_of(field: &str) -> &'static str {
 /// The label the page shows for a summary field: the explorer's headline label (`TTFT p50`), else the name in
 /// words with its unit dropped (`ttft_mean_ms` → `TTFT mean`, `kv_peak_use_ratio` → `KV peak use`).
 pub fn label(field: &str) -> String {
-    if let Some((_, l)) = crate::explorer::HEADLINE.iter().find(|(n, _)| *n == field) {
+    if let Some((_, l)) = HEADLINE.iter().find(|(n, _)| *n == field) {
         return (*l).to_string();
     }
     let mut words: Vec<String> = field

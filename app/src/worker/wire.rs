@@ -92,7 +92,7 @@ mod json_tree {
     use serde::{Deserialize, Deserializer, Serialize, Serializer, de::Error};
     use serde_json::Value;
 
-    use super::Json;
+    use crate::worker::wire::Json;
 
     pub fn serialize<S: Serializer>(v: &Value, s: S) -> Result<S::Ok, S::Error> {
         Json::from(v).serialize(s)
