@@ -136,6 +136,10 @@ pub struct LiveOptions {
     /// A level is cut after this many seconds whatever its plan (an agent's `--max-run-seconds`); unlike
     /// `duration` it does not set the steady-state window's end.
     pub max_level_seconds: Option<f64>,
+    /// Why the search's highest load is what it is, when a limit rather than the engine sets it (an agent's per-run
+    /// limit): the report then carries `max_load` (the bound) and `max_load_reason` (this text), so a capacity at
+    /// the bound reads "≥ max (reason)". `None` (the CLI): neither key.
+    pub upper_limit: Option<String>,
 }
 
 impl Default for LiveOptions {
@@ -148,6 +152,7 @@ impl Default for LiveOptions {
             early_stop: true,
             max_concurrency: None,
             max_level_seconds: None,
+            upper_limit: None,
         }
     }
 }
@@ -248,7 +253,7 @@ pub async fn run(s: Settings, hooks: CapacityHooks) -> anyhow::Result<Value> {
         notes.push("interrupted: the last level was cut and does not count".to_string());
     }
     let unguided = unguided_levels(plan);
-    let report = json!({
+    let mut report = json!({
         "capacity": search.capacity(),
         "knob": plan.knob,
         "levels": levels,
@@ -264,6 +269,10 @@ pub async fn run(s: Settings, hooks: CapacityHooks) -> anyhow::Result<Value> {
         "repeat": o.repeat,
         "run_dir": dir.display().to_string(),
     });
+    if let Some(reason) = &o.upper_limit {
+        report["max_load"] = json!(plan.bounds.max);
+        report["max_load_reason"] = json!(reason);
+    }
     std::fs::write(dir.join("capacity.json"), serde_json::to_vec_pretty(&report)?)
         .with_context(|| format!("writing {}", dir.join("capacity.json").display()))?;
     Ok(report)

@@ -463,3 +463,68 @@ fn report_shows_failed_and_never_sent_requests_and_the_first_error() {
         "{text}"
     );
 }
+
+#[test]
+fn report_takes_the_slos_of_the_scenario_beside_the_records() {
+    let d = dir("report-slo");
+    let (sc, rec) = (d.join("scenario.json"), d.join("records.jsonl"));
+    let mut v = scenario(4, profile());
+    v["slo"] = json!({"ttft_ms": 120.0, "tpot_ms": 14.0, "e2e_ms": 2500.0});
+    write(&sc, &v);
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec), "--json"], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let sim: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+
+    // No flag: the scenario's SLOs, named; scored exactly as the simulator scored them.
+    let o = loadshape(&["report", s(&rec), "--json"], None);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        r["slo"],
+        json!({"ttft_ms": 120.0, "tpot_ms": 14.0, "e2e_ms": 2500.0}),
+        "{r}"
+    );
+    let from = r["slo_from"].as_str().unwrap_or_default();
+    assert!(from.starts_with("from ") && from.ends_with("scenario.json"), "{from}");
+    assert!(
+        err.contains("SLOs: TTFT 120 ms, TPOT 14 ms, E2E 2500 ms (from "),
+        "{err}"
+    );
+    for key in ["slo_attainment_ratio", "slo_goodput_rps"] {
+        assert_eq!(r["summary"][key], sim["summary"][key], "{key}");
+    }
+
+    // A flag wins for its own target; the rest still come from the file.
+    let o = loadshape(&["report", s(&rec), "--json", "--tpot-slo-ms", "35"], None);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (r["slo"]["ttft_ms"].as_f64(), r["slo"]["tpot_ms"].as_f64()),
+        (Some(120.0), Some(35.0))
+    );
+    let from = r["slo_from"].as_str().unwrap_or_default();
+    assert!(from.starts_with("from --tpot-slo-ms, the rest from "), "{from}");
+
+    // The same records elsewhere: the defaults, said as such.
+    let other = dir("report-slo-none");
+    let copy = other.join("run.jsonl");
+    std::fs::copy(&rec, &copy).unwrap_or_else(|e| panic!("{e}"));
+    let o = loadshape(&["report", s(&copy), "--json"], None);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r["slo"], json!({"ttft_ms": 500.0, "tpot_ms": 35.0}), "{r}");
+    assert!(
+        r["slo_from"].as_str().unwrap_or_default().contains("the defaults"),
+        "{r}"
+    );
+
+    // A scenario.json that does not parse is named, and the defaults are used.
+    std::fs::write(other.join("scenario.json"), "{\"model\": \"engine\", \"slo\": 3}")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = loadshape(&["report", s(&copy)], None);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("scenario.json does not parse") && err.contains("SLOs: TTFT 500 ms, TPOT 35 ms"),
+        "{err}"
+    );
+}

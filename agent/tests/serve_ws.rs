@@ -1417,6 +1417,12 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
     );
     assert_eq!(levels[0].level.load, 4.0, "guided: starts at the simulated capacity");
     assert_eq!(report["simulated_capacity"].as_f64(), Some(4.0));
+    // The agent's per-run limit bounds the search: the report says so, for "≥ max (the agent's per-run limit)".
+    assert_eq!(report["max_load_reason"], "the agent's per-run limit", "{report:#}");
+    assert!(
+        report["max_load"].as_f64().is_some_and(|m| m >= capacity && m < 4096.0),
+        "{report:#}"
+    );
     // Every level's records were counted on the run, and kept in the run folder, a file per level.
     let dir = agent.data_dir.join("runs").join(&run.run_id);
     let mut counted = 0;

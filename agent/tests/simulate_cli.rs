@@ -479,3 +479,38 @@ fn engine_model_reads_kv_tiers() {
         stderr(&o)
     );
 }
+
+#[test]
+fn simulate_opens_with_a_one_line_header() {
+    // The seed model: its profile, workload and SLOs, on stderr; stdout stays the table alone.
+    let o = simulate(&["-"], Some(SEED_FORM));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = stderr(&o).lines().next().unwrap_or_default().to_string();
+    assert_eq!(
+        first,
+        "profile baseline (seed model) · workload bursty: 80 requests at 8.5 req/s · SLOs TTFT 500 ms, TPOT 35 ms"
+    );
+    assert!(!stdout(&o).contains("SLOs TTFT"), "{}", stdout(&o));
+    // `--json` carries it all: no header.
+    let o = simulate(&["-", "--json"], Some(SEED_FORM));
+    assert!(o.status.success() && stderr(&o).is_empty(), "{}", stderr(&o));
+
+    // An engine scenario with a fleet from the flags and an E2E target.
+    let sc = serde_json::json!({"model": "engine", "seed": 1, "counterfactuals": false,
+        "workload": {"kind": "sessions", "sessions": 3, "steps": 4, "base_tokens": 2000, "gen_tokens": 32,
+                     "tool_tokens": 200, "think_s": 0.0, "stagger_s": 0.0, "respawn": false, "duration_s": 30.0},
+        "slo": {"ttft_ms": 800.0, "tpot_ms": 40.0, "e2e_ms": 9000.0}});
+    let mut sc = sc;
+    sc["profile"] = serde_json::from_str::<serde_json::Value>(&engine_small()).expect("JSON")["profile"].clone();
+    let o = simulate(
+        &["-", "--replicas", "2", "--router", "session_affinity"],
+        Some(&sc.to_string()),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = stderr(&o).lines().next().unwrap_or_default().to_string();
+    assert_eq!(
+        first,
+        "profile llama-3-8b-1xh100 × 2 (session_affinity) · workload sessions: 3 sessions × ~4 steps · \
+         SLOs TTFT 800 ms, TPOT 40 ms, E2E 9000 ms"
+    );
+}

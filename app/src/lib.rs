@@ -1,42 +1,27 @@
 //! The loadshape page: components over `shared` calls; it holds no simulation logic.
 //!
 //! Layout: a header (brand, views, agent status), then one view at a time: the what-if [`explorer`], the A/B
-//! [`compare`] view, the [`ladder_panel`], the [`live`] panel. Every view stays mounted (hidden, not removed) so
+//! [`compare`] view, the [`ladder`], the [`live`] panel. Every view stays mounted (hidden, not removed) so
 //! scripts can read any `data-metric` at any time, once its module has loaded (the split points below). Principal
 //! pieces:
-//! - [`agent_ws::AgentConn`]: the websocket to the agent (`#token=...` in the page URL), with `data-status`.
-//! - [`seed_panel::SeedPanel`]: the seed model's three profiles, computed in wasm, each in `data-profile="<name>"`.
-//! - [`metric::Metric`]: one summary value, rendered with `data-metric="<field name>"` and `data-value`.
-//! - [`offload`]: runs the simulations in a Web Worker (the same wasm module, see [`worker`] and [`wire`]), so
+//! - [`agent::ws::AgentConn`]: the websocket to the agent (`#token=...` in the page URL), with `data-status`.
+//! - [`explorer::seed_panel::SeedPanel`]: the seed model's three profiles, computed in wasm, each in `data-profile="<name>"`.
+//! - [`ui::metric::Metric`]: one summary value, rendered with `data-metric="<field name>"` and `data-value`.
+//! - [`worker::offload`]: runs the simulations in a Web Worker (the same wasm module, see [`worker`] and
+//!   [`worker::wire`]), so
 //!   large runs never freeze the page; the main thread computes when no worker can start.
-//! - Split points (`#[lazy]`, below and in [`agent_ws`]): the compare, ladder and live views, the trace card and the
+//! - Split points (`#[lazy]`, below and in [`agent::ws`]): the compare, ladder and live views, the trace card and the
 //!   agent link are modules of their own, loaded once the explorer has shown its first result, so the first module
 //!   holds what the explorer needs for it (docs/page.md, "Modules loaded on demand").
 
-pub mod agent_ws;
-pub mod capacity_live;
-pub mod capacity_panel;
-pub mod capacity_view;
-pub mod charts;
+pub mod agent;
+pub mod capacity;
 pub mod compare;
-pub mod compute;
-pub mod controls;
 pub mod explorer;
-pub mod fields;
-pub mod fit_panel;
-pub mod fmt;
-pub mod ladder_panel;
+pub mod ladder;
 pub mod live;
-pub mod metric;
-pub mod numbers;
-pub mod offload;
-pub mod seed_band;
-pub mod seed_panel;
-pub mod server_msg;
-pub mod state;
-pub mod trace_panel;
-pub mod url;
-pub mod wire;
+pub mod model;
+pub mod ui;
 pub mod worker;
 
 #[cfg(all(test, target_arch = "wasm32"))]
@@ -45,7 +30,7 @@ wasm_bindgen_test::wasm_bindgen_test_configure!(run_in_browser);
 use futures_util::FutureExt;
 use leptos::prelude::*;
 
-use agent_ws::AgentConn;
+use agent::ws::AgentConn;
 
 /// The views of the page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,13 +66,22 @@ impl View {
 /// The whole page.
 #[component]
 pub fn App() -> impl IntoView {
-    let ex = state::Explorer::from_url();
+    let ex = model::state::Explorer::from_url();
     provide_context(ex);
     // What loads on demand waits for the explorer's first result (or its error).
     let settled = ex.settled().shared();
-    let conn = AgentConn::start(url::token(), settled.clone());
+    let conn = AgentConn::start(model::url::token(), settled.clone());
     provide_context(conn);
-    let view = RwSignal::new(View::Explorer);
+    // The view shown is kept in the URL (`view=live`), so a reload comes back to it.
+    let view = RwSignal::new(
+        model::url::page_param("view")
+            .and_then(|v| View::ALL.into_iter().find(|x| x.id() == v))
+            .unwrap_or(View::Explorer),
+    );
+    Effect::new(move |_| {
+        let v = view.get();
+        model::url::set_page_param("view", (v != View::Explorer).then_some(v.id()));
+    });
     // For "Use in explorer" buttons in other views.
     provide_context(view);
 
@@ -123,7 +117,7 @@ pub fn App() -> impl IntoView {
             <section class="view" id="view-explorer" class:hidden=move || view.get() != View::Explorer>
                 <explorer::ExplorerView ex=ex/>
                 {later(settled.clone(), move || trace_panel(ex))}
-                <seed_panel::SeedPanel/>
+                <explorer::seed_panel::SeedPanel/>
             </section>
             {later(settled.clone(), move || other_views(OtherViews { ex, conn, view }))}
         </main>
@@ -160,7 +154,7 @@ where
 /// What the compare, ladder and live views take.
 #[derive(Clone, Copy)]
 struct OtherViews {
-    ex: state::Explorer,
+    ex: model::state::Explorer,
     conn: AgentConn,
     view: RwSignal<View>,
 }
@@ -174,7 +168,7 @@ async fn other_views(a: OtherViews) -> AnyView {
             <compare::CompareView ex=ex/>
         </section>
         <section class="view" id="view-ladder" class:hidden=move || view.get() != View::Ladder>
-            <ladder_panel::LadderPanel ex=ex/>
+            <ladder::LadderPanel ex=ex/>
         </section>
         <section class="view" id="view-live" class:hidden=move || view.get() != View::Live>
             <live::LivePanel ex=ex conn=conn/>
@@ -186,8 +180,8 @@ async fn other_views(a: OtherViews) -> AnyView {
 
 /// The explorer's trace card (reading a Mooncake trace file): one module.
 #[cfg_attr(feature = "split", lazy)]
-async fn trace_panel(ex: state::Explorer) -> AnyView {
-    view! { <trace_panel::TracePanel ex=ex/> }.into_any()
+async fn trace_panel(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::trace_panel::TracePanel ex=ex/> }.into_any()
 }
 
 /// The connection pill in the header: `data-status` and the agent's version.
@@ -222,7 +216,7 @@ fn HandshakePanel(conn: AgentConn) -> impl IntoView {
                 <dd>{shared::version::PROTOCOL_VERSION}</dd>
             </dl>
             {move || conn.message.get().map(|m| view! { <p class="callout warn">{m}</p> })}
-            <Show when=move || conn.status.get() == agent_ws::Status::NoToken>
+            <Show when=move || conn.status.get() == agent::ws::Status::NoToken>
                 <p class="muted">
                     "Not connected to an agent. Start one with " <code>"loadshape serve"</code>
                     " and open the link it prints (it carries " <code>"#token=…"</code> "); simulation works without it."

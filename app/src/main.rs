@@ -1,6 +1,6 @@
 //! The loadshape page, mounted on `<body>`. Built by Trunk from the root `index.html`.
 //!
-//! The same module also runs as the page's compute worker (`loadshape_app::offload`): there is no `window`
+//! The same module also runs as the page's compute worker (`loadshape_app::worker::offload`): there is no `window`
 //! there, and `main` installs the worker's message handler instead of mounting the page.
 use leptos::prelude::*;
 

@@ -169,8 +169,8 @@ async fn a_broken_link_shows_a_message_and_the_default() {
     let text = msg.text_content().unwrap_or_default();
     assert!(text.contains("truncated") || text.contains("corrupted"), "{text}");
     let shown = wait_value(&root, "[data-summary=\"explorer\"] [data-metric=\"ttft_p50_ms\"]").await;
-    let default = Scenario::from_value(loadshape_app::compute::default_scenario()).unwrap();
-    let want = loadshape_app::compute::compute(&default)
+    let default = Scenario::from_value(loadshape_app::model::compute::default_scenario()).unwrap();
+    let want = loadshape_app::model::compute::compute(&default)
         .unwrap()
         .get("ttft_p50_ms")
         .unwrap();
@@ -196,11 +196,11 @@ async fn a_broken_link_shows_a_message_and_the_default() {
 
 #[wasm_bindgen_test]
 fn pure_helpers_behave_in_wasm() {
-    assert_eq!(loadshape_app::fmt::num(3915.16), "3,915");
+    assert_eq!(loadshape_app::ui::fmt::num(3915.16), "3,915");
     let c = shared::metrics::cdf_points([3.0, 1.0, 2.0], 10);
     assert_eq!(c.last(), Some(&(3.0, 1.0)));
     assert_eq!(
-        loadshape_app::url::param("#token=a&s=1.x", "", "s").as_deref(),
+        loadshape_app::model::url::param("#token=a&s=1.x", "", "s").as_deref(),
         Some("1.x")
     );
     let (records, skipped) = loadshape_app::live::parse_jsonl(b"{}\n");

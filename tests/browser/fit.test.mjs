@@ -158,6 +158,14 @@ test('fit a live run on the page: the coefficients are calibrate --from\'s; use 
     await page.locator('[data-action="fit"]').click();
     const refusal = await page.locator(`${FIT} [data-fit-error]`).innerText({ timeout: 10000 });
     assert.match(refusal, /cannot fit .*need \d+.*\(3 records\)/s);
+    // It says what a run needs, and sets one up: the explorer's scenario becomes one user at a time.
+    assert.match(await page.locator(`${FIT} [data-fit-advice]`).innerText(), /one user at a time/);
+    await page.locator(`${FIT} [data-action="calibration-run"]`).click();
+    await page.locator(`${FIT} [data-fit-used]`).waitFor({ timeout: 10000 });
+    await page.locator('[data-view="explorer"]').click();
+    assert.equal(await page.locator('select[data-control="workload-kind"]').inputValue(), 'closed_loop');
+    assert.equal(await page.locator('input[type=number][data-pointer="/workload/users"]').inputValue(), '1');
+    await page.locator('[data-view="live"]').click();
     await screenshot(page, 'page-live-fit-refused-1280x800');
     assert.deepEqual(errors, []);
   } finally {

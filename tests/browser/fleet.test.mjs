@@ -5,7 +5,7 @@
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  assertSameNumbers, launchBrowser, numericFields, readMetrics, screenshot, shareLink as cliLink, simulate,
+  assertSameNumbers, launchBrowser, numericFields, openAdvanced, readMetrics, screenshot, shareLink as cliLink, simulate,
 } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
@@ -34,7 +34,7 @@ let browser;
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser?.close(); });
 
-/** `pct` of app/src/fmt.rs: one decimal and a space before the sign. */
+/** `pct` of app/src/ui/fmt.rs: one decimal and a space before the sign. */
 const pct = (v) => `${(v * 100).toFixed(1)} %`;
 
 /** The rows the page writes per replica, from the native fleet report. */
@@ -62,7 +62,9 @@ test('the Fleet group: replicas and router set in the page give the native per-r
   const link = cliLink(SESSIONS, 'fleet-sessions', ORIGIN);
   await page.goto(link.replace('#s=', `#token=${TOKEN}&s=`));
   await page.locator(`${EXPLORER} [data-metric="ttft_p50_ms"]`).first().waitFor({ timeout: 30000 });
-  // The fleet is an unset optional group: "set" puts the default fleet there (2 replicas, round robin).
+  // The fleet is an unset optional group under "Advanced": "set" puts the default fleet there (2 replicas, round
+  // robin).
+  await openAdvanced(page);
   await page.locator('[data-field="/fleet"] button').click();
   let text = await fleetText(page, 2, 'round_robin');
   let native = simulate({ ...SESSIONS, fleet: { replicas: 2, router: 'round_robin', load_cap: 1.5 } }, 'fleet-rr2');

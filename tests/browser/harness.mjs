@@ -102,6 +102,12 @@ export function numericFields(out) {
   return Object.fromEntries(Object.entries(src).filter(([, v]) => typeof v === 'number'));
 }
 
+/** Opens the explorer's "Advanced" controls (engine, fleet, the rest of the workload), as a user would. */
+export async function openAdvanced(page) {
+  const box = page.locator('details[data-advanced]').first();
+  if (!(await box.evaluate((d) => d.open))) await box.locator('summary').first().click();
+}
+
 /** Puts a scenario into the explorer through its "Scenario JSON" box, as a user would paste one. */
 export async function applyScenario(page, scenario) {
   const box = page.locator('details.json-box');

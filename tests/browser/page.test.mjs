@@ -8,7 +8,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import {
-  BIN, ROOT, assertSameNumbers, launchBrowser, numericFields, readMetrics, screenshot, shareLink as cliLink, simulate,
+  BIN, ROOT, assertSameNumbers, launchBrowser, numericFields, openAdvanced, readMetrics, screenshot, shareLink as cliLink,
+  simulate,
 } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
@@ -48,16 +49,21 @@ test('moving a slider gives the numbers the native CLI computes', async () => {
   // The seed model's scenario (the page opens on the engine model's agent sessions; the seed is a link away).
   await page.goto(shareLink(SEED, 'seed-slider').replace('#s=', `#token=${TOKEN}&s=`));
   const before = await waitMetric(page, 'ttft_p50_ms');
+  // The engine's fields are under "Advanced"; a count slides on a log scale (the track holds positions, the box
+  // beside it the value).
+  await openAdvanced(page);
   const slider = page.locator('input[type=range][data-pointer="/profile/max_batch_slots"]');
+  assert.equal(await slider.getAttribute('data-scale'), 'log');
   await slider.evaluate((el) => {
-    el.value = '8';
+    el.value = String(Math.round(0.4 * Number(el.max)));
     el.dispatchEvent(new Event('input', { bubbles: true }));
   });
   await waitMetric(page, 'ttft_p50_ms', before);
+  const slots = Number(await page.locator('input[type=number][data-pointer="/profile/max_batch_slots"]').inputValue());
+  assert.ok(Number.isInteger(slots) && slots >= 2 && slots < SEED.profile.max_batch_slots, `40 % of the track: ${slots}`);
   const shown = await readMetrics(page.locator(EXPLORER));
-  const expected = numericFields(simulate({ ...SEED, profile: { ...SEED.profile, max_batch_slots: 8 } }, 'slots8'));
-  assertSameNumbers(shown, expected, 'max_batch_slots = 8');
-  assert.equal(await page.locator('input[type=number][data-pointer="/profile/max_batch_slots"]').inputValue(), '8');
+  const expected = numericFields(simulate({ ...SEED, profile: { ...SEED.profile, max_batch_slots: slots } }, 'slots-log'));
+  assertSameNumbers(shown, expected, `max_batch_slots = ${slots}`);
   assert.deepEqual(page.errors, []);
   await page.close();
 });
@@ -154,9 +160,9 @@ test('screenshots at 1280×800 and 390×844 with no overflow on a phone', async 
   await screenshot(wide, 'page-explorer-1280x800-full');
   await wide.locator('[data-action="pin"]').click();
   // The page opens on the engine model's agent sessions: fewer sequences per batch than the default 256.
-  await wide.locator('input[type=range][data-pointer="/profile/max_num_seqs"]').evaluate((el) => {
+  await wide.locator('input[type=number][data-pointer="/profile/max_num_seqs"]').evaluate((el) => {
     el.value = '2';
-    el.dispatchEvent(new Event('input', { bubbles: true }));
+    el.dispatchEvent(new Event('change', { bubbles: true }));
   });
   await wide.locator('[data-view="compare"]').click();
   await wide.locator('[data-compare="ttft_p50_ms"]').waitFor({ timeout: 20000 });

@@ -382,6 +382,7 @@ pub async fn capacity_until(a: &Args, interrupt: Option<tokio::sync::watch::Rece
             early_stop: !a.no_early_stop,
             max_concurrency: None,
             max_level_seconds: None,
+            upper_limit: None,
         },
     };
     lib::run(

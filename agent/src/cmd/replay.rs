@@ -35,174 +35,232 @@ pub enum DistArg {
     Uniform,
 }
 
+/// `replay --help` opens with these, before the flags.
+const HELP_EXAMPLES: &str = "\
+Examples:
+  # 6 agent sessions of ~12 steps against a local server for 5 minutes
+  loadshape replay --url http://127.0.0.1:8000/v1 --out run.jsonl --max-seconds 300
+
+  # a scenario file's workload (e.g. examples/engine-10k.json), with its SLOs and duration
+  loadshape replay --url http://127.0.0.1:8000/v1 --scenario scenario.json --out run.jsonl
+
+  # the solved production ladder, sessions restarting as they finish, draining at the end
+  loadshape replay --url http://127.0.0.1:8000/v1 --out run.jsonl --prod-ladder --respawn --drain
+
+  # then score the records (the SLOs of a scenario.json beside them, else 500/35 ms)
+  loadshape report run.jsonl";
+
 #[derive(Debug, clap::Args)]
+#[command(
+    help_template = "{about-with-newline}\n{before-help}{usage-heading} {usage}\n\n{all-args}{after-help}",
+    before_help = HELP_EXAMPLES,
+    after_help = "The essential flags come first; the rest are grouped by what they set. docs/replay.md has the whole story."
+)]
 pub struct Args {
     /// OpenAI base URL including the API prefix, e.g. http://127.0.0.1:8000/v1. Give it more than once for a
     /// fleet without a router: requests are spread over the URLs by --router (docs/replay.md, "Fleets").
     #[arg(long, required = true)]
     pub url: Vec<String>,
-    /// With several --url: how requests are spread (round_robin, least_outstanding, session_affinity,
-    /// prefix_aware), as the simulator's fleets; default: the scenario's fleet.router, else round_robin.
-    #[arg(long, value_parser = parse_router)]
-    pub router: Option<shared::engine::Router>,
-    /// With several --url and prefix_aware: the most in flight the cache-best replica may have, as a factor over
-    /// the mean (default: the scenario's fleet.load_cap, else 1.5).
-    #[arg(long)]
-    pub load_cap: Option<f64>,
-    /// With several --url and prefix_aware: the tokens per replica the client's own view of what it sent keeps
-    /// (default: the scenario profile's KV cache, num_kv_blocks x block_size, else llama-3-8b-1xh100's).
-    #[arg(long)]
-    pub router_cache_tokens: Option<u64>,
     /// Model name to send (default: the first id on /v1/models).
     #[arg(long)]
     pub model: Option<String>,
+    /// Run a scenario file's workload live instead of the session flags (bursty, poisson, gamma, closed loop,
+    /// sessions), with the same workload code the simulator uses.
+    #[arg(long)]
+    pub scenario: Option<PathBuf>,
     /// JSONL record file, one line per request, written as each request ends.
     #[arg(long)]
     pub out: PathBuf,
-    /// Append to --out instead of replacing it (the seed always appended).
+    /// Run length, seconds: no new session starts after it (default 900; a scenario's own duration otherwise).
     #[arg(long)]
-    pub append: bool,
+    pub max_seconds: Option<f64>,
+    /// Structure seed: session shapes and filler word choice (default: the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Concurrent session slots (a ladder's length wins).
     #[arg(long, default_value_t = 6)]
     pub sessions: u32,
     /// Mean steps per session.
     #[arg(long, default_value_t = 12)]
     pub steps: u32,
-    /// Mean starting context per session, tokens.
-    #[arg(long, default_value_t = 22000)]
-    pub base: u64,
-    /// Mean forced generation length per step, tokens.
-    #[arg(long = "gen", default_value_t = 700)]
-    pub gen_tokens: u32,
-    /// Synthetic tool output appended per step, tokens (default 900; 2020 with --prod-ladder).
-    #[arg(long)]
-    pub tool: Option<u32>,
-    /// Mean seconds between a session's steps.
-    #[arg(long, default_value_t = 6.0)]
-    pub think: f64,
-    /// Shape of the per-session draw.
-    #[arg(long, value_enum, default_value_t = DistArg::Lognormal)]
-    pub dist: DistArg,
-    /// Per-session variation in base size and step count, as a fraction.
-    #[arg(long, default_value_t = 0.5)]
-    pub spread: f64,
-    /// Fixed session shapes 'base:steps,base:steps,...'; overrides --sessions/--steps/--base/--dist/--spread.
-    #[arg(long, default_value = "")]
-    pub ladder: String,
-    /// Use the solved production ladder (and the --tool 2020 it was solved for).
-    #[arg(long)]
-    pub prod_ladder: bool,
-    /// Consecutive no-progress sessions on one slot before the whole run aborts (exit 2).
-    #[arg(long, default_value_t = defaults::MAX_FAIL_STREAK)]
-    pub max_fail_streak: u32,
-    /// At --max-seconds, stop STARTING sessions and let in-flight ones finish.
-    #[arg(long)]
-    pub drain: bool,
-    /// Hard cap on the drain (and on waiting for in-flight requests without --drain), seconds.
-    #[arg(long, default_value_t = defaults::DRAIN_GRACE_S)]
-    pub drain_grace: f64,
-    /// Restart a session slot when it finishes.
-    #[arg(long)]
-    pub respawn: bool,
-    /// Seconds between session starts.
-    #[arg(long, default_value_t = 4.0)]
-    pub stagger: f64,
-    /// Sampling temperature.
-    #[arg(long, default_value_t = defaults::TEMPERATURE)]
-    pub temp: f64,
-    /// Per-request timeout, seconds.
-    #[arg(long, default_value_t = defaults::TIMEOUT_S)]
-    pub timeout: f64,
-    /// Longest gap allowed between two frames of a stream (and before the first), seconds; 0 = no limit.
-    #[arg(long, default_value_t = defaults::STALL_TIMEOUT_S)]
-    pub stall_timeout: f64,
-    /// Times a request answered 429 or 503 with `Retry-After` is sent again after the wait it asks for, within
-    /// --timeout; 0 = fail at once.
-    #[arg(long, default_value_t = client::DEFAULT_MAX_RETRIES)]
-    pub max_retries: u32,
-    /// Most requests in flight at once for open-loop arrivals (vLLM's `--max-concurrency`): a request due while
-    /// that many run is sent when one ends (its clock starts then). Sessions and closed loops are bounded by their
-    /// slots and users.
-    #[arg(long)]
-    pub max_concurrency: Option<u32>,
-    /// Size the filler for the target's tokenizer, measured before the run (`POST /tokenize`, else
-    /// `usage.prompt_tokens` of 12 probe requests): auto = measure and scale, unscaled when neither answers;
-    /// on = refuse the run when neither answers; off = the seed's word counts unscaled (docs/replay.md).
-    #[arg(long, value_enum, default_value_t = MatchTokenizer::Auto)]
-    pub match_tokenizer: MatchTokenizer,
-    /// Structure seed: session shapes and filler word choice (default: the clock).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Content nonce: pin it to reproduce a run's exact text (default: differs every run, even with --seed).
-    #[arg(long)]
-    pub nonce: Option<u64>,
-    /// Run length, seconds: no new session starts after it (default 900; a scenario's own duration otherwise).
-    #[arg(long)]
-    pub max_seconds: Option<f64>,
-    /// Run a scenario file's workload live instead of the session flags (bursty, poisson, gamma, closed loop,
-    /// sessions), with the same workload code the simulator uses.
-    #[arg(long)]
-    pub scenario: Option<PathBuf>,
-    /// Which route carries the prompt: completions (one prompt text, the seed's), chat (/v1/chat/completions with
-    /// the session's message list), messages (the Anthropic Messages API, /v1/messages).
-    #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
-    pub endpoint: Endpoint,
-    /// How sessions send each tool output on chat and messages: tool = a `tool` message (Anthropic: a
-    /// `tool_result` block) answering the assistant's tool call; user = a user message after a plain reply.
-    #[arg(long, value_enum, default_value_t = ToolResults::Tool)]
-    pub tool_results: ToolResults,
-    /// How to force the output length; auto asks the server.
-    #[arg(long, value_enum, default_value_t = Dialect::Auto)]
-    pub dialect: Dialect,
-    /// Bearer token for the server.
-    #[arg(long, env = "LOADSHAPE_API_KEY")]
-    pub api_key: Option<String>,
-    /// Prometheus endpoint to scrape (default: the URL's origin + /metrics); "none" to skip. With several --url,
-    /// every replica is scraped at its own origin's /metrics by default; give --metrics-url once per --url (in
-    /// the same order) to name them, or "none" once to scrape none.
-    #[arg(long)]
-    pub metrics_url: Vec<String>,
-    /// Seconds between scrapes during the run.
-    #[arg(long, default_value_t = defaults::SCRAPE_INTERVAL_S)]
-    pub scrape_interval: f64,
-    /// TTFT target for goodput, ms (default: the scenario's, else 500).
-    #[arg(long)]
-    pub ttft_slo_ms: Option<f64>,
-    /// TPOT target for goodput, ms (default: the scenario's, else 35).
-    #[arg(long)]
-    pub tpot_slo_ms: Option<f64>,
-    /// Runtime threads that drive the streams: 1 = one thread (cheapest per token), N = a pool of N,
-    /// 0 = the process's shared runtime.
-    #[arg(long, default_value_t = defaults::THREADS)]
-    pub threads: usize,
-    /// HTTP client for the streams: hyper (HTTP/1.1 connection API, one connection per stream, kernel receive
-    /// times; http:// and https://), reqwest (pooled, user-space times), or auto = hyper.
-    #[arg(long, value_enum, default_value_t = HttpClient::Auto)]
-    pub http_client: HttpClient,
-    /// PEM file of CA certificates to trust for https:// (beside the system's), e.g. a private CA. Certificates
-    /// are always verified.
-    #[arg(long, value_name = "FILE")]
-    pub ca_cert: Option<PathBuf>,
-    /// Which clock times the frames on the hyper path: kernel = when the bytes reached this machine (the socket's
-    /// receive timestamp; Linux, else user), user = when the client's task read them. reqwest's path is always user.
-    #[arg(long, value_enum, default_value_t = RxClock::Kernel)]
-    pub rx_clock: RxClock,
-    /// Run shard I of N of the plan: session slots, open-loop requests or closed-loop users `u` with
-    /// `u mod N == I`, each under its global number, so the N shards together send the single plan (docs/scale.md).
-    /// `N` (or `/N`) alone takes I from $JOB_COMPLETION_INDEX, as a Kubernetes Indexed Job sets it. The records go
-    /// to `<out stem>.shard-I-of-N.<ext>`.
-    #[arg(long, value_name = "I/N")]
-    pub shard: Option<String>,
-    /// Start the traffic at this wall-clock time, Unix seconds (give every shard the same): the run connects and
-    /// warms up, waits for it, and takes it as its origin (`t_submit` 0). A shard more than 5 s late refuses to run.
-    #[arg(long, value_name = "UNIX_TIME")]
-    pub start_at: Option<f64>,
     /// No progress display.
     #[arg(long, short)]
     pub quiet: bool,
     /// Print a line per step, as the seed does.
     #[arg(long, short)]
     pub verbose: bool,
+    /// Mean starting context per session, tokens.
+    #[arg(long, default_value_t = 22000)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub base: u64,
+    /// Mean forced generation length per step, tokens.
+    #[arg(long = "gen", default_value_t = 700)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub gen_tokens: u32,
+    /// Synthetic tool output appended per step, tokens (default 900; 2020 with --prod-ladder).
+    #[arg(long)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub tool: Option<u32>,
+    /// Mean seconds between a session's steps.
+    #[arg(long, default_value_t = 6.0)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub think: f64,
+    /// Shape of the per-session draw.
+    #[arg(long, value_enum, default_value_t = DistArg::Lognormal)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub dist: DistArg,
+    /// Per-session variation in base size and step count, as a fraction.
+    #[arg(long, default_value_t = 0.5)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub spread: f64,
+    /// Fixed session shapes 'base:steps,base:steps,...'; overrides --sessions/--steps/--base/--dist/--spread.
+    #[arg(long, default_value = "")]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub ladder: String,
+    /// Use the solved production ladder (and the --tool 2020 it was solved for).
+    #[arg(long)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub prod_ladder: bool,
+    /// Restart a session slot when it finishes.
+    #[arg(long)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub respawn: bool,
+    /// Seconds between session starts.
+    #[arg(long, default_value_t = 4.0)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub stagger: f64,
+    /// At --max-seconds, stop STARTING sessions and let in-flight ones finish.
+    #[arg(long)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub drain: bool,
+    /// Hard cap on the drain (and on waiting for in-flight requests without --drain), seconds.
+    #[arg(long, default_value_t = defaults::DRAIN_GRACE_S)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub drain_grace: f64,
+    /// Consecutive no-progress sessions on one slot before the whole run aborts (exit 2).
+    #[arg(long, default_value_t = defaults::MAX_FAIL_STREAK)]
+    #[arg(help_heading = "Sessions (without --scenario)")]
+    pub max_fail_streak: u32,
+    /// Which route carries the prompt: completions (one prompt text, the seed's), chat (/v1/chat/completions with
+    /// the session's message list), messages (the Anthropic Messages API, /v1/messages).
+    #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
+    #[arg(help_heading = "Requests")]
+    pub endpoint: Endpoint,
+    /// How sessions send each tool output on chat and messages: tool = a `tool` message (Anthropic: a
+    /// `tool_result` block) answering the assistant's tool call; user = a user message after a plain reply.
+    #[arg(long, value_enum, default_value_t = ToolResults::Tool)]
+    #[arg(help_heading = "Requests")]
+    pub tool_results: ToolResults,
+    /// How to force the output length; auto asks the server.
+    #[arg(long, value_enum, default_value_t = Dialect::Auto)]
+    #[arg(help_heading = "Requests")]
+    pub dialect: Dialect,
+    /// Bearer token for the server.
+    #[arg(long, env = "LOADSHAPE_API_KEY")]
+    #[arg(help_heading = "Requests")]
+    pub api_key: Option<String>,
+    /// PEM file of CA certificates to trust for https:// (beside the system's), e.g. a private CA. Certificates
+    /// are always verified.
+    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Requests")]
+    pub ca_cert: Option<PathBuf>,
+    /// Sampling temperature.
+    #[arg(long, default_value_t = defaults::TEMPERATURE)]
+    #[arg(help_heading = "Requests")]
+    pub temp: f64,
+    /// Per-request timeout, seconds.
+    #[arg(long, default_value_t = defaults::TIMEOUT_S)]
+    #[arg(help_heading = "Requests")]
+    pub timeout: f64,
+    /// Longest gap allowed between two frames of a stream (and before the first), seconds; 0 = no limit.
+    #[arg(long, default_value_t = defaults::STALL_TIMEOUT_S)]
+    #[arg(help_heading = "Requests")]
+    pub stall_timeout: f64,
+    /// Times a request answered 429 or 503 with `Retry-After` is sent again after the wait it asks for, within
+    /// --timeout; 0 = fail at once.
+    #[arg(long, default_value_t = client::DEFAULT_MAX_RETRIES)]
+    #[arg(help_heading = "Requests")]
+    pub max_retries: u32,
+    /// Most requests in flight at once for open-loop arrivals (vLLM's `--max-concurrency`): a request due while
+    /// that many run is sent when one ends (its clock starts then). Sessions and closed loops are bounded by their
+    /// slots and users.
+    #[arg(long)]
+    #[arg(help_heading = "Requests")]
+    pub max_concurrency: Option<u32>,
+    /// Size the filler for the target's tokenizer, measured before the run (`POST /tokenize`, else
+    /// `usage.prompt_tokens` of 12 probe requests): auto = measure and scale, unscaled when neither answers;
+    /// on = refuse the run when neither answers; off = the seed's word counts unscaled (docs/replay.md).
+    #[arg(long, value_enum, default_value_t = MatchTokenizer::Auto)]
+    #[arg(help_heading = "Requests")]
+    pub match_tokenizer: MatchTokenizer,
+    /// TTFT target for goodput, ms (default: the scenario's, else 500).
+    #[arg(long)]
+    #[arg(help_heading = "Scoring and server metrics")]
+    pub ttft_slo_ms: Option<f64>,
+    /// TPOT target for goodput, ms (default: the scenario's, else 35).
+    #[arg(long)]
+    #[arg(help_heading = "Scoring and server metrics")]
+    pub tpot_slo_ms: Option<f64>,
+    /// Prometheus endpoint to scrape (default: the URL's origin + /metrics); "none" to skip. With several --url,
+    /// every replica is scraped at its own origin's /metrics by default; give --metrics-url once per --url (in
+    /// the same order) to name them, or "none" once to scrape none.
+    #[arg(long)]
+    #[arg(help_heading = "Scoring and server metrics")]
+    pub metrics_url: Vec<String>,
+    /// Seconds between scrapes during the run.
+    #[arg(long, default_value_t = defaults::SCRAPE_INTERVAL_S)]
+    #[arg(help_heading = "Scoring and server metrics")]
+    pub scrape_interval: f64,
+    /// With several --url: how requests are spread (round_robin, least_outstanding, session_affinity,
+    /// prefix_aware), as the simulator's fleets; default: the scenario's fleet.router, else round_robin.
+    #[arg(long, value_parser = parse_router)]
+    #[arg(help_heading = "Fleets (--url given more than once)")]
+    pub router: Option<shared::engine::Router>,
+    /// With several --url and prefix_aware: the most in flight the cache-best replica may have, as a factor over
+    /// the mean (default: the scenario's fleet.load_cap, else 1.5).
+    #[arg(long)]
+    #[arg(help_heading = "Fleets (--url given more than once)")]
+    pub load_cap: Option<f64>,
+    /// With several --url and prefix_aware: the tokens per replica the client's own view of what it sent keeps
+    /// (default: the scenario profile's KV cache, num_kv_blocks x block_size, else llama-3-8b-1xh100's).
+    #[arg(long)]
+    #[arg(help_heading = "Fleets (--url given more than once)")]
+    pub router_cache_tokens: Option<u64>,
+    /// Append to --out instead of replacing it (the seed always appended).
+    #[arg(long)]
+    #[arg(help_heading = "Records and scale-out")]
+    pub append: bool,
+    /// Content nonce: pin it to reproduce a run's exact text (default: differs every run, even with --seed).
+    #[arg(long)]
+    #[arg(help_heading = "Records and scale-out")]
+    pub nonce: Option<u64>,
+    /// Run shard I of N of the plan: session slots, open-loop requests or closed-loop users `u` with
+    /// `u mod N == I`, each under its global number, so the N shards together send the single plan (docs/scale.md).
+    /// `N` (or `/N`) alone takes I from $JOB_COMPLETION_INDEX, as a Kubernetes Indexed Job sets it. The records go
+    /// to `<out stem>.shard-I-of-N.<ext>`.
+    #[arg(long, value_name = "I/N")]
+    #[arg(help_heading = "Records and scale-out")]
+    pub shard: Option<String>,
+    /// Start the traffic at this wall-clock time, Unix seconds (give every shard the same): the run connects and
+    /// warms up, waits for it, and takes it as its origin (`t_submit` 0). A shard more than 5 s late refuses to run.
+    #[arg(long, value_name = "UNIX_TIME")]
+    #[arg(help_heading = "Records and scale-out")]
+    pub start_at: Option<f64>,
+    /// Runtime threads that drive the streams: 1 = one thread (cheapest per token), N = a pool of N,
+    /// 0 = the process's shared runtime.
+    #[arg(long, default_value_t = defaults::THREADS)]
+    #[arg(help_heading = "Records and scale-out")]
+    pub threads: usize,
+    /// HTTP client for the streams: hyper (HTTP/1.1 connection API, one connection per stream, kernel receive
+    /// times; http:// and https://), reqwest (pooled, user-space times), or auto = hyper.
+    #[arg(long, value_enum, default_value_t = HttpClient::Auto)]
+    #[arg(help_heading = "Records and scale-out")]
+    pub http_client: HttpClient,
+    /// Which clock times the frames on the hyper path: kernel = when the bytes reached this machine (the socket's
+    /// receive timestamp; Linux, else user), user = when the client's task read them. reqwest's path is always user.
+    #[arg(long, value_enum, default_value_t = RxClock::Kernel)]
+    #[arg(help_heading = "Records and scale-out")]
+    pub rx_clock: RxClock,
 }
 
 fn check_positive(name: &str, v: f64) -> anyhow::Result<()> {
@@ -713,6 +771,65 @@ mod tests {
         assert_eq!(s.max_duration, Some(Duration::from_secs(3)));
         assert_eq!(s.seed, 7);
         assert_eq!(s.shape, format!("scenario {path} (poisson)"));
+    }
+
+    #[test]
+    fn help_opens_with_examples_and_the_essential_flags() {
+        use clap::CommandFactory as _;
+        let mut cli = crate::Cli::command();
+        let replay = cli
+            .find_subcommand_mut("replay")
+            .unwrap_or_else(|| panic!("a replay subcommand"));
+        let help = replay.render_long_help().to_string();
+        let at = |what: &str| help.find(what).unwrap_or_else(|| panic!("{what:?} in:\n{help}"));
+        assert!(at("Examples:") < at("Usage:"), "{help}");
+        assert!(at("loadshape replay --url") < at("Usage:"), "{help}");
+        // The essential flags, in this order, before any group.
+        let essential = ["--url", "--model", "--scenario", "--out", "--max-seconds", "--seed"];
+        let options = at("\nOptions:");
+        let mut last = options;
+        for flag in essential {
+            let i = at(&format!("      {flag} <"));
+            assert!(i > last, "{flag} after the one before it:\n{help}");
+            last = i;
+        }
+        // The rest grouped, each group after the essential flags; every flag still listed once.
+        let groups = [
+            "Sessions (without --scenario):",
+            "Requests:",
+            "Scoring and server metrics:",
+            "Fleets (--url given more than once):",
+            "Records and scale-out:",
+        ];
+        for g in groups {
+            assert!(at(g) > last, "{g}:\n{help}");
+        }
+        assert!(at("--router <") > at("Fleets (--url given more than once):"), "{help}");
+        assert!(at("--shard <") > at("Records and scale-out:"), "{help}");
+        for arg in replay.get_arguments() {
+            if let Some(long) = arg.get_long() {
+                let n = help.matches(&format!("--{long} ")).count() + help.matches(&format!("--{long}\n")).count();
+                assert!(n >= 1, "--{long} is listed:\n{help}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_progress_line_knows_the_planned_requests() {
+        // A ladder fixes each slot's steps: 3 + 5 + 2, one session per slot without --respawn.
+        let s = settings_of(&["--ladder", "1000:3,2000:5,1500:2", "--seed", "1"]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(s.traffic.planned_requests(s.seed, s.shard), Some(10));
+        let half = Shard::new(1, 2).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.traffic.planned_requests(s.seed, half), Some(5), "slot 1 alone");
+        // Respawning sessions run until the clock stops them: no count.
+        let s = settings_of(&["--ladder", "1000:3", "--respawn"]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(s.traffic.planned_requests(s.seed, s.shard), None);
+        // A scenario's open-loop plan: every request, or a shard's share.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/engine-10k.json");
+        let s = settings_of(&["--scenario", path, "--seed", "7"]).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(s.traffic.planned_requests(s.seed, s.shard), Some(10_000));
+        let third = Shard::new(0, 3).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.traffic.planned_requests(s.seed, third), Some(3334));
     }
 
     #[test]

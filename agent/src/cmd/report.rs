@@ -1,7 +1,9 @@
 //! `loadshape report FILE.jsonl`: score any record file (live or simulated) with `shared::metrics::summarize`, the
 //! same module the simulator and `loadshape replay` use, and print the summary (or JSON with `--json`).
 //!
-//! Run with `loadshape report run.jsonl [--json] [--ttft-slo-ms 500 --tpot-slo-ms 35]`. Lines that do not parse are
+//! Run with `loadshape report run.jsonl [--json] [--ttft-slo-ms 500 --tpot-slo-ms 35]`. The SLOs are the flags',
+//! else those of the `scenario.json` beside the records (a run `loadshape serve` stored), else 500/35 ms; which
+//! ones were used is said (stderr, and `slo_from` in the JSON). Lines that do not parse are
 //! reported with their line numbers and skipped (a torn last line, cut before its newline by a crash, is named as
 //! such), and how many were skipped is said. A `<FILE>.server.json` written by `replay` beside the file is shown
 //! too. `--export mooncake|agentic-mooncake` writes the run as a trace instead (`shared::workload::mooncake`).
@@ -24,12 +26,12 @@ pub struct Args {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// TTFT target for goodput, ms.
-    #[arg(long, default_value_t = Slo::default().ttft_ms)]
-    pub ttft_slo_ms: f64,
-    /// TPOT target for goodput, ms.
-    #[arg(long, default_value_t = Slo::default().tpot_ms)]
-    pub tpot_slo_ms: f64,
+    /// TTFT target for goodput, ms (default: the `scenario.json` beside the file, else 500).
+    #[arg(long)]
+    pub ttft_slo_ms: Option<f64>,
+    /// TPOT target for goodput, ms (default: the `scenario.json` beside the file, else 35).
+    #[arg(long)]
+    pub tpot_slo_ms: Option<f64>,
     /// Instead of the report, write the run to standard output as a trace that Mooncake readers (AIPerf, Dynamo,
     /// SGLang, loadshape's `trace` workload) replay: hash ids over the prompt blocks the run sent (512 tokens).
     #[arg(long, value_name = "FORMAT")]
@@ -46,11 +48,7 @@ pub enum ExportFormat {
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
-    let slo = Slo {
-        ttft_ms: a.ttft_slo_ms,
-        tpot_ms: a.tpot_slo_ms,
-        e2e_ms: None,
-    };
+    let (slo, slo_from) = resolve_slo(&a.file, a.ttft_slo_ms, a.tpot_slo_ms, &|m: &str| eprintln!("{m}"));
     slo.validate().map_err(|e| anyhow::anyhow!("SLO: {e}"))?;
     let (recs, bad) = records::read_records(&a.file)?;
     for line in skipped_lines(&a.file.display().to_string(), &bad) {
@@ -66,6 +64,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    eprintln!("SLOs: {} ({slo_from})", slo_text(&slo));
     let summary = metrics::summarize(&recs, &slo);
     let side = sidecar(&a.file, "server.json");
     let server_json = std::fs::read(&side)
@@ -87,7 +86,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         let mut out = serde_json::json!({
             "file": a.file, "records": recs.len(), "malformed_lines": bad.iter().map(|b| b.line).collect::<Vec<_>>(),
             "torn_last_line": bad.iter().find(|b| b.torn).map(|b| b.line),
-            "slo": slo, "summary": summary, "checks": checks,
+            "slo": slo, "slo_from": slo_from, "summary": summary, "checks": checks,
             // Failed and cut requests, the session steps never sent after a failure, the first error.
             "failures": metrics::failures(&recs),
             // Achieved vs designed cached share, flagged below 80 % (as in summary.json; null when not judged).
@@ -127,6 +126,61 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The SLOs a record file is scored against, and where they came from: each flag given wins; the rest come from
+/// the `scenario.json` beside the file (the folder of a run `loadshape serve` stored), else the defaults (500/35 ms,
+/// no E2E target). A `scenario.json` that does not parse is named through `warn` and the defaults are used.
+pub fn resolve_slo(
+    file: &std::path::Path,
+    ttft_flag: Option<f64>,
+    tpot_flag: Option<f64>,
+    warn: &dyn Fn(&str),
+) -> (Slo, String) {
+    let beside = file.with_file_name("scenario.json");
+    let from_file = match std::fs::read_to_string(&beside) {
+        Err(_) => None,
+        Ok(text) => match shared::scenario::Scenario::from_json(&text) {
+            Ok(sc) => Some(sc.slo()),
+            Err(e) => {
+                warn(&format!(
+                    "note: {} does not parse ({e}); its SLOs are not used",
+                    beside.display()
+                ));
+                None
+            }
+        },
+    };
+    let mut slo = from_file.unwrap_or_default();
+    let mut flags = Vec::new();
+    if let Some(t) = ttft_flag {
+        slo.ttft_ms = t;
+        flags.push("--ttft-slo-ms");
+    }
+    if let Some(t) = tpot_flag {
+        slo.tpot_ms = t;
+        flags.push("--tpot-slo-ms");
+    }
+    let rest = if from_file.is_some() {
+        beside.display().to_string()
+    } else {
+        "the defaults (no scenario.json beside the records)".to_string()
+    };
+    let from = match flags.len() {
+        0 => format!("from {rest}"),
+        1 => format!("from {}, the rest from {rest}", flags[0]),
+        _ => format!("from {}", flags.join(" and ")),
+    };
+    (slo, from)
+}
+
+/// The SLOs in a line: `TTFT 500 ms, TPOT 35 ms` (and `, E2E 8000 ms` when set).
+pub fn slo_text(slo: &Slo) -> String {
+    let mut t = format!("TTFT {} ms, TPOT {} ms", slo.ttft_ms, slo.tpot_ms);
+    if let Some(e) = slo.e2e_ms {
+        t.push_str(&format!(", E2E {e} ms"));
+    }
+    t
 }
 
 /// What `report` says on stderr about the lines it skipped: the first 20 by line number and why, then a count.

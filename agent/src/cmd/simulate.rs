@@ -98,6 +98,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_bytes: args.max_memory_gib * GIB,
     };
     // The CLI streams records (they are scored and dropped), so it estimates with `keep_records: false`.
+    // The table opens with one line on stderr: what is simulated against what (stdout stays the table alone, and
+    // `--json` carries all of it already).
+    if !args.json {
+        eprintln!("{}", header(&scenario, &args));
+    }
     scenario.check_size(false, &budget).map_err(|e| {
         anyhow::anyhow!("{e}; raise --max-requests / --max-memory-gib if this machine has the memory")
             .context(format!("cannot simulate {source}"))
@@ -160,6 +165,57 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The one-line header `simulate` prints first: profile (with the fleet's replicas and router when there is one),
+/// workload and its size, SLOs, e.g. `profile llama-3-8b-1xh100 · workload sessions: 8 sessions × ~12 steps ·
+/// SLOs TTFT 2000 ms, TPOT 50 ms`.
+pub fn header(scenario: &Scenario, args: &Args) -> String {
+    use shared::workload::Workload;
+    let (profile, workload, slo) = match scenario {
+        Scenario::Seed(s) => {
+            let shared::seed_model::SeedWorkload::Bursty(w) = &s.workload;
+            let loop_ = if s.closed_loop { ", closed loop" } else { "" };
+            (
+                format!("{} (seed model)", s.profile.name),
+                format!("bursty: {} requests at {} req/s{loop_}", w.num_requests, w.mean_rps),
+                s.slo,
+            )
+        }
+        Scenario::Engine(e) => {
+            let replicas = args.replicas.or(e.fleet.as_ref().map(|f| f.replicas));
+            let router = args
+                .router
+                .clone()
+                .or(e.fleet.as_ref().map(|f| f.router.name().to_string()));
+            let profile = match (replicas, router) {
+                (Some(n), Some(r)) if n > 1 => format!("{} × {n} ({r})", e.profile.name),
+                (Some(n), None) if n > 1 => format!("{} × {n}", e.profile.name),
+                _ => e.profile.name.clone(),
+            };
+            let size = match &e.workload {
+                Workload::Bursty(w) => format!("{} requests at {} req/s", w.num_requests, w.mean_rps),
+                Workload::Poisson(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+                Workload::Gamma(w) => format!("{} requests at {} req/s, cv {}", w.num_requests, w.rate_rps, w.cv),
+                Workload::Sessions(w) => match &w.ladder {
+                    Some(l) => format!("{} sessions on a ladder", l.rungs.len()),
+                    None => format!("{} sessions × ~{} steps", w.sessions, w.steps),
+                },
+                Workload::ClosedLoop(w) => format!("{} users, {} requests", w.users, w.num_requests),
+                Workload::Trace(w) => format!("{} requests", w.requests.len()),
+            };
+            let like = if args.like.is_some() {
+                " (a live run's requests)"
+            } else {
+                ""
+            };
+            (profile, format!("{}: {size}{like}", e.workload.kind()), e.slo)
+        }
+    };
+    format!(
+        "profile {profile} · workload {workload} · SLOs {}",
+        super::report::slo_text(&slo)
+    )
 }
 
 /// `--replicas` / `--router` into the scenario's fleet, validated as a scenario's `fleet` is.

@@ -296,7 +296,11 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
     let mut external_stop = hooks.stop;
     let mut interrupts = hooks.interrupts;
     let live = Arc::new(LiveCounters::default());
-    let progress = Progress::start(live.clone(), s.progress, note.clone());
+    let plan = super::progress::Plan {
+        planned: s.traffic.planned_requests(s.seed, s.shard),
+        run_length_s: s.max_duration.map(|d| d.as_secs_f64()),
+    };
+    let progress = Progress::start(live.clone(), s.progress, note.clone(), plan);
     // Server side: scrape before, every few seconds during, and after. A fleet scrapes every replica (its own
     // `/metrics`, replica i at `scrapers[i]`); one URL, or a fleet scraped nowhere, as always.
     let scrape_urls: Vec<String> = match (&s.fleet, &s.metrics_url) {

@@ -99,6 +99,33 @@ impl Traffic {
         }
     }
 
+    /// The requests this process plans to send (shard `shard` of the plan drawn with `seed`), for the progress
+    /// line's done/planned and ETA: every planned open- and closed-loop request, a trace's requests, the steps of
+    /// each slot's one session without `respawn`. `None` when the count is not known before the run: sessions that
+    /// respawn (they run until the clock stops them), or more than [`MAX_PLANNED_SLOTS`] slots to draw.
+    pub fn planned_requests(&self, seed: u64, shard: Shard) -> Option<u64> {
+        let owned = |n: usize| (0..n as u64).filter(|i| shard.owns(*i)).count() as u64;
+        match self {
+            Traffic::Open(reqs) => Some(owned(reqs.len())),
+            Traffic::Trace(t) => Some(t.requests.len() as u64),
+            Traffic::Closed { requests, users, .. } => {
+                let all_users = Shard::closed_loop_users(*users, requests.len() as u64);
+                Some(
+                    (0..requests.len() as u64)
+                        .filter(|i| shard.owns_closed_request(*i, all_users))
+                        .count() as u64,
+                )
+            }
+            Traffic::Sessions(w) if w.respawn || w.slot_count() > MAX_PLANNED_SLOTS => None,
+            Traffic::Sessions(w) => Some(
+                shard
+                    .slots(w.slot_count())
+                    .map(|slot| u64::from(w.plan(slot, 0, seed).steps))
+                    .sum(),
+            ),
+        }
+    }
+
     /// Refuses a shard of this traffic that would have nothing to run (fewer slots, requests or users than
     /// shards; `shared::workload::shard`).
     pub fn check_shard(&self, shard: Shard) -> Result<(), ShardError> {
@@ -115,6 +142,10 @@ impl Traffic {
         shard.check(units, unit)
     }
 }
+
+/// The most session slots [`Traffic::planned_requests`] draws to count their steps (drawing is cheap, but a run of
+/// millions of slots should not wait on it).
+pub const MAX_PLANNED_SLOTS: u32 = 200_000;
 
 /// One live run, resolved. Build it with [`ReplaySettings::new`] or [`ReplaySettings::for_scenario`] (every field
 /// at the command line's default), then set what differs.

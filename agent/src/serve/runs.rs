@@ -430,6 +430,7 @@ impl Runs {
             duration,
             repeat,
             max_level_seconds: Some(max_s),
+            upper_limit: (limit < defaults.max).then(|| "the agent's per-run limit".to_string()),
             ..LiveOptions::default()
         };
         let admit: AdmitFn = {

@@ -1,0 +1,596 @@
+//! Scenario controls generated from the scenario's JSON: every number a slider plus a number input with its
+//! unit, every boolean a switch, every string a text box (or a menu when the page knows its values).
+//!
+//! The set of controls depends only on the scenario's *shape* (paths and kinds of its fields), kept in a memo,
+//! so dragging a slider updates values in place and never rebuilds the form under the user's pointer.
+
+use leptos::prelude::*;
+use serde_json::{Number, Value};
+
+use crate::explorer::fields::{self, FieldSpec};
+
+/// Keys never shown as controls: tags the page edits elsewhere (model switch, workload menu) or not at all.
+const HIDDEN: [&str; 4] = ["model", "version", "kind", "basis"];
+
+/// What kind of control a field gets.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    Integer,
+    Float,
+    Bool,
+    Text,
+    /// Absent optional value (`null`).
+    Unset,
+}
+
+/// One editable leaf: its JSON pointer, its name and kind.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Leaf {
+    pub pointer: String,
+    pub name: String,
+    pub kind: Kind,
+}
+
+/// A titled group of leaves (one per top-level object of the scenario, plus "General" for top-level scalars).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    pub key: String,
+    pub title: String,
+    pub leaves: Vec<Leaf>,
+}
+
+/// The shape of a scenario: its groups and leaves, in document order.
+pub fn shape(json: &Value) -> Vec<Group> {
+    let mut general = Group {
+        key: "general".into(),
+        title: "General".into(),
+        leaves: Vec::new(),
+    };
+    let mut groups = Vec::new();
+    if let Value::Object(map) = json {
+        for (key, value) in map {
+            if HIDDEN.contains(&key.as_str()) {
+                continue;
+            }
+            match value {
+                Value::Object(_) => {
+                    let mut g = Group {
+                        key: key.clone(),
+                        title: fields::group_title(key),
+                        leaves: Vec::new(),
+                    };
+                    collect(value, &format!("/{key}"), &mut g.leaves);
+                    groups.push(g);
+                }
+                _ => collect_leaf(key, value, &format!("/{key}"), &mut general.leaves),
+            }
+        }
+    }
+    if !general.leaves.is_empty() {
+        groups.push(general);
+    }
+    // An engine scenario without a fleet offers one (replicas behind a router), as an unset optional field.
+    if let Value::Object(map) = json
+        && map.get("model").and_then(Value::as_str) == Some("engine")
+        && !map.contains_key("fleet")
+    {
+        groups.push(Group {
+            key: "fleet".into(),
+            title: fields::group_title("fleet"),
+            leaves: vec![Leaf {
+                pointer: "/fleet".into(),
+                name: "fleet".into(),
+                kind: Kind::Unset,
+            }],
+        });
+    }
+    // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
+    let rank = |k: &str| {
+        ["workload", "profile", "fleet", "slo", "general", "shape"]
+            .iter()
+            .position(|x| *x == k)
+            .unwrap_or(9)
+    };
+    shared::order::sort_by_u64_key(&mut groups, |g| rank(&g.key) as u64);
+    for g in &mut groups {
+        // In "General" (the solver's targets, a scenario's seed) numbers lead; elsewhere names and menus do.
+        let text_first = g.key != "general";
+        shared::order::sort_by_u64_key(&mut g.leaves, |l| match l.kind {
+            Kind::Text if text_first => 0,
+            Kind::Text => 1,
+            Kind::Bool => 2,
+            _ if text_first => 1,
+            _ => 0,
+        });
+    }
+    groups
+}
+
+/// A workload's primary knobs, in the order the controls show them (what people change first).
+pub const PRIMARY: [&str; 11] = [
+    "sessions",
+    "users",
+    "rate_rps",
+    "mean_rps",
+    "think_s",
+    "steps",
+    "base_tokens",
+    "tool_tokens",
+    "gen_tokens",
+    "num_requests",
+    "cv",
+];
+
+/// A scenario's groups split for the controls: the workload's primary knobs and the SLOs first; the rest of the
+/// workload, the engine, the fleet and the general fields under "advanced". A document without a workload (the
+/// ladder solver's options) is all first.
+pub fn layout(groups: Vec<Group>) -> (Vec<Group>, Vec<Group>) {
+    if !groups.iter().any(|g| g.key == "workload") {
+        return (groups, Vec::new());
+    }
+    let (mut first, mut advanced) = (Vec::new(), Vec::new());
+    let mut slo = None;
+    for g in groups {
+        match g.key.as_str() {
+            "workload" => {
+                let (mut primary, rest): (Vec<Leaf>, Vec<Leaf>) = g
+                    .leaves
+                    .into_iter()
+                    .partition(|l| PRIMARY.contains(&l.name.as_str()) && l.pointer == format!("/workload/{}", l.name));
+                shared::order::sort_by_u64_key(&mut primary, |l| {
+                    PRIMARY.iter().position(|n| *n == l.name).unwrap_or(PRIMARY.len()) as u64
+                });
+                if !primary.is_empty() {
+                    first.push(Group {
+                        key: "workload".into(),
+                        title: g.title.clone(),
+                        leaves: primary,
+                    });
+                }
+                if !rest.is_empty() {
+                    advanced.insert(
+                        0,
+                        Group {
+                            key: "workload-more".into(),
+                            title: format!("{} (more)", g.title),
+                            leaves: rest,
+                        },
+                    );
+                }
+            }
+            "slo" => {
+                let mut g = g;
+                let order = |n: &str| {
+                    ["ttft_ms", "tpot_ms", "e2e_ms"]
+                        .iter()
+                        .position(|x| *x == n)
+                        .unwrap_or(3)
+                };
+                shared::order::sort_by_u64_key(&mut g.leaves, |l| order(&l.name) as u64);
+                slo = Some(g);
+            }
+            _ => advanced.push(g),
+        }
+    }
+    first.extend(slo);
+    (first, advanced)
+}
+
+fn collect(value: &Value, pointer: &str, out: &mut Vec<Leaf>) {
+    if let Value::Object(map) = value {
+        for (key, v) in map {
+            if HIDDEN.contains(&key.as_str()) {
+                continue;
+            }
+            let p = format!("{pointer}/{key}");
+            match v {
+                Value::Object(_) => collect(v, &p, out),
+                _ => collect_leaf(key, v, &p, out),
+            }
+        }
+    }
+}
+
+fn collect_leaf(key: &str, v: &Value, pointer: &str, out: &mut Vec<Leaf>) {
+    let kind = match v {
+        Value::Number(n) if n.is_u64() || n.is_i64() => Kind::Integer,
+        Value::Number(_) => Kind::Float,
+        Value::Bool(_) => Kind::Bool,
+        Value::String(_) => Kind::Text,
+        Value::Null => Kind::Unset,
+        // Arrays and nested structures are edited through the JSON box.
+        _ => return,
+    };
+    out.push(Leaf {
+        pointer: pointer.to_string(),
+        name: key.to_string(),
+        kind,
+    });
+}
+
+/// A JSON number of the leaf's kind.
+pub fn number_value(kind: &Kind, v: f64) -> Option<Value> {
+    match kind {
+        Kind::Integer if v >= 0.0 => Some(Value::Number(Number::from(v.round() as u64))),
+        Kind::Integer => Some(Value::Number(Number::from(v.round() as i64))),
+        _ => Number::from_f64(v).map(Value::Number),
+    }
+}
+
+/// Set the value at a JSON pointer (`/profile/base_tpot_ms`) of `json`; a missing last key is added.
+pub fn set_at(json: RwSignal<Value>, pointer: &str, value: Value) {
+    json.update(|j| {
+        if let Some(slot) = j.pointer_mut(pointer) {
+            *slot = value;
+        } else if let Some((parent, key)) = pointer.rsplit_once('/')
+            && let Some(Value::Object(map)) = j.pointer_mut(parent)
+        {
+            map.insert(key.to_string(), value);
+        }
+    });
+}
+
+/// What "set" on an engine scenario's absent `fleet` puts there: two replicas behind a round-robin router.
+pub fn default_fleet() -> Value {
+    serde_json::json!({"replicas": 2, "router": "round_robin", "load_cap": 1.5})
+}
+
+/// All the controls of a JSON document (a scenario, solver options), grouped: for a scenario the workload's primary
+/// knobs and the SLOs, then the rest under "Advanced" ([`layout`]).
+#[component]
+pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
+    let shape = Memo::new(move |_| json.with(shape));
+    // Kept across shape changes (a new workload kind rebuilds the groups, not the user's choice to see them).
+    let advanced_open = RwSignal::new(false);
+    let group = move |g: Group| {
+        view! {
+            <fieldset class="group" data-group=g.key.clone()>
+                <legend>{g.title.clone()}</legend>
+                {g.leaves.into_iter().map(|leaf| view! { <Control json=json leaf=leaf/> }).collect_view()}
+            </fieldset>
+        }
+    };
+    view! {
+        <div class="controls-groups">
+            {move || {
+                let (first, advanced) = layout(shape.get());
+                let more = (!advanced.is_empty()).then(|| {
+                    view! {
+                        <details
+                            class="advanced"
+                            data-advanced=""
+                            prop:open=move || advanced_open.get()
+                            on:toggle=move |ev| {
+                                use wasm_bindgen::JsCast;
+                                if let Some(d) = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) {
+                                    advanced_open.set(d.has_attribute("open"));
+                                }
+                            }
+                        >
+                            <summary>"Advanced: engine, fleet and the rest of the workload"</summary>
+                            {advanced.into_iter().map(group).collect_view()}
+                        </details>
+                    }
+                });
+                view! { {first.into_iter().map(group).collect_view()} {more} }
+            }}
+        </div>
+    }
+}
+
+/// One field's control.
+#[component]
+fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
+    let pointer = leaf.pointer.clone();
+    let ptr = pointer.clone();
+    let current = Memo::new(move |_| json.with(|j| j.pointer(&ptr).cloned().unwrap_or(Value::Null)));
+    let known = fields::spec(&leaf.name);
+    let label = known
+        .map(|s| s.label.to_string())
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| fields::humanize(&leaf.name));
+    let help = known.map(|s| s.help).unwrap_or("");
+    let id = format!("f{}", pointer.replace('/', "-"));
+    match leaf.kind.clone() {
+        Kind::Integer | Kind::Float => {
+            let integer = leaf.kind == Kind::Integer;
+            let start = current.get_untracked().as_f64().unwrap_or(0.0);
+            let spec: FieldSpec = known.unwrap_or_else(|| fields::fallback(&leaf.name, start, integer));
+            let step = if integer { spec.step.max(1.0).round() } else { spec.step };
+            let value = move || current.get().as_f64().unwrap_or(0.0);
+            let max = move || spec.max.max(value());
+            let min = move || spec.min.min(value());
+            // Counts and token sizes slide on a log scale (the track's position, 0..=LOG_STEPS); the number box
+            // beside it always holds the value itself.
+            let log = fields::log_scale(&spec);
+            let kind = leaf.kind.clone();
+            let kind2 = leaf.kind.clone();
+            let p1 = pointer.clone();
+            let p2 = pointer.clone();
+            let slider_min = move || if log { 0.0 } else { min() };
+            let slider_max = move || if log { fields::LOG_STEPS } else { max() };
+            let slider_step = if log { 1.0 } else { step };
+            let slider_value = move || {
+                if log {
+                    fields::log_position(value(), min(), max()).round().to_string()
+                } else {
+                    value().to_string()
+                }
+            };
+            view! {
+                <div class="field" data-field=pointer.clone() title=help>
+                    <label for=id.clone()>
+                        <span class="field-label">{label.clone()}</span>
+                        <span class="field-unit">{spec.unit}</span>
+                    </label>
+                    <div class="field-inputs">
+                        <input
+                            type="range"
+                            id=id.clone()
+                            class="slider"
+                            class:hidden=spec.no_slider
+                            data-pointer=pointer.clone()
+                            data-scale=if log { "log" } else { "linear" }
+                            min=slider_min
+                            max=slider_max
+                            step=slider_step
+                            prop:value=slider_value
+                            on:input=move |ev| {
+                                if let Ok(v) = event_target_value(&ev).parse::<f64>() {
+                                    let v = if log { fields::log_value(v, min(), max(), step, integer) } else { v };
+                                    if let Some(j) = number_value(&kind, v) {
+                                        set_at(json, &p1, j);
+                                    }
+                                }
+                            }
+                        />
+                        <input
+                            type="number"
+                            class="num"
+                            class:wide=spec.no_slider
+                            aria-label=format!("{label} ({})", if spec.unit.is_empty() { "value" } else { spec.unit })
+                            data-pointer=pointer.clone()
+                            step="any"
+                            prop:value=move || current.get().to_string()
+                            on:change=move |ev| {
+                                let text = event_target_value(&ev);
+                                let text = text.trim();
+                                // Integers (seeds up to 2^64) parse exactly; everything else as a float.
+                                let exact = (kind2 == Kind::Integer)
+                                    .then(|| text.parse::<u64>().ok().map(Value::from))
+                                    .flatten();
+                                if let Some(j) = exact.or_else(|| text.parse::<f64>().ok().and_then(|v| number_value(&kind2, v))) {
+                                    set_at(json, &p2, j);
+                                }
+                            }
+                        />
+                    </div>
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Bool => {
+            let p = pointer.clone();
+            view! {
+                <div class="field field-bool" data-field=pointer.clone() title=help>
+                    <label class="switch">
+                        <input
+                            type="checkbox"
+                            data-pointer=pointer.clone()
+                            prop:checked=move || current.get().as_bool().unwrap_or(false)
+                            on:change=move |ev| set_at(json, &p, Value::Bool(event_target_checked(&ev)))
+                        />
+                        <span class="field-label">{label}</span>
+                    </label>
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Text if leaf.name == "dist" && !leaf.pointer.starts_with("/workload/dist") => {
+            // A length distribution's shape: switching it replaces the distribution with one of the new shape
+            // around the current typical value.
+            let parent = pointer.rsplit_once('/').map(|(p, _)| p.to_string()).unwrap_or_default();
+            let text = move || current.get().as_str().unwrap_or_default().to_string();
+            let shape_label = format!("{} shape", fields::humanize(parent.rsplit('/').next().unwrap_or("")));
+            view! {
+                <div class="field field-text" data-field=pointer.clone() title="shape of the length distribution">
+                    <label for=id.clone()><span class="field-label">{shape_label}</span></label>
+                    <select
+                        id=id.clone()
+                        data-pointer=pointer.clone()
+                        prop:value=text
+                        on:change=move |ev| {
+                            let typical = json.with(|j| {
+                                let d = j.pointer(&parent);
+                                ["tokens", "median", "max"]
+                                    .iter()
+                                    .find_map(|k| d.and_then(|d| d.get(*k)).and_then(Value::as_f64))
+                                    .unwrap_or(256.0)
+                            });
+                            if let Some(v) = crate::model::compute::default_length(&event_target_value(&ev), typical) {
+                                set_at(json, &parent, v);
+                            }
+                        }
+                    >
+                        {["fixed", "uniform", "lognormal"].map(|o| view! { <option value=o>{o}</option> }).into_iter().collect_view()}
+                    </select>
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Text => {
+            let p = pointer.clone();
+            let text = move || current.get().as_str().unwrap_or_default().to_string();
+            let input = match fields::choices(&leaf.name) {
+                Some(options) => view! {
+                    <select
+                        id=id.clone()
+                        data-pointer=pointer.clone()
+                        prop:value=text
+                        on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
+                    >
+                        {options.iter().map(|o| view! { <option value=*o>{*o}</option> }).collect_view()}
+                    </select>
+                }
+                .into_any(),
+                None => view! {
+                    <input
+                        type="text"
+                        id=id.clone()
+                        data-pointer=pointer.clone()
+                        prop:value=text
+                        on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
+                    />
+                }
+                .into_any(),
+            };
+            view! {
+                <div class="field field-text" data-field=pointer.clone() title=help>
+                    <label for=id.clone()><span class="field-label">{label}</span></label>
+                    {input}
+                </div>
+            }
+            .into_any()
+        }
+        Kind::Unset => {
+            let p = pointer.clone();
+            let default = fields::unset_default(&leaf.name);
+            view! {
+                <div class="field field-unset" data-field=pointer.clone() title=help>
+                    <span class="field-label">{label.clone()}</span>
+                    <span class="faint">"not set"</span>
+                    <button
+                        class="btn small"
+                        aria-label=format!("Set {label}")
+                        on:click=move |_| {
+                            if p == "/fleet" {
+                                set_at(json, &p, default_fleet());
+                            } else if let Some(v) = Number::from_f64(default) {
+                                set_at(json, &p, Value::Number(v));
+                            }
+                        }
+                    >
+                        "set"
+                    </button>
+                </div>
+            }
+            .into_any()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn an_engine_scenario_offers_a_fleet_with_replicas_and_router_controls() {
+        let mut j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
+            "profile": {"name": "p", "num_kv_blocks": 100}
+        });
+        let s = shape(&j);
+        let fleet = s.iter().find(|g| g.key == "fleet").expect("a fleet group");
+        assert_eq!(fleet.title, "Fleet");
+        assert_eq!(fleet.leaves[0].pointer, "/fleet");
+        assert_eq!(fleet.leaves[0].kind, Kind::Unset);
+        j["fleet"] = default_fleet();
+        let s = shape(&j);
+        let fleet = s.iter().find(|g| g.key == "fleet").expect("a fleet group");
+        let kind = |p: &str| fleet.leaves.iter().find(|l| l.pointer == p).map(|l| l.kind.clone());
+        assert_eq!(kind("/fleet/router"), Some(Kind::Text));
+        assert_eq!(kind("/fleet/replicas"), Some(Kind::Integer));
+        assert_eq!(kind("/fleet/load_cap"), Some(Kind::Float));
+        assert!(crate::explorer::fields::choices("router").is_some_and(|c| c.len() == 4));
+        assert!(crate::explorer::fields::spec("replicas").is_some());
+        // The default fleet is a valid scenario field; a seed scenario gets no fleet group.
+        j["profile"] =
+            serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset")).expect("json");
+        shared::scenario::Scenario::from_value(j).expect("a fleet scenario is valid");
+        let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
+        assert!(shape(&seed).iter().all(|g| g.key != "fleet"));
+    }
+
+    #[test]
+    fn shape_lists_every_leaf_with_its_kind() {
+        let j: Value = serde_json::json!({
+            "version": 1, "model": "seed",
+            "workload": {"kind": "bursty", "num_requests": 80, "seed": 42, "mean_rps": 8.5},
+            "profile": {"name": "baseline", "max_batch_slots": 16, "base_tpot_ms": 17.5},
+            "slo": {"ttft_ms": 500.0, "tpot_ms": 35.0, "e2e_ms": null},
+            "closed_loop": false, "workload_name": "agent"
+        });
+        let s = shape(&j);
+        let titles: Vec<&str> = s.iter().map(|g| g.title.as_str()).collect();
+        assert_eq!(titles, ["Workload", "Engine profile", "SLOs", "General"]);
+        assert_eq!(s[1].leaves[0].name, "name", "text fields first");
+        let w = &s[0].leaves;
+        assert_eq!(w.len(), 3, "kind is hidden: {w:?}");
+        assert_eq!(w[0].pointer, "/workload/mean_rps");
+        assert_eq!(w[0].kind, Kind::Float);
+        assert_eq!(w[1].kind, Kind::Integer);
+        assert_eq!(s[2].leaves[0].kind, Kind::Unset);
+        assert_eq!(s[3].leaves[0].kind, Kind::Text);
+        assert_eq!(s[3].leaves[1].kind, Kind::Bool, "switches last");
+    }
+
+    #[test]
+    fn primary_knobs_then_slos_then_the_rest_under_advanced() {
+        let j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "sessions", "base_tokens": 22000, "drain_grace_s": 420.0, "duration_s": 900.0,
+                         "gen_tokens": 700, "respawn": true, "sessions": 8, "spread": 0.5, "steps": 12,
+                         "think_s": 6.0, "tool_tokens": 900},
+            "profile": {"name": "p", "num_kv_blocks": 100},
+            "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0},
+            "seed": 7
+        });
+        let (first, advanced) = layout(shape(&j));
+        let keys: Vec<&str> = first.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["workload", "slo"]);
+        let slos: Vec<&str> = first[1].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(slos, ["ttft_ms", "tpot_ms"], "TTFT first");
+        let names: Vec<&str> = first[0].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "sessions",
+                "think_s",
+                "steps",
+                "base_tokens",
+                "tool_tokens",
+                "gen_tokens"
+            ]
+        );
+        let keys: Vec<&str> = advanced.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["workload-more", "profile", "fleet", "general"]);
+        let more: Vec<&str> = advanced[0].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert!(more.contains(&"drain_grace_s") && more.contains(&"respawn") && !more.contains(&"sessions"));
+        // Every leaf is somewhere, once.
+        let all = shape(&j).iter().map(|g| g.leaves.len()).sum::<usize>();
+        let shown = first.iter().chain(&advanced).map(|g| g.leaves.len()).sum::<usize>();
+        assert_eq!(all, shown);
+        // Solver options (no workload) are not split.
+        let opts = serde_json::json!({"slots": 8, "min_steps": 2});
+        assert!(layout(shape(&opts)).1.is_empty());
+    }
+
+    #[test]
+    fn numbers_keep_their_kind() {
+        assert_eq!(number_value(&Kind::Integer, 16.4), Some(serde_json::json!(16)));
+        assert_eq!(number_value(&Kind::Float, 16.4), Some(serde_json::json!(16.4)));
+        assert_eq!(number_value(&Kind::Float, f64::NAN), None);
+    }
+
+    /// A fitted profile's `reply_cached_share` (a share, 0..=1) gets a slider over the whole range, not the fallback
+    /// around its value.
+    #[test]
+    fn the_reply_share_slides_over_zero_to_one() {
+        let s = crate::explorer::fields::spec("reply_cached_share").expect("a known field");
+        assert_eq!((s.min, s.max), (0.0, 1.0));
+    }
+}

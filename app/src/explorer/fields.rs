@@ -1,0 +1,469 @@
+//! What the page knows about scenario fields: a label, a unit and a slider range per field name.
+//!
+//! The explorer builds its controls by walking the scenario's JSON, so every numeric field of every model and
+//! workload gets a slider and a number input, including fields added later. Known names get a good label and
+//! range from [`spec`]; unknown ones a range derived from their value ([`fallback`]).
+
+/// How a field is edited.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FieldSpec {
+    pub label: &'static str,
+    pub unit: &'static str,
+    pub min: f64,
+    pub max: f64,
+    pub step: f64,
+    /// A seed or an id: a number input only, no slider.
+    pub no_slider: bool,
+    pub help: &'static str,
+}
+
+const fn f(label: &'static str, unit: &'static str, min: f64, max: f64, step: f64, help: &'static str) -> FieldSpec {
+    FieldSpec {
+        label,
+        unit,
+        min,
+        max,
+        step,
+        no_slider: false,
+        help,
+    }
+}
+
+/// The spec of a known field name (the last segment of its path).
+pub fn spec(name: &str) -> Option<FieldSpec> {
+    Some(match name {
+        // seed profile / engine profile
+        "prefill_tokens_per_ms" => f(
+            "Prefill speed",
+            "tok/ms",
+            1.0,
+            100.0,
+            0.5,
+            "prompt tokens processed per millisecond",
+        ),
+        "prefix_cache_hit_efficiency" => f(
+            "Prefix-cache efficiency",
+            "0–1",
+            0.0,
+            1.0,
+            0.01,
+            "share of the shared prefix served from cache",
+        ),
+        "base_tpot_ms" => f(
+            "Base TPOT",
+            "ms",
+            1.0,
+            80.0,
+            0.1,
+            "decode time per token with an empty batch",
+        ),
+        "batch_tpot_slope_ms" | "tpot_slope_ms" | "decode_per_seq_ms" => f(
+            "TPOT slope",
+            "ms/seq",
+            0.0,
+            3.0,
+            0.01,
+            "extra decode time per token per running sequence",
+        ),
+        "max_batch_slots" => f(
+            "Batch slots",
+            "seqs",
+            1.0,
+            128.0,
+            1.0,
+            "admission limit: sequences decoding at once",
+        ),
+        "max_num_seqs" | "max_running" => f("Max running seqs", "seqs", 1.0, 1024.0, 1.0, "vLLM max_num_seqs"),
+        "max_num_batched_tokens" | "token_budget" | "chunk_tokens" => f(
+            "Token budget / step",
+            "tok",
+            256.0,
+            32768.0,
+            256.0,
+            "chunked-prefill budget (vLLM max_num_batched_tokens)",
+        ),
+        "block_size" | "block_tokens" => f("KV block size", "tok", 1.0, 128.0, 1.0, "tokens per KV-cache block"),
+        "kv_blocks" | "kv_capacity_blocks" | "num_gpu_blocks" | "kv_capacity" => f(
+            "KV capacity",
+            "blocks",
+            16.0,
+            100_000.0,
+            16.0,
+            "KV-cache blocks on the GPU",
+        ),
+        "max_model_len" => f(
+            "Max model length",
+            "tok",
+            1024.0,
+            1_048_576.0,
+            1024.0,
+            "longest prompt + output accepted",
+        ),
+        "step_fixed_ms" => f(
+            "Step floor",
+            "ms",
+            0.0,
+            60.0,
+            0.1,
+            "fixed time of every engine step (decode floor)",
+        ),
+        "per_seq_ms" => f(
+            "Per-sequence cost",
+            "ms/seq",
+            0.0,
+            2.0,
+            0.005,
+            "step time added per running sequence",
+        ),
+        "per_ctx_token_ms" => f(
+            "Context cost",
+            "ms/tok",
+            0.0,
+            0.001,
+            0.000001,
+            "step time per context token in the batch",
+        ),
+        "num_kv_blocks" => f(
+            "KV capacity",
+            "blocks",
+            16.0,
+            200_000.0,
+            16.0,
+            "KV-cache blocks on the GPU(s)",
+        ),
+        "fixed_prefill_ms" | "prefill_fixed_ms" => f("Fixed prefill cost", "ms", 0.0, 50.0, 0.5, "per prefill step"),
+        "reply_cached_share" => f(
+            "Reply found cached",
+            "share",
+            0.0,
+            1.0,
+            0.01,
+            "of a session's previous reply, the share the server finds cached next step (llama-server re-tokenizes the \
+             reply it gets back as text: ≈ 0.2)",
+        ),
+        "step_overhead_ms" => f("Step overhead", "ms", 0.0, 5.0, 0.01, "fixed cost of every engine step"),
+        "per_context_token_ms" | "decode_per_context_token_ms" => f(
+            "Context cost",
+            "ms/tok",
+            0.0,
+            0.01,
+            0.00001,
+            "decode time per context token in the batch",
+        ),
+        "prefix_caching" | "prefix_cache" => return None,
+        // SLOs
+        "ttft_ms" => f("TTFT SLO", "ms", 50.0, 10_000.0, 10.0, "time to first token target"),
+        "tpot_ms" => f("TPOT SLO", "ms", 5.0, 200.0, 1.0, "time per output token target"),
+        "e2e_ms" => f("E2E SLO", "ms", 100.0, 600_000.0, 100.0, "end-to-end latency target"),
+        // workloads
+        "num_requests" => f("Requests", "req", 1.0, 2000.0, 1.0, "requests in the trace"),
+        "mean_rps" | "rate_rps" => f("Arrival rate", "req/s", 0.1, 50.0, 0.1, "mean arrival rate"),
+        "cv" | "burstiness" => f(
+            "Burstiness",
+            "cv",
+            0.1,
+            5.0,
+            0.05,
+            "coefficient of variation of inter-arrivals",
+        ),
+        "prompt_tokens" | "input_tokens" => f("Prompt length", "tok", 1.0, 32_768.0, 1.0, "prompt tokens per request"),
+        "output_tokens" => f("Output length", "tok", 1.0, 4096.0, 1.0, "generated tokens per request"),
+        "sessions" => f(
+            "Sessions",
+            "slots",
+            1.0,
+            256.0,
+            1.0,
+            "concurrent agent sessions (slots)",
+        ),
+        "users" | "concurrency" => f("Users", "users", 1.0, 256.0, 1.0, "closed-loop users"),
+        "steps" => f("Steps / session", "steps", 1.0, 200.0, 1.0, "requests per session"),
+        "base_tokens" => f(
+            "Base context",
+            "tok",
+            0.0,
+            128_000.0,
+            256.0,
+            "context a session starts with",
+        ),
+        "gen_tokens" => f(
+            "Reply length",
+            "tok",
+            1.0,
+            4096.0,
+            1.0,
+            "generated tokens per step (forced)",
+        ),
+        "tool_tokens" => f("Tool output", "tok", 0.0, 16_000.0, 10.0, "tool output added per step"),
+        "task_tokens" => f("Task prompt", "tok", 0.0, 8192.0, 8.0, "unique task text at step 0"),
+        "think_s" => f("Think time", "s", 0.0, 60.0, 0.1, "mean pause between steps"),
+        "spread" => f("Spread", "σ", 0.0, 2.0, 0.01, "spread of the per-session draws"),
+        "stagger_s" => f("Stagger", "s", 0.0, 120.0, 0.5, "start offset between sessions"),
+        "duration_s" => f("Run length", "s", 0.0, 3600.0, 5.0, "0 = until every session ends"),
+        "drain_grace_s" => f(
+            "Drain grace",
+            "s",
+            0.0,
+            600.0,
+            1.0,
+            "time allowed to finish at the deadline",
+        ),
+        // ladder solver
+        "median_tokens" => f(
+            "Median prompt",
+            "tok",
+            1000.0,
+            200_000.0,
+            100.0,
+            "target weighted median prompt length",
+        ),
+        "p90_tokens" => f(
+            "p90 prompt",
+            "tok",
+            1000.0,
+            400_000.0,
+            100.0,
+            "target weighted p90 prompt length",
+        ),
+        "cached_share" => f(
+            "Cached share",
+            "0–1",
+            0.0,
+            1.0,
+            0.005,
+            "target share of cached prompt tokens/requests",
+        ),
+        "growth_tokens" => f(
+            "Growth / step",
+            "tok",
+            1.0,
+            20_000.0,
+            1.0,
+            "reply + tool output added per step",
+        ),
+        "reply_tokens" => f(
+            "Reply / step",
+            "tok",
+            0.0,
+            8192.0,
+            1.0,
+            "reply tokens per step (part of the growth)",
+        ),
+        "slots" => f("Slots", "rungs", 1.0, 64.0, 1.0, "session slots = rungs of the ladder"),
+        "base_step_tokens" => f("Base step", "tok", 1.0, 10_000.0, 50.0, "bases are multiples of this"),
+        "min_base_tokens" => f("Min base", "tok", 1.0, 100_000.0, 100.0, "smallest base context"),
+        "min_steps" => f("Min steps", "steps", 1.0, 200.0, 1.0, "fewest steps of a rung"),
+        "max_steps" => f("Max steps", "steps", 1.0, 500.0, 1.0, "most steps of a rung"),
+        "max_prompt_tokens" => f(
+            "Prompt ceiling",
+            "tok",
+            1000.0,
+            1_000_000.0,
+            1000.0,
+            "the model's context",
+        ),
+        "margin_tolerance" => f(
+            "Margin tolerance",
+            "rel",
+            0.0,
+            0.2,
+            0.001,
+            "error that may be traded for margins",
+        ),
+        // fleet
+        "replicas" => f(
+            "Replicas",
+            "engines",
+            1.0,
+            64.0,
+            1.0,
+            "engines behind the router, each with its own prefix cache",
+        ),
+        "load_cap" => f(
+            "Load cap",
+            "× mean",
+            1.0,
+            10.0,
+            0.1,
+            "prefix_aware: most outstanding requests of the cache-best replica, over the fleet mean",
+        ),
+        "seed" => FieldSpec {
+            no_slider: true,
+            ..f("Seed", "", 0.0, 1e9, 1.0, "random seed")
+        },
+        _ => return None,
+    })
+}
+
+/// The value an absent optional field gets when the user sets it.
+pub fn unset_default(name: &str) -> f64 {
+    match name {
+        "e2e_ms" => 30_000.0,
+        "max_model_len" | "max_prompt_tokens" => 131_072.0,
+        _ => spec(name).map_or(1.0, |s| s.min.max(s.step)),
+    }
+}
+
+/// A range for a field the page does not know: around its current value.
+pub fn fallback(name: &str, value: f64, integer: bool) -> FieldSpec {
+    let max = if value > 0.0 { value * 4.0 } else { 1.0 };
+    let step = if integer { 1.0 } else { (max / 200.0).max(1e-6) };
+    FieldSpec {
+        label: "",
+        unit: crate::ui::metric::unit_of(name),
+        min: 0.0,
+        max,
+        step,
+        no_slider: false,
+        help: "",
+    }
+}
+
+/// A readable label from a field name: `drain_grace_s` → `Drain grace s`.
+pub fn humanize(name: &str) -> String {
+    let mut s = name.replace('_', " ");
+    if let Some(first) = s.get(0..1) {
+        let upper = first.to_uppercase();
+        s.replace_range(0..1, &upper);
+    }
+    s
+}
+
+/// The values a string field may take, when it is an enum the page knows.
+pub fn choices(name: &str) -> Option<&'static [&'static str]> {
+    match name {
+        "dist" => Some(&["lognormal", "uniform"]),
+        "cached_definition" => Some(&["tokens", "requests"]),
+        "weighting" => Some(&["respawn", "single"]),
+        "priority" => Some(&["exact", "margins"]),
+        "router" => Some(&["round_robin", "least_outstanding", "session_affinity", "prefix_aware"]),
+        _ => None,
+    }
+}
+
+/// Group titles for top-level scenario keys.
+pub fn group_title(key: &str) -> String {
+    match key {
+        "workload" => "Workload".to_string(),
+        "profile" | "engine" => "Engine profile".to_string(),
+        "slo" => "SLOs".to_string(),
+        "shape" => "Session shape".to_string(),
+        "fleet" => "Fleet".to_string(),
+        other => humanize(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn known_fields_have_sane_ranges() {
+        for name in [
+            "prefill_tokens_per_ms",
+            "max_batch_slots",
+            "ttft_ms",
+            "mean_rps",
+            "sessions",
+            "think_s",
+        ] {
+            let s = spec(name).expect(name);
+            assert!(s.min < s.max && s.step > 0.0, "{name}");
+            assert!(!s.label.is_empty() && !s.unit.is_empty(), "{name}");
+        }
+        assert!(spec("seed").is_some_and(|s| s.no_slider));
+    }
+
+    #[test]
+    fn fallback_covers_the_value() {
+        let s = fallback("weird_ms", 12.5, false);
+        assert!(s.max >= 12.5 && s.unit == "ms");
+        assert_eq!(humanize("drain_grace_s"), "Drain grace s");
+    }
+}
+
+/// Positions of a log-scaled slider: `0..=LOG_STEPS`.
+pub const LOG_STEPS: f64 = 1000.0;
+
+/// Whether a field's slider is log-scaled: counts and token sizes over a wide range (sessions 1–256: a linear track
+/// gives the useful 1–32 an eighth of its length).
+pub fn log_scale(spec: &FieldSpec) -> bool {
+    matches!(
+        spec.unit,
+        "tok" | "seqs" | "slots" | "sessions" | "users" | "req" | "steps" | "blocks" | "rungs" | "replicas"
+    ) && spec.max >= 30.0 * spec.min.max(1.0)
+}
+
+/// The log of a slider's scale: `ln(v)` for ranges from 1 up, `ln(1 + v)` for ranges from 0 (so 0 has a place).
+fn log_of(v: f64, min: f64) -> f64 {
+    if min >= 1.0 {
+        v.max(1.0).ln()
+    } else {
+        v.max(0.0).ln_1p()
+    }
+}
+
+/// A value's position on a log-scaled slider over `min..=max`: `0..=LOG_STEPS`.
+pub fn log_position(v: f64, min: f64, max: f64) -> f64 {
+    let (lo, hi) = (log_of(min, min), log_of(max.max(min), min));
+    if hi <= lo {
+        return 0.0;
+    }
+    ((log_of(v.clamp(min, max.max(min)), min) - lo) / (hi - lo) * LOG_STEPS).clamp(0.0, LOG_STEPS)
+}
+
+/// The value at a log-scaled slider's position, rounded to `step` (at least 1 for integers) and kept in
+/// `min..=max`.
+pub fn log_value(pos: f64, min: f64, max: f64, step: f64, integer: bool) -> f64 {
+    let (lo, hi) = (log_of(min, min), log_of(max.max(min), min));
+    let x = lo + (pos / LOG_STEPS).clamp(0.0, 1.0) * (hi - lo);
+    let raw = if min >= 1.0 { x.exp() } else { x.exp_m1() };
+    let step = if integer { step.max(1.0).round() } else { step };
+    let v = if step > 0.0 { (raw / step).round() * step } else { raw };
+    v.clamp(min, max.max(min))
+}
+
+#[cfg(test)]
+mod log_tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn counts_and_token_sizes_slide_on_a_log_scale() {
+        for name in [
+            "sessions",
+            "users",
+            "steps",
+            "base_tokens",
+            "tool_tokens",
+            "gen_tokens",
+            "max_num_seqs",
+        ] {
+            assert!(log_scale(&spec(name).expect("known")), "{name}");
+        }
+        for name in ["think_s", "ttft_ms", "spread", "mean_rps"] {
+            assert!(!log_scale(&spec(name).expect("known")), "{name}");
+        }
+        // Sessions 1–256: the useful 1–32 takes more than half of the track (a linear one gave it 12 %).
+        let s = spec("sessions").expect("known");
+        assert!(log_position(32.0, s.min, s.max) > 0.6 * LOG_STEPS);
+        // Every count is reachable and comes back as itself.
+        for v in 1..=256u32 {
+            let pos = log_position(f64::from(v), s.min, s.max).round();
+            let back = log_value(pos, s.min, s.max, s.step, true);
+            assert!(
+                (back - f64::from(v)).abs() <= (f64::from(v) * 0.01).max(0.0),
+                "{v} -> {pos} -> {back}"
+            );
+        }
+        // Zero has a place (tool output may be 0) and the ends are the range's ends.
+        let t = spec("tool_tokens").expect("known");
+        assert_eq!(log_value(0.0, t.min, t.max, t.step, true), 0.0);
+        assert_eq!(log_value(LOG_STEPS, t.min, t.max, t.step, true), t.max);
+    }
+}

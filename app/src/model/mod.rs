@@ -1,0 +1,6 @@
+//! The view model every view reads: the explorer's state and signals ([`state`]), what a computation gives
+//! ([`compute`]) and the page URL ([`url`]).
+
+pub mod compute;
+pub mod state;
+pub mod url;

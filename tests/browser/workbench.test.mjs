@@ -1,0 +1,170 @@
+// The page as a workbench (issue 41, items 4 and 6): the explorer's actions stay in view, the primary knobs come
+// first and the rest under "Advanced", counts slide on a log scale, an applied preset stays shown ("(modified)"),
+// the live view says what Launch will send, and Compare lists the headline metrics first in the explorer's words.
+// Takes the screenshots of the explorer, compare, capacity and live views at 1440×900 and 390×844
+// (to LOADSHAPE_SHOTS_DIR, default artifacts/screenshots; docs/screenshots/ holds the committed ones).
+// Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
+import { test, after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { ROOT, launchBrowser, liveScenario, shareLink } from './harness.mjs';
+
+const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
+const TOKEN = new URL(URL_WITH_TOKEN).hash.replace(/^#/, '').split('&').find((p) => p.startsWith('token='))?.slice(6);
+const ORIGIN = new URL(URL_WITH_TOKEN).origin;
+const EXPLORER = '[data-summary="explorer"]';
+const LIVE = '[data-summary="live"]';
+const SHOTS = process.env.LOADSHAPE_SHOTS_DIR ? path.resolve(process.env.LOADSHAPE_SHOTS_DIR)
+  : path.join(ROOT, 'artifacts/screenshots');
+
+let browser;
+before(async () => { browser = await launchBrowser(); mkdirSync(SHOTS, { recursive: true }); });
+after(async () => { await browser?.close(); });
+
+async function newPage(viewport) {
+  const page = await browser.newPage({ viewport });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.errors = errors;
+  return page;
+}
+
+async function settled(page) {
+  await page.locator(`${EXPLORER} [data-metric="ttft_p50_ms"]`).first().waitFor({ timeout: 30000 });
+  await page.waitForFunction(() => !document.querySelector('[data-sweep-progress]')
+    && !document.querySelector('[data-computing]:not(.hidden)'), null, { timeout: 60000 });
+}
+
+const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
+
+test('the explorer: actions in view, primary knobs first, log sliders, the preset stays shown', async () => {
+  const page = await newPage({ width: 1440, height: 900 });
+  await page.goto(URL_WITH_TOKEN);
+  await settled(page);
+  // Primary knobs first, then the SLOs; the engine under "Advanced", closed.
+  const groups = await page.locator('.explorer .controls-groups > fieldset.group').evaluateAll((els) => els.map((e) => e.dataset.group));
+  assert.deepEqual(groups, ['workload', 'slo'], 'outside "Advanced": the workload\'s primary knobs and the SLOs');
+  const first = await page.locator('fieldset[data-group="workload"] [data-field]').evaluateAll(
+    (els) => els.map((e) => e.dataset.field));
+  assert.deepEqual(first.slice(0, 5), ['/workload/sessions', '/workload/think_s', '/workload/steps',
+    '/workload/base_tokens', '/workload/tool_tokens']);
+  assert.equal(await page.locator('details[data-advanced]').evaluate((d) => d.open), false);
+  assert.equal(await page.locator('details[data-advanced] [data-field="/profile/max_num_seqs"]').count(), 1);
+  // Sessions on a log scale: half the track is already past the useful 1–32 no more.
+  const sessions = page.locator('input[type=range][data-pointer="/workload/sessions"]');
+  assert.equal(await sessions.getAttribute('data-scale'), 'log');
+  await sessions.evaluate((el) => { el.value = String(Math.round(0.5 * Number(el.max))); el.dispatchEvent(new Event('input', { bubbles: true })); });
+  const half = Number(await page.locator('input[type=number][data-pointer="/workload/sessions"]').inputValue());
+  assert.ok(half >= 8 && half <= 32, `half the sessions track is ${half}`);
+
+  // An applied preset stays shown, "(modified)" once a knob moves.
+  const preset = page.locator('select[data-control="preset"]');
+  const id = await preset.locator('option').nth(1).getAttribute('value');
+  await preset.selectOption(id);
+  await settled(page);
+  assert.equal(await preset.inputValue(), id);
+  assert.equal(await preset.getAttribute('data-preset-state'), id);
+  await page.locator('input[type=number][data-pointer="/slo/ttft_ms"]').fill('1234');
+  await page.locator('input[type=number][data-pointer="/slo/ttft_ms"]').dispatchEvent('change');
+  await page.waitForFunction((want) => document.querySelector('select[data-control="preset"]')
+    ?.getAttribute('data-preset-state') === want, `${id} modified`, { timeout: 10000 });
+  assert.match(await preset.locator('option:checked').innerText(), /\(modified\)$/);
+
+  // The action bar stays in view at the bottom of the results.
+  await page.evaluate(() => window.scrollTo(0, document.body.scrollHeight));
+  await page.waitForTimeout(200);
+  const bar = await page.locator('[data-action-bar]').boundingBox();
+  assert.ok(bar && bar.y >= 0 && bar.y + bar.height <= 900, `the action bar in view: ${JSON.stringify(bar)}`);
+  for (const action of ['copy-link', 'pin', 'go-compare', 'reset', 'go-live']) {
+    assert.ok(await page.locator(`[data-action-bar] [data-action="${action}"]`).isVisible(), action);
+  }
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
+for (const [w, h] of [[1440, 900], [390, 844]]) {
+  test(`screenshots at ${w}×${h}: explorer, compare, capacity, live`, async () => {
+    const size = `${w}x${h}`;
+    const page = await newPage({ width: w, height: h });
+    const scenario = liveScenario({ sessions: 4, steps: 4 });
+    await page.goto(shareLink(scenario, `shots-${size}`, ORIGIN).replace('#s=', `#token=${TOKEN}&s=`));
+    await settled(page);
+    await page.locator('[data-status="connected"]').first().waitFor({ timeout: 20000 });
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await shot(page, `page-explorer-${size}`);
+
+    // Compare: A pinned, B with twice the sessions; headline metrics first, in the explorer's labels.
+    await page.locator('[data-action="pin"]').click();
+    const box = page.locator('input[type=number][data-pointer="/workload/sessions"]');
+    await box.fill('8');
+    await box.dispatchEvent('change');
+    await settled(page);
+    await page.locator('[data-action="go-compare"]').click();
+    await page.locator('[data-compare="ttft_p50_ms"]').waitFor({ timeout: 20000 });
+    const rows = await page.locator('[data-compare]').evaluateAll((els) => els.map((e) => e.dataset.compare));
+    assert.deepEqual(rows.slice(0, 2), ['ttft_p50_ms', 'ttft_p99_ms'], 'TTFT first');
+    assert.equal(await page.locator('[data-compare="ttft_p50_ms"] td').first().innerText(), 'TTFT p50 ms');
+    await page.waitForTimeout(300);
+    await shot(page, `page-compare-${size}`);
+
+    // Capacity: the explorer's card, its levels said to exclude the warm-up.
+    await page.locator('[data-view="explorer"]').click();
+    const card = page.locator('[data-capacity-card]');
+    await card.locator('[data-capacity]').waitFor({ timeout: 60000 });
+    assert.match(await card.innerText(), /warm-up/);
+    await card.scrollIntoViewIfNeeded();
+    await page.evaluate(() => window.scrollBy(0, -80));  // below the action bar that stays in view
+    await shot(page, `page-capacity-${size}`);
+
+    // Live: what Launch will send, then a short run on `sim`.
+    await page.locator('[data-view="live"]').click();
+    await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
+      .some((o) => o.value === 'sim'), null, { timeout: 20000 });
+    await page.locator('select[data-control="target"]').selectOption('sim');
+    const plan = await page.locator('[data-launch-plan]').innerText();
+    assert.match(plan, /^Launch sends 8 sessions × ~4 steps, ≈ \d+ requests, ≈ \d+ (s|min) on sim/);
+    await page.locator('[data-action="launch"]').click();
+    await page.locator(`${LIVE} [data-run-state="finished"], ${LIVE} [data-run-state="stopped"], ${LIVE} [data-run-state="failed"]`)
+      .first().waitFor({ timeout: 180000 });
+    await page.waitForTimeout(500);
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await shot(page, `page-live-${size}`);
+    assert.deepEqual(page.errors, []);
+    await page.close();
+  });
+}
+
+test('a reload re-attaches to the running run, on the live view, with its target; history says when and how long', async () => {
+  const page = await newPage({ width: 1280, height: 800 });
+  // Long enough to reload in the middle: two sessions of 30 steps with their think time.
+  const scenario = liveScenario({ sessions: 2, steps: 30 });
+  await page.goto(shareLink(scenario, 'reattach', ORIGIN).replace('#s=', `#token=${TOKEN}&s=`));
+  await settled(page);
+  await page.locator('[data-view="live"]').click();
+  await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
+    .some((o) => o.value === 'sim'), null, { timeout: 20000 });
+  await page.locator('select[data-control="target"]').selectOption('sim');
+  await page.locator('[data-action="launch"]').click();
+  await page.waitForFunction((sel) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > 0,
+    `${LIVE} [data-records]`, { timeout: 60000 });
+  const runId = await page.locator(`${LIVE} .status-line .mono`).first().innerText();
+  const before = Number(await page.locator(`${LIVE} [data-records]`).first().getAttribute('data-records'));
+
+  await page.reload();
+  await page.locator(`${LIVE} [data-run-state="running"]`).first().waitFor({ timeout: 30000 });
+  assert.equal(await page.locator('[data-view="live"]').getAttribute('aria-selected'), 'true', 'the live view again');
+  assert.equal(await page.locator(`${LIVE} .status-line .mono`).first().innerText(), runId, 'the same run');
+  assert.equal(await page.locator('select[data-control="target"]').inputValue(), 'sim');
+  await page.waitForFunction(([sel, n]) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > n,
+    [`${LIVE} [data-records]`, before], { timeout: 60000 });
+  const detail = await page.locator(`[data-run="${runId}"] [data-run-detail]`).innerText();
+  assert.match(detail, /^sim · started \w{3} \d+, \d\d:\d\d · \d+ s so far · \d+ records$/);
+
+  await page.locator('[data-action="stop"]').click();
+  await page.locator(`${LIVE} [data-run-state="stopped"], ${LIVE} [data-run-state="finished"]`).first()
+    .waitFor({ timeout: 60000 });
+  assert.doesNotMatch(await page.locator(`[data-run="${runId}"] [data-run-detail]`).innerText(), /so far/);
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
