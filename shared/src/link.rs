@@ -424,3 +424,26 @@ mod tests {
         assert_eq!(err.to_string().matches("mean_rps").count(), 1, "{err}");
     }
 }
+
+#[cfg(test)]
+mod session_shape_tests {
+    use super::*;
+
+    const SESSIONS: &str = include_str!("../../examples/engine-sessions-10k.json");
+
+    /// The session shapes of issue #44 travel in a link as the scenario file holds them.
+    #[test]
+    fn session_shapes_round_trip_through_a_link() {
+        let shapes = r#""think": {"dist": "empirical", "gaps_s": [0.5, 3.25, 40.0]},"#;
+        let json = SESSIONS.replace(r#""think_s": 6.0,"#, shapes);
+        assert_ne!(json, SESSIONS);
+        let sc = Scenario::from_json(&json).expect("valid");
+        let back = decode(&encode(&sc)).expect("decodes");
+        assert_eq!(back, sc);
+        let text = serde_json::to_string(&back).expect("json");
+        assert!(text.contains(r#""think":{"dist":"empirical","gaps_s":[0.5,3.25,40.0]}"#), "{text}");
+        // Absent, the field stays absent: older links and files keep their bytes.
+        let plain = serde_json::to_string(&Scenario::from_json(SESSIONS).expect("valid")).expect("json");
+        assert!(!plain.contains("\"think\""), "{plain}");
+    }
+}

@@ -52,6 +52,7 @@ fn seed_sessions(sessions: u32, duration_s: f64) -> SessionWorkload {
         drain: false,
         drain_grace_s: 420.0,
         task_tokens: 16,
+        think: None,
     }
 }
 
@@ -245,6 +246,7 @@ fn preset_sessions(
         drain: false,
         drain_grace_s: 60.0,
         task_tokens: 16,
+        think: None,
     })
 }
 

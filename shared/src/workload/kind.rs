@@ -194,7 +194,7 @@ impl Workload {
                 let task = f64::from(w.task_tokens);
                 // A step takes its think time plus its generation (assumed >= 10 ms a token) plus 0.5 s, as the
                 // engine sizes its record vector (`engine::sim`); no step is sent after the run's end.
-                let step_s = w.think_s + f64::from(w.gen_tokens) * 0.01 + 0.5;
+                let step_s = w.mean_think_s() + f64::from(w.gen_tokens) * 0.01 + 0.5;
                 let run_s = w.duration_s + if w.drain { w.drain_grace_s } else { 0.0 };
                 let by_time = (run_s / step_s).floor() + 1.0;
                 // Slot i starts at i · stagger_s, and none after duration_s.

@@ -21,6 +21,7 @@ mod plan;
 pub(crate) mod request;
 pub mod session;
 pub mod shard;
+pub mod think;
 pub mod trace;
 
 pub use bursty::{BurstyTrace, BurstyWorkload};
@@ -30,6 +31,7 @@ pub use plan::Requests;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
 pub use shard::{Shard, ShardError, ShardPlan, ShardUnit};
+pub use think::ThinkDist;
 pub use trace::{TraceFormat, TraceRequest, TraceWorkload};
 
 #[cfg(test)]

@@ -69,7 +69,7 @@ impl Workload {
             Workload::ClosedLoop(c) => c.num_requests,
             Workload::Trace(t) => t.requests.len() as u64,
             Workload::Sessions(s) => {
-                let step_s = s.think_s + f64::from(s.gen_tokens) * 0.01 + 0.5;
+                let step_s = s.mean_think_s() + f64::from(s.gen_tokens) * 0.01 + 0.5;
                 let by_time = f64::from(s.slot_count()) * (s.duration_s / step_s + 1.0);
                 let n = if s.respawn {
                     by_time

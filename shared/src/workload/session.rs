@@ -21,6 +21,8 @@ use crate::error::ScenarioError;
 use crate::ladder::Ladder;
 use crate::pyrand::PyRandom;
 
+use super::think::ThinkDist;
+
 /// Shape of the per-session random draw (ignored when a ladder is set).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -75,6 +77,9 @@ pub struct SessionWorkload {
     pub drain_grace_s: f64,
     /// Tokens of the task line appended to the base ("Task: find why the loader refuses the shard ...").
     pub task_tokens: u32,
+    /// Think-time distribution ([`ThinkDist`]); `None`: the seed's `max(0, N(think_s, 0.4·think_s))`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub think: Option<ThinkDist>,
 }
 
 impl Default for SessionWorkload {
@@ -95,6 +100,7 @@ impl Default for SessionWorkload {
             drain: false,
             drain_grace_s: 420.0,
             task_tokens: 16,
+            think: None,
         }
     }
 }
@@ -220,6 +226,9 @@ impl SessionWorkload {
                 ));
             }
         }
+        if let Some(t) = &self.think {
+            t.validate().map_err(|e| e.within("think"))?;
+        }
         Ok(())
     }
 
@@ -231,9 +240,14 @@ impl SessionWorkload {
         }
     }
 
+    /// Mean think time after a step, seconds: `think_s`, or the mean of `think` when set (size estimates).
+    pub fn mean_think_s(&self) -> f64 {
+        self.think.as_ref().map_or(self.think_s, ThinkDist::mean_s)
+    }
+
     /// Draws instance `inst` of slot `slot`, deterministically from `(seed, slot, inst)`.
     pub fn plan(&self, slot: u32, inst: u32, seed: u64) -> SessionPlan {
-        self.draw(&mut PyRandom::from_u128(plan_key(slot, inst, seed)), slot, inst)
+        self.draw(&mut PyRandom::from_u128(plan_key(slot, inst, seed)), slot, inst, seed)
     }
 
     /// The plans of instances `first_inst .. first_inst + 4` of `slot`: equal to four [`Self::plan`] calls, with
@@ -241,10 +255,10 @@ impl SessionWorkload {
     pub fn plans4(&self, slot: u32, first_inst: u32, seed: u64) -> [SessionPlan; 4] {
         let insts: [u32; 4] = std::array::from_fn(|i| first_inst.saturating_add(i as u32));
         let mut rngs = PyRandom::from_u128s(insts.map(|inst| plan_key(slot, inst, seed)));
-        std::array::from_fn(|i| self.draw(&mut rngs[i], slot, insts[i]))
+        std::array::from_fn(|i| self.draw(&mut rngs[i], slot, insts[i], seed))
     }
 
-    fn draw(&self, rng: &mut PyRandom, slot: u32, inst: u32) -> SessionPlan {
+    fn draw(&self, rng: &mut PyRandom, slot: u32, inst: u32, seed: u64) -> SessionPlan {
         let (base_tokens, steps) = match self.ladder.as_ref().and_then(|l| l.rung_for_slot(slot as usize)) {
             Some(rung) => (rung.base_tokens, rung.steps),
             None => {
@@ -267,6 +281,12 @@ impl SessionWorkload {
         };
         let gen_mean = f64::from(self.gen_tokens);
         let think = self.think_s.max(0.0);
+        // The empirical think list picks from a stream of its own (keys above 2^80 never meet a plan's key).
+        let mut pick = self
+            .think
+            .as_ref()
+            .filter(|t| t.needs_pick())
+            .map(|_| PyRandom::from_u128(plan_key(slot, inst, seed) + THINK_PICK_KEY));
         let mut gen_tokens = Vec::with_capacity(steps as usize);
         let mut think_s = Vec::with_capacity(steps as usize);
         for _ in 0..steps {
@@ -275,7 +295,10 @@ impl SessionWorkload {
                 .trunc()
                 .clamp(64.0, MAX_TOKENS as f64);
             gen_tokens.push(g as u32);
-            think_s.push(rng.gauss(think, think * 0.4).max(0.0));
+            think_s.push(match &self.think {
+                None => rng.gauss(think, think * 0.4).max(0.0),
+                Some(t) => t.sample(rng.gauss(0.0, 1.0), pick.as_mut()),
+            });
         }
         SessionPlan {
             slot,
@@ -289,6 +312,9 @@ impl SessionWorkload {
         }
     }
 }
+
+/// Added to [`plan_key`] for the empirical think-time stream.
+const THINK_PICK_KEY: u128 = 1 << 80;
 
 /// The seed's per-session generator seed: `seed + slot·7919 + inst·104729` (may pass 2^64).
 fn plan_key(slot: u32, inst: u32, seed: u64) -> u128 {
@@ -376,6 +402,66 @@ mod tests {
         assert_eq!(p.prompt_tokens(1), 4016 + u64::from(p.gen_tokens[0]) + 900);
         assert_eq!(p.designed_cached_tokens(1), 4016 + u64::from(p.gen_tokens[0]));
         assert_eq!(p.designed_cached_tokens(0), 0);
+    }
+
+    #[test]
+    fn think_dists_change_think_times_only() {
+        let base = SessionWorkload::default();
+        let with = |t: &str| SessionWorkload {
+            think: Some(serde_json::from_str(t).expect(t)),
+            ..Default::default()
+        };
+        let p0 = base.plan(2, 1, 42);
+        // `normal` with the mean alone is the default draw, bit for bit.
+        assert_eq!(with(r#"{"dist": "normal", "mean_s": 6.0}"#).plan(2, 1, 42), p0);
+        let fixed = with(r#"{"dist": "fixed", "value_s": 1.5}"#).plan(2, 1, 42);
+        assert_eq!((fixed.base_tokens, &fixed.gen_tokens), (p0.base_tokens, &p0.gen_tokens));
+        assert!(fixed.think_s.iter().all(|&t| t == 1.5));
+        // Log-normal: median · exp(σ z) with the default draw's z = (think − 6) / 2.4 where that was not clamped.
+        let logn = with(r#"{"dist": "lognormal", "median_s": 3.0, "sigma": 1.0}"#).plan(2, 1, 42);
+        assert_eq!(logn.gen_tokens, p0.gen_tokens);
+        for (l, d) in logn.think_s.iter().zip(&p0.think_s) {
+            if *d > 0.0 {
+                let z = (d - 6.0) / 2.4;
+                assert!((l - 3.0 * z.exp()).abs() < 1e-9 * l.max(1.0), "{l} vs z {z}");
+            }
+        }
+        let gaps = [0.2, 4.0, 90.0];
+        let emp_w = with(r#"{"dist": "empirical", "gaps_s": [0.2, 4.0, 90.0]}"#);
+        let emp = emp_w.plan(2, 1, 42);
+        assert_eq!(emp.gen_tokens, p0.gen_tokens);
+        assert!(emp.think_s.iter().all(|t| gaps.contains(t)), "{:?}", emp.think_s);
+        assert_eq!(emp, emp_w.plan(2, 1, 42));
+        assert_eq!(emp_w.plans4(2, 1, 42)[0], emp);
+        // Each instance picks its own gaps; over many the three show up about equally.
+        let mut count = [0usize; 3];
+        for inst in 0..200 {
+            for t in emp_w.plan(0, inst, 7).think_s {
+                count[gaps.iter().position(|&g| g == t).expect("a listed gap")] += 1;
+            }
+        }
+        let total: usize = count.iter().sum();
+        assert!(count.iter().all(|&c| c * 4 > total), "{count:?}");
+        // The mean the size estimates take.
+        assert_eq!(base.mean_think_s(), 6.0);
+        assert!((emp_w.mean_think_s() - 94.2 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn think_errors_name_the_field_under_workload() {
+        let w = SessionWorkload {
+            think: Some(ThinkDist::Lognormal {
+                median_s: 2.0,
+                sigma: 0.0,
+            }),
+            ..Default::default()
+        };
+        let e = w.validate().expect_err("sigma 0").to_string();
+        assert!(e.starts_with("workload.think.sigma must be > 0"), "{e}");
+        let e = serde_json::from_str::<SessionWorkload>(r#"{"think": {"dist": "lognormal", "median_s": 1}}"#)
+            .expect_err("no sigma")
+            .to_string();
+        assert!(e.contains("sigma"), "{e}");
     }
 
     #[test]
