@@ -53,6 +53,8 @@ fn seed_sessions(sessions: u32, duration_s: f64) -> SessionWorkload {
         drain_grace_s: 420.0,
         task_tokens: 16,
         think: None,
+        compaction: None,
+        reasoning: None,
     }
 }
 
@@ -247,6 +249,8 @@ fn preset_sessions(
         drain_grace_s: 60.0,
         task_tokens: 16,
         think: None,
+        compaction: None,
+        reasoning: None,
     })
 }
 

@@ -4,7 +4,7 @@
 use shared::engine::{EngineProfile, EngineScenario, simulate};
 use shared::metrics::Slo;
 use shared::record::RequestRecord;
-use shared::workload::{SessionWorkload, ThinkDist, Workload};
+use shared::workload::{Compaction, Reasoning, SessionWorkload, ThinkDist, Workload};
 
 fn profile() -> EngineProfile {
     EngineProfile {
@@ -112,4 +112,148 @@ fn think_times_follow_the_chosen_distribution() {
     }))
     .expect("normal");
     assert_eq!(format!("{:?}", a.records), format!("{:?}", b.records));
+}
+
+/// One session of a fixed shape (base 4,000, 8 steps), thinking 1 s, alone on a roomy engine: what each step
+/// finds cached follows from the plan by hand.
+fn one_session() -> SessionWorkload {
+    SessionWorkload {
+        ladder: Some("4000:8".parse().expect("ladder")),
+        gen_tokens: 64,
+        tool_tokens: 1000,
+        think: Some(ThinkDist::Fixed { value_s: 1.0 }),
+        duration_s: 600.0,
+        ..Default::default()
+    }
+}
+
+fn by_step(recs: &[RequestRecord]) -> Vec<&RequestRecord> {
+    let mut v: Vec<&RequestRecord> = recs.iter().collect();
+    v.sort_by_key(|r| r.step);
+    v
+}
+
+/// Whole 16-token blocks of `n` tokens.
+fn blocks(n: u64) -> u64 {
+    n / 16 * 16
+}
+
+/// What a step finds cached of its previous prompt and reply: the whole blocks of the tokens whose KV was computed,
+/// all but the reply's last token (generated, never fed back).
+fn after_reply(prev_prompt: u64, reply: u64) -> u64 {
+    blocks(prev_prompt + reply - 1)
+}
+
+#[test]
+fn a_plain_session_caches_its_previous_prompt_and_reply() {
+    let w = one_session();
+    let plan = w.plan(0, 0, 11);
+    let report = simulate(&scenario(w)).expect("valid");
+    let recs = by_step(&report.records);
+    assert_eq!(recs.len(), 8);
+    let mut prompt = 4016u64;
+    for (k, r) in recs.iter().enumerate() {
+        assert_eq!(r.prompt_tokens, Some(prompt), "step {k}");
+        let want = if k == 0 {
+            0
+        } else {
+            let prev = prompt - u64::from(plan.gen_tokens[k - 1]) - 1000;
+            assert_eq!(r.designed_cached_tokens, Some(prev + u64::from(plan.gen_tokens[k - 1])));
+            after_reply(prev, u64::from(plan.gen_tokens[k - 1]))
+        };
+        assert_eq!(r.cached_tokens, Some(want), "step {k}");
+        prompt += u64::from(plan.gen_tokens[k]) + 1000;
+    }
+}
+
+#[test]
+fn a_compacted_step_starts_a_cold_prefix() {
+    let w = SessionWorkload {
+        compaction: Some(Compaction {
+            at_tokens: 5500,
+            summary_tokens: 500,
+        }),
+        ..one_session()
+    };
+    let plan = w.plan(0, 0, 11);
+    let report = simulate(&scenario(w)).expect("valid");
+    let recs = by_step(&report.records);
+    assert_eq!(recs.len(), 8);
+    // By hand: grow by reply + 1,000 of tool output; past 5,500 tokens go on from the summary and the task (516).
+    let (mut prompt, mut compacted_prompts, mut compactions) = (4016u64, 0u64, 0);
+    for (k, r) in recs.iter().enumerate() {
+        assert_eq!(r.prompt_tokens, Some(prompt), "step {k}");
+        assert_eq!(r.gen_tokens, u64::from(plan.gen_tokens[k]));
+        let fresh = k > 0 && prompt == 516;
+        let want = if k == 0 || fresh {
+            0
+        } else {
+            let prev = prompt - u64::from(plan.gen_tokens[k - 1]) - 1000;
+            after_reply(prev, u64::from(plan.gen_tokens[k - 1]))
+        };
+        assert_eq!(r.cached_tokens, Some(want), "step {k}");
+        if fresh {
+            assert_eq!(r.designed_cached_tokens, Some(0), "step {k}");
+            compacted_prompts += prompt;
+            compactions += 1;
+        }
+        assert_eq!(plan.compacted(k as u32), fresh, "step {k}");
+        let grown = prompt + u64::from(plan.gen_tokens[k]) + 1000;
+        prompt = if grown > 5500 { 516 } else { grown };
+    }
+    assert!(compactions >= 2, "{compactions}");
+    // Every token of a compacted step's prompt is a miss of its own cause.
+    let m = &report.diagnostics.cache_misses;
+    assert_eq!(m.compacted_tokens, compacted_prompts);
+    assert_eq!(m.reasoning_not_echoed_tokens, 0);
+    assert_eq!(
+        m.missed_tokens,
+        m.cold_first_step_tokens + m.new_content_tokens + m.compacted_tokens + m.evicted_think_tokens
+            + m.capacity_tokens + m.other_tokens
+    );
+    let text = serde_json::to_string(m).expect("json");
+    assert!(text.contains("\"compacted_tokens\":"), "{text}");
+    assert!(!text.contains("reasoning_not_echoed_tokens"), "absent when zero: {text}");
+}
+
+#[test]
+fn reasoning_costs_decode_time_and_breaks_the_prefix_unless_echoed() {
+    let r = 300u64;
+    let plain = simulate(&scenario(one_session())).expect("valid");
+    for echo in [false, true] {
+        let w = SessionWorkload {
+            reasoning: Some(Reasoning { tokens: r as i64, echo }),
+            ..one_session()
+        };
+        let plan = w.plan(0, 0, 11);
+        let report = simulate(&scenario(w)).expect("valid");
+        let recs = by_step(&report.records);
+        assert_eq!(recs.len(), 8);
+        let (mut prompt, mut not_echoed) = (4016u64, 0u64);
+        for (k, rec) in recs.iter().enumerate() {
+            let reply = u64::from(plan.gen_tokens[k]);
+            assert_eq!(rec.prompt_tokens, Some(prompt), "echo {echo} step {k}");
+            // The reasoning is decoded with the reply.
+            assert_eq!(rec.gen_tokens, reply + r, "echo {echo} step {k}");
+            if k > 0 {
+                let g = u64::from(plan.gen_tokens[k - 1]);
+                let prev = prompt - g - 1000 - if echo { r } else { 0 };
+                let (want, designed) = if echo {
+                    (after_reply(prev, r + g), prev + r + g)
+                } else {
+                    // The prefix breaks where the reply began: the previous prompt's whole blocks.
+                    not_echoed += g;
+                    (blocks(prev), prev)
+                };
+                assert_eq!(rec.cached_tokens, Some(want), "echo {echo} step {k}");
+                assert_eq!(rec.designed_cached_tokens, Some(designed), "echo {echo} step {k}");
+            }
+            prompt += reply + 1000 + if echo { r } else { 0 };
+        }
+        let m = &report.diagnostics.cache_misses;
+        assert_eq!(m.reasoning_not_echoed_tokens, not_echoed, "echo {echo}");
+        // 300 more tokens a reply: each step takes longer than without reasoning.
+        let wall = |rs: &[RequestRecord]| rs.iter().map(|r| r.wall_s).sum::<f64>();
+        assert!(wall(&report.records) > wall(&plain.records) * 1.5, "echo {echo}");
+    }
 }

@@ -471,6 +471,12 @@ fn engine_table(r: &EngineReport) -> String {
     for (i, t) in m.evicted_from_tier_tokens.iter().enumerate() {
         routed.push_str(&format!(", evicted from tier {i} {t}"));
     }
+    if m.compacted_tokens > 0 {
+        routed.push_str(&format!(", compacted {}", m.compacted_tokens));
+    }
+    if m.reasoning_not_echoed_tokens > 0 {
+        routed.push_str(&format!(", reasoning not echoed {}", m.reasoning_not_echoed_tokens));
+    }
     row(
         "cache misses (tokens)",
         format!(

@@ -328,17 +328,19 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
         if ctx.stops.no_new_steps.is_cancelled() {
             return done;
         }
-        let asked = plan
-            .gen_tokens
-            .get(step as usize)
-            .copied()
-            .unwrap_or(run.workload.gen_tokens);
-        // Designed cacheable part: the previous prompt plus its reply (server-counted when the server said).
+        // The reply and, with hidden reasoning, its reasoning tokens: a forced length counts both.
+        let asked = if (step as usize) < plan.gen_tokens.len() {
+            plan.output_tokens(step)
+        } else {
+            run.workload.gen_tokens
+        };
+        // Designed cacheable part: the previous prompt (server-counted when the server said) plus its reply as the
+        // prompt carries it; nothing after a compaction.
         let designed = if step == 0 {
             Some(0)
         } else {
-            let prev_gen = plan.gen_tokens.get(step as usize - 1).copied().map_or(0, u64::from);
-            Some(prev_prompt_tokens.unwrap_or_else(|| plan.prompt_tokens(step - 1)) + prev_gen)
+            let prev = prev_prompt_tokens.unwrap_or_else(|| plan.prompt_tokens(step - 1));
+            Some(plan.designed_cached_after(prev, step - 1, plan.compacted(step)))
         };
         let s = Slot {
             session: u64::from(slot),
@@ -389,13 +391,33 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
         } else {
             filler.text(u64::from(plan.tool_tokens), FillerKind::Code)
         };
-        convo.push_turn(&o.text, &tool);
+        if step + 1 < plan.steps && plan.compacted(step + 1) {
+            // Compaction: a new conversation that starts with a summary of this one (the tool output included).
+            convo = Conversation::new(summary_text(&mut filler, &plan, run.match_prompts), TASK_LINE);
+            sizing = ToolSizing::default();
+        } else {
+            convo.push_turn(&o.text, &tool);
+        }
         let think = plan.think_s.get(step as usize).copied().unwrap_or(0.0).max(0.0);
         if think > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think)).await {
             return done;
         }
     }
     done
+}
+
+/// The header of a compacted conversation's summary (its first words, so the prefix is new to the server).
+pub const SUMMARY_HEADER: &str = "[Summary of the conversation so far]\n";
+
+/// The summary a compacted session goes on from: [`SUMMARY_HEADER`] and filler of the plan's `summary_tokens`.
+fn summary_text(filler: &mut shared::filler::FillerStream, plan: &shared::workload::SessionPlan, balanced: bool) -> String {
+    let tokens = plan.compaction.map_or(0, |c| u64::from(c.summary_tokens));
+    let body = if balanced {
+        filler.balanced_text(tokens, FillerKind::Prose)
+    } else {
+        filler.text(tokens, FillerKind::Prose)
+    };
+    format!("{SUMMARY_HEADER}{body}")
 }
 
 /// One open-loop or closed-loop request, ready to send: the workload's own plan ([`Workload::requests`]).

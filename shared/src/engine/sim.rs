@@ -82,6 +82,10 @@ struct Slot {
     replica: u32,
     step: u32,
     prompt: u64,
+    /// The designed cacheable part of the next step's prompt ([`SessionPlan::designed_cached_after`]).
+    designed: u64,
+    /// Why the next step's new content is new, beyond a tool output (compaction, stripped reasoning).
+    cold: Option<ColdCause>,
     ok_steps: u32,
     inst_start_ms: f64,
     fail_streak: u32,
@@ -389,6 +393,20 @@ struct SimLoop<'s> {
     /// Fleets: per replica, a lower bound of its next finish (`Engine::earliest_finish_ms`, lowered as requests
     /// are sent to it).
     finish_lb: Vec<f64>,
+    /// Session steps whose misses have a cause of their own, by record index (empty without compaction or
+    /// stripped reasoning).
+    cold_cause: HashMap<usize, ColdCause>,
+}
+
+/// Why a session step's prompt misses the cache where it was not designed to (issue #44): the cache-miss split
+/// counts its never-computed tokens under their own cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ColdCause {
+    /// The conversation was replaced by a summary: every new token is `compacted_tokens`.
+    Compacted,
+    /// The previous reply came back without its reasoning: up to this many new tokens (the reply) are
+    /// `reasoning_not_echoed_tokens`.
+    ReasoningNotEchoed(u64),
 }
 
 /// Record fields known at submission.
@@ -603,10 +621,15 @@ impl SimLoop<'_> {
                     m.routed_to_another_replica_tokens += away - left;
                 }
             }
-            if rec.step == 0 {
-                m.cold_first_step_tokens += miss.cold;
-            } else {
-                m.new_content_tokens += miss.cold;
+            match self.cold_cause.remove(&ri) {
+                Some(ColdCause::Compacted) => m.compacted_tokens += miss.cold,
+                Some(ColdCause::ReasoningNotEchoed(reply)) => {
+                    let t = reply.min(miss.cold);
+                    m.reasoning_not_echoed_tokens += t;
+                    m.new_content_tokens += miss.cold - t;
+                }
+                None if rec.step == 0 => m.cold_first_step_tokens += miss.cold,
+                None => m.new_content_tokens += miss.cold,
             }
             m.evicted_think_tokens += miss.evicted_idle;
             m.capacity_tokens += miss.evicted_queued;
@@ -701,6 +724,7 @@ fn run_with(
         bs,
         stalled: vec![false; replicas],
         finish_lb: vec![f64::INFINITY; replicas],
+        cold_cause: HashMap::new(),
         // Quantiles only for records someone reads.
         itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
         records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
@@ -736,6 +760,8 @@ fn run_with(
                 replica: NONE,
                 step: 0,
                 prompt: 0,
+                designed: 0,
+                cold: None,
                 ok_steps: 0,
                 inst_start_ms: 0.0,
                 fail_streak: 0,
@@ -1037,6 +1063,8 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
                 slot.replica = NONE;
                 slot.step = 0;
                 slot.prompt = plan.base_tokens + u64::from(plan.task_tokens);
+                slot.designed = 0;
+                slot.cold = None;
                 slot.ok_steps = 0;
                 slot.inst_start_ms = ev.t_ms;
                 slot.plan = Some(plan);
@@ -1047,11 +1075,7 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
             let slot = &mut slots[s];
             let Some(plan) = &slot.plan else { return };
             let k = slot.step;
-            let designed = if k == 0 {
-                0
-            } else {
-                slot.prompt - u64::from(plan.tool_tokens)
-            };
+            let designed = if k == 0 { 0 } else { slot.designed };
             let m = Meta {
                 session: u64::from(ev.slot),
                 inst: slot.inst,
@@ -1060,9 +1084,10 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
                 base_asked: plan.base_tokens,
                 designed_cached: designed,
             };
-            let gen_t = plan.gen_tokens[k as usize];
+            let gen_t = plan.output_tokens(k);
             let prompt = slot.prompt;
-            d.submit(
+            let cold = slot.cold;
+            let ri = d.submit(
                 ev.t_ms,
                 Content::Session(&mut slot.chains),
                 prompt,
@@ -1070,6 +1095,9 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
                 Some(&mut slot.replica),
                 m,
             );
+            if let Some(c) = cold {
+                d.cold_cause.insert(ri, c);
+            }
         }
     }
 }
@@ -1197,17 +1225,42 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
                 slot.ok_steps += 1;
                 let k = slot.step as usize;
                 let t_next = t_ms + plan.think_s[k] * 1000.0;
-                let reply = u64::from(plan.gen_tokens[k]);
-                // The reply comes back as text: past the share the server finds cached, the conversation is new
-                // content on every replica that holds it.
-                for (r, c) in slot.chains.iter_mut().enumerate() {
-                    let share = d.engs[r].profile().reply_cached_share;
-                    if *c != NONE && share < 1.0 {
-                        let kept = slot.prompt + (share * reply as f64).floor() as u64;
-                        *c = d.engs[r].fork_conversation(*c, kept);
+                let kk = k as u32;
+                let (next, compacted) = plan.next_prompt(slot.prompt, kk);
+                let stripped = plan.reasoning.is_some_and(|r| !r.echo);
+                if compacted {
+                    // A new conversation that starts with a summary: nothing of the old one is its prefix.
+                    for (r, c) in slot.chains.iter_mut().enumerate() {
+                        if *c != NONE {
+                            d.engs[r].kv.release(*c);
+                            *c = NONE;
+                        }
+                    }
+                } else {
+                    // The reply comes back as text: past the share the server finds cached, the conversation is
+                    // new content on every replica that holds it; without its reasoning, all of it is.
+                    let reply = plan.reply_in_prompt(kk);
+                    for (r, c) in slot.chains.iter_mut().enumerate() {
+                        let share = if stripped {
+                            0.0
+                        } else {
+                            d.engs[r].profile().reply_cached_share
+                        };
+                        if *c != NONE && share < 1.0 {
+                            let kept = slot.prompt + (share * reply as f64).floor() as u64;
+                            *c = d.engs[r].fork_conversation(*c, kept);
+                        }
                     }
                 }
-                slot.prompt += reply + u64::from(plan.tool_tokens);
+                slot.designed = plan.designed_cached_after(slot.prompt, kk, compacted);
+                slot.cold = if compacted {
+                    Some(ColdCause::Compacted)
+                } else if stripped {
+                    Some(ColdCause::ReasoningNotEchoed(u64::from(plan.gen_tokens[k])))
+                } else {
+                    None
+                };
+                slot.prompt = next;
                 slot.step += 1;
                 if slot.step < plan.steps {
                     if t_next < *stop_ms && !*aborted {

@@ -21,6 +21,8 @@ use crate::error::ScenarioError;
 use crate::ladder::Ladder;
 use crate::pyrand::PyRandom;
 
+use super::compaction::Compaction;
+use super::reasoning::Reasoning;
 use super::think::ThinkDist;
 
 /// Shape of the per-session random draw (ignored when a ladder is set).
@@ -80,6 +82,12 @@ pub struct SessionWorkload {
     /// Think-time distribution ([`ThinkDist`]); `None`: the seed's `max(0, N(think_s, 0.4·think_s))`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub think: Option<ThinkDist>,
+    /// Context compaction ([`Compaction`]); `None`: conversations only grow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+    /// Hidden reasoning per reply ([`Reasoning`]); `None`: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
 }
 
 impl Default for SessionWorkload {
@@ -101,6 +109,8 @@ impl Default for SessionWorkload {
             drain_grace_s: 420.0,
             task_tokens: 16,
             think: None,
+            compaction: None,
+            reasoning: None,
         }
     }
 }
@@ -119,27 +129,85 @@ pub struct SessionPlan {
     pub tool_tokens: u32,
     /// Task line appended to the base, tokens.
     pub task_tokens: u32,
+    /// The workload's compaction, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<Compaction>,
+    /// The workload's hidden reasoning, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
 }
 
 impl SessionPlan {
-    /// Designed prompt length of step `k`: `base + task + Σ_{j<k} (gen_j + tool)`.
+    /// Hidden reasoning tokens of every reply (0 without reasoning).
+    pub fn reasoning_tokens(&self) -> u32 {
+        self.reasoning.map_or(0, |r| r.per_reply())
+    }
+
+    /// Tokens step `k` generates: its reply's reasoning and content.
+    pub fn output_tokens(&self, k: u32) -> u32 {
+        let g = self.gen_tokens.get(k as usize).copied().unwrap_or(0);
+        g.saturating_add(self.reasoning_tokens())
+    }
+
+    /// Tokens of step `k`'s reply that the next prompt carries: its content, and its reasoning when echoed.
+    pub fn reply_in_prompt(&self, k: u32) -> u64 {
+        let g = u64::from(self.gen_tokens.get(k as usize).copied().unwrap_or(0));
+        match self.reasoning {
+            Some(r) if r.echo => g + u64::from(r.per_reply()),
+            _ => g,
+        }
+    }
+
+    /// Step `k + 1`'s prompt from step `k`'s (`prompt`): `prompt + reply + tool`, or, when that passes the
+    /// compaction threshold, the summary and the task line; and whether it was compacted.
+    pub fn next_prompt(&self, prompt: u64, k: u32) -> (u64, bool) {
+        let grown = prompt + self.reply_in_prompt(k) + u64::from(self.tool_tokens);
+        match self.compaction {
+            Some(c) if grown > c.at_tokens => (c.compacted_prompt(self.task_tokens), true),
+            _ => (grown, false),
+        }
+    }
+
+    /// Step `k`'s prompt and whether it was compacted (step 0: `base + task`, never).
+    fn prompt_at(&self, k: u32) -> (u64, bool) {
+        let mut p = (self.base_tokens + u64::from(self.task_tokens), false);
+        for j in 0..k {
+            p = self.next_prompt(p.0, j);
+        }
+        p
+    }
+
+    /// Designed prompt length of step `k`: `base + task + Σ_{j<k} (reply_j + tool)`, restarting from the summary
+    /// at each compaction.
     pub fn prompt_tokens(&self, k: u32) -> u64 {
-        let grown: u64 = self
-            .gen_tokens
-            .iter()
-            .take(k as usize)
-            .map(|&g| u64::from(g) + u64::from(self.tool_tokens))
-            .sum();
-        self.base_tokens + u64::from(self.task_tokens) + grown
+        self.prompt_at(k).0
+    }
+
+    /// Step `k`'s prompt is a compacted conversation's first (a cold prefix).
+    pub fn compacted(&self, k: u32) -> bool {
+        self.prompt_at(k).1
     }
 
     /// Tokens of step `k`'s prompt that the workload designed to be cacheable: the previous prompt plus its reply
-    /// (0 for step 0; the tool output is new content).
+    /// (0 for step 0 and a compacted step; the tool output is new content; without echoed reasoning the reply is
+    /// new too, its prefix broken where the reasoning was cut out).
     pub fn designed_cached_tokens(&self, k: u32) -> u64 {
         if k == 0 {
+            return 0;
+        }
+        let (prev, _) = self.prompt_at(k - 1);
+        self.designed_cached_after(prev, k - 1, self.next_prompt(prev, k - 1).1)
+    }
+
+    /// [`Self::designed_cached_tokens`] of step `k + 1`, from step `k`'s prompt and whether step `k + 1` was
+    /// compacted (the simulator and replay track the prompt as they go).
+    pub fn designed_cached_after(&self, prompt: u64, k: u32, compacted: bool) -> u64 {
+        if compacted {
             0
+        } else if self.reasoning.is_some_and(|r| !r.echo) {
+            prompt
         } else {
-            self.prompt_tokens(k - 1) + u64::from(self.gen_tokens.get(k as usize - 1).copied().unwrap_or(0))
+            prompt + self.reply_in_prompt(k)
         }
     }
 }
@@ -229,6 +297,13 @@ impl SessionWorkload {
         if let Some(t) = &self.think {
             t.validate().map_err(|e| e.within("think"))?;
         }
+        if let Some(c) = &self.compaction {
+            c.validate(self.largest_base() + u64::from(self.task_tokens), self.task_tokens)
+                .map_err(|e| e.within("compaction"))?;
+        }
+        if let Some(r) = &self.reasoning {
+            r.validate().map_err(|e| e.within("reasoning"))?;
+        }
         Ok(())
     }
 
@@ -237,6 +312,15 @@ impl SessionWorkload {
         match &self.ladder {
             Some(l) if !l.rungs.is_empty() => l.rungs.len() as u32,
             _ => self.sessions,
+        }
+    }
+
+    /// The base context compaction is checked against: a ladder's largest rung, else the mean `base_tokens` (a
+    /// drawn base above the threshold compacts after its first step).
+    fn largest_base(&self) -> u64 {
+        match &self.ladder {
+            Some(l) if !l.rungs.is_empty() => l.rungs.iter().map(|r| r.base_tokens).max().unwrap_or(0),
+            _ => self.base_tokens,
         }
     }
 
@@ -309,6 +393,8 @@ impl SessionWorkload {
             think_s,
             tool_tokens: self.tool_tokens,
             task_tokens: self.task_tokens,
+            compaction: self.compaction,
+            reasoning: self.reasoning,
         }
     }
 }
@@ -462,6 +548,71 @@ mod tests {
             .expect_err("no sigma")
             .to_string();
         assert!(e.contains("sigma"), "{e}");
+    }
+
+    #[test]
+    fn compaction_and_reasoning_errors_name_the_field() {
+        let parse = |json: &str| serde_json::from_str::<SessionWorkload>(json).expect(json);
+        // The threshold must be above the base context (base + task), with the ladder's largest rung.
+        let e = parse(r#"{"base_tokens": 22000, "compaction": {"at_tokens": 20000, "summary_tokens": 500}}"#)
+            .validate()
+            .expect_err("below base")
+            .to_string();
+        assert!(e.starts_with("workload.compaction.at_tokens must be above the base context"), "{e}");
+        assert!(e.contains("22016"), "{e}");
+        let e = parse(r#"{"ladder": "4000:3,9000:3", "compaction": {"at_tokens": 8000, "summary_tokens": 5}}"#)
+            .validate()
+            .expect_err("below a rung")
+            .to_string();
+        assert!(e.starts_with("workload.compaction.at_tokens"), "{e}");
+        let e = parse(r#"{"base_tokens": 4000, "compaction": {"at_tokens": 8000, "summary_tokens": 7990}}"#)
+            .validate()
+            .expect_err("summary too large")
+            .to_string();
+        assert!(e.starts_with("workload.compaction.summary_tokens"), "{e}");
+        parse(r#"{"base_tokens": 4000, "compaction": {"at_tokens": 8000, "summary_tokens": 500}}"#)
+            .validate()
+            .expect("valid");
+        let e = parse(r#"{"reasoning": {"tokens": -5}}"#).validate().expect_err("negative").to_string();
+        assert!(e.starts_with("workload.reasoning.tokens must be in 1..="), "{e}");
+        assert!(e.contains("got -5"), "{e}");
+        let w = parse(r#"{"reasoning": {"tokens": 300}}"#);
+        w.validate().expect("valid");
+        assert_eq!(w.reasoning, Some(Reasoning { tokens: 300, echo: false }));
+        assert!(serde_json::from_str::<SessionWorkload>(r#"{"compaction": {"at_tokens": 9, "x": 1}}"#).is_err());
+    }
+
+    #[test]
+    fn plan_grows_with_echoed_reasoning_and_restarts_at_compaction() {
+        let w = SessionWorkload {
+            ladder: Some("4000:6".parse().expect("ladder")),
+            tool_tokens: 1000,
+            reasoning: Some(Reasoning { tokens: 200, echo: true }),
+            compaction: Some(Compaction {
+                at_tokens: 7000,
+                summary_tokens: 300,
+            }),
+            ..Default::default()
+        };
+        let p = w.plan(0, 0, 3);
+        let g = |k: usize| u64::from(p.gen_tokens[k]);
+        assert_eq!(p.output_tokens(0), p.gen_tokens[0] + 200);
+        let p1 = 4016 + g(0) + 200 + 1000;
+        assert_eq!(p.prompt_tokens(1), p1);
+        assert_eq!(p.designed_cached_tokens(1), 4016 + g(0) + 200);
+        let p2 = p1 + g(1) + 1200;
+        let (want2, compacted2) = if p2 > 7000 { (316, true) } else { (p2, false) };
+        assert_eq!((p.prompt_tokens(2), p.compacted(2)), (want2, compacted2));
+        assert_eq!(p.designed_cached_tokens(2) == 0, compacted2);
+        // Without echo the reply is not part of the designed prefix.
+        let stripped = SessionWorkload {
+            reasoning: Some(Reasoning { tokens: 200, echo: false }),
+            compaction: None,
+            ..w
+        }
+        .plan(0, 0, 3);
+        assert_eq!(stripped.prompt_tokens(1), 4016 + g(0) + 1000);
+        assert_eq!(stripped.designed_cached_tokens(1), 4016);
     }
 
     #[test]

@@ -1,0 +1,171 @@
+//! Session shapes of issue #44 live: the request bodies a capture server receives (a tiny axum server on
+//! 127.0.0.1:0 that keeps every body and streams a short reply), from the real binary running a scenario's
+//! sessions. A compacted step starts a new conversation from a summary; every other step's messages extend the
+//! previous step's exactly.
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use loadshape::replay::records::read_records;
+use shared::record::RequestRecord;
+use shared::workload::SessionWorkload;
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
+
+#[path = "common/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
+
+type Bodies = Arc<Mutex<Vec<Value>>>;
+
+/// Keeps the body; streams `max_tokens` as one content frame of that many words and a final usage frame.
+async fn capture(State(bodies): State<Bodies>, body: Bytes) -> Response {
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let n = v["max_tokens"].as_u64().unwrap_or(1);
+    let k = {
+        let mut b = bodies.lock().unwrap_or_else(|e| e.into_inner());
+        b.push(v);
+        b.len()
+    };
+    let words: String = (0..n).map(|i| format!(" r{k}w{i}")).collect();
+    let frames = [
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": words}, "finish_reason": "length"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n}}),
+    ];
+    let mut out = String::new();
+    for f in frames {
+        out.push_str(&format!("data: {f}\n\n"));
+    }
+    out.push_str("data: [DONE]\n\n");
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from(out))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+async fn server() -> (String, Bodies) {
+    let bodies: Bodies = Arc::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(capture))
+        .route("/v1/completions", post(capture))
+        .with_state(bodies.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/v1"), bodies)
+}
+
+const SEED: u64 = 5;
+
+/// One session's scenario (a ladder of one rung: its base and steps are exact), with `extra` workload fields.
+fn scenario(extra: Value) -> (Value, SessionWorkload) {
+    let mut w = json!({"kind": "sessions", "ladder": "2000:8", "gen_tokens": 64, "tool_tokens": 1000,
+        "think_s": 0.0, "stagger_s": 0.0, "duration_s": 60.0});
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        w[k] = v;
+    }
+    let mut sessions = w.clone();
+    sessions.as_object_mut().map(|o| o.remove("kind"));
+    let parsed: SessionWorkload = serde_json::from_value(sessions).unwrap_or_else(|e| panic!("{e}"));
+    let example = include_str!("../../examples/engine-sessions-10k.json");
+    let mut sc: Value = serde_json::from_str(example).unwrap_or_else(|e| panic!("{e}"));
+    sc["workload"] = w;
+    sc["seed"] = json!(SEED);
+    (sc, parsed)
+}
+
+/// Runs the scenario against the capture server; returns the bodies in the order they were sent, and the records.
+async fn replay(dir: &Scratch, sc: &Value, endpoint: &str) -> (Vec<Value>, Vec<RequestRecord>) {
+    let (url, bodies) = server().await;
+    let path = dir.join("scenario.json");
+    std::fs::write(&path, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let out = dir.join(format!("{endpoint}.jsonl"));
+    let args = [
+        "replay",
+        "--url",
+        &url,
+        "--model",
+        "m",
+        "--scenario",
+        &path.to_string_lossy(),
+        "--endpoint",
+        endpoint,
+        "--out",
+        &out.to_string_lossy(),
+        "--match-tokenizer",
+        "off",
+        "--metrics-url",
+        "none",
+        "--quiet",
+    ];
+    let o = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(BIN).args(args).stdin(Stdio::null()).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("replay did not finish in 60 s"))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let b = bodies.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let (mut recs, bad) = read_records(&out).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(bad.is_empty(), "{bad:?}");
+    recs.sort_by_key(|r| r.step);
+    (b, recs)
+}
+
+fn messages(body: &Value) -> &Vec<Value> {
+    body["messages"].as_array().unwrap_or_else(|| panic!("no messages: {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_step_starts_a_new_conversation_from_a_summary() {
+    let dir = Scratch::new("shapes-compaction");
+    let (sc, w) = scenario(json!({"compaction": {"at_tokens": 3300, "summary_tokens": 300}}));
+    let plan = w.plan(0, 0, SEED);
+    let compacted: Vec<u32> = (0..plan.steps).filter(|&k| plan.compacted(k)).collect();
+    assert!(compacted.len() >= 2, "the plan compacts at least twice: {compacted:?}");
+    let (bodies, recs) = replay(&dir, &sc, "chat").await;
+    assert_eq!(bodies.len(), 8);
+    for r in &recs {
+        let designed = r.designed_cached_tokens.unwrap_or(u64::MAX);
+        assert_eq!(designed == 0, r.step == 0 || compacted.contains(&r.step), "{r:?}");
+        assert_eq!(r.designed_prompt_tokens, Some(plan.prompt_tokens(r.step)));
+    }
+    for k in 1..bodies.len() {
+        let (prev, now) = (messages(&bodies[k - 1]), messages(&bodies[k]));
+        let system = now[0]["content"].as_str().unwrap_or_default();
+        if compacted.contains(&(k as u32)) {
+            // A new conversation: the summary as the system prompt, then the task; nothing of the old one.
+            assert_eq!(now.len(), 2, "step {k}: {now:?}");
+            assert!(system.starts_with("[Summary of the conversation so far]\n"), "step {k}");
+            assert_ne!(now[0], prev[0], "step {k}");
+            assert_eq!(now[1], prev[1], "step {k}: the task goes on");
+            let words = system.split_whitespace().count();
+            assert!((200..400).contains(&words), "a summary of about 300 tokens: {words} words");
+        } else {
+            // The previous messages exactly, then the reply and the tool output.
+            assert_eq!(&now[..prev.len()], &prev[..], "step {k} extends step {}", k - 1);
+            assert_eq!(now.len(), prev.len() + 2, "step {k}");
+            assert_eq!(now[prev.len()]["role"], "assistant");
+        }
+    }
+}
