@@ -25,6 +25,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 mod scratch;
 use scratch::Scratch;
 
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
+
 type Bodies = Arc<Mutex<Vec<Value>>>;
 
 /// Keeps the body; streams `max_tokens` as one content frame of that many words and a final usage frame.
@@ -33,14 +36,21 @@ async fn capture(State(bodies): State<Bodies>, body: Bytes) -> Response {
     let n = v["max_tokens"].as_u64().unwrap_or(1);
     let k = {
         let mut b = bodies.lock().unwrap_or_else(|e| e.into_inner());
-        b.push(v);
+        b.push(v.clone());
         b.len()
     };
-    let words: String = (0..n).map(|i| format!(" r{k}w{i}")).collect();
-    let frames = [
-        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": words}, "finish_reason": "length"}]}),
-        json!({"choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n}}),
-    ];
+    // Asked to reason (`chat_template_kwargs`): that many tokens of reasoning first, in one frame.
+    let budget = v["chat_template_kwargs"]["thinking_budget"].as_u64().unwrap_or(0).min(n - 1);
+    let words: String = (budget..n).map(|i| format!(" r{k}w{i}")).collect();
+    let thoughts: String = (0..budget).map(|i| format!(" t{k}w{i}")).collect();
+    let mut usage = json!({"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n});
+    let mut frames = Vec::new();
+    if budget > 0 {
+        frames.push(json!({"choices": [{"index": 0, "delta": {"reasoning_content": thoughts}, "finish_reason": null}]}));
+        usage["completion_tokens_details"] = json!({"reasoning_tokens": budget});
+    }
+    frames.push(json!({"choices": [{"index": 0, "delta": {"content": words}, "finish_reason": "length"}]}));
+    frames.push(json!({"choices": [], "usage": usage}));
     let mut out = String::new();
     for f in frames {
         out.push_str(&format!("data: {f}\n\n"));
@@ -90,13 +100,20 @@ fn scenario(extra: Value) -> (Value, SessionWorkload) {
 /// Runs the scenario against the capture server; returns the bodies in the order they were sent, and the records.
 async fn replay(dir: &Scratch, sc: &Value, endpoint: &str) -> (Vec<Value>, Vec<RequestRecord>) {
     let (url, bodies) = server().await;
+    let (recs, _) = replay_at(dir, sc, endpoint, &url).await;
+    let b = bodies.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    (b, recs)
+}
+
+/// Runs the scenario against `url`; returns the records (by step) and the report printed.
+async fn replay_at(dir: &Scratch, sc: &Value, endpoint: &str, url: &str) -> (Vec<RequestRecord>, String) {
     let path = dir.join("scenario.json");
     std::fs::write(&path, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let out = dir.join(format!("{endpoint}.jsonl"));
     let args = [
         "replay",
         "--url",
-        &url,
+        url,
         "--model",
         "m",
         "--scenario",
@@ -125,11 +142,10 @@ async fn replay(dir: &Scratch, sc: &Value, endpoint: &str) -> (Vec<Value>, Vec<R
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
-    let b = bodies.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let (mut recs, bad) = read_records(&out).unwrap_or_else(|e| panic!("{e:#}"));
     assert!(bad.is_empty(), "{bad:?}");
     recs.sort_by_key(|r| r.step);
-    (b, recs)
+    (recs, String::from_utf8_lossy(&o.stdout).into_owned())
 }
 
 fn messages(body: &Value) -> &Vec<Value> {
@@ -166,6 +182,85 @@ async fn a_compacted_step_starts_a_new_conversation_from_a_summary() {
             assert_eq!(&now[..prev.len()], &prev[..], "step {k} extends step {}", k - 1);
             assert_eq!(now.len(), prev.len() + 2, "step {k}");
             assert_eq!(now[prev.len()]["role"], "assistant");
+        }
+    }
+}
+
+/// Reasoning is asked for with the server's own control, recorded beside the reply, and sent back in the next
+/// prompt only when echoed: as the assistant message's `reasoning_content`, else not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echoed_reasoning_goes_back_and_stripped_reasoning_does_not() {
+    let dir = Scratch::new("shapes-reasoning");
+    for echo in [true, false] {
+        let (sc, w) = scenario(json!({"ladder": "2000:3", "reasoning": {"tokens": 40, "echo": echo}}));
+        let plan = w.plan(0, 0, SEED);
+        let (bodies, recs) = replay(&dir, &sc, "chat").await;
+        assert_eq!(bodies.len(), 3);
+        for (k, b) in bodies.iter().enumerate() {
+            assert_eq!(b["chat_template_kwargs"], json!({"enable_thinking": true, "thinking_budget": 40}));
+            // The forced length counts the reasoning and the reply.
+            assert_eq!(b["max_tokens"], json!(plan.output_tokens(k as u32)), "echo {echo} step {k}");
+        }
+        for r in &recs {
+            assert_eq!(r.reasoning_tokens, Some(40), "{r:?}");
+            assert!(r.ttft_content_s.expect("ttft_content") >= r.ttft_s.expect("ttft"), "{r:?}");
+        }
+        for k in 1..bodies.len() {
+            let (prev, now) = (messages(&bodies[k - 1]), messages(&bodies[k]));
+            assert_eq!(&now[..prev.len()], &prev[..], "echo {echo} step {k}: the prefix up to the reply");
+            let reply = &now[prev.len()];
+            let content = reply["content"].as_str().unwrap_or_default();
+            assert!(content.starts_with(&format!(" r{k}w40 ")), "echo {echo} step {k}: {content}");
+            assert!(!content.contains(&format!("t{k}w")), "the reply is content only: {content}");
+            if echo {
+                let thoughts = reply["reasoning_content"].as_str().unwrap_or_default();
+                assert!(thoughts.starts_with(&format!(" t{k}w0 ")), "echo step {k}: {reply}");
+                assert_eq!(thoughts.split_whitespace().count(), 40);
+            } else {
+                assert!(reply.get("reasoning_content").is_none(), "stripped step {k}: {reply}");
+            }
+        }
+        // The designed prefix: the previous prompt (as the server counted it: 100) and, echoed, the reasoning and
+        // the reply; without echo it breaks at the reply.
+        let want = if echo { 100 + 40 + u64::from(plan.gen_tokens[0]) } else { 100 };
+        assert_eq!(recs[1].designed_cached_tokens, Some(want), "echo {echo}");
+    }
+}
+
+/// Against sim-server, which streams the reasoning it is asked for: the records carry it (from usage), the report
+/// shows TTFT-content and the reasoning share, and the server's prefix cache reuses the reply only when the
+/// reasoning is echoed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
+    let dir = Scratch::new("shapes-reasoning-sim");
+    let sim = sim_server_helper::start(loadshape::sim_server::Config {
+        speed: 20.0,
+        ..Default::default()
+    })
+    .await;
+    for echo in [true, false] {
+        let (sc, w) = scenario(json!({"ladder": "2000:4", "gen_tokens": 200, "tool_tokens": 300,
+            "reasoning": {"tokens": 300, "echo": echo}}));
+        let plan = w.plan(0, 0, SEED);
+        let (recs, stdout) = replay_at(&dir, &sc, "chat", &sim.base).await;
+        assert_eq!(recs.len(), 4, "{recs:?}");
+        for r in &recs {
+            assert!(r.ok, "{r:?}");
+            assert_eq!((r.reasoning_tokens, r.gen_tokens), (Some(300), u64::from(plan.output_tokens(r.step))));
+            assert!(r.ttft_content_s.expect("ttft_content") > r.ttft_s.expect("ttft"), "{r:?}");
+        }
+        assert!(stdout.contains("Hidden reasoning") && stdout.contains("TTFT-content"), "{stdout}");
+        for r in recs.iter().filter(|r| r.step > 0) {
+            let (cached, designed) = (r.cached_tokens.unwrap_or(0), r.designed_cached_tokens.unwrap_or(0));
+            // Whole 16-token blocks of the designed prefix (the reply's last token is never computed).
+            assert!(cached <= designed && cached + 32 >= designed, "echo {echo}: {cached} of {designed}: {r:?}");
+            let prev = &recs[r.step as usize - 1];
+            let prev_prompt = prev.prompt_tokens.unwrap_or(0);
+            if echo {
+                assert!(cached >= prev_prompt + 300 - 16, "echoed: the reasoning and reply are reused: {cached}");
+            } else {
+                assert!(cached <= prev_prompt, "stripped: nothing past the previous prompt: {cached}");
+            }
         }
     }
 }

@@ -32,6 +32,9 @@ both!(
     usage_on_the_finish_frame_like_llama_cpp,
     multi_token_frames_count_tokens_from_usage,
     chat_deltas_with_crlf_comments_and_reasoning,
+    chat_reasoning_then_content_maps_usage,
+    anthropic_thinking_then_text,
+    plain_streams_carry_no_reasoning,
     stall_between_frames_times_out,
     connection_reset_mid_stream_fails,
     eof_without_finish_or_done_fails,
@@ -260,7 +263,40 @@ async fn chat_deltas_with_crlf_comments_and_reasoning(hc: HttpClient) {
     let o = run_with(hc, "chat_crlf", Endpoint::Chat).await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!((o.frames, o.gen_tokens), (3, 3));
-    assert_eq!(o.text, "Hihmm there\n");
+    // Reasoning is a frame of the stream, kept apart from the reply's text; without usage it counts by frames.
+    assert_eq!(o.text, "Hi there\n");
+    assert_eq!(o.reasoning_text, "hmm");
+    assert_eq!(o.reasoning_tokens, Some(1));
+    // The content came first here: TTFT-content is TTFT.
+    assert_eq!(o.ttft_content, o.ttft);
+}
+
+async fn chat_reasoning_then_content_maps_usage(hc: HttpClient) {
+    let o = run_with(hc, "chat_reasoning", Endpoint::Chat).await;
+    assert!(o.ok, "{:?}", o.error);
+    assert_eq!((o.frames, o.gen_tokens), (4, 5));
+    assert_eq!((o.text.as_str(), o.reasoning_text.as_str()), ("Fix it", "let me think"));
+    // `usage.completion_tokens_details.reasoning_tokens` wins over the two reasoning frames.
+    assert_eq!(o.reasoning_tokens, Some(3));
+    assert_eq!(o.usage.reasoning_tokens, Some(3));
+    let (any, content) = (o.ttft.expect("ttft"), o.ttft_content.expect("ttft_content"));
+    assert!(content >= any, "{content:?} < {any:?}");
+}
+
+async fn anthropic_thinking_then_text(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_thinking", Endpoint::Messages).await;
+    assert!(o.ok, "{:?}", o.error);
+    assert_eq!((o.text.as_str(), o.reasoning_text.as_str()), (" done", "hmm ok"));
+    assert_eq!((o.frames, o.gen_tokens, o.reasoning_tokens), (3, 3, Some(2)));
+    assert!(o.ttft_content.expect("ttft_content") >= o.ttft.expect("ttft"));
+}
+
+async fn plain_streams_carry_no_reasoning(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_ok", Endpoint::Messages).await;
+    assert_eq!((o.reasoning_tokens, o.ttft_content), (None, None));
+    let o = run(hc, "ok_final_usage").await;
+    assert!(o.ok);
+    assert_eq!((o.reasoning_tokens, o.ttft_content, o.reasoning_text.as_str()), (None, None, ""));
 }
 
 async fn stall_between_frames_times_out(hc: HttpClient) {

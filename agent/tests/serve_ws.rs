@@ -61,6 +61,8 @@ fn record(i: u64) -> RequestRecord {
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
     }
 }
 

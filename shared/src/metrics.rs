@@ -213,6 +213,20 @@ pub struct Summary {
     /// previous step (open-loop traffic, single-step sessions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retention: Vec<Retention>,
+    /// Replies with hidden reasoning (records carrying `ttft_content_s`): TTFT to the first content token, ms —
+    /// `ttft_*` is to the first token of any kind. Absent without such records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_mean_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_p90_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_p99_ms: Option<f64>,
+    /// Σ `reasoning_tokens` / Σ `gen_tokens` over completed records: the share of the output that was hidden
+    /// reasoning. Absent when no completed record carries `reasoning_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_share: Option<f64>,
 }
 
 /// One band of think time in [`Summary::retention`]: session steps whose think time (their submission less the
@@ -308,6 +322,10 @@ pub struct Summarizer {
     step0: CachedShare,
     /// (designed, realized) prompt tokens of completed records carrying both.
     prompt_sizes: Vec<(u64, u64)>,
+    /// TTFT to the first content token of completed records carrying it, ms.
+    ttft_content: Vec<f64>,
+    /// Σ reasoning tokens of completed records, and whether any carried the field.
+    reasoning_tokens: Option<u64>,
 }
 
 impl Summarizer {
@@ -333,6 +351,8 @@ impl Summarizer {
             designed: CachedShare::default(),
             step0: CachedShare::default(),
             prompt_sizes: Vec::new(),
+            ttft_content: Vec::new(),
+            reasoning_tokens: None,
         }
     }
 
@@ -394,6 +414,12 @@ impl Summarizer {
         if let Some(t) = r.ttft_s {
             self.ttft.push(t * 1000.0);
         }
+        if let Some(t) = r.ttft_content_s {
+            self.ttft_content.push(t * 1000.0);
+        }
+        if let Some(n) = r.reasoning_tokens {
+            *self.reasoning_tokens.get_or_insert(0) += n;
+        }
         if let Some(t) = r.tpot_ms() {
             self.tpot.push(t);
         }
@@ -444,6 +470,8 @@ impl Summarizer {
             designed,
             step0,
             prompt_sizes,
+            mut ttft_content,
+            reasoning_tokens,
             ..
         } = self;
         if records == 0 {
@@ -506,6 +534,15 @@ impl Summarizer {
             s.realized_to_designed_prompt_ratio_p50 = (!ratio.is_empty()).then(|| Stats::of(&mut ratio).p50);
         }
 
+        if !ttft_content.is_empty() {
+            let st = Stats::of(&mut ttft_content);
+            s.ttft_content_mean_ms = Some(st.mean);
+            s.ttft_content_p50_ms = Some(st.p50);
+            s.ttft_content_p90_ms = Some(st.p90);
+            s.ttft_content_p99_ms = Some(st.p99);
+        }
+        s.reasoning_share = reasoning_tokens
+            .map(|n| if s.total_output_tokens > 0 { n as f64 / s.total_output_tokens as f64 } else { 0.0 });
         (
             s.ttft_mean_ms,
             s.ttft_p50_ms,
@@ -1592,6 +1629,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
         };
         let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
         assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);

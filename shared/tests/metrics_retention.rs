@@ -40,6 +40,8 @@ fn step(session: u64, step: u32, t: f64, wall: f64, prompt: u64, cached: u64) ->
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
     }
 }
 

@@ -37,6 +37,8 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
     }
 }
 
@@ -48,6 +50,8 @@ fn failed(session: u64, step: u32, t: f64, wall: f64) -> RequestRecord {
         error: Some("reset".to_string()),
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
         ..rec(session, step, t, 0.0, wall, 0)
     }
 }

@@ -44,6 +44,8 @@ fn record() -> RequestRecord {
         error: None,
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
     }
 }
 

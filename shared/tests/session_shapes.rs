@@ -220,6 +220,10 @@ fn a_compacted_step_starts_a_cold_prefix() {
 fn reasoning_costs_decode_time_and_breaks_the_prefix_unless_echoed() {
     let r = 300u64;
     let plain = simulate(&scenario(one_session())).expect("valid");
+    // Without reasoning, none of its fields: records and summary as before.
+    assert!(plain.records.iter().all(|r| r.reasoning_tokens.is_none() && r.ttft_content_s.is_none()));
+    let text = serde_json::to_string(&plain.summary).expect("json");
+    assert!(!text.contains("ttft_content") && !text.contains("reasoning_share"), "{text}");
     for echo in [false, true] {
         let w = SessionWorkload {
             reasoning: Some(Reasoning { tokens: r as i64, echo }),
@@ -233,8 +237,13 @@ fn reasoning_costs_decode_time_and_breaks_the_prefix_unless_echoed() {
         for (k, rec) in recs.iter().enumerate() {
             let reply = u64::from(plan.gen_tokens[k]);
             assert_eq!(rec.prompt_tokens, Some(prompt), "echo {echo} step {k}");
-            // The reasoning is decoded with the reply.
+            // The reasoning is decoded with the reply; the first content token follows it.
             assert_eq!(rec.gen_tokens, reply + r, "echo {echo} step {k}");
+            assert_eq!(rec.reasoning_tokens, Some(r));
+            let (ttft, content) = (rec.ttft_s.expect("ttft"), rec.ttft_content_s.expect("ttft_content"));
+            let gap = (rec.wall_s - ttft) / (rec.gen_tokens - 1) as f64;
+            assert!((content - (ttft + r as f64 * gap)).abs() < 1e-9, "echo {echo} step {k}");
+            assert!(content > ttft && content < rec.wall_s);
             if k > 0 {
                 let g = u64::from(plan.gen_tokens[k - 1]);
                 let prev = prompt - g - 1000 - if echo { r } else { 0 };
@@ -252,6 +261,10 @@ fn reasoning_costs_decode_time_and_breaks_the_prefix_unless_echoed() {
         }
         let m = &report.diagnostics.cache_misses;
         assert_eq!(m.reasoning_not_echoed_tokens, not_echoed, "echo {echo}");
+        let sm = &report.summary;
+        let out: u64 = recs.iter().map(|r| r.gen_tokens).sum();
+        assert_eq!(sm.reasoning_share, Some((8 * r) as f64 / out as f64));
+        assert!(sm.ttft_content_p50_ms.expect("p50") > sm.ttft_p50_ms);
         // 300 more tokens a reply: each step takes longer than without reasoning.
         let wall = |rs: &[RequestRecord]| rs.iter().map(|r| r.wall_s).sum::<f64>();
         assert!(wall(&report.records) > wall(&plain.records) * 1.5, "echo {echo}");

@@ -406,12 +406,28 @@ fn engine_table(r: &EngineReport) -> String {
             .map(ms)
             .join(" / "),
     );
+    if s.ttft_content_p50_ms.is_some() {
+        row(
+            "TTFT-content",
+            [
+                s.ttft_content_mean_ms,
+                s.ttft_content_p50_ms,
+                s.ttft_content_p90_ms,
+                s.ttft_content_p99_ms,
+            ]
+            .map(opt_ms)
+            .join(" / "),
+        );
+    }
     row(
         "TPOT",
         [s.tpot_mean_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p99_ms]
             .map(ms)
             .join(" / "),
     );
+    if let Some(r) = s.reasoning_share {
+        row("reasoning share", format!("{:.2} % of output tokens", r * 100.0));
+    }
     row(
         "ITL",
         [s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p99_ms]

@@ -196,6 +196,8 @@ pub struct UsageCounts {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
+    /// `usage.completion_tokens_details.reasoning_tokens` (part of `completion_tokens`), where the server says.
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl UsageCounts {
@@ -208,6 +210,7 @@ impl UsageCounts {
                 .map(|i| i + u.cache_read_input_tokens.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0)),
             completion_tokens: u.output_tokens,
             cached_tokens: u.cache_read_input_tokens,
+            reasoning_tokens: None,
         }
     }
 }
@@ -218,10 +221,18 @@ pub struct RequestOutcome {
     pub ok: bool,
     /// When the request was handed to the connection.
     pub submitted: Instant,
+    /// Submit → the first token of any kind (reasoning or content).
     pub ttft: Option<Duration>,
+    /// Submit → the first content token, when reasoning frames came before it (else `None`: it is `ttft`).
+    pub ttft_content: Option<Duration>,
+    /// Reasoning tokens of the reply: `usage.completion_tokens_details.reasoning_tokens`, else the reasoning frames
+    /// counted; `None` when the reply had none.
+    pub reasoning_tokens: Option<u64>,
+    /// The reply's reasoning text (only when asked for the text), apart from `text`.
+    pub reasoning_text: String,
     /// Submit → end of stream (or failure).
     pub wall: Duration,
-    /// Frames that carried content.
+    /// Frames that carried content or reasoning.
     pub frames: u64,
     pub usage: UsageCounts,
     pub usage_source: UsageSource,
@@ -415,6 +426,28 @@ impl Client {
             cfg: Arc::new(cfg),
             send_delays_us: Arc::default(),
         }
+    }
+
+    /// Ask the server for hidden reasoning (a session workload's `reasoning`), with its own controls: on chat,
+    /// `"chat_template_kwargs": {"enable_thinking": true, "thinking_budget": R}` (vLLM, SGLang and llama.cpp pass
+    /// them to the chat template of a reasoning model, which ignores a variable it does not use; sim-server streams
+    /// `R` reasoning tokens); on Messages, `"thinking": {"type": "enabled", "budget_tokens": R}`;
+    /// `/v1/completions` has no control (the prompt is raw text). `None`: the body as before.
+    pub fn with_reasoning(mut self, reasoning: Option<shared::workload::Reasoning>) -> Self {
+        let Some(r) = reasoning else { return self };
+        let fields = match self.cfg.endpoint {
+            Endpoint::Chat => format!(
+                ",\"chat_template_kwargs\":{{\"enable_thinking\":true,\"thinking_budget\":{}}}",
+                r.per_reply()
+            ),
+            Endpoint::Messages => format!(",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{}}}", r.per_reply()),
+            _ => String::new(),
+        };
+        // Before `,"temperature":…`, so the body still ends with the stream fields.
+        let mut tail = fields.into_bytes();
+        tail.extend_from_slice(&self.body_tail);
+        self.body_tail = tail;
+        self
     }
 
     /// Hyper path: `t_submit` → the return of each request's last `write`, µs, one per attempt that was written
@@ -1151,6 +1184,11 @@ struct StreamState {
     stream_error: Option<String>,
     gaps_ms: Vec<f32>,
     text: Option<String>,
+    /// The first content (not reasoning) frame's arrival.
+    first_content: Option<Instant>,
+    /// Frames that carried reasoning, and their text (when the text is collected).
+    reasoning_frames: u64,
+    reasoning_text: Option<String>,
     first_frame_kernel: bool,
     /// The stream is the Anthropic Messages API's (its events: [`StreamState::on_anthropic`]).
     anthropic: bool,
@@ -1177,6 +1215,9 @@ impl StreamState {
             stream_error: None,
             gaps_ms: Vec::with_capacity((max_tokens as usize).min(1 << 16)),
             text: collect_text.then(|| String::with_capacity((max_tokens as usize * 5).min(1 << 20))),
+            first_content: None,
+            reasoning_frames: 0,
+            reasoning_text: collect_text.then(String::new),
             first_frame_kernel: false,
         }
     }
@@ -1204,20 +1245,14 @@ impl StreamState {
         }
         let mut finish_here = false;
         if let Some(choice) = chunk.choices.0 {
-            let piece = choice
-                .text
-                .as_ref()
-                .map(|t| &*t.0)
-                .filter(|t| !t.is_empty())
-                .or_else(|| {
-                    choice.delta.as_ref().and_then(|d| {
-                        [&d.content, &d.reasoning_content, &d.reasoning]
-                            .into_iter()
-                            .find_map(|p| p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty()))
-                    })
-                });
-            if let Some(piece) = piece {
-                self.on_content(piece, now);
+            // Content (`text`, `delta.content`) first; else reasoning (`delta.reasoning_content`, vLLM's and
+            // llama.cpp's, or `delta.reasoning`).
+            let delta = choice.delta.as_ref();
+            let content = piece(&choice.text).or_else(|| delta.and_then(|d| piece(&d.content)));
+            if let Some(text) = content {
+                self.on_content(text, now, false);
+            } else if let Some(text) = delta.and_then(|d| piece(&d.reasoning_content).or_else(|| piece(&d.reasoning))) {
+                self.on_content(text, now, true);
             }
             if let Some(reason) = choice.finish_reason {
                 finish_here = true;
@@ -1229,6 +1264,7 @@ impl StreamState {
                 prompt_tokens: u.prompt_tokens,
                 completion_tokens: u.completion_tokens,
                 cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+                reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
             });
             self.usage_source = if finish_here {
                 UsageSource::FinishFrame
@@ -1259,16 +1295,25 @@ impl StreamState {
         }
     }
 
-    /// One content piece (text) arrived at `now`.
-    fn on_content(&mut self, piece: &str, now: Instant) {
+    /// One piece of content (text) or of reasoning arrived at `now`. Both are frames of the stream (TTFT, ITL);
+    /// the content's first arrival is TTFT-content, and the reasoning's text is kept apart.
+    fn on_content(&mut self, piece: &str, now: Instant, reasoning: bool) {
         self.frames += 1;
         match self.last_content {
             None => self.first = Some(now),
             Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
         }
         self.last_content = Some(now);
-        if let Some(text) = &mut self.text {
-            text.push_str(piece);
+        if reasoning {
+            self.reasoning_frames += 1;
+            if let Some(text) = &mut self.reasoning_text {
+                text.push_str(piece);
+            }
+        } else {
+            self.first_content.get_or_insert(now);
+            if let Some(text) = &mut self.text {
+                text.push_str(piece);
+            }
         }
     }
 
@@ -1290,11 +1335,10 @@ impl StreamState {
             }
             "content_block_delta" => {
                 if let Some(d) = &ev.delta {
-                    let piece = [&d.text, &d.thinking]
-                        .into_iter()
-                        .find_map(|p| p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty()));
-                    if let Some(piece) = piece {
-                        self.on_content(piece, now);
+                    if let Some(text) = piece(&d.text) {
+                        self.on_content(text, now, false);
+                    } else if let Some(thinking) = piece(&d.thinking) {
+                        self.on_content(thinking, now, true);
                     }
                 }
             }
@@ -1369,10 +1413,20 @@ impl StreamState {
         let (failure, error) = error.unzip();
         let usage = self.usage.unwrap_or_default();
         let gen_tokens = usage.completion_tokens.unwrap_or(self.frames);
+        let reasoning_tokens = usage
+            .reasoning_tokens
+            .filter(|&n| n > 0)
+            .or((self.reasoning_frames > 0).then_some(self.reasoning_frames));
         RequestOutcome {
             ok: error.is_none(),
             submitted: self.submitted,
             ttft: self.first.map(|f| f.duration_since(self.submitted)),
+            ttft_content: self
+                .first_content
+                .filter(|_| reasoning_tokens.is_some())
+                .map(|f| f.duration_since(self.submitted)),
+            reasoning_tokens,
+            reasoning_text: self.reasoning_text.unwrap_or_default(),
             wall,
             frames: self.frames,
             usage,
@@ -1504,6 +1558,14 @@ struct Usage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<Details>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -1573,6 +1635,11 @@ impl AnthropicUsage {
 /// A JSON string borrowed from the frame unless it holds escapes. (`Option<Cow<'a, str>>` with `#[serde(borrow)]`
 /// does not borrow: serde only borrows a bare `Cow`, so every text piece would be a fresh `String`.)
 struct Text<'a>(Cow<'a, str>);
+
+/// A frame's text field, when present and not empty.
+fn piece<'t>(p: &'t Option<Text<'_>>) -> Option<&'t str> {
+    p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty())
+}
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

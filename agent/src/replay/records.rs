@@ -380,6 +380,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
         }
     }
 

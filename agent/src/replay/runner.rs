@@ -176,6 +176,8 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         error: o.error.clone(),
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: o.reasoning_tokens,
+        ttft_content_s: o.ttft_content.map(|d| d.as_secs_f64()),
     }
 }
 
@@ -395,8 +397,16 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
             // Compaction: a new conversation that starts with a summary of this one (the tool output included).
             convo = Conversation::new(summary_text(&mut filler, &plan, run.match_prompts), TASK_LINE);
             sizing = ToolSizing::default();
-        } else {
+        } else if o.reasoning_text.is_empty() {
             convo.push_turn(&o.text, &tool);
+        } else {
+            match run.workload.reasoning {
+                // The workload's reasoning: echoed apart from the reply, or stripped.
+                Some(r) if r.echo => convo.push_turn_with_reasoning(&o.reasoning_text, &o.text, &tool),
+                Some(_) => convo.push_turn(&o.text, &tool),
+                // A server that reasons unasked: its reasoning goes back before the reply, as it streamed.
+                None => convo.push_turn(&format!("{}{}", o.reasoning_text, o.text), &tool),
+            }
         }
         let think = plan.think_s.get(step as usize).copied().unwrap_or(0.0).max(0.0);
         if think > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think)).await {

@@ -315,6 +315,28 @@ struct GenBody {
     n: Option<Value>,
     best_of: Option<Value>,
     temperature: Option<Value>,
+    /// Chat: `{"enable_thinking": true, "thinking_budget": R}` asks for `R` reasoning tokens (issue #44).
+    chat_template_kwargs: Option<Value>,
+    /// Messages: `{"type": "enabled", "budget_tokens": R}` asks for `R` reasoning tokens.
+    thinking: Option<Value>,
+}
+
+/// Reasoning tokens a request asks for (see [`GenBody`]): streamed before its content, counted in its output.
+fn reasoning_asked(kind: Kind, body: &GenBody) -> u64 {
+    let budget = match kind {
+        Kind::Chat => body
+            .chat_template_kwargs
+            .as_ref()
+            .filter(|k| k["enable_thinking"] == Value::Bool(true))
+            .and_then(|k| k["thinking_budget"].as_u64()),
+        Kind::Messages => body
+            .thinking
+            .as_ref()
+            .filter(|t| t["type"] == "enabled")
+            .and_then(|t| t["budget_tokens"].as_u64()),
+        Kind::Completions => None,
+    };
+    budget.unwrap_or(0)
 }
 
 /// `n` and `best_of` must be absent or 1 (sim-server streams one choice), `temperature` a number >= 0 (vLLM:
@@ -408,6 +430,10 @@ fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String,
                     }
                     seen += 1;
                 }
+                // Echoed reasoning is rendered before the reply, where it was generated.
+                if let Some(r) = m.get("reasoning_content").and_then(Value::as_str) {
+                    text.push_str(r);
+                }
                 if let Some(content) = m.get("content") {
                     push_content(&mut text, content);
                 }
@@ -418,14 +444,16 @@ fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String,
     }
 }
 
-/// A message's content as text: a string, or the text of its parts (OpenAI `text` parts; Anthropic `text` blocks
-/// and `tool_result` blocks, whose content is a string or text blocks; `tool_use` blocks carry no text).
+/// A message's content as text: a string, or the text of its parts (OpenAI `text` parts; Anthropic `text` and
+/// `thinking` blocks and `tool_result` blocks, whose content is a string or text blocks; `tool_use` blocks carry no text).
 fn push_content(text: &mut String, content: &Value) {
     match content {
         Value::String(s) => text.push_str(s),
         Value::Array(parts) => {
             for p in parts {
                 if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    text.push_str(t);
+                } else if let Some(t) = p.get("thinking").and_then(Value::as_str) {
                     text.push_str(t);
                 } else if p.get("type").and_then(Value::as_str) == Some("tool_result")
                     && let Some(c) = p.get("content")
@@ -502,6 +530,8 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     };
     let finish_reason = if out_tokens == max { "length" } else { "stop" };
     let out_tokens = out_tokens as u32;
+    // The reasoning leaves at least one content token.
+    let reasoning = reasoning_asked(kind, &body).min(u64::from(out_tokens.saturating_sub(1))) as u32;
 
     // Prompt tokens, then the output's tokens (known in advance), hashed into blocks: a later prompt that resends
     // this prompt and its reply hits the cache for both, as in vLLM.
@@ -548,6 +578,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         include_usage,
         stalled: false,
         phase: Phase::Tokens,
+        reasoning,
     };
     if body.stream.unwrap_or(false) {
         let stream = futures_util::stream::unfold(g, |mut g| async move {
@@ -589,6 +620,9 @@ struct Gen {
     include_usage: bool,
     stalled: bool,
     phase: Phase,
+    /// The first this many output tokens are reasoning (`reasoning_content` deltas on chat, a `thinking` block on
+    /// Messages).
+    reasoning: u32,
 }
 
 impl Gen {
@@ -626,13 +660,26 @@ impl Gen {
     }
 
     fn usage_json(&self) -> String {
+        let details = if self.reasoning > 0 {
+            format!(
+                r#","completion_tokens_details":{{"reasoning_tokens":{}}}"#,
+                self.reasoning.min(self.sent)
+            )
+        } else {
+            String::new()
+        };
         format!(
-            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}{details}}}"#,
             self.prompt_tokens,
             self.sent,
             u64::from(self.prompt_tokens) + u64::from(self.sent),
             self.cached
         )
+    }
+
+    /// The Messages content block the text goes in: 1 after a `thinking` block, else 0.
+    fn text_index(&self) -> u32 {
+        u32::from(self.reasoning > 0)
     }
 
     /// The frame for the pending tokens, which count as sent from here.
@@ -643,10 +690,24 @@ impl Gen {
         frame
     }
 
-    /// One SSE frame carrying tokens `sent..sent+n`.
+    /// The SSE frame carrying tokens `sent..sent+n`: two frames where the reasoning ends inside them.
     fn token_frame(&self, n: u32, last: bool) -> Bytes {
-        let mut text = String::with_capacity(n as usize * 8);
-        for i in self.sent..self.sent + n {
+        let (a, b) = (self.sent, self.sent + n);
+        let r = self.reasoning;
+        if a < r && r < b {
+            let mut out = self.frame_of(a, r, false, true).to_vec();
+            out.extend_from_slice(&self.frame_of(r, b, last, false));
+            Bytes::from(out)
+        } else {
+            self.frame_of(a, b, last, a < r)
+        }
+    }
+
+    /// One SSE frame carrying tokens `a..b`, all reasoning or all content. On Messages, the first content frame
+    /// after reasoning closes the `thinking` block and opens the text block.
+    fn frame_of(&self, a: u32, b: u32, last: bool, reasoning: bool) -> Bytes {
+        let mut text = String::with_capacity((b - a) as usize * 8);
+        for i in a..b {
             text.push_str(tokenize::gen_token(self.req, i));
         }
         let finish = if last {
@@ -655,6 +716,26 @@ impl Gen {
             "null".into()
         };
         let mut out = String::with_capacity(text.len() + 200);
+        if reasoning {
+            let _ = match self.kind {
+                Kind::Messages => write!(
+                    out,
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"thinking_delta\",\"thinking\":\"{text}\"}}}}"
+                ),
+                _ => write!(
+                    out,
+                    r#"data: {{"id":"chatcmpl-{}","object":"chat.completion.chunk","created":0,"model":{},"choices":[{{"index":0,"delta":{{"reasoning_content":"{}"}},"logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
+                    self.req, self.st.model_json, text, finish
+                ),
+            };
+            out.push_str("\n\n");
+            return Bytes::from(out);
+        }
+        if self.kind == Kind::Messages && self.reasoning > 0 && a == self.reasoning {
+            out.push_str(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            );
+        }
         let _ = match self.kind {
             Kind::Completions => write!(
                 out,
@@ -668,7 +749,8 @@ impl Gen {
             ),
             Kind::Messages => write!(
                 out,
-                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}"
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{},\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}",
+                self.text_index()
             ),
         };
         out.push_str("\n\n");
@@ -689,8 +771,11 @@ impl Gen {
                 }
                 Phase::Usage if self.kind == Kind::Messages => {
                     self.phase = Phase::Done;
-                    let mut out =
-                        Self::event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#).to_vec();
+                    let mut out = Self::event(
+                        "content_block_stop",
+                        &format!(r#"{{"type":"content_block_stop","index":{}}}"#, self.text_index()),
+                    )
+                    .to_vec();
                     out.extend_from_slice(&Self::event(
                         "message_delta",
                         &format!(
@@ -744,7 +829,11 @@ impl Gen {
                                 let mut out = Self::event("message_start", &start).to_vec();
                                 out.extend_from_slice(&Self::event(
                                     "content_block_start",
-                                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                                    if self.reasoning > 0 {
+                                        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#
+                                    } else {
+                                        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+                                    },
                                 ));
                                 out.extend_from_slice(&Self::event("ping", r#"{"type":"ping"}"#));
                                 return Some(Ok(Bytes::from(out)));

@@ -540,6 +540,8 @@ impl SimLoop<'_> {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica: self.fleet.as_ref().map(|_| r as u32),
+            reasoning_tokens: None,
+            ttft_content_s: None,
         });
         let eng = &mut self.engs[r];
         if fits {
@@ -582,6 +584,11 @@ impl SimLoop<'_> {
             let rec = self.records.get_mut(ri);
             rec.ok = true;
             rec.ttft_s = Some((r.first_token_ms - r.arrival_ms) / 1000.0);
+            if let Some(n) = rec.reasoning_tokens.filter(|&n| n < u64::from(r.generated)) {
+                // The first content token follows the reasoning, at the request's mean gap between tokens.
+                let gap_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated.max(2) - 1);
+                rec.ttft_content_s = Some((r.first_token_ms + n as f64 * gap_ms - r.arrival_ms) / 1000.0);
+            }
             rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
             rec.gen_tokens = u64::from(r.generated);
             rec.sse_frames = u64::from(r.generated);
@@ -1097,6 +1104,10 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
             );
             if let Some(c) = cold {
                 d.cold_cause.insert(ri, c);
+            }
+            let reasoning = plan.reasoning_tokens();
+            if reasoning > 0 {
+                d.records.get_mut(ri).reasoning_tokens = Some(u64::from(reasoning));
             }
         }
     }

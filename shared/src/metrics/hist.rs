@@ -456,6 +456,8 @@ mod tests {
             failure: None,
             error: None,
             replica: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
         }
     }
 

@@ -151,6 +151,8 @@ mod tests {
             error: None,
             prompt_block_hashes: Vec::new(),
             replica,
+            reasoning_tokens: None,
+            ttft_content_s: None,
         }
     }
 
