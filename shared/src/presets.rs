@@ -55,6 +55,7 @@ fn seed_sessions(sessions: u32, duration_s: f64) -> SessionWorkload {
         think: None,
         compaction: None,
         reasoning: None,
+        subagents: None,
     }
 }
 
@@ -251,6 +252,7 @@ fn preset_sessions(
         think: None,
         compaction: None,
         reasoning: None,
+        subagents: None,
     })
 }
 

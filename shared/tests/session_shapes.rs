@@ -4,7 +4,7 @@
 use shared::engine::{EngineProfile, EngineScenario, simulate};
 use shared::metrics::Slo;
 use shared::record::RequestRecord;
-use shared::workload::{Compaction, Reasoning, SessionWorkload, ThinkDist, Workload};
+use shared::workload::{Compaction, Reasoning, SessionWorkload, Subagents, ThinkDist, Workload};
 
 fn profile() -> EngineProfile {
     EngineProfile {
@@ -269,4 +269,95 @@ fn reasoning_costs_decode_time_and_breaks_the_prefix_unless_echoed() {
         let wall = |rs: &[RequestRecord]| rs.iter().map(|r| r.wall_s).sum::<f64>();
         assert!(wall(&report.records) > wall(&plain.records) * 1.5, "echo {echo}");
     }
+}
+
+#[test]
+fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
+    for wait in [true, false] {
+        let w = SessionWorkload {
+            ladder: Some("4000:6".parse().expect("ladder")),
+            subagents: Some(Subagents {
+                every_steps: 2,
+                count: 2,
+                steps: 2,
+                gen_tokens: 50,
+                tool_tokens: 300,
+                wait,
+            }),
+            ..one_session()
+        };
+        let plan = w.plan(0, 0, 11);
+        let report = simulate(&scenario(w)).expect("valid");
+        // 6 parent steps; fan-outs after steps 1 and 3 (not after the last), 2 children of 2 steps each.
+        assert_eq!(report.records.len(), 6 + 2 * 2 * 2, "wait {wait}");
+        assert!(report.records.iter().all(|r| r.ok));
+        let parent = by_step(&report.records).into_iter().filter(|r| r.session == 0).collect::<Vec<_>>();
+        assert_eq!(parent.len(), 6);
+        // By hand: the parent grows by reply + 1,000 of tool output, and with `wait` by the children's results
+        // (2 × 50) after a fan-out.
+        let g = |k: usize| u64::from(plan.gen_tokens[k]);
+        let mut prompts = vec![4016u64];
+        for k in 0..5 {
+            let results = if wait && (k == 1 || k == 3) { 100 } else { 0 };
+            prompts.push(prompts[k] + g(k) + 1000 + results);
+        }
+        for (k, r) in parent.iter().enumerate() {
+            assert_eq!(r.prompt_tokens, Some(prompts[k]), "wait {wait} step {k}");
+            if k > 0 {
+                assert_eq!(r.cached_tokens, Some(after_reply(prompts[k - 1], g(k - 1))), "wait {wait} step {k}");
+            }
+        }
+        for (fanout, after) in [(0u32, 1usize), (1, 3)] {
+            // Each child: step 0 is the parent's prompt and reply plus the task line (16), and finds that prefix
+            // cached; step 1 adds its reply and tool output and finds its own step 0 and reply.
+            let fork = prompts[after] + g(after);
+            let mut last_end: f64 = 0.0;
+            for j in 0..2u64 {
+                let kid = by_step(&report.records)
+                    .into_iter()
+                    .filter(|r| r.session == 1 + j && r.inst == fanout)
+                    .collect::<Vec<_>>();
+                assert_eq!(kid.len(), 2, "wait {wait} fan-out {fanout} child {j}");
+                assert_eq!(kid[0].prompt_tokens, Some(fork + 16));
+                assert_eq!(kid[0].cached_tokens, Some(after_reply(prompts[after], g(after))));
+                assert_eq!(kid[0].designed_cached_tokens, Some(fork));
+                assert_eq!(kid[1].prompt_tokens, Some(fork + 16 + 50 + 300));
+                assert_eq!(kid[1].cached_tokens, Some(after_reply(fork + 16, 50)));
+                // They start when the parent's step ends, in parallel.
+                let parent_end = parent[after].t_submit + parent[after].wall_s;
+                assert!((kid[0].t_submit - parent_end).abs() < 1e-9, "wait {wait}");
+                last_end = last_end.max(kid[1].t_submit + kid[1].wall_s);
+            }
+            // The parent's next step: after its 1 s of thought, and with `wait` not before its last child ends.
+            let next = parent[after + 1].t_submit;
+            let own = parent[after].t_submit + parent[after].wall_s + 1.0;
+            let want = if wait { own.max(last_end) } else { own };
+            assert!((next - want).abs() < 1e-9, "wait {wait}: next step at {next}, want {want}");
+            if wait {
+                assert!(last_end > own, "the children outlast the think time here: {last_end} vs {own}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sub_agents_count_toward_the_session_limit() {
+    let w = SessionWorkload {
+        sessions: 400_000,
+        subagents: Some(Subagents {
+            every_steps: 2,
+            count: 2,
+            steps: 2,
+            gen_tokens: 50,
+            tool_tokens: 300,
+            wait: true,
+        }),
+        ..Default::default()
+    };
+    let e = w.validate().expect_err("1.2M sessions").to_string();
+    assert!(e.starts_with("workload.subagents.count"), "{e}");
+    assert!(e.contains("1200000 concurrent sessions"), "{e}");
+    let ok = SessionWorkload { sessions: 300_000, ..w };
+    ok.validate().expect("900,000 sessions");
+    assert_eq!(Workload::Sessions(ok).concurrency(), Some(900_000));
 }

@@ -91,6 +91,31 @@ struct Slot {
     fail_streak: u32,
     /// Plans of the slot's next instances, drawn four at a time (last = next).
     upcoming: Vec<SessionPlan>,
+    /// Sub-agents: fan-outs so far (over all instances: the children's record `inst`), children the next step
+    /// waits for, when the slot's own next step would have been sent, and the latest child's end.
+    fanouts: u32,
+    waiting: u32,
+    resume_ms: Option<f64>,
+    kids_done_ms: f64,
+}
+
+/// A sub-agent: one child session of a slot's fan-out (issue #44), running its steps back to back on a chain that
+/// shares the parent's prefix.
+#[derive(Debug, Clone)]
+struct Kid {
+    parent: u32,
+    parent_inst: u32,
+    j: u32,
+    inst: u32,
+    step: u32,
+    prompt: u64,
+    /// Step 0's prompt (the record's `base_asked`).
+    base: u64,
+    designed: u64,
+    chains: Vec<u32>,
+    replica: u32,
+    /// The parent waits for it.
+    wait: bool,
 }
 
 enum Source {
@@ -109,6 +134,9 @@ enum Source {
         deadline_ms: f64,
         stop_ms: f64,
         aborted: bool,
+        /// Sub-agents, by index (events `slots.len() + index`), and the free indices.
+        kids: Vec<Kid>,
+        free_kids: Vec<u32>,
     },
     /// A trace with hash ids or dependencies: content keyed by hash id, dependents sent on completion.
     Trace(Box<TraceRun>),
@@ -396,6 +424,8 @@ struct SimLoop<'s> {
     /// Session steps whose misses have a cause of their own, by record index (empty without compaction or
     /// stripped reasoning).
     cold_cause: HashMap<usize, ColdCause>,
+    /// Sub-agent steps in flight: record index → the sub-agent's index.
+    kid_of: HashMap<usize, u32>,
 }
 
 /// Why a session step's prompt misses the cache where it was not designed to (issue #44): the cache-miss split
@@ -732,6 +762,7 @@ fn run_with(
         stalled: vec![false; replicas],
         finish_lb: vec![f64::INFINITY; replicas],
         cold_cause: HashMap::new(),
+        kid_of: HashMap::new(),
         // Quantiles only for records someone reads.
         itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
         records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
@@ -773,6 +804,10 @@ fn run_with(
                 inst_start_ms: 0.0,
                 fail_streak: 0,
                 upcoming: Vec::new(),
+                fanouts: 0,
+                waiting: 0,
+                resume_ms: None,
+                kids_done_ms: 0.0,
             };
             Source::Sessions {
                 w: w.clone(),
@@ -780,6 +815,8 @@ fn run_with(
                 deadline_ms,
                 stop_ms,
                 aborted: false,
+                kids: Vec::new(),
+                free_kids: Vec::new(),
             }
         }
         (Workload::ClosedLoop(c), _) => {
@@ -1048,9 +1085,20 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
             deadline_ms,
             stop_ms,
             aborted,
+            kids,
+            free_kids,
         } => {
             let s = ev.slot as usize;
             if *aborted {
+                return;
+            }
+            if s >= slots.len() {
+                let ki = (s - slots.len()) as u32;
+                if ev.t_ms >= *stop_ms {
+                    end_kid(d, slots, kids, free_kids, ki, ev.t_ms);
+                } else {
+                    send_kid(d, w, slots.len() as u32, &mut kids[ki as usize], ki, ev.t_ms);
+                }
                 return;
             }
             if ev.start_instance {
@@ -1181,6 +1229,58 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
     run.request_of[ri] = i as u32;
 }
 
+/// Send sub-agent `ki`'s next step.
+fn send_kid(d: &mut SimLoop, w: &SessionWorkload, nslots: u32, kid: &mut Kid, ki: u32, t_ms: f64) {
+    let Some(sub) = w.subagents else { return };
+    let m = Meta {
+        session: sub.child_session(nslots, kid.parent, kid.j),
+        inst: kid.inst,
+        step: kid.step,
+        steps_asked: sub.steps,
+        base_asked: kid.base,
+        designed_cached: kid.designed,
+    };
+    let ri = d.submit(
+        t_ms,
+        Content::Session(&mut kid.chains),
+        kid.prompt,
+        sub.gen_tokens,
+        Some(&mut kid.replica),
+        m,
+    );
+    d.kid_of.insert(ri, ki);
+}
+
+/// Sub-agent `ki` is done (its last step, a failure, or the stop): its chains go, and a parent waiting for it goes
+/// on once its last child is done (and its own think time has passed).
+fn end_kid(d: &mut SimLoop, slots: &mut [Slot], kids: &mut [Kid], free_kids: &mut Vec<u32>, ki: u32, t_ms: f64) {
+    let kid = &mut kids[ki as usize];
+    for (r, c) in kid.chains.iter_mut().enumerate() {
+        if *c != NONE {
+            d.engs[r].kv.release(*c);
+            *c = NONE;
+        }
+    }
+    free_kids.push(ki);
+    if !kid.wait {
+        return;
+    }
+    let slot = &mut slots[kid.parent as usize];
+    if slot.plan.is_none() || slot.inst != kid.parent_inst || slot.waiting == 0 {
+        return;
+    }
+    slot.waiting -= 1;
+    if t_ms > slot.kids_done_ms {
+        slot.kids_done_ms = t_ms;
+    }
+    if slot.waiting == 0
+        && let Some(t_next) = slot.resume_ms.take()
+    {
+        let t = if slot.kids_done_ms > t_next { slot.kids_done_ms } else { t_next };
+        d.push_ev(t, kid.parent, false);
+    }
+}
+
 fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
     for (r, c) in slot.chains.iter_mut().enumerate() {
         if *c != NONE {
@@ -1189,6 +1289,8 @@ fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
         }
     }
     slot.plan = None;
+    slot.waiting = 0;
+    slot.resume_ms = None;
 }
 
 /// A request finished (or failed at submission) at `t_ms`: schedule what its sender does next.
@@ -1227,8 +1329,34 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
             deadline_ms,
             stop_ms,
             aborted,
+            kids,
+            free_kids,
         } => {
+            if let Some(ki) = d.kid_of.remove(&ri) {
+                let kid = &mut kids[ki as usize];
+                let Some(sub) = w.subagents else { return };
+                if ok {
+                    let reply = u64::from(sub.gen_tokens);
+                    for (r, c) in kid.chains.iter_mut().enumerate() {
+                        let share = d.engs[r].profile().reply_cached_share;
+                        if *c != NONE && share < 1.0 {
+                            let kept = kid.prompt + (share * reply as f64).floor() as u64;
+                            *c = d.engs[r].fork_conversation(*c, kept);
+                        }
+                    }
+                    kid.designed = kid.prompt + reply;
+                    kid.prompt += reply + u64::from(sub.tool_tokens);
+                    kid.step += 1;
+                    if kid.step < sub.steps && t_ms < *stop_ms && !*aborted {
+                        d.push_ev(t_ms, slots.len() as u32 + ki, false);
+                        return;
+                    }
+                }
+                end_kid(d, slots, kids, free_kids, ki, t_ms);
+                return;
+            }
             let s = d.records.get_mut(ri).session as usize;
+            let nslots = slots.len() as u32;
             let slot = &mut slots[s];
             let Some(plan) = &slot.plan else { return };
             let mut next_start: Option<f64> = None;
@@ -1239,6 +1367,55 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
                 let kk = k as u32;
                 let (next, compacted) = plan.next_prompt(slot.prompt, kk);
                 let stripped = plan.reasoning.is_some_and(|r| !r.echo);
+                // Sub-agents fork from the conversation as it stands after this reply (before the parent's own
+                // chain moves on).
+                let mut wait_for_kids = false;
+                if let Some(sub) = plan.subagents.filter(|_| plan.spawns_after(kk))
+                    && t_next < *stop_ms
+                    && !*aborted
+                {
+                    let fork = plan.fork_tokens(slot.prompt, kk);
+                    // Without the reasoning echoed, what the server computed matches only up to the prompt.
+                    let share = if stripped { slot.prompt } else { fork };
+                    for j in 0..sub.count {
+                        let chains = slot
+                            .chains
+                            .iter()
+                            .enumerate()
+                            .map(|(r, &c)| if c == NONE { NONE } else { d.engs[r].share_conversation(c, share) })
+                            .collect();
+                        let kid = Kid {
+                            parent: s as u32,
+                            parent_inst: slot.inst,
+                            j,
+                            inst: slot.fanouts,
+                            step: 0,
+                            prompt: sub.child_prompt(fork, plan.task_tokens, 0),
+                            base: sub.child_prompt(fork, plan.task_tokens, 0),
+                            designed: share,
+                            chains,
+                            replica: slot.replica,
+                            wait: sub.wait,
+                        };
+                        let ki = match free_kids.pop() {
+                            Some(i) => {
+                                kids[i as usize] = kid;
+                                i
+                            }
+                            None => {
+                                kids.push(kid);
+                                (kids.len() - 1) as u32
+                            }
+                        };
+                        d.push_ev(t_ms, nslots + ki, false);
+                    }
+                    slot.fanouts += 1;
+                    if sub.wait {
+                        slot.waiting = sub.count;
+                        slot.kids_done_ms = t_ms;
+                        wait_for_kids = true;
+                    }
+                }
                 if compacted {
                     // A new conversation that starts with a summary: nothing of the old one is its prefix.
                     for (r, c) in slot.chains.iter_mut().enumerate() {
@@ -1274,7 +1451,10 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
                 slot.prompt = next;
                 slot.step += 1;
                 if slot.step < plan.steps {
-                    if t_next < *stop_ms && !*aborted {
+                    if wait_for_kids {
+                        // The next step goes when the children are done (`end_kid`).
+                        slot.resume_ms = Some(t_next);
+                    } else if t_next < *stop_ms && !*aborted {
                         d.push_ev(t_next, s as u32, false);
                     } else {
                         end_instance(d, slot);

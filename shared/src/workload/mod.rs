@@ -23,6 +23,7 @@ pub mod reasoning;
 pub(crate) mod request;
 pub mod session;
 pub mod shard;
+pub mod subagents;
 pub mod think;
 pub mod trace;
 
@@ -34,6 +35,7 @@ pub use plan::Requests;
 pub use reasoning::Reasoning;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
+pub use subagents::Subagents;
 pub use shard::{Shard, ShardError, ShardPlan, ShardUnit};
 pub use think::ThinkDist;
 pub use trace::{TraceFormat, TraceRequest, TraceWorkload};

@@ -23,6 +23,7 @@ use crate::pyrand::PyRandom;
 
 use super::compaction::Compaction;
 use super::reasoning::Reasoning;
+use super::subagents::Subagents;
 use super::think::ThinkDist;
 
 /// Shape of the per-session random draw (ignored when a ladder is set).
@@ -88,6 +89,9 @@ pub struct SessionWorkload {
     /// Hidden reasoning per reply ([`Reasoning`]); `None`: none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<Reasoning>,
+    /// Sub-agents ([`Subagents`]); `None`: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<Subagents>,
 }
 
 impl Default for SessionWorkload {
@@ -111,6 +115,7 @@ impl Default for SessionWorkload {
             think: None,
             compaction: None,
             reasoning: None,
+            subagents: None,
         }
     }
 }
@@ -135,6 +140,9 @@ pub struct SessionPlan {
     /// The workload's hidden reasoning, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<Reasoning>,
+    /// The workload's sub-agents, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<Subagents>,
 }
 
 impl SessionPlan {
@@ -161,11 +169,31 @@ impl SessionPlan {
     /// Step `k + 1`'s prompt from step `k`'s (`prompt`): `prompt + reply + tool`, or, when that passes the
     /// compaction threshold, the summary and the task line; and whether it was compacted.
     pub fn next_prompt(&self, prompt: u64, k: u32) -> (u64, bool) {
-        let grown = prompt + self.reply_in_prompt(k) + u64::from(self.tool_tokens);
+        let grown = prompt + self.reply_in_prompt(k) + u64::from(self.tool_tokens) + self.results_after(k);
         match self.compaction {
             Some(c) if grown > c.at_tokens => (c.compacted_prompt(self.task_tokens), true),
             _ => (grown, false),
         }
+    }
+
+    /// Whether the session fans out sub-agents after step `k`.
+    pub fn spawns_after(&self, k: u32) -> bool {
+        self.subagents.is_some_and(|s| s.after_step(k, self.steps))
+    }
+
+    /// Tokens of sub-agent results step `k + 1`'s prompt carries (0 unless the session fanned out after step `k`
+    /// and waited).
+    pub fn results_after(&self, k: u32) -> u64 {
+        match self.subagents {
+            Some(s) if s.after_step(k, self.steps) => s.results_tokens(),
+            _ => 0,
+        }
+    }
+
+    /// The prefix children fork after step `k` (whose prompt is `prompt`): the prompt and the reply as the next
+    /// prompt carries it.
+    pub fn fork_tokens(&self, prompt: u64, k: u32) -> u64 {
+        prompt + self.reply_in_prompt(k)
     }
 
     /// Step `k`'s prompt and whether it was compacted (step 0: `base + task`, never).
@@ -304,6 +332,9 @@ impl SessionWorkload {
         if let Some(r) = &self.reasoning {
             r.validate().map_err(|e| e.within("reasoning"))?;
         }
+        if let Some(s) = &self.subagents {
+            s.validate(self.slot_count()).map_err(|e| e.within("subagents"))?;
+        }
         Ok(())
     }
 
@@ -395,6 +426,7 @@ impl SessionWorkload {
             task_tokens: self.task_tokens,
             compaction: self.compaction,
             reasoning: self.reasoning,
+            subagents: self.subagents,
         }
     }
 }
