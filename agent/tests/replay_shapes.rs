@@ -264,3 +264,62 @@ async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
         }
     }
 }
+
+/// Sub-agents live: each child's first request is the parent's conversation exactly, then the parent's reply and
+/// the child's task; its next step extends its own; the parent's next step (with `wait`) carries the children's
+/// last replies after its tool output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_fork_from_the_parents_exact_conversation() {
+    let dir = Scratch::new("shapes-subagents");
+    for wait in [true, false] {
+        let (sc, _) = scenario(json!({"ladder": "2000:4", "subagents": {"every_steps": 2, "count": 2, "steps": 2,
+            "gen_tokens": 30, "tool_tokens": 200, "wait": wait}}));
+        let (bodies, recs) = replay(&dir, &sc, "chat").await;
+        // 4 parent steps; one fan-out (after step 1) of 2 children of 2 steps.
+        assert_eq!(bodies.len(), 8, "wait {wait}");
+        assert_eq!(recs.len(), 8);
+        let is_child = |b: &Value| {
+            messages(b)
+                .get(5)
+                .and_then(|m| m["content"].as_str())
+                .is_some_and(|c| c.starts_with("Sub-agent "))
+        };
+        let parent: Vec<&Value> = bodies.iter().filter(|b| !is_child(b)).collect();
+        assert_eq!(parent.len(), 4, "wait {wait}");
+        let p1 = messages(parent[1]);
+        let p2 = messages(parent[2]);
+        let mut child_replies = Vec::new();
+        for (idx, b) in bodies.iter().enumerate().filter(|(_, b)| is_child(b)) {
+            let m = messages(b);
+            if m.len() == p1.len() + 2 {
+                // Step 0: the parent's step-1 messages exactly, the reply the parent got, the child's task.
+                assert_eq!(&m[..p1.len()], &p1[..], "wait {wait}: a child forks the parent's exact prefix");
+                assert_eq!(m[p1.len()]["content"], p2[p1.len()]["content"], "the parent's reply");
+                assert_eq!(m[p1.len()]["role"], "assistant");
+                assert_eq!(b["max_tokens"], 30);
+            } else {
+                // Step 1: its own step 0 and reply, then a tool output.
+                assert_eq!(m.len(), p1.len() + 4, "wait {wait}: {m:?}");
+                let step0 = bodies
+                    .iter()
+                    .find(|o| is_child(o) && messages(o).len() == p1.len() + 2 && messages(o)[5] == m[5])
+                    .expect("its step 0");
+                assert_eq!(&m[..p1.len() + 2], &messages(step0)[..], "wait {wait}");
+                // The capture server's reply to this request (body `idx + 1`): the child's result.
+                child_replies.push((0..30).map(|i| format!(" r{}w{i}", idx + 1)).collect::<String>());
+            }
+        }
+        assert_eq!(child_replies.len(), 2);
+        let tool = p2[p1.len() + 1]["content"].as_str().unwrap_or_default();
+        for reply in &child_replies {
+            assert_eq!(tool.contains(reply.as_str()), wait, "wait {wait}: results in the parent's next prompt");
+        }
+        assert_eq!(tool.contains("[sub-agent results]"), wait);
+        // Records: the children are sessions 1 and 2 (1 slot), instance 0, two steps each.
+        for j in [1u64, 2] {
+            let steps: Vec<u32> = recs.iter().filter(|r| r.session == j).map(|r| r.step).collect();
+            assert_eq!(steps.len(), 2, "child {j}: {recs:?}");
+            assert!(recs.iter().filter(|r| r.session == j).all(|r| r.inst == 0 && r.steps_asked == 2));
+        }
+    }
+}

@@ -83,7 +83,7 @@ impl Workload {
     }
 
     /// The most requests the workload itself keeps in flight at once, where the workload fixes it: sessions, one
-    /// per session slot ([`super::SessionWorkload::slot_count`]); closed loop, one per user, `min(users,
+    /// per session slot ([`super::SessionWorkload::slot_count`]) and one per sub-agent of each; closed loop, one per user, `min(users,
     /// num_requests)`. `None` for open-loop arrivals (bursty, Poisson, gamma): they never wait for an answer, so how
     /// many are in flight is set by how fast the server answers, bounded only by [`Workload::expected_requests`].
     pub fn concurrency(&self) -> Option<u32> {
