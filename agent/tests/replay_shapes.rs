@@ -323,3 +323,30 @@ async fn children_fork_from_the_parents_exact_conversation() {
         }
     }
 }
+
+/// `--endpoint responses` end to end against sim-server: sessions whose `input` grows as the chat list does, the
+/// usage mapped (prompt, cached, output tokens), the prefix reused as designed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_sessions_run_against_sim_server() {
+    let dir = Scratch::new("shapes-responses");
+    let sim = sim_server_helper::start(loadshape::sim_server::Config {
+        speed: 20.0,
+        ..Default::default()
+    })
+    .await;
+    let (sc, _) = scenario(json!({"ladder": "2000:4"}));
+    let (recs, stdout) = replay_at(&dir, &sc, "responses", &sim.base).await;
+    assert_eq!(recs.len(), 4, "{stdout}");
+    for r in &recs {
+        assert!(r.ok, "{r:?}");
+        assert_eq!(r.gen_tokens, r.asked_tokens, "forced length: {r:?}");
+        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+        let (cached, designed) = (r.cached_tokens.expect("cached"), r.designed_cached_tokens.expect("designed"));
+        if r.step == 0 {
+            assert_eq!(cached, 0);
+        } else {
+            assert!(cached <= designed && cached + 32 >= designed, "{cached} of {designed}: {r:?}");
+        }
+    }
+    assert!(stdout.contains("Successful requests:"), "{stdout}");
+}

@@ -670,3 +670,59 @@ async fn reasoning_tokens_stream_before_the_content() {
     assert!(ev.iter().any(|v| v["delta"]["type"] == "text_delta" && v["index"] == 1));
     assert!(kinds.contains(&"content_block_stop:1".to_string()), "{kinds:?}");
 }
+
+/// `POST /v1/responses`: `response.created`, an output item, a `response.output_text.delta` per frame, then
+/// `response.incomplete` (the forced length reached) with the usage; no `[DONE]`. A resent input hits the cache;
+/// `input` is required.
+#[tokio::test]
+async fn responses_stream_events_and_usage() {
+    let app = router(fast());
+    let input = json!([
+        {"role": "system", "content": "find why the loader refuses the shard ".repeat(20)},
+        {"role": "user", "content": "Task: fix it."}
+    ]);
+    let body = |input: &Value| {
+        json!({"model": "sim", "input": input, "max_output_tokens": 6, "min_tokens": 6, "ignore_eos": true,
+               "stream": true})
+    };
+    let (s, text) = call(&app, "/v1/responses", body(&input)).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = text.expect("body");
+    let (ev, done) = frames(&text);
+    assert!(!done, "no [DONE] on the Responses stream");
+    let kinds: Vec<&str> = ev.iter().map(|v| v["type"].as_str().unwrap_or("")).collect();
+    assert_eq!(kinds.first(), Some(&"response.created"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"response.incomplete"), "{kinds:?}");
+    let deltas: String = ev
+        .iter()
+        .filter(|v| v["type"] == "response.output_text.delta")
+        .map(|v| v["delta"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(deltas.split_whitespace().count(), 6, "{deltas}");
+    let last = ev.last().expect("terminal event");
+    assert_eq!(last["response"]["incomplete_details"]["reason"], "max_output_tokens");
+    let usage = &last["response"]["usage"];
+    assert_eq!(usage["output_tokens"], 6);
+    let prompt = usage["input_tokens"].as_u64().expect("input_tokens");
+    assert!(prompt > 100, "{usage}");
+    assert_eq!(usage["input_tokens_details"]["cached_tokens"], 0);
+    // The same input again: its prefix is cached.
+    let (_, again) = call(&app, "/v1/responses", body(&input)).await;
+    let (ev, _) = frames(&again.expect("body"));
+    let cached = ev.last().expect("terminal")["response"]["usage"]["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(cached >= prompt - 16, "{cached} of {prompt}");
+    // A function call and its output render like chat's tool call and tool message.
+    let with_call = json!([
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"},
+        {"type": "function_call", "call_id": "c1", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "done"}
+    ]);
+    let (s, _) = call(&app, "/v1/responses", body(&with_call)).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, text) = call(&app, "/v1/responses", json!({"model": "sim", "max_output_tokens": 4, "stream": true})).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(text.expect("body").contains("input is required"));
+}

@@ -144,7 +144,8 @@ pub struct Args {
     #[arg(long)]
     pub scenario: Option<PathBuf>,
     /// Which route carries the prompt: completions (one prompt text, the seed's), chat (/v1/chat/completions with
-    /// the session's message list), messages (the Anthropic Messages API, /v1/messages).
+    /// the session's message list), messages (the Anthropic Messages API, /v1/messages), responses (the Responses
+    /// API, /v1/responses, with the session's input items).
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
     /// How sessions send each tool output on chat and messages: tool = a `tool` message (Anthropic: a

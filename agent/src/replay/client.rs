@@ -71,17 +71,33 @@ pub enum Endpoint {
     /// `anthropic-version` and, with an API key, `x-api-key`): the same session model
     /// ([`Conversation::write_anthropic`]); its stream events parsed as Anthropic defines them.
     Messages,
+    /// The Responses API, `/v1/responses` (`input` items, `max_output_tokens`, `stream: true`; issue #44): the same
+    /// session model ([`Conversation::write_responses_input`]); its stream events (`response.output_text.delta`,
+    /// `response.completed`, …) parsed as the API defines them.
+    Responses,
 }
 
 impl Endpoint {
-    /// The route under the base URL: `/completions`, `/chat/completions` or `/messages`.
+    /// The route under the base URL: `/completions`, `/chat/completions`, `/messages` or `/responses`.
     pub fn route(self) -> &'static str {
         match self {
             Endpoint::Completions => "/completions",
             Endpoint::Chat => "/chat/completions",
             Endpoint::Messages => "/messages",
+            Endpoint::Responses => "/responses",
         }
     }
+}
+
+/// Which stream format a response is read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// OpenAI completions and chat chunks, ending with `[DONE]`.
+    OpenAi,
+    /// The Anthropic Messages events.
+    Anthropic,
+    /// The Responses API's events, ending with `response.completed` (or `.incomplete`, `.failed`).
+    Responses,
 }
 
 /// The `anthropic-version` header sent with `--endpoint messages` (the Messages API's current version).
@@ -415,8 +431,9 @@ impl Client {
         let mut body_tail = b",\"temperature\":".to_vec();
         let _ = serde_json::to_writer(&mut body_tail, &cfg.temperature);
         body_tail.extend_from_slice(match cfg.endpoint {
-            // The Messages API streams its usage in `message_start` and `message_delta`; it has no stream_options.
-            Endpoint::Messages => b",\"stream\":true}",
+            // The Messages API streams its usage in `message_start` and `message_delta`, the Responses API in
+            // `response.completed`; neither has stream_options.
+            Endpoint::Messages | Endpoint::Responses => b",\"stream\":true}",
             _ => b",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
         });
         Client {
@@ -460,9 +477,13 @@ impl Client {
         &self.cfg
     }
 
-    /// Whether the stream is Anthropic's (`--endpoint messages`) rather than OpenAI's.
-    fn anthropic(&self) -> bool {
-        self.cfg.endpoint == Endpoint::Messages
+    /// The stream format of the endpoint.
+    fn wire(&self) -> Wire {
+        match self.cfg.endpoint {
+            Endpoint::Messages => Wire::Anthropic,
+            Endpoint::Responses => Wire::Responses,
+            Endpoint::Completions | Endpoint::Chat => Wire::OpenAi,
+        }
     }
 
     /// The HTTP client the requests go through (`Auto` resolved).
@@ -552,8 +573,19 @@ impl Client {
                 out.extend_from_slice(b"}]");
             }
             (Endpoint::Messages, Prompt::Conversation(c, tr)) => c.write_anthropic(&mut out, tr),
+            (Endpoint::Responses, Prompt::Text(t)) => {
+                out.extend_from_slice(b",\"input\":");
+                json_str(&mut out, t);
+            }
+            (Endpoint::Responses, Prompt::Conversation(c, tr)) => c.write_responses_input(&mut out, tr),
         }
-        self.cfg.dialect.write_length(&mut out, max_tokens);
+        if self.cfg.endpoint == Endpoint::Responses {
+            use std::io::Write as _;
+            let _ = write!(out, ",\"max_output_tokens\":{max_tokens}");
+            self.cfg.dialect.write_forcing(&mut out, max_tokens);
+        } else {
+            self.cfg.dialect.write_length(&mut out, max_tokens);
+        }
         out.extend_from_slice(&self.body_tail);
         out
     }
@@ -588,11 +620,18 @@ impl Client {
                     serde_json::json!([{"role": "user", "content": prompt}]),
                 );
             }
+            Endpoint::Responses => {
+                body.insert("input".into(), prompt.into());
+            }
         }
         self.cfg.dialect.apply_length(&mut body, max_tokens);
+        if self.cfg.endpoint == Endpoint::Responses {
+            let max = body.remove("max_tokens").unwrap_or_default();
+            body.insert("max_output_tokens".into(), max);
+        }
         body.insert("temperature".into(), self.cfg.temperature.into());
         body.insert("stream".into(), true.into());
-        if self.cfg.endpoint != Endpoint::Messages {
+        if !matches!(self.cfg.endpoint, Endpoint::Messages | Endpoint::Responses) {
             body.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
         }
         Value::Object(body)
@@ -693,7 +732,7 @@ impl Client {
             Ok(p) => p,
             Err(e) => {
                 live.in_flight.fetch_add(1, Ordering::Relaxed);
-                let st = StreamState::new(Instant::now(), collect_text, max_tokens, self.anthropic());
+                let st = StreamState::new(Instant::now(), collect_text, max_tokens, self.wire());
                 return Attempt::Done(st.fail(FailureKind::Connect, format!("request failed: {e}")));
             }
         };
@@ -714,7 +753,7 @@ impl Client {
             first_submit.unwrap_or(start),
             collect_text,
             max_tokens,
-            self.anthropic(),
+            self.wire(),
         );
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
@@ -787,7 +826,7 @@ impl Client {
             first_submit.unwrap_or(start),
             collect_text,
             max_tokens,
-            self.anthropic(),
+            self.wire(),
         );
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
@@ -1192,6 +1231,10 @@ struct StreamState {
     first_frame_kernel: bool,
     /// The stream is the Anthropic Messages API's (its events: [`StreamState::on_anthropic`]).
     anthropic: bool,
+    /// The stream is the Responses API's (its events: [`StreamState::on_responses`]).
+    responses: bool,
+    /// Responses: a terminal event (`response.completed`, `.incomplete`, `.failed`, `error`) arrived.
+    responses_ended: bool,
     /// Anthropic: the usage of `message_start` (input side), updated by `message_delta`'s.
     anthropic_usage: Option<AnthropicUsage>,
     /// Anthropic: `message_delta` carried `usage.output_tokens`.
@@ -1199,9 +1242,11 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn new(submitted: Instant, collect_text: bool, max_tokens: u32, anthropic: bool) -> Self {
+    fn new(submitted: Instant, collect_text: bool, max_tokens: u32, wire: Wire) -> Self {
         StreamState {
-            anthropic,
+            anthropic: wire == Wire::Anthropic,
+            responses: wire == Wire::Responses,
+            responses_ended: false,
             anthropic_usage: None,
             anthropic_output: false,
             submitted,
@@ -1230,6 +1275,9 @@ impl StreamState {
         }
         if self.anthropic {
             return self.on_anthropic(data, now);
+        }
+        if self.responses {
+            return self.on_responses(data, now);
         }
         if data == b"[DONE]" {
             return ControlFlow::Break(());
@@ -1362,11 +1410,80 @@ impl StreamState {
         ControlFlow::Continue(())
     }
 
+    /// One event of the Responses API stream (by its data's `type`): `response.output_text.delta` is content,
+    /// `response.reasoning_text.delta` (vLLM's) or `response.reasoning_summary_text.delta` reasoning;
+    /// `response.completed` (finish `stop`) or `response.incomplete` (finish `length` when its reason is
+    /// `max_output_tokens`) bring the usage and end the stream; `response.failed` and `error` end it with their
+    /// message. Other events (created, in progress, items and parts added and done) carry nothing to record.
+    fn on_responses(&mut self, data: &[u8], now: Instant) -> ControlFlow<()> {
+        let Some(ev) = self.parse::<ResponsesEvent<'_>>(data) else {
+            return ControlFlow::Continue(());
+        };
+        let kind = ev.kind.as_ref().map_or("", |k| &*k.0);
+        match kind {
+            "response.output_text.delta" => {
+                if let Some(text) = piece(&ev.delta) {
+                    self.on_content(text, now, false);
+                }
+            }
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                if let Some(text) = piece(&ev.delta) {
+                    self.on_content(text, now, true);
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                self.responses_ended = true;
+                let r = ev.response.unwrap_or_default();
+                let limit = r
+                    .incomplete_details
+                    .as_ref()
+                    .and_then(|d| d.get("reason"))
+                    .and_then(Value::as_str)
+                    .is_some_and(|why| why == "max_output_tokens");
+                self.finish_reason = Some(if kind == "response.completed" {
+                    "stop".to_string()
+                } else if limit {
+                    "length".to_string()
+                } else {
+                    "incomplete".to_string()
+                });
+                if let Some(u) = r.usage {
+                    self.usage = Some(UsageCounts {
+                        prompt_tokens: u.input_tokens,
+                        completion_tokens: u.output_tokens,
+                        cached_tokens: u.input_tokens_details.and_then(|d| d.cached_tokens),
+                        reasoning_tokens: u.output_tokens_details.and_then(|d| d.reasoning_tokens),
+                    });
+                    self.usage_source = UsageSource::FinalFrame;
+                }
+                return ControlFlow::Break(());
+            }
+            "response.failed" | "error" => {
+                self.responses_ended = true;
+                if self.stream_error.is_none() {
+                    self.stream_error = Some(responses_error_text(data));
+                }
+                return ControlFlow::Break(());
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
     fn finish_done(self) -> RequestOutcome {
         self.finish(None)
     }
 
     fn finish_eof(self) -> RequestOutcome {
+        if self.responses {
+            let err = (!self.responses_ended && self.stream_error.is_none()).then(|| {
+                (
+                    FailureKind::Protocol,
+                    "stream ended without response.completed (truncated Responses stream)".to_string(),
+                )
+            });
+            return self.finish(err);
+        }
         if self.anthropic {
             // A stream that ends without `message_stop` was cut short, unless an error event already said why.
             let err = self.stream_error.is_none().then(|| {
@@ -1405,7 +1522,13 @@ impl StreamState {
             });
             self.usage_source = UsageSource::FinalFrame;
         }
-        let missing_usage = self.anthropic.then(|| self.anthropic_missing_usage()).flatten();
+        let missing_usage = if self.anthropic {
+            self.anthropic_missing_usage()
+        } else if self.responses && self.responses_ended && self.usage.is_none() {
+            Some("missing usage: the Responses stream's last event carried no response.usage".to_string())
+        } else {
+            None
+        };
         let error = error
             .or_else(|| self.stream_error.take().map(|e| (FailureKind::ErrorFrame, e)))
             .or_else(|| self.malformed.take().map(|e| (FailureKind::Protocol, e)))
@@ -1467,6 +1590,15 @@ fn http_error(status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &st
     } else {
         format!("HTTP {status}: {detail}")
     }
+}
+
+/// The text of a Responses `error` event (`code`, `message` at the top) or `response.failed` (`response.error`).
+fn responses_error_text(data: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let e = if v["type"] == "response.failed" { &v["response"]["error"] } else { &v };
+    let code = e["code"].as_str().or_else(|| e["type"].as_str()).unwrap_or("error");
+    let msg = e["message"].as_str().unwrap_or("(no message)");
+    format!("{}: {code}: {}", v["type"].as_str().unwrap_or("error"), truncate(msg, 300))
 }
 
 fn error_frame_text(data: &[u8]) -> String {
@@ -1572,6 +1704,40 @@ struct CompletionDetails {
 struct Details {
     #[serde(default)]
     cached_tokens: Option<u64>,
+}
+
+// ---- the borrowed view of one Responses API event ----
+
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Text<'a>>,
+    /// The text of a `*.delta` event.
+    #[serde(borrow, default)]
+    delta: Option<Text<'a>>,
+    /// The response of `response.completed` / `.incomplete` / `.failed`.
+    #[serde(default)]
+    response: Option<ResponsesResponse>,
+}
+
+#[derive(Deserialize, Default)]
+struct ResponsesResponse {
+    #[serde(default)]
+    usage: Option<ResponsesUsage>,
+    #[serde(default)]
+    incomplete_details: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<Details>,
+    #[serde(default)]
+    output_tokens_details: Option<CompletionDetails>,
 }
 
 // ---- the borrowed view of one Anthropic Messages event ----
@@ -1719,7 +1885,7 @@ mod tests {
     }
 
     fn feed(frames: &[&str]) -> RequestOutcome {
-        let mut st = StreamState::new(Instant::now(), true, 8, false);
+        let mut st = StreamState::new(Instant::now(), true, 8, Wire::OpenAi);
         for f in frames {
             if st.on_data(f.as_bytes(), Instant::now()).is_break() {
                 return st.finish_done();
@@ -1763,7 +1929,7 @@ mod tests {
 
     #[test]
     fn a_frame_that_is_not_utf8_is_malformed() {
-        let mut st = StreamState::new(Instant::now(), false, 4, false);
+        let mut st = StreamState::new(Instant::now(), false, 4, Wire::OpenAi);
         let flow = st.on_data(b"{\"choices\":[{\"text\":\"\xff\"}]}", Instant::now());
         assert!(flow.is_continue());
         let o = st.finish_done();
@@ -1783,7 +1949,7 @@ mod tests {
             "plain words",
             "quotes \" and \\ backslashes, tabs\t, newlines\n\r, control \u{1} \u{1f}, unicode é 漢字 🦀, </script>",
         ];
-        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
+        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages, Endpoint::Responses] {
             for dialect in [
                 Dialect::Vllm,
                 Dialect::Sglang,
@@ -1819,6 +1985,7 @@ mod tests {
                             Endpoint::Completions => "http://127.0.0.1:9/v1/completions",
                             Endpoint::Chat => "http://127.0.0.1:9/v1/chat/completions",
                             Endpoint::Messages => "http://127.0.0.1:9/v1/messages",
+                            Endpoint::Responses => "http://127.0.0.1:9/v1/responses",
                         }
                     );
                     assert_eq!(req.headers()["content-type"], "application/json");
@@ -1853,7 +2020,7 @@ mod tests {
         let mut convo = Conversation::new("base".into(), "\n\nTask: t.\n");
         convo.push_turn(" r", "out");
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
-        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
+        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages, Endpoint::Responses] {
             for tr in [ToolResults::Tool, ToolResults::User] {
                 let c = Client::new(
                     http.clone(),
@@ -1865,7 +2032,8 @@ mod tests {
                 let bytes = c.body_bytes(Prompt::Conversation(&convo, tr), 7);
                 let v: Value = serde_json::from_slice(&bytes)
                     .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
-                assert_eq!((v["max_tokens"].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
+                let length = if endpoint == Endpoint::Responses { "max_output_tokens" } else { "max_tokens" };
+                assert_eq!((v[length].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
                 assert_eq!(v["stream"], true);
                 match endpoint {
                     Endpoint::Completions => assert_eq!(v["prompt"], convo.flat()),
@@ -1881,6 +2049,14 @@ mod tests {
                         assert_eq!(v["messages"][0]["content"], "Task: t.");
                         assert_eq!(v.get("tools").is_some(), tr == ToolResults::Tool);
                         assert!(v.get("stream_options").is_none());
+                    }
+                    Endpoint::Responses => {
+                        let mut m = b"{\"x\":0".to_vec();
+                        convo.write_responses_input(&mut m, tr);
+                        m.push(b'}');
+                        let m: Value = serde_json::from_slice(&m).unwrap_or_else(|e| panic!("{e}"));
+                        assert_eq!(v["input"], m["input"]);
+                        assert!(v.get("max_tokens").is_none() && v.get("stream_options").is_none());
                     }
                 }
             }

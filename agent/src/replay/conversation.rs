@@ -237,6 +237,53 @@ impl Conversation {
     }
 }
 
+impl Conversation {
+    /// The Responses API's `input` (written as a JSON object member into `out`, with its leading comma): the system
+    /// prompt and the task as messages, then per step the reply as an assistant message and either a
+    /// `function_call` answered by a `function_call_output` item, or a user message with the tool output; `tools`
+    /// (the one function) when the history holds calls. Echoed reasoning is not sent (the API's reasoning items
+    /// carry the server's own ids).
+    pub fn write_responses_input(&self, out: &mut Vec<u8>, tool_results: ToolResults) {
+        out.extend_from_slice(b",\"input\":[{\"role\":\"system\",\"content\":");
+        json_str(out, self.system());
+        out.extend_from_slice(b"},{\"role\":\"user\",\"content\":");
+        json_str(out, self.task());
+        out.push(b'}');
+        for (k, (reply, tool)) in self.turns().enumerate() {
+            out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":");
+            json_str(out, reply);
+            out.push(b'}');
+            match tool_results {
+                ToolResults::Tool => {
+                    let id = Self::call_id(k);
+                    out.extend_from_slice(b",{\"type\":\"function_call\",\"call_id\":");
+                    json_str(out, &id);
+                    out.extend_from_slice(b",\"name\":");
+                    json_str(out, TOOL_NAME);
+                    out.extend_from_slice(b",\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":");
+                    json_str(out, &id);
+                    out.extend_from_slice(b",\"output\":");
+                    json_str(out, tool);
+                    out.push(b'}');
+                }
+                ToolResults::User => {
+                    out.extend_from_slice(b",{\"role\":\"user\",\"content\":");
+                    json_str(out, &user_tool_text(tool));
+                    out.push(b'}');
+                }
+            }
+        }
+        out.push(b']');
+        if tool_results == ToolResults::Tool && !self.turns.is_empty() {
+            out.extend_from_slice(b",\"tools\":");
+            out.extend_from_slice(RESPONSES_TOOLS.as_bytes());
+        }
+    }
+}
+
+/// The `tools` array sent with Responses requests whose input holds `function_call` items.
+pub const RESPONSES_TOOLS: &str = r#"[{"type":"function","name":"run","description":"Run a command in the repository and return its output.","parameters":{"type":"object","properties":{"command":{"type":"string"}}}}]"#;
+
 /// A tool output sent as a user message: `"[tool output]\n" + output`.
 fn user_tool_text(tool: &str) -> String {
     let mut s = String::with_capacity(tool.len() + 16);
@@ -387,6 +434,35 @@ mod tests {
             assert_eq!(v["messages"][1]["content"][0], json!({"type": "thinking", "thinking": "think hard"}), "{tr:?}");
             assert_eq!(v["messages"][1]["content"][1]["type"], "text", "{tr:?}");
         }
+    }
+
+    #[test]
+    fn responses_input_with_function_calls_and_as_user_messages() {
+        let c = convo();
+        let parse = |tr| {
+            let mut out = b"{\"model\":\"m\"".to_vec();
+            c.write_responses_input(&mut out, tr);
+            out.push(b'}');
+            serde_json::from_slice::<Value>(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+        };
+        let v = parse(ToolResults::Tool);
+        assert_eq!(v["tools"][0]["name"], "run");
+        assert_eq!(
+            v["input"],
+            json!([
+                {"role": "system", "content": "base \"ctx\""},
+                {"role": "user", "content": "Task: fix it."},
+                {"role": "assistant", "content": " the shard"},
+                {"type": "function_call", "call_id": "call00000", "name": "run", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call00000", "output": "out\n1"},
+                {"role": "assistant", "content": " patch"},
+                {"type": "function_call", "call_id": "call00001", "name": "run", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call00001", "output": "out 2"},
+            ])
+        );
+        let v = parse(ToolResults::User);
+        assert!(v.get("tools").is_none());
+        assert_eq!(v["input"][3], json!({"role": "user", "content": "[tool output]\nout\n1"}));
     }
 
     /// Each step's body is the previous one's with messages added at the end: earlier messages are byte-stable.

@@ -184,6 +184,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route(
@@ -319,6 +320,10 @@ struct GenBody {
     chat_template_kwargs: Option<Value>,
     /// Messages: `{"type": "enabled", "budget_tokens": R}` asks for `R` reasoning tokens.
     thinking: Option<Value>,
+    /// Responses: `input` (a string, or message and function-call items), `instructions`, `max_output_tokens`.
+    input: Option<Value>,
+    instructions: Option<Value>,
+    max_output_tokens: Option<u64>,
 }
 
 /// Reasoning tokens a request asks for (see [`GenBody`]): streamed before its content, counted in its output.
@@ -334,7 +339,7 @@ fn reasoning_asked(kind: Kind, body: &GenBody) -> u64 {
             .as_ref()
             .filter(|t| t["type"] == "enabled")
             .and_then(|t| t["budget_tokens"].as_u64()),
-        Kind::Completions => None,
+        Kind::Completions | Kind::Responses => None,
     };
     budget.unwrap_or(0)
 }
@@ -372,6 +377,8 @@ enum Kind {
     Chat,
     /// The Anthropic Messages API.
     Messages,
+    /// The Responses API (issue #44).
+    Responses,
 }
 
 /// Largest output length accepted.
@@ -393,6 +400,38 @@ async fn messages(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMa
     generate(st, Kind::Messages, body).await
 }
 
+async fn responses(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    generate(st, Kind::Responses, body).await
+}
+
+/// The Responses API's `input` as a chat message list: a string is one user message; message items stay (their
+/// content a string or `input_text`/`output_text` parts); a `function_call_output` is a tool message with its
+/// `output`; a `function_call` renders nothing (as `tool_calls` on chat). `instructions` come first, as a system
+/// message.
+fn responses_messages(body: &GenBody) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    if let Some(i) = &body.instructions {
+        out.push(json!({"role": "system", "content": i}));
+    }
+    match &body.input {
+        Some(Value::String(t)) => out.push(json!({"role": "user", "content": t})),
+        Some(Value::Array(items)) => {
+            for it in items {
+                match it.get("type").and_then(Value::as_str) {
+                    Some("function_call_output") => {
+                        out.push(json!({"role": "tool", "content": it.get("output").cloned().unwrap_or_default()}));
+                    }
+                    Some("function_call" | "reasoning") => {}
+                    _ => out.push(it.clone()),
+                }
+            }
+        }
+        Some(_) => return Err("input must be a string or a list of items".into()),
+        None => return Err("input is required".into()),
+    }
+    Ok(out)
+}
+
 fn error_response(status: StatusCode, message: &str) -> Response {
     let body =
         json!({"object": "error", "error": {"message": message, "type": "sim_server_error", "code": status.as_u16()}});
@@ -409,8 +448,14 @@ fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String,
             Some(_) => Err("prompt must be a string (or a one-element array of strings)".into()),
             None => Err("prompt is required".into()),
         },
-        Kind::Chat | Kind::Messages => {
-            let msgs = body.messages.as_ref().ok_or("messages is required")?;
+        Kind::Chat | Kind::Messages | Kind::Responses => {
+            let converted;
+            let msgs = if kind == Kind::Responses {
+                converted = responses_messages(body)?;
+                &converted
+            } else {
+                body.messages.as_ref().ok_or("messages is required")?
+            };
             let mut text = String::new();
             if kind == Kind::Messages
                 && let Some(system) = &body.system
@@ -512,6 +557,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     let n_predict = body.n_predict.filter(|&v| v > 0).map(|v| v as u64);
     let max = body
         .max_tokens
+        .or(body.max_output_tokens)
         .or(body.max_completion_tokens)
         .or(n_predict)
         .unwrap_or(default_max);
@@ -558,7 +604,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };
     // The Messages API always streams its usage (in `message_start` and `message_delta`).
-    let include_usage = kind == Kind::Messages
+    let include_usage = matches!(kind, Kind::Messages | Kind::Responses)
         || body
             .stream_options
             .as_ref()
@@ -631,6 +677,7 @@ impl Gen {
             Kind::Completions => "text_completion",
             Kind::Chat => "chat.completion.chunk",
             Kind::Messages => "message",
+            Kind::Responses => "response",
         }
     }
 
@@ -651,6 +698,25 @@ impl Gen {
             u64::from(self.prompt_tokens).saturating_sub(self.cached),
             self.cached,
             output_tokens
+        )
+    }
+
+    /// The Responses API's final response object: its status (`incomplete` for `max_output_tokens` when the
+    /// length limit ended it) and usage.
+    fn responses_json(&self, status: &str) -> String {
+        let incomplete = if status == "incomplete" {
+            r#"{"reason":"max_output_tokens"}"#
+        } else {
+            "null"
+        };
+        format!(
+            r#"{{"id":"resp_{}","object":"response","model":{},"status":"{status}","incomplete_details":{incomplete},"usage":{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}}}"#,
+            self.req,
+            self.st.model_json,
+            self.prompt_tokens,
+            self.cached,
+            self.sent,
+            u64::from(self.prompt_tokens) + u64::from(self.sent)
         )
     }
 
@@ -752,6 +818,11 @@ impl Gen {
                 "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{},\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}",
                 self.text_index()
             ),
+            Kind::Responses => write!(
+                out,
+                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_{}\",\"output_index\":0,\"content_index\":0,\"delta\":\"{text}\"}}",
+                self.req
+            ),
         };
         out.push_str("\n\n");
         Bytes::from(out)
@@ -762,6 +833,20 @@ impl Gen {
         loop {
             match self.phase {
                 Phase::End => return None,
+                Phase::Done if self.kind == Kind::Responses => {
+                    // The Responses stream ends with its terminal event; no `[DONE]`.
+                    self.phase = Phase::End;
+                }
+                Phase::Usage if self.kind == Kind::Responses => {
+                    self.phase = Phase::Done;
+                    let (event, status) = if self.finish_reason == "length" {
+                        ("response.incomplete", "incomplete")
+                    } else {
+                        ("response.completed", "completed")
+                    };
+                    let data = format!(r#"{{"type":"{event}","response":{}}}"#, self.responses_json(status));
+                    return Some(Ok(Self::event(event, &data)));
+                }
                 Phase::Done => {
                     self.phase = Phase::End;
                     if self.kind == Kind::Messages {
@@ -838,6 +923,21 @@ impl Gen {
                                 out.extend_from_slice(&Self::event("ping", r#"{"type":"ping"}"#));
                                 return Some(Ok(Bytes::from(out)));
                             }
+                            if self.kind == Kind::Responses {
+                                let created = format!(
+                                    r#"{{"type":"response.created","response":{{"id":"resp_{}","object":"response","model":{},"status":"in_progress","usage":null}}}}"#,
+                                    self.req, self.st.model_json
+                                );
+                                let mut out = Self::event("response.created", &created).to_vec();
+                                out.extend_from_slice(&Self::event(
+                                    "response.output_item.added",
+                                    &format!(
+                                        r#"{{"type":"response.output_item.added","output_index":0,"item":{{"id":"msg_{}","type":"message","role":"assistant","content":[]}}}}"#,
+                                        self.req
+                                    ),
+                                ));
+                                return Some(Ok(Bytes::from(out)));
+                            }
                             if self.kind == Kind::Chat {
                                 let frame = format!(
                                     "data: {{\"id\":\"chatcmpl-{}\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":{},\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"\"}},\"logprobs\":null,\"finish_reason\":null}}]}}\n\n",
@@ -848,6 +948,13 @@ impl Gen {
                         }
                         Some(ReqEvent::Finished) => {
                             if self.sent + self.pending == 0 && self.out_tokens > 0 {
+                                if self.kind == Kind::Responses {
+                                    self.phase = Phase::End;
+                                    return Some(Ok(Self::event(
+                                        "error",
+                                        r#"{"type":"error","code":"invalid_request_error","message":"the request does not fit the emulated engine (prompt + output exceed max_model_len or the KV cache)","param":null}"#,
+                                    )));
+                                }
                                 if self.kind == Kind::Messages {
                                     // Anthropic ends a failed stream with the error event: no message_stop.
                                     self.phase = Phase::End;
@@ -923,6 +1030,13 @@ impl Gen {
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
                 "usage": usage,
             }),
+            Kind::Responses => {
+                let status = if self.finish_reason == "length" { "incomplete" } else { "completed" };
+                let mut v: Value = serde_json::from_str(&self.responses_json(status)).unwrap_or(Value::Null);
+                v["output"] = json!([{"type": "message", "id": format!("msg_{}", self.req), "role": "assistant",
+                    "content": [{"type": "output_text", "text": text}]}]);
+                v
+            }
             Kind::Messages => json!({
                 "id": format!("msg_{}", self.req), "type": "message", "role": "assistant", "model": self.st.model,
                 "content": [{"type": "text", "text": text}], "stop_reason": self.stop_reason(), "stop_sequence": null,
