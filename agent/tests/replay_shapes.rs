@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
-use serde_json::{Value, json};
 use loadshape::replay::records::read_records;
+use serde_json::{Value, json};
 use shared::record::RequestRecord;
 use shared::workload::SessionWorkload;
 use tokio::process::Command;
@@ -40,13 +40,17 @@ async fn capture(State(bodies): State<Bodies>, body: Bytes) -> Response {
         b.len()
     };
     // Asked to reason (`chat_template_kwargs`): that many tokens of reasoning first, in one frame.
-    let budget = v["chat_template_kwargs"]["thinking_budget"].as_u64().unwrap_or(0).min(n - 1);
+    let budget = v["chat_template_kwargs"]["thinking_budget"]
+        .as_u64()
+        .unwrap_or(0)
+        .min(n - 1);
     let words: String = (budget..n).map(|i| format!(" r{k}w{i}")).collect();
     let thoughts: String = (0..budget).map(|i| format!(" t{k}w{i}")).collect();
     let mut usage = json!({"prompt_tokens": 100, "completion_tokens": n, "total_tokens": 100 + n});
     let mut frames = Vec::new();
     if budget > 0 {
-        frames.push(json!({"choices": [{"index": 0, "delta": {"reasoning_content": thoughts}, "finish_reason": null}]}));
+        frames
+            .push(json!({"choices": [{"index": 0, "delta": {"reasoning_content": thoughts}, "finish_reason": null}]}));
         usage["completion_tokens_details"] = json!({"reasoning_tokens": budget});
     }
     frames.push(json!({"choices": [{"index": 0, "delta": {"content": words}, "finish_reason": "length"}]}));
@@ -149,7 +153,9 @@ async fn replay_at(dir: &Scratch, sc: &Value, endpoint: &str, url: &str) -> (Vec
 }
 
 fn messages(body: &Value) -> &Vec<Value> {
-    body["messages"].as_array().unwrap_or_else(|| panic!("no messages: {body}"))
+    body["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no messages: {body}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,7 +182,10 @@ async fn a_compacted_step_starts_a_new_conversation_from_a_summary() {
             assert_ne!(now[0], prev[0], "step {k}");
             assert_eq!(now[1], prev[1], "step {k}: the task goes on");
             let words = system.split_whitespace().count();
-            assert!((200..400).contains(&words), "a summary of about 300 tokens: {words} words");
+            assert!(
+                (200..400).contains(&words),
+                "a summary of about 300 tokens: {words} words"
+            );
         } else {
             // The previous messages exactly, then the reply and the tool output.
             assert_eq!(&now[..prev.len()], &prev[..], "step {k} extends step {}", k - 1);
@@ -197,21 +206,41 @@ async fn echoed_reasoning_goes_back_and_stripped_reasoning_does_not() {
         let (bodies, recs) = replay(&dir, &sc, "chat").await;
         assert_eq!(bodies.len(), 3);
         for (k, b) in bodies.iter().enumerate() {
-            assert_eq!(b["chat_template_kwargs"], json!({"enable_thinking": true, "thinking_budget": 40}));
+            assert_eq!(
+                b["chat_template_kwargs"],
+                json!({"enable_thinking": true, "thinking_budget": 40})
+            );
             // The forced length counts the reasoning and the reply.
-            assert_eq!(b["max_tokens"], json!(plan.output_tokens(k as u32)), "echo {echo} step {k}");
+            assert_eq!(
+                b["max_tokens"],
+                json!(plan.output_tokens(k as u32)),
+                "echo {echo} step {k}"
+            );
         }
         for r in &recs {
             assert_eq!(r.reasoning_tokens, Some(40), "{r:?}");
-            assert!(r.ttft_content_s.expect("ttft_content") >= r.ttft_s.expect("ttft"), "{r:?}");
+            assert!(
+                r.ttft_content_s.expect("ttft_content") >= r.ttft_s.expect("ttft"),
+                "{r:?}"
+            );
         }
         for k in 1..bodies.len() {
             let (prev, now) = (messages(&bodies[k - 1]), messages(&bodies[k]));
-            assert_eq!(&now[..prev.len()], &prev[..], "echo {echo} step {k}: the prefix up to the reply");
+            assert_eq!(
+                &now[..prev.len()],
+                &prev[..],
+                "echo {echo} step {k}: the prefix up to the reply"
+            );
             let reply = &now[prev.len()];
             let content = reply["content"].as_str().unwrap_or_default();
-            assert!(content.starts_with(&format!(" r{k}w40 ")), "echo {echo} step {k}: {content}");
-            assert!(!content.contains(&format!("t{k}w")), "the reply is content only: {content}");
+            assert!(
+                content.starts_with(&format!(" r{k}w40 ")),
+                "echo {echo} step {k}: {content}"
+            );
+            assert!(
+                !content.contains(&format!("t{k}w")),
+                "the reply is content only: {content}"
+            );
             if echo {
                 let thoughts = reply["reasoning_content"].as_str().unwrap_or_default();
                 assert!(thoughts.starts_with(&format!(" t{k}w0 ")), "echo step {k}: {reply}");
@@ -222,7 +251,11 @@ async fn echoed_reasoning_goes_back_and_stripped_reasoning_does_not() {
         }
         // The designed prefix: the previous prompt (as the server counted it: 100) and, echoed, the reasoning and
         // the reply; without echo it breaks at the reply.
-        let want = if echo { 100 + 40 + u64::from(plan.gen_tokens[0]) } else { 100 };
+        let want = if echo {
+            100 + 40 + u64::from(plan.gen_tokens[0])
+        } else {
+            100
+        };
         assert_eq!(recs[1].designed_cached_tokens, Some(want), "echo {echo}");
     }
 }
@@ -246,20 +279,38 @@ async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
         assert_eq!(recs.len(), 4, "{recs:?}");
         for r in &recs {
             assert!(r.ok, "{r:?}");
-            assert_eq!((r.reasoning_tokens, r.gen_tokens), (Some(300), u64::from(plan.output_tokens(r.step))));
-            assert!(r.ttft_content_s.expect("ttft_content") > r.ttft_s.expect("ttft"), "{r:?}");
+            assert_eq!(
+                (r.reasoning_tokens, r.gen_tokens),
+                (Some(300), u64::from(plan.output_tokens(r.step)))
+            );
+            assert!(
+                r.ttft_content_s.expect("ttft_content") > r.ttft_s.expect("ttft"),
+                "{r:?}"
+            );
         }
-        assert!(stdout.contains("Hidden reasoning") && stdout.contains("TTFT-content"), "{stdout}");
+        assert!(
+            stdout.contains("Hidden reasoning") && stdout.contains("TTFT-content"),
+            "{stdout}"
+        );
         for r in recs.iter().filter(|r| r.step > 0) {
             let (cached, designed) = (r.cached_tokens.unwrap_or(0), r.designed_cached_tokens.unwrap_or(0));
             // Whole 16-token blocks of the designed prefix (the reply's last token is never computed).
-            assert!(cached <= designed && cached + 32 >= designed, "echo {echo}: {cached} of {designed}: {r:?}");
+            assert!(
+                cached <= designed && cached + 32 >= designed,
+                "echo {echo}: {cached} of {designed}: {r:?}"
+            );
             let prev = &recs[r.step as usize - 1];
             let prev_prompt = prev.prompt_tokens.unwrap_or(0);
             if echo {
-                assert!(cached >= prev_prompt + 300 - 16, "echoed: the reasoning and reply are reused: {cached}");
+                assert!(
+                    cached >= prev_prompt + 300 - 16,
+                    "echoed: the reasoning and reply are reused: {cached}"
+                );
             } else {
-                assert!(cached <= prev_prompt, "stripped: nothing past the previous prompt: {cached}");
+                assert!(
+                    cached <= prev_prompt,
+                    "stripped: nothing past the previous prompt: {cached}"
+                );
             }
         }
     }
@@ -272,8 +323,10 @@ async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
 async fn children_fork_from_the_parents_exact_conversation() {
     let dir = Scratch::new("shapes-subagents");
     for wait in [true, false] {
-        let (sc, _) = scenario(json!({"ladder": "2000:4", "subagents": {"every_steps": 2, "count": 2, "steps": 2,
-            "gen_tokens": 30, "tool_tokens": 200, "wait": wait}}));
+        let (sc, _) = scenario(
+            json!({"ladder": "2000:4", "subagents": {"every_steps": 2, "count": 2, "steps": 2,
+            "gen_tokens": 30, "tool_tokens": 200, "wait": wait}}),
+        );
         let (bodies, recs) = replay(&dir, &sc, "chat").await;
         // 4 parent steps; one fan-out (after step 1) of 2 children of 2 steps.
         assert_eq!(bodies.len(), 8, "wait {wait}");
@@ -293,7 +346,11 @@ async fn children_fork_from_the_parents_exact_conversation() {
             let m = messages(b);
             if m.len() == p1.len() + 2 {
                 // Step 0: the parent's step-1 messages exactly, the reply the parent got, the child's task.
-                assert_eq!(&m[..p1.len()], &p1[..], "wait {wait}: a child forks the parent's exact prefix");
+                assert_eq!(
+                    &m[..p1.len()],
+                    &p1[..],
+                    "wait {wait}: a child forks the parent's exact prefix"
+                );
                 assert_eq!(m[p1.len()]["content"], p2[p1.len()]["content"], "the parent's reply");
                 assert_eq!(m[p1.len()]["role"], "assistant");
                 assert_eq!(b["max_tokens"], 30);
@@ -312,14 +369,22 @@ async fn children_fork_from_the_parents_exact_conversation() {
         assert_eq!(child_replies.len(), 2);
         let tool = p2[p1.len() + 1]["content"].as_str().unwrap_or_default();
         for reply in &child_replies {
-            assert_eq!(tool.contains(reply.as_str()), wait, "wait {wait}: results in the parent's next prompt");
+            assert_eq!(
+                tool.contains(reply.as_str()),
+                wait,
+                "wait {wait}: results in the parent's next prompt"
+            );
         }
         assert_eq!(tool.contains("[sub-agent results]"), wait);
         // Records: the children are sessions 1 and 2 (1 slot), instance 0, two steps each.
         for j in [1u64, 2] {
             let steps: Vec<u32> = recs.iter().filter(|r| r.session == j).map(|r| r.step).collect();
             assert_eq!(steps.len(), 2, "child {j}: {recs:?}");
-            assert!(recs.iter().filter(|r| r.session == j).all(|r| r.inst == 0 && r.steps_asked == 2));
+            assert!(
+                recs.iter()
+                    .filter(|r| r.session == j)
+                    .all(|r| r.inst == 0 && r.steps_asked == 2)
+            );
         }
     }
 }
@@ -341,11 +406,17 @@ async fn responses_sessions_run_against_sim_server() {
         assert!(r.ok, "{r:?}");
         assert_eq!(r.gen_tokens, r.asked_tokens, "forced length: {r:?}");
         assert_eq!(r.finish_reason.as_deref(), Some("length"));
-        let (cached, designed) = (r.cached_tokens.expect("cached"), r.designed_cached_tokens.expect("designed"));
+        let (cached, designed) = (
+            r.cached_tokens.expect("cached"),
+            r.designed_cached_tokens.expect("designed"),
+        );
         if r.step == 0 {
             assert_eq!(cached, 0);
         } else {
-            assert!(cached <= designed && cached + 32 >= designed, "{cached} of {designed}: {r:?}");
+            assert!(
+                cached <= designed && cached + 32 >= designed,
+                "{cached} of {designed}: {r:?}"
+            );
         }
     }
     assert!(stdout.contains("Successful requests:"), "{stdout}");

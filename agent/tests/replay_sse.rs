@@ -313,7 +313,10 @@ async fn plain_streams_carry_no_reasoning(hc: HttpClient) {
     assert_eq!((o.reasoning_tokens, o.ttft_content), (None, None));
     let o = run(hc, "ok_final_usage").await;
     assert!(o.ok);
-    assert_eq!((o.reasoning_tokens, o.ttft_content, o.reasoning_text.as_str()), (None, None, ""));
+    assert_eq!(
+        (o.reasoning_tokens, o.ttft_content, o.reasoning_text.as_str()),
+        (None, None, "")
+    );
 }
 
 async fn stall_between_frames_times_out(hc: HttpClient) {
@@ -835,7 +838,10 @@ async fn responses_stream_maps_usage_text_and_reasoning(hc: HttpClient) {
         (o.usage.prompt_tokens, o.usage.cached_tokens, o.usage.completion_tokens),
         (Some(40), Some(32), Some(3))
     );
-    assert_eq!((o.frames, o.gen_tokens, o.usage_source), (3, 3, UsageSource::FinalFrame));
+    assert_eq!(
+        (o.frames, o.gen_tokens, o.usage_source),
+        (3, 3, UsageSource::FinalFrame)
+    );
     assert_eq!((o.text.as_str(), o.reasoning_text.as_str()), (" a b\n", "think"));
     assert_eq!(o.reasoning_tokens, Some(1));
     // `response.incomplete` for `max_output_tokens`: the forced length was reached.
@@ -848,7 +854,10 @@ async fn responses_error_event_fails_with_its_code_and_message(hc: HttpClient) {
     assert!(!o.ok);
     assert_eq!(o.failure, Some(FailureKind::ErrorFrame));
     let e = o.error.unwrap_or_default();
-    assert!(e.contains("server_error") && e.contains("the engine ran out of KV cache"), "{e}");
+    assert!(
+        e.contains("server_error") && e.contains("the engine ran out of KV cache"),
+        "{e}"
+    );
     assert_eq!(o.frames, 1);
 }
 
@@ -864,7 +873,10 @@ async fn responses_stream_without_usage_fails(hc: HttpClient) {
     let o = run_with(hc, "responses_no_usage", Endpoint::Responses).await;
     assert!(!o.ok);
     assert_eq!(o.failure, Some(FailureKind::Protocol));
-    assert!(o.error.unwrap_or_default().starts_with("missing usage"), "no usage must fail");
+    assert!(
+        o.error.unwrap_or_default().starts_with("missing usage"),
+        "no usage must fail"
+    );
     assert_eq!(o.frames, 1);
 }
 
@@ -889,8 +901,14 @@ async fn responses_request_body(hc: HttpClient) {
     let sent: serde_json::Value = serde_json::from_str(&o.text).unwrap_or_else(|e| panic!("{e}: {}", o.text));
     assert_eq!(sent["input"], "hello");
     assert_eq!(sent["model"], "echo_responses");
-    assert_eq!((sent["max_output_tokens"].as_u64(), sent["min_tokens"].as_u64()), (Some(9), Some(9)));
+    assert_eq!(
+        (sent["max_output_tokens"].as_u64(), sent["min_tokens"].as_u64()),
+        (Some(9), Some(9))
+    );
     assert_eq!(sent["ignore_eos"], true);
     assert_eq!(sent["stream"], true);
-    assert!(sent.get("max_tokens").is_none() && sent.get("stream_options").is_none(), "{sent}");
+    assert!(
+        sent.get("max_tokens").is_none() && sent.get("stream_options").is_none(),
+        "{sent}"
+    );
 }

@@ -625,7 +625,12 @@ async fn reasoning_tokens_stream_before_the_content() {
                "min_tokens": 10, "stream": true, "stream_options": {"include_usage": true},
                "chat_template_kwargs": kwargs})
     };
-    let (s, body) = call(&app, "/v1/chat/completions", chat(json!({"enable_thinking": true, "thinking_budget": 6}))).await;
+    let (s, body) = call(
+        &app,
+        "/v1/chat/completions",
+        chat(json!({"enable_thinking": true, "thinking_budget": 6})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{body:?}");
     let (f, done) = frames(&body.expect("body"));
     assert!(done);
@@ -638,16 +643,30 @@ async fn reasoning_tokens_stream_before_the_content() {
     let (reasoning, content) = (count("reasoning_content"), count("content"));
     assert!(reasoning > 0 && content > 0, "{f:?}");
     // Every reasoning frame comes before the first content frame.
-    let first_content = f.iter().position(|v| v["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()));
-    let last_reasoning = f.iter().rposition(|v| v["choices"][0]["delta"]["reasoning_content"].is_string());
+    let first_content = f.iter().position(|v| {
+        v["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    });
+    let last_reasoning = f
+        .iter()
+        .rposition(|v| v["choices"][0]["delta"]["reasoning_content"].is_string());
     assert!(last_reasoning < first_content, "{f:?}");
     let usage = &f.last().expect("usage")["usage"];
     assert_eq!(usage["completion_tokens"], 10);
     assert_eq!(usage["completion_tokens_details"]["reasoning_tokens"], 6);
     // Not asked: no reasoning, no details.
-    let (_, body) = call(&app, "/v1/chat/completions", chat(json!({"enable_thinking": false, "thinking_budget": 6}))).await;
+    let (_, body) = call(
+        &app,
+        "/v1/chat/completions",
+        chat(json!({"enable_thinking": false, "thinking_budget": 6})),
+    )
+    .await;
     let body = body.expect("body");
-    assert!(!body.contains("reasoning_content") && !body.contains("completion_tokens_details"), "{body}");
+    assert!(
+        !body.contains("reasoning_content") && !body.contains("completion_tokens_details"),
+        "{body}"
+    );
     // Messages: a thinking block at index 0, the text at index 1.
     let (s, body) = call_messages(
         &app,
@@ -663,8 +682,14 @@ async fn reasoning_tokens_stream_before_the_content() {
         .map(|v| format!("{}:{}", v["type"].as_str().unwrap_or(""), v["index"]))
         .collect();
     assert_eq!(ev[1]["content_block"]["type"], "thinking", "{kinds:?}");
-    let thinking_at = kinds.iter().rposition(|k| k == "content_block_delta:0").expect("thinking deltas");
-    let text_start = kinds.iter().position(|k| k == "content_block_start:1").expect("text block");
+    let thinking_at = kinds
+        .iter()
+        .rposition(|k| k == "content_block_delta:0")
+        .expect("thinking deltas");
+    let text_start = kinds
+        .iter()
+        .position(|k| k == "content_block_start:1")
+        .expect("text block");
     assert!(thinking_at < text_start, "{kinds:?}");
     assert!(ev.iter().any(|v| v["delta"]["type"] == "thinking_delta"));
     assert!(ev.iter().any(|v| v["delta"]["type"] == "text_delta" && v["index"] == 1));
@@ -722,7 +747,12 @@ async fn responses_stream_events_and_usage() {
     ]);
     let (s, _) = call(&app, "/v1/responses", body(&with_call)).await;
     assert_eq!(s, StatusCode::OK);
-    let (s, text) = call(&app, "/v1/responses", json!({"model": "sim", "max_output_tokens": 4, "stream": true})).await;
+    let (s, text) = call(
+        &app,
+        "/v1/responses",
+        json!({"model": "sim", "max_output_tokens": 4, "stream": true}),
+    )
+    .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(text.expect("body").contains("input is required"));
 }

@@ -441,7 +441,10 @@ mod session_shape_tests {
         let back = decode(&encode(&sc)).expect("decodes");
         assert_eq!(back, sc);
         let text = serde_json::to_string(&back).expect("json");
-        assert!(text.contains(r#""think":{"dist":"empirical","gaps_s":[0.5,3.25,40.0]}"#), "{text}");
+        assert!(
+            text.contains(r#""think":{"dist":"empirical","gaps_s":[0.5,3.25,40.0]}"#),
+            "{text}"
+        );
         // Absent, the field stays absent: older links and files keep their bytes.
         let plain = serde_json::to_string(&Scenario::from_json(SESSIONS).expect("valid")).expect("json");
         assert!(!plain.contains("\"think\""), "{plain}");

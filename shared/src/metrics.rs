@@ -541,8 +541,13 @@ impl Summarizer {
             s.ttft_content_p90_ms = Some(st.p90);
             s.ttft_content_p99_ms = Some(st.p99);
         }
-        s.reasoning_share = reasoning_tokens
-            .map(|n| if s.total_output_tokens > 0 { n as f64 / s.total_output_tokens as f64 } else { 0.0 });
+        s.reasoning_share = reasoning_tokens.map(|n| {
+            if s.total_output_tokens > 0 {
+                n as f64 / s.total_output_tokens as f64
+            } else {
+                0.0
+            }
+        });
         (
             s.ttft_mean_ms,
             s.ttft_p50_ms,

@@ -71,7 +71,10 @@ fn gaps(recs: &[RequestRecord]) -> Vec<Vec<f64>> {
         .map(|s| {
             let mut steps: Vec<&RequestRecord> = recs.iter().filter(|r| r.session == s).collect();
             steps.sort_by_key(|r| r.step);
-            steps.windows(2).map(|w| w[1].t_submit - (w[0].t_submit + w[0].wall_s)).collect()
+            steps
+                .windows(2)
+                .map(|w| w[1].t_submit - (w[0].t_submit + w[0].wall_s))
+                .collect()
         })
         .collect()
 }
@@ -97,7 +100,11 @@ fn think_times_follow_the_chosen_distribution() {
         let plan = w.plan(s as u32, 0, 11);
         assert_eq!(g.len() + 1, plan.steps as usize);
         for (k, gap) in g.iter().enumerate() {
-            assert!((gap - plan.think_s[k]).abs() < 1e-6, "session {s} gap {k}: {gap} vs {}", plan.think_s[k]);
+            assert!(
+                (gap - plan.think_s[k]).abs() < 1e-6,
+                "session {s} gap {k}: {gap} vs {}",
+                plan.think_s[k]
+            );
             assert!(gaps_s.contains(&plan.think_s[k]));
         }
     }
@@ -208,12 +215,19 @@ fn a_compacted_step_starts_a_cold_prefix() {
     assert_eq!(m.reasoning_not_echoed_tokens, 0);
     assert_eq!(
         m.missed_tokens,
-        m.cold_first_step_tokens + m.new_content_tokens + m.compacted_tokens + m.evicted_think_tokens
-            + m.capacity_tokens + m.other_tokens
+        m.cold_first_step_tokens
+            + m.new_content_tokens
+            + m.compacted_tokens
+            + m.evicted_think_tokens
+            + m.capacity_tokens
+            + m.other_tokens
     );
     let text = serde_json::to_string(m).expect("json");
     assert!(text.contains("\"compacted_tokens\":"), "{text}");
-    assert!(!text.contains("reasoning_not_echoed_tokens"), "absent when zero: {text}");
+    assert!(
+        !text.contains("reasoning_not_echoed_tokens"),
+        "absent when zero: {text}"
+    );
 }
 
 #[test]
@@ -221,9 +235,17 @@ fn reasoning_costs_decode_time_and_breaks_the_prefix_unless_echoed() {
     let r = 300u64;
     let plain = simulate(&scenario(one_session())).expect("valid");
     // Without reasoning, none of its fields: records and summary as before.
-    assert!(plain.records.iter().all(|r| r.reasoning_tokens.is_none() && r.ttft_content_s.is_none()));
+    assert!(
+        plain
+            .records
+            .iter()
+            .all(|r| r.reasoning_tokens.is_none() && r.ttft_content_s.is_none())
+    );
     let text = serde_json::to_string(&plain.summary).expect("json");
-    assert!(!text.contains("ttft_content") && !text.contains("reasoning_share"), "{text}");
+    assert!(
+        !text.contains("ttft_content") && !text.contains("reasoning_share"),
+        "{text}"
+    );
     for echo in [false, true] {
         let w = SessionWorkload {
             reasoning: Some(Reasoning { tokens: r as i64, echo }),
@@ -291,7 +313,10 @@ fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
         // 6 parent steps; fan-outs after steps 1 and 3 (not after the last), 2 children of 2 steps each.
         assert_eq!(report.records.len(), 6 + 2 * 2 * 2, "wait {wait}");
         assert!(report.records.iter().all(|r| r.ok));
-        let parent = by_step(&report.records).into_iter().filter(|r| r.session == 0).collect::<Vec<_>>();
+        let parent = by_step(&report.records)
+            .into_iter()
+            .filter(|r| r.session == 0)
+            .collect::<Vec<_>>();
         assert_eq!(parent.len(), 6);
         // By hand: the parent grows by reply + 1,000 of tool output, and with `wait` by the children's results
         // (2 × 50) after a fan-out.
@@ -304,7 +329,11 @@ fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
         for (k, r) in parent.iter().enumerate() {
             assert_eq!(r.prompt_tokens, Some(prompts[k]), "wait {wait} step {k}");
             if k > 0 {
-                assert_eq!(r.cached_tokens, Some(after_reply(prompts[k - 1], g(k - 1))), "wait {wait} step {k}");
+                assert_eq!(
+                    r.cached_tokens,
+                    Some(after_reply(prompts[k - 1], g(k - 1))),
+                    "wait {wait} step {k}"
+                );
             }
         }
         for (fanout, after) in [(0u32, 1usize), (1, 3)] {
@@ -332,9 +361,15 @@ fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
             let next = parent[after + 1].t_submit;
             let own = parent[after].t_submit + parent[after].wall_s + 1.0;
             let want = if wait { own.max(last_end) } else { own };
-            assert!((next - want).abs() < 1e-9, "wait {wait}: next step at {next}, want {want}");
+            assert!(
+                (next - want).abs() < 1e-9,
+                "wait {wait}: next step at {next}, want {want}"
+            );
             if wait {
-                assert!(last_end > own, "the children outlast the think time here: {last_end} vs {own}");
+                assert!(
+                    last_end > own,
+                    "the children outlast the think time here: {last_end} vs {own}"
+                );
             }
         }
     }

@@ -457,7 +457,10 @@ impl Client {
                 ",\"chat_template_kwargs\":{{\"enable_thinking\":true,\"thinking_budget\":{}}}",
                 r.per_reply()
             ),
-            Endpoint::Messages => format!(",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{}}}", r.per_reply()),
+            Endpoint::Messages => format!(
+                ",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{}}}",
+                r.per_reply()
+            ),
             _ => String::new(),
         };
         // Before `,"temperature":…`, so the body still ends with the stream fields.
@@ -749,12 +752,7 @@ impl Client {
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        let st = StreamState::new(
-            first_submit.unwrap_or(start),
-            collect_text,
-            max_tokens,
-            self.wire(),
-        );
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens, self.wire());
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
         let sent = tokio::select! {
@@ -822,12 +820,7 @@ impl Client {
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        let st = StreamState::new(
-            first_submit.unwrap_or(start),
-            collect_text,
-            max_tokens,
-            self.wire(),
-        );
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens, self.wire());
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
         let result = match pending {
@@ -1595,10 +1588,18 @@ fn http_error(status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &st
 /// The text of a Responses `error` event (`code`, `message` at the top) or `response.failed` (`response.error`).
 fn responses_error_text(data: &[u8]) -> String {
     let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
-    let e = if v["type"] == "response.failed" { &v["response"]["error"] } else { &v };
+    let e = if v["type"] == "response.failed" {
+        &v["response"]["error"]
+    } else {
+        &v
+    };
     let code = e["code"].as_str().or_else(|| e["type"].as_str()).unwrap_or("error");
     let msg = e["message"].as_str().unwrap_or("(no message)");
-    format!("{}: {code}: {}", v["type"].as_str().unwrap_or("error"), truncate(msg, 300))
+    format!(
+        "{}: {code}: {}",
+        v["type"].as_str().unwrap_or("error"),
+        truncate(msg, 300)
+    )
 }
 
 fn error_frame_text(data: &[u8]) -> String {
@@ -1949,7 +1950,12 @@ mod tests {
             "plain words",
             "quotes \" and \\ backslashes, tabs\t, newlines\n\r, control \u{1} \u{1f}, unicode é 漢字 🦀, </script>",
         ];
-        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages, Endpoint::Responses] {
+        for endpoint in [
+            Endpoint::Completions,
+            Endpoint::Chat,
+            Endpoint::Messages,
+            Endpoint::Responses,
+        ] {
             for dialect in [
                 Dialect::Vllm,
                 Dialect::Sglang,
@@ -2020,7 +2026,12 @@ mod tests {
         let mut convo = Conversation::new("base".into(), "\n\nTask: t.\n");
         convo.push_turn(" r", "out");
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
-        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages, Endpoint::Responses] {
+        for endpoint in [
+            Endpoint::Completions,
+            Endpoint::Chat,
+            Endpoint::Messages,
+            Endpoint::Responses,
+        ] {
             for tr in [ToolResults::Tool, ToolResults::User] {
                 let c = Client::new(
                     http.clone(),
@@ -2032,7 +2043,11 @@ mod tests {
                 let bytes = c.body_bytes(Prompt::Conversation(&convo, tr), 7);
                 let v: Value = serde_json::from_slice(&bytes)
                     .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
-                let length = if endpoint == Endpoint::Responses { "max_output_tokens" } else { "max_tokens" };
+                let length = if endpoint == Endpoint::Responses {
+                    "max_output_tokens"
+                } else {
+                    "max_tokens"
+                };
                 assert_eq!((v[length].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
                 assert_eq!(v["stream"], true);
                 match endpoint {

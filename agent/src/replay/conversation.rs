@@ -424,14 +424,22 @@ mod tests {
         let mut out = Vec::new();
         c.write_chat_messages(&mut out, ToolResults::User);
         let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(v[2], json!({"role": "assistant", "reasoning_content": "think hard", "content": " fix"}));
+        assert_eq!(
+            v[2],
+            json!({"role": "assistant", "reasoning_content": "think hard", "content": " fix"})
+        );
         assert_eq!(v[4], json!({"role": "assistant", "content": " again"}));
         for tr in [ToolResults::Tool, ToolResults::User] {
             let mut out = b"{\"x\":1".to_vec();
             c.write_anthropic(&mut out, tr);
             out.push(b'}');
-            let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
-            assert_eq!(v["messages"][1]["content"][0], json!({"type": "thinking", "thinking": "think hard"}), "{tr:?}");
+            let v: Value =
+                serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+            assert_eq!(
+                v["messages"][1]["content"][0],
+                json!({"type": "thinking", "thinking": "think hard"}),
+                "{tr:?}"
+            );
             assert_eq!(v["messages"][1]["content"][1]["type"], "text", "{tr:?}");
         }
     }
@@ -462,7 +470,10 @@ mod tests {
         );
         let v = parse(ToolResults::User);
         assert!(v.get("tools").is_none());
-        assert_eq!(v["input"][3], json!({"role": "user", "content": "[tool output]\nout\n1"}));
+        assert_eq!(
+            v["input"][3],
+            json!({"role": "user", "content": "[tool output]\nout\n1"})
+        );
     }
 
     /// Each step's body is the previous one's with messages added at the end: earlier messages are byte-stable.

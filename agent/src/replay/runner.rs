@@ -542,7 +542,12 @@ async fn run_kid(ctx: Arc<Ctx>, run: Arc<SessionRun>, mut k: KidRun) -> String {
             in_session: true,
         };
         let o = ctx
-            .request(s, Prompt::Conversation(&k.convo, run.tool_results), sub.gen_tokens, true)
+            .request(
+                s,
+                Prompt::Conversation(&k.convo, run.tool_results),
+                sub.gen_tokens,
+                true,
+            )
             .await;
         if !o.ok {
             break;
@@ -561,7 +566,11 @@ async fn run_kid(ctx: Arc<Ctx>, run: Arc<SessionRun>, mut k: KidRun) -> String {
 pub const SUMMARY_HEADER: &str = "[Summary of the conversation so far]\n";
 
 /// The summary a compacted session goes on from: [`SUMMARY_HEADER`] and filler of the plan's `summary_tokens`.
-fn summary_text(filler: &mut shared::filler::FillerStream, plan: &shared::workload::SessionPlan, balanced: bool) -> String {
+fn summary_text(
+    filler: &mut shared::filler::FillerStream,
+    plan: &shared::workload::SessionPlan,
+    balanced: bool,
+) -> String {
     let tokens = plan.compaction.map_or(0, |c| u64::from(c.summary_tokens));
     let body = if balanced {
         filler.balanced_text(tokens, FillerKind::Prose)

@@ -1031,7 +1031,11 @@ impl Gen {
                 "usage": usage,
             }),
             Kind::Responses => {
-                let status = if self.finish_reason == "length" { "incomplete" } else { "completed" };
+                let status = if self.finish_reason == "length" {
+                    "incomplete"
+                } else {
+                    "completed"
+                };
                 let mut v: Value = serde_json::from_str(&self.responses_json(status)).unwrap_or(Value::Null);
                 v["output"] = json!([{"type": "message", "id": format!("msg_{}", self.req), "role": "assistant",
                     "content": [{"type": "output_text", "text": text}]}]);

@@ -1276,7 +1276,11 @@ fn end_kid(d: &mut SimLoop, slots: &mut [Slot], kids: &mut [Kid], free_kids: &mu
     if slot.waiting == 0
         && let Some(t_next) = slot.resume_ms.take()
     {
-        let t = if slot.kids_done_ms > t_next { slot.kids_done_ms } else { t_next };
+        let t = if slot.kids_done_ms > t_next {
+            slot.kids_done_ms
+        } else {
+            t_next
+        };
         d.push_ev(t, kid.parent, false);
     }
 }
@@ -1382,7 +1386,13 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
                             .chains
                             .iter()
                             .enumerate()
-                            .map(|(r, &c)| if c == NONE { NONE } else { d.engs[r].share_conversation(c, share) })
+                            .map(|(r, &c)| {
+                                if c == NONE {
+                                    NONE
+                                } else {
+                                    d.engs[r].share_conversation(c, share)
+                                }
+                            })
                             .collect();
                         let kid = Kid {
                             parent: s as u32,

@@ -35,8 +35,8 @@ pub use plan::Requests;
 pub use reasoning::Reasoning;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
-pub use subagents::Subagents;
 pub use shard::{Shard, ShardError, ShardPlan, ShardUnit};
+pub use subagents::Subagents;
 pub use think::ThinkDist;
 pub use trace::{TraceFormat, TraceRequest, TraceWorkload};
 

@@ -89,10 +89,7 @@ impl Workload {
     pub fn concurrency(&self) -> Option<u32> {
         match self {
             // Each slot's children run beside it.
-            Workload::Sessions(s) => Some(
-                s.slot_count()
-                    .saturating_mul(1 + s.subagents.map_or(0, |a| a.count)),
-            ),
+            Workload::Sessions(s) => Some(s.slot_count().saturating_mul(1 + s.subagents.map_or(0, |a| a.count))),
             Workload::ClosedLoop(c) => Some(c.users.min(u32::try_from(c.num_requests).unwrap_or(u32::MAX))),
             Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_) | Workload::Trace(_) => None,
         }

@@ -590,7 +590,10 @@ mod tests {
             .validate()
             .expect_err("below base")
             .to_string();
-        assert!(e.starts_with("workload.compaction.at_tokens must be above the base context"), "{e}");
+        assert!(
+            e.starts_with("workload.compaction.at_tokens must be above the base context"),
+            "{e}"
+        );
         assert!(e.contains("22016"), "{e}");
         let e = parse(r#"{"ladder": "4000:3,9000:3", "compaction": {"at_tokens": 8000, "summary_tokens": 5}}"#)
             .validate()
@@ -605,12 +608,21 @@ mod tests {
         parse(r#"{"base_tokens": 4000, "compaction": {"at_tokens": 8000, "summary_tokens": 500}}"#)
             .validate()
             .expect("valid");
-        let e = parse(r#"{"reasoning": {"tokens": -5}}"#).validate().expect_err("negative").to_string();
+        let e = parse(r#"{"reasoning": {"tokens": -5}}"#)
+            .validate()
+            .expect_err("negative")
+            .to_string();
         assert!(e.starts_with("workload.reasoning.tokens must be in 1..="), "{e}");
         assert!(e.contains("got -5"), "{e}");
         let w = parse(r#"{"reasoning": {"tokens": 300}}"#);
         w.validate().expect("valid");
-        assert_eq!(w.reasoning, Some(Reasoning { tokens: 300, echo: false }));
+        assert_eq!(
+            w.reasoning,
+            Some(Reasoning {
+                tokens: 300,
+                echo: false
+            })
+        );
         assert!(serde_json::from_str::<SessionWorkload>(r#"{"compaction": {"at_tokens": 9, "x": 1}}"#).is_err());
     }
 
@@ -619,7 +631,10 @@ mod tests {
         let w = SessionWorkload {
             ladder: Some("4000:6".parse().expect("ladder")),
             tool_tokens: 1000,
-            reasoning: Some(Reasoning { tokens: 200, echo: true }),
+            reasoning: Some(Reasoning {
+                tokens: 200,
+                echo: true,
+            }),
             compaction: Some(Compaction {
                 at_tokens: 7000,
                 summary_tokens: 300,
@@ -638,7 +653,10 @@ mod tests {
         assert_eq!(p.designed_cached_tokens(2) == 0, compacted2);
         // Without echo the reply is not part of the designed prefix.
         let stripped = SessionWorkload {
-            reasoning: Some(Reasoning { tokens: 200, echo: false }),
+            reasoning: Some(Reasoning {
+                tokens: 200,
+                echo: false,
+            }),
             compaction: None,
             ..w
         }

@@ -40,7 +40,10 @@ impl Subagents {
     pub fn validate(&self, slots: u32) -> Result<(), ScenarioError> {
         let f = ScenarioError::field;
         if self.every_steps == 0 || self.every_steps > MAX_STEPS {
-            return Err(f("every_steps", format!("must be in 1..={MAX_STEPS} (got {})", self.every_steps)));
+            return Err(f(
+                "every_steps",
+                format!("must be in 1..={MAX_STEPS} (got {})", self.every_steps),
+            ));
         }
         if self.count == 0 {
             return Err(f("count", "must be >= 1 (got 0)".to_string()));
@@ -60,10 +63,16 @@ impl Subagents {
             return Err(f("steps", format!("must be in 1..={MAX_STEPS} (got {})", self.steps)));
         }
         if self.gen_tokens == 0 || u64::from(self.gen_tokens) > MAX_TOKENS {
-            return Err(f("gen_tokens", format!("must be in 1..={MAX_TOKENS} (got {})", self.gen_tokens)));
+            return Err(f(
+                "gen_tokens",
+                format!("must be in 1..={MAX_TOKENS} (got {})", self.gen_tokens),
+            ));
         }
         if u64::from(self.tool_tokens) > MAX_TOKENS {
-            return Err(f("tool_tokens", format!("must be <= {MAX_TOKENS} (got {})", self.tool_tokens)));
+            return Err(f(
+                "tool_tokens",
+                format!("must be <= {MAX_TOKENS} (got {})", self.tool_tokens),
+            ));
         }
         Ok(())
     }
