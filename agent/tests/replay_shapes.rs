@@ -421,3 +421,48 @@ async fn responses_sessions_run_against_sim_server() {
     }
     assert!(stdout.contains("Successful requests:"), "{stdout}");
 }
+
+/// An agentic Mooncake trace live: a row named in another's `branches` is sent once that row completes (though its
+/// own timestamp is earlier), and a `prefix_reset` row's designed reuse is 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentic_trace_branches_and_prefix_reset_live() {
+    let dir = Scratch::new("shapes-agentic");
+    let sim = sim_server_helper::start(loadshape::sim_server::Config {
+        speed: 20.0,
+        ..Default::default()
+    })
+    .await;
+    let trace = dir.join("agentic.jsonl");
+    std::fs::write(
+        &trace,
+        r#"{"request_id": "p", "timestamp": 0, "input_length": 1100, "output_length": 40, "hash_ids": [1, 2, 3], "branches": ["k"]}
+{"request_id": "k", "timestamp": 0, "input_length": 1200, "output_length": 20, "hash_ids": [1, 2, 4]}
+{"request_id": "n", "wait_for": ["k"], "prefix_reset": true, "input_length": 1100, "output_length": 20, "hash_ids": [1, 2, 6]}
+"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let example = include_str!("../../examples/engine-sessions-10k.json");
+    let mut sc: Value = serde_json::from_str(example).unwrap_or_else(|e| panic!("{e}"));
+    sc["workload"] = json!({"kind": "trace", "path": trace.to_string_lossy(), "block_size": 512});
+    let (recs, stdout) = replay_at(&dir, &sc, "completions", &sim.base).await;
+    assert_eq!(recs.len(), 3, "{stdout}");
+    assert!(recs.iter().all(|r| r.ok), "{recs:?}");
+    let by_size = |n: u64| {
+        recs.iter()
+            .find(|r| r.designed_prompt_tokens == Some(n))
+            .expect("record")
+    };
+    let (p, k) = (by_size(1100), by_size(1200));
+    let n = recs
+        .iter()
+        .find(|r| r.designed_prompt_tokens == Some(1100) && r.t_submit > k.t_submit)
+        .expect("n");
+    assert!(
+        k.t_submit >= p.t_submit + p.wall_s,
+        "the branch waits: {} < {}",
+        k.t_submit,
+        p.t_submit + p.wall_s
+    );
+    assert_eq!(k.designed_cached_tokens, Some(1024));
+    assert_eq!(n.designed_cached_tokens, Some(0), "a prefix reset designs no reuse");
+}

@@ -396,3 +396,38 @@ fn sub_agents_count_toward_the_session_limit() {
     ok.validate().expect("900,000 sessions");
     assert_eq!(Workload::Sessions(ok).concurrency(), Some(900_000));
 }
+
+/// The agentic Mooncake fields in the simulator: a branch is sent once the row it branches off completes, and a
+/// `prefix_reset` row was designed to reuse nothing, its misses counted as compacted.
+#[test]
+fn agentic_trace_branches_wait_and_prefix_resets_are_compacted() {
+    let text = r#"{"request_id": "p", "timestamp": 0, "input_length": 1100, "output_length": 20, "hash_ids": [1, 2, 3], "branches": ["k"]}
+{"request_id": "k", "timestamp": 0, "input_length": 1200, "output_length": 20, "hash_ids": [1, 2, 4]}
+{"request_id": "n", "wait_for": ["k"], "prefix_reset": true, "input_length": 900, "output_length": 20, "hash_ids": [7, 8]}"#;
+    let mut t = shared::workload::TraceWorkload {
+        path: Some("t.jsonl".into()),
+        block_size: Some(512),
+        ..shared::workload::TraceWorkload::inline(Vec::new())
+    };
+    t.load_text(text).expect("trace");
+    let sc = EngineScenario {
+        workload: Workload::Trace(Box::new(t)),
+        ..scenario(sessions())
+    };
+    let r = simulate(&sc).expect("valid");
+    let by_prompt = |n: u64| r.records.iter().find(|x| x.prompt_tokens == Some(n)).expect("record");
+    let (p, k, n) = (by_prompt(1100), by_prompt(1200), by_prompt(900));
+    // Both rows have timestamp 0, but the branch goes when the row it branches off is done.
+    assert!(
+        (k.t_submit - (p.t_submit + p.wall_s)).abs() < 1e-9,
+        "{} vs {}",
+        k.t_submit,
+        p.t_submit + p.wall_s
+    );
+    // It finds the two shared hash blocks (1,024 tokens) cached.
+    assert_eq!(k.cached_tokens, Some(1024));
+    assert_eq!(n.designed_cached_tokens, Some(0));
+    assert_eq!(n.cached_tokens, Some(0));
+    let m = &r.diagnostics.cache_misses;
+    assert_eq!(m.compacted_tokens, 900);
+}

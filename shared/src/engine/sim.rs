@@ -1211,8 +1211,14 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
         step,
         steps_asked: 1,
         base_asked: prompt,
-        designed_cached: u64::from(r.shared_prefix_tokens),
+        // A row that starts a new context (agentic Mooncake `prefix_reset`) was designed to reuse nothing.
+        designed_cached: if r.prefix_reset {
+            0
+        } else {
+            u64::from(r.shared_prefix_tokens)
+        },
     };
+    let reset = r.prefix_reset;
     let affinity = r.session.map(|s| s as usize);
     let output = r.output_tokens;
     let ri = d.submit(
@@ -1223,6 +1229,9 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
         affinity.map(|s| &mut run.replica_of[s]),
         m,
     );
+    if reset {
+        d.cold_cause.insert(ri, ColdCause::Compacted);
+    }
     if run.request_of.len() <= ri {
         run.request_of.resize(ri + 1, u32::MAX);
     }
