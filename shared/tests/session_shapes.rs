@@ -395,6 +395,16 @@ fn sub_agents_count_toward_the_session_limit() {
     let ok = SessionWorkload { sessions: 300_000, ..w };
     ok.validate().expect("900,000 sessions");
     assert_eq!(Workload::Sessions(ok).concurrency(), Some(900_000));
+    // The size estimates count the children's requests: 2 children of 2 steps every 2 parent steps triple them.
+    let plain = SessionWorkload { sessions: 3, ..Default::default() };
+    let fanned = SessionWorkload {
+        subagents: w.subagents,
+        ..plain.clone()
+    };
+    let (a, b) = (Workload::Sessions(plain), Workload::Sessions(fanned));
+    let ratio = b.expected_requests() as f64 / a.expected_requests() as f64;
+    assert!((ratio - 3.0).abs() < 0.01, "{ratio}");
+    assert!((b.size().requests / a.size().requests - 3.0).abs() < 1e-9);
 }
 
 /// The agentic Mooncake fields in the simulator: a branch is sent once the row it branches off completes, and a

@@ -76,6 +76,10 @@ impl Workload {
                 } else {
                     by_time.min(f64::from(s.slot_count()) * f64::from(s.steps) * 3.0)
                 };
+                // Sub-agents: `count · steps` requests more per `every_steps` parent steps.
+                let n = n * s.subagents.map_or(1.0, |a| {
+                    1.0 + f64::from(a.count) * f64::from(a.steps) / f64::from(a.every_steps.max(1))
+                });
                 // `as` saturates (and maps NaN to 0).
                 n.max(0.0) as u64
             }
