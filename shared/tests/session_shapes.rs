@@ -396,7 +396,10 @@ fn sub_agents_count_toward_the_session_limit() {
     ok.validate().expect("900,000 sessions");
     assert_eq!(Workload::Sessions(ok).concurrency(), Some(900_000));
     // The size estimates count the children's requests: 2 children of 2 steps every 2 parent steps triple them.
-    let plain = SessionWorkload { sessions: 3, ..Default::default() };
+    let plain = SessionWorkload {
+        sessions: 3,
+        ..Default::default()
+    };
     let fanned = SessionWorkload {
         subagents: w.subagents,
         ..plain.clone()

@@ -16,6 +16,7 @@
 pub mod bursty;
 pub mod compaction;
 mod kind;
+pub mod limits;
 pub mod mooncake;
 pub mod open_loop;
 mod plan;

@@ -37,13 +37,7 @@ pub enum SessionDist {
     Uniform,
 }
 
-/// Largest accepted token count for any single size knob (base, gen, tool, task).
-pub const MAX_TOKENS: u64 = 10_000_000;
-/// Largest accepted session slot count and step count.
-pub const MAX_SESSIONS: u32 = 1_000_000;
-pub const MAX_STEPS: u32 = 100_000;
-/// Largest accepted time knob, seconds (about 3 years).
-pub const MAX_SECONDS: f64 = 1e8;
+pub use super::limits::{MAX_SECONDS, MAX_SESSIONS, MAX_STEPS, MAX_TOKENS};
 
 /// The seed replay's knobs. Defaults equal `agent_replay.py`'s command-line defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

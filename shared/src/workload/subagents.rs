@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ScenarioError;
 
-use super::session::{MAX_SESSIONS, MAX_STEPS, MAX_TOKENS};
+use super::limits::{MAX_SESSIONS, MAX_STEPS, MAX_TOKENS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

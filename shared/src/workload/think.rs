@@ -17,7 +17,7 @@ use crate::error::ScenarioError;
 use crate::pyrand::PyRandom;
 
 /// Largest accepted think time, seconds (as the other time knobs).
-const MAX_SECONDS: f64 = super::session::MAX_SECONDS;
+const MAX_SECONDS: f64 = super::limits::MAX_SECONDS;
 /// Largest accepted `gaps_s` list.
 pub const MAX_GAPS: usize = 1_000_000;
 /// Largest accepted log-normal σ.
