@@ -383,9 +383,11 @@ async fn children_fork_from_the_parents_exact_conversation() {
             assert!(
                 recs.iter()
                     .filter(|r| r.session == j)
-                    .all(|r| r.inst == 0 && r.steps_asked == 2)
+                    .all(|r| r.inst == 0 && r.steps_asked == 2 && r.parent == Some(0))
             );
         }
+        // A child's step 0 forks a cached prefix: the cold-start check counts the parent's step 0 only.
+        assert!(recs.iter().any(|r| r.step == 0 && r.parent.is_some()));
     }
 }
 

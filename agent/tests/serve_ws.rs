@@ -63,6 +63,7 @@ fn record(i: u64) -> RequestRecord {
         replica: None,
         reasoning_tokens: None,
         ttft_content_s: None,
+        parent: None,
     }
 }
 

@@ -433,7 +433,8 @@ impl Summarizer {
         if let Some(prompt) = r.prompt_tokens {
             if let Some(cached) = r.cached_tokens {
                 self.achieved.add(cached, prompt);
-                if r.step == 0 {
+                // A sub-agent's first step forks its parent's cached prefix: no cold start.
+                if r.step == 0 && r.parent.is_none() {
                     self.step0.add(cached, prompt);
                 }
                 if let Some(i) = band {
@@ -1029,7 +1030,7 @@ impl Checks {
             if outcome_of(r) == RecordOutcome::Cut {
                 c.cut += 1;
             }
-            if r.step == 0 && r.cached_tokens.is_some() {
+            if r.step == 0 && r.parent.is_none() && r.cached_tokens.is_some() {
                 c.step0_records += 1;
             }
             match r.rx_clock {
@@ -1636,6 +1637,7 @@ mod tests {
             replica: None,
             reasoning_tokens: None,
             ttft_content_s: None,
+            parent: None,
         };
         let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
         assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);

@@ -133,6 +133,11 @@ pub struct RequestRecord {
     /// Absent when the reply had no reasoning (the two are the same) or no content arrived.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_content_s: Option<f64>,
+    /// A sub-agent's request (issue #44): the session it was forked from (its `session`; the fan-out is this
+    /// record's `inst`). Its step 0 starts from that session's cached prefix, so it is no cold start. Absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
 }
 
 /// Why a live request failed: [`RequestRecord::failure`], set where the error is made (`error` keeps the text).
@@ -295,6 +300,7 @@ mod tests {
             replica: None,
             reasoning_tokens: None,
             ttft_content_s: None,
+            parent: None,
         }
     }
 

@@ -39,6 +39,7 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         replica: None,
         reasoning_tokens: None,
         ttft_content_s: None,
+        parent: None,
     }
 }
 
@@ -52,6 +53,7 @@ fn failed(session: u64, step: u32, t: f64, wall: f64) -> RequestRecord {
         replica: None,
         reasoning_tokens: None,
         ttft_content_s: None,
+        parent: None,
         ..rec(session, step, t, 0.0, wall, 0)
     }
 }

@@ -46,6 +46,7 @@ fn record() -> RequestRecord {
         replica: None,
         reasoning_tokens: None,
         ttft_content_s: None,
+        parent: None,
     }
 }
 

@@ -313,6 +313,8 @@ fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
         // 6 parent steps; fan-outs after steps 1 and 3 (not after the last), 2 children of 2 steps each.
         assert_eq!(report.records.len(), 6 + 2 * 2 * 2, "wait {wait}");
         assert!(report.records.iter().all(|r| r.ok));
+        // Step 0 of a child forks a cached prefix: the cold-start share is the parent's step 0 alone (0).
+        assert_eq!(report.summary.step0_cached_share, Some(0.0), "wait {wait}");
         let parent = by_step(&report.records)
             .into_iter()
             .filter(|r| r.session == 0)
@@ -347,6 +349,10 @@ fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
                     .filter(|r| r.session == 1 + j && r.inst == fanout)
                     .collect::<Vec<_>>();
                 assert_eq!(kid.len(), 2, "wait {wait} fan-out {fanout} child {j}");
+                assert!(
+                    kid.iter().all(|r| r.parent == Some(0)),
+                    "a child names its parent session"
+                );
                 assert_eq!(kid[0].prompt_tokens, Some(fork + 16));
                 assert_eq!(kid[0].cached_tokens, Some(after_reply(prompts[after], g(after))));
                 assert_eq!(kid[0].designed_cached_tokens, Some(fork));

@@ -382,6 +382,7 @@ mod tests {
             replica: None,
             reasoning_tokens: None,
             ttft_content_s: None,
+            parent: None,
         }
     }
 

@@ -99,6 +99,8 @@ pub struct Slot {
     /// The request is a step of a session `(session, inst)` (a fleet's `session_affinity` keeps a session on one
     /// replica); false for open- and closed-loop requests.
     pub in_session: bool,
+    /// A sub-agent's step: the session it was forked from (the record's `parent`).
+    pub parent: Option<u64>,
 }
 
 impl Ctx {
@@ -178,6 +180,7 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         replica: None,
         reasoning_tokens: o.reasoning_tokens,
         ttft_content_s: o.ttft_content.map(|d| d.as_secs_f64()),
+        parent: slot.parent,
     }
 }
 
@@ -373,6 +376,7 @@ async fn session_steps(
             designed_cached_tokens: designed,
             designed_prompt_tokens: Some(plan.prompt_tokens(step)),
             in_session: true,
+            parent: None,
         };
         let o = ctx
             .request(s, Prompt::Conversation(&convo, run.tool_results), asked, true)
@@ -428,6 +432,7 @@ async fn session_steps(
                 let kid = KidRun {
                     convo: c,
                     session,
+                    parent: u64::from(slot),
                     inst: *fanouts,
                     designed0: plan.designed_cached_after(server_prompt, step, false),
                     fork,
@@ -504,6 +509,8 @@ pub fn subagent_task(j: u32) -> String {
 struct KidRun {
     convo: Conversation,
     session: u64,
+    /// The parent's session.
+    parent: u64,
     inst: u32,
     /// Step 0's designed cacheable part: the parent's prompt (as the server counted it) and its reply.
     designed0: u64,
@@ -540,6 +547,7 @@ async fn run_kid(ctx: Arc<Ctx>, run: Arc<SessionRun>, mut k: KidRun) -> String {
             designed_cached_tokens: Some(designed),
             designed_prompt_tokens: Some(sub.child_prompt(k.fork, k.task_tokens, i)),
             in_session: true,
+            parent: Some(k.parent),
         };
         let o = ctx
             .request(
@@ -666,6 +674,7 @@ fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
         designed_cached_tokens: Some(u64::from(r.shared_prefix_tokens)),
         designed_prompt_tokens: Some(u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens)),
         in_session: false,
+        parent: None,
     }
 }
 

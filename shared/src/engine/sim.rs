@@ -572,6 +572,7 @@ impl SimLoop<'_> {
             replica: self.fleet.as_ref().map(|_| r as u32),
             reasoning_tokens: None,
             ttft_content_s: None,
+            parent: None,
         });
         let eng = &mut self.engs[r];
         if fits {
@@ -1258,6 +1259,7 @@ fn send_kid(d: &mut SimLoop, w: &SessionWorkload, nslots: u32, kid: &mut Kid, ki
         m,
     );
     d.kid_of.insert(ri, ki);
+    d.records.get_mut(ri).parent = Some(u64::from(kid.parent));
 }
 
 /// Sub-agent `ki` is done (its last step, a failure, or the stop): its chains go, and a parent waiting for it goes

@@ -153,6 +153,7 @@ mod tests {
             replica,
             reasoning_tokens: None,
             ttft_content_s: None,
+            parent: None,
         }
     }
 
