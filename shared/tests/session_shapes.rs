@@ -313,8 +313,13 @@ fn sub_agents_fork_the_parents_prefix_and_the_parent_waits_for_them() {
         // 6 parent steps; fan-outs after steps 1 and 3 (not after the last), 2 children of 2 steps each.
         assert_eq!(report.records.len(), 6 + 2 * 2 * 2, "wait {wait}");
         assert!(report.records.iter().all(|r| r.ok));
-        // Step 0 of a child forks a cached prefix: the cold-start share is the parent's step 0 alone (0).
+        // Step 0 of a child forks a cached prefix: the cold-start share is the parent's step 0 alone (0), and the
+        // cold first-step misses are the parent's step 0 prompt alone.
         assert_eq!(report.summary.step0_cached_share, Some(0.0), "wait {wait}");
+        assert_eq!(
+            report.diagnostics.cache_misses.cold_first_step_tokens, 4016,
+            "wait {wait}"
+        );
         let parent = by_step(&report.records)
             .into_iter()
             .filter(|r| r.session == 0)

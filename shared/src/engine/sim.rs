@@ -666,7 +666,8 @@ impl SimLoop<'_> {
                     m.reasoning_not_echoed_tokens += t;
                     m.new_content_tokens += miss.cold - t;
                 }
-                None if rec.step == 0 => m.cold_first_step_tokens += miss.cold,
+                // A sub-agent's step 0 forked a cached prefix: what it misses is its own new content.
+                None if rec.step == 0 && rec.parent.is_none() => m.cold_first_step_tokens += miss.cold,
                 None => m.new_content_tokens += miss.cold,
             }
             m.evicted_think_tokens += miss.evicted_idle;
