@@ -144,6 +144,7 @@ async fn blocked_run(clock: RxClock) -> (RequestOutcome, &'static str) {
         designed_cached_tokens: None,
         designed_prompt_tokens: None,
         in_session: false,
+        parent: None,
     };
     let used = match runner::to_record(&o, Instant::now(), slot, 2, 1).rx_clock {
         Some(FrameClock::Kernel) => "kernel",

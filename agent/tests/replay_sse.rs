@@ -32,6 +32,15 @@ both!(
     usage_on_the_finish_frame_like_llama_cpp,
     multi_token_frames_count_tokens_from_usage,
     chat_deltas_with_crlf_comments_and_reasoning,
+    chat_reasoning_then_content_maps_usage,
+    anthropic_thinking_then_text,
+    plain_streams_carry_no_reasoning,
+    responses_stream_maps_usage_text_and_reasoning,
+    responses_error_event_fails_with_its_code_and_message,
+    responses_failed_event_fails,
+    responses_stream_without_usage_fails,
+    responses_truncated_stream_fails,
+    responses_request_body,
     stall_between_frames_times_out,
     connection_reset_mid_stream_fails,
     eof_without_finish_or_done_fails,
@@ -133,6 +142,16 @@ async fn canned(headers: axum::http::HeaderMap, body: Bytes) -> Response {
             );
             sse(vec![Ok(Bytes::from(events))])
         }
+        "echo_responses" => {
+            // The request body as the text of one Responses stream.
+            let sent: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let text = serde_json::to_string(&sent.to_string()).unwrap_or_default();
+            let events = format!(
+                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"delta\":{text}}}\n\n\
+                 event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"usage\":{{\"input_tokens\":1,\"output_tokens\":1}}}}}}\n\n"
+            );
+            sse(vec![Ok(Bytes::from(events))])
+        }
         name => sse(chunked(data(name))),
     }
 }
@@ -161,7 +180,8 @@ async fn server() -> String {
     let app = Router::new()
         .route("/v1/completions", post(canned))
         .route("/v1/chat/completions", post(canned))
-        .route("/v1/messages", post(canned));
+        .route("/v1/messages", post(canned))
+        .route("/v1/responses", post(canned));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -260,7 +280,43 @@ async fn chat_deltas_with_crlf_comments_and_reasoning(hc: HttpClient) {
     let o = run_with(hc, "chat_crlf", Endpoint::Chat).await;
     assert!(o.ok, "{:?}", o.error);
     assert_eq!((o.frames, o.gen_tokens), (3, 3));
-    assert_eq!(o.text, "Hihmm there\n");
+    // Reasoning is a frame of the stream, kept apart from the reply's text; without usage it counts by frames.
+    assert_eq!(o.text, "Hi there\n");
+    assert_eq!(o.reasoning_text, "hmm");
+    assert_eq!(o.reasoning_tokens, Some(1));
+    // The content came first here: TTFT-content is TTFT.
+    assert_eq!(o.ttft_content, o.ttft);
+}
+
+async fn chat_reasoning_then_content_maps_usage(hc: HttpClient) {
+    let o = run_with(hc, "chat_reasoning", Endpoint::Chat).await;
+    assert!(o.ok, "{:?}", o.error);
+    assert_eq!((o.frames, o.gen_tokens), (4, 5));
+    assert_eq!((o.text.as_str(), o.reasoning_text.as_str()), ("Fix it", "let me think"));
+    // `usage.completion_tokens_details.reasoning_tokens` wins over the two reasoning frames.
+    assert_eq!(o.reasoning_tokens, Some(3));
+    assert_eq!(o.usage.reasoning_tokens, Some(3));
+    let (any, content) = (o.ttft.expect("ttft"), o.ttft_content.expect("ttft_content"));
+    assert!(content >= any, "{content:?} < {any:?}");
+}
+
+async fn anthropic_thinking_then_text(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_thinking", Endpoint::Messages).await;
+    assert!(o.ok, "{:?}", o.error);
+    assert_eq!((o.text.as_str(), o.reasoning_text.as_str()), (" done", "hmm ok"));
+    assert_eq!((o.frames, o.gen_tokens, o.reasoning_tokens), (3, 3, Some(2)));
+    assert!(o.ttft_content.expect("ttft_content") >= o.ttft.expect("ttft"));
+}
+
+async fn plain_streams_carry_no_reasoning(hc: HttpClient) {
+    let o = run_with(hc, "anthropic_ok", Endpoint::Messages).await;
+    assert_eq!((o.reasoning_tokens, o.ttft_content), (None, None));
+    let o = run(hc, "ok_final_usage").await;
+    assert!(o.ok);
+    assert_eq!(
+        (o.reasoning_tokens, o.ttft_content, o.reasoning_text.as_str()),
+        (None, None, "")
+    );
 }
 
 async fn stall_between_frames_times_out(hc: HttpClient) {
@@ -773,3 +829,86 @@ async fn connection_reset_by_the_peer_is_a_stream_error(hc: HttpClient) {
 }
 
 both!(connection_reset_by_the_peer_is_a_stream_error);
+
+async fn responses_stream_maps_usage_text_and_reasoning(hc: HttpClient) {
+    let o = run_with(hc, "responses_ok", Endpoint::Responses).await;
+    assert!(o.ok, "{:?}", o.error);
+    // usage: input_tokens (with the cached part in input_tokens_details), output_tokens, reasoning_tokens.
+    assert_eq!(
+        (o.usage.prompt_tokens, o.usage.cached_tokens, o.usage.completion_tokens),
+        (Some(40), Some(32), Some(3))
+    );
+    assert_eq!(
+        (o.frames, o.gen_tokens, o.usage_source),
+        (3, 3, UsageSource::FinalFrame)
+    );
+    assert_eq!((o.text.as_str(), o.reasoning_text.as_str()), (" a b\n", "think"));
+    assert_eq!(o.reasoning_tokens, Some(1));
+    // `response.incomplete` for `max_output_tokens`: the forced length was reached.
+    assert_eq!(o.finish_reason.as_deref(), Some("length"));
+    assert!(o.ttft_content.expect("ttft_content") >= o.ttft.expect("ttft"));
+}
+
+async fn responses_error_event_fails_with_its_code_and_message(hc: HttpClient) {
+    let o = run_with(hc, "responses_error_event", Endpoint::Responses).await;
+    assert!(!o.ok);
+    assert_eq!(o.failure, Some(FailureKind::ErrorFrame));
+    let e = o.error.unwrap_or_default();
+    assert!(
+        e.contains("server_error") && e.contains("the engine ran out of KV cache"),
+        "{e}"
+    );
+    assert_eq!(o.frames, 1);
+}
+
+async fn responses_failed_event_fails(hc: HttpClient) {
+    let o = run_with(hc, "responses_failed", Endpoint::Responses).await;
+    assert!(!o.ok);
+    assert_eq!(o.failure, Some(FailureKind::ErrorFrame));
+    let e = o.error.unwrap_or_default();
+    assert!(e.starts_with("response.failed: rate_limit_exceeded: slow down"), "{e}");
+}
+
+async fn responses_stream_without_usage_fails(hc: HttpClient) {
+    let o = run_with(hc, "responses_no_usage", Endpoint::Responses).await;
+    assert!(!o.ok);
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
+    assert!(
+        o.error.unwrap_or_default().starts_with("missing usage"),
+        "no usage must fail"
+    );
+    assert_eq!(o.frames, 1);
+}
+
+async fn responses_truncated_stream_fails(hc: HttpClient) {
+    let o = run_with(hc, "responses_truncated", Endpoint::Responses).await;
+    assert!(!o.ok);
+    assert_eq!(o.failure, Some(FailureKind::Protocol));
+    let e = o.error.unwrap_or_default();
+    assert!(e.contains("truncated Responses stream"), "{e}");
+    assert_eq!(o.frames, 2);
+}
+
+/// The Responses body: `input`, `max_output_tokens` and the dialect's forcing fields, `stream`, no
+/// `stream_options`, no `max_tokens`.
+async fn responses_request_body(hc: HttpClient) {
+    let base = server().await;
+    let c = client(hc, &base, "echo_responses", Endpoint::Responses, Dialect::Vllm);
+    let o = c
+        .complete("hello", 9, true, &LiveCounters::default(), &CancellationToken::new())
+        .await;
+    assert!(o.ok, "{:?}", o.error);
+    let sent: serde_json::Value = serde_json::from_str(&o.text).unwrap_or_else(|e| panic!("{e}: {}", o.text));
+    assert_eq!(sent["input"], "hello");
+    assert_eq!(sent["model"], "echo_responses");
+    assert_eq!(
+        (sent["max_output_tokens"].as_u64(), sent["min_tokens"].as_u64()),
+        (Some(9), Some(9))
+    );
+    assert_eq!(sent["ignore_eos"], true);
+    assert_eq!(sent["stream"], true);
+    assert!(
+        sent.get("max_tokens").is_none() && sent.get("stream_options").is_none(),
+        "{sent}"
+    );
+}

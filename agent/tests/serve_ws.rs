@@ -64,6 +64,9 @@ fn record(i: u64) -> RequestRecord {
         replica: None,
         spec: None,
         kv_transfer_ms: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
+        parent: None,
     }
 }
 

@@ -610,3 +610,149 @@ async fn kv_use_and_preemptions_are_exported_under_vllms_names() {
     assert!(preempted >= 1.0, "the engine preempted: {preempted}");
     assert!(after.contains("# TYPE vllm:num_preemptions_total counter"), "{after}");
 }
+
+/// A request that asks for reasoning (chat: `chat_template_kwargs`, Messages: `thinking`) streams that many
+/// reasoning tokens first (`reasoning_content` deltas; a `thinking` block), counted in the output and in
+/// `completion_tokens_details.reasoning_tokens`; without the ask, no reasoning and the usage as before.
+#[tokio::test]
+async fn reasoning_tokens_stream_before_the_content() {
+    let app = router(Config {
+        tokens_per_frame: 4,
+        ..fast()
+    });
+    let chat = |kwargs: Value| {
+        json!({"model": "sim", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 10,
+               "min_tokens": 10, "stream": true, "stream_options": {"include_usage": true},
+               "chat_template_kwargs": kwargs})
+    };
+    let (s, body) = call(
+        &app,
+        "/v1/chat/completions",
+        chat(json!({"enable_thinking": true, "thinking_budget": 6})),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body:?}");
+    let (f, done) = frames(&body.expect("body"));
+    assert!(done);
+    let count = |key: &str| -> usize {
+        f.iter()
+            .filter_map(|v| v["choices"][0]["delta"][key].as_str())
+            .map(|t| t.split_whitespace().count().max(usize::from(!t.is_empty())))
+            .sum()
+    };
+    let (reasoning, content) = (count("reasoning_content"), count("content"));
+    assert!(reasoning > 0 && content > 0, "{f:?}");
+    // Every reasoning frame comes before the first content frame.
+    let first_content = f.iter().position(|v| {
+        v["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    });
+    let last_reasoning = f
+        .iter()
+        .rposition(|v| v["choices"][0]["delta"]["reasoning_content"].is_string());
+    assert!(last_reasoning < first_content, "{f:?}");
+    let usage = &f.last().expect("usage")["usage"];
+    assert_eq!(usage["completion_tokens"], 10);
+    assert_eq!(usage["completion_tokens_details"]["reasoning_tokens"], 6);
+    // Not asked: no reasoning, no details.
+    let (_, body) = call(
+        &app,
+        "/v1/chat/completions",
+        chat(json!({"enable_thinking": false, "thinking_budget": 6})),
+    )
+    .await;
+    let body = body.expect("body");
+    assert!(
+        !body.contains("reasoning_content") && !body.contains("completion_tokens_details"),
+        "{body}"
+    );
+    // Messages: a thinking block at index 0, the text at index 1.
+    let (s, body) = call_messages(
+        &app,
+        json!({"model": "sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10, "stream": true,
+               "thinking": {"type": "enabled", "budget_tokens": 5}}),
+        true,
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{body}");
+    let (ev, _) = frames(&body);
+    let kinds: Vec<String> = ev
+        .iter()
+        .map(|v| format!("{}:{}", v["type"].as_str().unwrap_or(""), v["index"]))
+        .collect();
+    assert_eq!(ev[1]["content_block"]["type"], "thinking", "{kinds:?}");
+    let thinking_at = kinds
+        .iter()
+        .rposition(|k| k == "content_block_delta:0")
+        .expect("thinking deltas");
+    let text_start = kinds
+        .iter()
+        .position(|k| k == "content_block_start:1")
+        .expect("text block");
+    assert!(thinking_at < text_start, "{kinds:?}");
+    assert!(ev.iter().any(|v| v["delta"]["type"] == "thinking_delta"));
+    assert!(ev.iter().any(|v| v["delta"]["type"] == "text_delta" && v["index"] == 1));
+    assert!(kinds.contains(&"content_block_stop:1".to_string()), "{kinds:?}");
+}
+
+/// `POST /v1/responses`: `response.created`, an output item, a `response.output_text.delta` per frame, then
+/// `response.incomplete` (the forced length reached) with the usage; no `[DONE]`. A resent input hits the cache;
+/// `input` is required.
+#[tokio::test]
+async fn responses_stream_events_and_usage() {
+    let app = router(fast());
+    let input = json!([
+        {"role": "system", "content": "find why the loader refuses the shard ".repeat(20)},
+        {"role": "user", "content": "Task: fix it."}
+    ]);
+    let body = |input: &Value| {
+        json!({"model": "sim", "input": input, "max_output_tokens": 6, "min_tokens": 6, "ignore_eos": true,
+               "stream": true})
+    };
+    let (s, text) = call(&app, "/v1/responses", body(&input)).await;
+    assert_eq!(s, StatusCode::OK);
+    let text = text.expect("body");
+    let (ev, done) = frames(&text);
+    assert!(!done, "no [DONE] on the Responses stream");
+    let kinds: Vec<&str> = ev.iter().map(|v| v["type"].as_str().unwrap_or("")).collect();
+    assert_eq!(kinds.first(), Some(&"response.created"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"response.incomplete"), "{kinds:?}");
+    let deltas: String = ev
+        .iter()
+        .filter(|v| v["type"] == "response.output_text.delta")
+        .map(|v| v["delta"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(deltas.split_whitespace().count(), 6, "{deltas}");
+    let last = ev.last().expect("terminal event");
+    assert_eq!(last["response"]["incomplete_details"]["reason"], "max_output_tokens");
+    let usage = &last["response"]["usage"];
+    assert_eq!(usage["output_tokens"], 6);
+    let prompt = usage["input_tokens"].as_u64().expect("input_tokens");
+    assert!(prompt > 100, "{usage}");
+    assert_eq!(usage["input_tokens_details"]["cached_tokens"], 0);
+    // The same input again: its prefix is cached.
+    let (_, again) = call(&app, "/v1/responses", body(&input)).await;
+    let (ev, _) = frames(&again.expect("body"));
+    let cached = ev.last().expect("terminal")["response"]["usage"]["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(cached >= prompt - 16, "{cached} of {prompt}");
+    // A function call and its output render like chat's tool call and tool message.
+    let with_call = json!([
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "ok"},
+        {"type": "function_call", "call_id": "c1", "name": "run", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "done"}
+    ]);
+    let (s, _) = call(&app, "/v1/responses", body(&with_call)).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, text) = call(
+        &app,
+        "/v1/responses",
+        json!({"model": "sim", "max_output_tokens": 4, "stream": true}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert!(text.expect("body").contains("input is required"));
+}

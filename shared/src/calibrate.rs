@@ -335,6 +335,7 @@ pub fn plan_returns(max_prompt_tokens: u32, gpu_kv_tokens: u64) -> Option<TraceW
         after: Vec::new(),
         delay_ms: 0.0,
         session: Some(k),
+        prefix_reset: false,
     };
     let (mut parked, mut returned, mut next_check) = (0u32, 0u32, first);
     while parked < MAX_PARKED_SESSIONS {

@@ -424,3 +424,38 @@ mod tests {
         assert_eq!(err.to_string().matches("mean_rps").count(), 1, "{err}");
     }
 }
+
+#[cfg(test)]
+mod session_shape_tests {
+    use super::*;
+
+    const SESSIONS: &str = include_str!("../../examples/engine-sessions-10k.json");
+
+    /// The session shapes of issue #44 travel in a link as the scenario file holds them.
+    #[test]
+    fn session_shapes_round_trip_through_a_link() {
+        let shapes = r#""think": {"dist": "empirical", "gaps_s": [0.5, 3.25, 40.0]},
+            "compaction": {"at_tokens": 60000, "summary_tokens": 2000},
+            "reasoning": {"tokens": 400, "echo": true},
+            "subagents": {"every_steps": 4, "count": 2, "steps": 3, "gen_tokens": 300, "tool_tokens": 800, "wait": false},"#;
+        let json = SESSIONS.replace(r#""think_s": 6.0,"#, shapes);
+        assert_ne!(json, SESSIONS);
+        let sc = Scenario::from_json(&json).expect("valid");
+        let back = decode(&encode(&sc)).expect("decodes");
+        assert_eq!(back, sc);
+        let text = serde_json::to_string(&back).expect("json");
+        for field in [
+            r#""think":{"dist":"empirical","gaps_s":[0.5,3.25,40.0]}"#,
+            r#""compaction":{"at_tokens":60000,"summary_tokens":2000}"#,
+            r#""reasoning":{"tokens":400,"echo":true}"#,
+            r#""subagents":{"every_steps":4,"count":2,"steps":3,"gen_tokens":300,"tool_tokens":800,"wait":false}"#,
+        ] {
+            assert!(text.contains(field), "{field} in {text}");
+        }
+        // Absent, the fields stay absent: older links and files keep their bytes.
+        let plain = serde_json::to_string(&Scenario::from_json(SESSIONS).expect("valid")).expect("json");
+        for key in ["think", "compaction", "reasoning", "subagents"] {
+            assert!(!plain.contains(&format!("\"{key}\"")), "{plain}");
+        }
+    }
+}

@@ -213,6 +213,20 @@ pub struct Summary {
     /// previous step (open-loop traffic, single-step sessions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retention: Vec<Retention>,
+    /// Replies with hidden reasoning (records carrying `ttft_content_s`): TTFT to the first content token, ms —
+    /// `ttft_*` is to the first token of any kind. Absent without such records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_mean_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_p50_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_p90_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_p99_ms: Option<f64>,
+    /// Σ `reasoning_tokens` / Σ `gen_tokens` over completed records: the share of the output that was hidden
+    /// reasoning. Absent when no completed record carries `reasoning_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_share: Option<f64>,
     /// Speculative decoding: Σ accepted / Σ drafted tokens over completed records that carry the counts
     /// (`RequestRecord::spec`), vLLM's acceptance rate. Absent when none does (speculation off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -359,6 +373,10 @@ pub struct Summarizer {
     /// (designed, realized) prompt tokens of completed records carrying both.
     prompt_sizes: Vec<(u64, u64)>,
     spec: SpecSums,
+    /// TTFT to the first content token of completed records carrying it, ms.
+    ttft_content: Vec<f64>,
+    /// Σ reasoning tokens of completed records, and whether any carried the field.
+    reasoning_tokens: Option<u64>,
 }
 
 impl Summarizer {
@@ -385,6 +403,8 @@ impl Summarizer {
             step0: CachedShare::default(),
             prompt_sizes: Vec::new(),
             spec: SpecSums::default(),
+            ttft_content: Vec::new(),
+            reasoning_tokens: None,
         }
     }
 
@@ -446,6 +466,12 @@ impl Summarizer {
         if let Some(t) = r.ttft_s {
             self.ttft.push(t * 1000.0);
         }
+        if let Some(t) = r.ttft_content_s {
+            self.ttft_content.push(t * 1000.0);
+        }
+        if let Some(n) = r.reasoning_tokens {
+            *self.reasoning_tokens.get_or_insert(0) += n;
+        }
         if let Some(t) = r.tpot_ms() {
             self.tpot.push(t);
         }
@@ -462,7 +488,8 @@ impl Summarizer {
         if let Some(prompt) = r.prompt_tokens {
             if let Some(cached) = r.cached_tokens {
                 self.achieved.add(cached, prompt);
-                if r.step == 0 {
+                // A sub-agent's first step forks its parent's cached prefix: no cold start.
+                if r.step == 0 && r.parent.is_none() {
                     self.step0.add(cached, prompt);
                 }
                 if let Some(i) = band {
@@ -500,6 +527,8 @@ impl Summarizer {
             step0,
             prompt_sizes,
             spec,
+            mut ttft_content,
+            reasoning_tokens,
             ..
         } = self;
         if records == 0 {
@@ -563,6 +592,20 @@ impl Summarizer {
             s.realized_to_designed_prompt_ratio_p50 = (!ratio.is_empty()).then(|| Stats::of(&mut ratio).p50);
         }
 
+        if !ttft_content.is_empty() {
+            let st = Stats::of(&mut ttft_content);
+            s.ttft_content_mean_ms = Some(st.mean);
+            s.ttft_content_p50_ms = Some(st.p50);
+            s.ttft_content_p90_ms = Some(st.p90);
+            s.ttft_content_p99_ms = Some(st.p99);
+        }
+        s.reasoning_share = reasoning_tokens.map(|n| {
+            if s.total_output_tokens > 0 {
+                n as f64 / s.total_output_tokens as f64
+            } else {
+                0.0
+            }
+        });
         (
             s.ttft_mean_ms,
             s.ttft_p50_ms,
@@ -1044,7 +1087,7 @@ impl Checks {
             if outcome_of(r) == RecordOutcome::Cut {
                 c.cut += 1;
             }
-            if r.step == 0 && r.cached_tokens.is_some() {
+            if r.step == 0 && r.parent.is_none() && r.cached_tokens.is_some() {
                 c.step0_records += 1;
             }
             match r.rx_clock {
@@ -1651,6 +1694,9 @@ mod tests {
             replica: None,
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         };
         let recs = [rec(0.0, 3.0), rec(1.0, 0.5), rec(0.0, f64::NAN), rec(2.0, 2.0)];
         assert_eq!(completion_curve(&recs, 300), vec![(1.5, 1.0), (3.0, 2.0), (4.0, 3.0)]);

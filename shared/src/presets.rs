@@ -52,6 +52,10 @@ fn seed_sessions(sessions: u32, duration_s: f64) -> SessionWorkload {
         drain: false,
         drain_grace_s: 420.0,
         task_tokens: 16,
+        think: None,
+        compaction: None,
+        reasoning: None,
+        subagents: None,
     }
 }
 
@@ -246,6 +250,10 @@ fn preset_sessions(
         drain: false,
         drain_grace_s: 60.0,
         task_tokens: 16,
+        think: None,
+        compaction: None,
+        reasoning: None,
+        subagents: None,
     })
 }
 

@@ -124,6 +124,20 @@ pub struct RequestRecord {
     /// replica), or live `replay` over several `--url`s (the index of the URL). Absent for one engine or one URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<u32>,
+    /// Hidden reasoning tokens of the reply (part of `gen_tokens`): live, the server's
+    /// `usage.completion_tokens_details.reasoning_tokens`, else the reasoning frames counted; simulated, the
+    /// workload's `reasoning.tokens`. Absent when the reply had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// Submit → first content token (after the reasoning), seconds; `ttft_s` is to the first token of any kind.
+    /// Absent when the reply had no reasoning (the two are the same) or no content arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_content_s: Option<f64>,
+    /// A sub-agent's request (issue #44): the session it was forked from (its `session`; the fan-out is this
+    /// record's `inst`). Its step 0 starts from that session's cached prefix, so it is no cold start. Absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
     /// Speculative decoding's counts for this request ([`SpecCounts`]): simulated with `"speculative"` in the
     /// profile, or live where the server reports them (llama.cpp's `timings`). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -227,6 +241,9 @@ impl RequestRecord {
         if let Some(q) = self.queue_s {
             duration("queue_s", q)?;
         }
+        if let Some(t) = self.ttft_content_s {
+            duration("ttft_content_s", t)?;
+        }
         if let Some(itl) = &self.itl {
             duration("itl.mean_ms", itl.mean_ms)?;
             for (name, v) in [
@@ -247,6 +264,7 @@ impl RequestRecord {
             ("designed_prompt_tokens", self.designed_prompt_tokens),
             ("cached_tokens", self.cached_tokens),
             ("designed_cached_tokens", self.designed_cached_tokens),
+            ("reasoning_tokens", self.reasoning_tokens),
         ];
         for (name, v) in tokens {
             if let Some(v) = v.filter(|&v| v > MAX_RECORD_TOKENS) {
@@ -302,6 +320,9 @@ mod tests {
             replica: None,
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         }
     }
 

@@ -407,6 +407,7 @@ fn beside_records(prof: &EngineProfile, offset: f64) -> Vec<RequestRecord> {
         after,
         delay_ms,
         session: None,
+        prefix_reset: false,
     };
     // The holders: one after another, 300 output tokens each.
     let holds = [256u32, 512, 1024, 1536, 256, 512, 1024, 1536];

@@ -152,6 +152,7 @@ fn finish_times(p: &EngineProfile, reqs: &[(u32, u32)]) -> (Vec<f64>, Vec<f64>, 
                     after: Vec::new(),
                     delay_ms: 0.0,
                     session: None,
+                    prefix_reset: false,
                 })
                 .collect(),
         ))),

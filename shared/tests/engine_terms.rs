@@ -309,6 +309,7 @@ fn batch_kv_stretches_agree_with_single_steps() {
                     after: Vec::new(),
                     delay_ms: 0.0,
                     session: None,
+                    prefix_reset: false,
                 })
                 .collect(),
         ))),

@@ -42,6 +42,9 @@ fn step(session: u64, step: u32, t: f64, wall: f64, prompt: u64, cached: u64) ->
         replica: None,
         spec: None,
         kv_transfer_ms: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
+        parent: None,
     }
 }
 

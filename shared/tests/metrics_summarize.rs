@@ -39,6 +39,9 @@ fn rec(session: u64, step: u32, t: f64, ttft: f64, wall: f64, gen_tokens: u64) -
         replica: None,
         spec: None,
         kv_transfer_ms: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
+        parent: None,
     }
 }
 
@@ -50,6 +53,9 @@ fn failed(session: u64, step: u32, t: f64, wall: f64) -> RequestRecord {
         error: Some("reset".to_string()),
         prompt_block_hashes: Vec::new(),
         replica: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
+        parent: None,
         ..rec(session, step, t, 0.0, wall, 0)
     }
 }

@@ -46,6 +46,9 @@ fn record() -> RequestRecord {
         replica: None,
         spec: None,
         kv_transfer_ms: None,
+        reasoning_tokens: None,
+        ttft_content_s: None,
+        parent: None,
     }
 }
 

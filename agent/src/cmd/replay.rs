@@ -142,7 +142,8 @@ pub struct Args {
     #[arg(help_heading = "Sessions (without --scenario)")]
     pub max_fail_streak: u32,
     /// Which route carries the prompt: completions (one prompt text, the seed's), chat (/v1/chat/completions with
-    /// the session's message list), messages (the Anthropic Messages API, /v1/messages).
+    /// the session's message list), messages (the Anthropic Messages API, /v1/messages), responses (the Responses
+    /// API, /v1/responses, with the session's input items).
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     #[arg(help_heading = "Requests")]
     pub endpoint: Endpoint,

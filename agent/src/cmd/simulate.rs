@@ -462,12 +462,28 @@ fn engine_table(r: &EngineReport) -> String {
             .map(ms)
             .join(" / "),
     );
+    if s.ttft_content_p50_ms.is_some() {
+        row(
+            "TTFT-content",
+            [
+                s.ttft_content_mean_ms,
+                s.ttft_content_p50_ms,
+                s.ttft_content_p90_ms,
+                s.ttft_content_p99_ms,
+            ]
+            .map(opt_ms)
+            .join(" / "),
+        );
+    }
     row(
         "TPOT",
         [s.tpot_mean_ms, s.tpot_p50_ms, s.tpot_p90_ms, s.tpot_p99_ms]
             .map(ms)
             .join(" / "),
     );
+    if let Some(r) = s.reasoning_share {
+        row("reasoning share", format!("{:.2} % of output tokens", r * 100.0));
+    }
     row(
         "ITL",
         [s.itl_mean_ms, s.itl_p50_ms, s.itl_p90_ms, s.itl_p99_ms]
@@ -532,6 +548,12 @@ fn engine_table(r: &EngineReport) -> String {
     };
     for (i, t) in m.evicted_from_tier_tokens.iter().enumerate() {
         routed.push_str(&format!(", evicted from tier {i} {t}"));
+    }
+    if m.compacted_tokens > 0 {
+        routed.push_str(&format!(", compacted {}", m.compacted_tokens));
+    }
+    if m.reasoning_not_echoed_tokens > 0 {
+        routed.push_str(&format!(", reasoning not echoed {}", m.reasoning_not_echoed_tokens));
     }
     row(
         "cache misses (tokens)",

@@ -71,17 +71,33 @@ pub enum Endpoint {
     /// `anthropic-version` and, with an API key, `x-api-key`): the same session model
     /// ([`Conversation::write_anthropic`]); its stream events parsed as Anthropic defines them.
     Messages,
+    /// The Responses API, `/v1/responses` (`input` items, `max_output_tokens`, `stream: true`; issue #44): the same
+    /// session model ([`Conversation::write_responses_input`]); its stream events (`response.output_text.delta`,
+    /// `response.completed`, …) parsed as the API defines them.
+    Responses,
 }
 
 impl Endpoint {
-    /// The route under the base URL: `/completions`, `/chat/completions` or `/messages`.
+    /// The route under the base URL: `/completions`, `/chat/completions`, `/messages` or `/responses`.
     pub fn route(self) -> &'static str {
         match self {
             Endpoint::Completions => "/completions",
             Endpoint::Chat => "/chat/completions",
             Endpoint::Messages => "/messages",
+            Endpoint::Responses => "/responses",
         }
     }
+}
+
+/// Which stream format a response is read as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// OpenAI completions and chat chunks, ending with `[DONE]`.
+    OpenAi,
+    /// The Anthropic Messages events.
+    Anthropic,
+    /// The Responses API's events, ending with `response.completed` (or `.incomplete`, `.failed`).
+    Responses,
 }
 
 /// The `anthropic-version` header sent with `--endpoint messages` (the Messages API's current version).
@@ -196,6 +212,8 @@ pub struct UsageCounts {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub cached_tokens: Option<u64>,
+    /// `usage.completion_tokens_details.reasoning_tokens` (part of `completion_tokens`), where the server says.
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl UsageCounts {
@@ -208,6 +226,7 @@ impl UsageCounts {
                 .map(|i| i + u.cache_read_input_tokens.unwrap_or(0) + u.cache_creation_input_tokens.unwrap_or(0)),
             completion_tokens: u.output_tokens,
             cached_tokens: u.cache_read_input_tokens,
+            reasoning_tokens: None,
         }
     }
 }
@@ -218,10 +237,18 @@ pub struct RequestOutcome {
     pub ok: bool,
     /// When the request was handed to the connection.
     pub submitted: Instant,
+    /// Submit → the first token of any kind (reasoning or content).
     pub ttft: Option<Duration>,
+    /// Submit → the first content token, when reasoning frames came before it (else `None`: it is `ttft`).
+    pub ttft_content: Option<Duration>,
+    /// Reasoning tokens of the reply: `usage.completion_tokens_details.reasoning_tokens`, else the reasoning frames
+    /// counted; `None` when the reply had none.
+    pub reasoning_tokens: Option<u64>,
+    /// The reply's reasoning text (only when asked for the text), apart from `text`.
+    pub reasoning_text: String,
     /// Submit → end of stream (or failure).
     pub wall: Duration,
-    /// Frames that carried content.
+    /// Frames that carried content or reasoning.
     pub frames: u64,
     pub usage: UsageCounts,
     pub usage_source: UsageSource,
@@ -407,8 +434,9 @@ impl Client {
         let mut body_tail = b",\"temperature\":".to_vec();
         let _ = serde_json::to_writer(&mut body_tail, &cfg.temperature);
         body_tail.extend_from_slice(match cfg.endpoint {
-            // The Messages API streams its usage in `message_start` and `message_delta`; it has no stream_options.
-            Endpoint::Messages => b",\"stream\":true}",
+            // The Messages API streams its usage in `message_start` and `message_delta`, the Responses API in
+            // `response.completed`; neither has stream_options.
+            Endpoint::Messages | Endpoint::Responses => b",\"stream\":true}",
             _ => b",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
         });
         Client {
@@ -418,6 +446,31 @@ impl Client {
             cfg: Arc::new(cfg),
             send_delays_us: Arc::default(),
         }
+    }
+
+    /// Ask the server for hidden reasoning (a session workload's `reasoning`), with its own controls: on chat,
+    /// `"chat_template_kwargs": {"enable_thinking": true, "thinking_budget": R}` (vLLM, SGLang and llama.cpp pass
+    /// them to the chat template of a reasoning model, which ignores a variable it does not use; sim-server streams
+    /// `R` reasoning tokens); on Messages, `"thinking": {"type": "enabled", "budget_tokens": R}`;
+    /// `/v1/completions` has no control (the prompt is raw text). `None`: the body as before.
+    pub fn with_reasoning(mut self, reasoning: Option<shared::workload::Reasoning>) -> Self {
+        let Some(r) = reasoning else { return self };
+        let fields = match self.cfg.endpoint {
+            Endpoint::Chat => format!(
+                ",\"chat_template_kwargs\":{{\"enable_thinking\":true,\"thinking_budget\":{}}}",
+                r.per_reply()
+            ),
+            Endpoint::Messages => format!(
+                ",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{}}}",
+                r.per_reply()
+            ),
+            _ => String::new(),
+        };
+        // Before `,"temperature":…`, so the body still ends with the stream fields.
+        let mut tail = fields.into_bytes();
+        tail.extend_from_slice(&self.body_tail);
+        self.body_tail = tail;
+        self
     }
 
     /// Hyper path: `t_submit` → the return of each request's last `write`, µs, one per attempt that was written
@@ -430,9 +483,13 @@ impl Client {
         &self.cfg
     }
 
-    /// Whether the stream is Anthropic's (`--endpoint messages`) rather than OpenAI's.
-    fn anthropic(&self) -> bool {
-        self.cfg.endpoint == Endpoint::Messages
+    /// The stream format of the endpoint.
+    fn wire(&self) -> Wire {
+        match self.cfg.endpoint {
+            Endpoint::Messages => Wire::Anthropic,
+            Endpoint::Responses => Wire::Responses,
+            Endpoint::Completions | Endpoint::Chat => Wire::OpenAi,
+        }
     }
 
     /// The HTTP client the requests go through (`Auto` resolved).
@@ -522,8 +579,19 @@ impl Client {
                 out.extend_from_slice(b"}]");
             }
             (Endpoint::Messages, Prompt::Conversation(c, tr)) => c.write_anthropic(&mut out, tr),
+            (Endpoint::Responses, Prompt::Text(t)) => {
+                out.extend_from_slice(b",\"input\":");
+                json_str(&mut out, t);
+            }
+            (Endpoint::Responses, Prompt::Conversation(c, tr)) => c.write_responses_input(&mut out, tr),
         }
-        self.cfg.dialect.write_length(&mut out, max_tokens);
+        if self.cfg.endpoint == Endpoint::Responses {
+            use std::io::Write as _;
+            let _ = write!(out, ",\"max_output_tokens\":{max_tokens}");
+            self.cfg.dialect.write_forcing(&mut out, max_tokens);
+        } else {
+            self.cfg.dialect.write_length(&mut out, max_tokens);
+        }
         out.extend_from_slice(&self.body_tail);
         out
     }
@@ -558,11 +626,18 @@ impl Client {
                     serde_json::json!([{"role": "user", "content": prompt}]),
                 );
             }
+            Endpoint::Responses => {
+                body.insert("input".into(), prompt.into());
+            }
         }
         self.cfg.dialect.apply_length(&mut body, max_tokens);
+        if self.cfg.endpoint == Endpoint::Responses {
+            let max = body.remove("max_tokens").unwrap_or_default();
+            body.insert("max_output_tokens".into(), max);
+        }
         body.insert("temperature".into(), self.cfg.temperature.into());
         body.insert("stream".into(), true.into());
-        if self.cfg.endpoint != Endpoint::Messages {
+        if !matches!(self.cfg.endpoint, Endpoint::Messages | Endpoint::Responses) {
             body.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
         }
         Value::Object(body)
@@ -663,7 +738,7 @@ impl Client {
             Ok(p) => p,
             Err(e) => {
                 live.in_flight.fetch_add(1, Ordering::Relaxed);
-                let st = StreamState::new(Instant::now(), collect_text, max_tokens, self.anthropic());
+                let st = StreamState::new(Instant::now(), collect_text, max_tokens, self.wire());
                 return Attempt::Done(st.fail(FailureKind::Connect, format!("request failed: {e}")));
             }
         };
@@ -680,12 +755,7 @@ impl Client {
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        let st = StreamState::new(
-            first_submit.unwrap_or(start),
-            collect_text,
-            max_tokens,
-            self.anthropic(),
-        );
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens, self.wire());
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
         let sent = tokio::select! {
@@ -753,12 +823,7 @@ impl Client {
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
         }
-        let st = StreamState::new(
-            first_submit.unwrap_or(start),
-            collect_text,
-            max_tokens,
-            self.anthropic(),
-        );
+        let st = StreamState::new(first_submit.unwrap_or(start), collect_text, max_tokens, self.wire());
         let deadline = st.submitted + self.cfg.timeout;
         let head_by = self.head_deadline(start, deadline);
         let result = match pending {
@@ -1154,9 +1219,18 @@ struct StreamState {
     stream_error: Option<String>,
     gaps_ms: Vec<f32>,
     text: Option<String>,
+    /// The first content (not reasoning) frame's arrival.
+    first_content: Option<Instant>,
+    /// Frames that carried reasoning, and their text (when the text is collected).
+    reasoning_frames: u64,
+    reasoning_text: Option<String>,
     first_frame_kernel: bool,
     /// The stream is the Anthropic Messages API's (its events: [`StreamState::on_anthropic`]).
     anthropic: bool,
+    /// The stream is the Responses API's (its events: [`StreamState::on_responses`]).
+    responses: bool,
+    /// Responses: a terminal event (`response.completed`, `.incomplete`, `.failed`, `error`) arrived.
+    responses_ended: bool,
     /// Anthropic: the usage of `message_start` (input side), updated by `message_delta`'s.
     anthropic_usage: Option<AnthropicUsage>,
     /// Anthropic: `message_delta` carried `usage.output_tokens`.
@@ -1166,9 +1240,11 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn new(submitted: Instant, collect_text: bool, max_tokens: u32, anthropic: bool) -> Self {
+    fn new(submitted: Instant, collect_text: bool, max_tokens: u32, wire: Wire) -> Self {
         StreamState {
-            anthropic,
+            anthropic: wire == Wire::Anthropic,
+            responses: wire == Wire::Responses,
+            responses_ended: false,
             anthropic_usage: None,
             anthropic_output: false,
             submitted,
@@ -1182,6 +1258,9 @@ impl StreamState {
             stream_error: None,
             gaps_ms: Vec::with_capacity((max_tokens as usize).min(1 << 16)),
             text: collect_text.then(|| String::with_capacity((max_tokens as usize * 5).min(1 << 20))),
+            first_content: None,
+            reasoning_frames: 0,
+            reasoning_text: collect_text.then(String::new),
             first_frame_kernel: false,
             spec: None,
         }
@@ -1195,6 +1274,9 @@ impl StreamState {
         }
         if self.anthropic {
             return self.on_anthropic(data, now);
+        }
+        if self.responses {
+            return self.on_responses(data, now);
         }
         if data == b"[DONE]" {
             return ControlFlow::Break(());
@@ -1210,20 +1292,14 @@ impl StreamState {
         }
         let mut finish_here = false;
         if let Some(choice) = chunk.choices.0 {
-            let piece = choice
-                .text
-                .as_ref()
-                .map(|t| &*t.0)
-                .filter(|t| !t.is_empty())
-                .or_else(|| {
-                    choice.delta.as_ref().and_then(|d| {
-                        [&d.content, &d.reasoning_content, &d.reasoning]
-                            .into_iter()
-                            .find_map(|p| p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty()))
-                    })
-                });
-            if let Some(piece) = piece {
-                self.on_content(piece, now);
+            // Content (`text`, `delta.content`) first; else reasoning (`delta.reasoning_content`, vLLM's and
+            // llama.cpp's, or `delta.reasoning`).
+            let delta = choice.delta.as_ref();
+            let content = piece(&choice.text).or_else(|| delta.and_then(|d| piece(&d.content)));
+            if let Some(text) = content {
+                self.on_content(text, now, false);
+            } else if let Some(text) = delta.and_then(|d| piece(&d.reasoning_content).or_else(|| piece(&d.reasoning))) {
+                self.on_content(text, now, true);
             }
             if let Some(reason) = choice.finish_reason {
                 finish_here = true;
@@ -1246,6 +1322,7 @@ impl StreamState {
                 prompt_tokens: u.prompt_tokens,
                 completion_tokens: u.completion_tokens,
                 cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+                reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
             });
             self.usage_source = if finish_here {
                 UsageSource::FinishFrame
@@ -1276,16 +1353,25 @@ impl StreamState {
         }
     }
 
-    /// One content piece (text) arrived at `now`.
-    fn on_content(&mut self, piece: &str, now: Instant) {
+    /// One piece of content (text) or of reasoning arrived at `now`. Both are frames of the stream (TTFT, ITL);
+    /// the content's first arrival is TTFT-content, and the reasoning's text is kept apart.
+    fn on_content(&mut self, piece: &str, now: Instant, reasoning: bool) {
         self.frames += 1;
         match self.last_content {
             None => self.first = Some(now),
             Some(prev) => self.gaps_ms.push(now.duration_since(prev).as_secs_f32() * 1000.0),
         }
         self.last_content = Some(now);
-        if let Some(text) = &mut self.text {
-            text.push_str(piece);
+        if reasoning {
+            self.reasoning_frames += 1;
+            if let Some(text) = &mut self.reasoning_text {
+                text.push_str(piece);
+            }
+        } else {
+            self.first_content.get_or_insert(now);
+            if let Some(text) = &mut self.text {
+                text.push_str(piece);
+            }
         }
     }
 
@@ -1307,11 +1393,10 @@ impl StreamState {
             }
             "content_block_delta" => {
                 if let Some(d) = &ev.delta {
-                    let piece = [&d.text, &d.thinking]
-                        .into_iter()
-                        .find_map(|p| p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty()));
-                    if let Some(piece) = piece {
-                        self.on_content(piece, now);
+                    if let Some(text) = piece(&d.text) {
+                        self.on_content(text, now, false);
+                    } else if let Some(thinking) = piece(&d.thinking) {
+                        self.on_content(thinking, now, true);
                     }
                 }
             }
@@ -1335,11 +1420,80 @@ impl StreamState {
         ControlFlow::Continue(())
     }
 
+    /// One event of the Responses API stream (by its data's `type`): `response.output_text.delta` is content,
+    /// `response.reasoning_text.delta` (vLLM's) or `response.reasoning_summary_text.delta` reasoning;
+    /// `response.completed` (finish `stop`) or `response.incomplete` (finish `length` when its reason is
+    /// `max_output_tokens`) bring the usage and end the stream; `response.failed` and `error` end it with their
+    /// message. Other events (created, in progress, items and parts added and done) carry nothing to record.
+    fn on_responses(&mut self, data: &[u8], now: Instant) -> ControlFlow<()> {
+        let Some(ev) = self.parse::<ResponsesEvent<'_>>(data) else {
+            return ControlFlow::Continue(());
+        };
+        let kind = ev.kind.as_ref().map_or("", |k| &*k.0);
+        match kind {
+            "response.output_text.delta" => {
+                if let Some(text) = piece(&ev.delta) {
+                    self.on_content(text, now, false);
+                }
+            }
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                if let Some(text) = piece(&ev.delta) {
+                    self.on_content(text, now, true);
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                self.responses_ended = true;
+                let r = ev.response.unwrap_or_default();
+                let limit = r
+                    .incomplete_details
+                    .as_ref()
+                    .and_then(|d| d.get("reason"))
+                    .and_then(Value::as_str)
+                    .is_some_and(|why| why == "max_output_tokens");
+                self.finish_reason = Some(if kind == "response.completed" {
+                    "stop".to_string()
+                } else if limit {
+                    "length".to_string()
+                } else {
+                    "incomplete".to_string()
+                });
+                if let Some(u) = r.usage {
+                    self.usage = Some(UsageCounts {
+                        prompt_tokens: u.input_tokens,
+                        completion_tokens: u.output_tokens,
+                        cached_tokens: u.input_tokens_details.and_then(|d| d.cached_tokens),
+                        reasoning_tokens: u.output_tokens_details.and_then(|d| d.reasoning_tokens),
+                    });
+                    self.usage_source = UsageSource::FinalFrame;
+                }
+                return ControlFlow::Break(());
+            }
+            "response.failed" | "error" => {
+                self.responses_ended = true;
+                if self.stream_error.is_none() {
+                    self.stream_error = Some(responses_error_text(data));
+                }
+                return ControlFlow::Break(());
+            }
+            _ => {}
+        }
+        ControlFlow::Continue(())
+    }
+
     fn finish_done(self) -> RequestOutcome {
         self.finish(None)
     }
 
     fn finish_eof(self) -> RequestOutcome {
+        if self.responses {
+            let err = (!self.responses_ended && self.stream_error.is_none()).then(|| {
+                (
+                    FailureKind::Protocol,
+                    "stream ended without response.completed (truncated Responses stream)".to_string(),
+                )
+            });
+            return self.finish(err);
+        }
         if self.anthropic {
             // A stream that ends without `message_stop` was cut short, unless an error event already said why.
             let err = self.stream_error.is_none().then(|| {
@@ -1378,7 +1532,13 @@ impl StreamState {
             });
             self.usage_source = UsageSource::FinalFrame;
         }
-        let missing_usage = self.anthropic.then(|| self.anthropic_missing_usage()).flatten();
+        let missing_usage = if self.anthropic {
+            self.anthropic_missing_usage()
+        } else if self.responses && self.responses_ended && self.usage.is_none() {
+            Some("missing usage: the Responses stream's last event carried no response.usage".to_string())
+        } else {
+            None
+        };
         let error = error
             .or_else(|| self.stream_error.take().map(|e| (FailureKind::ErrorFrame, e)))
             .or_else(|| self.malformed.take().map(|e| (FailureKind::Protocol, e)))
@@ -1386,10 +1546,20 @@ impl StreamState {
         let (failure, error) = error.unzip();
         let usage = self.usage.unwrap_or_default();
         let gen_tokens = usage.completion_tokens.unwrap_or(self.frames);
+        let reasoning_tokens = usage
+            .reasoning_tokens
+            .filter(|&n| n > 0)
+            .or((self.reasoning_frames > 0).then_some(self.reasoning_frames));
         RequestOutcome {
             ok: error.is_none(),
             submitted: self.submitted,
             ttft: self.first.map(|f| f.duration_since(self.submitted)),
+            ttft_content: self
+                .first_content
+                .filter(|_| reasoning_tokens.is_some())
+                .map(|f| f.duration_since(self.submitted)),
+            reasoning_tokens,
+            reasoning_text: self.reasoning_text.unwrap_or_default(),
             wall,
             frames: self.frames,
             usage,
@@ -1431,6 +1601,23 @@ fn http_error(status: hyper::StatusCode, headers: &hyper::HeaderMap, detail: &st
     } else {
         format!("HTTP {status}: {detail}")
     }
+}
+
+/// The text of a Responses `error` event (`code`, `message` at the top) or `response.failed` (`response.error`).
+fn responses_error_text(data: &[u8]) -> String {
+    let v: Value = serde_json::from_slice(data).unwrap_or(Value::Null);
+    let e = if v["type"] == "response.failed" {
+        &v["response"]["error"]
+    } else {
+        &v
+    };
+    let code = e["code"].as_str().or_else(|| e["type"].as_str()).unwrap_or("error");
+    let msg = e["message"].as_str().unwrap_or("(no message)");
+    format!(
+        "{}: {code}: {}",
+        v["type"].as_str().unwrap_or("error"),
+        truncate(msg, 300)
+    )
 }
 
 fn error_frame_text(data: &[u8]) -> String {
@@ -1525,6 +1712,14 @@ struct Usage {
     completion_tokens: Option<u64>,
     #[serde(default)]
     prompt_tokens_details: Option<Details>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 /// llama.cpp's `timings`: draft tokens proposed and accepted (present when speculative decoding drafted).
@@ -1540,6 +1735,40 @@ struct Timings {
 struct Details {
     #[serde(default)]
     cached_tokens: Option<u64>,
+}
+
+// ---- the borrowed view of one Responses API event ----
+
+#[derive(Deserialize)]
+struct ResponsesEvent<'a> {
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<Text<'a>>,
+    /// The text of a `*.delta` event.
+    #[serde(borrow, default)]
+    delta: Option<Text<'a>>,
+    /// The response of `response.completed` / `.incomplete` / `.failed`.
+    #[serde(default)]
+    response: Option<ResponsesResponse>,
+}
+
+#[derive(Deserialize, Default)]
+struct ResponsesResponse {
+    #[serde(default)]
+    usage: Option<ResponsesUsage>,
+    #[serde(default)]
+    incomplete_details: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesUsage {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
+    input_tokens_details: Option<Details>,
+    #[serde(default)]
+    output_tokens_details: Option<CompletionDetails>,
 }
 
 // ---- the borrowed view of one Anthropic Messages event ----
@@ -1603,6 +1832,11 @@ impl AnthropicUsage {
 /// A JSON string borrowed from the frame unless it holds escapes. (`Option<Cow<'a, str>>` with `#[serde(borrow)]`
 /// does not borrow: serde only borrows a bare `Cow`, so every text piece would be a fresh `String`.)
 struct Text<'a>(Cow<'a, str>);
+
+/// A frame's text field, when present and not empty.
+fn piece<'t>(p: &'t Option<Text<'_>>) -> Option<&'t str> {
+    p.as_ref().map(|t| &*t.0).filter(|t| !t.is_empty())
+}
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -1682,7 +1916,7 @@ mod tests {
     }
 
     fn feed(frames: &[&str]) -> RequestOutcome {
-        let mut st = StreamState::new(Instant::now(), true, 8, false);
+        let mut st = StreamState::new(Instant::now(), true, 8, Wire::OpenAi);
         for f in frames {
             if st.on_data(f.as_bytes(), Instant::now()).is_break() {
                 return st.finish_done();
@@ -1726,7 +1960,7 @@ mod tests {
 
     #[test]
     fn a_frame_that_is_not_utf8_is_malformed() {
-        let mut st = StreamState::new(Instant::now(), false, 4, false);
+        let mut st = StreamState::new(Instant::now(), false, 4, Wire::OpenAi);
         let flow = st.on_data(b"{\"choices\":[{\"text\":\"\xff\"}]}", Instant::now());
         assert!(flow.is_continue());
         let o = st.finish_done();
@@ -1746,7 +1980,12 @@ mod tests {
             "plain words",
             "quotes \" and \\ backslashes, tabs\t, newlines\n\r, control \u{1} \u{1f}, unicode é 漢字 🦀, </script>",
         ];
-        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
+        for endpoint in [
+            Endpoint::Completions,
+            Endpoint::Chat,
+            Endpoint::Messages,
+            Endpoint::Responses,
+        ] {
             for dialect in [
                 Dialect::Vllm,
                 Dialect::Sglang,
@@ -1782,6 +2021,7 @@ mod tests {
                             Endpoint::Completions => "http://127.0.0.1:9/v1/completions",
                             Endpoint::Chat => "http://127.0.0.1:9/v1/chat/completions",
                             Endpoint::Messages => "http://127.0.0.1:9/v1/messages",
+                            Endpoint::Responses => "http://127.0.0.1:9/v1/responses",
                         }
                     );
                     assert_eq!(req.headers()["content-type"], "application/json");
@@ -1816,7 +2056,12 @@ mod tests {
         let mut convo = Conversation::new("base".into(), "\n\nTask: t.\n");
         convo.push_turn(" r", "out");
         let http = http_client(&[]).unwrap_or_else(|e| panic!("{e}"));
-        for endpoint in [Endpoint::Completions, Endpoint::Chat, Endpoint::Messages] {
+        for endpoint in [
+            Endpoint::Completions,
+            Endpoint::Chat,
+            Endpoint::Messages,
+            Endpoint::Responses,
+        ] {
             for tr in [ToolResults::Tool, ToolResults::User] {
                 let c = Client::new(
                     http.clone(),
@@ -1828,7 +2073,12 @@ mod tests {
                 let bytes = c.body_bytes(Prompt::Conversation(&convo, tr), 7);
                 let v: Value = serde_json::from_slice(&bytes)
                     .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&bytes)));
-                assert_eq!((v["max_tokens"].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
+                let length = if endpoint == Endpoint::Responses {
+                    "max_output_tokens"
+                } else {
+                    "max_tokens"
+                };
+                assert_eq!((v[length].as_u64(), v["min_tokens"].as_u64()), (Some(7), Some(7)));
                 assert_eq!(v["stream"], true);
                 match endpoint {
                     Endpoint::Completions => assert_eq!(v["prompt"], convo.flat()),
@@ -1844,6 +2094,14 @@ mod tests {
                         assert_eq!(v["messages"][0]["content"], "Task: t.");
                         assert_eq!(v.get("tools").is_some(), tr == ToolResults::Tool);
                         assert!(v.get("stream_options").is_none());
+                    }
+                    Endpoint::Responses => {
+                        let mut m = b"{\"x\":0".to_vec();
+                        convo.write_responses_input(&mut m, tr);
+                        m.push(b'}');
+                        let m: Value = serde_json::from_slice(&m).unwrap_or_else(|e| panic!("{e}"));
+                        assert_eq!(v["input"], m["input"]);
+                        assert!(v.get("max_tokens").is_none() && v.get("stream_options").is_none());
                     }
                 }
             }

@@ -47,6 +47,9 @@ pub struct Conversation {
     task: Range<usize>,
     /// Per step: the reply and the tool output, as ranges of `flat`.
     turns: Vec<(Range<usize>, Range<usize>)>,
+    /// Per step: the reply's reasoning echoed into the conversation (just before the reply in `flat`), or an empty
+    /// range (issue #44: `reasoning.echo`).
+    reasoning: Vec<Range<usize>>,
 }
 
 impl Conversation {
@@ -62,11 +65,21 @@ impl Conversation {
             flat,
             system_end,
             turns: Vec::new(),
+            reasoning: Vec::new(),
         }
     }
 
     /// After a step: the model's reply and the tool's output.
     pub fn push_turn(&mut self, reply: &str, tool_output: &str) {
+        self.push_turn_with_reasoning("", reply, tool_output);
+    }
+
+    /// After a step: the model's reasoning (echoed: before the reply in the flat text, as `reasoning_content` on
+    /// chat, a `thinking` block on Messages; empty: none), its reply and the tool's output.
+    pub fn push_turn_with_reasoning(&mut self, reasoning: &str, reply: &str, tool_output: &str) {
+        let z0 = self.flat.len();
+        self.flat.push_str(reasoning);
+        self.reasoning.push(z0..self.flat.len());
         let r0 = self.flat.len();
         self.flat.push_str(reply);
         let r = r0..self.flat.len();
@@ -98,6 +111,11 @@ impl Conversation {
             .map(|(r, t)| (&self.flat[r.clone()], &self.flat[t.clone()]))
     }
 
+    /// Step `k`'s echoed reasoning ("" when none).
+    fn reasoning_of(&self, k: usize) -> &str {
+        self.reasoning.get(k).map_or("", |z| &self.flat[z.clone()])
+    }
+
     /// Characters of text in the conversation (the record's `prompt_chars`).
     pub fn chars(&self) -> u64 {
         self.flat.len() as u64
@@ -119,7 +137,14 @@ impl Conversation {
         json_str(out, self.task());
         out.push(b'}');
         for (k, (reply, tool)) in self.turns().enumerate() {
-            out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":");
+            out.extend_from_slice(b",{\"role\":\"assistant\",");
+            let reasoning = self.reasoning_of(k);
+            if !reasoning.is_empty() {
+                out.extend_from_slice(b"\"reasoning_content\":");
+                json_str(out, reasoning);
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"content\":");
             json_str(out, reply);
             match tool_results {
                 ToolResults::Tool => {
@@ -156,10 +181,20 @@ impl Conversation {
         out.push(b'}');
         for (k, (reply, tool)) in self.turns().enumerate() {
             out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":");
+            let reasoning = self.reasoning_of(k);
+            // Echoed reasoning goes first, as a `thinking` block (a content list even for a plain reply).
+            let thinking = |out: &mut Vec<u8>| {
+                out.extend_from_slice(b"{\"type\":\"thinking\",\"thinking\":");
+                json_str(out, reasoning);
+                out.extend_from_slice(b"},");
+            };
             match tool_results {
                 ToolResults::Tool => {
                     let id = Self::call_id(k);
                     out.push(b'[');
+                    if !reasoning.is_empty() {
+                        thinking(out);
+                    }
                     // The Messages API refuses empty text blocks: a step that produced no text sends the call alone.
                     if !reply.is_empty() {
                         out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
@@ -179,7 +214,15 @@ impl Conversation {
                     out.extend_from_slice(b"}]}");
                 }
                 ToolResults::User => {
-                    json_str(out, reply);
+                    if reasoning.is_empty() {
+                        json_str(out, reply);
+                    } else {
+                        out.push(b'[');
+                        thinking(out);
+                        out.extend_from_slice(b"{\"type\":\"text\",\"text\":");
+                        json_str(out, reply);
+                        out.extend_from_slice(b"}]");
+                    }
                     out.extend_from_slice(b"},{\"role\":\"user\",\"content\":");
                     json_str(out, &user_tool_text(tool));
                     out.push(b'}');
@@ -193,6 +236,53 @@ impl Conversation {
         }
     }
 }
+
+impl Conversation {
+    /// The Responses API's `input` (written as a JSON object member into `out`, with its leading comma): the system
+    /// prompt and the task as messages, then per step the reply as an assistant message and either a
+    /// `function_call` answered by a `function_call_output` item, or a user message with the tool output; `tools`
+    /// (the one function) when the history holds calls. Echoed reasoning is not sent (the API's reasoning items
+    /// carry the server's own ids).
+    pub fn write_responses_input(&self, out: &mut Vec<u8>, tool_results: ToolResults) {
+        out.extend_from_slice(b",\"input\":[{\"role\":\"system\",\"content\":");
+        json_str(out, self.system());
+        out.extend_from_slice(b"},{\"role\":\"user\",\"content\":");
+        json_str(out, self.task());
+        out.push(b'}');
+        for (k, (reply, tool)) in self.turns().enumerate() {
+            out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":");
+            json_str(out, reply);
+            out.push(b'}');
+            match tool_results {
+                ToolResults::Tool => {
+                    let id = Self::call_id(k);
+                    out.extend_from_slice(b",{\"type\":\"function_call\",\"call_id\":");
+                    json_str(out, &id);
+                    out.extend_from_slice(b",\"name\":");
+                    json_str(out, TOOL_NAME);
+                    out.extend_from_slice(b",\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":");
+                    json_str(out, &id);
+                    out.extend_from_slice(b",\"output\":");
+                    json_str(out, tool);
+                    out.push(b'}');
+                }
+                ToolResults::User => {
+                    out.extend_from_slice(b",{\"role\":\"user\",\"content\":");
+                    json_str(out, &user_tool_text(tool));
+                    out.push(b'}');
+                }
+            }
+        }
+        out.push(b']');
+        if tool_results == ToolResults::Tool && !self.turns.is_empty() {
+            out.extend_from_slice(b",\"tools\":");
+            out.extend_from_slice(RESPONSES_TOOLS.as_bytes());
+        }
+    }
+}
+
+/// The `tools` array sent with Responses requests whose input holds `function_call` items.
+pub const RESPONSES_TOOLS: &str = r#"[{"type":"function","name":"run","description":"Run a command in the repository and return its output.","parameters":{"type":"object","properties":{"command":{"type":"string"}}}}]"#;
 
 /// A tool output sent as a user message: `"[tool output]\n" + output`.
 fn user_tool_text(tool: &str) -> String {
@@ -317,6 +407,73 @@ mod tests {
         out.push(b'}');
         let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["messages"][1]["content"][0]["type"], "tool_use");
+    }
+
+    /// Echoed reasoning: before the reply in the flat text, `reasoning_content` on chat, a `thinking` block on
+    /// Messages; a turn without it is written as before.
+    #[test]
+    fn echoed_reasoning_in_each_form() {
+        let mut c = Conversation::new("sys".into(), TASK);
+        c.push_turn_with_reasoning("think hard", " fix", "out");
+        c.push_turn(" again", "out 2");
+        assert_eq!(
+            c.flat(),
+            "sys\n\nTask: fix it.\nthink hard fix\n\n[tool output]\nout\n again\n\n[tool output]\nout 2\n"
+        );
+        assert_eq!(c.turns().next(), Some((" fix", "out")));
+        let mut out = Vec::new();
+        c.write_chat_messages(&mut out, ToolResults::User);
+        let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            v[2],
+            json!({"role": "assistant", "reasoning_content": "think hard", "content": " fix"})
+        );
+        assert_eq!(v[4], json!({"role": "assistant", "content": " again"}));
+        for tr in [ToolResults::Tool, ToolResults::User] {
+            let mut out = b"{\"x\":1".to_vec();
+            c.write_anthropic(&mut out, tr);
+            out.push(b'}');
+            let v: Value =
+                serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+            assert_eq!(
+                v["messages"][1]["content"][0],
+                json!({"type": "thinking", "thinking": "think hard"}),
+                "{tr:?}"
+            );
+            assert_eq!(v["messages"][1]["content"][1]["type"], "text", "{tr:?}");
+        }
+    }
+
+    #[test]
+    fn responses_input_with_function_calls_and_as_user_messages() {
+        let c = convo();
+        let parse = |tr| {
+            let mut out = b"{\"model\":\"m\"".to_vec();
+            c.write_responses_input(&mut out, tr);
+            out.push(b'}');
+            serde_json::from_slice::<Value>(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+        };
+        let v = parse(ToolResults::Tool);
+        assert_eq!(v["tools"][0]["name"], "run");
+        assert_eq!(
+            v["input"],
+            json!([
+                {"role": "system", "content": "base \"ctx\""},
+                {"role": "user", "content": "Task: fix it."},
+                {"role": "assistant", "content": " the shard"},
+                {"type": "function_call", "call_id": "call00000", "name": "run", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call00000", "output": "out\n1"},
+                {"role": "assistant", "content": " patch"},
+                {"type": "function_call", "call_id": "call00001", "name": "run", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "call00001", "output": "out 2"},
+            ])
+        );
+        let v = parse(ToolResults::User);
+        assert!(v.get("tools").is_none());
+        assert_eq!(
+            v["input"][3],
+            json!({"role": "user", "content": "[tool output]\nout\n1"})
+        );
     }
 
     /// Each step's body is the previous one's with messages added at the end: earlier messages are byte-stable.

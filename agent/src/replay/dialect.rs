@@ -94,6 +94,13 @@ impl Dialect {
         use std::io::Write as _;
         // Writing into a Vec cannot fail.
         let _ = write!(out, ",\"max_tokens\":{tokens}");
+        self.write_forcing(out, tokens);
+    }
+
+    /// The dialect's fields that force the length, beside the length field itself (the Responses API's is
+    /// `max_output_tokens`, issue #44).
+    pub fn write_forcing(self, out: &mut Vec<u8>, tokens: u32) {
+        use std::io::Write as _;
         let _ = match self {
             Dialect::Vllm | Dialect::Sglang => write!(out, ",\"min_tokens\":{tokens},\"ignore_eos\":true"),
             Dialect::Tabbyapi => write!(out, ",\"min_tokens\":{tokens},\"ban_eos_token\":true"),

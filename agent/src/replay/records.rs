@@ -382,6 +382,9 @@ mod tests {
             replica: None,
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         }
     }
 

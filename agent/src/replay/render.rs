@@ -94,6 +94,13 @@ pub fn render(
         line(&mut o, &format!("P90 {name} (ms):"), format!("{:.2}", v[2]));
         line(&mut o, &format!("P99 {name} (ms):"), format!("{:.2}", v[3]));
     }
+    if s.ttft_content_p50_ms.is_some() || s.reasoning_share.is_some() {
+        head(&mut o, " Hidden reasoning ");
+        line(&mut o, "Reasoning share of output:", pct(s.reasoning_share));
+        line(&mut o, "Mean TTFT-content (ms):", opt(s.ttft_content_mean_ms));
+        line(&mut o, "Median TTFT-content (ms):", opt(s.ttft_content_p50_ms));
+        line(&mut o, "P99 TTFT-content (ms):", opt(s.ttft_content_p99_ms));
+    }
     if s.itl_mean_ms.is_some() {
         head(&mut o, " Inter-token Latency ");
         line(&mut o, "Mean ITL (ms):", opt(s.itl_mean_ms));

@@ -215,7 +215,12 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
         rx_clock: s.rx_clock,
         ca_certs: s.target.ca_certs.clone(),
     };
-    let client = Client::new(http.clone(), config.clone());
+    // Sessions with hidden reasoning ask the server for it (its own controls: docs/replay.md).
+    let reasoning = match &s.traffic {
+        Traffic::Sessions(w) => w.reasoning,
+        _ => None,
+    };
+    let client = Client::new(http.clone(), config.clone()).with_reasoning(reasoning);
     // A fleet: one client per URL (replica 0 is `target.url`'s), every one with the same model, dialect and
     // options (the replicas serve one model).
     let fleet_clients: Vec<Client> = match &s.fleet {
@@ -248,6 +253,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                                 ..config.clone()
                             },
                         )
+                        .with_reasoning(reasoning)
                     }
                 })
                 .collect()

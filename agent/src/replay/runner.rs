@@ -99,6 +99,8 @@ pub struct Slot {
     /// The request is a step of a session `(session, inst)` (a fleet's `session_affinity` keeps a session on one
     /// replica); false for open- and closed-loop requests.
     pub in_session: bool,
+    /// A sub-agent's step: the session it was forked from (the record's `parent`).
+    pub parent: Option<u64>,
 }
 
 impl Ctx {
@@ -178,6 +180,9 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         replica: None,
         spec: o.spec,
         kv_transfer_ms: None,
+        reasoning_tokens: o.reasoning_tokens,
+        ttft_content_s: o.ttft_content.map(|d| d.as_secs_f64()),
+        parent: slot.parent,
     }
 }
 
@@ -270,12 +275,14 @@ pub async fn run_sessions(ctx: Arc<Ctx>, run: Arc<SessionRun>) {
 
 async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
     let mut streak = 0u32;
+    // Sub-agent fan-outs so far, over the slot's instances (the children's record `inst`).
+    let mut fanouts = 0u32;
     for inst in 0u32.. {
         if ctx.stops.no_new_sessions.is_cancelled() || Instant::now() > run.deadline {
             return;
         }
         let t_inst = Instant::now();
-        let done_steps = run_session(&ctx, &run, slot, inst).await;
+        let done_steps = run_session(&ctx, &run, slot, inst, &mut fanouts).await;
         if !run.workload.respawn {
             return;
         }
@@ -304,8 +311,26 @@ async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
     }
 }
 
-/// One session instance; returns the number of steps that completed.
-async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
+/// One session instance; returns the number of steps that completed. It ends when its sub-agents have too (those
+/// it did not wait for).
+async fn run_session(ctx: &Arc<Ctx>, run: &Arc<SessionRun>, slot: u32, inst: u32, fanouts: &mut u32) -> u32 {
+    let mut detached = Vec::new();
+    let done = session_steps(ctx, run, slot, inst, fanouts, &mut detached).await;
+    for h in detached {
+        let _ = h.await;
+    }
+    done
+}
+
+/// The steps of one session instance (see [`run_session`]); sub-agents not waited for go to `detached`.
+async fn session_steps(
+    ctx: &Arc<Ctx>,
+    run: &Arc<SessionRun>,
+    slot: u32,
+    inst: u32,
+    fanouts: &mut u32,
+    detached: &mut Vec<tokio::task::JoinHandle<String>>,
+) -> u32 {
     let plan = run.workload.plan(slot, inst, run.seed);
     let mut filler = Filler::new(run.seed, run.nonce)
         .with_scale(run.scale)
@@ -330,17 +355,19 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
         if ctx.stops.no_new_steps.is_cancelled() {
             return done;
         }
-        let asked = plan
-            .gen_tokens
-            .get(step as usize)
-            .copied()
-            .unwrap_or(run.workload.gen_tokens);
-        // Designed cacheable part: the previous prompt plus its reply (server-counted when the server said).
+        // The reply and, with hidden reasoning, its reasoning tokens: a forced length counts both.
+        let asked = if (step as usize) < plan.gen_tokens.len() {
+            plan.output_tokens(step)
+        } else {
+            run.workload.gen_tokens
+        };
+        // Designed cacheable part: the previous prompt (server-counted when the server said) plus its reply as the
+        // prompt carries it; nothing after a compaction.
         let designed = if step == 0 {
             Some(0)
         } else {
-            let prev_gen = plan.gen_tokens.get(step as usize - 1).copied().map_or(0, u64::from);
-            Some(prev_prompt_tokens.unwrap_or_else(|| plan.prompt_tokens(step - 1)) + prev_gen)
+            let prev = prev_prompt_tokens.unwrap_or_else(|| plan.prompt_tokens(step - 1));
+            Some(plan.designed_cached_after(prev, step - 1, plan.compacted(step)))
         };
         let s = Slot {
             session: u64::from(slot),
@@ -351,6 +378,7 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
             designed_cached_tokens: designed,
             designed_prompt_tokens: Some(plan.prompt_tokens(step)),
             in_session: true,
+            parent: None,
         };
         let o = ctx
             .request(s, Prompt::Conversation(&convo, run.tool_results), asked, true)
@@ -391,13 +419,175 @@ async fn run_session(ctx: &Ctx, run: &SessionRun, slot: u32, inst: u32) -> u32 {
         } else {
             filler.text(u64::from(plan.tool_tokens), FillerKind::Code)
         };
-        convo.push_turn(&o.text, &tool);
+        let t_end = Instant::now();
+        // Sub-agents: each child's conversation is this one exactly, then this reply and the child's task as the
+        // answer to its call; they run in parallel, as tasks of their own.
+        let mut waited = Vec::new();
+        if let Some(sub) = plan.subagents.filter(|_| plan.spawns_after(step)) {
+            let server_prompt = o.usage.prompt_tokens.unwrap_or_else(|| plan.prompt_tokens(step));
+            let fork = plan.fork_tokens(plan.prompt_tokens(step), step);
+            let nslots = run.workload.slot_count();
+            for j in 0..sub.count {
+                let mut c = convo.clone();
+                push_reply(&mut c, &o, run.workload.reasoning, &subagent_task(j));
+                let session = sub.child_session(nslots, slot, j);
+                let kid = KidRun {
+                    convo: c,
+                    session,
+                    parent: u64::from(slot),
+                    inst: *fanouts,
+                    designed0: plan.designed_cached_after(server_prompt, step, false),
+                    fork,
+                    task_tokens: plan.task_tokens,
+                    filler: Filler::new(run.seed, run.nonce)
+                        .with_scale(run.scale)
+                        .stream(u32::try_from(session).unwrap_or(u32::MAX), *fanouts),
+                };
+                let h = tokio::spawn(run_kid(ctx.clone(), run.clone(), kid));
+                if sub.wait {
+                    waited.push(h);
+                } else {
+                    detached.push(h);
+                }
+            }
+            *fanouts += 1;
+        }
+        // Waited for, the children's last replies come back with the tool output.
+        let mut tool = tool;
+        if !waited.is_empty() {
+            tool.push_str(SUBAGENT_RESULTS_HEADER);
+            for h in waited {
+                if let Ok(reply) = h.await {
+                    tool.push_str(&reply);
+                    tool.push('\n');
+                }
+            }
+        }
+        if step + 1 < plan.steps && plan.compacted(step + 1) {
+            // Compaction: a new conversation that starts with a summary of this one (the tool output included).
+            convo = Conversation::new(summary_text(&mut filler, &plan, run.match_prompts), TASK_LINE);
+            sizing = ToolSizing::default();
+        } else {
+            push_reply(&mut convo, &o, run.workload.reasoning, &tool);
+        }
+        // The think time runs from the step's end (beside any sub-agents waited for).
         let think = plan.think_s.get(step as usize).copied().unwrap_or(0.0).max(0.0);
-        if think > 0.0 && !sleep_or(&ctx.stops.no_new_steps, Duration::from_secs_f64(think)).await {
+        let left = Duration::from_secs_f64(think).saturating_sub(t_end.elapsed());
+        if !left.is_zero() && !sleep_or(&ctx.stops.no_new_steps, left).await {
             return done;
         }
     }
     done
+}
+
+/// A step's reply and what answers it, onto a conversation: with the workload's reasoning echoed apart from the
+/// reply, or stripped; a server that reasons unasked has its reasoning go back before the reply, as it streamed.
+fn push_reply(
+    convo: &mut Conversation,
+    o: &RequestOutcome,
+    reasoning: Option<shared::workload::Reasoning>,
+    answer: &str,
+) {
+    if o.reasoning_text.is_empty() {
+        convo.push_turn(&o.text, answer);
+        return;
+    }
+    match reasoning {
+        Some(r) if r.echo => convo.push_turn_with_reasoning(&o.reasoning_text, &o.text, answer),
+        Some(_) => convo.push_turn(&o.text, answer),
+        None => convo.push_turn(&format!("{}{}", o.reasoning_text, o.text), answer),
+    }
+}
+
+/// Put before the sub-agents' results in the parent's next tool output.
+pub const SUBAGENT_RESULTS_HEADER: &str = "\n\n[sub-agent results]\n";
+
+/// Sub-agent `j`'s task: the answer to the parent's call that started it.
+pub fn subagent_task(j: u32) -> String {
+    format!("Sub-agent {j}: investigate this part of the task and report back.")
+}
+
+/// One sub-agent to run (see [`run_kid`]).
+struct KidRun {
+    convo: Conversation,
+    session: u64,
+    /// The parent's session.
+    parent: u64,
+    inst: u32,
+    /// Step 0's designed cacheable part: the parent's prompt (as the server counted it) and its reply.
+    designed0: u64,
+    /// The parent's prompt and reply as designed (the plan's prefix the child forks).
+    fork: u64,
+    task_tokens: u32,
+    filler: shared::filler::FillerStream,
+}
+
+/// A sub-agent's steps, back to back: each its reply, then a tool output; returns its last reply.
+async fn run_kid(ctx: Arc<Ctx>, run: Arc<SessionRun>, mut k: KidRun) -> String {
+    let Some(sub) = run.workload.subagents else {
+        return String::new();
+    };
+    let mut last = String::new();
+    let mut prev_prompt: Option<u64> = None;
+    for i in 0..sub.steps {
+        if ctx.stops.no_new_steps.is_cancelled() {
+            break;
+        }
+        let designed = match i {
+            0 => k.designed0,
+            _ => {
+                prev_prompt.unwrap_or_else(|| sub.child_prompt(k.fork, k.task_tokens, i - 1))
+                    + u64::from(sub.gen_tokens)
+            }
+        };
+        let s = Slot {
+            session: k.session,
+            inst: k.inst,
+            step: i,
+            steps_asked: sub.steps,
+            base_asked: sub.child_prompt(k.fork, k.task_tokens, 0),
+            designed_cached_tokens: Some(designed),
+            designed_prompt_tokens: Some(sub.child_prompt(k.fork, k.task_tokens, i)),
+            in_session: true,
+            parent: Some(k.parent),
+        };
+        let o = ctx
+            .request(
+                s,
+                Prompt::Conversation(&k.convo, run.tool_results),
+                sub.gen_tokens,
+                true,
+            )
+            .await;
+        if !o.ok {
+            break;
+        }
+        prev_prompt = o.usage.prompt_tokens;
+        if i + 1 < sub.steps {
+            let tool = k.filler.text(u64::from(sub.tool_tokens), FillerKind::Code);
+            k.convo.push_turn(&o.text, &tool);
+        }
+        last = o.text;
+    }
+    last
+}
+
+/// The header of a compacted conversation's summary (its first words, so the prefix is new to the server).
+pub const SUMMARY_HEADER: &str = "[Summary of the conversation so far]\n";
+
+/// The summary a compacted session goes on from: [`SUMMARY_HEADER`] and filler of the plan's `summary_tokens`.
+fn summary_text(
+    filler: &mut shared::filler::FillerStream,
+    plan: &shared::workload::SessionPlan,
+    balanced: bool,
+) -> String {
+    let tokens = plan.compaction.map_or(0, |c| u64::from(c.summary_tokens));
+    let body = if balanced {
+        filler.balanced_text(tokens, FillerKind::Prose)
+    } else {
+        filler.text(tokens, FillerKind::Prose)
+    };
+    format!("{SUMMARY_HEADER}{body}")
 }
 
 /// One open-loop or closed-loop request, ready to send: the workload's own plan ([`Workload::requests`]).
@@ -486,6 +676,7 @@ fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
         designed_cached_tokens: Some(u64::from(r.shared_prefix_tokens)),
         designed_prompt_tokens: Some(u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens)),
         in_session: false,
+        parent: None,
     }
 }
 

@@ -148,6 +148,7 @@ pub async fn run_trace(
                     designed_cached_tokens: Some(designed[i]),
                     designed_prompt_tokens: Some(r.prompt_tokens()),
                     in_session: r.session.is_some(),
+                    parent: None,
                 };
                 let (ctx, trace, prompts, streak, tx) =
                     (ctx.clone(), trace.clone(), prompts.clone(), streak.clone(), done_tx.clone());

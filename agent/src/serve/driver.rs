@@ -183,8 +183,19 @@ impl Driver for ReplayDriver {
         let scenario = Scenario::from_value(scenario.clone()).map_err(|e| e.to_string())?;
         let n = concurrency(&scenario);
         if n > limits.max_sessions_per_run {
+            // Sessions with sub-agents: their children count (issue #44).
+            let children = match &scenario {
+                Scenario::Engine(e) => match &e.workload {
+                    shared::workload::Workload::Sessions(w) => w.subagents.map(|a| (w.slot_count(), a.count)),
+                    _ => None,
+                },
+                Scenario::Seed(_) => None,
+            };
+            let with = children.map_or(String::new(), |(slots, count)| {
+                format!(" ({slots} sessions with {count} sub-agents each)")
+            });
             return Err(format!(
-                "the workload asks for {n} concurrent sessions/users; this agent allows at most {} per run",
+                "the workload asks for {n} concurrent sessions/users{with}; this agent allows at most {} per run",
                 limits.max_sessions_per_run
             ));
         }
@@ -267,6 +278,32 @@ mod tests {
             "seed": 3
         }))
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Sub-agents count toward the run's session limit: 2 sessions with 3 children each are 8.
+    #[test]
+    fn sub_agents_count_toward_the_session_limit() {
+        let limits = shared::protocol::Limits {
+            max_message_bytes: 1 << 20,
+            max_concurrent_runs: 1,
+            max_sessions_per_run: 6,
+            max_concurrent_requests_per_run: 1000,
+            max_rate_per_run: 100.0,
+            max_run_seconds: 600.0,
+        };
+        let driver = ReplayDriver {
+            max_run_seconds: None,
+            max_in_flight: None,
+        };
+        let mut v = serde_json::to_value(scenario()).unwrap_or_else(|e| panic!("{e}"));
+        driver.validate(&v, &limits).unwrap_or_else(|e| panic!("{e}"));
+        v["workload"]["subagents"] = serde_json::json!({"every_steps": 1, "count": 3, "steps": 1,
+            "gen_tokens": 8, "tool_tokens": 8});
+        let e = driver.validate(&v, &limits).expect_err("8 > 6");
+        assert!(
+            e.contains("8 concurrent sessions/users (2 sessions with 3 sub-agents each)"),
+            "{e}"
+        );
     }
 
     #[test]

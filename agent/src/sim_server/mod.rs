@@ -229,6 +229,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/messages", post(messages))
+        .route("/v1/responses", post(responses))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { StatusCode::OK }))
         .route(
@@ -360,6 +361,32 @@ struct GenBody {
     n: Option<Value>,
     best_of: Option<Value>,
     temperature: Option<Value>,
+    /// Chat: `{"enable_thinking": true, "thinking_budget": R}` asks for `R` reasoning tokens (issue #44).
+    chat_template_kwargs: Option<Value>,
+    /// Messages: `{"type": "enabled", "budget_tokens": R}` asks for `R` reasoning tokens.
+    thinking: Option<Value>,
+    /// Responses: `input` (a string, or message and function-call items), `instructions`, `max_output_tokens`.
+    input: Option<Value>,
+    instructions: Option<Value>,
+    max_output_tokens: Option<u64>,
+}
+
+/// Reasoning tokens a request asks for (see [`GenBody`]): streamed before its content, counted in its output.
+fn reasoning_asked(kind: Kind, body: &GenBody) -> u64 {
+    let budget = match kind {
+        Kind::Chat => body
+            .chat_template_kwargs
+            .as_ref()
+            .filter(|k| k["enable_thinking"] == Value::Bool(true))
+            .and_then(|k| k["thinking_budget"].as_u64()),
+        Kind::Messages => body
+            .thinking
+            .as_ref()
+            .filter(|t| t["type"] == "enabled")
+            .and_then(|t| t["budget_tokens"].as_u64()),
+        Kind::Completions | Kind::Responses => None,
+    };
+    budget.unwrap_or(0)
 }
 
 /// `n` and `best_of` must be absent or 1 (sim-server streams one choice), `temperature` a number >= 0 (vLLM:
@@ -395,6 +422,8 @@ enum Kind {
     Chat,
     /// The Anthropic Messages API.
     Messages,
+    /// The Responses API (issue #44).
+    Responses,
 }
 
 /// Largest output length accepted.
@@ -416,6 +445,38 @@ async fn messages(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMa
     generate(st, Kind::Messages, body).await
 }
 
+async fn responses(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
+    generate(st, Kind::Responses, body).await
+}
+
+/// The Responses API's `input` as a chat message list: a string is one user message; message items stay (their
+/// content a string or `input_text`/`output_text` parts); a `function_call_output` is a tool message with its
+/// `output`; a `function_call` renders nothing (as `tool_calls` on chat). `instructions` come first, as a system
+/// message.
+fn responses_messages(body: &GenBody) -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    if let Some(i) = &body.instructions {
+        out.push(json!({"role": "system", "content": i}));
+    }
+    match &body.input {
+        Some(Value::String(t)) => out.push(json!({"role": "user", "content": t})),
+        Some(Value::Array(items)) => {
+            for it in items {
+                match it.get("type").and_then(Value::as_str) {
+                    Some("function_call_output") => {
+                        out.push(json!({"role": "tool", "content": it.get("output").cloned().unwrap_or_default()}));
+                    }
+                    Some("function_call" | "reasoning") => {}
+                    _ => out.push(it.clone()),
+                }
+            }
+        }
+        Some(_) => return Err("input must be a string or a list of items".into()),
+        None => return Err("input is required".into()),
+    }
+    Ok(out)
+}
+
 fn error_response(status: StatusCode, message: &str) -> Response {
     let body =
         json!({"object": "error", "error": {"message": message, "type": "sim_server_error", "code": status.as_u16()}});
@@ -432,8 +493,14 @@ fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String,
             Some(_) => Err("prompt must be a string (or a one-element array of strings)".into()),
             None => Err("prompt is required".into()),
         },
-        Kind::Chat | Kind::Messages => {
-            let msgs = body.messages.as_ref().ok_or("messages is required")?;
+        Kind::Chat | Kind::Messages | Kind::Responses => {
+            let converted;
+            let msgs = if kind == Kind::Responses {
+                converted = responses_messages(body)?;
+                &converted
+            } else {
+                body.messages.as_ref().ok_or("messages is required")?
+            };
             let mut text = String::new();
             if kind == Kind::Messages
                 && let Some(system) = &body.system
@@ -453,6 +520,10 @@ fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String,
                     }
                     seen += 1;
                 }
+                // Echoed reasoning is rendered before the reply, where it was generated.
+                if let Some(r) = m.get("reasoning_content").and_then(Value::as_str) {
+                    text.push_str(r);
+                }
                 if let Some(content) = m.get("content") {
                     push_content(&mut text, content);
                 }
@@ -463,14 +534,16 @@ fn prompt_text(kind: Kind, body: &GenBody, template: Template) -> Result<String,
     }
 }
 
-/// A message's content as text: a string, or the text of its parts (OpenAI `text` parts; Anthropic `text` blocks
-/// and `tool_result` blocks, whose content is a string or text blocks; `tool_use` blocks carry no text).
+/// A message's content as text: a string, or the text of its parts (OpenAI `text` parts; Anthropic `text` and
+/// `thinking` blocks and `tool_result` blocks, whose content is a string or text blocks; `tool_use` blocks carry no text).
 fn push_content(text: &mut String, content: &Value) {
     match content {
         Value::String(s) => text.push_str(s),
         Value::Array(parts) => {
             for p in parts {
                 if let Some(t) = p.get("text").and_then(Value::as_str) {
+                    text.push_str(t);
+                } else if let Some(t) = p.get("thinking").and_then(Value::as_str) {
                     text.push_str(t);
                 } else if p.get("type").and_then(Value::as_str) == Some("tool_result")
                     && let Some(c) = p.get("content")
@@ -529,6 +602,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     let n_predict = body.n_predict.filter(|&v| v > 0).map(|v| v as u64);
     let max = body
         .max_tokens
+        .or(body.max_output_tokens)
         .or(body.max_completion_tokens)
         .or(n_predict)
         .unwrap_or(default_max);
@@ -547,6 +621,8 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     };
     let finish_reason = if out_tokens == max { "length" } else { "stop" };
     let out_tokens = out_tokens as u32;
+    // The reasoning leaves at least one content token.
+    let reasoning = reasoning_asked(kind, &body).min(u64::from(out_tokens.saturating_sub(1))) as u32;
 
     // Prompt tokens, then the output's tokens (known in advance), hashed into blocks: a later prompt that resends
     // this prompt and its reply hits the cache for both, as in vLLM.
@@ -574,7 +650,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };
     // The Messages API always streams its usage (in `message_start` and `message_delta`).
-    let include_usage = kind == Kind::Messages
+    let include_usage = matches!(kind, Kind::Messages | Kind::Responses)
         || body
             .stream_options
             .as_ref()
@@ -599,6 +675,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         frames: 0,
         stream: body.stream.unwrap_or(false),
         spec: None,
+        reasoning,
     };
     if body.stream.unwrap_or(false) {
         let stream = futures_util::stream::unfold(g, |mut g| async move {
@@ -647,6 +724,9 @@ struct Gen {
     stream: bool,
     /// Speculative decoding: tokens drafted and accepted so far (`None` until the engine reports a draft).
     spec: Option<(u64, u64)>,
+    /// The first this many output tokens are reasoning (`reasoning_content` deltas on chat, a `thinking` block on
+    /// Messages).
+    reasoning: u32,
 }
 
 impl Drop for Gen {
@@ -684,6 +764,7 @@ impl Gen {
             Kind::Completions => "text_completion",
             Kind::Chat => "chat.completion.chunk",
             Kind::Messages => "message",
+            Kind::Responses => "response",
         }
     }
 
@@ -707,14 +788,41 @@ impl Gen {
         )
     }
 
+    /// The Responses API's final response object: its status (`incomplete` for `max_output_tokens` when the
+    /// length limit ended it) and usage.
+    fn responses_json(&self, status: &str) -> String {
+        let incomplete = if status == "incomplete" {
+            r#"{"reason":"max_output_tokens"}"#
+        } else {
+            "null"
+        };
+        format!(
+            r#"{{"id":"resp_{}","object":"response","model":{},"status":"{status}","incomplete_details":{incomplete},"usage":{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}}}"#,
+            self.req,
+            self.st.model_json,
+            self.prompt_tokens,
+            self.cached,
+            self.sent,
+            u64::from(self.prompt_tokens) + u64::from(self.sent)
+        )
+    }
+
     /// One Anthropic SSE event: `event: NAME` and its data.
     fn event(name: &str, data: &str) -> Bytes {
         Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
     }
 
     fn usage_json(&self) -> String {
+        let details = if self.reasoning > 0 {
+            format!(
+                r#","completion_tokens_details":{{"reasoning_tokens":{}}}"#,
+                self.reasoning.min(self.sent)
+            )
+        } else {
+            String::new()
+        };
         format!(
-            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}}}"#,
+            r#"{{"prompt_tokens":{},"completion_tokens":{},"total_tokens":{},"prompt_tokens_details":{{"cached_tokens":{}}}{details}}}"#,
             self.prompt_tokens,
             self.sent,
             u64::from(self.prompt_tokens) + u64::from(self.sent),
@@ -733,6 +841,11 @@ impl Gen {
         }
     }
 
+    /// The Messages content block the text goes in: 1 after a `thinking` block, else 0.
+    fn text_index(&self) -> u32 {
+        u32::from(self.reasoning > 0)
+    }
+
     /// The frame for the pending tokens, which count as sent from here.
     fn send_pending(&mut self, last: bool) -> Bytes {
         let frame = self.token_frame(self.pending, last);
@@ -743,10 +856,24 @@ impl Gen {
         frame
     }
 
-    /// One SSE frame carrying tokens `sent..sent+n`.
+    /// The SSE frame carrying tokens `sent..sent+n`: two frames where the reasoning ends inside them.
     fn token_frame(&self, n: u32, last: bool) -> Bytes {
-        let mut text = String::with_capacity(n as usize * 8);
-        for i in self.sent..self.sent + n {
+        let (a, b) = (self.sent, self.sent + n);
+        let r = self.reasoning;
+        if a < r && r < b {
+            let mut out = self.frame_of(a, r, false, true).to_vec();
+            out.extend_from_slice(&self.frame_of(r, b, last, false));
+            Bytes::from(out)
+        } else {
+            self.frame_of(a, b, last, a < r)
+        }
+    }
+
+    /// One SSE frame carrying tokens `a..b`, all reasoning or all content. On Messages, the first content frame
+    /// after reasoning closes the `thinking` block and opens the text block.
+    fn frame_of(&self, a: u32, b: u32, last: bool, reasoning: bool) -> Bytes {
+        let mut text = String::with_capacity((b - a) as usize * 8);
+        for i in a..b {
             text.push_str(tokenize::gen_token(self.req, i));
         }
         let finish = if last {
@@ -757,6 +884,26 @@ impl Gen {
         // llama.cpp sends `timings` on its last frame.
         let timings = if last { self.timings_field() } else { String::new() };
         let mut out = String::with_capacity(text.len() + 200);
+        if reasoning {
+            let _ = match self.kind {
+                Kind::Messages => write!(
+                    out,
+                    "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"thinking_delta\",\"thinking\":\"{text}\"}}}}"
+                ),
+                _ => write!(
+                    out,
+                    r#"data: {{"id":"chatcmpl-{}","object":"chat.completion.chunk","created":0,"model":{},"choices":[{{"index":0,"delta":{{"reasoning_content":"{}"}},"logprobs":null,"finish_reason":{}}}],"usage":null}}"#,
+                    self.req, self.st.model_json, text, finish
+                ),
+            };
+            out.push_str("\n\n");
+            return Bytes::from(out);
+        }
+        if self.kind == Kind::Messages && self.reasoning > 0 && a == self.reasoning {
+            out.push_str(
+                "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            );
+        }
         let _ = match self.kind {
             Kind::Completions => write!(
                 out,
@@ -770,7 +917,13 @@ impl Gen {
             ),
             Kind::Messages => write!(
                 out,
-                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}"
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{},\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}",
+                self.text_index()
+            ),
+            Kind::Responses => write!(
+                out,
+                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_{}\",\"output_index\":0,\"content_index\":0,\"delta\":\"{text}\"}}",
+                self.req
             ),
         };
         out.push_str("\n\n");
@@ -782,6 +935,20 @@ impl Gen {
         loop {
             match self.phase {
                 Phase::End => return None,
+                Phase::Done if self.kind == Kind::Responses => {
+                    // The Responses stream ends with its terminal event; no `[DONE]`.
+                    self.phase = Phase::End;
+                }
+                Phase::Usage if self.kind == Kind::Responses => {
+                    self.phase = Phase::Done;
+                    let (event, status) = if self.finish_reason == "length" {
+                        ("response.incomplete", "incomplete")
+                    } else {
+                        ("response.completed", "completed")
+                    };
+                    let data = format!(r#"{{"type":"{event}","response":{}}}"#, self.responses_json(status));
+                    return Some(Ok(Self::event(event, &data)));
+                }
                 Phase::Done => {
                     self.phase = Phase::End;
                     if self.kind == Kind::Messages {
@@ -791,8 +958,11 @@ impl Gen {
                 }
                 Phase::Usage if self.kind == Kind::Messages => {
                     self.phase = Phase::Done;
-                    let mut out =
-                        Self::event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#).to_vec();
+                    let mut out = Self::event(
+                        "content_block_stop",
+                        &format!(r#"{{"type":"content_block_stop","index":{}}}"#, self.text_index()),
+                    )
+                    .to_vec();
                     out.extend_from_slice(&Self::event(
                         "message_delta",
                         &format!(
@@ -846,9 +1016,28 @@ impl Gen {
                                 let mut out = Self::event("message_start", &start).to_vec();
                                 out.extend_from_slice(&Self::event(
                                     "content_block_start",
-                                    r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+                                    if self.reasoning > 0 {
+                                        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#
+                                    } else {
+                                        r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#
+                                    },
                                 ));
                                 out.extend_from_slice(&Self::event("ping", r#"{"type":"ping"}"#));
+                                return Some(Ok(Bytes::from(out)));
+                            }
+                            if self.kind == Kind::Responses {
+                                let created = format!(
+                                    r#"{{"type":"response.created","response":{{"id":"resp_{}","object":"response","model":{},"status":"in_progress","usage":null}}}}"#,
+                                    self.req, self.st.model_json
+                                );
+                                let mut out = Self::event("response.created", &created).to_vec();
+                                out.extend_from_slice(&Self::event(
+                                    "response.output_item.added",
+                                    &format!(
+                                        r#"{{"type":"response.output_item.added","output_index":0,"item":{{"id":"msg_{}","type":"message","role":"assistant","content":[]}}}}"#,
+                                        self.req
+                                    ),
+                                ));
                                 return Some(Ok(Bytes::from(out)));
                             }
                             if self.kind == Kind::Chat {
@@ -861,6 +1050,13 @@ impl Gen {
                         }
                         Some(ReqEvent::Finished) => {
                             if self.sent + self.pending == 0 && self.out_tokens > 0 {
+                                if self.kind == Kind::Responses {
+                                    self.phase = Phase::End;
+                                    return Some(Ok(Self::event(
+                                        "error",
+                                        r#"{"type":"error","code":"invalid_request_error","message":"the request does not fit the emulated engine (prompt + output exceed max_model_len or the KV cache)","param":null}"#,
+                                    )));
+                                }
                                 if self.kind == Kind::Messages {
                                     // Anthropic ends a failed stream with the error event: no message_stop.
                                     self.phase = Phase::End;
@@ -946,6 +1142,17 @@ impl Gen {
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}],
                 "usage": usage,
             }),
+            Kind::Responses => {
+                let status = if self.finish_reason == "length" {
+                    "incomplete"
+                } else {
+                    "completed"
+                };
+                let mut v: Value = serde_json::from_str(&self.responses_json(status)).unwrap_or(Value::Null);
+                v["output"] = json!([{"type": "message", "id": format!("msg_{}", self.req), "role": "assistant",
+                    "content": [{"type": "output_text", "text": text}]}]);
+                v
+            }
             Kind::Messages => json!({
                 "id": format!("msg_{}", self.req), "type": "message", "role": "assistant", "model": self.st.model,
                 "content": [{"type": "text", "text": text}], "stop_reason": self.stop_reason(), "stop_sequence": null,

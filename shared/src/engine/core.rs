@@ -456,6 +456,14 @@ impl Engine {
         fork
     }
 
+    /// A sub-agent's chain: a new chain that shares the first `tokens` of `chain` (whole blocks, at most the
+    /// chain's own) and goes on with content of its own; `chain` stays as it is (issue #44).
+    pub(crate) fn share_conversation(&mut self, chain: u32, tokens: u64) -> u32 {
+        let blocks = u32::try_from(tokens / u64::from(self.bs)).unwrap_or(u32::MAX);
+        let local = blocks.saturating_sub(self.kv.chains[chain as usize].offset);
+        self.kv.new_chain(chain, local, u32::MAX)
+    }
+
     /// Does a request of this size fit the engine at all?
     pub(crate) fn fits(&self, prompt: u32, output: u32) -> bool {
         prompt >= 1 && output >= 1 && u64::from(prompt) + u64::from(output) <= self.model_len

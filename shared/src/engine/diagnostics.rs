@@ -90,6 +90,14 @@ pub struct CacheMisses {
     /// The rest: block alignment (a hit is whole blocks, and never the prompt's last token) and content another
     /// request was still computing.
     pub other_tokens: u64,
+    /// Sessions with `compaction`: never computed, in the first step after a compaction (a new conversation that
+    /// starts with a summary). Absent from the JSON when zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub compacted_tokens: u64,
+    /// Sessions with `reasoning` not echoed: the previous reply, new content because its reasoning was cut out of
+    /// the prompt before it (taken out of `new_content_tokens`). Absent from the JSON when zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_not_echoed_tokens: u64,
     /// Fleets only: cached on another replica when the request was routed (its best replica's resident prefix
     /// beyond the chosen one's), taken out of the causes above. Absent from the JSON when zero.
     #[serde(default, skip_serializing_if = "is_zero")]

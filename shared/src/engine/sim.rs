@@ -111,11 +111,40 @@ struct Slot {
     replica: u32,
     step: u32,
     prompt: u64,
+    /// The designed cacheable part of the next step's prompt ([`SessionPlan::designed_cached_after`]).
+    designed: u64,
+    /// Why the next step's new content is new, beyond a tool output (compaction, stripped reasoning).
+    cold: Option<ColdCause>,
     ok_steps: u32,
     inst_start_ms: f64,
     fail_streak: u32,
     /// Plans of the slot's next instances, drawn four at a time (last = next).
     upcoming: Vec<SessionPlan>,
+    /// Sub-agents: fan-outs so far (over all instances: the children's record `inst`), children the next step
+    /// waits for, when the slot's own next step would have been sent, and the latest child's end.
+    fanouts: u32,
+    waiting: u32,
+    resume_ms: Option<f64>,
+    kids_done_ms: f64,
+}
+
+/// A sub-agent: one child session of a slot's fan-out (issue #44), running its steps back to back on a chain that
+/// shares the parent's prefix.
+#[derive(Debug, Clone)]
+struct Kid {
+    parent: u32,
+    parent_inst: u32,
+    j: u32,
+    inst: u32,
+    step: u32,
+    prompt: u64,
+    /// Step 0's prompt (the record's `base_asked`).
+    base: u64,
+    designed: u64,
+    chains: Vec<u32>,
+    replica: u32,
+    /// The parent waits for it.
+    wait: bool,
 }
 
 enum Source {
@@ -134,6 +163,9 @@ enum Source {
         deadline_ms: f64,
         stop_ms: f64,
         aborted: bool,
+        /// Sub-agents, by index (events `slots.len() + index`), and the free indices.
+        kids: Vec<Kid>,
+        free_kids: Vec<u32>,
     },
     /// A trace with hash ids or dependencies: content keyed by hash id, dependents sent on completion.
     Trace(Box<TraceRun>),
@@ -422,6 +454,22 @@ struct SimLoop<'s> {
     disagg: Option<(Disaggregation, f64)>,
     /// Prompts' KV crossing the link, earliest first.
     transfers: BinaryHeap<Transfer>,
+    /// Session steps whose misses have a cause of their own, by record index (empty without compaction or
+    /// stripped reasoning).
+    cold_cause: HashMap<usize, ColdCause>,
+    /// Sub-agent steps in flight: record index → the sub-agent's index.
+    kid_of: HashMap<usize, u32>,
+}
+
+/// Why a session step's prompt misses the cache where it was not designed to (issue #44): the cache-miss split
+/// counts its never-computed tokens under their own cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ColdCause {
+    /// The conversation was replaced by a summary: every new token is `compacted_tokens`.
+    Compacted,
+    /// The previous reply came back without its reasoning: up to this many new tokens (the reply) are
+    /// `reasoning_not_echoed_tokens`.
+    ReasoningNotEchoed(u64),
 }
 
 /// Record fields known at submission.
@@ -565,6 +613,9 @@ impl SimLoop<'_> {
             replica: self.fleet.as_ref().map(|_| r as u32),
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         });
         let eng = &mut self.engs[r];
         if fits {
@@ -607,6 +658,11 @@ impl SimLoop<'_> {
             let submit_ms = rec.t_submit * 1000.0;
             rec.ok = true;
             rec.ttft_s = Some((r.first_token_ms - submit_ms) / 1000.0);
+            if let Some(n) = rec.reasoning_tokens.filter(|&n| n < u64::from(r.generated)) {
+                // The first content token follows the reasoning, at the request's mean gap between tokens.
+                let gap_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated.max(2) - 1);
+                rec.ttft_content_s = Some((r.first_token_ms + n as f64 * gap_ms - submit_ms) / 1000.0);
+            }
             rec.wall_s = (r.finish_ms - submit_ms) / 1000.0;
             rec.gen_tokens = u64::from(r.generated);
             rec.sse_frames = u64::from(r.generated);
@@ -694,6 +750,11 @@ impl SimLoop<'_> {
             } else {
                 rec.ok = true;
                 rec.ttft_s = Some((r.first_token_ms - r.arrival_ms) / 1000.0);
+                if let Some(n) = rec.reasoning_tokens.filter(|&n| n < u64::from(r.generated)) {
+                    // The first content token follows the reasoning, at the request's mean gap between tokens.
+                    let gap_ms = (r.finish_ms - r.first_token_ms) / f64::from(r.generated.max(2) - 1);
+                    rec.ttft_content_s = Some((r.first_token_ms + n as f64 * gap_ms - r.arrival_ms) / 1000.0);
+                }
                 rec.wall_s = (r.finish_ms - r.arrival_ms) / 1000.0;
                 rec.gen_tokens = u64::from(r.generated);
                 rec.sse_frames = u64::from(r.generated);
@@ -744,10 +805,16 @@ impl SimLoop<'_> {
                     m.routed_to_another_replica_tokens += away - left;
                 }
             }
-            if rec.step == 0 {
-                m.cold_first_step_tokens += miss.cold;
-            } else {
-                m.new_content_tokens += miss.cold;
+            match self.cold_cause.remove(&ri) {
+                Some(ColdCause::Compacted) => m.compacted_tokens += miss.cold,
+                Some(ColdCause::ReasoningNotEchoed(reply)) => {
+                    let t = reply.min(miss.cold);
+                    m.reasoning_not_echoed_tokens += t;
+                    m.new_content_tokens += miss.cold - t;
+                }
+                // A sub-agent's step 0 forked a cached prefix: what it misses is its own new content.
+                None if rec.step == 0 && rec.parent.is_none() => m.cold_first_step_tokens += miss.cold,
+                None => m.new_content_tokens += miss.cold,
             }
             m.evicted_think_tokens += miss.evicted_idle;
             m.capacity_tokens += miss.evicted_queued;
@@ -845,6 +912,8 @@ fn run_with(
         bs,
         stalled: vec![false; replicas],
         finish_lb: vec![f64::INFINITY; replicas],
+        cold_cause: HashMap::new(),
+        kid_of: HashMap::new(),
         // Quantiles only for records someone reads.
         itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
         records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
@@ -886,10 +955,16 @@ fn run_with(
                 replica: NONE,
                 step: 0,
                 prompt: 0,
+                designed: 0,
+                cold: None,
                 ok_steps: 0,
                 inst_start_ms: 0.0,
                 fail_streak: 0,
                 upcoming: Vec::new(),
+                fanouts: 0,
+                waiting: 0,
+                resume_ms: None,
+                kids_done_ms: 0.0,
             };
             Source::Sessions {
                 w: w.clone(),
@@ -897,6 +972,8 @@ fn run_with(
                 deadline_ms,
                 stop_ms,
                 aborted: false,
+                kids: Vec::new(),
+                free_kids: Vec::new(),
             }
         }
         (Workload::ClosedLoop(c), _) => {
@@ -1178,9 +1255,20 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
             deadline_ms,
             stop_ms,
             aborted,
+            kids,
+            free_kids,
         } => {
             let s = ev.slot as usize;
             if *aborted {
+                return;
+            }
+            if s >= slots.len() {
+                let ki = (s - slots.len()) as u32;
+                if ev.t_ms >= *stop_ms {
+                    end_kid(d, slots, kids, free_kids, ki, ev.t_ms);
+                } else {
+                    send_kid(d, w, slots.len() as u32, &mut kids[ki as usize], ki, ev.t_ms);
+                }
                 return;
             }
             if ev.start_instance {
@@ -1200,6 +1288,8 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
                 slot.replica = NONE;
                 slot.step = 0;
                 slot.prompt = plan.base_tokens + u64::from(plan.task_tokens);
+                slot.designed = 0;
+                slot.cold = None;
                 slot.ok_steps = 0;
                 slot.inst_start_ms = ev.t_ms;
                 slot.plan = Some(plan);
@@ -1210,11 +1300,7 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
             let slot = &mut slots[s];
             let Some(plan) = &slot.plan else { return };
             let k = slot.step;
-            let designed = if k == 0 {
-                0
-            } else {
-                slot.prompt - u64::from(plan.tool_tokens)
-            };
+            let designed = if k == 0 { 0 } else { slot.designed };
             let m = Meta {
                 session: u64::from(ev.slot),
                 inst: slot.inst,
@@ -1223,9 +1309,10 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
                 base_asked: plan.base_tokens,
                 designed_cached: designed,
             };
-            let gen_t = plan.gen_tokens[k as usize];
+            let gen_t = plan.output_tokens(k);
             let prompt = slot.prompt;
-            d.submit(
+            let cold = slot.cold;
+            let ri = d.submit(
                 ev.t_ms,
                 Content::Session(&mut slot.chains),
                 prompt,
@@ -1233,6 +1320,13 @@ fn dispatch(src: &mut Source, d: &mut SimLoop, open_idx: &mut u64) {
                 Some(&mut slot.replica),
                 m,
             );
+            if let Some(c) = cold {
+                d.cold_cause.insert(ri, c);
+            }
+            let reasoning = plan.reasoning_tokens();
+            if reasoning > 0 {
+                d.records.get_mut(ri).reasoning_tokens = Some(u64::from(reasoning));
+            }
         }
     }
 }
@@ -1287,8 +1381,14 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
         step,
         steps_asked: 1,
         base_asked: prompt,
-        designed_cached: u64::from(r.shared_prefix_tokens),
+        // A row that starts a new context (agentic Mooncake `prefix_reset`) was designed to reuse nothing.
+        designed_cached: if r.prefix_reset {
+            0
+        } else {
+            u64::from(r.shared_prefix_tokens)
+        },
     };
+    let reset = r.prefix_reset;
     let affinity = r.session.map(|s| s as usize);
     let output = r.output_tokens;
     let ri = d.submit(
@@ -1299,10 +1399,70 @@ fn send_trace(d: &mut SimLoop, run: &mut TraceRun, i: usize, t_ms: f64) {
         affinity.map(|s| &mut run.replica_of[s]),
         m,
     );
+    if reset {
+        d.cold_cause.insert(ri, ColdCause::Compacted);
+    }
     if run.request_of.len() <= ri {
         run.request_of.resize(ri + 1, u32::MAX);
     }
     run.request_of[ri] = i as u32;
+}
+
+/// Send sub-agent `ki`'s next step.
+fn send_kid(d: &mut SimLoop, w: &SessionWorkload, nslots: u32, kid: &mut Kid, ki: u32, t_ms: f64) {
+    let Some(sub) = w.subagents else { return };
+    let m = Meta {
+        session: sub.child_session(nslots, kid.parent, kid.j),
+        inst: kid.inst,
+        step: kid.step,
+        steps_asked: sub.steps,
+        base_asked: kid.base,
+        designed_cached: kid.designed,
+    };
+    let ri = d.submit(
+        t_ms,
+        Content::Session(&mut kid.chains),
+        kid.prompt,
+        sub.gen_tokens,
+        Some(&mut kid.replica),
+        m,
+    );
+    d.kid_of.insert(ri, ki);
+    d.records.get_mut(ri).parent = Some(u64::from(kid.parent));
+}
+
+/// Sub-agent `ki` is done (its last step, a failure, or the stop): its chains go, and a parent waiting for it goes
+/// on once its last child is done (and its own think time has passed).
+fn end_kid(d: &mut SimLoop, slots: &mut [Slot], kids: &mut [Kid], free_kids: &mut Vec<u32>, ki: u32, t_ms: f64) {
+    let kid = &mut kids[ki as usize];
+    for (r, c) in kid.chains.iter_mut().enumerate() {
+        if *c != NONE {
+            d.engs[r].kv.release(*c);
+            *c = NONE;
+        }
+    }
+    free_kids.push(ki);
+    if !kid.wait {
+        return;
+    }
+    let slot = &mut slots[kid.parent as usize];
+    if slot.plan.is_none() || slot.inst != kid.parent_inst || slot.waiting == 0 {
+        return;
+    }
+    slot.waiting -= 1;
+    if t_ms > slot.kids_done_ms {
+        slot.kids_done_ms = t_ms;
+    }
+    if slot.waiting == 0
+        && let Some(t_next) = slot.resume_ms.take()
+    {
+        let t = if slot.kids_done_ms > t_next {
+            slot.kids_done_ms
+        } else {
+            t_next
+        };
+        d.push_ev(t, kid.parent, false);
+    }
 }
 
 fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
@@ -1313,6 +1473,8 @@ fn end_instance(d: &mut SimLoop, slot: &mut Slot) {
         }
     }
     slot.plan = None;
+    slot.waiting = 0;
+    slot.resume_ms = None;
 }
 
 /// A request finished (or failed at submission) at `t_ms`: schedule what its sender does next.
@@ -1351,8 +1513,34 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
             deadline_ms,
             stop_ms,
             aborted,
+            kids,
+            free_kids,
         } => {
+            if let Some(ki) = d.kid_of.remove(&ri) {
+                let kid = &mut kids[ki as usize];
+                let Some(sub) = w.subagents else { return };
+                if ok {
+                    let reply = u64::from(sub.gen_tokens);
+                    for (r, c) in kid.chains.iter_mut().enumerate() {
+                        let share = d.engs[r].profile().reply_cached_share;
+                        if *c != NONE && share < 1.0 {
+                            let kept = kid.prompt + (share * reply as f64).floor() as u64;
+                            *c = d.engs[r].fork_conversation(*c, kept);
+                        }
+                    }
+                    kid.designed = kid.prompt + reply;
+                    kid.prompt += reply + u64::from(sub.tool_tokens);
+                    kid.step += 1;
+                    if kid.step < sub.steps && t_ms < *stop_ms && !*aborted {
+                        d.push_ev(t_ms, slots.len() as u32 + ki, false);
+                        return;
+                    }
+                }
+                end_kid(d, slots, kids, free_kids, ki, t_ms);
+                return;
+            }
             let s = d.records.get_mut(ri).session as usize;
+            let nslots = slots.len() as u32;
             let slot = &mut slots[s];
             let Some(plan) = &slot.plan else { return };
             let mut next_start: Option<f64> = None;
@@ -1360,20 +1548,103 @@ fn on_done(src: &mut Source, d: &mut SimLoop, ri: usize, t_ms: f64, ok: bool) {
                 slot.ok_steps += 1;
                 let k = slot.step as usize;
                 let t_next = t_ms + plan.think_s[k] * 1000.0;
-                let reply = u64::from(plan.gen_tokens[k]);
-                // The reply comes back as text: past the share the server finds cached, the conversation is new
-                // content on every replica that holds it.
-                for (r, c) in slot.chains.iter_mut().enumerate() {
-                    let share = d.engs[r].profile().reply_cached_share;
-                    if *c != NONE && share < 1.0 {
-                        let kept = slot.prompt + (share * reply as f64).floor() as u64;
-                        *c = d.engs[r].fork_conversation(*c, kept);
+                let kk = k as u32;
+                let (next, compacted) = plan.next_prompt(slot.prompt, kk);
+                let stripped = plan.reasoning.is_some_and(|r| !r.echo);
+                // Sub-agents fork from the conversation as it stands after this reply (before the parent's own
+                // chain moves on).
+                let mut wait_for_kids = false;
+                if let Some(sub) = plan.subagents.filter(|_| plan.spawns_after(kk))
+                    && t_next < *stop_ms
+                    && !*aborted
+                {
+                    let fork = plan.fork_tokens(slot.prompt, kk);
+                    // Without the reasoning echoed, what the server computed matches only up to the prompt.
+                    let share = if stripped { slot.prompt } else { fork };
+                    for j in 0..sub.count {
+                        let chains = slot
+                            .chains
+                            .iter()
+                            .enumerate()
+                            .map(|(r, &c)| {
+                                if c == NONE {
+                                    NONE
+                                } else {
+                                    d.engs[r].share_conversation(c, share)
+                                }
+                            })
+                            .collect();
+                        let kid = Kid {
+                            parent: s as u32,
+                            parent_inst: slot.inst,
+                            j,
+                            inst: slot.fanouts,
+                            step: 0,
+                            prompt: sub.child_prompt(fork, plan.task_tokens, 0),
+                            base: sub.child_prompt(fork, plan.task_tokens, 0),
+                            designed: share,
+                            chains,
+                            replica: slot.replica,
+                            wait: sub.wait,
+                        };
+                        let ki = match free_kids.pop() {
+                            Some(i) => {
+                                kids[i as usize] = kid;
+                                i
+                            }
+                            None => {
+                                kids.push(kid);
+                                (kids.len() - 1) as u32
+                            }
+                        };
+                        d.push_ev(t_ms, nslots + ki, false);
+                    }
+                    slot.fanouts += 1;
+                    if sub.wait {
+                        slot.waiting = sub.count;
+                        slot.kids_done_ms = t_ms;
+                        wait_for_kids = true;
                     }
                 }
-                slot.prompt += reply + u64::from(plan.tool_tokens);
+                if compacted {
+                    // A new conversation that starts with a summary: nothing of the old one is its prefix.
+                    for (r, c) in slot.chains.iter_mut().enumerate() {
+                        if *c != NONE {
+                            d.engs[r].kv.release(*c);
+                            *c = NONE;
+                        }
+                    }
+                } else {
+                    // The reply comes back as text: past the share the server finds cached, the conversation is
+                    // new content on every replica that holds it; without its reasoning, all of it is.
+                    let reply = plan.reply_in_prompt(kk);
+                    for (r, c) in slot.chains.iter_mut().enumerate() {
+                        let share = if stripped {
+                            0.0
+                        } else {
+                            d.engs[r].profile().reply_cached_share
+                        };
+                        if *c != NONE && share < 1.0 {
+                            let kept = slot.prompt + (share * reply as f64).floor() as u64;
+                            *c = d.engs[r].fork_conversation(*c, kept);
+                        }
+                    }
+                }
+                slot.designed = plan.designed_cached_after(slot.prompt, kk, compacted);
+                slot.cold = if compacted {
+                    Some(ColdCause::Compacted)
+                } else if stripped {
+                    Some(ColdCause::ReasoningNotEchoed(u64::from(plan.gen_tokens[k])))
+                } else {
+                    None
+                };
+                slot.prompt = next;
                 slot.step += 1;
                 if slot.step < plan.steps {
-                    if t_next < *stop_ms && !*aborted {
+                    if wait_for_kids {
+                        // The next step goes when the children are done (`end_kid`).
+                        slot.resume_ms = Some(t_next);
+                    } else if t_next < *stop_ms && !*aborted {
                         d.push_ev(t_next, s as u32, false);
                     } else {
                         end_instance(d, slot);

@@ -339,6 +339,9 @@ impl Peer {
             replica: None,
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         }
     }
 }

@@ -216,7 +216,7 @@ impl Mergeable {
             if let Some(prompt) = r.prompt_tokens {
                 if let Some(cached) = r.cached_tokens {
                     c.cached_achieved.add(TokenSums { cached, prompt });
-                    if r.step == 0 {
+                    if r.step == 0 && r.parent.is_none() {
                         c.cached_step0.add(TokenSums { cached, prompt });
                     }
                 }
@@ -458,6 +458,9 @@ mod tests {
             replica: None,
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         }
     }
 

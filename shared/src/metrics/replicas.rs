@@ -153,6 +153,9 @@ mod tests {
             replica,
             spec: None,
             kv_transfer_ms: None,
+            reasoning_tokens: None,
+            ttft_content_s: None,
+            parent: None,
         }
     }
 

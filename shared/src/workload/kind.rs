@@ -194,7 +194,7 @@ impl Workload {
                 let task = f64::from(w.task_tokens);
                 // A step takes its think time plus its generation (assumed >= 10 ms a token) plus 0.5 s, as the
                 // engine sizes its record vector (`engine::sim`); no step is sent after the run's end.
-                let step_s = w.think_s + f64::from(w.gen_tokens) * 0.01 + 0.5;
+                let step_s = w.mean_think_s() + f64::from(w.gen_tokens) * 0.01 + 0.5;
                 let run_s = w.duration_s + if w.drain { w.drain_grace_s } else { 0.0 };
                 let by_time = (run_s / step_s).floor() + 1.0;
                 // Slot i starts at i · stagger_s, and none after duration_s.
@@ -222,9 +222,17 @@ impl Workload {
                     ),
                     _ => (vec![slot(f64::from(w.steps), w.base_tokens as f64)], started),
                 };
+                // Sub-agents: each fan-out (one per `every_steps` parent steps) sends `count · steps` requests more,
+                // and holds `count` prompts more.
+                let (kid_requests, kid_prompts) = w.subagents.map_or((0.0, 0.0), |a| {
+                    (
+                        f64::from(a.count) * f64::from(a.steps) / f64::from(a.every_steps.max(1)),
+                        f64::from(a.count),
+                    )
+                });
                 WorkloadSize {
-                    requests: per_slot.iter().map(|p| p.1).sum::<f64>() * times,
-                    held_prompts: started,
+                    requests: per_slot.iter().map(|p| p.1).sum::<f64>() * times * (1.0 + kid_requests),
+                    held_prompts: started * (1.0 + kid_prompts),
                     held_prompt_tokens: per_slot.iter().map(|p| p.2).fold(0.0, f64::max),
                     plan_steps: per_slot.iter().map(|p| p.0).sum::<f64>() * times,
                 }

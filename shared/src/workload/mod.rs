@@ -14,22 +14,31 @@
 //! in `shard.rs` ([`Workload::shard`]).
 
 pub mod bursty;
+pub mod compaction;
 mod kind;
+pub mod limits;
 pub mod mooncake;
 pub mod open_loop;
 mod plan;
+pub mod reasoning;
 pub(crate) mod request;
 pub mod session;
 pub mod shard;
+pub mod subagents;
+pub mod think;
 pub mod trace;
 
 pub use bursty::{BurstyTrace, BurstyWorkload};
+pub use compaction::Compaction;
 pub use kind::{Workload, WorkloadSize};
 pub use open_loop::{ClosedLoopWorkload, GammaWorkload, LengthDist, PoissonWorkload, RequestStream};
 pub use plan::Requests;
+pub use reasoning::Reasoning;
 pub use request::PlannedRequest;
 pub use session::{SessionDist, SessionPlan, SessionWorkload};
 pub use shard::{Shard, ShardError, ShardPlan, ShardUnit};
+pub use subagents::Subagents;
+pub use think::ThinkDist;
 pub use trace::{TraceFormat, TraceRequest, TraceWorkload};
 
 #[cfg(test)]

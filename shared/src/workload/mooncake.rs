@@ -9,7 +9,10 @@
 //! stated); optional `session_id` (a row of a session that had an earlier row waits for that row to complete, then
 //! `delay` ms) and `delay`. **Agentic Mooncake** (Dynamo's `AgenticMooncakeRow`): `request_id` names the row,
 //! `wait_for` names rows whose completions it waits for, then `delay` + `tool_wait_ms`; a row without dependencies
-//! is sent at its `timestamp`. `branches` and `prefix_reset` are read and not needed: the prefix is in `hash_ids`.
+//! is sent at its `timestamp`. `branches` names rows that branch off this one (sub-agents forked from its
+//! conversation): each of them waits for this row too, as if its `wait_for` named it (issue #44). `prefix_reset:
+//! true` marks a row that starts a new context (a compaction): nothing of it was designed to be cached
+//! ([`TraceRequest::prefix_reset`]); its content is still its `hash_ids`.
 //!
 //! Errors name the line: a missing field, a timestamp before the previous one, more hash ids than `input_length`
 //! holds at `block_size`, a `wait_for` id no earlier line defines.
@@ -74,6 +77,11 @@ struct Row {
     #[serde(default)]
     wait_for: Vec<Value>,
     tool_wait_ms: Option<f64>,
+    /// Agentic: ids of later rows that branch off this one.
+    #[serde(default)]
+    branches: Vec<Value>,
+    /// Agentic: this row starts a new context.
+    prefix_reset: Option<bool>,
 }
 
 /// A JSON string or number as an id.
@@ -95,6 +103,9 @@ struct Parsed {
     after: Vec<usize>,
     delay_ms: f64,
     session: Option<u32>,
+    prefix_reset: bool,
+    /// Agentic `branches`: the ids this row names.
+    branches: Vec<String>,
 }
 
 /// Read a trace's text into requests (see the module docs for the formats and their checks). The window keeps the
@@ -169,6 +180,7 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
         };
         let idx = rows.len();
         let mut after = Vec::new();
+        let mut branches = Vec::new();
         let session_no = session.as_ref().map(|s| {
             let n = sessions.len() as u32;
             let e = sessions.entry(s.clone()).or_insert((n, usize::MAX));
@@ -201,6 +213,10 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
                 if ids.insert(id.clone(), idx).is_some() {
                     return Err(err(line, format!("request_id {id:?} is defined twice")));
                 }
+                for b in &row.branches {
+                    let bid = id_of(b).ok_or_else(|| err(line, format!("branches holds {b}, not an id")))?;
+                    branches.push(bid);
+                }
             }
         }
         if after.is_empty() {
@@ -224,10 +240,33 @@ pub fn parse(text: &str, opts: &TraceOptions) -> Result<Vec<TraceRequest>, Trace
             after,
             delay_ms: row.delay.unwrap_or(0.0) + row.tool_wait_ms.unwrap_or(0.0),
             session: session_no.map(|s| s.0),
+            prefix_reset: row.prefix_reset.unwrap_or(false),
+            branches,
         });
     }
     if rows.is_empty() {
         return Err(err(0, "the trace holds no request"));
+    }
+    // A branch waits for the row it branches off (once, whether or not its own `wait_for` names it).
+    for i in 0..rows.len() {
+        for bid in std::mem::take(&mut rows[i].branches) {
+            let line = rows[i].line;
+            let &j = ids
+                .get(&bid)
+                .ok_or_else(|| err(line, format!("branches names {bid:?}, which no line defines")))?;
+            if j <= i {
+                return Err(err(
+                    line,
+                    format!(
+                        "branches names {bid:?} (line {}), which is not a later line",
+                        rows[j].line
+                    ),
+                ));
+            }
+            if !rows[j].after.contains(&i) {
+                rows[j].after.push(i);
+            }
+        }
     }
     window(rows, opts)
 }
@@ -267,6 +306,7 @@ fn window(rows: Vec<Parsed>, opts: &TraceOptions) -> Result<Vec<TraceRequest>, T
             after,
             delay_ms: r.delay_ms * opts.time_scale,
             session: r.session,
+            prefix_reset: r.prefix_reset,
         });
     }
     if out.is_empty() {
@@ -390,7 +430,11 @@ pub fn direct_reuse(requests: &[TraceRequest], trace_bs: u32, engine_bs: u32) ->
                 let e = held.entry(*k).or_insert(0);
                 *e = (*e).max(mine);
             }
-            (shared / eb).min((len - 1) / eb) * eb
+            if r.prefix_reset {
+                0
+            } else {
+                (shared / eb).min((len - 1) / eb) * eb
+            }
         })
         .collect()
 }
@@ -663,6 +707,36 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("zz"), "{e}");
     }
 
+    /// Agentic `branches`: each named later row waits for the row it branches off; `prefix_reset` is kept and makes
+    /// the row's designed reuse 0. Bad names are refused with their line.
+    #[test]
+    fn branches_become_dependencies_and_prefix_reset_is_kept() {
+        let text = r#"{"request_id": "p", "timestamp": 0, "input_length": 1100, "output_length": 2, "hash_ids": [1, 2, 3], "branches": ["k1", "k2"]}
+{"request_id": "k1", "timestamp": 0, "input_length": 1200, "output_length": 2, "hash_ids": [1, 2, 4]}
+{"request_id": "k2", "wait_for": ["p"], "input_length": 1200, "output_length": 2, "hash_ids": [1, 2, 5]}
+{"request_id": "n", "wait_for": ["k1", "k2"], "prefix_reset": true, "input_length": 1100, "output_length": 2, "hash_ids": [1, 2, 6]}"#;
+        let r = parse(text, &opts()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r[1].after, vec![0], "k1 waits for p, which it branches off");
+        assert_eq!(r[2].after, vec![0], "named once though wait_for names p too");
+        assert_eq!(r[3].after, vec![1, 2]);
+        assert_eq!(
+            r.iter().map(|q| q.prefix_reset).collect::<Vec<_>>(),
+            [false, false, false, true]
+        );
+        // The reset row shares blocks 1, 2 with the others, yet was designed to reuse nothing.
+        let d = direct_reuse(&r, 512, 16);
+        assert_eq!(d, vec![0, 1024, 1024, 0]);
+        let unknown = text.replace(r#""branches": ["k1", "k2"]"#, r#""branches": ["k1", "zz"]"#);
+        let e = parse(&unknown, &opts()).expect_err("unknown").to_string();
+        assert!(e.contains("line 1") && e.contains("branches names \"zz\""), "{e}");
+        let earlier = text.replace(
+            r#""hash_ids": [1, 2, 4]}"#,
+            r#""hash_ids": [1, 2, 4], "branches": ["p"]}"#,
+        );
+        let e = parse(&earlier, &opts()).expect_err("earlier").to_string();
+        assert!(e.contains("line 2") && e.contains("not a later line"), "{e}");
+    }
+
     #[test]
     fn sessions_and_wait_for_become_dependencies() {
         let text = r#"{"timestamp": 0, "session_id": "s", "input_length": 8, "output_length": 2, "hash_ids": [1, 2]}
@@ -710,6 +784,7 @@ mod tests {
             after: Vec::new(),
             delay_ms: 0.0,
             session: None,
+            prefix_reset: false,
         };
         // Blocks of 4: the second request shares 2 blocks (8 tokens), the third shares the first block and 2 tokens
         // of the second (the first request held all 4 of it, the third has only 2), then at engine block size 2

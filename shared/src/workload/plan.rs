@@ -69,13 +69,17 @@ impl Workload {
             Workload::ClosedLoop(c) => c.num_requests,
             Workload::Trace(t) => t.requests.len() as u64,
             Workload::Sessions(s) => {
-                let step_s = s.think_s + f64::from(s.gen_tokens) * 0.01 + 0.5;
+                let step_s = s.mean_think_s() + f64::from(s.gen_tokens) * 0.01 + 0.5;
                 let by_time = f64::from(s.slot_count()) * (s.duration_s / step_s + 1.0);
                 let n = if s.respawn {
                     by_time
                 } else {
                     by_time.min(f64::from(s.slot_count()) * f64::from(s.steps) * 3.0)
                 };
+                // Sub-agents: `count · steps` requests more per `every_steps` parent steps.
+                let n = n * s.subagents.map_or(1.0, |a| {
+                    1.0 + f64::from(a.count) * f64::from(a.steps) / f64::from(a.every_steps.max(1))
+                });
                 // `as` saturates (and maps NaN to 0).
                 n.max(0.0) as u64
             }
@@ -83,12 +87,13 @@ impl Workload {
     }
 
     /// The most requests the workload itself keeps in flight at once, where the workload fixes it: sessions, one
-    /// per session slot ([`super::SessionWorkload::slot_count`]); closed loop, one per user, `min(users,
+    /// per session slot ([`super::SessionWorkload::slot_count`]) and one per sub-agent of each; closed loop, one per user, `min(users,
     /// num_requests)`. `None` for open-loop arrivals (bursty, Poisson, gamma): they never wait for an answer, so how
     /// many are in flight is set by how fast the server answers, bounded only by [`Workload::expected_requests`].
     pub fn concurrency(&self) -> Option<u32> {
         match self {
-            Workload::Sessions(s) => Some(s.slot_count()),
+            // Each slot's children run beside it.
+            Workload::Sessions(s) => Some(s.slot_count().saturating_mul(1 + s.subagents.map_or(0, |a| a.count))),
             Workload::ClosedLoop(c) => Some(c.users.min(u32::try_from(c.num_requests).unwrap_or(u32::MAX))),
             Workload::Bursty(_) | Workload::Poisson(_) | Workload::Gamma(_) | Workload::Trace(_) => None,
         }

@@ -48,6 +48,14 @@ pub struct TraceRequest {
     /// The trace's session (`session_id`, numbered in order of first appearance), if it names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<u32>,
+    /// Agentic Mooncake `prefix_reset`: the request starts a new context (a compaction), so none of its prompt was
+    /// designed to be cached (`designed_cached_tokens` 0; the simulator counts its misses as `compacted_tokens`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub prefix_reset: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl TraceRequest {
@@ -334,6 +342,7 @@ impl TraceWorkload {
                     after: Vec::new(),
                     delay_ms: 0.0,
                     session,
+                    prefix_reset: false,
                 }
             })
             .collect();
