@@ -37,11 +37,17 @@ const FLUSH_MS: u64 = 250;
 pub enum Source {
     /// A run of the agent (live or past).
     Run(RunInfo),
-    /// A JSONL file imported from disk.
+    /// A record file imported from disk: our JSONL, or another tool's results (`from`).
     File {
         name: String,
         lines: usize,
         skipped: Vec<String>,
+        /// The tool that wrote it, with its version where the file says it ("AIPerf 0.13.0"); `None`: ours.
+        from: Option<String>,
+        /// What the other tool's file lacks or defines differently (`shared::interop`'s notes).
+        notes: Vec<String>,
+        /// A file with no per-request data: its own summary, metric by metric (mean, p50, p90, p99).
+        summary: Vec<(String, [Option<f64>; 4])>,
     },
 }
 
@@ -303,15 +309,104 @@ impl Live {
             });
     }
 
-    /// Show an imported JSONL file, scored against the explorer's SLO.
-    pub fn import(&self, name: String, bytes: &[u8], scenario: Option<Value>) {
-        let (records, skipped) = parse_jsonl(bytes);
+    /// Show imported files, scored against the explorer's SLO: our JSONL record files (several: the shards of one
+    /// run), or the results of vllm bench, GuideLLM, AIPerf or inference-perf, read by `shared::interop` (the same
+    /// reader as `loadshape import`). A file that is another tool's but does not read says why, naming the field.
+    pub fn import(&self, files: Vec<(String, Vec<u8>)>, scenario: Option<Value>) {
+        let mut records = Vec::new();
+        let (mut skipped, mut notes, mut summary, mut from) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let many = files.len() > 1;
+        for (name, bytes) in &files {
+            match read_file(name, bytes) {
+                Ok(Read::Ours(mut rs, bad)) => {
+                    records.append(&mut rs);
+                    skipped.extend(bad.into_iter().map(|b| if many { format!("{name}: {b}") } else { b }));
+                }
+                Ok(Read::Peer(imported)) => {
+                    let label = peer_label(&imported);
+                    notes.extend(
+                        imported
+                            .notes
+                            .iter()
+                            .map(|n| if many { format!("{name}: {n}") } else { n.clone() }),
+                    );
+                    if let Some(sum) = &imported.summary {
+                        summary.extend(
+                            sum.metrics
+                                .iter()
+                                .map(|(k, v)| (k.clone(), [v.mean, v.p50, v.p90, v.p99])),
+                        );
+                    }
+                    records.extend(imported.records);
+                    if !from.contains(&label) {
+                        from.push(label);
+                    }
+                }
+                Err(e) => {
+                    self.message.set(Some(e));
+                    return;
+                }
+            }
+        }
+        // Several files are scored as one run (the shards of one run: one time line, as `loadshape merge` scores them).
         let lines = records.len();
+        let name = match files.as_slice() {
+            [(one, _)] => one.clone(),
+            many => format!(
+                "{} files (merged): {}",
+                many.len(),
+                many.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        self.message.set(None);
         self.paging.set_value(None);
         self.last_seq.set_value(None);
         self.records.set(records);
         self.scenario.set(scenario);
-        self.source.set(Some(Source::File { name, lines, skipped }));
+        let from = (!from.is_empty()).then(|| from.join(", "));
+        self.source.set(Some(Source::File {
+            name,
+            lines,
+            skipped,
+            from,
+            notes,
+            summary,
+        }));
+    }
+}
+
+/// One imported file, read.
+enum Read {
+    /// Our record file: its records and its bad lines.
+    Ours(Vec<RequestRecord>, Vec<String>),
+    /// Another tool's results.
+    Peer(shared::interop::Imported),
+}
+
+/// Reads one file: another tool's results when its shape is one (`shared::interop::detect`), else our JSONL.
+fn read_file(name: &str, bytes: &[u8]) -> Result<Read, String> {
+    if let Ok(text) = std::str::from_utf8(bytes)
+        && let Ok(tool) = shared::interop::detect(name, text)
+    {
+        return shared::interop::import(tool, name, text)
+            .map(Read::Peer)
+            .map_err(|e| e.to_string());
+    }
+    let (records, skipped) = parse_jsonl(bytes);
+    Ok(Read::Ours(records, skipped))
+}
+
+/// "AIPerf 0.13.0": the tool's own name and the version its file gives.
+fn peer_label(imported: &shared::interop::Imported) -> String {
+    let tool = match imported.tool {
+        shared::interop::Tool::VllmBench => "vllm bench serve",
+        shared::interop::Tool::Guidellm => "GuideLLM",
+        shared::interop::Tool::Aiperf => "AIPerf",
+        shared::interop::Tool::InferencePerf => "inference-perf",
+    };
+    match &imported.tool_version {
+        Some(v) => format!("{tool} {v}"),
+        None => tool.to_string(),
     }
 }
 
@@ -675,7 +770,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     multiple=true
                     accept=".jsonl,.json,.ndjson,text/plain"
                     data-control="import"
-                    aria-label="Import record files (JSONL)"
+                    aria-label="Import record files (ours, or vllm bench, GuideLLM, AIPerf, inference-perf results)"
                     on:change=move |ev| {
                         use wasm_bindgen::JsCast;
                         let Some(input) = ev.target().and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok()) else { return };
@@ -688,32 +783,22 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         leptos::task::spawn_local(async move {
                             // Several files are the shards of one run (`replay --shard I/N` with one --start-at:
                             // one time line), scored together as `loadshape merge` scores them.
-                            let mut all = Vec::new();
-                            let names: Vec<String> = files.iter().map(web_sys::File::name).collect();
+                            let mut read = Vec::new();
                             for file in &files {
                                 // The bytes, not `text()`: that would replace a torn UTF-8 sequence and hide it.
                                 match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
-                                    Ok(buf) => {
-                                        all.extend(js_sys::Uint8Array::new(&buf).to_vec());
-                                        if all.last().is_some_and(|b| *b != b'\n') {
-                                            all.push(b'\n');
-                                        }
-                                    }
+                                    Ok(buf) => read.push((file.name(), js_sys::Uint8Array::new(&buf).to_vec())),
                                     Err(_) => {
                                         live.message.set(Some(format!("cannot read {}", file.name())));
                                         return;
                                     }
                                 }
                             }
-                            let name = match names.as_slice() {
-                                [one] => one.clone(),
-                                many => format!("{} files (merged): {}", many.len(), many.join(", ")),
-                            };
-                            live.import(name, &all, scenario);
+                            live.import(read, scenario);
                         });
                     }
                 />
-                <p class="faint small">"A run's records.jsonl (one RequestRecord per line), scored against the explorer's SLOs; several files (the shards of one run) are scored as one run."</p>
+                <p class="faint small">"A run's records.jsonl, or the results of vllm bench serve (--save-detailed), GuideLLM (benchmarks.json), AIPerf (profile_export.jsonl) or inference-perf, scored against the explorer's SLOs; several files (the shards of one run) are scored as one run."</p>
                 <RunHistory live=live conn=conn/>
             </aside>
             <div class="results" data-summary="live">
@@ -826,12 +911,37 @@ fn SourceLine(live: Live) -> impl IntoView {
                 }
                 .into_any()
             }
-            Some(Source::File { name, lines, skipped }) => view! {
+            Some(Source::File { name, lines, skipped, from, notes, summary }) => {
+                let n_notes = notes.len();
+                view! {
                 <div class="status-line">
                     <span class="pill">"file"</span>
                     <span class="mono">{name}</span>
                     <span class="muted" data-records=lines>{format!("{lines} records")}</span>
+                    {from.clone().map(|f| view! { <span class="pill" data-import-from=f.clone()>{format!("from {f}")}</span> })}
                 </div>
+                {(!notes.is_empty()).then(|| view! {
+                    <div class="callout info" data-import-notes=n_notes>
+                        <strong>{format!("Read from {}'s results: what differs from a loadshape record", from.clone().unwrap_or_default())}</strong>
+                        {notes.into_iter().map(|n| view! { <div class="small">{n}</div> }).collect_view()}
+                    </div>
+                })}
+                {(!summary.is_empty()).then(|| view! {
+                    <div class="card" data-import-summary="">
+                        <strong>"The file holds a summary only (no per-request data): its own figures"</strong>
+                        <table class="table small">
+                            <thead><tr><th>"metric"</th><th>"mean"</th><th>"p50"</th><th>"p90"</th><th>"p99"</th></tr></thead>
+                            <tbody>
+                                {summary.into_iter().map(|(k, v)| view! {
+                                    <tr>
+                                        <td class="mono">{k}</td>
+                                        {v.into_iter().map(|x| view! { <td>{x.map_or_else(|| "–".to_string(), |x| format!("{x:.4}"))}</td> }).collect_view()}
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                })}
                 {(!skipped.is_empty()).then(|| view! {
                     <div class="callout warn" data-import-skipped="">
                         <strong>"Some lines were not records and were skipped"</strong>
@@ -839,7 +949,8 @@ fn SourceLine(live: Live) -> impl IntoView {
                     </div>
                 })}
             }
-            .into_any(),
+            .into_any()
+            }
         }}
     }
 }
