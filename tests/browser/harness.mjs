@@ -129,7 +129,8 @@ export function assertSameNumbers(shown, expected, what, atLeast = 8) {
 
 /** An engine-model session scenario from examples/, reshaped to a short live run on `sim`. */
 export function liveScenario(workload) {
-  const file = readdirSync(path.join(ROOT, 'examples')).filter((f) => f.endsWith('.json')).sort().find((f) => {
+  // The engine-* examples (the README's agents-tour.json is a 4-minute tour, not a test's short run).
+  const file = readdirSync(path.join(ROOT, 'examples')).filter((f) => f.startsWith('engine-') && f.endsWith('.json')).sort().find((f) => {
     const s = JSON.parse(readFileSync(path.join(ROOT, 'examples', f), 'utf8'));
     return s.model === 'engine' && s.workload?.kind === 'sessions';
   });

@@ -84,6 +84,22 @@ pub fn shape(json: &Value) -> Vec<Group> {
             }],
         });
     }
+    // A session workload offers the agent shapes it does not use yet (issue #44), as unset optional fields: "set"
+    // puts [`default_agent_shape`] there, and its knobs appear under the workload's advanced controls.
+    if let Some(Value::Object(w)) = json.get("workload")
+        && w.get("kind").and_then(Value::as_str) == Some("sessions")
+        && let Some(g) = groups.iter_mut().find(|g| g.key == "workload")
+    {
+        for key in AGENT_SHAPES {
+            if !w.contains_key(key) {
+                g.leaves.push(Leaf {
+                    pointer: format!("/workload/{key}"),
+                    name: key.to_string(),
+                    kind: Kind::Unset,
+                });
+            }
+        }
+    }
     // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
     let rank = |k: &str| {
         ["workload", "profile", "fleet", "slo", "general", "shape"]
@@ -228,6 +244,25 @@ pub fn set_at(json: RwSignal<Value>, pointer: &str, value: Value) {
             map.insert(key.to_string(), value);
         }
     });
+}
+
+/// The optional shapes of a session workload the controls can add: think times from a distribution, context
+/// compaction, hidden reasoning, sub-agents (docs/simulator.md, "sessions").
+pub const AGENT_SHAPES: [&str; 4] = ["think", "compaction", "reasoning", "subagents"];
+
+/// What "set" puts at an absent agent shape of a session workload: a typical value of each (log-normal think times
+/// around 6 s, compaction at 100k tokens to a 2k summary, 500 reasoning tokens not echoed, two sub-agents of
+/// three steps every fourth step, waited for).
+pub fn default_agent_shape(key: &str) -> Option<Value> {
+    Some(match key {
+        "think" => serde_json::json!({"dist": "lognormal", "median_s": 6.0, "sigma": 0.8}),
+        "compaction" => serde_json::json!({"at_tokens": 100_000, "summary_tokens": 2000}),
+        "reasoning" => serde_json::json!({"tokens": 500, "echo": false}),
+        "subagents" => serde_json::json!({
+            "every_steps": 4, "count": 2, "steps": 3, "gen_tokens": 300, "tool_tokens": 800, "wait": true
+        }),
+        _ => return None,
+    })
 }
 
 /// What "set" on an engine scenario's absent `fleet` puts there: two replicas behind a round-robin router.
@@ -465,6 +500,8 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                         on:click=move |_| {
                             if p == "/fleet" {
                                 set_at(json, &p, default_fleet());
+                            } else if let Some(shape) = p.strip_prefix("/workload/").and_then(default_agent_shape) {
+                                set_at(json, &p, shape);
                             } else if let Some(v) = Number::from_f64(default) {
                                 set_at(json, &p, Value::Number(v));
                             }
@@ -513,6 +550,59 @@ mod tests {
         shared::scenario::Scenario::from_value(j).expect("a fleet scenario is valid");
         let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
         assert!(shape(&seed).iter().all(|g| g.key != "fleet"));
+    }
+
+    #[test]
+    fn a_session_workload_offers_the_agent_shapes_and_each_default_is_a_valid_scenario() {
+        let mut j: Value = serde_json::from_str(include_str!("../../../examples/agents-tour.json")).unwrap();
+        let unset = |j: &Value| -> Vec<String> {
+            let s = shape(j);
+            let w = s.iter().find(|g| g.key == "workload").expect("a workload group");
+            w.leaves
+                .iter()
+                .filter(|l| l.kind == Kind::Unset)
+                .map(|l| l.pointer.clone())
+                .collect()
+        };
+        assert_eq!(
+            unset(&j),
+            [
+                "/workload/think",
+                "/workload/compaction",
+                "/workload/reasoning",
+                "/workload/subagents"
+            ]
+        );
+        for key in AGENT_SHAPES {
+            j["workload"][key] = default_agent_shape(key).expect(key);
+            let alone = {
+                let mut one: Value = serde_json::from_str(include_str!("../../../examples/agents-tour.json")).unwrap();
+                one["workload"][key] = default_agent_shape(key).unwrap();
+                one
+            };
+            shared::scenario::Scenario::from_value(alone).unwrap_or_else(|e| panic!("{key}: {e}"));
+        }
+        // All four at once, and their knobs are controls of the workload.
+        shared::scenario::Scenario::from_value(j.clone()).expect("all four shapes together are valid");
+        assert!(unset(&j).is_empty());
+        let s = shape(&j);
+        let w = s.iter().find(|g| g.key == "workload").unwrap();
+        for p in [
+            "/workload/compaction/at_tokens",
+            "/workload/reasoning/echo",
+            "/workload/subagents/count",
+            "/workload/think/sigma",
+        ] {
+            assert!(w.leaves.iter().any(|l| l.pointer == p), "{p} is a control");
+        }
+        // A workload of another kind is offered none.
+        let poisson: Value = serde_json::from_str(include_str!("../../../examples/engine-10k.json")).unwrap();
+        assert!(
+            shape(&poisson)
+                .iter()
+                .flat_map(|g| &g.leaves)
+                .all(|l| !l.pointer.starts_with("/workload/think"))
+        );
     }
 
     #[test]
