@@ -102,7 +102,7 @@ pub fn shape(json: &Value) -> Vec<Group> {
     }
     // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
     let rank = |k: &str| {
-        ["workload", "profile", "fleet", "slo", "general", "shape"]
+        ["workload", "deployment", "profile", "fleet", "slo", "general", "shape"]
             .iter()
             .position(|x| *x == k)
             .unwrap_or(9)
@@ -185,6 +185,27 @@ pub fn layout(groups: Vec<Group>) -> (Vec<Group>, Vec<Group>) {
                 shared::order::sort_by_u64_key(&mut g.leaves, |l| order(&l.name) as u64);
                 slo = Some(g);
             }
+            // A deployment opens on what people decide between: model, GPU, tensor parallelism and precision.
+            "deployment" => {
+                const DECISIONS: [&str; 5] = ["model", "gpu", "tp", "weight_dtype", "kv_dtype"];
+                let (mut main, rest): (Vec<Leaf>, Vec<Leaf>) =
+                    g.leaves.into_iter().partition(|l| DECISIONS.contains(&l.name.as_str()));
+                shared::order::sort_by_u64_key(&mut main, |l| {
+                    DECISIONS.iter().position(|n| *n == l.name).unwrap_or(DECISIONS.len()) as u64
+                });
+                first.push(Group {
+                    key: "deployment".into(),
+                    title: g.title.clone(),
+                    leaves: main,
+                });
+                if !rest.is_empty() {
+                    advanced.push(Group {
+                        key: "deployment-more".into(),
+                        title: format!("{} (more)", g.title),
+                        leaves: rest,
+                    });
+                }
+            }
             _ => advanced.push(g),
         }
     }
@@ -195,7 +216,8 @@ pub fn layout(groups: Vec<Group>) -> (Vec<Group>, Vec<Group>) {
 fn collect(value: &Value, pointer: &str, out: &mut Vec<Leaf>) {
     if let Value::Object(map) = value {
         for (key, v) in map {
-            if HIDDEN.contains(&key.as_str()) {
+            // A deployment's `model` is its model (a menu of the catalog), not the scenario's simulator model.
+            if HIDDEN.contains(&key.as_str()) && !(pointer == "/deployment" && key == "model") {
                 continue;
             }
             let p = format!("{pointer}/{key}");
@@ -603,6 +625,41 @@ mod tests {
                 .flat_map(|g| &g.leaves)
                 .all(|l| !l.pointer.starts_with("/workload/think"))
         );
+    }
+
+    #[test]
+    fn a_deployment_offers_its_model_and_gpu_as_menus() {
+        let j: Value = serde_json::from_str(include_str!("../../../examples/deployment-h100-llama8b.json")).unwrap();
+        let s = shape(&j);
+        let d = s.iter().find(|g| g.key == "deployment").expect("a deployment group");
+        assert_eq!(d.title, "Deployment: model and GPU");
+        for (p, name) in [
+            ("/deployment/model", "model"),
+            ("/deployment/gpu", "gpu"),
+            ("/deployment/kv_dtype", "kv_dtype"),
+        ] {
+            let leaf = d
+                .leaves
+                .iter()
+                .find(|l| l.pointer == p)
+                .unwrap_or_else(|| panic!("{p} is a control"));
+            assert_eq!(leaf.kind, Kind::Text);
+            assert!(fields::choices(name).is_some(), "{name} is a menu");
+        }
+        assert!(
+            d.leaves
+                .iter()
+                .any(|l| l.pointer == "/deployment/tp" && l.kind == Kind::Integer)
+        );
+        // It opens on the decisions, in the explorer's first controls; the rest of it is under Advanced.
+        let (first, advanced) = layout(s.clone());
+        let keys: Vec<&str> = first.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["workload", "deployment", "slo"]);
+        let names: Vec<&str> = first[1].leaves.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["model", "gpu", "tp", "weight_dtype", "kv_dtype"]);
+        assert!(advanced.iter().any(|g| g.key == "deployment-more"));
+        // The scenario's own `model` stays hidden.
+        assert!(s.iter().flat_map(|g| &g.leaves).all(|l| l.pointer != "/model"));
     }
 
     #[test]

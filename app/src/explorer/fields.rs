@@ -200,6 +200,33 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
         "spread" => f("Spread", "σ", 0.0, 2.0, 0.01, "spread of the per-session draws"),
         "stagger_s" => f("Stagger", "s", 0.0, 120.0, 0.5, "start offset between sessions"),
         "duration_s" => f("Run length", "s", 0.0, 3600.0, 5.0, "0 = until every session ends"),
+        // a deployment (docs/simulator.md, "Deployments")
+        "model" => f(
+            "Model",
+            "",
+            0.0,
+            1.0,
+            1.0,
+            "the model, from the catalog (loadshape catalog models)",
+        ),
+        "gpu" => f(
+            "GPU",
+            "",
+            0.0,
+            1.0,
+            1.0,
+            "the GPU, from the catalog (loadshape catalog gpus)",
+        ),
+        "tp" => f(
+            "Tensor parallel",
+            "GPUs",
+            1.0,
+            8.0,
+            1.0,
+            "GPUs one replica's model is split over",
+        ),
+        "weight_dtype" => f("Weights", "", 0.0, 1.0, 1.0, "the weights' precision"),
+        "kv_dtype" => f("KV cache", "", 0.0, 1.0, 1.0, "the KV cache's precision"),
         // the agent shapes of a session workload (issue #44)
         "think" => f(
             "Think times",
@@ -428,6 +455,29 @@ pub fn choices(name: &str) -> Option<&'static [&'static str]> {
         "weighting" => Some(&["respawn", "single"]),
         "priority" => Some(&["exact", "margins"]),
         "router" => Some(&["round_robin", "least_outstanding", "session_affinity", "prefix_aware"]),
+        // A deployment's model and GPU: the catalog's names (`loadshape catalog`; a test keeps them equal).
+        "gpu" => Some(&[
+            "a100-80gb",
+            "h100-sxm",
+            "h200",
+            "b200",
+            "l40s",
+            "mi300x",
+            "rtx-pro-6000",
+        ]),
+        "model" => Some(&[
+            "llama-3.1-8b",
+            "llama-3.1-70b",
+            "qwen3-8b",
+            "qwen3-32b",
+            "qwen3-30b-a3b",
+            "qwen3-coder-480b-a35b",
+            "gpt-oss-20b",
+            "gpt-oss-120b",
+            "deepseek-v3",
+            "codellama-34b",
+        ]),
+        "weight_dtype" | "kv_dtype" => Some(&["bf16", "fp8", "fp4"]),
         _ => None,
     }
 }
@@ -440,6 +490,7 @@ pub fn group_title(key: &str) -> String {
         "slo" => "SLOs".to_string(),
         "shape" => "Session shape".to_string(),
         "fleet" => "Fleet".to_string(),
+        "deployment" => "Deployment: model and GPU".to_string(),
         other => humanize(other),
     }
 }
@@ -466,6 +517,14 @@ mod tests {
             assert!(!s.label.is_empty() && !s.unit.is_empty(), "{name}");
         }
         assert!(spec("seed").is_some_and(|s| s.no_slider));
+    }
+
+    #[test]
+    fn the_deployment_menus_are_the_catalogs_names() {
+        let gpus: Vec<String> = shared::deploy::catalog::gpus().into_iter().map(|g| g.name).collect();
+        assert_eq!(choices("gpu").unwrap(), gpus);
+        let models: Vec<&str> = shared::deploy::catalog::MODELS.iter().map(|m| m.name).collect();
+        assert_eq!(choices("model").unwrap(), models);
     }
 
     #[test]
