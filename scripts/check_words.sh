@@ -1,20 +1,16 @@
 #!/usr/bin/env bash
 # The tree speaks of the project only. Fails, naming FILE:LINE and the words, where a tracked text file holds
 #
-# 1. A path of a build machine:
-#    - `/work/...`, `/root/...`, `/Users/<name>`, `/home/<name>`;
-#    - `/tmp/<name>`. Allowed: a `mktemp` template (`/tmp/name.XXXXXX`, six X or more, on a line that calls mktemp)
-#      and anything under `${TMPDIR:-/tmp}` (that reads `/tmp}`, so it never matches). A script's default scratch
-#      folder is `$(mktemp -d)` or `${TMPDIR:-/tmp}/loadshape-NAME`; a command in the docs names its folder with a
-#      placeholder (`OUT=DIR`, `OLD_WORKTREE`) or `$(mktemp -d)`.
-# 2. Narration of how the work was organised, rather than of the product:
-#    - a numbered session (`session 12`, `Session 28`, `session 22's`), numbers 3 and up. Numbers 0–2 are the
-#      indices tests and comments give a workload's sessions (`Session 0: step 0 at t=0 ...`) and stay allowed; the
-#      domain's other uses (`sessions`, `--sessions 8`, `session_id`, "a session workload") never match;
-#    - `this session` (code that means a workload's session says "the session"), `in earlier sessions`,
-#      `an earlier session`;
-#    - a sitting (`this sitting`, `a sitting`, `sittings`; "a request sitting in the queue" does not match), `the
-#      lead` (not "the lead time") and `lead's`, `helpers' builds`, `other helpers compiling|building|running`.
+# 1. A path of a build machine (`paths` below): a workspace or a user's home folder at the file system's root, or a
+#    named folder in the system's temporary folder. Allowed: a `mktemp` template (six X or more, on a line that
+#    calls mktemp) and anything under `${TMPDIR:-/tmp}` (that reads `/tmp}`, so it never matches). A script's default
+#    scratch folder is `$(mktemp -d)` or `${TMPDIR:-/tmp}/loadshape-NAME`; a command in the docs names its folder
+#    with a placeholder (`OUT=DIR`, `OLD_WORKTREE`) or `$(mktemp -d)`.
+# 2. Narration of how the work was organised, rather than of the product (`narration` below): a working session
+#    named by its number (numbers 3 and up: 0–2 are the indices tests give a workload's sessions, and the domain's
+#    other uses, `sessions`, `--sessions 8`, `session_id`, "a session workload", never match), the current or an
+#    earlier working session, a working sitting (but "a request sitting in the queue" passes), and who did the
+#    work (the lead, helpers) rather than what the project does.
 #    A measurement is identified by its date (UTC time where given), commit and conditions instead.
 #
 # Usage: bash scripts/check_words.sh [PATHSPEC...]   (default: every tracked file; git pathspecs, e.g. ':!README.md')

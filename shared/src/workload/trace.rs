@@ -396,7 +396,7 @@ mod tests {
         for q in r {
             assert_eq!(q.hash_ids.len() as u64, q.prompt_tokens().div_ceil(16), "{q:?}");
         }
-        // 40 cached tokens of the system prompt: its first 2 whole blocks; session 1's first step shares nothing.
+        // 40 cached tokens of the system prompt: its first 2 whole blocks; the second session's first step shares nothing.
         assert_eq!(&r[0].hash_ids[..2], &[0, 1]);
         assert!(r[0].hash_ids[2] >= 1 << 62);
         assert!(r[1].hash_ids.iter().all(|id| !r[0].hash_ids.contains(id)));
