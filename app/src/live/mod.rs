@@ -507,7 +507,9 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     });
     let running = move || matches!(live.source.get(), Some(Source::Run(r)) if r.state == RunState::Running);
 
-    let launch = move |_| {
+    // What Launch and "Find capacity live" both send: the explorer's scenario (shown as what the view now holds) and
+    // the chosen target, and the message that says what is missing or that the message did not go out.
+    let send_with = move |msg: fn(u64, Value, String) -> ClientMsg| {
         let Some(sc) = ex.scenario() else {
             live.message
                 .set(Some("fix the scenario in the explorer first".to_string()));
@@ -520,35 +522,20 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         }
         let scenario = sc.to_value();
         live.scenario.set(Some(scenario.clone()));
-        if !conn.send(&ClientMsg::StartRun {
-            id: conn.next_id(),
-            scenario,
-            target,
-        }) {
+        if !conn.send(&msg(conn.next_id(), scenario, target)) {
             live.message.set(Some("not connected to the agent".to_string()));
         }
     };
+    let launch = move |_| {
+        send_with(|id, scenario, target| ClientMsg::StartRun { id, scenario, target });
+    };
     let find_capacity = move |_| {
-        let Some(sc) = ex.scenario() else {
-            live.message
-                .set(Some("fix the scenario in the explorer first".to_string()));
-            return;
-        };
-        let target = live.target.get_untracked();
-        if target.is_empty() {
-            live.message.set(Some("pick a target".to_string()));
-            return;
-        }
-        let scenario = sc.to_value();
-        live.scenario.set(Some(scenario.clone()));
-        if !conn.send(&ClientMsg::StartCapacity {
-            id: conn.next_id(),
+        send_with(|id, scenario, target| ClientMsg::StartCapacity {
+            id,
             scenario,
             target,
             options: CapacityOptions::default(),
-        }) {
-            live.message.set(Some("not connected to the agent".to_string()));
-        }
+        });
     };
     let stop = move |_| {
         if let Some(run_id) = live.watched_run() {
