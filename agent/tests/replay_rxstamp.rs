@@ -143,7 +143,7 @@ async fn blocked_run(clock: RxClock) -> (RequestOutcome, &'static str) {
         base_asked: 0,
         designed_cached_tokens: None,
         designed_prompt_tokens: None,
-        in_session: false,
+        affinity: None,
         parent: None,
     };
     let used = match runner::to_record(&o, Instant::now(), slot, 2, 1).rx_clock {

@@ -66,12 +66,30 @@ async fn capture(State(bodies): State<Bodies>, body: Bytes) -> Response {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// [`capture`], but a sub-agent's request (its messages hold a "Sub-agent" task) answers after a pause.
+async fn capture_slow_children(state: State<Bodies>, body: Bytes) -> Response {
+    if String::from_utf8_lossy(&body).contains("Sub-agent ") {
+        tokio::time::sleep(CHILD_PAUSE).await;
+    }
+    capture(state, body).await
+}
+
+const CHILD_PAUSE: Duration = Duration::from_millis(2500);
+
 async fn server() -> (String, Bodies) {
+    serve_app(false).await
+}
+
+async fn serve_app(slow_children: bool) -> (String, Bodies) {
     let bodies: Bodies = Arc::default();
-    let app = Router::new()
-        .route("/v1/chat/completions", post(capture))
-        .route("/v1/completions", post(capture))
-        .with_state(bodies.clone());
+    let app = if slow_children {
+        Router::new().route("/v1/chat/completions", post(capture_slow_children))
+    } else {
+        Router::new()
+            .route("/v1/chat/completions", post(capture))
+            .route("/v1/completions", post(capture))
+    }
+    .with_state(bodies.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -111,13 +129,26 @@ async fn replay(dir: &Scratch, sc: &Value, endpoint: &str) -> (Vec<Value>, Vec<R
 
 /// Runs the scenario against `url`; returns the records (by step) and the report printed.
 async fn replay_at(dir: &Scratch, sc: &Value, endpoint: &str, url: &str) -> (Vec<RequestRecord>, String) {
+    replay_fleet(dir, sc, endpoint, &[url], &[]).await
+}
+
+/// Runs the scenario against the replicas `urls` with `extra` flags; returns the records (by step) and the report.
+async fn replay_fleet(
+    dir: &Scratch,
+    sc: &Value,
+    endpoint: &str,
+    urls: &[&str],
+    extra: &[&str],
+) -> (Vec<RequestRecord>, String) {
     let path = dir.join("scenario.json");
     std::fs::write(&path, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let out = dir.join(format!("{endpoint}.jsonl"));
-    let args = [
-        "replay",
-        "--url",
-        url,
+    let mut args: Vec<String> = vec!["replay".into()];
+    for u in urls {
+        args.extend(["--url".into(), (*u).to_string()]);
+    }
+    args.extend(extra.iter().map(|a| (*a).to_string()));
+    let rest = [
         "--model",
         "m",
         "--scenario",
@@ -132,9 +163,10 @@ async fn replay_at(dir: &Scratch, sc: &Value, endpoint: &str, url: &str) -> (Vec
         "none",
         "--quiet",
     ];
+    args.extend(rest.iter().map(|a| (*a).to_string()));
     let o = tokio::time::timeout(
         Duration::from_secs(60),
-        Command::new(BIN).args(args).stdin(Stdio::null()).output(),
+        Command::new(BIN).args(&args).stdin(Stdio::null()).output(),
     )
     .await
     .unwrap_or_else(|_| panic!("replay did not finish in 60 s"))
@@ -388,6 +420,61 @@ async fn children_fork_from_the_parents_exact_conversation() {
         }
         // A child's step 0 forks a cached prefix: the cold-start check counts the parent's step 0 only.
         assert!(recs.iter().any(|r| r.step == 0 && r.parent.is_some()));
+    }
+}
+
+/// Without `wait` the parent goes on: its slot's next instance starts while the children of the previous one are
+/// still running (as the simulator has it), and the run ends when they have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_not_waited_for_do_not_hold_the_slots_next_instance() {
+    let dir = Scratch::new("shapes-subagents-nowait");
+    let (url, _) = serve_app(true).await;
+    let (sc, _) = scenario(json!({"ladder": "2000:2", "respawn": true, "duration_s": 1.5,
+        "subagents": {"every_steps": 1, "count": 1, "steps": 1, "gen_tokens": 10, "tool_tokens": 50,
+        "wait": false}}));
+    let (recs, _) = replay_at(&dir, &sc, "chat", &url).await;
+    let child = recs
+        .iter()
+        .find(|r| r.parent == Some(0) && r.inst == 0)
+        .unwrap_or_else(|| panic!("the first instance's child: {recs:?}"));
+    assert!(child.ok && child.wall_s >= CHILD_PAUSE.as_secs_f64() * 0.9, "{child:?}");
+    let next = recs
+        .iter()
+        .find(|r| r.session == 0 && r.inst == 1 && r.step == 0)
+        .unwrap_or_else(|| panic!("the slot's second instance: {recs:?}"));
+    assert!(
+        next.t_submit < child.t_submit + child.wall_s,
+        "the next instance ({:.2} s) waited for the child ({:.2}–{:.2} s)",
+        next.t_submit,
+        child.t_submit,
+        child.t_submit + child.wall_s
+    );
+    // Every child the run started was recorded (the run waited for them before ending).
+    let fanned = recs.iter().filter(|r| r.parent.is_none() && r.step == 0).count();
+    assert_eq!(recs.iter().filter(|r| r.parent.is_some()).count(), fanned, "{recs:?}");
+}
+
+/// In a fleet with `session_affinity`, a child goes to its parent's replica, where the prefix it forks is cached (as
+/// in the simulator), not wherever its own session id would be placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_follow_their_parent_to_its_replica() {
+    let dir = Scratch::new("shapes-subagents-fleet");
+    let (a, _) = server().await;
+    let (b, _) = server().await;
+    let (sc, _) = scenario(
+        json!({"ladder": "2000:3", "subagents": {"every_steps": 1, "count": 2, "steps": 2,
+        "gen_tokens": 10, "tool_tokens": 50, "wait": true}}),
+    );
+    let (recs, _) = replay_fleet(&dir, &sc, "chat", &[&a, &b], &["--router", "session_affinity"]).await;
+    let parent: Vec<&RequestRecord> = recs.iter().filter(|r| r.parent.is_none()).collect();
+    let kids: Vec<&RequestRecord> = recs.iter().filter(|r| r.parent.is_some()).collect();
+    assert_eq!((parent.len(), kids.len()), (3, 8), "{recs:?}");
+    let home = parent[0]
+        .replica
+        .unwrap_or_else(|| panic!("no replica: {:?}", parent[0]));
+    assert!(parent.iter().all(|r| r.replica == Some(home)), "{parent:?}");
+    for k in kids {
+        assert_eq!(k.replica, Some(home), "a child left its parent's replica: {k:?}");
     }
 }
 

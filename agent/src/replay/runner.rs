@@ -96,9 +96,10 @@ pub struct Slot {
     pub designed_cached_tokens: Option<u64>,
     /// The plan's prompt size, tokens (the record's `designed_prompt_tokens`).
     pub designed_prompt_tokens: Option<u64>,
-    /// The request is a step of a session `(session, inst)` (a fleet's `session_affinity` keeps a session on one
-    /// replica); false for open- and closed-loop requests.
-    pub in_session: bool,
+    /// The session instance a fleet's `session_affinity` keeps on one replica: the request's own `(session, inst)`
+    /// for a session step, the parent's for a sub-agent's (children go where their parent's prefix is cached, as
+    /// in the simulator); `None` for open- and closed-loop requests.
+    pub affinity: Option<(u64, u32)>,
     /// A sub-agent's step: the session it was forked from (the record's `parent`).
     pub parent: Option<u64>,
 }
@@ -119,10 +120,7 @@ impl Ctx {
             Prompt::Conversation(c, _) => c.flat(),
         };
         // A fleet: the replica (counted as in flight there until the request ends).
-        let routed = self
-            .router
-            .as_ref()
-            .map(|r| r.route(slot.in_session.then_some((slot.session, slot.inst)), text));
+        let routed = self.router.as_ref().map(|r| r.route(slot.affinity, text));
         let client = routed.as_ref().map_or(&self.client, |r| r.client());
         let outcome = client
             .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
@@ -273,7 +271,22 @@ pub async fn run_sessions(ctx: Arc<Ctx>, run: Arc<SessionRun>) {
     while workers.join_next().await.is_some() {}
 }
 
+/// A slot's session instances, one after another; sub-agents not waited for run on past their parent's instance
+/// (the slot's next instance does not wait for them, as in the simulator) and the slot ends when they have.
 async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
+    let mut detached = Vec::new();
+    slot_instances(&ctx, &run, slot, &mut detached).await;
+    for h in detached {
+        let _ = h.await;
+    }
+}
+
+async fn slot_instances(
+    ctx: &Arc<Ctx>,
+    run: &Arc<SessionRun>,
+    slot: u32,
+    detached: &mut Vec<tokio::task::JoinHandle<String>>,
+) {
     let mut streak = 0u32;
     // Sub-agent fan-outs so far, over the slot's instances (the children's record `inst`).
     let mut fanouts = 0u32;
@@ -282,7 +295,8 @@ async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
             return;
         }
         let t_inst = Instant::now();
-        let done_steps = run_session(&ctx, &run, slot, inst, &mut fanouts).await;
+        detached.retain(|h| !h.is_finished());
+        let done_steps = session_steps(ctx, run, slot, inst, &mut fanouts, detached).await;
         if !run.workload.respawn {
             return;
         }
@@ -311,18 +325,8 @@ async fn slot_worker(ctx: Arc<Ctx>, run: Arc<SessionRun>, slot: u32) {
     }
 }
 
-/// One session instance; returns the number of steps that completed. It ends when its sub-agents have too (those
-/// it did not wait for).
-async fn run_session(ctx: &Arc<Ctx>, run: &Arc<SessionRun>, slot: u32, inst: u32, fanouts: &mut u32) -> u32 {
-    let mut detached = Vec::new();
-    let done = session_steps(ctx, run, slot, inst, fanouts, &mut detached).await;
-    for h in detached {
-        let _ = h.await;
-    }
-    done
-}
-
-/// The steps of one session instance (see [`run_session`]); sub-agents not waited for go to `detached`.
+/// The steps of one session instance; returns the number that completed. Sub-agents not waited for go to
+/// `detached`.
 async fn session_steps(
     ctx: &Arc<Ctx>,
     run: &Arc<SessionRun>,
@@ -377,7 +381,7 @@ async fn session_steps(
             base_asked: plan.base_tokens,
             designed_cached_tokens: designed,
             designed_prompt_tokens: Some(plan.prompt_tokens(step)),
-            in_session: true,
+            affinity: Some((u64::from(slot), inst)),
             parent: None,
         };
         let o = ctx
@@ -435,6 +439,7 @@ async fn session_steps(
                     convo: c,
                     session,
                     parent: u64::from(slot),
+                    parent_inst: inst,
                     inst: *fanouts,
                     designed0: plan.designed_cached_after(server_prompt, step, false),
                     fork,
@@ -511,8 +516,9 @@ pub fn subagent_task(j: u32) -> String {
 struct KidRun {
     convo: Conversation,
     session: u64,
-    /// The parent's session.
+    /// The parent's session and instance.
     parent: u64,
+    parent_inst: u32,
     inst: u32,
     /// Step 0's designed cacheable part: the parent's prompt (as the server counted it) and its reply.
     designed0: u64,
@@ -548,7 +554,7 @@ async fn run_kid(ctx: Arc<Ctx>, run: Arc<SessionRun>, mut k: KidRun) -> String {
             base_asked: sub.child_prompt(k.fork, k.task_tokens, 0),
             designed_cached_tokens: Some(designed),
             designed_prompt_tokens: Some(sub.child_prompt(k.fork, k.task_tokens, i)),
-            in_session: true,
+            affinity: Some((k.parent, k.parent_inst)),
             parent: Some(k.parent),
         };
         let o = ctx
@@ -675,7 +681,7 @@ fn slot_for(index: u64, r: &PlannedRequest) -> Slot {
         base_asked: u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens),
         designed_cached_tokens: Some(u64::from(r.shared_prefix_tokens)),
         designed_prompt_tokens: Some(u64::from(r.shared_prefix_tokens) + u64::from(r.unique_prompt_tokens)),
-        in_session: false,
+        affinity: None,
         parent: None,
     }
 }

@@ -147,7 +147,7 @@ pub async fn run_trace(
                     base_asked: r.prompt_tokens(),
                     designed_cached_tokens: Some(designed[i]),
                     designed_prompt_tokens: Some(r.prompt_tokens()),
-                    in_session: r.session.is_some(),
+                    affinity: r.session.map(|x| (u64::from(x), 0)),
                     parent: None,
                 };
                 let (ctx, trace, prompts, streak, tx) =
