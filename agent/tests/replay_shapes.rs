@@ -292,9 +292,9 @@ async fn echoed_reasoning_goes_back_and_stripped_reasoning_does_not() {
     }
 }
 
-/// Against sim-server, which streams the reasoning it is asked for: the records carry it (from usage), the report
-/// shows TTFT-content and the reasoning share, and the server's prefix cache reuses the reply only when the
-/// reasoning is echoed.
+/// Against sim-server, which streams the reasoning it is asked for (on chat and on Responses): the records carry it
+/// (from usage), the report shows TTFT-content and the reasoning share, and the server's prefix cache reuses the reply
+/// only when the reasoning is echoed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
     let dir = Scratch::new("shapes-reasoning-sim");
@@ -303,17 +303,23 @@ async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
         ..Default::default()
     })
     .await;
-    for echo in [true, false] {
+    for (endpoint, echo) in [
+        ("chat", true),
+        ("chat", false),
+        ("responses", true),
+        ("responses", false),
+    ] {
         let (sc, w) = scenario(json!({"ladder": "2000:4", "gen_tokens": 200, "tool_tokens": 300,
             "reasoning": {"tokens": 300, "echo": echo}}));
         let plan = w.plan(0, 0, SEED);
-        let (recs, stdout) = replay_at(&dir, &sc, "chat", &sim.base).await;
-        assert_eq!(recs.len(), 4, "{recs:?}");
+        let (recs, stdout) = replay_at(&dir, &sc, endpoint, &sim.base).await;
+        assert_eq!(recs.len(), 4, "{endpoint}: {recs:?}");
         for r in &recs {
-            assert!(r.ok, "{r:?}");
+            assert!(r.ok, "{endpoint}: {r:?}");
             assert_eq!(
                 (r.reasoning_tokens, r.gen_tokens),
-                (Some(300), u64::from(plan.output_tokens(r.step)))
+                (Some(300), u64::from(plan.output_tokens(r.step))),
+                "{endpoint}"
             );
             assert!(
                 r.ttft_content_s.expect("ttft_content") > r.ttft_s.expect("ttft"),
@@ -329,19 +335,19 @@ async fn reasoning_against_sim_server_breaks_reuse_unless_echoed() {
             // Whole 16-token blocks of the designed prefix (the reply's last token is never computed).
             assert!(
                 cached <= designed && cached + 32 >= designed,
-                "echo {echo}: {cached} of {designed}: {r:?}"
+                "{endpoint} echo {echo}: {cached} of {designed}: {r:?}"
             );
             let prev = &recs[r.step as usize - 1];
             let prev_prompt = prev.prompt_tokens.unwrap_or(0);
             if echo {
                 assert!(
                     cached >= prev_prompt + 300 - 16,
-                    "echoed: the reasoning and reply are reused: {cached}"
+                    "{endpoint} echoed: the reasoning and reply are reused: {cached}"
                 );
             } else {
                 assert!(
                     cached <= prev_prompt,
-                    "stripped: nothing past the previous prompt: {cached}"
+                    "{endpoint} stripped: nothing past the previous prompt: {cached}"
                 );
             }
         }

@@ -451,8 +451,10 @@ impl Client {
     /// Ask the server for hidden reasoning (a session workload's `reasoning`), with its own controls: on chat,
     /// `"chat_template_kwargs": {"enable_thinking": true, "thinking_budget": R}` (vLLM, SGLang and llama.cpp pass
     /// them to the chat template of a reasoning model, which ignores a variable it does not use; sim-server streams
-    /// `R` reasoning tokens); on Messages, `"thinking": {"type": "enabled", "budget_tokens": R}`;
-    /// `/v1/completions` has no control (the prompt is raw text). `None`: the body as before.
+    /// `R` reasoning tokens); on Messages, `"thinking": {"type": "enabled", "budget_tokens": R}`; on Responses,
+    /// `"reasoning": {"effort": "medium", "max_tokens": R}` (vLLM and SGLang turn the effort into
+    /// `enable_thinking`; the API has no budget, `max_tokens` is OpenRouter's spelling of one, which sim-server
+    /// streams); `/v1/completions` has no control (the prompt is raw text). `None`: the body as before.
     pub fn with_reasoning(mut self, reasoning: Option<shared::workload::Reasoning>) -> Self {
         let Some(r) = reasoning else { return self };
         let fields = match self.cfg.endpoint {
@@ -464,7 +466,11 @@ impl Client {
                 ",\"thinking\":{{\"type\":\"enabled\",\"budget_tokens\":{}}}",
                 r.per_reply()
             ),
-            _ => String::new(),
+            Endpoint::Responses => format!(
+                ",\"reasoning\":{{\"effort\":\"medium\",\"max_tokens\":{}}}",
+                r.per_reply()
+            ),
+            Endpoint::Completions => String::new(),
         };
         // Before `,"temperature":…`, so the body still ends with the stream fields.
         let mut tail = fields.into_bytes();

@@ -241,8 +241,9 @@ impl Conversation {
     /// The Responses API's `input` (written as a JSON object member into `out`, with its leading comma): the system
     /// prompt and the task as messages, then per step the reply as an assistant message and either a
     /// `function_call` answered by a `function_call_output` item, or a user message with the tool output; `tools`
-    /// (the one function) when the history holds calls. Echoed reasoning is not sent (the API's reasoning items
-    /// carry the server's own ids).
+    /// (the one function) when the history holds calls. Echoed reasoning goes before its reply as a `reasoning`
+    /// item (`{"type": "reasoning", "id": "rs_K", "summary": [], "content": [{"type": "reasoning_text", "text"}]}`,
+    /// the shape vLLM streams and reads back; the id is the step's, not the server's).
     pub fn write_responses_input(&self, out: &mut Vec<u8>, tool_results: ToolResults) {
         out.extend_from_slice(b",\"input\":[{\"role\":\"system\",\"content\":");
         json_str(out, self.system());
@@ -250,6 +251,14 @@ impl Conversation {
         json_str(out, self.task());
         out.push(b'}');
         for (k, (reply, tool)) in self.turns().enumerate() {
+            let reasoning = self.reasoning_of(k);
+            if !reasoning.is_empty() {
+                out.extend_from_slice(b",{\"type\":\"reasoning\",\"id\":");
+                json_str(out, &format!("rs_{k}"));
+                out.extend_from_slice(b",\"summary\":[],\"content\":[{\"type\":\"reasoning_text\",\"text\":");
+                json_str(out, reasoning);
+                out.extend_from_slice(b"}]}");
+            }
             out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":");
             json_str(out, reply);
             out.push(b'}');
@@ -410,7 +419,7 @@ mod tests {
     }
 
     /// Echoed reasoning: before the reply in the flat text, `reasoning_content` on chat, a `thinking` block on
-    /// Messages; a turn without it is written as before.
+    /// Messages, a `reasoning` item on Responses; a turn without it is written as before.
     #[test]
     fn echoed_reasoning_in_each_form() {
         let mut c = Conversation::new("sys".into(), TASK);
@@ -442,6 +451,21 @@ mod tests {
             );
             assert_eq!(v["messages"][1]["content"][1]["type"], "text", "{tr:?}");
         }
+        let mut out = b"{\"x\":1".to_vec();
+        c.write_responses_input(&mut out, ToolResults::User);
+        out.push(b'}');
+        let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            v["input"][2],
+            json!({"type": "reasoning", "id": "rs_0", "summary": [],
+                   "content": [{"type": "reasoning_text", "text": "think hard"}]})
+        );
+        assert_eq!(v["input"][3], json!({"role": "assistant", "content": " fix"}));
+        assert_eq!(
+            v["input"][5],
+            json!({"role": "assistant", "content": " again"}),
+            "no reasoning item"
+        );
     }
 
     #[test]

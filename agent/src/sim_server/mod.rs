@@ -365,6 +365,8 @@ struct GenBody {
     chat_template_kwargs: Option<Value>,
     /// Messages: `{"type": "enabled", "budget_tokens": R}` asks for `R` reasoning tokens.
     thinking: Option<Value>,
+    /// Responses: `{"effort": E, "max_tokens": R}` asks for `R` reasoning tokens unless `E` is `"none"`.
+    reasoning: Option<Value>,
     /// Responses: `input` (a string, or message and function-call items), `instructions`, `max_output_tokens`.
     input: Option<Value>,
     instructions: Option<Value>,
@@ -384,7 +386,12 @@ fn reasoning_asked(kind: Kind, body: &GenBody) -> u64 {
             .as_ref()
             .filter(|t| t["type"] == "enabled")
             .and_then(|t| t["budget_tokens"].as_u64()),
-        Kind::Completions | Kind::Responses => None,
+        Kind::Responses => body
+            .reasoning
+            .as_ref()
+            .filter(|r| r["effort"] != "none")
+            .and_then(|r| r["max_tokens"].as_u64()),
+        Kind::Completions => None,
     };
     budget.unwrap_or(0)
 }
@@ -461,12 +468,30 @@ fn responses_messages(body: &GenBody) -> Result<Vec<Value>, String> {
     match &body.input {
         Some(Value::String(t)) => out.push(json!({"role": "user", "content": t})),
         Some(Value::Array(items)) => {
+            let mut pending_reasoning = String::new();
             for it in items {
                 match it.get("type").and_then(Value::as_str) {
                     Some("function_call_output") => {
                         out.push(json!({"role": "tool", "content": it.get("output").cloned().unwrap_or_default()}));
                     }
-                    Some("function_call" | "reasoning") => {}
+                    // Echoed reasoning: the next assistant message's, rendered before its reply (as chat's
+                    // `reasoning_content`).
+                    Some("reasoning") => {
+                        let text: String = it
+                            .get("content")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|p| p.get("text").and_then(Value::as_str))
+                            .collect();
+                        pending_reasoning.push_str(&text);
+                    }
+                    Some("function_call") => {}
+                    _ if !pending_reasoning.is_empty() && it.get("role") == Some(&json!("assistant")) => {
+                        let mut m = it.clone();
+                        m["reasoning_content"] = Value::String(std::mem::take(&mut pending_reasoning));
+                        out.push(m);
+                    }
                     _ => out.push(it.clone()),
                 }
             }
@@ -797,12 +822,13 @@ impl Gen {
             "null"
         };
         format!(
-            r#"{{"id":"resp_{}","object":"response","model":{},"status":"{status}","incomplete_details":{incomplete},"usage":{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":0}},"total_tokens":{}}}}}"#,
+            r#"{{"id":"resp_{}","object":"response","model":{},"status":"{status}","incomplete_details":{incomplete},"usage":{{"input_tokens":{},"input_tokens_details":{{"cached_tokens":{}}},"output_tokens":{},"output_tokens_details":{{"reasoning_tokens":{}}},"total_tokens":{}}}}}"#,
             self.req,
             self.st.model_json,
             self.prompt_tokens,
             self.cached,
             self.sent,
+            self.reasoning.min(self.sent),
             u64::from(self.prompt_tokens) + u64::from(self.sent)
         )
     }
@@ -889,6 +915,11 @@ impl Gen {
                 Kind::Messages => write!(
                     out,
                     "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"thinking_delta\",\"thinking\":\"{text}\"}}}}"
+                ),
+                Kind::Responses => write!(
+                    out,
+                    "event: response.reasoning_text.delta\ndata: {{\"type\":\"response.reasoning_text.delta\",\"item_id\":\"rs_{}\",\"output_index\":0,\"content_index\":0,\"delta\":\"{text}\"}}",
+                    self.req
                 ),
                 _ => write!(
                     out,
