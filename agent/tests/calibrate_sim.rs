@@ -580,6 +580,79 @@ async fn calibrate_refuses_runs_it_cannot_fit() {
     assert!(e.contains("dep.json") && e.contains("gpu names no known GPU"), "{e}");
 }
 
+/// `--from` a session run with hidden reasoning: the reasoning tokens are decode steps like the reply's (the fit
+/// counts every output token and times from the first frame of any kind), so one user's sessions with reasoning
+/// recover the decode step at batch 1. (Their prefill terms are weakly identified, with or without reasoning: the
+/// prefills are a few hundred new tokens each, so the rate trades against the fixed part from run to run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_from_a_session_run_with_hidden_reasoning() {
+    let _one = LIVE.lock().await;
+    let dir = tmp("reasoning");
+    let truth = truth();
+    let (url, stop) = start(truth.clone()).await;
+    let sc = serde_json::json!({"model": "engine",
+        "workload": {"kind": "sessions", "ladder": "600:16", "gen_tokens": 48, "tool_tokens": 250,
+                     "think_s": 0.0, "stagger_s": 0.0, "duration_s": 600.0,
+                     "reasoning": {"tokens": 96, "echo": false}},
+        "profile": truth, "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 3});
+    let path = dir.join("scenario.json");
+    std::fs::write(&path, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let run = dir.join("run.jsonl");
+    let o = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadshape"))
+        .args([
+            "replay",
+            "--url",
+            &url,
+            "--model",
+            "sim",
+            "--endpoint",
+            "chat",
+            "--quiet",
+            "--metrics-url",
+            "none",
+        ])
+        .arg("--scenario")
+        .arg(&path)
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let _ = stop.send(());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (recs, _) = loadshape::replay::records::read_records(&run).unwrap_or_else(|e| panic!("{e:#}"));
+    assert!(recs.len() >= 12, "{}", recs.len());
+    assert!(
+        recs.iter().all(|r| r.reasoning_tokens == Some(96)),
+        "every reply reasoned"
+    );
+    let out = dir.join("fit");
+    let a = calibrate_args(&[
+        "--from",
+        run.to_str().unwrap_or_default(),
+        "--out",
+        out.to_str().unwrap_or_default(),
+    ]);
+    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let c = |name: &str| fit.coefficients.get(name).map_or(0.0, |co| co.value) * SPEED;
+    let fitted = EngineProfile {
+        step_fixed_ms: c("step_fixed_ms"),
+        per_seq_ms: c("per_seq_ms"),
+        per_ctx_token_ms: c("per_ctx_token_ms"),
+        batch_kv_ms_per_ktok: c("batch_kv_ms_per_ktok"),
+        ..truth.clone()
+    };
+    // One user: batch 1 only, at the contexts the sessions reached.
+    for context in [700.0, 2000.0, 4000.0] {
+        let (got, want) = (fitted.decode_step_ms(1.0, context), truth.decode_step_ms(1.0, context));
+        assert!(
+            (got / want - 1.0).abs() <= 0.08,
+            "decode step at context {context}: fitted {got:.3} ms vs true {want:.3} ms ({:?})",
+            fit.coefficients
+        );
+    }
+}
+
 /// What llama.cpp's `/props` says fills the limits a deployment file leaves out (slots → `max_num_seqs`, per-slot
 /// `n_ctx` → `max_model_len`, `n_batch` → `max_num_batched_tokens`), each named; what the file gives stays, and
 /// llama.cpp's assumed block size is not taken for the server's.
