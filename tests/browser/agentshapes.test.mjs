@@ -20,6 +20,8 @@ test('reasoning and sub-agents set from the explorer compute as the CLI does, an
   page.on('pageerror', (e) => errors.push(String(e)));
   await page.goto(shareLink(scenario, 'shapes', ORIGIN));
   await page.locator('[data-summary="explorer"] [data-metric="ttft_p50_ms"]').first().waitFor({ timeout: 30000 });
+  const cards = page.locator('.stat-grid.summary');
+  assert.equal(await cards.locator('[data-metric="reasoning_share"]').count(), 0, 'no reasoning card without reasoning');
   await openAdvanced(page);
   for (const shape of ['Reasoning', 'Sub-agents']) {
     await page.getByRole('button', { name: `Set ${shape}` }).click();
@@ -40,6 +42,10 @@ test('reasoning and sub-agents set from the explorer compute as the CLI does, an
   for (const field of ['reasoning_share', 'ttft_content_p50_ms', 'ttft_p50_ms', 'cached_share', 'completed']) {
     if (!(field in expected)) continue;
     assert.equal(Number(shown[field]), expected[field], `${field} on the page vs the CLI`);
+  }
+  // With reasoning the headline cards show TTFT to the first content token and the reasoning share.
+  for (const field of ['ttft_content_p50_ms', 'ttft_content_p99_ms', 'reasoning_share']) {
+    assert.equal(await cards.locator(`[data-metric="${field}"]`).count(), 1, `${field} card`);
   }
   await screenshot(page, 'page-agent-shapes-1440x900');
   assert.deepEqual(errors, []);

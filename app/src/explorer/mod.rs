@@ -392,7 +392,7 @@ fn stat_card(ex: Explorer, o: std::sync::Arc<Outcome>, name: &'static str, label
             None => "",
         }
     };
-    let unit = if name.ends_with("_ratio") || name.contains("share") {
+    let unit = if crate::ui::metric::is_ratio(name) {
         ""
     } else {
         unit_of(name)

@@ -8,9 +8,14 @@
 use leptos::prelude::*;
 
 /// Headline metrics, in display order, with their labels. A field absent from a model's summary is skipped.
-pub const HEADLINE: [(&str, &str); 16] = [
+pub const HEADLINE: [(&str, &str); 20] = [
     ("ttft_p50_ms", "TTFT p50"),
     ("ttft_p99_ms", "TTFT p99"),
+    // Present only with hidden reasoning (TTFT to the first content token) and with speculative decoding.
+    ("ttft_content_p50_ms", "TTFT-content p50"),
+    ("ttft_content_p99_ms", "TTFT-content p99"),
+    ("reasoning_share", "Reasoning share"),
+    ("spec_acceptance", "Draft acceptance"),
     ("tpot_p50_ms", "TPOT p50"),
     ("tpot_p99_ms", "TPOT p99"),
     ("e2el_p50_ms", "E2E p50"),
@@ -27,6 +32,11 @@ pub const HEADLINE: [(&str, &str); 16] = [
     ("duration_s", "Duration"),
 ];
 
+/// A share of one (shown as a percentage): `…_ratio`, `…share…`, `spec_acceptance`.
+pub fn is_ratio(field: &str) -> bool {
+    field.ends_with("_ratio") || field.contains("share") || field == "spec_acceptance"
+}
+
 /// The unit suffix a field name implies, for display next to the value.
 pub fn unit_of(field: &str) -> &'static str {
     if field.ends_with("_ms") {
@@ -39,7 +49,7 @@ pub fn unit_of(field: &str) -> &'static str {
         "tok/s"
     } else if field.ends_with("_s") {
         "s"
-    } else if field.ends_with("_ratio") || field.contains("share") {
+    } else if is_ratio(field) {
         "ratio"
     } else {
         ""
@@ -86,7 +96,7 @@ pub fn display(field: &str, v: f64, exact: bool) -> String {
     if exact {
         return v.to_string();
     }
-    if field.ends_with("_ratio") || field.contains("share") {
+    if is_ratio(field) {
         return crate::ui::fmt::pct(v);
     }
     // Counts (completed, failed, tokens) read as whole numbers.
@@ -134,6 +144,7 @@ mod tests {
         assert_eq!(label("kv_peak_use_ratio"), "KV peak use");
         assert_eq!(label("output_throughput_tok_s"), "Output tokens");
         assert_eq!(label("prefill_tokens"), "Prefill tokens");
+        assert_eq!(label("ttft_content_p99_ms"), "TTFT-content p99");
         assert!(!label("e2el_mean_ms").contains('_'));
     }
 }
