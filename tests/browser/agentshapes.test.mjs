@@ -47,6 +47,12 @@ test('reasoning and sub-agents set from the explorer compute as the CLI does, an
   for (const field of ['ttft_content_p50_ms', 'ttft_content_p99_ms', 'reasoning_share']) {
     assert.equal(await cards.locator(`[data-metric="${field}"]`).count(), 1, `${field} card`);
   }
+  // The session timeline draws a session and its sub-agents, each on a row of its own.
+  const timeline = page.locator('[data-chart="session-timeline"]');
+  await timeline.waitFor({ timeout: 30000 });
+  const rows = await timeline.locator('text[data-row]').count();
+  assert.ok(rows >= 3, `the session and at least two sub-agents: ${rows} rows`);
+  assert.ok(await timeline.locator('.tl-bar[data-row="1"]').count() >= 1, 'a sub-agent has bars');
   await screenshot(page, 'page-agent-shapes-1440x900');
   assert.deepEqual(errors, []);
   await page.close();

@@ -4,6 +4,7 @@ pub mod controls;
 pub mod fields;
 pub mod seed_band;
 pub mod seed_panel;
+pub mod session_timeline;
 pub mod trace_panel;
 
 use leptos::prelude::*;
@@ -633,6 +634,7 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
             <div class="chart-wrap" class:hidden=move || !has_timeline()>
                 <LineChart id="timeline-kv" title="KV cache use and hits" x_label="time (s)" y_label="%" series=kv y_max=100.0 empty="this model has no KV cache"/>
             </div>
+            <session_timeline::SessionTimeline ex=ex/>
         </div>
     }
 }

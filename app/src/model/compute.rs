@@ -75,6 +75,76 @@ pub struct TimelineRow {
     pub cache_hit: Option<f64>,
 }
 
+/// One request of the session the explorer draws on its timeline ([`session_bars`]): times in s from the run's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionBar {
+    /// 0: the session itself; 1, 2, …: its sub-agents, by fan-out and then session number.
+    pub row: u32,
+    /// The record's session number (a sub-agent's own).
+    pub session: u64,
+    pub step: u32,
+    pub start_s: f64,
+    /// When its first token came (`start_s` + TTFT); `end_s` when it produced none.
+    pub first_token_s: f64,
+    pub end_s: f64,
+    /// Share of its prompt served from the prefix cache, where the record says.
+    pub cached_share: Option<f64>,
+    pub ok: bool,
+}
+
+/// Most sub-agent rows the session timeline draws.
+pub const TIMELINE_CHILD_ROWS: usize = 12;
+
+/// A session's requests for the explorer's session timeline: the first instance of the first session that fanned
+/// out sub-agents (else of session 0), its steps on row 0 and each child's on a row below, by fan-out (at most
+/// [`TIMELINE_CHILD_ROWS`] of them, those that started during that instance). Empty without session records.
+pub fn session_bars(records: &[shared::record::RequestRecord]) -> Vec<SessionBar> {
+    let parent = records.iter().filter_map(|r| r.parent).min().unwrap_or(0);
+    let own = |r: &&shared::record::RequestRecord| r.session == parent && r.parent.is_none() && r.inst == 0;
+    let mine: Vec<&shared::record::RequestRecord> = records.iter().filter(own).collect();
+    if mine.is_empty() {
+        return Vec::new();
+    }
+    let t0 = mine.iter().map(|r| r.t_submit).fold(f64::INFINITY, f64::min);
+    let t1 = mine
+        .iter()
+        .map(|r| r.t_submit + r.wall_s)
+        .fold(f64::NEG_INFINITY, f64::max);
+    // A child is its session number and its fan-out (`inst`): each fan-out reuses the numbers.
+    let mut kids: Vec<(u32, u64)> = records
+        .iter()
+        .filter(|r| r.parent == Some(parent) && r.t_submit >= t0 && r.t_submit <= t1)
+        .map(|r| (r.inst, r.session))
+        .collect();
+    kids.sort_unstable();
+    kids.dedup();
+    kids.truncate(TIMELINE_CHILD_ROWS);
+    let bar = |row: u32, r: &shared::record::RequestRecord| SessionBar {
+        row,
+        session: r.session,
+        step: r.step,
+        start_s: r.t_submit,
+        first_token_s: r.ttft_s.map_or(r.t_submit + r.wall_s, |t| r.t_submit + t),
+        end_s: r.t_submit + r.wall_s,
+        cached_share: match (r.cached_tokens, r.prompt_tokens) {
+            (Some(c), Some(p)) if p > 0 => Some(c as f64 / p as f64),
+            _ => None,
+        },
+        ok: r.ok,
+    };
+    let mut out: Vec<SessionBar> = mine.iter().map(|r| bar(0, r)).collect();
+    for r in records
+        .iter()
+        .filter(|r| r.parent == Some(parent) && r.t_submit >= t0 && r.t_submit <= t1)
+    {
+        if let Some(i) = kids.iter().position(|&k| k == (r.inst, r.session)) {
+            out.push(bar(i as u32 + 1, r));
+        }
+    }
+    out.sort_by_key(|b| (b.row, b.step));
+    out
+}
+
 /// One point of the goodput-vs-load sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SweepPoint {
@@ -98,6 +168,8 @@ pub struct Outcome {
     /// The TPOT distribution, as `ttft_cdf`.
     pub tpot_cdf: Vec<(f64, f64)>,
     pub timeline: Vec<TimelineRow>,
+    /// One session's requests and its sub-agents' ([`session_bars`]); empty for other workloads.
+    pub session_view: Vec<SessionBar>,
     pub diagnostics: Vec<Callout>,
     pub slo_ttft_ms: f64,
     pub slo_tpot_ms: f64,
@@ -246,6 +318,11 @@ fn compute_engine(e: &EngineScenario, window: Option<(f64, InFlight)>) -> Result
         ttft_cdf: ttft_cdf(&report.records, CDF_POINTS),
         tpot_cdf: tpot_cdf(&report.records, CDF_POINTS),
         timeline,
+        session_view: if e.workload.kind() == "sessions" {
+            session_bars(&report.records)
+        } else {
+            Vec::new()
+        },
         diagnostics: engine_callouts(e, &report),
         slo_ttft_ms: e.slo.ttft_ms,
         slo_tpot_ms: e.slo.tpot_ms,
@@ -482,6 +559,7 @@ fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
         ttft_cdf: Vec::new(),
         tpot_cdf: Vec::new(),
         timeline: Vec::new(),
+        session_view: Vec::new(),
         diagnostics,
         slo_ttft_ms: s.slo.ttft_ms,
         slo_tpot_ms: s.slo.tpot_ms,
@@ -817,6 +895,55 @@ mod tests {
         assert!(!o.ttft_cdf.is_empty() && !o.tpot_cdf.is_empty() && !o.timeline.is_empty());
         assert!(o.ttft_cdf.len() <= CDF_POINTS + 2);
         assert!(o.diagnostics.iter().any(|d| d.id == "overbatched"));
+    }
+
+    /// The session timeline draws one session's first run and its sub-agents: the session's steps in order on row
+    /// 0, back to back with think gaps; each child's steps on its own row, started after the parent's fan-out step
+    /// ended and before the parent's next step (the parent waits for them).
+    #[test]
+    fn the_session_timeline_shows_a_session_and_its_children() {
+        let mut v = default_sessions_scenario().unwrap().to_value();
+        v["workload"]["subagents"] =
+            serde_json::json!({"every_steps": 3, "count": 2, "steps": 2, "gen_tokens": 100, "tool_tokens": 200});
+        let sc = Scenario::from_value(v).expect("a scenario with sub-agents");
+        let o = compute(&sc).expect("computes");
+        let bars = &o.session_view;
+        let parent: Vec<&SessionBar> = bars.iter().filter(|b| b.row == 0).collect();
+        assert!(parent.len() >= 4, "{bars:?}");
+        assert!(
+            parent
+                .windows(2)
+                .all(|w| w[0].step + 1 == w[1].step && w[0].end_s <= w[1].start_s)
+        );
+        let rows = bars.iter().map(|b| b.row).max().unwrap_or(0);
+        assert!(rows >= 2 && rows as usize <= TIMELINE_CHILD_ROWS, "{rows}");
+        for row in 1..=rows {
+            let kid: Vec<&SessionBar> = bars.iter().filter(|b| b.row == row).collect();
+            assert_eq!(kid.iter().map(|b| b.step).collect::<Vec<_>>(), vec![0, 1], "row {row}");
+            // Forked after a parent step (every 3rd), waited for before the parent's next one.
+            let fork = parent
+                .iter()
+                .rposition(|p| p.end_s <= kid[0].start_s)
+                .expect("after a parent step");
+            assert_eq!(parent[fork].step % 3, 2, "row {row}");
+            if let Some(next) = parent.get(fork + 1) {
+                assert!(
+                    kid[1].end_s <= next.start_s,
+                    "row {row}: the parent waits for its children"
+                );
+            }
+            assert!(
+                kid.iter()
+                    .all(|b| b.start_s <= b.first_token_s && b.first_token_s <= b.end_s)
+            );
+        }
+        // Other workloads draw no session.
+        let mut v = default_sessions_scenario().unwrap().to_value();
+        v["workload"] = serde_json::json!({"kind": "closed_loop", "users": 4, "requests": 40,
+            "prompt": {"dist": "fixed", "tokens": 500}, "output": {"dist": "fixed", "tokens": 50}});
+        if let Ok(sc) = Scenario::from_value(v) {
+            assert!(compute(&sc).expect("computes").session_view.is_empty());
+        }
     }
 
     #[test]
