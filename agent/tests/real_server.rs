@@ -278,13 +278,80 @@ fn sessions_through_every_route_have_exact_lengths_designed_prompts_and_reuse_th
     let Some((server, model)) = paths() else { return };
     let dir = Scratch::new("real");
     let llama = start(&server, &model, 2, &dir);
-    // Every dialect route llama.cpp speaks: its prompt as sent, its chat template, its Anthropic Messages converter.
+    // Every dialect route llama.cpp speaks: its prompt as sent, its chat template, its Anthropic Messages converter,
+    // its Responses API.
     let mut medians = Vec::new();
-    for endpoint in ["completions", "chat", "messages"] {
+    for endpoint in ["completions", "chat", "messages", "responses"] {
         let records = replay(&llama, &dir, endpoint);
         medians.push((endpoint, check_sessions(&records, endpoint)));
     }
     eprintln!("realized/designed prompt tokens, median per route: {medians:.4?}");
+}
+
+/// A reasoning workload against a server whose model does not reason (the suite's tiny model: its chat template has
+/// no thinking section): the controls each route sends (`chat_template_kwargs` on chat, `reasoning` on Responses)
+/// are accepted, nothing is counted as reasoning (no TTFT-content, no reasoning tokens: the replies are content), and
+/// the prefix is reused as in a plain session. A model that reasons is checked against sim-server
+/// (`replay_shapes::reasoning_against_sim_server_breaks_reuse_unless_echoed`).
+#[test]
+fn a_reasoning_workload_on_a_model_that_does_not_reason_runs_as_plain_sessions() {
+    let _one = one_at_a_time();
+    let Some((server, model)) = paths() else { return };
+    let dir = Scratch::new("real-reasoning");
+    let llama = start(&server, &model, 2, &dir);
+    let example = include_str!("../../examples/engine-sessions-10k.json");
+    let mut sc: serde_json::Value = serde_json::from_str(example).unwrap_or_else(|e| panic!("{e}"));
+    sc["workload"] = serde_json::json!({"kind": "sessions", "ladder": "2000:3,2000:3", "gen_tokens": 64,
+        "tool_tokens": 200, "think_s": 0.2, "stagger_s": 0.2, "duration_s": 60.0,
+        "reasoning": {"tokens": 32, "echo": true}});
+    let path = dir.join("reasoning.json");
+    std::fs::write(&path, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    for endpoint in ["chat", "responses"] {
+        let out = dir.join(format!("reasoning-{endpoint}.jsonl"));
+        let args = [
+            "replay",
+            "--url",
+            &llama.base,
+            "--endpoint",
+            endpoint,
+            "--scenario",
+            &path.to_string_lossy(),
+            "--out",
+            &out.to_string_lossy(),
+            "--quiet",
+            "--timeout",
+            "120",
+        ];
+        run_ok(&llama, &args);
+        let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+        let records: Vec<RequestRecord> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("record {l}: {e}")))
+            .collect();
+        assert_eq!(records.len(), 6, "{endpoint}: 2 sessions × 3 steps");
+        for r in &records {
+            assert!(r.ok, "{endpoint}: {:?}", r.error);
+            assert_eq!(
+                r.gen_tokens, r.asked_tokens,
+                "{endpoint}: the forced length, reply and budget"
+            );
+            assert!(
+                r.reasoning_tokens.unwrap_or(0) == 0 && r.ttft_content_s.is_none(),
+                "{endpoint}: a model without reasoning streamed reasoning: {r:?}"
+            );
+        }
+        for r in records.iter().filter(|r| r.step > 0) {
+            let prev = records
+                .iter()
+                .find(|p| p.session == r.session && p.step + 1 == r.step)
+                .unwrap_or_else(|| panic!("{endpoint}: no previous step for {r:?}"));
+            let (cached, prev_prompt) = (r.cached_tokens.unwrap_or(0), prev.prompt_tokens.unwrap_or(0));
+            assert!(
+                cached * 2 >= prev_prompt,
+                "{endpoint}: {cached} cached after a {prev_prompt}-token prompt"
+            );
+        }
+    }
 }
 
 /// Runs the binary; `Err(stderr)` when it fails.

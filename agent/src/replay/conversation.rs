@@ -239,7 +239,8 @@ impl Conversation {
 
 impl Conversation {
     /// The Responses API's `input` (written as a JSON object member into `out`, with its leading comma): the system
-    /// prompt and the task as messages, then per step the reply as an assistant message and either a
+    /// prompt and the task as messages, then per step the reply as an assistant message (`"type": "message"`, which
+    /// the API leaves optional and llama.cpp requires of an assistant's) and either a
     /// `function_call` answered by a `function_call_output` item, or a user message with the tool output; `tools`
     /// (the one function) when the history holds calls. Echoed reasoning goes before its reply as a `reasoning`
     /// item (`{"type": "reasoning", "id": "rs_K", "summary": [], "content": [{"type": "reasoning_text", "text"}]}`,
@@ -259,7 +260,7 @@ impl Conversation {
                 json_str(out, reasoning);
                 out.extend_from_slice(b"}]}");
             }
-            out.extend_from_slice(b",{\"role\":\"assistant\",\"content\":");
+            out.extend_from_slice(b",{\"type\":\"message\",\"role\":\"assistant\",\"content\":");
             json_str(out, reply);
             out.push(b'}');
             match tool_results {
@@ -460,10 +461,13 @@ mod tests {
             json!({"type": "reasoning", "id": "rs_0", "summary": [],
                    "content": [{"type": "reasoning_text", "text": "think hard"}]})
         );
-        assert_eq!(v["input"][3], json!({"role": "assistant", "content": " fix"}));
+        assert_eq!(
+            v["input"][3],
+            json!({"type": "message", "role": "assistant", "content": " fix"})
+        );
         assert_eq!(
             v["input"][5],
-            json!({"role": "assistant", "content": " again"}),
+            json!({"type": "message", "role": "assistant", "content": " again"}),
             "no reasoning item"
         );
     }
@@ -484,10 +488,10 @@ mod tests {
             json!([
                 {"role": "system", "content": "base \"ctx\""},
                 {"role": "user", "content": "Task: fix it."},
-                {"role": "assistant", "content": " the shard"},
+                {"type": "message", "role": "assistant", "content": " the shard"},
                 {"type": "function_call", "call_id": "call00000", "name": "run", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "call00000", "output": "out\n1"},
-                {"role": "assistant", "content": " patch"},
+                {"type": "message", "role": "assistant", "content": " patch"},
                 {"type": "function_call", "call_id": "call00001", "name": "run", "arguments": "{}"},
                 {"type": "function_call_output", "call_id": "call00001", "output": "out 2"},
             ])
