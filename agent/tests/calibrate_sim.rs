@@ -17,6 +17,9 @@ use shared::engine::EngineProfile;
 mod scratch;
 use scratch::Scratch;
 
+#[path = "common/fit_check.rs"]
+mod fit_check;
+
 const SPEED: f64 = 2.0;
 
 fn truth() -> EngineProfile {
@@ -88,25 +91,8 @@ fn assert_decode_steps_within(
     errors: &[(&str, f64, f64)],
 ) {
     let c = |name: &str| fit.coefficients.get(name).map_or(0.0, |co| co.value) * SPEED;
-    let fitted = EngineProfile {
-        step_fixed_ms: c("step_fixed_ms"),
-        per_seq_ms: c("per_seq_ms"),
-        per_ctx_token_ms: c("per_ctx_token_ms"),
-        batch_kv_ms_per_ktok: c("batch_kv_ms_per_ktok"),
-        ..truth.clone()
-    };
-    for batch in [1.0, 2.0, 4.0, 8.0] {
-        for context in [128.0, 1024.0] {
-            let (got, want) = (
-                fitted.decode_step_ms(batch, context),
-                truth.decode_step_ms(batch, context),
-            );
-            assert!(
-                (got / want - 1.0).abs() <= tol,
-                "decode step at batch {batch}, context {context}: fitted {got:.3} ms vs true {want:.3} ms ({errors:?})"
-            );
-        }
-    }
+    let what = format!("{errors:?}");
+    fit_check::assert_decode_steps_within(truth, &c, tol, &[1.0, 2.0, 4.0, 8.0], &[128.0, 1024.0], &what);
 }
 
 /// The time a cold prefill's tokens take beyond the fixed part (`n / prefill_tokens_per_ms` + the context term, scaled
@@ -114,17 +100,8 @@ fn assert_decode_steps_within(
 fn assert_prefills_within(truth: &EngineProfile, fit: &shared::calibrate::Fit, tol: f64, errors: &[(&str, f64, f64)]) {
     let c = |name: &str| fit.coefficients.get(name).map_or(0.0, |co| co.value);
     let (rate, ctx) = (c("prefill_tokens_per_ms") / SPEED, c("prefill_ctx_ms_per_ktok") * SPEED);
-    let time = |rate: f64, ctx: f64, n: f64| n / rate + ctx * n * (n - 1.0) / 2.0 / 1000.0;
-    for n in [128.0, 512.0, 1024.0, 2048.0] {
-        let (got, want) = (
-            time(rate, ctx, n),
-            time(truth.prefill_tokens_per_ms, truth.prefill_ctx_ms_per_ktok, n),
-        );
-        assert!(
-            (got / want - 1.0).abs() <= tol,
-            "cold prefill of {n} tokens: fitted {got:.3} ms vs true {want:.3} ms ({errors:?})"
-        );
-    }
+    let what = format!("{errors:?}");
+    fit_check::assert_prefills_within(truth, rate, ctx, tol, &[128.0, 512.0, 1024.0, 2048.0], &what);
 }
 
 /// The probe recovers the profile the sim-server emulates. Tolerances (relative error of the fitted value,
@@ -591,8 +568,10 @@ async fn calibrate_from_a_session_run_with_hidden_reasoning() {
     let truth = truth();
     let (url, stop) = start(truth.clone()).await;
     let sc = serde_json::json!({"model": "engine",
-        "workload": {"kind": "sessions", "ladder": "600:16", "gen_tokens": 48, "tool_tokens": 250,
-                     "think_s": 0.0, "stagger_s": 0.0, "duration_s": 600.0,
+        // Four sessions one after another (each ~4 s), so every prefill is alone and the cold first steps give the
+        // fit four prompt lengths (a session's later steps all add about the same).
+        "workload": {"kind": "sessions", "ladder": "600:3,1500:3,3000:3,5000:3", "gen_tokens": 48,
+                     "tool_tokens": 250, "think_s": 0.0, "stagger_s": 8.0, "duration_s": 600.0,
                      "reasoning": {"tokens": 96, "echo": false}},
         "profile": truth, "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 3});
     let path = dir.join("scenario.json");
@@ -621,7 +600,7 @@ async fn calibrate_from_a_session_run_with_hidden_reasoning() {
     let _ = stop.send(());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (recs, _) = loadshape::replay::records::read_records(&run).unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(recs.len() >= 12, "{}", recs.len());
+    assert_eq!(recs.len(), 12, "4 sessions × 3 steps");
     assert!(
         recs.iter().all(|r| r.reasoning_tokens == Some(96)),
         "every reply reasoned"
@@ -635,22 +614,9 @@ async fn calibrate_from_a_session_run_with_hidden_reasoning() {
     ]);
     let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
     let c = |name: &str| fit.coefficients.get(name).map_or(0.0, |co| co.value) * SPEED;
-    let fitted = EngineProfile {
-        step_fixed_ms: c("step_fixed_ms"),
-        per_seq_ms: c("per_seq_ms"),
-        per_ctx_token_ms: c("per_ctx_token_ms"),
-        batch_kv_ms_per_ktok: c("batch_kv_ms_per_ktok"),
-        ..truth.clone()
-    };
-    // One user: batch 1 only, at the contexts the sessions reached.
-    for context in [700.0, 2000.0, 4000.0] {
-        let (got, want) = (fitted.decode_step_ms(1.0, context), truth.decode_step_ms(1.0, context));
-        assert!(
-            (got / want - 1.0).abs() <= 0.08,
-            "decode step at context {context}: fitted {got:.3} ms vs true {want:.3} ms ({:?})",
-            fit.coefficients
-        );
-    }
+    // One user at a time: batch 1 only, at the contexts the sessions reached.
+    let what = format!("{:?}", fit.coefficients);
+    fit_check::assert_decode_steps_within(&truth, &c, 0.08, &[1.0], &[700.0, 2000.0, 5000.0], &what);
 }
 
 /// What llama.cpp's `/props` says fills the limits a deployment file leaves out (slots → `max_num_seqs`, per-slot
