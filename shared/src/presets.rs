@@ -281,12 +281,25 @@ fn preset_poisson(num_requests: u64, rate_rps: f64, prompt_tokens: u32, output_t
 }
 
 /// The deployment presets: common models on common GPUs, each a deployment of the catalog with every default
-/// but the ones named (id, label, basis, deployment).
+/// but the ones named, TP and precisions written in (id, label, basis, deployment).
 fn deployments() -> Vec<(&'static str, &'static str, &'static str, Deployment)> {
-    let with = |model: &str, gpu: &str, tp: u32, weights: Option<Dtype>, kv: Option<Dtype>| Deployment {
-        weight_dtype: weights,
-        kv_dtype: kv,
-        ..Deployment::named(model, gpu, tp)
+    // TP and both precisions written in (the page shows a control for each field given); a deployment that does
+    // not resolve stays as it is and fails the presets' test.
+    let with = |model: &str, gpu: &str, tp: u32, weights: Option<Dtype>, kv: Option<Dtype>| {
+        let d = Deployment {
+            weight_dtype: weights,
+            kv_dtype: kv,
+            ..Deployment::named(model, gpu, tp)
+        };
+        match d.resolve() {
+            Ok(r) => Deployment {
+                tp: Some(r.derived.tp),
+                weight_dtype: Some(r.derived.weight_dtype),
+                kv_dtype: Some(r.derived.kv_dtype),
+                ..d
+            },
+            Err(_) => d,
+        }
     };
     vec![
         (

@@ -84,6 +84,34 @@ pub fn deployment_for(profile: &Value) -> Deployment {
     }
 }
 
+/// The decisions a deployment's controls open on and that a deployment may leave out (tensor parallelism, the
+/// weights' and the KV cache's precision).
+pub const DECISIONS: [&str; 3] = ["tp", "weight_dtype", "kv_dtype"];
+
+/// The scenario with its deployment's left-out decisions written in as the values they default to (TP 1, the
+/// model's published weight precision, bf16 KV), so each has its control; `None` when nothing is left out (or
+/// the deployment does not resolve: its error is shown instead). The scenario computes the same either way.
+pub fn with_decisions(j: &Value) -> Option<Value> {
+    if engine_source(j) != Some("deployment") {
+        return None;
+    }
+    let dep = j.get("deployment")?.as_object()?;
+    if DECISIONS.iter().all(|k| dep.contains_key(*k)) {
+        return None;
+    }
+    let d = derived_of(j)?;
+    let mut out = j.clone();
+    let map = out.get_mut("deployment")?.as_object_mut()?;
+    for (k, v) in [
+        ("tp", Value::from(d.tp)),
+        ("weight_dtype", Value::from(d.weight_dtype.name())),
+        ("kv_dtype", Value::from(d.kv_dtype.name())),
+    ] {
+        map.entry(k).or_insert(v);
+    }
+    Some(out)
+}
+
 /// The two descriptions of one engine the switch moves between: the profile the user had and the deployment it
 /// became (or the deployment and the coefficients it resolves to). Switching back returns the other one as long
 /// as the side shown is unchanged.
@@ -99,15 +127,24 @@ pub fn as_deployment(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
         return None;
     }
     let profile = j.get("profile")?.clone();
-    let deployment = match &memory.pair {
-        Some((p, d)) if *p == profile => d.clone(),
-        _ => serde_json::to_value(deployment_for(&profile)).ok()?,
+    let remembered = match &memory.pair {
+        Some((p, d)) if *p == profile => Some(d.clone()),
+        _ => None,
+    };
+    let fresh = remembered.is_none();
+    let deployment = match remembered {
+        Some(d) => d,
+        None => serde_json::to_value(deployment_for(&profile)).ok()?,
     };
     let mut out = j.clone();
     let map = out.as_object_mut()?;
     map.remove("profile");
-    map.insert("deployment".into(), deployment.clone());
-    memory.pair = Some((profile, deployment));
+    map.insert("deployment".into(), deployment);
+    // A new deployment opens with all its decisions as controls.
+    if fresh && let Some(filled) = with_decisions(&out) {
+        out = filled;
+    }
+    memory.pair = Some((profile, out.get("deployment")?.clone()));
     Some(out)
 }
 
@@ -445,6 +482,10 @@ mod tests {
         assert_eq!(d["deployment"]["model"], "llama-3.1-8b");
         assert_eq!(d["deployment"]["gpu"], "h100-sxm");
         assert_eq!(d["deployment"]["max_num_seqs"], j["profile"]["max_num_seqs"]);
+        // Its decisions are written in, each with its control.
+        assert_eq!(d["deployment"]["tp"], 1);
+        assert_eq!(d["deployment"]["weight_dtype"], "bf16");
+        assert_eq!(d["deployment"]["kv_dtype"], "bf16");
         let sc = Scenario::from_value(d.clone()).expect("a valid scenario");
         let Scenario::Engine(e) = &sc else { panic!("engine") };
         assert!(e.profile.roofline.is_some(), "priced by the roofline");
@@ -502,6 +543,30 @@ mod tests {
         assert!(d.kv_blocks > 0 && d.samples.len() >= 4);
         assert!(title(&d).contains("llama-3.1-8b on 1 × h100-sxm"));
         assert!(derived_of(&engine_default()).is_none());
+    }
+
+    /// A deployment that leaves its decisions out gets them written in as their defaults (the published weight
+    /// precision: MXFP4 for gpt-oss), and computes the same.
+    #[test]
+    fn left_out_decisions_are_written_in() {
+        let mut j = engine_default();
+        j.as_object_mut().unwrap().remove("profile");
+        j["deployment"] = serde_json::json!({"model": "gpt-oss-120b", "gpu": "h200"});
+        let filled = with_decisions(&j).expect("decisions left out");
+        assert_eq!(filled["deployment"]["tp"], 1);
+        assert_eq!(filled["deployment"]["weight_dtype"], "fp4");
+        assert_eq!(filled["deployment"]["kv_dtype"], "bf16");
+        assert_eq!(with_decisions(&filled), None, "nothing left out");
+        let profile = |v: &Value| match Scenario::from_value(v.clone()).expect("valid") {
+            Scenario::Engine(e) => e.profile,
+            Scenario::Seed(_) => panic!("engine"),
+        };
+        assert_eq!(profile(&filled), profile(&j));
+        assert_eq!(with_decisions(&engine_default()), None, "a profile has none");
+        for name in ["weight_dtype", "kv_dtype"] {
+            let menu = crate::explorer::fields::choices(name).expect("a menu");
+            assert!(menu.iter().any(|v| v == "fp4") && menu.iter().any(|v| v == "bf16"), "{name}: {menu:?}");
+        }
     }
 
     /// A/B: another GPU changes only the GPU; TP2 against two replicas uses the same GPUs both ways.

@@ -465,7 +465,7 @@ pub fn choices(name: &str) -> Option<Vec<String>> {
                     .collect(),
             );
         }
-        "weight_dtype" | "kv_dtype" => &["bf16", "fp8", "fp4"],
+        "weight_dtype" | "kv_dtype" => &["bf16", "fp16", "fp8", "fp4"],
         _ => return None,
     };
     Some(fixed.iter().map(|s| s.to_string()).collect())
