@@ -3,6 +3,7 @@
 //! with the basis of its numbers. The page's menus are these; every value is typed, so a preset that would not
 //! validate is a failing unit test, not a silent `null`.
 
+use crate::deploy::{Deployment, Dtype};
 use crate::engine::{self, EngineProfile, EngineScenario};
 use crate::ladder::Ladder;
 use crate::metrics::Slo;
@@ -165,6 +166,9 @@ pub enum PresetKind {
     Workload(Workload),
     /// Replaces the SLOs.
     Slo(Slo),
+    /// Replaces the engine profile by a deployment of the catalog, a model on a GPU at a TP degree (switching to
+    /// the engine model's default scenario first if needed; docs/simulator.md, "Deployments").
+    Deployment(Box<Deployment>),
 }
 
 /// A named preset with where its numbers come from.
@@ -194,6 +198,14 @@ impl Preset {
                 workload: w.clone(),
                 ..engine_base()
             }),
+            PresetKind::Deployment(d) => {
+                let resolved = d.resolve().map_err(|e| e.within("deployment"))?;
+                Scenario::Engine(EngineScenario {
+                    profile: resolved.profile,
+                    deployment: Some((**d).clone()),
+                    ..engine_base()
+                })
+            }
             PresetKind::Slo(slo) => {
                 let mut s = current.clone();
                 match &mut s {
@@ -268,6 +280,71 @@ fn preset_poisson(num_requests: u64, rate_rps: f64, prompt_tokens: u32, output_t
     })
 }
 
+/// The deployment presets: common models on common GPUs, each a deployment of the catalog with every default
+/// but the ones named, TP and precisions written in (id, label, basis, deployment).
+fn deployments() -> Vec<(&'static str, &'static str, &'static str, Deployment)> {
+    // TP and both precisions written in (the page shows a control for each field given); a deployment that does
+    // not resolve stays as it is and fails the presets' test.
+    let with = |model: &str, gpu: &str, tp: u32, weights: Option<Dtype>, kv: Option<Dtype>| {
+        let d = Deployment {
+            weight_dtype: weights,
+            kv_dtype: kv,
+            ..Deployment::named(model, gpu, tp)
+        };
+        match d.resolve() {
+            Ok(r) => Deployment {
+                tp: Some(r.derived.tp),
+                weight_dtype: Some(r.derived.weight_dtype),
+                kv_dtype: Some(r.derived.kv_dtype),
+                ..d
+            },
+            Err(_) => d,
+        }
+    };
+    vec![
+        (
+            "llama-3.1-8b-1xh100",
+            "Deployment · Llama-3.1-8B on 1×H100",
+            "the catalog's llama-3.1-8b (bf16) on one h100-sxm, vLLM's defaults; the roofline's default efficiencies",
+            with("llama-3.1-8b", "h100-sxm", 1, None, None),
+        ),
+        (
+            "llama-3.1-70b-fp8-4xh100",
+            "Deployment · Llama-3.1-70B FP8, TP4 on H100",
+            "the catalog's llama-3.1-70b with FP8 weights (FP8 tensor cores), tensor parallel over four h100-sxm; \
+             the roofline's default efficiencies",
+            with("llama-3.1-70b", "h100-sxm", 4, Some(Dtype::Fp8), None),
+        ),
+        (
+            "qwen3-30b-a3b-1xh200",
+            "Deployment · Qwen3-30B-A3B (Qwen3-Coder's shape) on 1×H200",
+            "the catalog's qwen3-30b-a3b (bf16; 128 experts, 8 active: Qwen3-Coder-30B-A3B has the same layers) on \
+             one h200; the roofline's default efficiencies",
+            with("qwen3-30b-a3b", "h200", 1, None, None),
+        ),
+        (
+            "qwen3-32b-2xh100",
+            "Deployment · Qwen3-32B, TP2 on H100",
+            "the catalog's qwen3-32b (bf16) tensor parallel over two h100-sxm; the roofline's default efficiencies",
+            with("qwen3-32b", "h100-sxm", 2, None, None),
+        ),
+        (
+            "gpt-oss-120b-1xh200",
+            "Deployment · gpt-oss-120b on 1×H200",
+            "the catalog's gpt-oss-120b in its published MXFP4 weights (bf16 compute: the H200 has no FP4 tensor \
+             path) on one h200; the roofline's default efficiencies",
+            with("gpt-oss-120b", "h200", 1, None, None),
+        ),
+        (
+            "deepseek-v3-fp8-8xh200",
+            "Deployment · DeepSeek-V3 FP8, TP8 on H200",
+            "the catalog's deepseek-v3 (MLA, 256 experts, 8 active) in its published FP8 weights, tensor parallel \
+             over eight h200; the roofline's default efficiencies",
+            with("deepseek-v3", "h200", 8, None, None),
+        ),
+    ]
+}
+
 /// Every preset, in menu order: the seed's profiles and its over-batched diagnostic, the engine profiles, the
 /// workload shapes, the SLOs.
 // `#[inline]` on this file's cold serde entry points (not for speed): their code, with the serde code they
@@ -302,6 +379,14 @@ pub fn all() -> Vec<Preset> {
             format!("Engine · {}", p.name),
             p.basis.clone(),
             PresetKind::EngineProfile(p),
+        ));
+    }
+    for (id, label, basis, d) in deployments() {
+        out.push(preset(
+            format!("deployment:{id}"),
+            label,
+            basis,
+            PresetKind::Deployment(Box::new(d)),
         ));
     }
     let prod_ladder = Workload::Sessions(SessionWorkload {
@@ -435,6 +520,17 @@ mod tests {
                             panic!("{}: not the engine model", p.id)
                         };
                         assert_eq!(&e.workload, w);
+                    }
+                    PresetKind::Deployment(d) => {
+                        let Scenario::Engine(e) = &sc else {
+                            panic!("{}: not the engine model", p.id)
+                        };
+                        assert_eq!(e.deployment.as_ref(), Some(&**d));
+                        assert_eq!(e.profile, d.resolve().expect("resolves").profile);
+                        // Its JSON (a share link) carries the deployment, not the profile it resolves to.
+                        let j = sc.to_value();
+                        assert!(j.get("deployment").is_some() && j.get("profile").is_none(), "{}", p.id);
+                        assert_eq!(Scenario::from_value(j).as_ref(), Ok(&sc), "{}", p.id);
                     }
                     PresetKind::Slo(slo) => {
                         assert_eq!(&sc.slo(), slo);

@@ -44,7 +44,8 @@ test('the explorer: actions in view, primary knobs first, log sliders, the prese
   await settled(page);
   // Primary knobs first, then the SLOs; the engine under "Advanced", closed.
   const groups = await page.locator('.explorer .controls-groups > fieldset.group').evaluateAll((els) => els.map((e) => e.dataset.group));
-  assert.deepEqual(groups, ['workload', 'slo'], 'outside "Advanced": the workload\'s primary knobs and the SLOs');
+  assert.deepEqual(groups, ['workload', 'engine-source', 'slo'],
+    'outside "Advanced": the workload\'s primary knobs, the engine switch (coefficients or a deployment) and the SLOs');
   const first = await page.locator('fieldset[data-group="workload"] [data-field]').evaluateAll(
     (els) => els.map((e) => e.dataset.field));
   assert.deepEqual(first.slice(0, 5), ['/workload/sessions', '/workload/think_s', '/workload/steps',

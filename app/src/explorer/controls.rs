@@ -297,6 +297,17 @@ pub fn default_fleet() -> Value {
 #[component]
 pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
     let shape = Memo::new(move |_| json.with(shape));
+    // An engine scenario offers the switch between raw coefficients and a deployment; what it switched from is
+    // kept across the rebuild the switch causes.
+    let engine = Memo::new(move |_| json.with(|j| crate::explorer::deployment::engine_source(j).is_some()));
+    let memory = StoredValue::new(crate::explorer::deployment::SwitchMemory::default());
+    // A deployment opens on all its decisions: those it leaves out (a link, a pasted file) are written in as their
+    // defaults, so each has its control.
+    Effect::new(move |_| {
+        if let Some(filled) = json.with(crate::explorer::deployment::with_decisions) {
+            json.set(filled);
+        }
+    });
     // Kept across shape changes (a new workload kind rebuilds the groups, not the user's choice to see them).
     let advanced_open = RwSignal::new(false);
     let group = move |g: Group| {
@@ -329,7 +340,15 @@ pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
                         </details>
                     }
                 });
-                view! { {first.into_iter().map(group).collect_view()} {more} }
+                let mut shown = Vec::new();
+                for g in first {
+                    let workload = g.key == "workload";
+                    shown.push(group(g).into_any());
+                    if workload && engine.get() {
+                        shown.push(view! { <crate::explorer::deployment::EngineSource json=json memory=memory/> }.into_any());
+                    }
+                }
+                view! { {shown} {more} }
             }}
         </div>
     }
@@ -486,7 +505,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                         prop:value=text
                         on:change=move |ev| set_at(json, &p, Value::String(event_target_value(&ev)))
                     >
-                        {options.iter().map(|o| view! { <option value=*o>{*o}</option> }).collect_view()}
+                        {options.into_iter().map(|o| { let v = o.clone(); view! { <option value=v>{o}</option> } }).collect_view()}
                     </select>
                 }
                 .into_any(),

@@ -447,39 +447,28 @@ pub fn humanize(name: &str) -> String {
     s
 }
 
-/// The values a string field may take, when it is an enum the page knows.
-pub fn choices(name: &str) -> Option<&'static [&'static str]> {
-    match name {
-        "dist" => Some(&["lognormal", "uniform"]),
-        "cached_definition" => Some(&["tokens", "requests"]),
-        "weighting" => Some(&["respawn", "single"]),
-        "priority" => Some(&["exact", "margins"]),
-        "router" => Some(&["round_robin", "least_outstanding", "session_affinity", "prefix_aware"]),
-        // A deployment's model and GPU: the catalog's names (`loadshape catalog`; a test keeps them equal).
-        "gpu" => Some(&[
-            "a100-80gb",
-            "h100-sxm",
-            "h200",
-            "b200",
-            "l40s",
-            "mi300x",
-            "rtx-pro-6000",
-        ]),
-        "model" => Some(&[
-            "llama-3.1-8b",
-            "llama-3.1-70b",
-            "qwen3-8b",
-            "qwen3-32b",
-            "qwen3-30b-a3b",
-            "qwen3-coder-480b-a35b",
-            "gpt-oss-20b",
-            "gpt-oss-120b",
-            "deepseek-v3",
-            "codellama-34b",
-        ]),
-        "weight_dtype" | "kv_dtype" => Some(&["bf16", "fp8", "fp4"]),
-        _ => None,
-    }
+/// The values a string field may take, when it is an enum the page knows. A deployment's `model` and `gpu` are the
+/// catalog's names, read from `shared::deploy::catalog` (what `loadshape catalog` lists).
+pub fn choices(name: &str) -> Option<Vec<String>> {
+    let fixed: &[&str] = match name {
+        "dist" => &["lognormal", "uniform"],
+        "cached_definition" => &["tokens", "requests"],
+        "weighting" => &["respawn", "single"],
+        "priority" => &["exact", "margins"],
+        "router" => &["round_robin", "least_outstanding", "session_affinity", "prefix_aware"],
+        "gpu" => return Some(shared::deploy::catalog::gpus().into_iter().map(|g| g.name).collect()),
+        "model" => {
+            return Some(
+                shared::deploy::catalog::MODELS
+                    .iter()
+                    .map(|m| m.name.to_string())
+                    .collect(),
+            );
+        }
+        "weight_dtype" | "kv_dtype" => &["bf16", "fp16", "fp8", "fp4"],
+        _ => return None,
+    };
+    Some(fixed.iter().map(|s| s.to_string()).collect())
 }
 
 /// Group titles for top-level scenario keys.
@@ -519,12 +508,26 @@ mod tests {
         assert!(spec("seed").is_some_and(|s| s.no_slider));
     }
 
+    /// The model and GPU menus show the catalog: every built-in name, and a name only the catalog knows (no hand
+    /// list to fall behind it).
     #[test]
-    fn the_deployment_menus_are_the_catalogs_names() {
-        let gpus: Vec<String> = shared::deploy::catalog::gpus().into_iter().map(|g| g.name).collect();
-        assert_eq!(choices("gpu").unwrap(), gpus);
-        let models: Vec<&str> = shared::deploy::catalog::MODELS.iter().map(|m| m.name).collect();
-        assert_eq!(choices("model").unwrap(), models);
+    fn the_deployment_menus_show_the_catalog() {
+        let gpus = choices("gpu").expect("a GPU menu");
+        let models = choices("model").expect("a model menu");
+        for g in shared::deploy::catalog::gpus() {
+            assert!(gpus.contains(&g.name), "{} in the GPU menu", g.name);
+            assert!(shared::deploy::catalog::gpu_named(&g.name).is_some());
+        }
+        for m in shared::deploy::catalog::MODELS {
+            assert!(models.iter().any(|n| n == m.name), "{} in the model menu", m.name);
+        }
+        assert_eq!(gpus.len(), shared::deploy::catalog::gpus().len());
+        assert_eq!(models.len(), shared::deploy::catalog::MODELS.len());
+        // Every entry of either menu resolves as a deployment's model or GPU.
+        for m in &models {
+            assert!(shared::deploy::catalog::model_named(m).is_some(), "{m}");
+        }
+        assert!(choices("router").is_some_and(|r| r.len() == 4) && choices("nope").is_none());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The what-if explorer: scenario controls on the left; summary, charts and diagnostics on the right.
 
 pub mod controls;
+pub mod deployment;
 pub mod fields;
 pub mod seed_band;
 pub mod seed_panel;
@@ -35,6 +36,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <ActionBar ex=ex/>
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
+                <crate::explorer::deployment::DeploymentCard ex=ex/>
                 <ChartsGrid ex=ex/>
                 <crate::capacity::panel::CapacityCard ex=ex/>
                 <Diagnostics ex=ex/>
