@@ -17,6 +17,11 @@
 //! simulated search that guides it, each finished level arrives as a [`ServerMsg::CapacityLevel`] event and the
 //! report as [`ServerMsg::CapacityResult`] (then the final `run_state`) to the run's subscribers; `stop_run` ends
 //! it. See `docs/protocol.md`.
+//!
+//! A calibration (`start_calibration`) is a run of kind [`RunKind::Calibration`]: the agent probes the configured
+//! target as `loadshape calibrate --url` does, each step arrives as a [`ServerMsg::CalibrationProgress`] event, the
+//! fitted profile as [`ServerMsg::CalibrationResult`] (then the final `run_state`); the agent keeps the profile with
+//! the target ([`TargetInfo::profile`]). A target runs one calibration, or other runs, at a time.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,7 +68,22 @@ pub enum ClientMsg {
         #[serde(default)]
         options: CapacityOptions,
     },
+    /// Calibrate the configured target `target`: probe it for about `budget_s` seconds (default
+    /// [`DEFAULT_CALIBRATION_BUDGET_S`]) and fit its profile, as `loadshape calibrate --url` does. Stop it with
+    /// `stop_run`.
+    StartCalibration {
+        id: u64,
+        target: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget_s: Option<f64>,
+    },
 }
+
+/// The probe budget of a calibration started without one, seconds.
+pub const DEFAULT_CALIBRATION_BUDGET_S: f64 = 120.0;
+
+/// The least probe budget a calibration takes, seconds (as `loadshape calibrate --budget`).
+pub const MIN_CALIBRATION_BUDGET_S: f64 = 5.0;
 
 /// What a live capacity search started from the page asks for; every field is optional, as are the flags of
 /// `loadshape capacity` they stand for.
@@ -174,6 +194,58 @@ pub enum ServerMsg {
     /// Event: a capacity search ended; `report` is its `capacity.json` (what `loadshape capacity --json` prints
     /// for a live search). The final `run_state` follows.
     CapacityResult { run_id: String, report: serde_json::Value },
+    /// Reply to `start_calibration`: the calibration's run (kind `calibration`; subscribe to it for its progress)
+    /// and the probe budget it runs with.
+    CalibrationStarted { id: u64, run: RunInfo, budget_s: f64 },
+    /// Event: a calibration started a phase or ended one of its requests. `phase` is the probe phase's name, or
+    /// `fit` once the probe is done; `phase_index` counts from 1 to `phases` (the fit is the last).
+    CalibrationProgress {
+        run_id: String,
+        phase: String,
+        phase_index: u32,
+        phases: u32,
+        /// Probe requests ended so far.
+        requests: u64,
+        /// Seconds since the probe began.
+        elapsed_s: f64,
+        budget_s: f64,
+    },
+    /// Event: a calibration ended with a fitted profile, now kept with its target. The final `run_state` follows.
+    CalibrationResult {
+        run_id: String,
+        calibration: Box<TargetProfile>,
+    },
+}
+
+/// A target's calibrated profile, as the agent keeps it (`profiles.json` in its data folder) and sends it: in
+/// [`TargetInfo::profile`] and [`ServerMsg::CalibrationResult`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetProfile {
+    pub target: String,
+    /// The calibration run that fitted it.
+    pub run_id: String,
+    /// When the fit ended, Unix milliseconds.
+    pub calibrated_ms: u64,
+    /// The probe's budget, seconds.
+    pub budget_s: f64,
+    /// The fitted profile (what `loadshape calibrate` writes as `profile.json`).
+    pub profile: crate::engine::EngineProfile,
+    pub fit: FitSummary,
+}
+
+/// How well a calibration's fit describes the measurements (the figures `loadshape calibrate` prints).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitSummary {
+    pub decode_r2: f64,
+    /// Requests the decode stage was fitted on.
+    pub decode_requests: u64,
+    pub prefill_r2: f64,
+    pub prefill_requests: u64,
+    /// Probe requests neither stage used.
+    pub unused: u64,
+    /// What the fit assumed or fixed.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Limits the agent enforces, told to the page at `hello` so it can say so before the agent refuses.
@@ -209,6 +281,9 @@ pub struct TargetInfo {
     /// --router ...`): its replicas and router; absent for a one-URL target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<TargetFleetInfo>,
+    /// The profile the last calibration of this target fitted (`start_calibration`); absent when never calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Box<TargetProfile>>,
 }
 
 /// `TargetInfo::fleet`: a fleet target's replicas (replica `i` is `urls[i]`; `url` is `urls[0]`), its router and
@@ -248,6 +323,9 @@ pub enum RunKind {
     Replay,
     /// A live capacity search (`start_capacity`): a record file per level and `capacity.json` in its folder.
     Capacity,
+    /// A calibration (`start_calibration`): the probe's record files, `profile.json`, `fit.json` and
+    /// `calibration.json` in its folder.
+    Calibration,
 }
 
 impl RunKind {
@@ -334,6 +412,9 @@ impl ServerMsg {
             ServerMsg::CapacityStarted { .. } => "capacity_started",
             ServerMsg::CapacityLevel { .. } => "capacity_level",
             ServerMsg::CapacityResult { .. } => "capacity_result",
+            ServerMsg::CalibrationStarted { .. } => "calibration_started",
+            ServerMsg::CalibrationProgress { .. } => "calibration_progress",
+            ServerMsg::CalibrationResult { .. } => "calibration_result",
         }
     }
 
@@ -361,7 +442,8 @@ impl ClientMsg {
             | ClientMsg::DeleteRun { id, .. }
             | ClientMsg::Subscribe { id, .. }
             | ClientMsg::Unsubscribe { id, .. }
-            | ClientMsg::StartCapacity { id, .. } => *id,
+            | ClientMsg::StartCapacity { id, .. }
+            | ClientMsg::StartCalibration { id, .. } => *id,
         }
     }
 }

@@ -156,6 +156,10 @@ where
                     Err(e) => ServerMsg::error(id, ErrorCode::Internal, format!("starting the search: {e}")),
                 }
             }
+            ClientMsg::StartCalibration { target, budget_s, .. } => match runs.start_calibration(&target, budget_s) {
+                Ok((run, budget_s)) => ServerMsg::CalibrationStarted { id, run, budget_s },
+                Err((code, message)) => ServerMsg::error(id, code, message),
+            },
             ClientMsg::StopRun { run_id, .. } => match runs.stop(&run_id) {
                 Ok(()) => ServerMsg::StopRequested { id, run_id },
                 Err((code, message)) => ServerMsg::error(id, code, message),
@@ -264,6 +268,15 @@ async fn forward(run_id: String, from_seq: u64, sub: Subscription, tx: mpsc::Sen
                 }
                 if !at_end {
                     cursor = Some(c);
+                }
+            }
+            if let Some(calibration) = run.calibration {
+                let msg = ServerMsg::CalibrationResult {
+                    run_id: run_id.clone(),
+                    calibration: Box::new(calibration),
+                };
+                if tx.send(msg).await.is_err() {
+                    return;
                 }
             }
             if let Some(report) = run.capacity {
