@@ -1803,7 +1803,13 @@ async fn a_calibration_streams_its_progress_and_keeps_the_profile_with_the_targe
     // Refusals first: a target the operator did not configure, a budget too small or over the run limit.
     for (id, target, budget_s, code, needle) in [
         (2, "gpu", Some(20.0), ErrorCode::UnknownTarget, "unknown target `gpu`"),
-        (3, "sim", Some(1.0), ErrorCode::InvalidScenario, "budget_s must be at least 5"),
+        (
+            3,
+            "sim",
+            Some(1.0),
+            ErrorCode::InvalidScenario,
+            "budget_s must be at least 5",
+        ),
         (4, "sim", Some(600.0), ErrorCode::LimitExceeded, "--max-run-seconds"),
     ] {
         send(
@@ -1874,7 +1880,10 @@ async fn a_calibration_streams_its_progress_and_keeps_the_profile_with_the_targe
     let (mut phases_seen, mut last_requests, mut result) = (Vec::<String>::new(), 0, None);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     let state = loop {
-        assert!(tokio::time::Instant::now() < deadline, "the calibration did not end in 60 s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the calibration did not end in 60 s"
+        );
         match recv(&mut ws).await {
             ServerMsg::CalibrationProgress {
                 run_id,
@@ -1917,10 +1926,17 @@ async fn a_calibration_streams_its_progress_and_keeps_the_profile_with_the_targe
             c.profile.decode_step_ms(batch, context),
             truth.decode_step_ms(batch, context),
         );
-        assert!((got / want - 1.0).abs() < 0.15, "decode step at batch {batch}: {got} vs {want}");
+        assert!(
+            (got / want - 1.0).abs() < 0.15,
+            "decode step at batch {batch}: {got} vs {want}"
+        );
     }
     let rate = c.profile.prefill_tokens_per_ms / truth.prefill_tokens_per_ms;
-    assert!((rate - 1.0).abs() < 0.15, "prefill rate {}", c.profile.prefill_tokens_per_ms);
+    assert!(
+        (rate - 1.0).abs() < 0.15,
+        "prefill rate {}",
+        c.profile.prefill_tokens_per_ms
+    );
     assert!(c.fit.decode_requests > 0 && c.fit.prefill_requests > 0, "{:?}", c.fit);
     // Kept with the target: in `targets`, in the run's folder, and across a restart of the agent.
     let run_dir = data_dir.join("runs").join(&run.run_id);

@@ -382,12 +382,21 @@ fn calibration_messages_round_trip_and_bad_ones_name_the_field() {
     // A calibration's run reads back with its kind.
     let run = serde_json::json!({"run_id": "r1-0001", "kind": "calibration", "target": "sim", "state": "running",
                                  "started_ms": 1, "ended_ms": null, "records": 0});
-    assert_eq!(serde_json::from_value::<RunInfo>(run).unwrap().kind, RunKind::Calibration);
+    assert_eq!(
+        serde_json::from_value::<RunInfo>(run).unwrap().kind,
+        RunKind::Calibration
+    );
     // Bad messages: the error names what is wrong.
     for (text, needle) in [
         (r#"{"type":"start_calibration","data":{"id":1}}"#, "target"),
-        (r#"{"type":"start_calibration","data":{"id":1,"target":"sim","budget_s":"long"}}"#, "invalid type"),
-        (r#"{"type":"start_calibration","data":{"id":1,"target":"sim","budget":60}}"#, "budget"),
+        (
+            r#"{"type":"start_calibration","data":{"id":1,"target":"sim","budget_s":"long"}}"#,
+            "invalid type",
+        ),
+        (
+            r#"{"type":"start_calibration","data":{"id":1,"target":"sim","budget":60}}"#,
+            "budget",
+        ),
     ] {
         let e = serde_json::from_str::<ClientMsg>(text).unwrap_err().to_string();
         assert!(e.contains(needle), "{text}: {e}");

@@ -257,7 +257,12 @@ impl Driver for ReplayDriver {
         })
     }
 
-    fn calibrate(&self, target: Target, budget_s: f64, sink: RunSink) -> BoxFuture<anyhow::Result<shared::calibrate::Fit>> {
+    fn calibrate(
+        &self,
+        target: Target,
+        budget_s: f64,
+        sink: RunSink,
+    ) -> BoxFuture<anyhow::Result<shared::calibrate::Fit>> {
         Box::pin(async move {
             let mut a = calibrate_args(&target, budget_s, &sink.run_dir().join("calibration"))?;
             a.progress = Some(crate::cmd::calibrate::ProbeProgress(Arc::new(move |s| {
@@ -284,7 +289,10 @@ pub fn calibrate_args(target: &Target, budget_s: f64, out: &Path) -> anyhow::Res
         "--budget".into(),
         budget_s.to_string(),
     ];
-    let mut a = match crate::Cli::try_parse_from(argv).context("building the calibration's arguments")?.command {
+    let mut a = match crate::Cli::try_parse_from(argv)
+        .context("building the calibration's arguments")?
+        .command
+    {
         crate::Command::Calibrate(a) => a,
         _ => anyhow::bail!("building the calibration's arguments: not a calibrate command"),
     };

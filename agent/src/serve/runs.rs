@@ -133,7 +133,12 @@ pub trait Driver: Send + Sync + 'static {
     /// Calibrates `target` as `loadshape calibrate --url` does, with a probe budget of `budget_s` seconds, writing
     /// its files under the sink's run folder; each step of the probe goes to [`RunSink::calibration_progress`].
     /// Returns the fit. The run stops it by dropping the future.
-    fn calibrate(&self, target: Target, budget_s: f64, sink: RunSink) -> BoxFuture<anyhow::Result<shared::calibrate::Fit>> {
+    fn calibrate(
+        &self,
+        target: Target,
+        budget_s: f64,
+        sink: RunSink,
+    ) -> BoxFuture<anyhow::Result<shared::calibrate::Fit>> {
         let _ = (target, budget_s, sink);
         Box::pin(async { anyhow::bail!("this agent cannot calibrate targets") })
     }
@@ -229,7 +234,10 @@ impl RunSink {
             budget_s,
         });
         let mut log = self.run.log.lock().expect("run log lock");
-        if matches!(log.events.last().map(|m| &**m), Some(ServerMsg::CalibrationProgress { .. })) {
+        if matches!(
+            log.events.last().map(|m| &**m),
+            Some(ServerMsg::CalibrationProgress { .. })
+        ) {
             log.events.pop();
         }
         log.events.push(msg.clone());
@@ -670,7 +678,11 @@ impl Runs {
         for other in active.values() {
             let o = other.info.lock().expect("run info lock");
             if o.target == target.name && (kind == RunKind::Calibration || o.kind == RunKind::Calibration) {
-                let what = if o.kind == RunKind::Calibration { "is being calibrated" } else { "is busy" };
+                let what = if o.kind == RunKind::Calibration {
+                    "is being calibrated"
+                } else {
+                    "is busy"
+                };
                 return Err((
                     ErrorCode::RunActive,
                     format!(
