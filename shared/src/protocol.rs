@@ -241,6 +241,10 @@ pub struct FitSummary {
     pub decode_requests: u64,
     pub prefill_r2: f64,
     pub prefill_requests: u64,
+    /// Each stage's robust relative spread of the residuals (`1.4826·MAD / median`, a fraction): how closely the
+    /// profile predicts a request, meaningful where R² is not (a server whose step barely varies).
+    pub decode_spread: f64,
+    pub prefill_spread: f64,
     /// Probe requests neither stage used.
     pub unused: u64,
     /// What the fit assumed or fixed.

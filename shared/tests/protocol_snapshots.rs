@@ -347,6 +347,8 @@ fn target_profile() -> TargetProfile {
             decode_requests: 52,
             prefill_r2: 0.99,
             prefill_requests: 31,
+            decode_spread: 0.012,
+            prefill_spread: 0.021,
             unused: 2,
             notes: vec!["batch_kv_ms_per_ktok fixed at 0".into()],
         },

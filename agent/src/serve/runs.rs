@@ -611,6 +611,8 @@ impl Runs {
                         decode_requests: fit.decode.n as u64,
                         prefill_r2: fit.prefill.r2,
                         prefill_requests: fit.prefill.n as u64,
+                        decode_spread: fit.decode.relative_mad,
+                        prefill_spread: fit.prefill.relative_mad,
                         unused: fit.unused.len() as u64,
                         notes: fit.notes,
                     },

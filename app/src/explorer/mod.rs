@@ -4,6 +4,7 @@ pub mod controls;
 pub mod fields;
 pub mod seed_band;
 pub mod seed_panel;
+pub mod target_profile;
 pub mod trace_panel;
 
 use leptos::prelude::*;
@@ -23,6 +24,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
         <div class="explorer">
             <aside class="card controls">
                 <ScenarioHeader ex=ex/>
+                <target_profile::TargetProfileSwitch ex=ex/>
                 <Controls json=ex.json/>
                 <ScenarioJson ex=ex/>
             </aside>

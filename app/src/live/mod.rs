@@ -8,6 +8,7 @@
 //! pages gathered and shown at once); a reconnect mid-way asks again from the first record it lacks, and a run
 //! still running is then subscribed from there.
 
+pub mod calibrate;
 pub mod fit_panel;
 pub mod numbers;
 
@@ -221,7 +222,8 @@ impl Live {
                     let named = crate::model::url::page_param("run");
                     let pick = runs
                         .iter()
-                        .filter(|r| r.state == RunState::Running)
+                        // A calibration is followed by its own card (`calibrate`), not shown as a run.
+                        .filter(|r| r.state == RunState::Running && r.kind != RunKind::Calibration)
                         .max_by_key(|r| (named.as_deref() == Some(r.run_id.as_str()), r.started_ms));
                     if let Some(r) = pick {
                         conn.send(&ClientMsg::FetchRun {
@@ -749,6 +751,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         <button class="btn" data-action="find-capacity" on:click=find_capacity disabled=running>"Find capacity live"</button>
                     </div>
                     <p class="faint small">"Searches the most load (the workload's knob: sessions, users, rate) the target serves within the scenario's SLOs for 95 % of requests: the simulator's capacity first, then live levels around it. Stop ends it."</p>
+                    <crate::live::calibrate::CalibrateCard target=live.target conn=conn ex=ex/>
                 </Show>
                 {move || live.message.get().map(|m| view! { <p class="callout bad" data-live-error="">{m}</p> })}
                 <h3 class="section">"Import records"</h3>
@@ -1133,7 +1136,7 @@ pub fn run_detail(r: &RunInfo, now_ms: u64) -> String {
 }
 
 /// A Unix time (ms) as the browser's local date and time, `Dec 6, 14:02` (UTC `HH:MM` outside a browser).
-fn local_clock(ms: u64) -> String {
+pub(crate) fn local_clock(ms: u64) -> String {
     #[cfg(target_arch = "wasm32")]
     {
         let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
