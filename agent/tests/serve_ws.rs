@@ -246,6 +246,7 @@ async fn start_run(ws: &mut Ws, id: u64) -> String {
     send(
         ws,
         ClientMsg::StartRun {
+            name: None,
             id,
             scenario: serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap(),
             target: "sim".into(),
@@ -314,6 +315,7 @@ async fn run_to_end(ws: &mut Ws, scenario: serde_json::Value, target: &str) -> (
     send(
         ws,
         ClientMsg::StartRun {
+            name: None,
             id: 2,
             scenario,
             target: target.into(),
@@ -429,6 +431,7 @@ async fn hello_first_version_check_and_clear_errors() {
     send(
         &mut ws,
         ClientMsg::StartRun {
+            name: None,
             id: 3,
             scenario,
             target: "http://evil.example/v1".into(),
@@ -785,6 +788,7 @@ async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
     let scenario = serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap();
     in_tx
         .send(msg(ClientMsg::StartRun {
+            name: None,
             id: 2,
             scenario,
             target: "sim".into(),
@@ -1221,6 +1225,7 @@ async fn open_loop_workloads_are_bounded_by_rate_and_requests_in_flight() {
     send(
         &mut ws,
         ClientMsg::StartRun {
+            name: None,
             id: 6,
             scenario: poisson(20_000, 1e7, 64),
             target: "sim".into(),
@@ -1306,6 +1311,7 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
     // Refusals: a target the operator did not configure, a seed scenario, a knob the workload lacks.
     let start =
         |id: u64, scenario: serde_json::Value, target: &str, options: CapacityOptions| ClientMsg::StartCapacity {
+            name: None,
             id,
             scenario,
             target: target.into(),
@@ -1376,6 +1382,8 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
     .await;
     let mut levels = Vec::new();
     let mut report = None;
+    // The records so far, as the running search tells them (a `run_state` while running, as records arrive).
+    let mut counts = Vec::new();
     let state = loop {
         match recv(&mut ws).await {
             ServerMsg::CapacityLevel { run_id, index, level } => {
@@ -1389,11 +1397,20 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
                 report = Some(r);
             }
             ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info,
-            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } => {}
+            ServerMsg::RunState { run: info, .. } => counts.push((levels.len(), info.records)),
+            ServerMsg::Subscribed { .. } => {}
             other => panic!("unexpected {other:?}"),
         }
     };
     assert_eq!(state.state, RunState::Finished, "{:?}", state.error);
+    assert!(
+        counts.windows(2).all(|w| w[0].1 <= w[1].1) && counts.last().is_some_and(|c| c.1 <= state.records),
+        "the count only grows: {counts:?}"
+    );
+    assert!(
+        counts.iter().any(|&(done, n)| done == 0 && n > 0),
+        "records counted while the first level ran, before any level ended: {counts:?}"
+    );
     // The figure docs/capacity.md quotes (printed, never asserted: `-- --nocapture`).
     println!(
         "live capacity search through serve: {} levels ({}) in {:.1} s; KV peak {:?}; preemptions {:?}",
@@ -1487,6 +1504,7 @@ async fn a_capacity_search_can_be_stopped() {
     send(
         &mut ws,
         ClientMsg::StartCapacity {
+            name: None,
             id: 1,
             scenario,
             target: "sim".into(),
@@ -1561,6 +1579,7 @@ async fn a_capacity_search_is_bounded_as_a_whole() {
     send(
         &mut ws,
         ClientMsg::StartCapacity {
+            name: None,
             id: 1,
             scenario,
             target: "sim".into(),
@@ -1630,6 +1649,7 @@ async fn a_trace_that_names_a_path_is_refused() {
         (
             7,
             ClientMsg::StartRun {
+                name: None,
                 id: 7,
                 scenario: scenario.clone(),
                 target: "sim".into(),
@@ -1638,6 +1658,7 @@ async fn a_trace_that_names_a_path_is_refused() {
         (
             8,
             ClientMsg::StartCapacity {
+                name: None,
                 id: 8,
                 scenario: scenario.clone(),
                 target: "sim".into(),
@@ -1760,6 +1781,7 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
     send(
         &mut ws,
         ClientMsg::StartCapacity {
+            name: None,
             id: 4,
             scenario,
             target: "fleet".into(),
@@ -1855,6 +1877,7 @@ async fn a_calibration_streams_its_progress_and_keeps_the_profile_with_the_targe
     send(
         &mut ws,
         ClientMsg::StartRun {
+            name: None,
             id: 6,
             scenario: serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap(),
             target: "sim".into(),
@@ -1976,4 +1999,74 @@ async fn a_calibration_streams_its_progress_and_keeps_the_profile_with_the_targe
             other => panic!("expected calibration_result, got {other:?}"),
         }
     }
+}
+
+/// A run named at launch keeps its name and a few words of what it sends (`about`) in its metadata: in the reply,
+/// the history and after a restart; a run stored before names existed still lists (unnamed); a name too long is
+/// refused naming the field; a blank one is no name.
+#[tokio::test]
+async fn a_run_is_named_at_launch_and_says_what_it_sends() {
+    let data_dir = tempdir("named");
+    stored_run(&data_dir, "old-run", 2);
+    let driver = Arc::new(ScriptedDriver {
+        records: 2,
+        every_ms: 5,
+    });
+    let agent = start_agent(data_dir.to_path_buf(), driver.clone()).await;
+    let mut ws = connect(&agent).await;
+    let scenario: serde_json::Value = serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap();
+    let about = shared::protocol::scenario_about(&shared::scenario::Scenario::from_value(scenario.clone()).unwrap());
+    let start = |id: u64, name: Option<String>| ClientMsg::StartRun {
+        id,
+        scenario: scenario.clone(),
+        target: "sim".into(),
+        name,
+    };
+    send(&mut ws, start(2, Some("x".repeat(101)))).await;
+    match recv(&mut ws).await {
+        ServerMsg::Error { id: 2, code, message } => {
+            assert_eq!(code, ErrorCode::InvalidScenario);
+            assert!(message.starts_with("name is 101 characters"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    send(&mut ws, start(3, Some("  baseline, before the upgrade ".into()))).await;
+    let named = match recv(&mut ws).await {
+        ServerMsg::RunStarted { id: 3, run } => run,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(named.name.as_deref(), Some("baseline, before the upgrade"));
+    assert_eq!(named.about.as_deref(), Some(about.as_str()));
+    assert!(about.contains("requests at"), "{about}");
+    // The first run ends before the second starts (the limit on concurrent runs is not what this test is about).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(&mut ws, start(4, Some("   ".into()))).await;
+    let blank = match recv(&mut ws).await {
+        ServerMsg::RunStarted { id: 4, run } => run,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(blank.name, None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(ws);
+    drop(agent);
+    let agent = start_agent(data_dir.to_path_buf(), driver).await;
+    let mut ws = connect(&agent).await;
+    send(&mut ws, ClientMsg::ListRuns { id: 5 }).await;
+    let runs = match recv(&mut ws).await {
+        ServerMsg::Runs { runs, .. } => runs,
+        other => panic!("{other:?}"),
+    };
+    let find = |id: &str| {
+        runs.iter()
+            .find(|r| r.run_id == id)
+            .unwrap_or_else(|| panic!("{id} listed"))
+    };
+    assert_eq!(find(&named.run_id).name, named.name);
+    assert_eq!(find(&named.run_id).about, named.about);
+    assert_eq!(
+        (find("old-run").name.as_deref(), find("old-run").about.as_deref()),
+        (None, None)
+    );
+    let text = std::fs::read_to_string(data_dir.join("runs").join(&named.run_id).join("run.json")).unwrap();
+    assert!(text.contains("\"name\": \"baseline, before the upgrade\""), "{text}");
 }

@@ -44,6 +44,9 @@ pub enum ClientMsg {
         id: u64,
         scenario: serde_json::Value,
         target: String,
+        /// What the user calls this run (shown in the history); at most [`MAX_RUN_NAME_CHARS`] characters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
     },
     /// Stop a running run: no new sessions start, in-flight requests are cut, records are kept.
     StopRun { id: u64, run_id: String },
@@ -67,6 +70,9 @@ pub enum ClientMsg {
         target: String,
         #[serde(default)]
         options: CapacityOptions,
+        /// As `start_run`'s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
     },
     /// Calibrate the configured target `target`: probe it for about `budget_s` seconds (default
     /// [`DEFAULT_CALIBRATION_BUDGET_S`]) and fit its profile, as `loadshape calibrate --url` does. Stop it with
@@ -78,6 +84,9 @@ pub enum ClientMsg {
         budget_s: Option<f64>,
     },
 }
+
+/// The longest run name (`start_run`'s `name`), characters.
+pub const MAX_RUN_NAME_CHARS: usize = 100;
 
 /// The probe budget of a calibration started without one, seconds.
 pub const DEFAULT_CALIBRATION_BUDGET_S: f64 = 120.0;
@@ -355,6 +364,51 @@ pub struct RunInfo {
     /// Why the run failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the user called the run at launch; absent when unnamed (and in stores written before names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What the run sends, in a few words ([`scenario_about`]: `8 sessions × ~12 steps`), set at launch; absent in
+    /// stores written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
+}
+
+/// A scenario's workload in a few words, as run histories show it: `8 sessions × ~12 steps`, `4 users`,
+/// `200 requests at 2 req/s`, `a trace of 500 requests`.
+pub fn scenario_about(sc: &crate::scenario::Scenario) -> String {
+    use crate::scenario::Scenario;
+    use crate::workload::Workload;
+    match sc {
+        Scenario::Seed(s) => {
+            let crate::seed_model::SeedWorkload::Bursty(w) = &s.workload;
+            format!("{} requests at {} req/s", w.num_requests, w.mean_rps)
+        }
+        Scenario::Engine(e) => match &e.workload {
+            Workload::Sessions(w) => match &w.ladder {
+                Some(l) => format!("{} sessions on a ladder", l.rungs.len()),
+                None => format!("{} sessions × ~{} steps", w.sessions, w.steps),
+            },
+            Workload::ClosedLoop(w) => format!("{} users", w.users),
+            Workload::Poisson(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+            Workload::Gamma(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+            Workload::Bursty(w) => format!("{} requests at {} req/s", w.num_requests, w.mean_rps),
+            Workload::Trace(w) => format!("a trace of {} requests", w.requests.len()),
+        },
+    }
+}
+
+/// A run name as the user typed it: trimmed, `None` when empty; `Err` names the field when too long.
+pub fn run_name(name: Option<&str>) -> Result<Option<String>, String> {
+    let Some(n) = name.map(str::trim).filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let chars = n.chars().count();
+    if chars > MAX_RUN_NAME_CHARS {
+        return Err(format!(
+            "name is {chars} characters; a run name has at most {MAX_RUN_NAME_CHARS}"
+        ));
+    }
+    Ok(Some(n.to_string()))
 }
 
 /// Machine-readable error kinds; the `message` says what exactly was wrong.

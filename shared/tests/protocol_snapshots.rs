@@ -62,6 +62,8 @@ fn run_info(state: RunState) -> RunInfo {
         ended_ms: (state != RunState::Running).then_some(1_764_499_260_000),
         records: 120,
         error: None,
+        name: None,
+        about: None,
     }
 }
 
@@ -80,6 +82,7 @@ fn client_examples() -> Vec<ClientMsg> {
             scenario: scenario.clone(),
         },
         ClientMsg::StartRun {
+            name: Some("nightly, 4 sessions".into()),
             id: 4,
             scenario,
             target: "sim".into(),
@@ -112,6 +115,7 @@ fn client_examples() -> Vec<ClientMsg> {
             from_seq: 0,
         },
         ClientMsg::StartCapacity {
+            name: None,
             id: 12,
             scenario: serde_json::json!({"model": "engine", "workload": {"kind": "closed_loop", "users": 2}}),
             target: "sim".into(),
@@ -225,7 +229,11 @@ fn server_examples() -> Vec<ServerMsg> {
         },
         ServerMsg::Runs {
             id: 6,
-            runs: vec![run_info(RunState::Finished)],
+            runs: vec![RunInfo {
+                name: Some("nightly, 4 sessions".into()),
+                about: Some("4 sessions × ~12 steps".into()),
+                ..run_info(RunState::Finished)
+            }],
         },
         ServerMsg::Run {
             id: 7,

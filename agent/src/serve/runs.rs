@@ -169,7 +169,12 @@ pub struct LiveRun {
     stop: watch::Sender<bool>,
     /// The run was stopped at the agent's `max_run_seconds` (a capacity search's levels together).
     over_limit: AtomicBool,
+    /// When a capacity search last told its viewers its record count ([`RunSink::count_record`]).
+    last_count: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a capacity search tells its viewers how many records it has so far (a `run_state` while running).
+pub const RECORD_COUNT_EVERY: Duration = Duration::from_millis(500);
 
 /// The handle a driver pushes records into.
 #[derive(Clone)]
@@ -211,9 +216,23 @@ impl RunSink {
         self.run.info.lock().expect("run info lock").records = seq + 1;
     }
 
-    /// Counts one record of a capacity search (its records are in the level files, not in the run's log).
+    /// Counts one record of a capacity search (its records are in the level files, not in the run's log), and
+    /// tells the viewers the count so far (a `run_state`, still running) at most every [`RECORD_COUNT_EVERY`].
     pub fn count_record(&self) {
-        self.run.info.lock().expect("run info lock").records += 1;
+        let info = {
+            let mut info = self.run.info.lock().expect("run info lock");
+            info.records += 1;
+            info.clone()
+        };
+        let mut last = self.run.last_count.lock().expect("record count lock");
+        if last.is_none_or(|t| t.elapsed() >= RECORD_COUNT_EVERY) {
+            *last = Some(std::time::Instant::now());
+            let _ = self.run.events.send(Arc::new(ServerMsg::RunState {
+                run_id: info.run_id.clone(),
+                run: info,
+                summary: None,
+            }));
+        }
     }
 
     /// A calibration's step: broadcast live, the latest kept for late viewers (in place of the one before), its
@@ -324,11 +343,20 @@ impl Runs {
         }
     }
 
-    /// Starts a run of `scenario` against the configured target `target_name`.
-    pub fn start(self: &Arc<Self>, target_name: &str, scenario: serde_json::Value) -> Result<RunInfo, Refusal> {
+    /// Starts a run of `scenario` against the configured target `target_name`, named `name` in the history.
+    pub fn start(
+        self: &Arc<Self>,
+        target_name: &str,
+        scenario: serde_json::Value,
+        name: Option<&str>,
+    ) -> Result<RunInfo, Refusal> {
         let target = self.target(target_name)?;
+        let name = shared::protocol::run_name(name).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
-        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Replay)?;
+        let about = Scenario::from_value(scenario.clone())
+            .ok()
+            .map(|s| shared::protocol::scenario_about(&s));
+        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Replay, name, about)?;
         let this = self.clone();
         let fut = self.driver.run(
             target,
@@ -392,7 +420,19 @@ impl Runs {
         scenario: serde_json::Value,
         options: &CapacityOptions,
     ) -> Result<(RunInfo, CapacityReport, bool), Refusal> {
+        self.start_capacity_named(target_name, scenario, options, None)
+    }
+
+    /// [`Runs::start_capacity`], the run named `name` in the history.
+    pub fn start_capacity_named(
+        self: &Arc<Self>,
+        target_name: &str,
+        scenario: serde_json::Value,
+        options: &CapacityOptions,
+        name: Option<&str>,
+    ) -> Result<(RunInfo, CapacityReport, bool), Refusal> {
         let target = self.target(target_name)?;
+        let name = shared::protocol::run_name(name).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         let bad = |e: String| (ErrorCode::InvalidScenario, e);
         if let Some(f) = &target.fleet {
@@ -473,6 +513,7 @@ impl Runs {
             },
             duration,
         };
+        let engine_about = engine.clone();
         let plan = crate::capacity::plan(engine, &ask).map_err(|e| bad(format!("{e:#}")))?;
         let simulated = plan.simulated.clone();
         let guided = !options.no_guide && simulated.capacity.is_some();
@@ -488,7 +529,12 @@ impl Runs {
             let this = self.clone();
             Arc::new(move |level| this.validate(&Scenario::Engine(level.clone()).to_value()))
         };
-        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Capacity)?;
+        let about = format!(
+            "capacity search of {}",
+            shared::protocol::scenario_about(&Scenario::Engine(engine_about))
+        );
+        let (info, run, records_path, stop_rx) =
+            self.open_run(&target, &scenario, RunKind::Capacity, name, Some(about))?;
         let this = self.clone();
         let fut = self.driver.capacity(
             target,
@@ -559,7 +605,9 @@ impl Runs {
             ));
         }
         let ask = serde_json::json!({"calibrate": {"target": target_name, "budget_s": budget}});
-        let (info, run, records_path, stop_rx) = self.open_run(&target, &ask, RunKind::Calibration)?;
+        let about = format!("calibration, a {budget} s probe");
+        let (info, run, records_path, stop_rx) =
+            self.open_run(&target, &ask, RunKind::Calibration, None, Some(about))?;
         let sink = RunSink {
             run: run.clone(),
             records_path,
@@ -674,6 +722,8 @@ impl Runs {
         target: &Target,
         scenario: &serde_json::Value,
         kind: RunKind,
+        name: Option<String>,
+        about: Option<String>,
     ) -> Result<(RunInfo, Arc<LiveRun>, std::path::PathBuf, watch::Receiver<bool>), Refusal> {
         let mut active = self.active.lock().expect("active runs lock");
         // A calibration times the server: it runs alone on its target.
@@ -713,6 +763,8 @@ impl Runs {
             ended_ms: None,
             records: 0,
             error: None,
+            name,
+            about,
         };
         let file = self
             .store
@@ -735,6 +787,7 @@ impl Runs {
             events,
             stop,
             over_limit: AtomicBool::new(false),
+            last_count: Mutex::new(None),
         });
         active.insert(info.run_id.clone(), run.clone());
         Ok((info, run, records_path, stop_rx))

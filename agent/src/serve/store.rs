@@ -170,6 +170,8 @@ impl RunStore {
                     ended_ms: None,
                     records: self.count_records(run_id),
                     error: Some(format!("{e:#}")),
+                    name: None,
+                    about: None,
                 }
             }
         }
@@ -462,6 +464,8 @@ mod tests {
             ended_ms: None,
             records: 0,
             error: None,
+            name: None,
+            about: None,
         }
     }
 

@@ -132,7 +132,9 @@ where
                     error: Some(e),
                 },
             },
-            ClientMsg::StartRun { scenario, target, .. } => match runs.start(&target, scenario) {
+            ClientMsg::StartRun {
+                scenario, target, name, ..
+            } => match runs.start(&target, scenario, name.as_deref()) {
                 Ok(run) => ServerMsg::RunStarted { id, run },
                 Err((code, message)) => ServerMsg::error(id, code, message),
             },
@@ -140,11 +142,15 @@ where
                 scenario,
                 target,
                 options,
+                name,
                 ..
             } => {
                 // The simulated search runs first (CPU-bound): off the async threads.
                 let r = runs.clone();
-                let started = tokio::task::spawn_blocking(move || r.start_capacity(&target, scenario, &options)).await;
+                let started = tokio::task::spawn_blocking(move || {
+                    r.start_capacity_named(&target, scenario, &options, name.as_deref())
+                })
+                .await;
                 match started {
                     Ok(Ok((run, simulated, guided))) => ServerMsg::CapacityStarted {
                         id,
