@@ -68,7 +68,7 @@ pub struct Args {
     /// KV capacity, blocks (else vLLM's `cache_config_info` `num_gpu_blocks`, else llama.cpp `n_ctx`·slots).
     #[arg(long)]
     pub num_kv_blocks: Option<u64>,
-    /// Longest prompt + output, tokens (else llama.cpp's per-slot `n_ctx`).
+    /// Longest prompt + output, tokens (else llama.cpp's per-slot `n_ctx`, else vLLM's `/v1/models` `max_model_len`).
     #[arg(long)]
     pub max_model_len: Option<u64>,
     /// Token budget per step (vLLM `--max-num-batched-tokens`; llama.cpp `n_batch`), default 8192.
@@ -255,6 +255,23 @@ pub fn parse_cache_config(metrics: &str, d: &mut Discovered) {
     }
 }
 
+/// vLLM's `/v1/models`: the served model's `max_model_len` (prompt + output, tokens), when the server did not say
+/// otherwise already (llama.cpp's per-slot `n_ctx` from `/props` comes first).
+pub fn parse_models(v: &serde_json::Value, d: &mut Discovered) {
+    if d.max_model_len.is_some() {
+        return;
+    }
+    let len = v
+        .get("data")
+        .and_then(serde_json::Value::as_array)
+        .and_then(|models| models.iter().find_map(|m| m.get("max_model_len")?.as_u64()))
+        .filter(|&l| l > 0);
+    if let Some(l) = len {
+        d.max_model_len = Some(l);
+        d.sources.push("vLLM /v1/models max_model_len".into());
+    }
+}
+
 async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
     let mut d = Discovered::default();
     let Ok(origin) = replay::client::origin_of(url) else {
@@ -282,6 +299,12 @@ async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
         && let Ok(text) = resp.text().await
     {
         parse_cache_config(&text, &mut d);
+    }
+    if let Ok(resp) = get("/v1/models").await
+        && resp.status().is_success()
+        && let Ok(v) = resp.json::<serde_json::Value>().await
+    {
+        parse_models(&v, &mut d);
     }
     d
 }
