@@ -1,7 +1,7 @@
 //! What `loadshape calibrate --url` reads from a server about its limits: llama.cpp's `/props` and vLLM's
 //! `vllm:cache_config_info` (bodies as those servers send them).
 
-use loadshape::cmd::calibrate::{Discovered, check_runs, parse_cache_config, parse_props, read_runs};
+use loadshape::cmd::calibrate::{Discovered, check_runs, parse_cache_config, parse_models, parse_props, read_runs};
 use serde_json::json;
 
 #[path = "common/scratch.rs"]
@@ -41,6 +41,27 @@ fn llamacpp_props_give_slots_and_context() {
     // A server without /props fields says nothing.
     let mut none = Discovered::default();
     parse_props(&json!({"object": "list"}), &mut none);
+    assert_eq!(none, Discovered::default());
+}
+
+/// vLLM's `/v1/models` gives the context limit (a real vLLM 0.11 answer, trimmed); llama.cpp's per-slot context,
+/// found first, is kept; a list without the field says nothing.
+#[test]
+fn vllm_models_give_the_context_limit() {
+    let models = json!({"object": "list", "data": [{"id": "Qwen/Qwen3-8B", "object": "model", "created": 1765000000,
+        "owned_by": "vllm", "root": "Qwen/Qwen3-8B", "parent": null, "max_model_len": 16384, "permission": []}]});
+    let mut d = Discovered::default();
+    parse_models(&models, &mut d);
+    assert_eq!(d.max_model_len, Some(16384));
+    assert_eq!(d.sources, ["vLLM /v1/models max_model_len"]);
+    let mut llama = Discovered {
+        max_model_len: Some(8192),
+        ..Discovered::default()
+    };
+    parse_models(&models, &mut llama);
+    assert_eq!((llama.max_model_len, llama.sources.len()), (Some(8192), 0));
+    let mut none = Discovered::default();
+    parse_models(&json!({"object": "list", "data": [{"id": "sim"}]}), &mut none);
     assert_eq!(none, Discovered::default());
 }
 

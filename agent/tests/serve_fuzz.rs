@@ -96,7 +96,12 @@ fn client_msg() -> impl Strategy<Value = ClientMsg> {
         (id, any::<u32>(), name).prop_map(|(id, protocol, client)| ClientMsg::Hello { id, protocol, client }),
         id.prop_map(|id| ClientMsg::ListTargets { id }),
         (id, json_value()).prop_map(|(id, scenario)| ClientMsg::ValidateScenario { id, scenario }),
-        (id, json_value(), name).prop_map(|(id, scenario, target)| ClientMsg::StartRun { id, scenario, target }),
+        (id, json_value(), name).prop_map(|(id, scenario, target)| ClientMsg::StartRun {
+            id,
+            scenario,
+            target,
+            name: None,
+        }),
         (id, name).prop_map(|(id, run_id)| ClientMsg::StopRun { id, run_id }),
         id.prop_map(|id| ClientMsg::ListRuns { id }),
         (id, name).prop_map(|(id, run_id)| ClientMsg::FetchRun { id, run_id }),

@@ -144,6 +144,7 @@ async fn start_run(addr: &str, scenario: serde_json::Value) -> (Ws, String) {
     send(
         &mut ws,
         ClientMsg::StartRun {
+            name: None,
             id: 2,
             scenario,
             target: "sim".into(),

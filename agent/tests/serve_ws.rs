@@ -246,6 +246,7 @@ async fn start_run(ws: &mut Ws, id: u64) -> String {
     send(
         ws,
         ClientMsg::StartRun {
+            name: None,
             id,
             scenario: serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap(),
             target: "sim".into(),
@@ -314,6 +315,7 @@ async fn run_to_end(ws: &mut Ws, scenario: serde_json::Value, target: &str) -> (
     send(
         ws,
         ClientMsg::StartRun {
+            name: None,
             id: 2,
             scenario,
             target: target.into(),
@@ -429,6 +431,7 @@ async fn hello_first_version_check_and_clear_errors() {
     send(
         &mut ws,
         ClientMsg::StartRun {
+            name: None,
             id: 3,
             scenario,
             target: "http://evil.example/v1".into(),
@@ -785,6 +788,7 @@ async fn a_slow_viewer_gets_resync_and_never_stalls_the_run() {
     let scenario = serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap();
     in_tx
         .send(msg(ClientMsg::StartRun {
+            name: None,
             id: 2,
             scenario,
             target: "sim".into(),
@@ -1221,6 +1225,7 @@ async fn open_loop_workloads_are_bounded_by_rate_and_requests_in_flight() {
     send(
         &mut ws,
         ClientMsg::StartRun {
+            name: None,
             id: 6,
             scenario: poisson(20_000, 1e7, 64),
             target: "sim".into(),
@@ -1306,6 +1311,7 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
     // Refusals: a target the operator did not configure, a seed scenario, a knob the workload lacks.
     let start =
         |id: u64, scenario: serde_json::Value, target: &str, options: CapacityOptions| ClientMsg::StartCapacity {
+            name: None,
             id,
             scenario,
             target: target.into(),
@@ -1376,6 +1382,8 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
     .await;
     let mut levels = Vec::new();
     let mut report = None;
+    // The records so far, as the running search tells them (a `run_state` while running, as records arrive).
+    let mut counts = Vec::new();
     let state = loop {
         match recv(&mut ws).await {
             ServerMsg::CapacityLevel { run_id, index, level } => {
@@ -1389,11 +1397,20 @@ async fn a_live_capacity_search_streams_its_levels_and_its_result() {
                 report = Some(r);
             }
             ServerMsg::RunState { run: info, .. } if info.state != RunState::Running => break info,
-            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } => {}
+            ServerMsg::RunState { run: info, .. } => counts.push((levels.len(), info.records)),
+            ServerMsg::Subscribed { .. } => {}
             other => panic!("unexpected {other:?}"),
         }
     };
     assert_eq!(state.state, RunState::Finished, "{:?}", state.error);
+    assert!(
+        counts.windows(2).all(|w| w[0].1 <= w[1].1) && counts.last().is_some_and(|c| c.1 <= state.records),
+        "the count only grows: {counts:?}"
+    );
+    assert!(
+        counts.iter().any(|&(done, n)| done == 0 && n > 0),
+        "records counted while the first level ran, before any level ended: {counts:?}"
+    );
     // The figure docs/capacity.md quotes (printed, never asserted: `-- --nocapture`).
     println!(
         "live capacity search through serve: {} levels ({}) in {:.1} s; KV peak {:?}; preemptions {:?}",
@@ -1487,6 +1504,7 @@ async fn a_capacity_search_can_be_stopped() {
     send(
         &mut ws,
         ClientMsg::StartCapacity {
+            name: None,
             id: 1,
             scenario,
             target: "sim".into(),
@@ -1561,6 +1579,7 @@ async fn a_capacity_search_is_bounded_as_a_whole() {
     send(
         &mut ws,
         ClientMsg::StartCapacity {
+            name: None,
             id: 1,
             scenario,
             target: "sim".into(),
@@ -1630,6 +1649,7 @@ async fn a_trace_that_names_a_path_is_refused() {
         (
             7,
             ClientMsg::StartRun {
+                name: None,
                 id: 7,
                 scenario: scenario.clone(),
                 target: "sim".into(),
@@ -1638,6 +1658,7 @@ async fn a_trace_that_names_a_path_is_refused() {
         (
             8,
             ClientMsg::StartCapacity {
+                name: None,
                 id: 8,
                 scenario: scenario.clone(),
                 target: "sim".into(),
@@ -1760,6 +1781,7 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
     send(
         &mut ws,
         ClientMsg::StartCapacity {
+            name: None,
             id: 4,
             scenario,
             target: "fleet".into(),
@@ -1774,4 +1796,277 @@ async fn a_fleet_target_spreads_a_live_run_over_its_replicas() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// A sim-server emulating the `sim` target's profile (`llama-3-8b-1xh100`, as `loadshape serve` runs it) in real
+/// time on 127.0.0.1: its base URL.
+async fn default_sim_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(loadshape::sim_server::serve(
+        listener,
+        loadshape::sim_server::Config::default(),
+        std::future::pending(),
+    ));
+    url
+}
+
+/// The page's "Calibrate this target": `start_calibration` on the `sim` target probes it as `calibrate --url`
+/// does, streams `calibration_progress` (phase by phase, requests counted up), then `calibration_result` with the
+/// fitted profile and the final `run_state`; the profile is kept with the target (`targets` carries it, after a
+/// restart too). Meanwhile the target refuses other runs; an unconfigured target or a bad budget is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calibration_streams_its_progress_and_keeps_the_profile_with_the_target() {
+    let data_dir = tempdir("calibrate");
+    let sim_url = default_sim_server().await;
+    let driver = Arc::new(ReplayDriver::default());
+    let agent = start_agent_with(data_dir.to_path_buf(), Target::sim(sim_url.clone()), driver.clone()).await;
+    let mut ws = connect(&agent).await;
+    // Refusals first: a target the operator did not configure, a budget too small or over the run limit.
+    for (id, target, budget_s, code, needle) in [
+        (2, "gpu", Some(20.0), ErrorCode::UnknownTarget, "unknown target `gpu`"),
+        (
+            3,
+            "sim",
+            Some(1.0),
+            ErrorCode::InvalidScenario,
+            "budget_s must be at least 5",
+        ),
+        (4, "sim", Some(600.0), ErrorCode::LimitExceeded, "--max-run-seconds"),
+    ] {
+        send(
+            &mut ws,
+            ClientMsg::StartCalibration {
+                id,
+                target: target.into(),
+                budget_s,
+            },
+        )
+        .await;
+        match recv(&mut ws).await {
+            ServerMsg::Error {
+                id: got,
+                code: c,
+                message,
+            } if got == id => {
+                assert_eq!(c, code, "{message}");
+                assert!(message.contains(needle), "{message}");
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+    // A small budget: the sim target answers in real time, 20 s of probe fits its step terms (docs/calibration.md).
+    send(
+        &mut ws,
+        ClientMsg::StartCalibration {
+            id: 5,
+            target: "sim".into(),
+            budget_s: Some(20.0),
+        },
+    )
+    .await;
+    let run = match recv(&mut ws).await {
+        ServerMsg::CalibrationStarted { id: 5, run, budget_s } => {
+            assert_eq!(budget_s, 20.0);
+            assert_eq!(run.kind, shared::protocol::RunKind::Calibration);
+            run
+        }
+        other => panic!("expected calibration_started, got {other:?}"),
+    };
+    // The target calibrates: a live run on it is refused until the calibration ends.
+    send(
+        &mut ws,
+        ClientMsg::StartRun {
+            name: None,
+            id: 6,
+            scenario: serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap(),
+            target: "sim".into(),
+        },
+    )
+    .await;
+    match recv(&mut ws).await {
+        ServerMsg::Error { id: 6, code, message } => {
+            assert_eq!(code, ErrorCode::RunActive, "{message}");
+            assert!(message.contains("is being calibrated"), "{message}");
+        }
+        other => panic!("expected run_active, got {other:?}"),
+    }
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 7,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    let (mut phases_seen, mut last_requests, mut result) = (Vec::<String>::new(), 0, None);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let state = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the calibration did not end in 60 s"
+        );
+        match recv(&mut ws).await {
+            ServerMsg::CalibrationProgress {
+                run_id,
+                phase,
+                phase_index,
+                phases,
+                requests,
+                elapsed_s,
+                budget_s,
+            } => {
+                assert_eq!(run_id, run.run_id);
+                assert!(result.is_none(), "progress after the result");
+                assert!(requests >= last_requests, "requests count up");
+                assert!((1..=phases).contains(&phase_index) && elapsed_s >= 0.0 && budget_s == 20.0);
+                last_requests = requests;
+                if phases_seen.last() != Some(&phase) {
+                    phases_seen.push(phase);
+                }
+            }
+            ServerMsg::CalibrationResult { run_id, calibration } => {
+                assert_eq!(run_id, run.run_id);
+                result = Some(calibration);
+            }
+            ServerMsg::RunState { run: r, .. } if r.state != RunState::Running => break r,
+            ServerMsg::Subscribed { .. } | ServerMsg::RunState { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(state.state, RunState::Finished, "{:?}", state.error);
+    assert!(last_requests > 20, "only {last_requests} probe requests counted");
+    assert!(phases_seen.len() >= 3, "phases seen: {phases_seen:?}");
+    assert_eq!(phases_seen.last().map(String::as_str), Some("fit"), "{phases_seen:?}");
+    let c = result.expect("a calibration_result before the final run_state");
+    assert_eq!((c.target.as_str(), c.run_id.as_str()), ("sim", run.run_id.as_str()));
+    // The fitted profile is the sim target's (`llama-3-8b-1xh100`): its decode step and prefill speed within 15 %
+    // (a loose bound for a 20 s probe on a shared machine; the browser test and calibrate_sim.rs check tighter).
+    let truth = shared::engine::presets::llama3_8b_h100();
+    for (batch, context) in [(1.0, 512.0), (8.0, 1024.0)] {
+        let (got, want) = (
+            c.profile.decode_step_ms(batch, context),
+            truth.decode_step_ms(batch, context),
+        );
+        assert!(
+            (got / want - 1.0).abs() < 0.15,
+            "decode step at batch {batch}: {got} vs {want}"
+        );
+    }
+    let rate = c.profile.prefill_tokens_per_ms / truth.prefill_tokens_per_ms;
+    assert!(
+        (rate - 1.0).abs() < 0.15,
+        "prefill rate {}",
+        c.profile.prefill_tokens_per_ms
+    );
+    assert!(c.fit.decode_requests > 0 && c.fit.prefill_requests > 0, "{:?}", c.fit);
+    // Kept with the target: in `targets`, in the run's folder, and across a restart of the agent.
+    let run_dir = data_dir.join("runs").join(&run.run_id);
+    for f in ["calibration.json", "calibration/profile.json", "calibration/fit.json"] {
+        assert!(run_dir.join(f).is_file(), "{f} missing");
+    }
+    assert!(data_dir.join("profiles.json").is_file());
+    drop(ws);
+    drop(agent);
+    let agent = start_agent_with(data_dir.to_path_buf(), Target::sim(sim_url), driver).await;
+    let mut ws = connect(&agent).await;
+    send(&mut ws, ClientMsg::ListTargets { id: 8 }).await;
+    match recv(&mut ws).await {
+        ServerMsg::Targets { targets, .. } => {
+            let kept = targets[0].profile.as_deref().expect("the sim target keeps its profile");
+            assert_eq!(kept, &*c);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A reopened calibration run replays its result to a late viewer.
+    send(
+        &mut ws,
+        ClientMsg::Subscribe {
+            id: 9,
+            run_id: run.run_id.clone(),
+            from_seq: 0,
+        },
+    )
+    .await;
+    loop {
+        match recv(&mut ws).await {
+            ServerMsg::CalibrationResult { calibration, .. } => {
+                assert_eq!(calibration, c);
+                break;
+            }
+            ServerMsg::Subscribed { .. } => {}
+            other => panic!("expected calibration_result, got {other:?}"),
+        }
+    }
+}
+
+/// A run named at launch keeps its name and a few words of what it sends (`about`) in its metadata: in the reply,
+/// the history and after a restart; a run stored before names existed still lists (unnamed); a name too long is
+/// refused naming the field; a blank one is no name.
+#[tokio::test]
+async fn a_run_is_named_at_launch_and_says_what_it_sends() {
+    let data_dir = tempdir("named");
+    stored_run(&data_dir, "old-run", 2);
+    let driver = Arc::new(ScriptedDriver {
+        records: 2,
+        every_ms: 5,
+    });
+    let agent = start_agent(data_dir.to_path_buf(), driver.clone()).await;
+    let mut ws = connect(&agent).await;
+    let scenario: serde_json::Value = serde_json::from_str(include_str!("../../examples/seed-baseline.json")).unwrap();
+    let about = shared::protocol::scenario_about(&shared::scenario::Scenario::from_value(scenario.clone()).unwrap());
+    let start = |id: u64, name: Option<String>| ClientMsg::StartRun {
+        id,
+        scenario: scenario.clone(),
+        target: "sim".into(),
+        name,
+    };
+    send(&mut ws, start(2, Some("x".repeat(101)))).await;
+    match recv(&mut ws).await {
+        ServerMsg::Error { id: 2, code, message } => {
+            assert_eq!(code, ErrorCode::InvalidScenario);
+            assert!(message.starts_with("name is 101 characters"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    send(&mut ws, start(3, Some("  baseline, before the upgrade ".into()))).await;
+    let named = match recv(&mut ws).await {
+        ServerMsg::RunStarted { id: 3, run } => run,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(named.name.as_deref(), Some("baseline, before the upgrade"));
+    assert_eq!(named.about.as_deref(), Some(about.as_str()));
+    assert!(about.contains("requests at"), "{about}");
+    // The first run ends before the second starts (the limit on concurrent runs is not what this test is about).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(&mut ws, start(4, Some("   ".into()))).await;
+    let blank = match recv(&mut ws).await {
+        ServerMsg::RunStarted { id: 4, run } => run,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(blank.name, None);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(ws);
+    drop(agent);
+    let agent = start_agent(data_dir.to_path_buf(), driver).await;
+    let mut ws = connect(&agent).await;
+    send(&mut ws, ClientMsg::ListRuns { id: 5 }).await;
+    let runs = match recv(&mut ws).await {
+        ServerMsg::Runs { runs, .. } => runs,
+        other => panic!("{other:?}"),
+    };
+    let find = |id: &str| {
+        runs.iter()
+            .find(|r| r.run_id == id)
+            .unwrap_or_else(|| panic!("{id} listed"))
+    };
+    assert_eq!(find(&named.run_id).name, named.name);
+    assert_eq!(find(&named.run_id).about, named.about);
+    assert_eq!(
+        (find("old-run").name.as_deref(), find("old-run").about.as_deref()),
+        (None, None)
+    );
+    let text = std::fs::read_to_string(data_dir.join("runs").join(&named.run_id).join("run.json")).unwrap();
+    assert!(text.contains("\"name\": \"baseline, before the upgrade\""), "{text}");
 }

@@ -84,6 +84,8 @@ pub fn App() -> impl IntoView {
     });
     // For "Use in explorer" buttons in other views.
     provide_context(view);
+    // Targets' calibrated profiles and the calibration followed: the live panel, its fit card and the explorer.
+    provide_context(live::calibrate::Calibration::new());
 
     view! {
         <header class="topbar">

@@ -17,6 +17,11 @@
 //! simulated search that guides it, each finished level arrives as a [`ServerMsg::CapacityLevel`] event and the
 //! report as [`ServerMsg::CapacityResult`] (then the final `run_state`) to the run's subscribers; `stop_run` ends
 //! it. See `docs/protocol.md`.
+//!
+//! A calibration (`start_calibration`) is a run of kind [`RunKind::Calibration`]: the agent probes the configured
+//! target as `loadshape calibrate --url` does, each step arrives as a [`ServerMsg::CalibrationProgress`] event, the
+//! fitted profile as [`ServerMsg::CalibrationResult`] (then the final `run_state`); the agent keeps the profile with
+//! the target ([`TargetInfo::profile`]). A target runs one calibration, or other runs, at a time.
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +44,9 @@ pub enum ClientMsg {
         id: u64,
         scenario: serde_json::Value,
         target: String,
+        /// What the user calls this run (shown in the history); at most [`MAX_RUN_NAME_CHARS`] characters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
     },
     /// Stop a running run: no new sessions start, in-flight requests are cut, records are kept.
     StopRun { id: u64, run_id: String },
@@ -62,8 +70,29 @@ pub enum ClientMsg {
         target: String,
         #[serde(default)]
         options: CapacityOptions,
+        /// As `start_run`'s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    /// Calibrate the configured target `target`: probe it for about `budget_s` seconds (default
+    /// [`DEFAULT_CALIBRATION_BUDGET_S`]) and fit its profile, as `loadshape calibrate --url` does. Stop it with
+    /// `stop_run`.
+    StartCalibration {
+        id: u64,
+        target: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget_s: Option<f64>,
     },
 }
+
+/// The longest run name (`start_run`'s `name`), characters.
+pub const MAX_RUN_NAME_CHARS: usize = 100;
+
+/// The probe budget of a calibration started without one, seconds.
+pub const DEFAULT_CALIBRATION_BUDGET_S: f64 = 120.0;
+
+/// The least probe budget a calibration takes, seconds (as `loadshape calibrate --budget`).
+pub const MIN_CALIBRATION_BUDGET_S: f64 = 5.0;
 
 /// What a live capacity search started from the page asks for; every field is optional, as are the flags of
 /// `loadshape capacity` they stand for.
@@ -174,6 +203,62 @@ pub enum ServerMsg {
     /// Event: a capacity search ended; `report` is its `capacity.json` (what `loadshape capacity --json` prints
     /// for a live search). The final `run_state` follows.
     CapacityResult { run_id: String, report: serde_json::Value },
+    /// Reply to `start_calibration`: the calibration's run (kind `calibration`; subscribe to it for its progress)
+    /// and the probe budget it runs with.
+    CalibrationStarted { id: u64, run: RunInfo, budget_s: f64 },
+    /// Event: a calibration started a phase or ended one of its requests. `phase` is the probe phase's name, or
+    /// `fit` once the probe is done; `phase_index` counts from 1 to `phases` (the fit is the last).
+    CalibrationProgress {
+        run_id: String,
+        phase: String,
+        phase_index: u32,
+        phases: u32,
+        /// Probe requests ended so far.
+        requests: u64,
+        /// Seconds since the probe began.
+        elapsed_s: f64,
+        budget_s: f64,
+    },
+    /// Event: a calibration ended with a fitted profile, now kept with its target. The final `run_state` follows.
+    CalibrationResult {
+        run_id: String,
+        calibration: Box<TargetProfile>,
+    },
+}
+
+/// A target's calibrated profile, as the agent keeps it (`profiles.json` in its data folder) and sends it: in
+/// [`TargetInfo::profile`] and [`ServerMsg::CalibrationResult`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetProfile {
+    pub target: String,
+    /// The calibration run that fitted it.
+    pub run_id: String,
+    /// When the fit ended, Unix milliseconds.
+    pub calibrated_ms: u64,
+    /// The probe's budget, seconds.
+    pub budget_s: f64,
+    /// The fitted profile (what `loadshape calibrate` writes as `profile.json`).
+    pub profile: crate::engine::EngineProfile,
+    pub fit: FitSummary,
+}
+
+/// How well a calibration's fit describes the measurements (the figures `loadshape calibrate` prints).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FitSummary {
+    pub decode_r2: f64,
+    /// Requests the decode stage was fitted on.
+    pub decode_requests: u64,
+    pub prefill_r2: f64,
+    pub prefill_requests: u64,
+    /// Each stage's robust relative spread of the residuals (`1.4826·MAD / median`, a fraction): how closely the
+    /// profile predicts a request, meaningful where R² is not (a server whose step barely varies).
+    pub decode_spread: f64,
+    pub prefill_spread: f64,
+    /// Probe requests neither stage used.
+    pub unused: u64,
+    /// What the fit assumed or fixed.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Limits the agent enforces, told to the page at `hello` so it can say so before the agent refuses.
@@ -209,6 +294,9 @@ pub struct TargetInfo {
     /// --router ...`): its replicas and router; absent for a one-URL target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<TargetFleetInfo>,
+    /// The profile the last calibration of this target fitted (`start_calibration`); absent when never calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Box<TargetProfile>>,
 }
 
 /// `TargetInfo::fleet`: a fleet target's replicas (replica `i` is `urls[i]`; `url` is `urls[0]`), its router and
@@ -248,6 +336,9 @@ pub enum RunKind {
     Replay,
     /// A live capacity search (`start_capacity`): a record file per level and `capacity.json` in its folder.
     Capacity,
+    /// A calibration (`start_calibration`): the probe's record files, `profile.json`, `fit.json` and
+    /// `calibration.json` in its folder.
+    Calibration,
 }
 
 impl RunKind {
@@ -273,6 +364,51 @@ pub struct RunInfo {
     /// Why the run failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What the user called the run at launch; absent when unnamed (and in stores written before names).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// What the run sends, in a few words ([`scenario_about`]: `8 sessions × ~12 steps`), set at launch; absent in
+    /// stores written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
+}
+
+/// A scenario's workload in a few words, as run histories show it: `8 sessions × ~12 steps`, `4 users`,
+/// `200 requests at 2 req/s`, `a trace of 500 requests`.
+pub fn scenario_about(sc: &crate::scenario::Scenario) -> String {
+    use crate::scenario::Scenario;
+    use crate::workload::Workload;
+    match sc {
+        Scenario::Seed(s) => {
+            let crate::seed_model::SeedWorkload::Bursty(w) = &s.workload;
+            format!("{} requests at {} req/s", w.num_requests, w.mean_rps)
+        }
+        Scenario::Engine(e) => match &e.workload {
+            Workload::Sessions(w) => match &w.ladder {
+                Some(l) => format!("{} sessions on a ladder", l.rungs.len()),
+                None => format!("{} sessions × ~{} steps", w.sessions, w.steps),
+            },
+            Workload::ClosedLoop(w) => format!("{} users", w.users),
+            Workload::Poisson(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+            Workload::Gamma(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
+            Workload::Bursty(w) => format!("{} requests at {} req/s", w.num_requests, w.mean_rps),
+            Workload::Trace(w) => format!("a trace of {} requests", w.requests.len()),
+        },
+    }
+}
+
+/// A run name as the user typed it: trimmed, `None` when empty; `Err` names the field when too long.
+pub fn run_name(name: Option<&str>) -> Result<Option<String>, String> {
+    let Some(n) = name.map(str::trim).filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let chars = n.chars().count();
+    if chars > MAX_RUN_NAME_CHARS {
+        return Err(format!(
+            "name is {chars} characters; a run name has at most {MAX_RUN_NAME_CHARS}"
+        ));
+    }
+    Ok(Some(n.to_string()))
 }
 
 /// Machine-readable error kinds; the `message` says what exactly was wrong.
@@ -334,6 +470,9 @@ impl ServerMsg {
             ServerMsg::CapacityStarted { .. } => "capacity_started",
             ServerMsg::CapacityLevel { .. } => "capacity_level",
             ServerMsg::CapacityResult { .. } => "capacity_result",
+            ServerMsg::CalibrationStarted { .. } => "calibration_started",
+            ServerMsg::CalibrationProgress { .. } => "calibration_progress",
+            ServerMsg::CalibrationResult { .. } => "calibration_result",
         }
     }
 
@@ -361,7 +500,8 @@ impl ClientMsg {
             | ClientMsg::DeleteRun { id, .. }
             | ClientMsg::Subscribe { id, .. }
             | ClientMsg::Unsubscribe { id, .. }
-            | ClientMsg::StartCapacity { id, .. } => *id,
+            | ClientMsg::StartCapacity { id, .. }
+            | ClientMsg::StartCalibration { id, .. } => *id,
         }
     }
 }

@@ -6,7 +6,9 @@
 ///   `max_concurrent_requests_per_run` and `max_rate_per_run`, run state `damaged`.
 /// - 3: live capacity searches (`start_capacity`; `capacity_started`, `capacity_level`, `capacity_result`), a
 ///   run's `kind` (absent for a replay).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// - 4: calibrating a target (`start_calibration`; `calibration_started`, `calibration_progress`,
+///   `calibration_result`), run kind `calibration`, a target's kept `profile` in `targets`.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The loadshape release (the workspace version), used as the agent version in `hello`.
 pub const LOADSHAPE_VERSION: &str = env!("CARGO_PKG_VERSION");

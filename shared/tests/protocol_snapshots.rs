@@ -62,6 +62,8 @@ fn run_info(state: RunState) -> RunInfo {
         ended_ms: (state != RunState::Running).then_some(1_764_499_260_000),
         records: 120,
         error: None,
+        name: None,
+        about: None,
     }
 }
 
@@ -80,6 +82,7 @@ fn client_examples() -> Vec<ClientMsg> {
             scenario: scenario.clone(),
         },
         ClientMsg::StartRun {
+            name: Some("nightly, 4 sessions".into()),
             id: 4,
             scenario,
             target: "sim".into(),
@@ -112,6 +115,7 @@ fn client_examples() -> Vec<ClientMsg> {
             from_seq: 0,
         },
         ClientMsg::StartCapacity {
+            name: None,
             id: 12,
             scenario: serde_json::json!({"model": "engine", "workload": {"kind": "closed_loop", "users": 2}}),
             target: "sim".into(),
@@ -120,6 +124,11 @@ fn client_examples() -> Vec<ClientMsg> {
                 duration_s: Some(20.0),
                 ..CapacityOptions::default()
             },
+        },
+        ClientMsg::StartCalibration {
+            id: 13,
+            target: "sim".into(),
+            budget_s: Some(60.0),
         },
     ]
 }
@@ -187,6 +196,7 @@ fn server_examples() -> Vec<ServerMsg> {
                     model: "sim".into(),
                     dialect: "vllm".into(),
                     fleet: None,
+                    profile: None,
                 },
                 // A fleet target: the run spreads its requests over the URLs by the router.
                 TargetInfo {
@@ -200,6 +210,7 @@ fn server_examples() -> Vec<ServerMsg> {
                         router: Some(shared::engine::Router::SessionAffinity),
                         load_cap: None,
                     }),
+                    profile: None,
                 },
             ],
         },
@@ -218,7 +229,11 @@ fn server_examples() -> Vec<ServerMsg> {
         },
         ServerMsg::Runs {
             id: 6,
-            runs: vec![run_info(RunState::Finished)],
+            runs: vec![RunInfo {
+                name: Some("nightly, 4 sessions".into()),
+                about: Some("4 sessions × ~12 steps".into()),
+                ..run_info(RunState::Finished)
+            }],
         },
         ServerMsg::Run {
             id: 7,
@@ -289,7 +304,113 @@ fn server_examples() -> Vec<ServerMsg> {
             run_id: "r1764499200000-3f2a".into(),
             report: serde_json::json!({"capacity": 4.0, "knob": "users", "levels_run": 2, "simulated_capacity": 4.0}),
         },
+        ServerMsg::CalibrationStarted {
+            id: 13,
+            run: RunInfo {
+                kind: RunKind::Calibration,
+                ..run_info(RunState::Running)
+            },
+            budget_s: 60.0,
+        },
+        ServerMsg::CalibrationProgress {
+            run_id: "r1764499200000-3f2a".into(),
+            phase: "decode".into(),
+            phase_index: 2,
+            phases: 5,
+            requests: 37,
+            elapsed_s: 14.2,
+            budget_s: 60.0,
+        },
+        ServerMsg::CalibrationResult {
+            run_id: "r1764499200000-3f2a".into(),
+            calibration: Box::new(target_profile()),
+        },
     ]
+}
+
+/// A calibrated profile as the agent keeps it (a small one: the fields a fit writes).
+fn target_profile() -> TargetProfile {
+    TargetProfile {
+        target: "sim".into(),
+        run_id: "r1764499200000-3f2a".into(),
+        calibrated_ms: 1_764_499_262_000,
+        budget_s: 60.0,
+        profile: shared::engine::EngineProfile {
+            name: "sim".into(),
+            basis: "measured: loadshape calibrate".into(),
+            block_size: 16,
+            num_kv_blocks: 20_000,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 8192,
+            max_model_len: Some(8192),
+            step_fixed_ms: 16.1,
+            per_seq_ms: 1.4,
+            per_ctx_token_ms: 0.0015,
+            prefill_tokens_per_ms: 6.1,
+            prefill_fixed_ms: 8.3,
+            ..shared::engine::presets::llama3_8b_h100()
+        },
+        fit: FitSummary {
+            decode_r2: 0.97,
+            decode_requests: 52,
+            prefill_r2: 0.99,
+            prefill_requests: 31,
+            decode_spread: 0.012,
+            prefill_spread: 0.021,
+            unused: 2,
+            notes: vec!["batch_kv_ms_per_ktok fixed at 0".into()],
+        },
+    }
+}
+
+#[test]
+fn calibration_messages_round_trip_and_bad_ones_name_the_field() {
+    // Without a budget: the field is left out and reads back as `None` (the agent's default).
+    let plain = ClientMsg::StartCalibration {
+        id: 3,
+        target: "gpu".into(),
+        budget_s: None,
+    };
+    let json = serde_json::to_string(&plain).unwrap();
+    assert_eq!(json, r#"{"type":"start_calibration","data":{"id":3,"target":"gpu"}}"#);
+    assert_eq!(serde_json::from_str::<ClientMsg>(&json).unwrap(), plain);
+    assert_eq!(plain.id(), 3);
+    // A target that was calibrated carries its profile in `targets`; one never calibrated has no `profile` key.
+    let mut info = TargetInfo {
+        name: "sim".into(),
+        kind: "sim".into(),
+        url: "builtin".into(),
+        model: "sim".into(),
+        dialect: "vllm".into(),
+        fleet: None,
+        profile: None,
+    };
+    assert!(!serde_json::to_string(&info).unwrap().contains("profile"));
+    info.profile = Some(Box::new(target_profile()));
+    let back: TargetInfo = serde_json::from_str(&serde_json::to_string(&info).unwrap()).unwrap();
+    assert_eq!(back, info);
+    // A calibration's run reads back with its kind.
+    let run = serde_json::json!({"run_id": "r1-0001", "kind": "calibration", "target": "sim", "state": "running",
+                                 "started_ms": 1, "ended_ms": null, "records": 0});
+    assert_eq!(
+        serde_json::from_value::<RunInfo>(run).unwrap().kind,
+        RunKind::Calibration
+    );
+    // Bad messages: the error names what is wrong.
+    for (text, needle) in [
+        (r#"{"type":"start_calibration","data":{"id":1}}"#, "target"),
+        (
+            r#"{"type":"start_calibration","data":{"id":1,"target":"sim","budget_s":"long"}}"#,
+            "invalid type",
+        ),
+        (
+            r#"{"type":"start_calibration","data":{"id":1,"target":"sim","budget":60}}"#,
+            "budget",
+        ),
+    ] {
+        let e = serde_json::from_str::<ClientMsg>(text).unwrap_err().to_string();
+        assert!(e.contains(needle), "{text}: {e}");
+    }
 }
 
 /// Exhaustive over the variants, so a new message cannot be added without an example here.
@@ -307,6 +428,7 @@ fn client_name(m: &ClientMsg) -> &'static str {
         ClientMsg::Unsubscribe { .. } => "unsubscribe",
         ClientMsg::FetchRecords { .. } => "fetch_records",
         ClientMsg::StartCapacity { .. } => "start_capacity",
+        ClientMsg::StartCalibration { .. } => "start_calibration",
     }
 }
 
@@ -333,8 +455,8 @@ fn examples_markdown() -> String {
 
 #[test]
 fn every_message_has_an_example_in_docs_protocol_md() {
-    assert_eq!(client_examples().len(), 12, "one example per ClientMsg variant");
-    assert_eq!(server_examples().len(), 18, "one example per ServerMsg variant");
+    assert_eq!(client_examples().len(), 13, "one example per ClientMsg variant");
+    assert_eq!(server_examples().len(), 21, "one example per ServerMsg variant");
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md");
     let doc = std::fs::read_to_string(path).expect("docs/protocol.md");
     let (head, _) = doc

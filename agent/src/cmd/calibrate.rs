@@ -68,7 +68,7 @@ pub struct Args {
     /// KV capacity, blocks (else vLLM's `cache_config_info` `num_gpu_blocks`, else llama.cpp `n_ctx`·slots).
     #[arg(long)]
     pub num_kv_blocks: Option<u64>,
-    /// Longest prompt + output, tokens (else llama.cpp's per-slot `n_ctx`).
+    /// Longest prompt + output, tokens (else llama.cpp's per-slot `n_ctx`, else vLLM's `/v1/models` `max_model_len`).
     #[arg(long)]
     pub max_model_len: Option<u64>,
     /// Token budget per step (vLLM `--max-num-batched-tokens`; llama.cpp `n_batch`), default 8192.
@@ -123,6 +123,32 @@ pub struct Args {
     /// Speculative decoding: the `method` written into the profile.
     #[arg(long, default_value = "draft", value_parser = ["mtp", "eagle", "draft", "ngram"])]
     pub spec_method: String,
+    /// Where the probe says how far it got (a calibration run started from the page); the command line leaves it
+    /// unset and prints what it always printed.
+    #[arg(skip)]
+    pub progress: Option<ProbeProgress>,
+}
+
+/// A calibration's progress hook: called when a probe phase starts, when one of its requests ends, and when the
+/// fit begins.
+#[derive(Clone)]
+pub struct ProbeProgress(pub std::sync::Arc<dyn Fn(&ProbeStatus) + Send + Sync>);
+
+impl std::fmt::Debug for ProbeProgress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProbeProgress")
+    }
+}
+
+/// Where a calibration stands: the phase (a probe phase's name, or `fit`), its number from 1 of `phases` (the
+/// fit is numbered after the last probe phase), the probe's requests ended so far and the seconds since it began.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeStatus {
+    pub phase: String,
+    pub phase_index: usize,
+    pub phases: usize,
+    pub requests: u64,
+    pub elapsed_s: f64,
 }
 
 /// `--tiers`.
@@ -229,6 +255,23 @@ pub fn parse_cache_config(metrics: &str, d: &mut Discovered) {
     }
 }
 
+/// vLLM's `/v1/models`: the served model's `max_model_len` (prompt + output, tokens), when the server did not say
+/// otherwise already (llama.cpp's per-slot `n_ctx` from `/props` comes first).
+pub fn parse_models(v: &serde_json::Value, d: &mut Discovered) {
+    if d.max_model_len.is_some() {
+        return;
+    }
+    let len = v
+        .get("data")
+        .and_then(serde_json::Value::as_array)
+        .and_then(|models| models.iter().find_map(|m| m.get("max_model_len")?.as_u64()))
+        .filter(|&l| l > 0);
+    if let Some(l) = len {
+        d.max_model_len = Some(l);
+        d.sources.push("vLLM /v1/models max_model_len".into());
+    }
+}
+
 async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
     let mut d = Discovered::default();
     let Ok(origin) = replay::client::origin_of(url) else {
@@ -256,6 +299,12 @@ async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
         && let Ok(text) = resp.text().await
     {
         parse_cache_config(&text, &mut d);
+    }
+    if let Ok(resp) = get("/v1/models").await
+        && resp.status().is_success()
+        && let Ok(v) = resp.json::<serde_json::Value>().await
+    {
+        parse_models(&v, &mut d);
     }
     d
 }
@@ -366,8 +415,24 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
     let mut all = Vec::new();
     let mut model = a.model.clone();
     let mut dialect = a.dialect;
+    let began = std::time::Instant::now();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    // The probe phases, then the fit (numbered after them).
+    let status = {
+        let (done, n) = (done.clone(), phases.len() + 1);
+        move |phase: &str, i: usize| ProbeStatus {
+            phase: phase.to_string(),
+            phase_index: i + 1,
+            phases: n,
+            requests: done.load(std::sync::atomic::Ordering::Relaxed),
+            elapsed_s: began.elapsed().as_secs_f64(),
+        }
+    };
     for (i, ph) in phases.iter().enumerate() {
         let share = a.budget * ph.budget_share;
+        if let Some(p) = &a.progress {
+            (p.0)(&status(&ph.name, i));
+        }
         eprintln!(
             "calibrate: probe phase {}/{} {} ({} at a time, up to {share:.0} s)",
             i + 1,
@@ -421,10 +486,18 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         s.progress = false;
         s.max_fail_streak = 3;
         let log: replay::run::LogFn = std::sync::Arc::new(|_line: &str| {});
+        let on_record: Option<replay::records::RecordObserver> = a.progress.clone().map(|p| {
+            let (status, name, done) = (status.clone(), ph.name.clone(), done.clone());
+            std::sync::Arc::new(move |_r: &RequestRecord| {
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (p.0)(&status(&name, i));
+            }) as replay::records::RecordObserver
+        });
         let outcome = replay::run(
             s,
             Hooks {
                 log: Some(log),
+                on_record,
                 ..Hooks::default()
             },
         )
@@ -455,6 +528,9 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             r.t_submit += offset;
             r
         }));
+    }
+    if let Some(p) = &a.progress {
+        (p.0)(&status("fit", phases.len()));
     }
     Ok(all)
 }

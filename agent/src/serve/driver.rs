@@ -256,6 +256,51 @@ impl Driver for ReplayDriver {
             capacity::run(settings, hooks).await
         })
     }
+
+    fn calibrate(
+        &self,
+        target: Target,
+        budget_s: f64,
+        sink: RunSink,
+    ) -> BoxFuture<anyhow::Result<shared::calibrate::Fit>> {
+        Box::pin(async move {
+            let mut a = calibrate_args(&target, budget_s, &sink.run_dir().join("calibration"))?;
+            a.progress = Some(crate::cmd::calibrate::ProbeProgress(Arc::new(move |s| {
+                sink.calibration_progress(s, budget_s)
+            })));
+            crate::cmd::calibrate::calibrate(&a).await
+        })
+    }
+}
+
+/// The arguments of `loadshape calibrate --url` for a calibration of `target` started from the page: the
+/// command's defaults, the target's URL, model, dialect and API key (read from its variable now), the page's
+/// budget, files under `out`.
+pub fn calibrate_args(target: &Target, budget_s: f64, out: &Path) -> anyhow::Result<crate::cmd::calibrate::Args> {
+    use clap::Parser as _;
+    let connect = target_settings(target)?;
+    let argv = [
+        "loadshape".to_string(),
+        "calibrate".into(),
+        "--url".into(),
+        target.url.clone(),
+        "--out".into(),
+        out.display().to_string(),
+        "--budget".into(),
+        budget_s.to_string(),
+    ];
+    let mut a = match crate::Cli::try_parse_from(argv)
+        .context("building the calibration's arguments")?
+        .command
+    {
+        crate::Command::Calibrate(a) => a,
+        _ => anyhow::bail!("building the calibration's arguments: not a calibrate command"),
+    };
+    a.model = connect.model.filter(|m| !m.is_empty());
+    a.dialect = connect.dialect;
+    a.api_key = connect.api_key;
+    a.name = format!("{} (calibrated)", target.name);
+    Ok(a)
 }
 
 #[cfg(test)]

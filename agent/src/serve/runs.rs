@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use shared::capacity::{CapacityReport, CapacitySpec, Knob, LiveLevel, MAX_LEVELS};
 use shared::protocol::{
-    CapacityOptions, ErrorCode, Limits, PAGE_BYTES, PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg,
-    TargetFleetInfo, TargetInfo,
+    CapacityOptions, DEFAULT_CALIBRATION_BUDGET_S, ErrorCode, FitSummary, Limits, MIN_CALIBRATION_BUDGET_S, PAGE_BYTES,
+    PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg, TargetFleetInfo, TargetInfo, TargetProfile,
 };
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
@@ -85,6 +85,7 @@ impl Target {
                 router: f.router,
                 load_cap: f.load_cap,
             }),
+            profile: None,
         }
     }
 }
@@ -128,6 +129,19 @@ pub trait Driver: Send + Sync + 'static {
         let _ = (target, job, sink, stop);
         Box::pin(async { anyhow::bail!("this agent cannot run capacity searches") })
     }
+
+    /// Calibrates `target` as `loadshape calibrate --url` does, with a probe budget of `budget_s` seconds, writing
+    /// its files under the sink's run folder; each step of the probe goes to [`RunSink::calibration_progress`].
+    /// Returns the fit. The run stops it by dropping the future.
+    fn calibrate(
+        &self,
+        target: Target,
+        budget_s: f64,
+        sink: RunSink,
+    ) -> BoxFuture<anyhow::Result<shared::calibrate::Fit>> {
+        let _ = (target, budget_s, sink);
+        Box::pin(async { anyhow::bail!("this agent cannot calibrate targets") })
+    }
 }
 
 /// A live capacity search, checked and planned: what [`Driver::capacity`] runs.
@@ -142,7 +156,8 @@ struct RunLog {
     records: Vec<RequestRecord>,
     /// `None` when the driver writes the file itself.
     file: Option<BufWriter<File>>,
-    /// A capacity search's events so far (`capacity_level`), sent to a viewer that subscribes late.
+    /// A capacity search's events so far (`capacity_level`), a calibration's last `calibration_progress` and its
+    /// result: sent to a viewer that subscribes late.
     events: Vec<Arc<ServerMsg>>,
 }
 
@@ -154,7 +169,12 @@ pub struct LiveRun {
     stop: watch::Sender<bool>,
     /// The run was stopped at the agent's `max_run_seconds` (a capacity search's levels together).
     over_limit: AtomicBool,
+    /// When a capacity search last told its viewers its record count ([`RunSink::count_record`]).
+    last_count: Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a capacity search tells its viewers how many records it has so far (a `run_state` while running).
+pub const RECORD_COUNT_EVERY: Duration = Duration::from_millis(500);
 
 /// The handle a driver pushes records into.
 #[derive(Clone)]
@@ -196,9 +216,51 @@ impl RunSink {
         self.run.info.lock().expect("run info lock").records = seq + 1;
     }
 
-    /// Counts one record of a capacity search (its records are in the level files, not in the run's log).
+    /// Counts one record of a capacity search (its records are in the level files, not in the run's log), and
+    /// tells the viewers the count so far (a `run_state`, still running) at most every [`RECORD_COUNT_EVERY`].
     pub fn count_record(&self) {
-        self.run.info.lock().expect("run info lock").records += 1;
+        let info = {
+            let mut info = self.run.info.lock().expect("run info lock");
+            info.records += 1;
+            info.clone()
+        };
+        let mut last = self.run.last_count.lock().expect("record count lock");
+        if last.is_none_or(|t| t.elapsed() >= RECORD_COUNT_EVERY) {
+            *last = Some(std::time::Instant::now());
+            let _ = self.run.events.send(Arc::new(ServerMsg::RunState {
+                run_id: info.run_id.clone(),
+                run: info,
+                summary: None,
+            }));
+        }
+    }
+
+    /// A calibration's step: broadcast live, the latest kept for late viewers (in place of the one before), its
+    /// requests counted as the run's records.
+    pub fn calibration_progress(&self, status: &crate::cmd::calibrate::ProbeStatus, budget_s: f64) {
+        let run_id = {
+            let mut info = self.run.info.lock().expect("run info lock");
+            info.records = status.requests;
+            info.run_id.clone()
+        };
+        let msg = Arc::new(ServerMsg::CalibrationProgress {
+            run_id,
+            phase: status.phase.clone(),
+            phase_index: status.phase_index as u32,
+            phases: status.phases as u32,
+            requests: status.requests,
+            elapsed_s: status.elapsed_s,
+            budget_s,
+        });
+        let mut log = self.run.log.lock().expect("run log lock");
+        if matches!(
+            log.events.last().map(|m| &**m),
+            Some(ServerMsg::CalibrationProgress { .. })
+        ) {
+            log.events.pop();
+        }
+        log.events.push(msg.clone());
+        let _ = self.run.events.send(msg);
     }
 
     /// A capacity search finished its level number `index`: kept for late viewers and broadcast live.
@@ -259,8 +321,16 @@ impl Runs {
         }
     }
 
+    /// The targets as the page sees them, each with its calibrated profile when it has one.
     pub fn target_infos(&self) -> Vec<TargetInfo> {
-        self.targets.iter().map(Target::info).collect()
+        let mut profiles = self.store.target_profiles();
+        self.targets
+            .iter()
+            .map(|t| TargetInfo {
+                profile: profiles.remove(&t.name).map(Box::new),
+                ..t.info()
+            })
+            .collect()
     }
 
     /// The driver's checks, then the agent's limits on what a workload may ask for ([`check_workload_limits`]).
@@ -273,11 +343,20 @@ impl Runs {
         }
     }
 
-    /// Starts a run of `scenario` against the configured target `target_name`.
-    pub fn start(self: &Arc<Self>, target_name: &str, scenario: serde_json::Value) -> Result<RunInfo, Refusal> {
+    /// Starts a run of `scenario` against the configured target `target_name`, named `name` in the history.
+    pub fn start(
+        self: &Arc<Self>,
+        target_name: &str,
+        scenario: serde_json::Value,
+        name: Option<&str>,
+    ) -> Result<RunInfo, Refusal> {
         let target = self.target(target_name)?;
+        let name = shared::protocol::run_name(name).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
-        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Replay)?;
+        let about = Scenario::from_value(scenario.clone())
+            .ok()
+            .map(|s| shared::protocol::scenario_about(&s));
+        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Replay, name, about)?;
         let this = self.clone();
         let fut = self.driver.run(
             target,
@@ -341,7 +420,19 @@ impl Runs {
         scenario: serde_json::Value,
         options: &CapacityOptions,
     ) -> Result<(RunInfo, CapacityReport, bool), Refusal> {
+        self.start_capacity_named(target_name, scenario, options, None)
+    }
+
+    /// [`Runs::start_capacity`], the run named `name` in the history.
+    pub fn start_capacity_named(
+        self: &Arc<Self>,
+        target_name: &str,
+        scenario: serde_json::Value,
+        options: &CapacityOptions,
+        name: Option<&str>,
+    ) -> Result<(RunInfo, CapacityReport, bool), Refusal> {
         let target = self.target(target_name)?;
+        let name = shared::protocol::run_name(name).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         self.validate(&scenario).map_err(|e| (ErrorCode::InvalidScenario, e))?;
         let bad = |e: String| (ErrorCode::InvalidScenario, e);
         if let Some(f) = &target.fleet {
@@ -422,6 +513,7 @@ impl Runs {
             },
             duration,
         };
+        let engine_about = engine.clone();
         let plan = crate::capacity::plan(engine, &ask).map_err(|e| bad(format!("{e:#}")))?;
         let simulated = plan.simulated.clone();
         let guided = !options.no_guide && simulated.capacity.is_some();
@@ -437,7 +529,12 @@ impl Runs {
             let this = self.clone();
             Arc::new(move |level| this.validate(&Scenario::Engine(level.clone()).to_value()))
         };
-        let (info, run, records_path, stop_rx) = self.open_run(&target, &scenario, RunKind::Capacity)?;
+        let about = format!(
+            "capacity search of {}",
+            shared::protocol::scenario_about(&Scenario::Engine(engine_about))
+        );
+        let (info, run, records_path, stop_rx) =
+            self.open_run(&target, &scenario, RunKind::Capacity, name, Some(about))?;
         let this = self.clone();
         let fut = self.driver.capacity(
             target,
@@ -469,6 +566,142 @@ impl Runs {
         Ok((info, simulated, guided))
     }
 
+    /// Starts a calibration of the configured target `target_name`: its probe of `budget_s` seconds (default
+    /// [`DEFAULT_CALIBRATION_BUDGET_S`], at least [`MIN_CALIBRATION_BUDGET_S`], at most the agent's
+    /// `max_run_seconds`), then the fit, kept with the target. A calibration needs the server to itself: refused
+    /// while the target runs anything else (and other runs are refused while it calibrates). The whole
+    /// calibration is bounded by `max_run_seconds` like any run.
+    pub fn start_calibration(
+        self: &Arc<Self>,
+        target_name: &str,
+        budget_s: Option<f64>,
+    ) -> Result<(RunInfo, f64), Refusal> {
+        let target = self.target(target_name)?;
+        let bad = |e: String| (ErrorCode::InvalidScenario, e);
+        if let Some(f) = &target.fleet {
+            return Err(bad(format!(
+                "target `{target_name}` is a fleet of {} replicas: a calibration measures one server; configure one                  replica as its own target and calibrate that",
+                f.urls.len()
+            )));
+        }
+        if target.ca_cert.is_some() {
+            return Err(bad(format!(
+                "target `{target_name}` has its own CA certificate, which a calibration does not use yet; calibrate                  it with `loadshape calibrate --url`"
+            )));
+        }
+        let budget = budget_s.unwrap_or(DEFAULT_CALIBRATION_BUDGET_S.min(self.limits.max_run_seconds));
+        if !(budget.is_finite() && budget >= MIN_CALIBRATION_BUDGET_S) {
+            return Err(bad(format!(
+                "budget_s must be at least {MIN_CALIBRATION_BUDGET_S} seconds (got {budget})"
+            )));
+        }
+        if budget > self.limits.max_run_seconds {
+            return Err((
+                ErrorCode::LimitExceeded,
+                format!(
+                    "budget_s is {budget} s; this agent allows runs of at most {} s (--max-run-seconds)",
+                    self.limits.max_run_seconds
+                ),
+            ));
+        }
+        let ask = serde_json::json!({"calibrate": {"target": target_name, "budget_s": budget}});
+        let about = format!("calibration, a {budget} s probe");
+        let (info, run, records_path, stop_rx) =
+            self.open_run(&target, &ask, RunKind::Calibration, None, Some(about))?;
+        let sink = RunSink {
+            run: run.clone(),
+            records_path,
+        };
+        let fut = self.driver.calibrate(target, budget, sink);
+        let this = self.clone();
+        let limit = Duration::from_secs_f64(self.limits.max_run_seconds);
+        tokio::spawn(async move {
+            let mut stop = stop_rx;
+            let outcome = tokio::select! {
+                r = tokio::time::timeout(limit, fut) => match r {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(anyhow::anyhow!(
+                        "stopped at this agent's limit of {} s for a run (--max-run-seconds)",
+                        limit.as_secs_f64()
+                    )),
+                },
+                // Stopped: the probe's requests are cut by dropping it; what it wrote stays in the run's folder.
+                () = async {
+                    while !*stop.borrow_and_update() {
+                        if stop.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                } => {
+                    Err(anyhow::anyhow!("stopped before the fit"))
+                }
+            };
+            this.finish_calibration(&run, budget, outcome);
+        });
+        Ok((info, budget))
+    }
+
+    fn finish_calibration(&self, run: &Arc<LiveRun>, budget_s: f64, outcome: anyhow::Result<shared::calibrate::Fit>) {
+        let stopped = *run.stop.borrow();
+        let mut info = run.info.lock().expect("run info lock").clone();
+        info.ended_ms = Some(now_ms());
+        let mut calibration = None;
+        match outcome {
+            Ok(fit) => {
+                let c = TargetProfile {
+                    target: info.target.clone(),
+                    run_id: info.run_id.clone(),
+                    calibrated_ms: now_ms(),
+                    budget_s,
+                    profile: fit.profile,
+                    fit: FitSummary {
+                        decode_r2: fit.decode.r2,
+                        decode_requests: fit.decode.n as u64,
+                        prefill_r2: fit.prefill.r2,
+                        prefill_requests: fit.prefill.n as u64,
+                        decode_spread: fit.decode.relative_mad,
+                        prefill_spread: fit.prefill.relative_mad,
+                        unused: fit.unused.len() as u64,
+                        notes: fit.notes,
+                    },
+                };
+                match self.store.save_calibration(&c) {
+                    Ok(()) => {
+                        info.state = RunState::Finished;
+                        calibration = Some(c);
+                    }
+                    Err(e) => {
+                        info.state = RunState::Failed;
+                        info.error = Some(format!("keeping the fitted profile: {e:#}"));
+                    }
+                }
+            }
+            Err(_) if stopped => info.state = RunState::Stopped,
+            Err(e) => {
+                info.state = RunState::Failed;
+                info.error = Some(format!("{e:#}"));
+            }
+        }
+        *run.info.lock().expect("run info lock") = info.clone();
+        if let Err(e) = self.store.write_info(&info) {
+            tracing::error!("run {}: writing run.json: {e:#}", info.run_id);
+        }
+        if let Some(c) = calibration {
+            let msg = Arc::new(ServerMsg::CalibrationResult {
+                run_id: info.run_id.clone(),
+                calibration: Box::new(c),
+            });
+            run.log.lock().expect("run log lock").events.push(msg.clone());
+            let _ = run.events.send(msg);
+        }
+        self.active.lock().expect("active runs lock").remove(&info.run_id);
+        let _ = run.events.send(Arc::new(ServerMsg::RunState {
+            run_id: info.run_id.clone(),
+            run: info,
+            summary: None,
+        }));
+    }
+
     fn target(&self, target_name: &str) -> Result<Target, Refusal> {
         self.targets
             .iter()
@@ -489,8 +722,28 @@ impl Runs {
         target: &Target,
         scenario: &serde_json::Value,
         kind: RunKind,
+        name: Option<String>,
+        about: Option<String>,
     ) -> Result<(RunInfo, Arc<LiveRun>, std::path::PathBuf, watch::Receiver<bool>), Refusal> {
         let mut active = self.active.lock().expect("active runs lock");
+        // A calibration times the server: it runs alone on its target.
+        for other in active.values() {
+            let o = other.info.lock().expect("run info lock");
+            if o.target == target.name && (kind == RunKind::Calibration || o.kind == RunKind::Calibration) {
+                let what = if o.kind == RunKind::Calibration {
+                    "is being calibrated"
+                } else {
+                    "is busy"
+                };
+                return Err((
+                    ErrorCode::RunActive,
+                    format!(
+                        "target `{}` {what} (run `{}`): a calibration needs the server to itself; wait for it to end                          or stop it",
+                        target.name, o.run_id
+                    ),
+                ));
+            }
+        }
         if active.len() >= self.limits.max_concurrent_runs as usize {
             return Err((
                 ErrorCode::LimitExceeded,
@@ -510,6 +763,8 @@ impl Runs {
             ended_ms: None,
             records: 0,
             error: None,
+            name,
+            about,
         };
         let file = self
             .store
@@ -532,6 +787,7 @@ impl Runs {
             events,
             stop,
             over_limit: AtomicBool::new(false),
+            last_count: Mutex::new(None),
         });
         active.insert(info.run_id.clone(), run.clone());
         Ok((info, run, records_path, stop_rx))

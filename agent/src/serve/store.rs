@@ -9,6 +9,11 @@
 //! A capacity search (`kind: capacity` in `run.json`) keeps, instead of records in `records.jsonl`, a record file
 //! per level (`level-NN-LOAD.jsonl`, each with the `.summary.json` and `.server.json` a replay writes) and its
 //! report `capacity.json`, as `loadshape capacity --out` does.
+//! A calibration (`kind: calibration`) keeps what `loadshape calibrate --out` writes under `calibration/` (the
+//! probe's record files in `probe/`, `profile.json`, `fit.json`) and, once it fitted, `calibration.json` (the
+//! profile as sent to the page). The last profile fitted for each target is also kept beside the runs, in
+//! `<data-dir>/profiles.json` (target name → `calibration.json`'s contents), so a target keeps its profile across
+//! restarts and after its calibration run is deleted.
 //! The folder's name is the run's id: a `run_id` inside `run.json` that says otherwise is ignored (with a
 //! warning), so a copied or edited `run.json` can neither escape the store nor shadow another run. A run whose
 //! `run.json` still says `running` when the store is opened was cut short by a crash: it is marked `interrupted`,
@@ -24,7 +29,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use shared::protocol::{RunInfo, RunState};
+use shared::protocol::{RunInfo, RunState, TargetProfile};
 use shared::record::RequestRecord;
 
 #[derive(Debug, Clone)]
@@ -40,6 +45,8 @@ pub struct StoredRun {
     pub summary: Option<serde_json::Value>,
     /// A capacity search's report (`capacity.json`), once it ended.
     pub capacity: Option<serde_json::Value>,
+    /// A calibration's fitted profile (`calibration.json`), once it fitted one.
+    pub calibration: Option<TargetProfile>,
 }
 
 /// Longest record line read; a longer one (no record is near this) is skipped as malformed without being held.
@@ -163,6 +170,8 @@ impl RunStore {
                     ended_ms: None,
                     records: self.count_records(run_id),
                     error: Some(format!("{e:#}")),
+                    name: None,
+                    about: None,
                 }
             }
         }
@@ -187,11 +196,17 @@ impl RunStore {
             .exists()
             .then(|| read_json(&capacity_path))
             .and_then(|r| r.map_err(|e| tracing::warn!("run {run_id}: {e:#}")).ok());
+        let calibration_path = dir.join("calibration.json");
+        let calibration = calibration_path
+            .exists()
+            .then(|| read_json(&calibration_path))
+            .and_then(|r| r.map_err(|e| tracing::warn!("run {run_id}: {e:#}")).ok());
         Ok(StoredRun {
             info,
             scenario,
             summary,
             capacity,
+            calibration,
         })
     }
 
@@ -206,6 +221,39 @@ impl RunStore {
     pub fn delete(&self, run_id: &str) -> anyhow::Result<()> {
         let dir = self.existing_run_dir(run_id)?;
         fs::remove_dir_all(&dir).with_context(|| format!("deleting {}", dir.display()))
+    }
+
+    /// `<data-dir>/profiles.json`: each target's last calibrated profile.
+    fn profiles_path(&self) -> PathBuf {
+        self.dir.parent().unwrap_or(&self.dir).join("profiles.json")
+    }
+
+    /// Each target's last calibrated profile, by target name; empty when none was kept or the file cannot be read
+    /// (logged: a damaged file costs the profiles, never the agent).
+    pub fn target_profiles(&self) -> std::collections::BTreeMap<String, TargetProfile> {
+        let path = self.profiles_path();
+        if !path.exists() {
+            return Default::default();
+        }
+        read_json(&path).unwrap_or_else(|e| {
+            tracing::warn!("{e:#}");
+            Default::default()
+        })
+    }
+
+    /// Keeps `calibration` in its run's folder (`calibration.json`) and as its target's profile
+    /// (`profiles.json`, replacing the target's previous one).
+    pub fn save_calibration(&self, calibration: &TargetProfile) -> anyhow::Result<()> {
+        write_json(
+            &self.run_dir(&calibration.run_id)?.join("calibration.json"),
+            calibration,
+        )?;
+        // One writer at a time: two calibrations ending together must not lose each other's profile.
+        static PROFILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = PROFILES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all = self.target_profiles();
+        all.insert(calibration.target.clone(), calibration.clone());
+        write_json(&self.profiles_path(), &all)
     }
 
     pub fn records_path(&self, run_id: &str) -> anyhow::Result<PathBuf> {
@@ -416,6 +464,8 @@ mod tests {
             ended_ms: None,
             records: 0,
             error: None,
+            name: None,
+            about: None,
         }
     }
 

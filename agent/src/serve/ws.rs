@@ -132,7 +132,9 @@ where
                     error: Some(e),
                 },
             },
-            ClientMsg::StartRun { scenario, target, .. } => match runs.start(&target, scenario) {
+            ClientMsg::StartRun {
+                scenario, target, name, ..
+            } => match runs.start(&target, scenario, name.as_deref()) {
                 Ok(run) => ServerMsg::RunStarted { id, run },
                 Err((code, message)) => ServerMsg::error(id, code, message),
             },
@@ -140,11 +142,15 @@ where
                 scenario,
                 target,
                 options,
+                name,
                 ..
             } => {
                 // The simulated search runs first (CPU-bound): off the async threads.
                 let r = runs.clone();
-                let started = tokio::task::spawn_blocking(move || r.start_capacity(&target, scenario, &options)).await;
+                let started = tokio::task::spawn_blocking(move || {
+                    r.start_capacity_named(&target, scenario, &options, name.as_deref())
+                })
+                .await;
                 match started {
                     Ok(Ok((run, simulated, guided))) => ServerMsg::CapacityStarted {
                         id,
@@ -156,6 +162,10 @@ where
                     Err(e) => ServerMsg::error(id, ErrorCode::Internal, format!("starting the search: {e}")),
                 }
             }
+            ClientMsg::StartCalibration { target, budget_s, .. } => match runs.start_calibration(&target, budget_s) {
+                Ok((run, budget_s)) => ServerMsg::CalibrationStarted { id, run, budget_s },
+                Err((code, message)) => ServerMsg::error(id, code, message),
+            },
             ClientMsg::StopRun { run_id, .. } => match runs.stop(&run_id) {
                 Ok(()) => ServerMsg::StopRequested { id, run_id },
                 Err((code, message)) => ServerMsg::error(id, code, message),
@@ -264,6 +274,15 @@ async fn forward(run_id: String, from_seq: u64, sub: Subscription, tx: mpsc::Sen
                 }
                 if !at_end {
                     cursor = Some(c);
+                }
+            }
+            if let Some(calibration) = run.calibration {
+                let msg = ServerMsg::CalibrationResult {
+                    run_id: run_id.clone(),
+                    calibration: Box::new(calibration),
+                };
+                if tx.send(msg).await.is_err() {
+                    return;
                 }
             }
             if let Some(report) = run.capacity {

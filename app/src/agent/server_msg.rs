@@ -115,6 +115,24 @@ pub fn decode(text: &str) -> Result<ServerMsg, String> {
             run_id: take(d, "run_id")?,
             report: take_value(d, "report")?,
         },
+        "calibration_started" => ServerMsg::CalibrationStarted {
+            id: take(d, "id")?,
+            run: take(d, "run")?,
+            budget_s: take(d, "budget_s")?,
+        },
+        "calibration_progress" => ServerMsg::CalibrationProgress {
+            run_id: take(d, "run_id")?,
+            phase: take(d, "phase")?,
+            phase_index: take(d, "phase_index")?,
+            phases: take(d, "phases")?,
+            requests: take(d, "requests")?,
+            elapsed_s: take(d, "elapsed_s")?,
+            budget_s: take(d, "budget_s")?,
+        },
+        "calibration_result" => ServerMsg::CalibrationResult {
+            run_id: take(d, "run_id")?,
+            calibration: take(d, "calibration")?,
+        },
         other => return Err(format!("unknown message type `{other}`")),
     })
 }
@@ -165,7 +183,7 @@ mod tests {
         }
         kinds.sort_unstable();
         kinds.dedup();
-        assert_eq!(kinds.len(), 18, "one documented example per ServerMsg kind: {kinds:?}");
+        assert_eq!(kinds.len(), 21, "one documented example per ServerMsg kind: {kinds:?}");
     }
 
     /// Optional fields may be absent, unknown fields are ignored, and `data` may come before `type`.

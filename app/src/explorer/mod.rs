@@ -6,6 +6,7 @@ pub mod fields;
 pub mod seed_band;
 pub mod seed_panel;
 pub mod session_timeline;
+pub mod target_profile;
 pub mod trace_panel;
 
 use leptos::prelude::*;
@@ -25,6 +26,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
         <div class="explorer">
             <aside class="card controls">
                 <ScenarioHeader ex=ex/>
+                <target_profile::TargetProfileSwitch ex=ex/>
                 <Controls json=ex.json/>
                 <ScenarioJson ex=ex/>
             </aside>

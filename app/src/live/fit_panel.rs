@@ -277,6 +277,7 @@ pub fn FitCard(
                             >
                                 "Set up a calibration run"
                             </button>
+                            <CalibrateInstead/>
                         </div>
                     }.into_any())
                 }
@@ -291,6 +292,31 @@ pub fn FitCard(
             </div>
         </div>
     }
+}
+
+/// The refusal's other way out: calibrate the chosen target itself (the live panel's "Calibrate this target"),
+/// when the page is connected to an agent.
+#[component]
+fn CalibrateInstead() -> impl IntoView {
+    let (Some(cal), Some(conn), Some(live)) = (
+        use_context::<crate::live::calibrate::Calibration>(),
+        use_context::<crate::agent::ws::AgentConn>(),
+        use_context::<crate::live::Live>(),
+    ) else {
+        return None;
+    };
+    let connected = move || conn.status.get() == crate::agent::ws::Status::Connected;
+    Some(view! {
+        <button
+            class="btn"
+            data-action="calibrate-instead"
+            disabled=move || !connected() || cal.running()
+            title="Probe the chosen target with designed requests and fit its profile (the live panel's Calibrate this target)"
+            on:click=move |_| cal.start(conn, &live.target.get_untracked())
+        >
+            {move || format!("Calibrate {} instead", live.target.get())}
+        </button>
+    })
 }
 
 /// The coefficients and the stages' quality.
@@ -355,7 +381,9 @@ fn FitTables(f: Arc<Fit>, ms: Option<f64>) -> impl IntoView {
 /// What a run needs for the fit, after its refusal `error` (calibrate's own words), or why no run will do.
 pub fn refusal_advice(error: &str) -> String {
     const RUN: &str = "A run the fit can always use: one user at a time (a closed loop of 1 user, no think time), \
-        prompts of varied lengths, 30 requests or more — \"Set up a calibration run\" puts one in the explorer.";
+        prompts of varied lengths, 30 requests or more — \"Set up a calibration run\" puts one in the explorer. Or \
+        calibrate the target itself: a designed probe of about a minute that fits its profile and keeps it with the \
+        target.";
     if error.contains("does not describe this server") {
         format!(
             "This is a genuine misfit, not a run too small: the server's timings do not follow the engine model's \
@@ -412,6 +440,10 @@ mod tests {
         assert!(misfit.starts_with("This is a genuine misfit"), "{misfit}");
         for text in [&alone, &lengths, &misfit] {
             assert!(!text.contains("--") && !text.contains('`'), "page words: {text}");
+            assert!(
+                text.contains("calibrate the target itself"),
+                "offers the calibration: {text}"
+            );
         }
         // The calibration run is a valid scenario: one user, no think time, varied prompts, the base's profile.
         let mut base = default_engine_scenario();

@@ -8,6 +8,7 @@
 //! pages gathered and shown at once); a reconnect mid-way asks again from the first record it lacks, and a run
 //! still running is then subscribed from there.
 
+pub mod calibrate;
 pub mod fit_panel;
 pub mod numbers;
 
@@ -66,6 +67,8 @@ pub struct Live {
     pub resumes: RwSignal<u32>,
     /// The capacity search shown (a run of kind `capacity`): its simulated and live levels.
     pub capacity: RwSignal<Option<LiveCapacity>>,
+    /// The name the next launched run gets (shown in the history); empty: none.
+    pub run_name: RwSignal<String>,
     /// Seq of the last record held for the watched run.
     last_seq: StoredValue<Option<u64>>,
     buffer: StoredValue<Vec<(u64, RequestRecord)>>,
@@ -88,6 +91,7 @@ impl Live {
             message: RwSignal::new(None),
             resumes: RwSignal::new(0),
             capacity: RwSignal::new(None),
+            run_name: RwSignal::new(String::new()),
             last_seq: StoredValue::new(None),
             buffer: StoredValue::new(Vec::new()),
             flush_pending: StoredValue::new(false),
@@ -221,7 +225,8 @@ impl Live {
                     let named = crate::model::url::page_param("run");
                     let pick = runs
                         .iter()
-                        .filter(|r| r.state == RunState::Running)
+                        // A calibration is followed by its own card (`calibrate`), not shown as a run.
+                        .filter(|r| r.state == RunState::Running && r.kind != RunKind::Calibration)
                         .max_by_key(|r| (named.as_deref() == Some(r.run_id.as_str()), r.started_ms));
                     if let Some(r) = pick {
                         conn.send(&ClientMsg::FetchRun {
@@ -233,6 +238,8 @@ impl Live {
             }
             ServerMsg::RunStarted { run, .. } => {
                 self.message.set(None);
+                // The name went with this run; the next one starts unnamed.
+                self.run_name.set(String::new());
                 self.upsert_run(run.clone());
                 self.watch(run.clone(), self.scenario.get_untracked(), Vec::new());
                 self.subscribe(conn);
@@ -250,6 +257,7 @@ impl Live {
                 run, simulated, guided, ..
             } => {
                 self.message.set(None);
+                self.run_name.set(String::new());
                 self.upsert_run(run.clone());
                 self.watch(run.clone(), self.scenario.get_untracked(), Vec::new());
                 self.capacity
@@ -509,7 +517,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
 
     // What Launch and "Find capacity live" both send: the explorer's scenario (shown as what the view now holds) and
     // the chosen target, and the message that says what is missing or that the message did not go out.
-    let send_with = move |msg: fn(u64, Value, String) -> ClientMsg| {
+    let send_with = move |msg: fn(u64, Value, String, Option<String>) -> ClientMsg| {
         let Some(sc) = ex.scenario() else {
             live.message
                 .set(Some("fix the scenario in the explorer first".to_string()));
@@ -522,18 +530,25 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         }
         let scenario = sc.to_value();
         live.scenario.set(Some(scenario.clone()));
-        if !conn.send(&msg(conn.next_id(), scenario, target)) {
+        let name = Some(live.run_name.get_untracked()).filter(|n| !n.trim().is_empty());
+        if !conn.send(&msg(conn.next_id(), scenario, target, name)) {
             live.message.set(Some("not connected to the agent".to_string()));
         }
     };
     let launch = move |_| {
-        send_with(|id, scenario, target| ClientMsg::StartRun { id, scenario, target });
-    };
-    let find_capacity = move |_| {
-        send_with(|id, scenario, target| ClientMsg::StartCapacity {
+        send_with(|id, scenario, target, name| ClientMsg::StartRun {
             id,
             scenario,
             target,
+            name,
+        });
+    };
+    let find_capacity = move |_| {
+        send_with(|id, scenario, target, name| ClientMsg::StartCapacity {
+            id,
+            scenario,
+            target,
+            name,
             options: CapacityOptions::default(),
         });
     };
@@ -739,6 +754,18 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         </select>
                     </label>
                     <p class="faint small">"Runs the explorer's current scenario. Targets are the ones the agent's operator configured."</p>
+                    <label class="stack">
+                        <span class="field-label">"Run name (optional)"</span>
+                        <input
+                            type="text"
+                            maxlength="100"
+                            data-control="run-name"
+                            aria-label="Run name, shown in the run history"
+                            placeholder="e.g. baseline before the upgrade"
+                            prop:value=move || live.run_name.get()
+                            on:input=move |ev| live.run_name.set(event_target_value(&ev))
+                        />
+                    </label>
                     {move || launch_plan.get().map(|t| view! { <p class="launch-plan" data-launch-plan="">{t}</p> })}
                     {move || plan_warning.get().map(|w| view! { <p class="callout warn small" data-plan-warning="">{w}</p> })}
                     <div class="actions">
@@ -749,6 +776,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         <button class="btn" data-action="find-capacity" on:click=find_capacity disabled=running>"Find capacity live"</button>
                     </div>
                     <p class="faint small">"Searches the most load (the workload's knob: sessions, users, rate) the target serves within the scenario's SLOs for 95 % of requests: the simulator's capacity first, then live levels around it. Stop ends it."</p>
+                    <crate::live::calibrate::CalibrateCard target=live.target conn=conn ex=ex/>
                 </Show>
                 {move || live.message.get().map(|m| view! { <p class="callout bad" data-live-error="">{m}</p> })}
                 <h3 class="section">"Import records"</h3>
@@ -827,24 +855,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
 
 /// The workload in a few words: `8 sessions × ~12 steps`, `4 users`, `200 requests at 2 req/s`.
 pub fn workload_summary(sc: &Scenario) -> String {
-    use shared::workload::Workload;
-    match sc {
-        Scenario::Seed(s) => {
-            let shared::seed_model::SeedWorkload::Bursty(w) = &s.workload;
-            format!("{} requests at {} req/s", w.num_requests, w.mean_rps)
-        }
-        Scenario::Engine(e) => match &e.workload {
-            Workload::Sessions(w) => match &w.ladder {
-                Some(l) => format!("{} sessions on a ladder", l.rungs.len()),
-                None => format!("{} sessions × ~{} steps", w.sessions, w.steps),
-            },
-            Workload::ClosedLoop(w) => format!("{} users", w.users),
-            Workload::Poisson(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
-            Workload::Gamma(w) => format!("{} requests at {} req/s", w.num_requests, w.rate_rps),
-            Workload::Bursty(w) => format!("{} requests at {} req/s", w.num_requests, w.mean_rps),
-            Workload::Trace(w) => format!("a trace of {} requests", w.requests.len()),
-        },
-    }
+    shared::protocol::scenario_about(sc)
 }
 
 /// About how long, in the unit that reads best: `45 s`, `6 min`, `1.5 h`.
@@ -1089,7 +1100,8 @@ fn RunHistory(live: Live, conn: AgentConn) -> impl IntoView {
                         <li data-run=r.run_id.clone()>
                             <div class="run-line">
                                 <span class="pill" data-run-state=state_attr>{state}</span>
-                                <span class="mono small">{r.run_id.clone()}</span>
+                                {r.name.clone().map(|n| view! { <strong class="run-name" data-run-name="">{n}</strong> })}
+                                <span class="mono small faint">{r.run_id.clone()}</span>
                             </div>
                             <div class="run-line faint small" data-run-detail="">{run_detail(&r, now_ms())}</div>
                             <div class="run-actions">
@@ -1113,10 +1125,12 @@ fn now_ms() -> u64 {
 /// A history entry's line: what ran, where, when it started, how long it took (or has run), what it wrote:
 /// `capacity search · sim · started 14:02 · 6 min · 1,234 records`.
 pub fn run_detail(r: &RunInfo, now_ms: u64) -> String {
-    let kind = if r.kind == RunKind::Capacity {
-        "capacity search · "
-    } else {
-        ""
+    // What the run sent, as the agent wrote it at launch; a run stored before that: its kind only.
+    let kind = match (&r.about, r.kind) {
+        (Some(a), _) => format!("{a} · "),
+        (None, RunKind::Capacity) => "capacity search · ".to_string(),
+        (None, RunKind::Calibration) => "calibration · ".to_string(),
+        (None, RunKind::Replay) => String::new(),
     };
     let started = local_clock(r.started_ms);
     let took = r.ended_ms.unwrap_or(now_ms).saturating_sub(r.started_ms) as f64 / 1000.0;
@@ -1133,7 +1147,7 @@ pub fn run_detail(r: &RunInfo, now_ms: u64) -> String {
 }
 
 /// A Unix time (ms) as the browser's local date and time, `Dec 6, 14:02` (UTC `HH:MM` outside a browser).
-fn local_clock(ms: u64) -> String {
+pub(crate) fn local_clock(ms: u64) -> String {
     #[cfg(target_arch = "wasm32")]
     {
         let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
@@ -1182,6 +1196,8 @@ mod tests {
             ended_ms: Some(1_796_551_740_000 + 372_000),
             records: 1234,
             error: None,
+            name: None,
+            about: None,
         };
         let line = run_detail(&r, 0);
         assert!(line.starts_with("capacity search · sim · started "), "{line}");
@@ -1197,6 +1213,15 @@ mod tests {
             line.starts_with("sim · started ") && line.contains(" · 45 s so far · "),
             "{line}"
         );
+        // A run launched with the scenario's words: they lead.
+        let about = workload_summary(&shared::presets::default_scenario());
+        let described = RunInfo {
+            about: Some(about.clone()),
+            name: Some("baseline".into()),
+            ..running
+        };
+        let line = run_detail(&described, 1_796_551_740_000 + 45_000);
+        assert!(line.starts_with(&format!("{about} · sim · started ")), "{line}");
     }
 
     #[test]
@@ -1226,6 +1251,7 @@ mod tests {
                 router: None,
                 load_cap: None,
             }),
+            profile: None,
         };
         assert_eq!(
             target_label(&t("sim", "sim", None)),
