@@ -601,8 +601,10 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             .map(|r: &RequestRecord| r.t_submit + r.wall_s)
             .fold(0.0, f64::max)
             + 1.0;
+        let sessions = session_base(&all);
         all.extend(outcome.records.into_iter().map(|mut r| {
             r.t_submit += offset;
+            apart(&mut r, sessions);
             r
         }));
     }
@@ -757,12 +759,31 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
             .map(|r: &RequestRecord| r.t_submit + r.wall_s)
             .fold(0.0, f64::max)
             + 1.0;
+        let sessions = session_base(&out.records);
         out.records.extend(recs.into_iter().map(|mut r| {
             r.t_submit += offset;
+            apart(&mut r, sessions);
             r
         }));
     }
     Ok(out)
+}
+
+/// The first session id after every one of `records`: separate runs (the probe's phases, `--from` files) number
+/// their sessions from 0, and the same id in two runs is two sessions (else a returns phase's session 0 reads as
+/// the next step of a conversation phase's session 0).
+fn session_base(records: &[RequestRecord]) -> u64 {
+    records
+        .iter()
+        .map(|r| r.session.max(r.parent.unwrap_or(0)).saturating_add(1))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Renumber a record's session (and the session it was forked from) after `base`.
+fn apart(r: &mut RequestRecord, base: u64) {
+    r.session = r.session.saturating_add(base);
+    r.parent = r.parent.map(|p| p.saturating_add(base));
 }
 
 fn same_limits(a: &Discovered, b: &Discovered) -> bool {
