@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Fidelity benchmark (issue #17): calibrate against a REAL llama.cpp server, then predict held-out scenarios and
-# compare with live runs of them. Prints one table of signed errors (sim / mean of the live runs − 1) per scenario
-# next to the live runs' own spread. A script, not a test: the numbers go in the README with how they were made.
+# Fidelity benchmark (issues #17, #42): calibrate against a REAL llama.cpp server exactly as a user would (no cache
+# flags: the tier below the slots, llama-server's host prompt cache, is found by calibrate's returns phase), then
+# predict held-out scenarios and compare with live runs of them. Prints one table of signed errors (sim / mean of
+# the live runs − 1) per scenario next to the live runs' own spread. A script, not a test: the numbers go in the README with how they were made.
 #
 #   scripts/bench_fidelity.sh            (needs scripts/realserver/setup.sh once; builds the release binary)
 #   env: OUT=dir (default ${TMPDIR:-/tmp}/loadshape-fidelity), BUDGET=calibrate seconds (180),
 #        REPEAT=live runs each (2),
 #        SLOTS=llama-server --parallel (4), LOADSHAPE_BIN=a release binary, MAX_PROMPT=calibrate
 #        --max-prompt-tokens (default: calibrate's own, 85 % of the slot's context), NICE=niceness of server and
-#        client (0; -10 on a busy machine, as root), CAL_ARGS=more calibrate flags, CAL_FROM=a probe folder
+#        client (0; -10 on a busy machine, as root), CAL_ARGS=more calibrate flags (none by default; the published
+#        table gives none), CAL_FROM=a probe folder
 #        (cal/probe) to fit from instead of probing, SCHEDULER=calibrate --scheduler (auto: llama_cpp from /props;
 #        llama-cpp with CAL_FROM; vllm gives the vLLM-like schedule the simulator had before), LIVE_FROM=an earlier
 #        OUT whose live runs (NAME-I.jsonl) are predicted again instead of replaying new ones,
@@ -85,6 +87,15 @@ p = json.load(open(sys.argv[1]))
 keys = ["step_fixed_ms", "per_seq_ms", "per_ctx_token_ms", "batch_kv_ms_per_ktok", "prefill_tokens_per_ms",
         "prefill_fixed_ms", "prefill_ctx_ms_per_ktok", "prefill_batch_kv_ms_per_ktok"]
 print("== fitted: " + ", ".join(f"{k} {p.get(k, 0):.4g}" for k in keys) + f", scheduler {p.get('scheduler', 'vllm')}")
+# The tier below the GPU's, as calibrate found it (no cache flags: the probe's returns phase and what the server
+# reports; fit.json's tiers says how).
+t = json.load(open(sys.argv[1].replace("profile.json", "fit.json"))).get("tiers") or {}
+h = p.get("host_cache")
+back = [r["outcome"] for r in t.get("returns", [])]
+print(f"== tier: {h if h else 'none'}; capacity found by {t.get('capacity_found_by')}"
+      f"{' (a lower bound)' if t.get('capacity_lower_bound') else ''}, restore speed by {t.get('restore_found_by')}"
+      f"{' (a lower bound)' if t.get('rate_lower_bound') else ''}; returns: "
+      + ", ".join(f"{back.count(o)} {o}" for o in ["restored", "partial", "recomputed"]))
 PY
 grep -h "kv_unified" "$OUT/llama.log" | head -1 || true
 

@@ -1,7 +1,9 @@
 //! What `loadshape calibrate --url` reads from a server about its limits: llama.cpp's `/props` and vLLM's
 //! `vllm:cache_config_info` (bodies as those servers send them).
 
-use loadshape::cmd::calibrate::{Discovered, check_runs, parse_cache_config, parse_models, parse_props, read_runs};
+use loadshape::cmd::calibrate::{
+    Discovered, check_runs, parse_cache_config, parse_models, parse_props, parse_sglang_metrics, read_runs,
+};
 use serde_json::json;
 
 #[path = "common/scratch.rs"]
@@ -77,6 +79,53 @@ fn vllm_cache_config_info_gives_the_kv_geometry() {
     assert_eq!((d.block_size, d.num_kv_blocks), (Some(32), Some(27153)));
     let mut none = Discovered::default();
     parse_cache_config("llamacpp:prompt_tokens_total 10\n", &mut none);
+    assert_eq!(none, Discovered::default());
+}
+
+#[test]
+fn servers_report_their_tiers_below_the_gpu_or_say_they_do_not() {
+    // llama.cpp: its host prompt cache (--cache-ram) is not in /props; that is said, and no tier is reported.
+    let mut d = Discovered::default();
+    parse_props(
+        &json!({"default_generation_settings": {"n_ctx": 8192}, "total_slots": 4, "build_info": "b1-0c1e570"}),
+        &mut d,
+    );
+    assert_eq!(d.tier, None);
+    assert!(
+        d.tier_notes.len() == 1 && d.tier_notes[0].contains("b1-0c1e570") && d.tier_notes[0].contains("--cache-ram"),
+        "{:?}",
+        d.tier_notes
+    );
+    // vLLM with native KV offloading: its size in GiB (tokens would need the KV bytes per token).
+    let text = "vllm:cache_config_info{block_size=\"16\",kv_offloading_backend=\"native\",kv_offloading_size=\"64.0\",\
+                num_gpu_blocks=\"1000\"} 1.0\n";
+    let mut v = Discovered::default();
+    parse_cache_config(text, &mut v);
+    let t = v.tier.clone().unwrap_or_else(|| panic!("no tier: {v:?}"));
+    assert_eq!((t.capacity_tokens, t.capacity_gib), (None, Some(64.0)));
+    assert!(t.said.contains("native"), "{}", t.said);
+    // ... and without: none reported, and said so.
+    let mut off = Discovered::default();
+    parse_cache_config(
+        "vllm:cache_config_info{block_size=\"16\",kv_offloading_size=\"None\",num_gpu_blocks=\"1000\"} 1.0\n",
+        &mut off,
+    );
+    assert_eq!(off.tier, None);
+    assert_eq!(off.tier_notes.len(), 1, "{:?}", off.tier_notes);
+    // SGLang HiCache: the host pool in tokens, tensor-parallel ranks repeating it.
+    let text = "sglang:max_total_num_tokens{tp_rank=\"0\"} 500000.0\n\
+                sglang:hicache_host_used_tokens{tp_rank=\"0\"} 1000.0\n\
+                sglang:hicache_host_total_tokens{tp_rank=\"0\"} 1000000.0\n\
+                sglang:hicache_host_total_tokens{tp_rank=\"1\"} 1000000.0\n";
+    let mut g = Discovered::default();
+    parse_sglang_metrics(text, &mut g);
+    assert_eq!(g.tier.as_ref().and_then(|t| t.capacity_tokens), Some(1_000_000));
+    let mut plain = Discovered::default();
+    parse_sglang_metrics("sglang:max_total_num_tokens{tp_rank=\"0\"} 500000.0\n", &mut plain);
+    assert_eq!((plain.tier, plain.tier_notes.len()), (None, 1));
+    // Not SGLang: nothing.
+    let mut none = Discovered::default();
+    parse_sglang_metrics("llamacpp:prompt_tokens_total 10\n", &mut none);
     assert_eq!(none, Discovered::default());
 }
 

@@ -82,6 +82,10 @@ pub struct ProbeLimits {
     /// below the GPU's): the GPU's KV capacity in tokens, which the parked sessions must outgrow. `None`: no such
     /// phase.
     pub returns: Option<u64>,
+    /// With `returns`, a slot engine's slots (llama.cpp: a slot keeps only its last prompt, so a session leaves the
+    /// GPU once as many other sessions as there are slots have come since, whatever their size). `None`: the
+    /// parked sessions must outgrow `returns` tokens.
+    pub returns_slots: Option<u32>,
 }
 
 impl Default for ProbeLimits {
@@ -93,6 +97,7 @@ impl Default for ProbeLimits {
             prefill_kv: true,
             conversation: true,
             returns: None,
+            returns_slots: None,
         }
     }
 }
@@ -199,7 +204,7 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     });
     let conversation_share = if conversation.is_some() { 0.1 } else { 0.0 };
     // The returns phase's share comes out of the decode phases' (which have many more requests than they need).
-    let returns = l.returns.and_then(|gpu| plan_returns(m, gpu));
+    let returns = l.returns.and_then(|gpu| plan_returns(m, gpu, l.returns_slots));
     let returns_share = if returns.is_some() { RETURNS_SHARE } else { 0.0 };
     let decode_share =
         (1.0 - prefill_share - kv_share - conversation_share - returns_share) / (batches.len() * contexts.len()) as f64;
@@ -300,20 +305,31 @@ pub const MAX_PARKED_SESSIONS: u32 = 400;
 /// Tokens per content block of the `returns` phase, and of what a return adds to its session's prompt.
 pub const RETURN_BLOCK_TOKENS: u32 = 64;
 
+/// Tokens of a parked session on a slot engine (`returns_slots`): there a session leaves the GPU after as many other
+/// sessions as slots, whatever their size, and prefill cost grows with the prompt (llama.cpp's attention over the
+/// context), so shorter sessions park more tokens in the phase's time.
+pub const RETURN_SLOT_SESSION_TOKENS: u32 = 1024;
+
 /// The `returns` phase: one request at a time (each sent when the previous ends), sessions of `m / 2` tokens of
-/// their own content (session `k` is step 0 of session `k`). Sessions are parked until together they outgrow
-/// `gpu_kv_tokens` (the GPU's prefix cache, or llama.cpp's slots, no longer hold the oldest), then after every
-/// checkpoint the oldest session not yet brought back returns (step 1: its prompt and one more block): restored
-/// from a lower tier or recomputed. A return is checked against everything sent after its session was parked, so
-/// the checkpoints (each ≈ 6 % more sessions parked since the one checked than the last) bracket the tiers'
-/// capacity to ≈ 6 %. `None` when the
-/// GPU holds more than [`MAX_PARKED_SESSIONS`] less 8 such sessions.
-pub fn plan_returns(max_prompt_tokens: u32, gpu_kv_tokens: u64) -> Option<TraceWorkload> {
+/// their own content (on a slot engine [`RETURN_SLOT_SESSION_TOKENS`] at most; session `k` is step 0 of session
+/// `k`). Sessions are parked until together they outgrow `gpu_kv_tokens` (the GPU's prefix cache), or, with
+/// `slots`, until the oldest has been followed by as many other sessions as slots (llama.cpp's slots no longer
+/// hold it); then after every checkpoint the oldest session not yet brought back returns (step 1: its prompt and
+/// one more block): restored from a lower tier or recomputed. A return is checked against everything sent after
+/// its session was parked, so the checkpoints (each ≈ 6 % more sessions parked since the one checked than the
+/// last) bracket the tiers' capacity to ≈ 6 %. `None` when the GPU holds more than [`MAX_PARKED_SESSIONS`] less 8
+/// such sessions.
+pub fn plan_returns(max_prompt_tokens: u32, gpu_kv_tokens: u64, slots: Option<u32>) -> Option<TraceWorkload> {
     let bt = RETURN_BLOCK_TOKENS;
-    let blocks = (max_prompt_tokens / 2 / bt).max(2);
+    let half = match slots {
+        Some(_) => (max_prompt_tokens / 2).min(RETURN_SLOT_SESSION_TOKENS),
+        None => max_prompt_tokens / 2,
+    };
+    let blocks = (half / bt).max(2);
     let session_tokens = u64::from(blocks * bt);
     // Too large a GPU cache to outgrow within the phase: no phase.
-    let first = u32::try_from(gpu_kv_tokens / session_tokens + 2)
+    let by_tokens = gpu_kv_tokens / session_tokens + 2;
+    let first = u32::try_from(slots.map_or(by_tokens, |s| by_tokens.min(u64::from(s) + 1)))
         .ok()
         .filter(|&f| f + 8 <= MAX_PARKED_SESSIONS)?;
     let content = |k: u32, j: u32| (u64::from(k) + 1) << 24 | u64::from(j);
@@ -1279,10 +1295,8 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
                 ) + kc * ctx
             })
         };
-        let mut ttfts_sorted = ttfts.clone();
-        let noise = prefill.relative_mad * median(&mut ttfts_sorted);
         let bs = opts.limits.as_ref().map_or(16, |l| l.block_size);
-        tiers::fit_tier(returns, records, gpu, bs, warm, noise)
+        tiers::fit_tier(returns, records, gpu, bs, warm)
     };
     // Stage 3: prefills beside other sequences' KV.
     let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) = fit_beside(
@@ -1352,6 +1366,8 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     let mut tier_fit = tier_fit;
     if profile.host_cache.is_some() || !profile.kv_tiers.is_empty() {
         tier_fit.source = "flags".into();
+        tier_fit.capacity_found_by = Some("flag".into());
+        tier_fit.restore_found_by = Some("flag".into());
         tier_fit
             .notes
             .push("the profile's tiers were given (flags): written as given, the measurement above is not used".into());
@@ -1362,8 +1378,12 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             capacity_tokens: cap,
             restore_tokens_per_ms: rate.min(1e9),
         });
+        tier_fit.capacity_found_by = Some("probe".into());
+        tier_fit.restore_found_by = Some("probe".into());
     } else if let (Some(cap), Some(rate)) = (tier_fit.capacity_tokens, opts.tier_restore_tokens_per_ms) {
         tier_fit.restore_tokens_per_ms = Some(rate);
+        tier_fit.capacity_found_by = Some("probe".into());
+        tier_fit.restore_found_by = Some("flag".into());
         tier_fit
             .notes
             .push(format!("restore speed: {rate} tokens/ms as given (not measured)"));
@@ -1704,6 +1724,35 @@ mod tests {
     fn singular_designs_are_refused() {
         let x: Vec<Vec<f64>> = (0..10).map(|_| vec![1.0, 2.0]).collect();
         assert!(huber_fit(&x, &[1.0; 10]).is_none());
+    }
+
+    /// On a slot engine the first session returns once as many others as slots have come since, in sessions of
+    /// at most `RETURN_SLOT_SESSION_TOKENS`; elsewhere once the parked tokens outgrow the GPU's KV.
+    #[test]
+    fn returns_wait_for_the_slots_on_a_slot_engine() {
+        // (index of the first return, the parked sessions' prompt tokens)
+        let first = |t: &crate::workload::TraceWorkload| {
+            let i = t
+                .requests
+                .iter()
+                .position(|r| r.hash_ids.len() > t.requests[0].hash_ids.len())
+                .unwrap_or(usize::MAX);
+            (i, t.requests[0].unique_prompt_tokens)
+        };
+        // llama.cpp, 4 slots of 8,192 tokens (32,768 in all), prompts up to 6,900 tokens.
+        let slots = plan_returns(6900, 32_768, Some(4)).expect("a phase");
+        assert_eq!(first(&slots), (5, RETURN_SLOT_SESSION_TOKENS));
+        // The return is session 0's prompt and one more block.
+        let r = &slots.requests[5];
+        assert_eq!(
+            (r.session, r.hash_ids[..16].to_vec()),
+            (Some(0), slots.requests[0].hash_ids.clone())
+        );
+        // The same KV without slots: 3,392-token sessions until they outgrow 32,768 tokens.
+        let kv = plan_returns(6900, 32_768, None).expect("a phase");
+        assert_eq!(first(&kv), (11, 3392));
+        // Short prompts keep their half on a slot engine too.
+        assert_eq!(first(&plan_returns(1000, 32_768, Some(4)).expect("a phase")).1, 448);
     }
 
     #[test]

@@ -192,6 +192,24 @@ pub struct Discovered {
     /// The server's scheduler, where it shows (llama.cpp's `/props`: slots).
     pub scheduler: Option<Scheduler>,
     pub sources: Vec<String>,
+    /// A prefix-cache tier below the GPU's that the server reports ([`ReportedTier`]).
+    pub tier: Option<ReportedTier>,
+    /// What the server's reports say, or do not say, about such tiers (`fit.json`'s `tiers.server_report`).
+    pub tier_notes: Vec<String>,
+}
+
+/// A prefix-cache tier below the GPU's as the server reports it: vLLM's KV offloading (`kv_offloading_size`, GiB,
+/// and `kv_offloading_backend` in `vllm:cache_config_info`), SGLang's HiCache host pool
+/// (`sglang:hicache_host_total_tokens`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ReportedTier {
+    /// Capacity, tokens, where the server gives it in tokens.
+    pub capacity_tokens: Option<u64>,
+    /// Capacity, GiB, where the server gives only bytes (tokens need the KV bytes per token, which it does not
+    /// report: the probe measures the capacity then).
+    pub capacity_gib: Option<f64>,
+    /// What said it, in the server's words.
+    pub said: String,
 }
 
 /// llama-server's default `--batch-size` (logical batch: tokens per server iteration).
@@ -223,6 +241,16 @@ pub fn parse_props(v: &serde_json::Value, d: &mut Discovered) {
     if slots.is_some() || n_ctx.is_some() {
         d.sources.push("llama.cpp /props".into());
         d.scheduler = Some(Scheduler::LlamaCpp);
+        // llama-server's host prompt cache (`--cache-ram`, 8192 MiB by default) is not in its `/props` (nor in its
+        // `/metrics`): the probe's returns phase measures it.
+        let build = v
+            .get("build_info")
+            .and_then(serde_json::Value::as_str)
+            .map_or(String::new(), |b| format!(" (build {b})"));
+        d.tier_notes.push(format!(
+            "llama.cpp /props{build} does not report its host prompt cache (--cache-ram): the tier comes from the \
+             probe"
+        ));
         if d.max_num_batched_tokens.is_none() {
             // `/props` does not say; llama-server's `-b`/`--batch-size` default: prompt tokens + one per decoding
             // slot per server iteration.
@@ -241,16 +269,38 @@ pub fn parse_cache_config(metrics: &str, d: &mut Discovered) {
             continue;
         };
         let Some(end) = rest.find('}') else { continue };
+        let (mut offload_gib, mut backend) = (None, None);
         for kv in rest[..end].split(',') {
             let Some((k, v)) = kv.split_once('=') else { continue };
             let v = v.trim_matches('"');
             match k.trim() {
                 "block_size" => d.block_size = v.parse().ok(),
                 "num_gpu_blocks" => d.num_kv_blocks = v.parse().ok(),
+                "kv_offloading_size" => offload_gib = v.parse::<f64>().ok().filter(|g| g.is_finite() && *g > 0.0),
+                "kv_offloading_backend" => backend = Some(v.to_string()).filter(|b| b != "None" && !b.is_empty()),
                 _ => {}
             }
         }
         d.sources.push("vLLM /metrics cache_config_info".into());
+        match offload_gib {
+            Some(g) => {
+                let said = format!(
+                    "vLLM /metrics cache_config_info: kv_offloading_size {g} GiB{} (KV offloading below the GPU's \
+                     cache; bytes only: the capacity in tokens comes from the probe)",
+                    backend.map_or(String::new(), |b| format!(", kv_offloading_backend {b}"))
+                );
+                d.tier = Some(ReportedTier {
+                    capacity_tokens: None,
+                    capacity_gib: Some(g),
+                    said,
+                });
+            }
+            None => d.tier_notes.push(
+                "vLLM /metrics cache_config_info: no kv_offloading_size (no KV offloading configured by that \
+                 option; an OffloadingConnector or LMCache given through --kv-transfer-config is not in it)"
+                    .into(),
+            ),
+        }
         return;
     }
 }
@@ -269,6 +319,44 @@ pub fn parse_models(v: &serde_json::Value, d: &mut Discovered) {
     if let Some(l) = len {
         d.max_model_len = Some(l);
         d.sources.push("vLLM /v1/models max_model_len".into());
+    }
+}
+
+/// SGLang's HiCache host pool from `/metrics` text: `sglang:hicache_host_total_tokens{...} N` (one line per rank;
+/// the largest is taken, tensor-parallel ranks repeating the same pool).
+pub fn parse_sglang_metrics(metrics: &str, d: &mut Discovered) {
+    let mut total: Option<f64> = None;
+    let mut seen = false;
+    for line in metrics.lines() {
+        if !line.starts_with("sglang:") {
+            continue;
+        }
+        seen = true;
+        let Some(rest) = line.strip_prefix("sglang:hicache_host_total_tokens") else {
+            continue;
+        };
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            continue;
+        }
+        let Some(v) = rest.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) else {
+            continue;
+        };
+        if v.is_finite() && v > 0.0 {
+            total = Some(total.map_or(v, |t: f64| t.max(v)));
+        }
+    }
+    match total {
+        Some(t) => {
+            d.tier = Some(ReportedTier {
+                capacity_tokens: Some(t as u64),
+                capacity_gib: None,
+                said: format!("SGLang /metrics sglang:hicache_host_total_tokens {t:.0} (HiCache host pool)"),
+            });
+        }
+        None if seen => d
+            .tier_notes
+            .push("SGLang /metrics: no sglang:hicache_host_total_tokens (HiCache off: no host tier reported)".into()),
+        None => {}
     }
 }
 
@@ -299,6 +387,7 @@ async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
         && let Ok(text) = resp.text().await
     {
         parse_cache_config(&text, &mut d);
+        parse_sglang_metrics(&text, &mut d);
     }
     if let Ok(resp) = get("/v1/models").await
         && resp.status().is_success()
@@ -307,6 +396,65 @@ async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
         parse_models(&v, &mut d);
     }
     d
+}
+
+/// What the server reports about its tiers, into `fit.json`'s `tiers` (`server_report`); a capacity it gives in
+/// tokens replaces the probe's (written as found by `server report`), with the probe's restore speed where it
+/// measured one, else `--host-restore-tok-per-ms` (default 100, found by `flag`). Flags (`--host-cache-tokens`) and
+/// `--tiers off` win.
+pub fn apply_reported_tier(a: &Args, d: &Discovered, fit: &mut calibrate::Fit) {
+    let Some(t) = fit.tiers.as_mut() else { return };
+    t.server_report.extend(d.tier_notes.iter().cloned());
+    let Some(rep) = &d.tier else { return };
+    t.server_report.push(rep.said.clone());
+    if a.host_cache_tokens.is_some() || a.tiers == TiersChoice::Off {
+        return;
+    }
+    let Some(cap) = rep.capacity_tokens else { return };
+    let recomputed = t.returns.iter().filter(|r| r.outcome == "recomputed").count();
+    if t.returns.iter().all(|r| r.outcome != "restored") && recomputed > 0 {
+        t.notes.push(format!(
+            "the server reports a tier of {cap} tokens, yet all {recomputed} returns after eviction were recomputed: \
+             not written (--host-cache-tokens sets it)"
+        ));
+        return;
+    }
+    let bs = u64::from(fit.profile.block_size.max(1));
+    let cap = cap / bs * bs;
+    if cap < bs {
+        return;
+    }
+    let (rate, by) = match (t.restore_tokens_per_ms, t.restore_found_by.as_deref()) {
+        (Some(r), Some("probe")) => (r, "probe"),
+        _ => (a.host_restore_tok_per_ms.unwrap_or(100.0), "flag"),
+    };
+    if let Some(probed) = t
+        .capacity_tokens
+        .filter(|_| t.capacity_found_by.as_deref() == Some("probe"))
+    {
+        t.notes.push(format!(
+            "capacity: {cap} tokens as the server reports, instead of the probe's {probed}{}",
+            if t.capacity_lower_bound { " (a lower bound)" } else { "" }
+        ));
+    }
+    if by == "flag" {
+        t.notes.push(format!(
+            "restore speed: {rate} tokens/ms (--host-restore-tok-per-ms{}; not measured)",
+            if a.host_restore_tok_per_ms.is_some() {
+                ""
+            } else {
+                "'s default"
+            }
+        ));
+    }
+    t.capacity_tokens = Some(cap);
+    t.restore_tokens_per_ms = Some(rate);
+    t.capacity_found_by = Some("server report".into());
+    t.restore_found_by = Some(by.into());
+    fit.profile.host_cache = Some(HostCache {
+        capacity_tokens: cap,
+        restore_tokens_per_ms: rate,
+    });
 }
 
 /// The limits part of the profile: flags first, then what the server said, then defaults (named in `basis`).
@@ -408,6 +556,8 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         // The parked sessions must outgrow the GPU's KV (llama.cpp: every slot's context).
         returns: (a.tiers == TiersChoice::Auto && a.host_cache_tokens.is_none())
             .then(|| limits_p.num_kv_blocks.saturating_mul(u64::from(limits_p.block_size))),
+        // llama.cpp: a slot keeps only its last prompt.
+        returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
     };
     let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = a.out.join("probe");
@@ -524,8 +674,10 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             .map(|r: &RequestRecord| r.t_submit + r.wall_s)
             .fold(0.0, f64::max)
             + 1.0;
+        let sessions = session_base(&all);
         all.extend(outcome.records.into_iter().map(|mut r| {
             r.t_submit += offset;
+            apart(&mut r, sessions);
             r
         }));
     }
@@ -683,12 +835,31 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
             .map(|r: &RequestRecord| r.t_submit + r.wall_s)
             .fold(0.0, f64::max)
             + 1.0;
+        let sessions = session_base(&out.records);
         out.records.extend(recs.into_iter().map(|mut r| {
             r.t_submit += offset;
+            apart(&mut r, sessions);
             r
         }));
     }
     Ok(out)
+}
+
+/// The first session id after every one of `records`: separate runs (the probe's phases, `--from` files) number
+/// their sessions from 0, and the same id in two runs is two sessions (else a returns phase's session 0 reads as
+/// the next step of a conversation phase's session 0).
+fn session_base(records: &[RequestRecord]) -> u64 {
+    records
+        .iter()
+        .map(|r| r.session.max(r.parent.unwrap_or(0)).saturating_add(1))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Renumber a record's session (and the session it was forked from) after `base`.
+fn apart(r: &mut RequestRecord, base: u64) {
+    r.session = r.session.saturating_add(base);
+    r.parent = r.parent.map(|p| p.saturating_add(base));
 }
 
 fn same_limits(a: &Discovered, b: &Discovered) -> bool {
@@ -976,6 +1147,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
         )
     })?;
     fit.notes.append(&mut notes);
+    apply_reported_tier(a, &d, &mut fit);
     add_speculative(a, &records, &mut fit)?;
     if !d.sources.is_empty() {
         fit.notes.push(format!("limits discovered: {}", d.sources.join(", ")));

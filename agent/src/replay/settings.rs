@@ -88,6 +88,28 @@ pub enum Traffic {
     },
 }
 
+/// Most requests of a trace that can be in flight at once, bounded from its dependencies: each request without
+/// one starts a branch, and each request that `k` others wait for adds `k − 1` (a chain of requests, each sent when
+/// the previous ends, is one stream). Opening more connections than that only holds a server's connection threads
+/// idle: llama-server, whose few HTTP threads each keep an idle connection, then starts the first request only
+/// when the warm-up's connections time out.
+fn trace_width(t: &shared::workload::TraceWorkload) -> usize {
+    let mut waiting = vec![0usize; t.requests.len()];
+    let mut roots = 0usize;
+    for r in &t.requests {
+        if r.after.is_empty() {
+            roots += 1;
+        }
+        for &d in &r.after {
+            if let Some(w) = waiting.get_mut(d as usize) {
+                *w += 1;
+            }
+        }
+    }
+    let forks: usize = waiting.iter().map(|&k| k.saturating_sub(1)).sum();
+    (roots + forks).clamp(1, t.requests.len().max(1))
+}
+
 impl Traffic {
     /// Streams the run holds open at once (the connections worth opening before the first request).
     pub fn expected_streams(&self) -> usize {
@@ -95,7 +117,7 @@ impl Traffic {
             Traffic::Sessions(w) => w.slot_count() as usize,
             Traffic::Closed { users, .. } => *users as usize,
             Traffic::Open(reqs) => reqs.len().min(64),
-            Traffic::Trace(t) => t.requests.len().min(64),
+            Traffic::Trace(t) => trace_width(t).min(64),
         }
     }
 

@@ -50,7 +50,8 @@ pub struct TierFit {
     pub restored_up_to_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recomputed_from_tokens: Option<u64>,
-    /// The GPU's KV, tokens, taken off the bracket (`num_kv_blocks · block_size`).
+    /// The GPU's KV, tokens, taken off the bracket (`num_kv_blocks · block_size`; on a slot engine what its slots
+    /// hold of the parked sessions: slots × the returns' median prefix).
     #[serde(default)]
     pub gpu_kv_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -60,6 +61,17 @@ pub struct TierFit {
     pub rate_lower_bound: bool,
     pub returns: Vec<TierReturn>,
     pub notes: Vec<String>,
+    /// How the written tier's capacity was found: `probe` (returns measured), `server report` (what the server
+    /// says about its tiers) or `flag` (given, or a flag's default); absent when no tier is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_found_by: Option<String>,
+    /// ... and its restore speed, the same three ways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_found_by: Option<String>,
+    /// What the server reports about tiers below the GPU's (llama.cpp's `/props`, vLLM's `cache_config_info`,
+    /// SGLang's HiCache gauges), or that it reports none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub server_report: Vec<String>,
 }
 
 /// What the GPU holds: its KV tokens, and for slot engines (llama.cpp) how many other sessions reuse every slot.
@@ -135,16 +147,26 @@ pub fn find_returns(records: &[RequestRecord], gpu: Gpu) -> Vec<TierReturn> {
 
 /// The tier from the returns: capacity from the footprints that restored and did not, less the GPU's KV; speed
 /// from the restored returns' TTFT beyond a warm hit's (`warm` predicts it from the fitted prefill; `None` where
-/// the return was not alone on the server), `noise_ms` the prefill fit's robust spread. `block_size` rounds the
-/// capacity down.
+/// the return was not alone on the server); where the median excess is within two standard errors of its own
+/// (from the excesses' MAD), the restore is too fast to time and the speed written is a lower bound: the median
+/// restore over that bound. `block_size` rounds the capacity down.
 pub fn fit_tier(
     mut returns: Vec<TierReturn>,
     records: &[RequestRecord],
     gpu: Gpu,
     block_size: u32,
     warm: impl Fn(usize) -> Option<f64>,
-    noise_ms: f64,
 ) -> TierFit {
+    // What the GPU holds of the parked sessions: its KV, or on a slot engine the slots' last prompts (a slot keeps
+    // only its last one, so the rest of its context holds nothing of the others).
+    let held = match gpu.slots {
+        Some(s) if !returns.is_empty() => {
+            let mut prefixes: Vec<f64> = returns.iter().map(|r| r.prefix_tokens as f64).collect();
+            ((s as f64 * median(&mut prefixes)) as u64).min(gpu.kv_tokens)
+        }
+        _ => gpu.kv_tokens,
+    };
+    let gpu = Gpu { kv_tokens: held, ..gpu };
     let mut t = TierFit {
         source: "none".into(),
         gpu_kv_tokens: gpu.kv_tokens,
@@ -234,14 +256,21 @@ pub fn fit_tier(
         return t;
     }
     let ex = median(&mut excess_all.clone());
-    let floor = (2.0 * noise_ms).max(0.5);
-    if ex <= floor {
+    // The median's standard error (1.253 σ / √n, σ from the MAD): restores are timed only where the median excess
+    // stands out of it.
+    let mut dev: Vec<f64> = excess_all.iter().map(|e| (e - ex).abs()).collect();
+    let se = 1.253 * 1.4826 * median(&mut dev) / (excess_all.len() as f64).sqrt();
+    let floor = (ex.max(0.0) + 2.0 * se).max(0.5);
+    if ex <= 2.0 * se {
         let rate = median(&mut tokens) / floor;
         t.restore_tokens_per_ms = Some(rate);
         t.rate_lower_bound = true;
         t.notes.push(format!(
-            "restore speed: restores took {ex:.2} ms (median) beyond a warm hit, within the noise ({floor:.2} ms): at \
-             least {rate:.0} tokens/ms written"
+            "restore speed: restores took {ex:.2} ms (median of {}) beyond a warm hit, within two standard errors \
+             ({:.2} ms): at most {floor:.2} ms for {:.0} tokens, at least {rate:.0} tokens/ms written",
+            excess_all.len(),
+            2.0 * se,
+            median(&mut tokens.clone())
         ));
     } else {
         let rate = median(&mut rates.clone());
@@ -254,4 +283,72 @@ pub fn fit_tier(
     }
     t.returns = returns;
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request of `session` (step `step`) alone on the server at `t` s: `prompt` tokens, `cached` of them cached,
+    /// first token after `ttft_ms`.
+    fn rec(session: u64, step: u32, t: f64, prompt: u64, cached: u64, ttft_ms: f64) -> RequestRecord {
+        serde_json::from_value(serde_json::json!({
+            "schema": crate::record::RECORD_SCHEMA_VERSION, "session": session, "inst": 0, "step": step,
+            "steps_asked": 2, "base_asked": prompt, "ok": true, "t_submit": t, "ttft_s": ttft_ms / 1000.0,
+            "wall_s": ttft_ms / 1000.0 + 0.01, "gen_tokens": 2, "asked_tokens": 2, "prompt_tokens": prompt,
+            "cached_tokens": cached, "sse_frames": 2, "prompt_chars": 0, "usage_source": "final_frame"}))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// On a slot engine (llama.cpp, 4 slots of 8,192 tokens) a session is back after 4 others, whatever their size;
+    /// the GPU's part of the footprint is what the slots hold (4 prompts), not their whole context.
+    #[test]
+    fn a_slot_engine_holds_its_slots_last_prompts() {
+        let mut records = Vec::new();
+        let mut t = 0.0;
+        let (mut parked, mut back) = (0u64, 0u64);
+        while parked < 12 {
+            records.push(rec(parked, 0, t, 1024, 0, 150.0));
+            t += 1.0;
+            parked += 1;
+            if parked >= 5 && back + 5 <= parked {
+                // Restored: all but the last token of its prompt cached, 2 ms beyond a warm hit.
+                records.push(rec(back, 1, t, 1088, 1023, 32.0));
+                t += 1.0;
+                back += 1;
+            }
+        }
+        let gpu = Gpu {
+            kv_tokens: 32_768,
+            slots: Some(4),
+        };
+        let returns = find_returns(&records, gpu);
+        assert_eq!(returns.len(), 8);
+        assert!(returns.iter().all(|r| r.outcome == "restored"), "{returns:?}");
+        // Session 0's return follows 4 other sessions: 5 × 1,024 tokens parked.
+        assert_eq!(returns[0].footprint_tokens, 5 * 1024);
+        let n = records.len();
+        let fit = fit_tier(returns, &records, gpu, 16, |i| (i < n).then_some(30.0));
+        assert_eq!(fit.gpu_kv_tokens, 4 * 1024);
+        let lo = fit.restored_up_to_tokens.unwrap_or(0);
+        assert_eq!(fit.capacity_tokens, Some((lo - 4 * 1024) / 16 * 16), "{fit:?}");
+        assert!(fit.capacity_lower_bound && lo > 5 * 1024);
+        // 1,023 tokens over 2 ms.
+        let rate = fit.restore_tokens_per_ms.unwrap_or(0.0);
+        assert!(
+            (rate - 511.5).abs() < 1e-6 && !fit.rate_lower_bound,
+            "{rate}: {:?}",
+            fit.notes
+        );
+        // Restores that take no time beyond a warm hit: a lower bound, the median restore over 0.5 ms.
+        let fast = fit_tier(find_returns(&records, gpu), &records, gpu, 16, |_| Some(32.0));
+        assert!(fast.rate_lower_bound && (fast.restore_tokens_per_ms.unwrap_or(0.0) - 2046.0).abs() < 1e-6);
+        // Without slots, 32,768 tokens of KV would hold every session parked here: no tier below it.
+        let kv = Gpu {
+            kv_tokens: 32_768,
+            slots: None,
+        };
+        let none = fit_tier(find_returns(&records, kv), &records, kv, 16, |_| Some(30.0));
+        assert_eq!((none.capacity_tokens, none.gpu_kv_tokens), (None, 32_768));
+    }
 }
