@@ -8,6 +8,8 @@ use leptos::prelude::*;
 use serde_json::{Number, Value};
 
 use crate::explorer::fields::{self, FieldSpec};
+use crate::model::compute::default_fleet;
+use crate::model::state::set_at;
 
 /// Keys never shown as controls: tags the page edits elsewhere (model switch, workload menu) or not at all.
 const HIDDEN: [&str; 4] = ["model", "version", "kind", "basis"];
@@ -255,19 +257,6 @@ pub fn number_value(kind: &Kind, v: f64) -> Option<Value> {
     }
 }
 
-/// Set the value at a JSON pointer (`/profile/base_tpot_ms`) of `json`; a missing last key is added.
-pub fn set_at(json: RwSignal<Value>, pointer: &str, value: Value) {
-    json.update(|j| {
-        if let Some(slot) = j.pointer_mut(pointer) {
-            *slot = value;
-        } else if let Some((parent, key)) = pointer.rsplit_once('/')
-            && let Some(Value::Object(map)) = j.pointer_mut(parent)
-        {
-            map.insert(key.to_string(), value);
-        }
-    });
-}
-
 /// The optional shapes of a session workload the controls can add: think times from a distribution, context
 /// compaction, hidden reasoning, sub-agents (docs/simulator.md, "sessions").
 pub const AGENT_SHAPES: [&str; 4] = ["think", "compaction", "reasoning", "subagents"];
@@ -285,11 +274,6 @@ pub fn default_agent_shape(key: &str) -> Option<Value> {
         }),
         _ => return None,
     })
-}
-
-/// What "set" on an engine scenario's absent `fleet` puts there: two replicas behind a round-robin router.
-pub fn default_fleet() -> Value {
-    serde_json::json!({"replicas": 2, "router": "round_robin", "load_cap": 1.5})
 }
 
 /// All the controls of a JSON document (a scenario, solver options), grouped: for a scenario the workload's primary

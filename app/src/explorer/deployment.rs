@@ -207,7 +207,7 @@ pub fn tp_vs_replicas(j: &Value) -> Result<(Value, Value, String), String> {
             f.insert("replicas".into(), Value::from(replicas * 2));
         }
         None => {
-            let mut f = crate::explorer::controls::default_fleet();
+            let mut f = crate::model::compute::default_fleet();
             f["replicas"] = Value::from(2);
             b["fleet"] = f;
         }

@@ -10,8 +10,8 @@ use shared::protocol::{ClientMsg, RunInfo, RunKind, RunState, ServerMsg, TargetP
 use shared::scenario::Scenario;
 
 use crate::agent::ws::AgentConn;
-use crate::live::fit_panel::sig4;
 use crate::model::state::Explorer;
+use crate::ui::fmt::sig4;
 
 /// The probe budget the page offers first, seconds.
 pub const PAGE_BUDGET_S: f64 = 60.0;
@@ -335,7 +335,7 @@ pub fn CalibrateCard(target: RwSignal<String>, conn: AgentConn, ex: Explorer) ->
             {move || cal.error.get().map(|e| view! { <p class="callout bad" data-calibration-error="">{e}</p> })}
             {move || kept.get().map(|k| {
                 let numbers = key_numbers(&k);
-                let when = crate::live::local_clock(k.calibrated_ms);
+                let when = crate::ui::fmt::local_clock(k.calibrated_ms);
                 let profile_json = serde_json::to_string(&k.profile).unwrap_or_default();
                 view! {
                     <div class="calibration-result" data-calibration-result="" data-target=k.target.clone() data-run=k.run_id.clone() data-profile-json=profile_json>

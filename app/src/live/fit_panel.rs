@@ -24,6 +24,7 @@ use shared::scenario::Scenario;
 use crate::model::compute::Outcome;
 use crate::model::state::Explorer;
 use crate::ui::charts::{LineChart, PALETTE, Series};
+use crate::ui::fmt::sig4;
 use crate::worker::offload::{self, Lane};
 use crate::worker::wire::{Done, Job};
 
@@ -76,19 +77,6 @@ fn unit(name: &str) -> &'static str {
     }
 }
 
-/// Four significant digits, without exponent for everyday magnitudes.
-pub fn sig4(v: f64) -> String {
-    if v == 0.0 || !v.is_finite() {
-        return format!("{v}");
-    }
-    let mag = v.abs().log10().floor() as i32;
-    if !(-4..6).contains(&mag) {
-        return format!("{v:.3e}");
-    }
-    let decimals = (3 - mag).max(0) as usize;
-    format!("{v:.decimals$}")
-}
-
 /// (predicted, observed) pairs of the residuals, TTFT or TPOT.
 fn scatter(f: &Fit, ttft: bool) -> Vec<(f64, f64)> {
     f.residuals
@@ -125,6 +113,9 @@ pub fn FitCard(
     #[prop(into)] source: Signal<Option<String>>,
     #[prop(into)] window: Signal<Option<(f64, bool)>>,
     ex: Explorer,
+    /// The live panel's chosen target (what "Calibrate … instead" probes).
+    #[prop(into)]
+    target: Signal<String>,
 ) -> impl IntoView {
     let fitted = RwSignal::new(None::<Result<Arc<Fit>, String>>);
     let fit_ms = RwSignal::new(None::<f64>);
@@ -277,7 +268,7 @@ pub fn FitCard(
                             >
                                 "Set up a calibration run"
                             </button>
-                            <CalibrateInstead/>
+                            <CalibrateInstead target=target/>
                         </div>
                     }.into_any())
                 }
@@ -297,11 +288,10 @@ pub fn FitCard(
 /// The refusal's other way out: calibrate the chosen target itself (the live panel's "Calibrate this target"),
 /// when the page is connected to an agent.
 #[component]
-fn CalibrateInstead() -> impl IntoView {
-    let (Some(cal), Some(conn), Some(live)) = (
+fn CalibrateInstead(target: Signal<String>) -> impl IntoView {
+    let (Some(cal), Some(conn)) = (
         use_context::<crate::live::calibrate::Calibration>(),
         use_context::<crate::agent::ws::AgentConn>(),
-        use_context::<crate::live::Live>(),
     ) else {
         return None;
     };
@@ -312,9 +302,9 @@ fn CalibrateInstead() -> impl IntoView {
             data-action="calibrate-instead"
             disabled=move || !connected() || cal.running()
             title="Probe the chosen target with designed requests and fit its profile (the live panel's Calibrate this target)"
-            on:click=move |_| cal.start(conn, &live.target.get_untracked())
+            on:click=move |_| cal.start(conn, &target.get_untracked())
         >
-            {move || format!("Calibrate {} instead", live.target.get())}
+            {move || format!("Calibrate {} instead", target.get())}
         </button>
     })
 }

@@ -846,6 +846,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         }))
                         window=window
                         ex=ex
+                        target=live.target
                     />
                 </Show>
             </div>
@@ -1132,7 +1133,7 @@ pub fn run_detail(r: &RunInfo, now_ms: u64) -> String {
         (None, RunKind::Calibration) => "calibration · ".to_string(),
         (None, RunKind::Replay) => String::new(),
     };
-    let started = local_clock(r.started_ms);
+    let started = crate::ui::fmt::local_clock(r.started_ms);
     let took = r.ended_ms.unwrap_or(now_ms).saturating_sub(r.started_ms) as f64 / 1000.0;
     let so_far = if r.ended_ms.is_none() { " so far" } else { "" };
     format!(
@@ -1144,29 +1145,6 @@ pub fn run_detail(r: &RunInfo, now_ms: u64) -> String {
             .next()
             .unwrap_or_default()
     )
-}
-
-/// A Unix time (ms) as the browser's local date and time, `Dec 6, 14:02` (UTC `HH:MM` outside a browser).
-pub(crate) fn local_clock(ms: u64) -> String {
-    #[cfg(target_arch = "wasm32")]
-    {
-        let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
-        const MONTHS: [&str; 12] = [
-            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-        ];
-        format!(
-            "{} {}, {:02}:{:02}",
-            MONTHS[(d.get_month() as usize).min(11)],
-            d.get_date(),
-            d.get_hours(),
-            d.get_minutes()
-        )
-    }
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        let min = ms / 60_000;
-        format!("{:02}:{:02} UTC", (min / 60) % 24, min % 60)
-    }
 }
 
 /// A target as the menu shows it: what it is, not its fields (`sim — sim sim` said nothing).

@@ -681,6 +681,11 @@ pub fn with_ladder(
     Ok(json)
 }
 
+/// What "set" on an engine scenario's absent `fleet` puts there: two replicas behind a round-robin router.
+pub fn default_fleet() -> Value {
+    serde_json::json!({"replicas": 2, "router": "round_robin", "load_cap": 1.5})
+}
+
 /// The engine model's default agent-session scenario.
 pub fn default_sessions_scenario() -> Option<Scenario> {
     Some(Scenario::Engine(shared::presets::default_engine_scenario()))

@@ -161,7 +161,7 @@ impl Explorer {
 
     /// Set the value at a JSON pointer (`/profile/base_tpot_ms`).
     pub fn set_at(&self, pointer: &str, value: Value) {
-        crate::explorer::controls::set_at(self.json, pointer, value);
+        set_at(self.json, pointer, value);
     }
 
     /// Compute now even if the scenario is large.
@@ -293,4 +293,17 @@ pub fn too_large(records: f64) -> String {
         crate::ui::fmt::num(MAX_RECORDS),
         offload::WASM_MEMORY_LIMIT / f64::from(1u32 << 30)
     )
+}
+
+/// Set the value at a JSON pointer (`/profile/base_tpot_ms`) of `json`; a missing last key is added.
+pub fn set_at(json: RwSignal<Value>, pointer: &str, value: Value) {
+    json.update(|j| {
+        if let Some(slot) = j.pointer_mut(pointer) {
+            *slot = value;
+        } else if let Some((parent, key)) = pointer.rsplit_once('/')
+            && let Some(Value::Object(map)) = j.pointer_mut(parent)
+        {
+            map.insert(key.to_string(), value);
+        }
+    });
 }

@@ -70,6 +70,42 @@ fn group(s: &str) -> String {
     }
 }
 
+/// Four significant digits, without exponent for everyday magnitudes.
+pub fn sig4(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let mag = v.abs().log10().floor() as i32;
+    if !(-4..6).contains(&mag) {
+        return format!("{v:.3e}");
+    }
+    let decimals = (3 - mag).max(0) as usize;
+    format!("{v:.decimals$}")
+}
+
+/// A Unix time (ms) as the browser's local date and time, `Dec 6, 14:02` (UTC `HH:MM` outside a browser).
+pub fn local_clock(ms: u64) -> String {
+    #[cfg(target_arch = "wasm32")]
+    {
+        let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64));
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        format!(
+            "{} {}, {:02}:{:02}",
+            MONTHS[(d.get_month() as usize).min(11)],
+            d.get_date(),
+            d.get_hours(),
+            d.get_minutes()
+        )
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let min = ms / 60_000;
+        format!("{:02}:{:02} UTC", (min / 60) % 24, min % 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
