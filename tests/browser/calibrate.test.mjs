@@ -86,6 +86,11 @@ test('calibrate the sim target from the page: its profile is recovered, the expl
       const want = prefill(TRUTH, n);
       assert.ok(Math.abs(got / want - 1) <= TOL, `prefill of ${n} tokens: fitted ${got} ms vs ${want} ms`);
     }
+    // The live sidebar scrolls on its own: let it grow for the picture (docs/screenshots/page-calibrate-1440.png).
+    await page.evaluate(() => {
+      const aside = document.querySelector('.live-controls');
+      Object.assign(aside.style, { maxHeight: 'none', overflow: 'visible', position: 'static' });
+    });
     await screenshot(page, 'calibrate-result-1440');
 
     // "Use in explorer": the explorer runs on sim's calibrated profile, and says so.

@@ -146,6 +146,7 @@ test('a reload re-attaches to the running run, on the live view, with its target
   await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
     .some((o) => o.value === 'sim'), null, { timeout: 20000 });
   await page.locator('select[data-control="target"]').selectOption('sim');
+  await page.locator('input[data-control="run-name"]').fill('reload check');
   await page.locator('[data-action="launch"]').click();
   await page.waitForFunction((sel) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > 0,
     `${LIVE} [data-records]`, { timeout: 60000 });
@@ -160,7 +161,10 @@ test('a reload re-attaches to the running run, on the live view, with its target
   await page.waitForFunction(([sel, n]) => Number(document.querySelector(sel)?.getAttribute('data-records') ?? 0) > n,
     [`${LIVE} [data-records]`, before], { timeout: 60000 });
   const detail = await page.locator(`[data-run="${runId}"] [data-run-detail]`).innerText();
-  assert.match(detail, /^sim · started \w{3} \d+, \d\d:\d\d · \d+ s so far · \d+ records$/);
+  // The name given at launch, then what the run sends (the agent's words for the scenario at launch), where, when
+  // and how long.
+  assert.equal(await page.locator(`[data-run="${runId}"] [data-run-name]`).innerText(), 'reload check');
+  assert.match(detail, /^2 sessions × ~30 steps · sim · started \w{3} \d+, \d\d:\d\d · \d+ s so far · \d+ records$/);
 
   await page.locator('[data-action="stop"]').click();
   await page.locator(`${LIVE} [data-run-state="stopped"], ${LIVE} [data-run-state="finished"]`).first()

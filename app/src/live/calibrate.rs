@@ -61,6 +61,11 @@ impl Calibration {
         self.profiles.with(|ps| ps.iter().find(|p| p.target == target).cloned())
     }
 
+    /// Whether the reply `id` answers this card's `start_calibration` (its refusal is shown here, not twice).
+    pub fn owns(&self, id: u64) -> bool {
+        id != 0 && self.pending.get_value() == Some(id)
+    }
+
     pub fn running(&self) -> bool {
         self.run
             .with(|r| r.as_ref().is_some_and(|r| r.state == RunState::Running))

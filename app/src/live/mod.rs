@@ -77,6 +77,8 @@ pub struct Live {
     paging: StoredValue<Option<(RunInfo, Vec<RequestRecord>)>>,
     /// Whether this page has re-attached to a running run (or decided there was none), once per page.
     attached: StoredValue<bool>,
+    /// The calibration card's state: its refusals are shown on the card, not in the panel's message.
+    calibration: Option<crate::live::calibrate::Calibration>,
 }
 
 impl Live {
@@ -97,6 +99,7 @@ impl Live {
             flush_pending: StoredValue::new(false),
             paging: StoredValue::new(None),
             attached: StoredValue::new(false),
+            calibration: use_context::<crate::live::calibrate::Calibration>(),
         }
     }
 
@@ -304,6 +307,7 @@ impl Live {
                     self.records.set(Vec::new());
                 }
             }
+            ServerMsg::Error { id, .. } if self.calibration.is_some_and(|c| c.owns(*id)) => {}
             ServerMsg::Error { message, .. } => self.message.set(Some(message.clone())),
             _ => {}
         }
