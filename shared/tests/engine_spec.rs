@@ -42,6 +42,7 @@ fn spec(k: u32, acceptance: Acceptance, draft_cost_ms: f64) -> Option<Box<Specul
         draft_tokens: k,
         acceptance,
         draft_cost_ms,
+        acceptance_by_kind: None,
     }))
 }
 
