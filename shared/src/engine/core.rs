@@ -1143,6 +1143,7 @@ impl Engine {
 
     /// The lazy decoders' drafted tokens and their attention in lazy step `at`, their Σ context being `ctx`: every
     /// one drafts `k` at context `c` (`k(c + 1) + k(k+1)/2`), less what the ones near their end do not draft.
+    #[inline]
     fn lazy_drafts(&self, s: &SpecState, at: u64, ctx: u64) -> (u64, f64) {
         let slot = self.lz.ring[(at & (self.lz.ring.len() as u64 - 1)) as usize];
         let (n, k) = (self.lz.n, u64::from(s.k));
@@ -1154,6 +1155,7 @@ impl Engine {
     /// A speculative step's duration: `n` sequences holding `ctx` tokens, `prefill_tokens` of prefill chunks (the
     /// scheduled ones), `drafted` drafted tokens attending to `attended` tokens of context in all.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn spec_cost(
         &self,
         s: &SpecState,
@@ -1650,13 +1652,21 @@ impl Engine {
             if shift != u32::MAX {
                 (x + bs1) >> shift
             } else {
-                (x + bs1) / bs
+                x.div_ceil(bs)
             }
         };
         let mut word = SpecState::word(key, u64::from(n >> 2));
         let mut t = t0;
         let mut m = 0u64;
         let mut last = 0;
+        // Up to four draft positions (the usual MTP and EAGLE depths) as a fixed array, padded with thresholds no
+        // draw is below: the compares unroll and nothing branches on the draw.
+        let mut th4 = [0u32; 4];
+        let small = thr.len() <= 4;
+        if small {
+            th4[..thr.len()].copy_from_slice(thr);
+        }
+        let mut cb = ceil(t);
         while left > k {
             if n & 3 == 0 {
                 word = SpecState::word(key, u64::from(n >> 2));
@@ -1664,13 +1674,19 @@ impl Engine {
             let x = SpecState::bits(word, n);
             n += 1;
             let mut e = 1;
-            for &th in thr {
-                e += u32::from(x < th);
+            if small {
+                e += u32::from(x < th4[0]) + u32::from(x < th4[1]) + u32::from(x < th4[2]) + u32::from(x < th4[3]);
+            } else {
+                for &th in thr {
+                    e += u32::from(x < th);
+                }
             }
+            t += e;
+            let cb1 = ceil(t);
             let slot = &mut ring[((d0 + m) & mask) as usize];
             slot.emit += e;
-            slot.blocks += ceil(t + e) - ceil(t);
-            t += e;
+            slot.blocks += cb1 - cb;
+            cb = cb1;
             left -= e;
             m += 1;
             last = e;
@@ -1764,7 +1780,7 @@ impl Engine {
             if shift != u32::MAX {
                 (x + bs - 1) >> shift
             } else {
-                (x + bs - 1) / bs
+                x.div_ceil(bs)
             }
         };
         let mut word = if n & 3 != 0 {

@@ -6,17 +6,18 @@
 //! In the engine (docs/simulator.md, "Speculative decoding"):
 //! - every decoding sequence of a step verifies `v = min(k + 1, tokens it still has to generate, the step's token
 //!   budget left)` positions (`v − 1` drafted tokens), each taking one token of `max_num_batched_tokens`;
-//! - of its drafted tokens it accepts a prefix, drawn from the seeded generator position by position: position `i`
-//!   (from 1) is accepted with probability `u_i / u_{i−1}` given that the positions before it were, so that `u_i` is
-//!   the share of steps that accept position `i` (`u_0 = 1`); `acceptance` gives `u_i` as a list, or as one rate
-//!   `a` meaning `u_i = a^i` (each position accepted with probability `a`, independently of the others);
+//! - of its drafted tokens it accepts a prefix: `max{i ≤ v − 1 : x < u_i}` for a 16-bit draw `x` of its own stream
+//!   ([`SpecState`]), `u_i` the share of steps that accept position `i`, so position `i` is accepted with
+//!   probability `u_i / u_{i−1}` given that the positions before it were (`u_0 = 1`); `acceptance` gives `u_i` as a
+//!   list, or as one rate `a` meaning `u_i = a^i`, and `acceptance_by_kind` per content kind;
 //! - it emits `1 + accepted` tokens at the end of the step (one stream frame), its KV grows by as many;
 //! - the step pays for the verified tokens: linear profiles add the drafted tokens at the prefill rate
 //!   (`Σ drafted / prefill_tokens_per_ms`), a roofline counts them as computed tokens attending to their context;
 //!   and the draft's cost, `draft_cost_ms` per drafted token (`Σ drafted · draft_cost_ms`).
 //!
-//! Speculation makes each step's tokens random, so an engine with it runs step by step: no closed-form stretches
-//! and no lazy decoders (the cost is measured in docs/measurements.md).
+//! A request's draws depend on nothing but its own stream, so a lazy decoder's whole path is drawn when it becomes
+//! lazy and the engine keeps its closed-form stretches (`core::Lazy`; the cost is measured in
+//! docs/measurements.md).
 
 use serde::{Deserialize, Serialize};
 
