@@ -769,3 +769,59 @@ fn change_a_digit(text: &str, pick: usize, by: usize) -> String {
     let new = (old + 1 + (by % 9) as u8) % 10;
     format!("{}{}{}", &text[..at], char::from(b'0' + new), &text[at + 1..])
 }
+
+/// Speculative decoding's figures survive `merge --fast`: shards of a run against a speculative sim-server carry
+/// their drafted and accepted counts in their counters, so the histogram summary (from the counters alone) gives
+/// `spec_acceptance` exactly as the exact merge of the records does (`spec_accepted_per_step` too where records
+/// count steps: `shared::metrics::hist`'s `speculative_counts_merge_exactly`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_fast_carries_speculative_figures() {
+    let profile = shared::engine::EngineProfile::from_json(
+        &serde_json::json!({"name": "spec", "block_size": 16, "num_kv_blocks": 20000, "max_num_seqs": 64,
+            "max_num_batched_tokens": 8192, "step_fixed_ms": 5.0, "per_seq_ms": 0.01, "per_ctx_token_ms": 0.0,
+            "prefill_tokens_per_ms": 30.0,
+            "speculative": {"method": "mtp", "draft_tokens": 3, "acceptance": 0.6, "draft_cost_ms": 0.1}})
+        .to_string(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let s = sim_server_helper::start(Config {
+        engine: loadshape::sim_server::EngineChoice::Profile(Box::new(profile)),
+        speed: 20.0,
+        ..Config::default()
+    })
+    .await;
+    let d = dir("spec");
+    let scen = d.join("poisson.json");
+    let scenario = serde_json::json!({
+        "model": "engine", "seed": 12, "counterfactuals": false,
+        "workload": {"kind": "poisson", "num_requests": 12, "rate_rps": 20.0,
+            "prompt": {"dist": "uniform", "min": 50, "max": 300}, "output": {"dist": "uniform", "min": 20, "max": 40},
+            "shared_prefix_tokens": 0},
+        "profile": {"name": "p", "block_size": 16, "num_kv_blocks": 20000, "max_num_seqs": 64,
+                    "max_num_batched_tokens": 8192, "step_fixed_ms": 5.0, "per_seq_ms": 0.01,
+                    "per_ctx_token_ms": 0.0, "prefill_tokens_per_ms": 30.0},
+        "slo": {"ttft_ms": 800.0, "tpot_ms": 50.0}
+    });
+    std::fs::write(&scen, scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let scen_s = scen.display().to_string();
+    let plan = ["--scenario", &scen_s, "--metrics-url", "none", "--nonce", "6"];
+    let shards = d.join("shards");
+    run_shards(&s, &shards, &plan, 2).await;
+    let (code, exact) = merge(&[&shards], &[]).await;
+    assert_eq!(code, 0, "{exact}");
+    let (code, fast) = merge(&[&shards], &["--fast"]).await;
+    assert_eq!(code, 0, "{fast}");
+    let h = &fast["histogram_summary"];
+    let want = exact["summary"]["spec_acceptance"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("spec_acceptance in {exact}"));
+    assert!(want > 0.0 && want < 1.0, "{want}");
+    assert_eq!(h["spec_acceptance"].as_f64(), Some(want), "{h}");
+    // Replay's records count drafted and accepted tokens but not the server's steps, so neither summary has
+    // accepted tokens per step; the two agree on that too.
+    assert_eq!(
+        h["spec_accepted_per_step"], exact["summary"]["spec_accepted_per_step"],
+        "{h}"
+    );
+    assert_eq!(exact["histogram_summary"], fast["histogram_summary"]);
+}

@@ -60,6 +60,7 @@ fn truth() -> EngineProfile {
             draft_tokens: 3,
             acceptance: Acceptance::Rate(RATE),
             draft_cost_ms: DRAFT_COST_MS,
+            acceptance_by_kind: None,
         })),
         ..base()
     }

@@ -237,20 +237,21 @@ pub struct Summary {
     pub spec_accepted_per_step: Option<f64>,
 }
 
-/// Running sums of speculative decoding's counts (see [`Summary::spec_acceptance`]).
-#[derive(Debug, Clone, Copy, Default)]
-struct SpecSums {
-    any: bool,
-    drafted: u64,
-    accepted: u64,
+/// Running sums of speculative decoding's counts (see [`Summary::spec_acceptance`]); [`hist::Counters`] keeps them
+/// too, so merged runs give the same figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct SpecSums {
+    pub any: bool,
+    pub drafted: u64,
+    pub accepted: u64,
     /// Records with steps: their accepted tokens and steps.
-    stepped: bool,
-    accepted_stepped: u64,
-    steps: u64,
+    pub stepped: bool,
+    pub accepted_stepped: u64,
+    pub steps: u64,
 }
 
 impl SpecSums {
-    fn add(&mut self, c: &crate::record::SpecCounts) {
+    pub(crate) fn add(&mut self, c: &crate::record::SpecCounts) {
         self.any = true;
         self.drafted += c.draft_tokens;
         self.accepted += c.accepted_tokens;
@@ -261,7 +262,7 @@ impl SpecSums {
         }
     }
 
-    fn write(&self, s: &mut Summary) {
+    pub(crate) fn write(&self, s: &mut Summary) {
         if self.any {
             s.spec_acceptance = Some(if self.drafted > 0 {
                 self.accepted as f64 / self.drafted as f64

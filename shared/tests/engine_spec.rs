@@ -42,6 +42,7 @@ fn spec(k: u32, acceptance: Acceptance, draft_cost_ms: f64) -> Option<Box<Specul
         draft_tokens: k,
         acceptance,
         draft_cost_ms,
+        acceptance_by_kind: None,
     }))
 }
 
@@ -317,4 +318,84 @@ fn preemption_under_speculation_keeps_the_counts() {
         assert!(rec.sse_frames + c.accepted_tokens >= rec.gen_tokens, "{rec:?}");
     }
     assert!(r.summary.completed > 0);
+}
+
+/// `acceptance_by_kind`: a session's requests draw from their kind's acceptance (odd slots code, even slots prose,
+/// as live replay fills them). With code at 1 and prose at 0 every count is computed by hand from a request's
+/// tokens: after the first token (from the prefill), `L = gen − 1` tokens come `k + 1` at a time for code (⌈L/4⌉
+/// steps, each drafting all it can use and accepting it) and one at a time for prose (`L` steps, drafting
+/// `min(3, left − 1)`: `3L − 6` tokens for `L ≥ 3`, all rejected, the last step drafting nothing).
+#[test]
+fn acceptance_by_kind_follows_the_sessions_content() {
+    let mut p = profile();
+    let mut s = spec(3, Acceptance::Rate(0.5), 0.0).expect("on");
+    s.acceptance_by_kind = Some(shared::engine::AcceptanceByKind {
+        code: Some(Acceptance::Rate(1.0)),
+        prose: Some(Acceptance::Rate(0.0)),
+    });
+    p.speculative = Some(s);
+    let sc = EngineScenario {
+        workload: Workload::Sessions(shared::workload::SessionWorkload {
+            sessions: 4,
+            steps: 3,
+            base_tokens: 1000,
+            gen_tokens: 120,
+            tool_tokens: 50,
+            think_s: 0.5,
+            respawn: false,
+            duration_s: 60.0,
+            stagger_s: 0.3,
+            ..Default::default()
+        }),
+        profile: p,
+        slo: Slo::default(),
+        seed: 8,
+        counterfactuals: false,
+        fleet: None,
+        deployment: None,
+        disaggregation: None,
+    };
+    let r = simulate(&sc).expect("valid");
+    let mut kinds = [0, 0];
+    for rec in r.records.iter().filter(|x| x.ok) {
+        let c = rec.spec.expect("counts");
+        let l = rec.gen_tokens - 1;
+        assert!(l >= 3, "{rec:?}");
+        if rec.session % 2 == 1 {
+            kinds[0] += 1;
+            let steps = l.div_ceil(4);
+            assert_eq!(c.accepted_tokens, l - steps, "{rec:?}");
+            assert_eq!(c.draft_tokens, c.accepted_tokens, "{rec:?}");
+            assert_eq!(rec.sse_frames, 1 + steps, "{rec:?}");
+        } else {
+            kinds[1] += 1;
+            assert_eq!(c.accepted_tokens, 0, "{rec:?}");
+            assert_eq!(c.draft_tokens, 3 * l - 6, "{rec:?}");
+            assert_eq!(c.steps, Some(l - 1), "{rec:?}");
+            assert_eq!(rec.sse_frames, 1 + l, "{rec:?}");
+        }
+    }
+    assert!(kinds[0] >= 4 && kinds[1] >= 4, "{kinds:?}");
+    // The summary's share: code's accepted over both kinds' drafted.
+    let ok = r.records.iter().filter(|x| x.ok);
+    let (acc, drafted) = ok.fold((0, 0), |(a, d), x| {
+        let c = x.spec.expect("counts");
+        (a + c.accepted_tokens, d + c.draft_tokens)
+    });
+    assert_eq!(r.summary.spec_acceptance, Some(acc as f64 / drafted as f64));
+    // Without `acceptance_by_kind` both kinds draw from `acceptance`, and a kind left out does too.
+    let mut one = sc.clone();
+    if let Some(s) = one.profile.speculative.as_mut() {
+        s.acceptance = Acceptance::Rate(0.0);
+        s.acceptance_by_kind = Some(shared::engine::AcceptanceByKind {
+            code: None,
+            prose: Some(Acceptance::Rate(1.0)),
+        });
+    }
+    let r = simulate(&one).expect("valid");
+    for rec in r.records.iter().filter(|x| x.ok) {
+        let c = rec.spec.expect("counts");
+        let accepted_all = c.accepted_tokens == c.draft_tokens;
+        assert_eq!(accepted_all, rec.session % 2 == 0, "{rec:?}");
+    }
 }

@@ -5,7 +5,8 @@
 //!   `origin_unix_s` minus the earliest one's; shards started with one `--start-at` share an origin, so nothing
 //!   moves), sorted by `(t_submit, session, inst, step)` and scored by `shared::metrics::summarize` — the figures
 //!   one process would report for the same records;
-//! - **histogram** (fast: reads no record): each run's `<out>.counters.json` (exact counts, summed) and
+//! - **histogram** (fast: reads no record): each run's `<out>.counters.json` (exact counts, summed, speculative
+//!   decoding's drafted, accepted and step counts among them) and
 //!   `<out>.{ttft,tpot,itl,e2el}.hdr` (HDR histograms, added), by `shared::metrics::hist` — counts, rates and ratios exact,
 //!   latency means and percentiles within `shared::metrics::hist::RELATIVE_BOUND` (+0.5 ns) of the exact ones.
 //!
@@ -464,7 +465,7 @@ fn duplicated_requests(runs: &[Run], across: bool) -> Vec<String> {
 /// The figures the two summaries share, `(name, exact, histogram, is a latency figure)`.
 fn figures(e: &Summary, h: &Summary) -> Vec<(&'static str, f64, f64, bool)> {
     let o = |x: Option<f64>| x.unwrap_or(f64::NAN);
-    vec![
+    let mut rows = vec![
         ("completed", e.completed as f64, h.completed as f64, false),
         ("failed", e.failed as f64, h.failed as f64, false),
         ("sessions", e.sessions as f64, h.sessions as f64, false),
@@ -485,7 +486,20 @@ fn figures(e: &Summary, h: &Summary) -> Vec<(&'static str, f64, f64, bool)> {
         ("itl_p99_ms", o(e.itl_p99_ms), o(h.itl_p99_ms), true),
         ("e2el_p50_ms", e.e2el_p50_ms, h.e2el_p50_ms, true),
         ("e2el_p99_ms", e.e2el_p99_ms, h.e2el_p99_ms, true),
-    ]
+    ];
+    // Speculative decoding's figures, where either summary has them (exact in both: summed counts).
+    if e.spec_acceptance.is_some() || h.spec_acceptance.is_some() {
+        rows.push(("spec_acceptance", o(e.spec_acceptance), o(h.spec_acceptance), false));
+    }
+    if e.spec_accepted_per_step.is_some() || h.spec_accepted_per_step.is_some() {
+        rows.push((
+            "spec_accepted_per_step",
+            o(e.spec_accepted_per_step),
+            o(h.spec_accepted_per_step),
+            false,
+        ));
+    }
+    rows
 }
 
 const EXACT_IS: &str = "exact: every record of every run, on one time line, scored by shared::metrics::summarize";

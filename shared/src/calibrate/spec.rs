@@ -163,6 +163,7 @@ pub fn fit_speculative(
             draft_tokens: k,
             acceptance: Acceptance::Rate(rate),
             draft_cost_ms,
+            acceptance_by_kind: None,
         },
         requests: counted.len(),
         drafted_tokens: drafted,
@@ -202,6 +203,7 @@ mod tests {
             draft_tokens: 3,
             acceptance: Acceptance::Rate(0.65),
             draft_cost_ms: 1.7,
+            acceptance_by_kind: None,
         }));
         let sc = EngineScenario {
             workload: Workload::ClosedLoop(ClosedLoopWorkload {

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 
 use super::kv::{Kv, NO_TIER, NONE};
 use super::profile::{EngineProfile, MAX_KV_TIERS, Scheduler, TierWrite};
-use super::spec::SpecState;
+use super::spec::{KIND_ANY, SpecState};
 use crate::deploy::roofline::{RooflineCost, StepShape};
 
 /// Tokens restored from each tier (by tier index).
@@ -110,6 +110,37 @@ pub(crate) struct Req {
     pub spec_accepted: u32,
     /// Its prompt's KV came from another instance (prefill/decode disaggregation): admitted, it decodes at once.
     pub imported: bool,
+    /// Speculative decoding: the request's number (its stream of acceptance draws) and its content kind
+    /// (`spec::KIND_*`).
+    pub spec_id: u64,
+    pub kind: u8,
+    /// Lazy only: the lazy step at which it finishes, and under speculative decoding its tally from `lz_d0` to then.
+    pub lz_fin: u64,
+    pub lz_tally: SpecTally,
+}
+
+/// A lazy decoder's path under speculative decoding, over some of its steps: tokens emitted, frames (steps), steps
+/// that drafted, drafted and accepted tokens, and the last step's tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct SpecTally {
+    pub tokens: u32,
+    pub frames: u32,
+    pub steps: u32,
+    pub drafted: u32,
+    pub accepted: u32,
+    pub last: u32,
+}
+
+/// What the lazy decoders do in one lazy step under speculative decoding (see [`Lazy::ring`]): tokens emitted,
+/// blocks they newly need, drafted positions short of `k` (sequences near their end draft fewer), and the
+/// attention those missing positions would have had (`(k − v)(c + 1) + (k(k+1) − v(v+1))/2` for `v` drafted at
+/// context `c`).
+#[derive(Debug, Clone, Copy, Default)]
+struct SpecSlot {
+    emit: u32,
+    blocks: u32,
+    short: u32,
+    acorr: u64,
 }
 
 /// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
@@ -200,6 +231,12 @@ struct Lazy {
     /// End and length of the last stretch lazy requests took part in.
     last_end: f64,
     last_k: u64,
+    /// Speculative decoding only (where `cnt` and `sum_off` are unused): Σ context of the lazy requests now, and
+    /// per lazy step `j` (at `j mod len`, a power of two covering every lazy request's remaining steps) the sum of
+    /// what their paths, drawn ahead from their own streams when they became lazy, do in that step. A step of the
+    /// lazy batch then costs O(1) whatever each sequence accepts, and a stretch runs until the first finish.
+    ctx: u64,
+    ring: Vec<SpecSlot>,
 }
 
 /// Block sizes up to which decoders may be lazy (a stretch's block count is O(block size)).
@@ -231,8 +268,8 @@ pub struct Engine {
     /// Whether decoders may become lazy (tests turn it off to compare against step-by-step accounting).
     pub(crate) lazy_ok: bool,
     next_seq: u64,
-    /// Scratch for the lazy schedule: (request, tokens, blocks needed).
-    plan: Vec<(u32, u32, u64)>,
+    /// Scratch for the lazy schedule: (request, tokens, blocks needed, drafted, accepted).
+    plan: Vec<(u32, u32, u64, u32, u32)>,
     pub(crate) now_ms: f64,
     sched: Vec<Sched>,
     pub(crate) admitted: Vec<u32>,
@@ -253,6 +290,12 @@ pub struct Engine {
     slot_clock: i64,
     /// Speculative decoding (`EngineProfile::speculative`); `None`: off.
     pub(crate) spec: Option<SpecState>,
+    /// Requests submitted so far (a request's `spec_id`).
+    next_spec_id: u64,
+    /// The most KV blocks running requests held at the end of a step inside the last speculative stretch, before
+    /// its last (0 when none): what a caller sampling after every step would have seen (see
+    /// [`Self::take_inner_peak`]).
+    inner_peak: u64,
 }
 
 /// A llama.cpp slot: busy, or the content its last request left in it (for prompt similarity) and when it was
@@ -364,6 +407,8 @@ impl Engine {
             slots: Vec::new(),
             slot_clock: 0,
             spec: None,
+            next_spec_id: 0,
+            inner_peak: 0,
         }
         .with_scheduler()
     }
@@ -398,13 +443,15 @@ impl Engine {
         }
     }
 
-    /// A decoding sequence's part of a step under speculative decoding, with `left` tokens still to generate and
-    /// `budget` tokens of the step's budget left (≥ 1): `(positions verified, drafted, accepted)`.
-    fn spec_decode(&mut self, left: u32, budget: u32) -> (u32, u32, u32) {
-        let Some(s) = &mut self.spec else { return (1, 0, 0) };
+    /// Running request `idx`'s part of a step under speculative decoding, with `left` tokens still to generate
+    /// and `budget` tokens of the step's budget left (≥ 1): `(positions verified, drafted, accepted)`, drawn from
+    /// its own stream (its draw number is the steps it drafted in so far).
+    fn spec_decode(&self, idx: u32, left: u32, budget: u32) -> (u32, u32, u32) {
+        let Some(s) = &self.spec else { return (1, 0, 0) };
         let verify = (1 + s.k).min(left.max(1)).min(budget.max(1));
         let drafted = verify - 1;
-        let accepted = s.draw(drafted);
+        let r = &self.reqs[idx as usize];
+        let accepted = s.draw(s.stream(r.spec_id), r.spec_steps, r.kind, drafted);
         (verify, drafted, accepted)
     }
 
@@ -427,6 +474,13 @@ impl Engine {
     }
     pub fn waiting(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// The most KV blocks running requests held at the end of a step before the last of the last
+    /// [`Self::advance`] (0 when it ran one step, or a stretch without speculative decoding, where blocks are
+    /// counted at the stretch's end only), and reset it.
+    pub(crate) fn take_inner_peak(&mut self) -> u64 {
+        std::mem::take(&mut self.inner_peak)
     }
 
     /// KV blocks referenced by running requests, and the capacity.
@@ -518,7 +572,12 @@ impl Engine {
             spec_drafted: 0,
             spec_accepted: 0,
             imported: false,
+            spec_id: self.next_spec_id,
+            kind: KIND_ANY,
+            lz_fin: 0,
+            lz_tally: SpecTally::default(),
         };
+        self.next_spec_id += 1;
         let idx = if let Some(i) = self.free_reqs.pop() {
             let generation = self.reqs[i as usize].generation.wrapping_add(1);
             self.reqs[i as usize] = Req { generation, ..req };
@@ -539,6 +598,13 @@ impl Engine {
         let id = self.submit_chain(now_ms, chain, prompt, output, tag, true);
         self.reqs[id.idx() as usize].imported = true;
         id
+    }
+
+    /// Set a queued request's content kind (`spec::KIND_*`: which of `acceptance_by_kind` it draws from).
+    pub(crate) fn set_kind(&mut self, id: ReqId, kind: u8) {
+        if let Some(idx) = self.lookup(id) {
+            self.reqs[idx as usize].kind = kind;
+        }
     }
 
     /// The chain a prompt given as chained block hashes uses (see [`super::types::PromptBlocks`]): the known chain
@@ -933,7 +999,7 @@ impl Engine {
             // Speculative decoding: a decoder verifies `tokens` positions and emits `emit` tokens.
             let (mut emit, mut drafted, mut accepted) = (tokens, 0, 0);
             if self.spec.is_some() && t >= p_eff {
-                (tokens, drafted, accepted) = self.spec_decode(left, budget);
+                (tokens, drafted, accepted) = self.spec_decode(idx, left, budget);
                 emit = 1 + accepted;
             }
             let need = self.new_blocks(t, p_eff, emit);
@@ -1067,6 +1133,39 @@ impl Engine {
             // before it: c + 1 + j.
             attended += v * (c + 1.0) + v * (v + 1.0) / 2.0;
         }
+        if self.lz.n > 0 {
+            let (ld, la) = self.lazy_drafts(s, self.lz.d, self.lz.ctx);
+            drafted += ld;
+            attended += la;
+        }
+        self.spec_cost(s, n, ctx, prefill_tokens, drafted, attended, restored)
+    }
+
+    /// The lazy decoders' drafted tokens and their attention in lazy step `at`, their Σ context being `ctx`: every
+    /// one drafts `k` at context `c` (`k(c + 1) + k(k+1)/2`), less what the ones near their end do not draft.
+    #[inline]
+    fn lazy_drafts(&self, s: &SpecState, at: u64, ctx: u64) -> (u64, f64) {
+        let slot = self.lz.ring[(at & (self.lz.ring.len() as u64 - 1)) as usize];
+        let (n, k) = (self.lz.n, u64::from(s.k));
+        let drafted = n * k - u64::from(slot.short);
+        let attended = k * (ctx + n) + n * k * (k + 1) / 2 - slot.acorr;
+        (drafted, attended as f64)
+    }
+
+    /// A speculative step's duration: `n` sequences holding `ctx` tokens, `prefill_tokens` of prefill chunks (the
+    /// scheduled ones), `drafted` drafted tokens attending to `attended` tokens of context in all.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn spec_cost(
+        &self,
+        s: &SpecState,
+        n: f64,
+        ctx: u64,
+        prefill_tokens: u32,
+        drafted: u64,
+        attended: f64,
+        restored: PerTier,
+    ) -> f64 {
         let draft_ms = s.draft_cost_ms * drafted as f64;
         if let Some(r) = &self.p.roofline {
             let mut shape = self.roofline_shape(n, ctx, prefill_tokens);
@@ -1153,7 +1252,7 @@ impl Engine {
                 continue;
             }
             let left = self.reqs[idx as usize].output - self.reqs[idx as usize].generated;
-            let (verify, drafted, accepted) = self.spec_decode(left, budget);
+            let (verify, drafted, accepted) = self.spec_decode(idx, left, budget);
             let need = self.new_blocks(t, p_eff, 1 + accepted);
             let mut self_preempted = false;
             while need > 0 && !self.kv.alloc(need) {
@@ -1369,26 +1468,49 @@ impl Engine {
     /// cache exactly as allocating them in turn would.
     fn schedule_lazy(&mut self, budget: u32) -> Option<(u32, BatchSums)> {
         let n = u32::try_from(self.lz.n).ok()?;
-        let mut budget = budget.checked_sub(n)?;
         let d = self.lz.d;
-        // Lazy requests whose last block is full need a new one.
-        let mut need_total = self.lz.cnt[self.mod_bs(u64::from(self.bs) - self.mod_bs(d)) as usize];
+        // Lazy requests whose last block is full need a new one; under speculative decoding each verifies up to
+        // `k + 1` positions and their blocks are summed in the ring.
+        let (lazy_tokens, mut need_total, ctx) = match &self.spec {
+            None => (
+                n,
+                self.lz.cnt[self.mod_bs(u64::from(self.bs) - self.mod_bs(d)) as usize],
+                self.lz.sum_off.wrapping_add(self.lz.n.wrapping_mul(d)),
+            ),
+            Some(s) => {
+                let slot = self.lz.ring[(d & (self.lz.ring.len() as u64 - 1)) as usize];
+                let verify = u64::from(n) * u64::from(s.k + 1) - u64::from(slot.short);
+                (u32::try_from(verify).ok()?, u64::from(slot.blocks), self.lz.ctx)
+            }
+        };
+        let mut budget = budget.checked_sub(lazy_tokens)?;
         self.plan.clear();
         for i in 0..self.eager.len() {
             let idx = self.eager[i];
             let r = &self.reqs[idx as usize];
-            let (t, p_eff) = (r.t, r.p_eff);
-            let want = wanted(t, p_eff);
+            let (t, p_eff, left, seq) = (r.t, r.p_eff, r.output - r.generated, r.seq);
+            let mut want = wanted(t, p_eff);
+            let spec_k = self.spec.as_ref().map(|s| s.k).filter(|_| t >= p_eff);
+            if let Some(k) = spec_k {
+                want = (k + 1).min(left.max(1));
+            }
             let tokens = want.min(budget);
-            if tokens < want && r.seq < self.lz.max_seq {
+            if tokens < want && seq < self.lz.max_seq {
                 return None;
             }
             if tokens == 0 {
                 continue;
             }
-            let need = self.new_blocks(t, p_eff, tokens);
+            let (mut emit, mut drafted, mut accepted) = (tokens, 0, 0);
+            if spec_k.is_some() {
+                let verify;
+                (verify, drafted, accepted) = self.spec_decode(idx, left, budget);
+                debug_assert_eq!(verify, tokens);
+                emit = 1 + accepted;
+            }
+            let need = self.new_blocks(t, p_eff, emit);
             need_total += need;
-            self.plan.push((idx, tokens, need));
+            self.plan.push((idx, emit, need, drafted, accepted));
             budget -= tokens;
         }
         if need_total > self.kv.available() {
@@ -1397,13 +1519,16 @@ impl Engine {
         // Cannot fail: checked just above.
         let _ = self.kv.alloc(need_total);
         let mut sums = BatchSums {
-            ctx: self.lz.sum_off.wrapping_add(self.lz.n.wrapping_mul(d)),
+            ctx,
             prefill_tokens: 0,
             decoders: n,
         };
         for pi in 0..self.plan.len() {
-            let (idx, tokens, need) = self.plan[pi];
+            let (idx, tokens, need, drafted, accepted) = self.plan[pi];
             self.schedule_running(idx, tokens, need, &mut sums);
+            if drafted > 0 {
+                self.note_spec(drafted, accepted);
+            }
         }
         Some((budget, sums))
     }
@@ -1454,6 +1579,25 @@ impl Engine {
 
     fn join_lazy(&mut self, idx: u32) {
         let d = self.lz.d;
+        if self.spec.is_some() {
+            let r = &mut self.reqs[idx as usize];
+            r.lazy = true;
+            r.lz_d0 = d;
+            let (t, left, seq, chain) = (r.t, r.output - r.generated, r.seq, r.chain);
+            self.lz.n += 1;
+            self.lz.ctx += u64::from(t);
+            self.lz.max_seq = self.lz.max_seq.max(seq);
+            self.kv.chains[chain as usize].lazy = true;
+            // Every step emits at least one token: its path fits `left` steps of the ring.
+            self.ensure_ring(u64::from(left));
+            let (steps, tally) = self.spec_join_walk(idx);
+            debug_assert_eq!((steps, tally), self.spec_walk_dry(idx));
+            let r = &mut self.reqs[idx as usize];
+            r.lz_fin = d + steps;
+            r.lz_tally = tally;
+            self.lz.heap.push(std::cmp::Reverse((d + steps, idx)));
+            return;
+        }
         let class = self.lazy_class(self.reqs[idx as usize].t, d);
         let r = &mut self.reqs[idx as usize];
         r.lazy = true;
@@ -1462,8 +1606,8 @@ impl Engine {
         lz.n += 1;
         lz.sum_off = lz.sum_off.wrapping_add(u64::from(r.t).wrapping_sub(d));
         lz.cnt[class] += 1;
-        lz.heap
-            .push(std::cmp::Reverse((d + u64::from(r.output - r.generated), idx)));
+        r.lz_fin = d + u64::from(r.output - r.generated);
+        lz.heap.push(std::cmp::Reverse((r.lz_fin, idx)));
         lz.max_seq = lz.max_seq.max(r.seq);
         self.kv.chains[r.chain as usize].lazy = true;
     }
@@ -1471,7 +1615,230 @@ impl Engine {
     /// Whether heap entry `(at, idx)` is a lazy request that finishes at lazy step `at`.
     fn lazy_entry_live(&self, at: u64, idx: u32) -> bool {
         let r = &self.reqs[idx as usize];
-        r.lazy && r.state == State::Running && r.lz_d0 + u64::from(r.output - r.generated) == at
+        r.lazy && r.state == State::Running && r.lz_fin == at
+    }
+
+    /// Make the ring of [`Lazy`] cover `steps` lazy steps from now.
+    fn ensure_ring(&mut self, steps: u64) {
+        let cap = self.lz.ring.len() as u64;
+        if steps <= cap {
+            return;
+        }
+        let new_cap = steps.next_power_of_two().max(2 * cap).max(64);
+        let mut ring = vec![SpecSlot::default(); new_cap as usize];
+        // The live steps are `d .. d + cap`.
+        for j in self.lz.d..self.lz.d + cap {
+            ring[(j & (new_cap - 1)) as usize] = self.lz.ring[(j & (cap - 1)) as usize];
+        }
+        self.lz.ring = ring;
+    }
+
+    /// [`Self::spec_walk`] when request `idx` becomes lazy (its whole path added to the ring, its tally over all of
+    /// it), in two phases: while it has more than `k` tokens left every step drafts `k` (no branch on the draw, the
+    /// tally summed at the end), then its last steps one by one. The hot loop of speculative decoding.
+    fn spec_join_walk(&mut self, idx: u32) -> (u64, SpecTally) {
+        let Some(s) = &self.spec else {
+            return (0, SpecTally::default());
+        };
+        let r = &self.reqs[idx as usize];
+        let (t0, mut left, d0, mut n) = (r.t, r.output - r.generated, r.lz_d0, r.spec_steps);
+        let key = s.stream(r.spec_id);
+        let (thr, kind) = (s.thresholds(r.kind), r.kind);
+        let k = s.k;
+        let ring = &mut self.lz.ring;
+        let mask = ring.len() as u64 - 1;
+        let (bs1, shift, bs) = (self.bs - 1, self.bs_shift, self.bs);
+        let ceil = |x: u32| {
+            if shift != u32::MAX {
+                (x + bs1) >> shift
+            } else {
+                x.div_ceil(bs)
+            }
+        };
+        let mut word = SpecState::word(key, u64::from(n >> 2));
+        let mut t = t0;
+        let mut m = 0u64;
+        let mut last = 0;
+        // Up to four draft positions (the usual MTP and EAGLE depths) as a fixed array, padded with thresholds no
+        // draw is below: the compares unroll and nothing branches on the draw.
+        let mut th4 = [0u32; 4];
+        let small = thr.len() <= 4;
+        if small {
+            th4[..thr.len()].copy_from_slice(thr);
+        }
+        let mut cb = ceil(t);
+        while left > k {
+            if n & 3 == 0 {
+                word = SpecState::word(key, u64::from(n >> 2));
+            }
+            let x = SpecState::bits(word, n);
+            n += 1;
+            let mut e = 1;
+            if small {
+                e += u32::from(x < th4[0]) + u32::from(x < th4[1]) + u32::from(x < th4[2]) + u32::from(x < th4[3]);
+            } else {
+                for &th in thr {
+                    e += u32::from(x < th);
+                }
+            }
+            t += e;
+            let cb1 = ceil(t);
+            let slot = &mut ring[((d0 + m) & mask) as usize];
+            slot.emit += e;
+            slot.blocks += cb1 - cb;
+            cb = cb1;
+            left -= e;
+            m += 1;
+            last = e;
+        }
+        let full = m as u32;
+        let mut tally = SpecTally {
+            tokens: t - t0,
+            frames: full,
+            steps: full,
+            drafted: k * full,
+            accepted: t - t0 - full,
+            last,
+        };
+        // Its last steps: `v = left − 1 < k` drafted.
+        while left > 0 {
+            let v = left - 1;
+            let mut a = 0;
+            if v > 0 {
+                if n & 3 == 0 {
+                    word = SpecState::word(key, u64::from(n >> 2));
+                }
+                let x = SpecState::bits(word, n);
+                n += 1;
+                a = s.accepted(kind, x, v);
+                tally.steps += 1;
+                tally.drafted += v;
+                tally.accepted += a;
+            }
+            let e = 1 + a;
+            let slot = &mut ring[((d0 + m) & mask) as usize];
+            slot.emit += e;
+            slot.blocks += ceil(t + e) - ceil(t);
+            slot.short += k - v;
+            let missing = u64::from(k) * u64::from(k + 1) - u64::from(v) * u64::from(v + 1);
+            slot.acorr += u64::from(k - v) * (u64::from(t) + 1) + missing / 2;
+            tally.tokens += e;
+            tally.frames += 1;
+            tally.last = e;
+            t += e;
+            left -= e;
+            m += 1;
+        }
+        (m, tally)
+    }
+
+    /// The steps running decoder `idx` takes to finish from now under speculative decoding if every step serves it
+    /// in full (its path's length, as [`Self::spec_walk`] draws it).
+    fn spec_path_steps(&self, idx: u32) -> u64 {
+        let Some(s) = &self.spec else { return 0 };
+        let r = &self.reqs[idx as usize];
+        let (mut left, mut n) = (r.output - r.generated, r.spec_steps);
+        let key = s.stream(r.spec_id);
+        let mut m = 0;
+        while left > 0 {
+            let v = s.k.min(left - 1);
+            let a = s.draw(key, n, r.kind, v);
+            n += u32::from(v > 0);
+            left -= 1 + a;
+            m += 1;
+        }
+        m
+    }
+
+    /// [`Self::spec_walk`]'s steps and tally without touching the ring (debug builds check the fast walk by it).
+    fn spec_walk_dry(&mut self, idx: u32) -> (u64, SpecTally) {
+        let ring = std::mem::take(&mut self.lz.ring);
+        self.lz.ring = vec![SpecSlot::default(); 1];
+        let out = self.spec_walk(idx, u64::MAX, true, u64::MAX);
+        self.lz.ring = ring;
+        out
+    }
+
+    /// Walk lazy request `idx`'s path under speculative decoding from where it became lazy (context `t`,
+    /// `output − generated` tokens left, its stream's draws from number `spec_steps` on), one lazy step `lz_d0 + m`
+    /// at a time, each serving it in full (`min(k, left − 1)` drafted): adds (`add`) or takes back its part of the
+    /// ring's sums for its steps `m ≥ from`. Returns the steps it takes to finish and its tally over steps
+    /// `m < upto`. Its draws are exactly those the step-by-step schedule makes.
+    #[inline(never)]
+    fn spec_walk(&mut self, idx: u32, from: u64, add: bool, upto: u64) -> (u64, SpecTally) {
+        let Some(s) = &self.spec else {
+            return (0, SpecTally::default());
+        };
+        let r = &self.reqs[idx as usize];
+        let (mut t, mut left, d0, kind, mut n) = (r.t, r.output - r.generated, r.lz_d0, r.kind, r.spec_steps);
+        let key = s.stream(r.spec_id);
+        let k = s.k;
+        let ring = &mut self.lz.ring;
+        let mask = ring.len() as u64 - 1;
+        let (bs, shift) = (u64::from(self.bs), self.bs_shift);
+        let ceil = |x: u64| {
+            if shift != u32::MAX {
+                (x + bs - 1) >> shift
+            } else {
+                x.div_ceil(bs)
+            }
+        };
+        let mut word = if n & 3 != 0 {
+            SpecState::word(key, u64::from(n >> 2))
+        } else {
+            0
+        };
+        let mut tally = SpecTally::default();
+        let mut m = 0u64;
+        while left > 0 {
+            let v = k.min(left - 1);
+            let a = if v > 0 {
+                if n & 3 == 0 {
+                    word = SpecState::word(key, u64::from(n >> 2));
+                }
+                let x = SpecState::bits(word, n);
+                n += 1;
+                s.accepted(kind, x, v)
+            } else {
+                0
+            };
+            let e = 1 + a;
+            if m >= from {
+                let slot = &mut ring[((d0 + m) & mask) as usize];
+                let blocks = (ceil(u64::from(t + e)) - ceil(u64::from(t))) as u32;
+                let (short, acorr) = if v < k {
+                    let full = u64::from(k) * u64::from(k + 1) - u64::from(v) * u64::from(v + 1);
+                    (k - v, u64::from(k - v) * (u64::from(t) + 1) + full / 2)
+                } else {
+                    (0, 0)
+                };
+                if add {
+                    slot.emit += e;
+                    slot.blocks += blocks;
+                    slot.short += short;
+                    slot.acorr += acorr;
+                } else {
+                    slot.emit -= e;
+                    slot.blocks -= blocks;
+                    slot.short -= short;
+                    slot.acorr -= acorr;
+                }
+            }
+            if m < upto {
+                tally.tokens += e;
+                tally.frames += 1;
+                if v > 0 {
+                    tally.steps += 1;
+                    tally.drafted += v;
+                    tally.accepted += a;
+                }
+                tally.last = e;
+            }
+            t += e;
+            left -= e;
+            m += 1;
+        }
+        (m, tally)
     }
 
     /// The lazy step at which the next lazy request finishes (stale heap entries are dropped on the way).
@@ -1489,6 +1856,10 @@ impl Engine {
     /// been advanced step by step, and the blocks it completed filled into its chain.
     #[inline(never)]
     fn materialize(&mut self, idx: u32) {
+        if self.spec.is_some() {
+            self.materialize_spec(idx);
+            return;
+        }
         let (t0, d0, chain) = {
             let r = &self.reqs[idx as usize];
             (r.t, r.lz_d0, r.chain)
@@ -1514,6 +1885,43 @@ impl Engine {
         r.generated += delta;
         r.last_token_ms = self.lz.last_end;
         r.last_emit = self.lz.last_k as u32;
+    }
+
+    /// [`Self::materialize`] under speculative decoding: its tally since it became lazy (known at its finish, else
+    /// walked again, its remaining steps taken out of the ring), then as without speculation.
+    fn materialize_spec(&mut self, idx: u32) {
+        let (t0, d0, chain, fin, tally) = {
+            let r = &self.reqs[idx as usize];
+            (r.t, r.lz_d0, r.chain, r.lz_fin, r.lz_tally)
+        };
+        let delta = self.lz.d - d0;
+        let tally = if d0 + delta == fin {
+            tally
+        } else {
+            self.spec_walk(idx, delta, false, delta).1
+        };
+        let new_t = t0 + tally.tokens;
+        self.lz.n -= 1;
+        self.lz.ctx -= u64::from(new_t);
+        self.kv.chains[chain as usize].lazy = false;
+        let r = &mut self.reqs[idx as usize];
+        r.lazy = false;
+        if delta == 0 {
+            return;
+        }
+        let grown = self.blocks(new_t) - self.blocks(t0);
+        let (g0, g1) = (self.div_bs(u64::from(t0)) as u32, self.div_bs(u64::from(new_t)) as u32);
+        let conv = if g0 < g1 { self.kv.fill(chain, g0, g1) } else { 0 };
+        let r = &mut self.reqs[idx as usize];
+        r.private = r.private + grown - conv;
+        r.t = new_t;
+        r.generated += tally.tokens;
+        r.frames += tally.frames;
+        r.spec_steps += tally.steps;
+        r.spec_drafted += tally.drafted;
+        r.spec_accepted += tally.accepted;
+        r.last_token_ms = self.lz.last_end;
+        r.last_emit = tally.last;
     }
 
     /// Bring every lazy request up to date: afterwards every running request is eager.
@@ -1574,87 +1982,13 @@ impl Engine {
         if self.sched.is_empty() && self.lz.n == 0 {
             return None;
         }
-        let n = self.sched.len() as u64 + self.lz.n;
         let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
-        // Σcontext grows by n per pure-decode step: the step time grows by `b` per step.
-        // A roofline's bound may switch within the stretch: it ends where the bound at its first step stops holding.
-        let mut bound_holds = u64::MAX;
-        let b = if !pure {
-            0.0
-        } else if let Some(r) = &self.p.roofline {
-            let (b, held) = r.decode_stretch(n as f64, ctx);
-            bound_holds = held;
-            b
-        } else if self.p.batch_kv_ms_per_ktok > 0.0 {
-            let nf = n as f64;
-            nf * (self.p.per_ctx_token_ms + self.p.batch_kv_ms_per_ktok * nf / 1000.0)
+        let (k, end) = if pure && max_steps > 1 && self.spec.is_some() && self.sched.is_empty() && self.lz.n > 0 {
+            self.spec_stretch(d1, ctx, decoders, max_steps, until_ms)
         } else {
-            self.p.per_ctx_token_ms * n as f64
+            self.stretch(d1, ctx, decoders, pure, max_steps, until_ms)
         };
-        let mut k = 1u64;
-        let mut extra_at_k: Option<(u64, u64)> = None;
-        if pure && max_steps > 1 && self.spec.is_none() {
-            // Steps until the first finish.
-            let mut kmax = max_steps.min(bound_holds);
-            for s in &self.sched {
-                kmax = kmax.min(u64::from(s.left));
-            }
-            if self.lz.n > 0 {
-                kmax = kmax.min(self.lazy_next_finish() - self.lz.d);
-            }
-            // Steps until the step that contains `until_ms` ends.
-            let span = until_ms - self.now_ms;
-            // Only when the first `kmax − 1` steps already reach `until_ms` can the bound cut the stretch shorter.
-            if span.is_finite() && kmax > 1 && stretch_ms(d1, b, kmax - 1) >= span {
-                let ks = steps_to_cover(d1, b, span);
-                kmax = kmax.min(ks.max(1));
-            }
-            // Steps the KV cache can hold.
-            if kmax > 1 {
-                let avail = self.kv.available();
-                let at_max = self.extra_blocks(kmax);
-                extra_at_k = Some((kmax, at_max));
-                if at_max > avail {
-                    let (mut lo, mut hi) = (1u64, kmax);
-                    while lo < hi {
-                        let mid = lo + (hi - lo).div_ceil(2);
-                        if self.extra_blocks(mid) <= avail {
-                            lo = mid
-                        } else {
-                            hi = mid - 1
-                        }
-                    }
-                    kmax = lo;
-                }
-            }
-            k = kmax.max(1);
-        }
-        let kf = k as f64;
-        let duration = stretch_ms(d1, b, k);
-        let start = self.now_ms;
-        let end = start + duration;
-        if k > 1 {
-            let extra = match extra_at_k {
-                Some((kk, e)) if kk == k => e,
-                _ => self.extra_blocks(k),
-            };
-            if self.kv.any_ttl && extra > self.kv.free() {
-                self.alloc_step_by_step(k, start, d1, b);
-            } else {
-                // Cannot fail: checked above.
-                let _ = self.kv.alloc(extra);
-            }
-        }
-        self.log.push((d1, d1 + b * (kf - 1.0), k));
         let log_end = self.log_end();
-        self.stats.steps += k;
-        self.stats.busy_ms += duration;
-        if decoders > 0 {
-            self.stats.batch_time_ms += f64::from(decoders) * duration;
-            self.stats.decode_time_ms += duration;
-            // Mean context per decoding sequence over the stretch (context grows by 1 per step).
-            self.stats.ctx_time += (ctx / n as f64 + (kf - 1.0) / 2.0) * duration;
-        }
         self.finished.clear();
         let spec = self.spec.is_some();
         for si in 0..self.sched.len() {
@@ -1729,6 +2063,14 @@ impl Engine {
             remove_ordered(&mut self.eager, &self.finished);
         }
         if self.lz.n > 0 {
+            if !self.lz.ring.is_empty() {
+                let mask = self.lz.ring.len() as u64 - 1;
+                for j in self.lz.d..self.lz.d + k {
+                    let slot = &mut self.lz.ring[(j & mask) as usize];
+                    self.lz.ctx += u64::from(slot.emit);
+                    *slot = SpecSlot::default();
+                }
+            }
             self.lz.d += k;
             self.lz.last_end = end;
             self.lz.last_k = k;
@@ -1761,7 +2103,7 @@ impl Engine {
             // `finished` is in admission order, as `running` is: removed in one pass, without looking requests up.
             remove_ordered(&mut self.running, &self.finished);
         }
-        if max_steps > 1 && self.lazy_ok && !self.llama && !self.lz.cnt.is_empty() && self.spec.is_none() {
+        if max_steps > 1 && self.lazy_ok && !self.llama && (!self.lz.cnt.is_empty() || self.spec.is_some()) {
             let mut eager = std::mem::take(&mut self.eager);
             eager.retain(|&idx| {
                 let join = self.lazy_eligible(idx);
@@ -1776,6 +2118,150 @@ impl Engine {
         self.stats.max_running = self.stats.max_running.max(self.running.len() as u32);
         self.trim_log();
         Some(Advance { steps: k, end_ms: end })
+    }
+
+    /// [`Self::advance`]'s stretch after its first step was scheduled (duration `d1`, Σ context `ctx`, `decoders`
+    /// decoding): how many identical pure-decode steps it runs in closed form, their blocks, log and counters.
+    /// Returns the steps and the end.
+    fn stretch(&mut self, d1: f64, ctx: f64, decoders: u32, pure: bool, max_steps: u64, until_ms: f64) -> (u64, f64) {
+        let n = self.sched.len() as u64 + self.lz.n;
+        // Σcontext grows by n per pure-decode step: the step time grows by `b` per step.
+        // A roofline's bound may switch within the stretch: it ends where the bound at its first step stops holding.
+        let mut bound_holds = u64::MAX;
+        let b = if !pure {
+            0.0
+        } else if let Some(r) = &self.p.roofline {
+            let (b, held) = r.decode_stretch(n as f64, ctx);
+            bound_holds = held;
+            b
+        } else if self.p.batch_kv_ms_per_ktok > 0.0 {
+            let nf = n as f64;
+            nf * (self.p.per_ctx_token_ms + self.p.batch_kv_ms_per_ktok * nf / 1000.0)
+        } else {
+            self.p.per_ctx_token_ms * n as f64
+        };
+        let mut k = 1u64;
+        let mut extra_at_k: Option<(u64, u64)> = None;
+        if pure && max_steps > 1 && self.spec.is_none() {
+            // Steps until the first finish.
+            let mut kmax = max_steps.min(bound_holds);
+            for s in &self.sched {
+                kmax = kmax.min(u64::from(s.left));
+            }
+            if self.lz.n > 0 {
+                kmax = kmax.min(self.lazy_next_finish() - self.lz.d);
+            }
+            // Steps until the step that contains `until_ms` ends.
+            let span = until_ms - self.now_ms;
+            // Only when the first `kmax − 1` steps already reach `until_ms` can the bound cut the stretch shorter.
+            if span.is_finite() && kmax > 1 && stretch_ms(d1, b, kmax - 1) >= span {
+                let ks = steps_to_cover(d1, b, span);
+                kmax = kmax.min(ks.max(1));
+            }
+            // Steps the KV cache can hold.
+            if kmax > 1 {
+                let avail = self.kv.available();
+                let at_max = self.extra_blocks(kmax);
+                extra_at_k = Some((kmax, at_max));
+                if at_max > avail {
+                    let (mut lo, mut hi) = (1u64, kmax);
+                    while lo < hi {
+                        let mid = lo + (hi - lo).div_ceil(2);
+                        if self.extra_blocks(mid) <= avail {
+                            lo = mid
+                        } else {
+                            hi = mid - 1
+                        }
+                    }
+                    kmax = lo;
+                }
+            }
+            k = kmax.max(1);
+        }
+        let kf = k as f64;
+        let duration = stretch_ms(d1, b, k);
+        let start = self.now_ms;
+        let end = start + duration;
+        if k > 1 {
+            let extra = match extra_at_k {
+                Some((kk, e)) if kk == k => e,
+                _ => self.extra_blocks(k),
+            };
+            if self.kv.any_ttl && extra > self.kv.free() {
+                self.alloc_step_by_step(k, start, d1, b);
+            } else {
+                // Cannot fail: checked above.
+                let _ = self.kv.alloc(extra);
+            }
+        }
+        self.log.push((d1, d1 + b * (kf - 1.0), k));
+        self.stats.steps += k;
+        self.stats.busy_ms += duration;
+        if decoders > 0 {
+            self.stats.batch_time_ms += f64::from(decoders) * duration;
+            self.stats.decode_time_ms += duration;
+            // Mean context per decoding sequence over the stretch (context grows by 1 per step).
+            self.stats.ctx_time += (ctx / n as f64 + (kf - 1.0) / 2.0) * duration;
+        }
+        (k, end)
+    }
+
+    /// The stretch of a pure-decode step of lazy decoders only under speculative decoding: step after step, each
+    /// costing what the step-by-step schedule would make it cost (Σ context and drafted tokens come from the ring in
+    /// O(1)), until the first lazy decoder finishes, the step that ends at or after `until_ms`, `max_steps`, or a
+    /// step the schedule could not serve in full (the token budget or the KV cache short: the next call then
+    /// schedules it request by request). Returns the steps and the end.
+    fn spec_stretch(&mut self, d1: f64, ctx: f64, decoders: u32, max_steps: u64, until_ms: f64) -> (u64, f64) {
+        let Some(s) = self.spec.take() else {
+            return (0, self.now_ms);
+        };
+        let n = self.lz.n;
+        let nf = n as f64;
+        let d = self.lz.d;
+        let kmax = max_steps.min(self.lazy_next_finish() - d).max(1);
+        let mask = self.lz.ring.len() as u64 - 1;
+        let full = n * u64::from(s.k + 1);
+        let budget = u64::from(self.p.max_num_batched_tokens);
+        let mut lazy_ctx = self.lz.ctx;
+        let mut end = self.now_ms;
+        let mut dj = d1;
+        let mut k = 0u64;
+        loop {
+            if k > 0 {
+                let slot = self.lz.ring[((d + k) & mask) as usize];
+                let need = u64::from(slot.blocks);
+                if full - u64::from(slot.short) > budget || need > self.kv.available() {
+                    break;
+                }
+                // Blocks only grow inside the stretch: the last step before this one ended holding the most.
+                self.inner_peak = self.kv.used_by_running();
+                if need > 0 {
+                    if self.kv.any_ttl {
+                        self.kv.now_ms = end;
+                        self.kv.expire_tiers();
+                    }
+                    // Cannot fail: checked just above.
+                    let _ = self.kv.alloc(need);
+                }
+                let (drafted, attended) = self.lazy_drafts(&s, d + k, lazy_ctx);
+                dj = self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS]);
+            }
+            let c = if k == 0 { ctx } else { lazy_ctx as f64 };
+            end += dj;
+            self.log.push((dj, dj, 1));
+            self.stats.steps += 1;
+            self.stats.busy_ms += dj;
+            self.stats.batch_time_ms += f64::from(decoders) * dj;
+            self.stats.decode_time_ms += dj;
+            self.stats.ctx_time += (c / nf + 0.0) * dj;
+            lazy_ctx += u64::from(self.lz.ring[((d + k) & mask) as usize].emit);
+            k += 1;
+            if k >= kmax || end >= until_ms {
+                break;
+            }
+        }
+        self.spec = Some(s);
+        (k, end)
     }
 
     /// Drop step-log entries no running request still needs. Runs when the log has doubled since the last trim
@@ -1947,17 +2433,26 @@ impl Engine {
     pub(crate) fn earliest_finish_ms(&mut self) -> f64 {
         let left = |r: &Req| u64::from(r.output.saturating_sub(r.generated)).max(1);
         let mut k = u64::MAX;
-        for &q in self.eager.iter().chain(self.waiting.iter()) {
-            k = k.min(left(&self.reqs[q as usize]));
+        if let Some(s) = &self.spec {
+            // Up to 1 + k tokens per step; a decoder's path, served in full, finishes in the fewest steps its draws
+            // allow (the same bound whether it is lazy or not).
+            for &q in self.eager.iter().chain(self.waiting.iter()) {
+                let r = &self.reqs[q as usize];
+                let steps = if r.state == State::Running && r.t >= r.p_eff && r.generated > 0 {
+                    self.spec_path_steps(q).max(1)
+                } else {
+                    left(r).div_ceil(u64::from(s.k) + 1)
+                };
+                k = k.min(steps);
+            }
+        } else {
+            for &q in self.eager.iter().chain(self.waiting.iter()) {
+                k = k.min(left(&self.reqs[q as usize]));
+            }
         }
         if self.lz.n > 0 {
+            // A lazy decoder's finish is its path's (later if a step cannot serve it in full).
             k = k.min(self.lazy_next_finish().saturating_sub(self.lz.d).max(1));
-        }
-        if let Some(s) = &self.spec
-            && k != u64::MAX
-        {
-            // Up to 1 + k tokens per step.
-            k = k.div_ceil(u64::from(s.k) + 1);
         }
         if k == u64::MAX {
             f64::INFINITY

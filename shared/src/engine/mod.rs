@@ -41,7 +41,7 @@ pub use diagnostics::Diagnostics;
 pub use disagg::Disaggregation;
 pub use fleet::{FleetReport, FleetSpec, PrefixView, ReplicaLoad, Router, UNROUTED};
 pub use profile::EngineProfile;
-pub use spec::{Acceptance, SpecMethod, Speculative};
+pub use spec::{Acceptance, AcceptanceByKind, SpecMethod, Speculative};
 pub use types::{EngineReport, EngineScenario, PromptBlocks, SimOptions, TimelinePoint};
 
 /// Validate `scenario`, run it through the engine in virtual time, score it, and diagnose it.

@@ -6,17 +6,18 @@
 //! In the engine (docs/simulator.md, "Speculative decoding"):
 //! - every decoding sequence of a step verifies `v = min(k + 1, tokens it still has to generate, the step's token
 //!   budget left)` positions (`v − 1` drafted tokens), each taking one token of `max_num_batched_tokens`;
-//! - of its drafted tokens it accepts a prefix, drawn from the seeded generator position by position: position `i`
-//!   (from 1) is accepted with probability `u_i / u_{i−1}` given that the positions before it were, so that `u_i` is
-//!   the share of steps that accept position `i` (`u_0 = 1`); `acceptance` gives `u_i` as a list, or as one rate
-//!   `a` meaning `u_i = a^i` (each position accepted with probability `a`, independently of the others);
+//! - of its drafted tokens it accepts a prefix: `max{i ≤ v − 1 : x < u_i}` for a 16-bit draw `x` of its own stream
+//!   ([`SpecState`]), `u_i` the share of steps that accept position `i`, so position `i` is accepted with
+//!   probability `u_i / u_{i−1}` given that the positions before it were (`u_0 = 1`); `acceptance` gives `u_i` as a
+//!   list, or as one rate `a` meaning `u_i = a^i`, and `acceptance_by_kind` per content kind;
 //! - it emits `1 + accepted` tokens at the end of the step (one stream frame), its KV grows by as many;
 //! - the step pays for the verified tokens: linear profiles add the drafted tokens at the prefill rate
 //!   (`Σ drafted / prefill_tokens_per_ms`), a roofline counts them as computed tokens attending to their context;
 //!   and the draft's cost, `draft_cost_ms` per drafted token (`Σ drafted · draft_cost_ms`).
 //!
-//! Speculation makes each step's tokens random, so an engine with it runs step by step: no closed-form stretches
-//! and no lazy decoders (the cost is measured in docs/measurements.md).
+//! A request's draws depend on nothing but its own stream, so a lazy decoder's whole path is drawn when it becomes
+//! lazy and the engine keeps its closed-form stretches (`core::Lazy`; the cost is measured in
+//! docs/measurements.md).
 
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +100,23 @@ pub struct Speculative {
     /// Cost of drafting one token for one sequence, milliseconds (default 0).
     #[serde(default)]
     pub draft_cost_ms: f64,
+    /// Acceptance by the kind of content a request generates (see [`AcceptanceByKind`]); absent: `acceptance` for
+    /// all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance_by_kind: Option<AcceptanceByKind>,
+}
+
+/// `"acceptance_by_kind": {"code": …, "prose": …}`: the acceptance of requests that generate code and of those
+/// that generate prose, each written as `acceptance` is (one rate, or a list per position). A kind left out, and
+/// every request whose kind the workload does not say, take `acceptance`. In a session workload a session's kind is
+/// its base context's (`FillerKind::for_slot`: code for odd slots, prose for even ones).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptanceByKind {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<Acceptance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prose: Option<Acceptance>,
 }
 
 impl Speculative {
@@ -113,41 +131,11 @@ impl Speculative {
                 format!("must be in 1..={MAX_DRAFT_TOKENS} (got {})", self.draft_tokens),
             ));
         }
-        let share = |v: f64| v.is_finite() && (0.0..=1.0).contains(&v);
-        match &self.acceptance {
-            Acceptance::Rate(a) if !share(*a) => {
-                return Err(f("acceptance", format!("must be a rate in 0..=1 (got {a})")));
-            }
-            Acceptance::Rate(_) => {}
-            Acceptance::PerPosition(v) => {
-                if v.len() != self.draft_tokens as usize {
-                    return Err(f(
-                        "acceptance",
-                        format!(
-                            "a list gives one rate per draft position: {} of them for draft_tokens {} (got {})",
-                            self.draft_tokens,
-                            self.draft_tokens,
-                            v.len()
-                        ),
-                    ));
-                }
-                for (i, &a) in v.iter().enumerate() {
-                    if !share(a) {
-                        return Err(f(
-                            format!("acceptance[{i}]"),
-                            format!("must be a rate in 0..=1 (got {a})"),
-                        ));
-                    }
-                    if i > 0 && a > v[i - 1] {
-                        return Err(f(
-                            format!("acceptance[{i}]"),
-                            format!(
-                                "a position is accepted only after the ones before it, so the rates cannot rise \
-                                 ({a} after {})",
-                                v[i - 1]
-                            ),
-                        ));
-                    }
+        self.check_acceptance("acceptance", &self.acceptance)?;
+        if let Some(b) = &self.acceptance_by_kind {
+            for (name, a) in [("code", &b.code), ("prose", &b.prose)] {
+                if let Some(a) = a {
+                    self.check_acceptance(&format!("acceptance_by_kind.{name}"), a)?;
                 }
             }
         }
@@ -163,9 +151,57 @@ impl Speculative {
         Ok(())
     }
 
+    /// One acceptance (`acceptance`, or a kind's under `acceptance_by_kind`) at field path `path`.
+    fn check_acceptance(&self, path: &str, acceptance: &Acceptance) -> Result<(), ScenarioError> {
+        fn f(path: impl Into<String>, message: impl Into<String>) -> ScenarioError {
+            ScenarioError::field(path, message)
+        }
+        let share = |v: f64| v.is_finite() && (0.0..=1.0).contains(&v);
+        match acceptance {
+            Acceptance::Rate(a) if !share(*a) => {
+                return Err(f(path, format!("must be a rate in 0..=1 (got {a})")));
+            }
+            Acceptance::Rate(_) => {}
+            Acceptance::PerPosition(v) => {
+                if v.len() != self.draft_tokens as usize {
+                    return Err(f(
+                        path,
+                        format!(
+                            "a list gives one rate per draft position: {} of them for draft_tokens {} (got {})",
+                            self.draft_tokens,
+                            self.draft_tokens,
+                            v.len()
+                        ),
+                    ));
+                }
+                for (i, &a) in v.iter().enumerate() {
+                    if !share(a) {
+                        return Err(f(format!("{path}[{i}]"), format!("must be a rate in 0..=1 (got {a})")));
+                    }
+                    if i > 0 && a > v[i - 1] {
+                        return Err(f(
+                            format!("{path}[{i}]"),
+                            format!(
+                                "a position is accepted only after the ones before it, so the rates cannot rise \
+                                 ({a} after {})",
+                                v[i - 1]
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The share of steps accepting each position 1..=k (`u_i`).
     pub fn per_position(&self) -> Vec<f64> {
-        match &self.acceptance {
+        self.shares(&self.acceptance)
+    }
+
+    /// The share of steps accepting each position 1..=k under `acceptance` (one of this profile's).
+    pub fn shares(&self, acceptance: &Acceptance) -> Vec<f64> {
+        match acceptance {
             Acceptance::Rate(a) => (1..=self.draft_tokens).map(|i| a.powi(i as i32)).collect(),
             Acceptance::PerPosition(v) => v.clone(),
         }
@@ -200,64 +236,112 @@ pub fn rate_for_share(share: f64, k: u32) -> f64 {
     0.5 * (lo + hi)
 }
 
-/// The engine's speculation: `k`, each position's acceptance given the ones before it, the draft cost, and the
-/// generator of the draws.
+/// Resolution of an acceptance draw: each decode step of a sequence reads 16 bits of its stream, so the shares
+/// `u_i` act as multiples of 2⁻¹⁶ (0 and 1 exactly).
+const DRAW_ONE: u32 = 1 << 16;
+
+/// The engine's speculation: `k`, each position's share of steps as a threshold of a 16-bit draw, the draft cost,
+/// and the seed of the sequences' streams.
+///
+/// **Draws.** Every request has a stream of its own, keyed by the seed and its submission number; its `n`-th decode
+/// step that drafts reads the `n`-th 16-bit draw `x` of that stream and accepts the first `max{i ≤ drafted : x <
+/// u_i·2¹⁶}` drafted positions (`u_i` the share of steps accepting position `i`, non-increasing, so this is the
+/// same law as accepting position by position with `u_i / u_{i−1}`). A request's emissions therefore depend on
+/// nothing but its own stream, its tokens left and the step's token budget: the engine can draw a decoder's whole
+/// path ahead (see `core::Lazy`) and get exactly what drawing step by step gives.
 #[derive(Debug, Clone)]
 pub(crate) struct SpecState {
     pub k: u32,
-    /// `u_i / u_{i−1}`, positions 1..=k.
-    cond: Vec<f64>,
+    /// Per content kind ([`KIND_ANY`], [`KIND_CODE`], [`KIND_PROSE`]): `u_i·2¹⁶` rounded, positions 1..=k.
+    thr: [Vec<u32>; 3],
     pub draft_cost_ms: f64,
-    rng: u64,
+    seed: u64,
 }
+
+/// A request's content kind for `acceptance_by_kind`: unknown (the profile's `acceptance`), code, prose.
+pub(crate) const KIND_ANY: u8 = 0;
+pub(crate) const KIND_CODE: u8 = 1;
+pub(crate) const KIND_PROSE: u8 = 2;
 
 impl SpecState {
     pub fn new(s: &Speculative) -> Self {
-        let u = s.per_position();
-        let mut prev = 1.0;
-        let cond = u
-            .iter()
-            .map(|&x| {
-                let c = if prev > 0.0 { (x / prev).clamp(0.0, 1.0) } else { 0.0 };
-                prev = x;
-                c
-            })
-            .collect();
+        let table = |u: Vec<f64>| -> Vec<u32> {
+            u.iter()
+                .map(|&x| (x.clamp(0.0, 1.0) * f64::from(DRAW_ONE)).round() as u32)
+                .collect()
+        };
+        let any = table(s.per_position());
+        let of = |kind: Option<&Acceptance>| kind.map_or_else(|| any.clone(), |a| table(s.shares(a)));
+        let (code, prose) = match &s.acceptance_by_kind {
+            Some(b) => (of(b.code.as_ref()), of(b.prose.as_ref())),
+            None => (any.clone(), any.clone()),
+        };
         SpecState {
             k: s.draft_tokens.max(1),
-            cond,
+            thr: [any, code, prose],
             draft_cost_ms: s.draft_cost_ms,
-            rng: SEED_MIX,
+            seed: SEED_MIX,
         }
     }
 
     /// Restart the draws from `seed`.
     pub fn seed(&mut self, seed: u64) {
-        self.rng = seed ^ SEED_MIX;
+        self.seed = seed ^ SEED_MIX;
     }
 
-    /// A uniform draw in [0, 1) (SplitMix64).
-    fn uniform(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
+    /// The key of request number `id`'s stream.
+    #[inline]
+    pub fn stream(&self, id: u64) -> u64 {
+        mix(self.seed ^ mix(id.wrapping_add(SEED_MIX)))
     }
 
-    /// Accepted tokens of `drafted` (≤ k): positions accepted in turn until the first rejection.
-    pub fn draw(&mut self, drafted: u32) -> u32 {
-        let mut accepted = 0;
-        while accepted < drafted {
-            let c = self.cond[accepted as usize];
-            if c <= 0.0 || (c < 1.0 && self.uniform() >= c) {
-                break;
-            }
-            accepted += 1;
+    /// The 64-bit word holding draws `4·w .. 4·w + 3` of stream `key`.
+    #[inline]
+    pub fn word(key: u64, w: u64) -> u64 {
+        mix(key.wrapping_add(w.wrapping_add(1).wrapping_mul(GAMMA)))
+    }
+
+    /// Draw `n` of a stream from its word ([`Self::word`] of `n / 4`).
+    #[inline]
+    pub fn bits(word: u64, n: u32) -> u32 {
+        ((word >> (16 * (n & 3))) & 0xffff) as u32
+    }
+
+    /// The thresholds of kind `kind`, one per draft position: a draw `x` accepts as many positions as there are
+    /// thresholds above it.
+    #[inline]
+    pub fn thresholds(&self, kind: u8) -> &[u32] {
+        &self.thr[usize::from(kind).min(2)]
+    }
+
+    /// Accepted tokens of `drafted` (≤ k) for a draw `x` of kind `kind`.
+    #[inline]
+    pub fn accepted(&self, kind: u8, x: u32, drafted: u32) -> u32 {
+        let thr = &self.thr[usize::from(kind).min(2)];
+        let mut a = 0;
+        while a < drafted && x < thr[a as usize] {
+            a += 1;
         }
-        accepted
+        a
     }
+
+    /// Accepted tokens of `drafted` at draw `n` of stream `key` (a request's `n`-th step that drafts).
+    pub fn draw(&self, key: u64, n: u32, kind: u8, drafted: u32) -> u32 {
+        if drafted == 0 {
+            return 0;
+        }
+        let x = Self::bits(Self::word(key, u64::from(n >> 2)), n);
+        self.accepted(kind, x, drafted)
+    }
+}
+
+/// SplitMix64's increment and finalizer.
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+#[inline]
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Mixed into the seed so that speculation's draws differ from the workload's even at the same seed.
@@ -273,6 +357,7 @@ mod tests {
             draft_tokens: k,
             acceptance: a,
             draft_cost_ms: 0.0,
+            acceptance_by_kind: None,
         }
     }
 
@@ -282,10 +367,11 @@ mod tests {
         let s = spec(3, Acceptance::Rate(0.6));
         let mut st = SpecState::new(&s);
         st.seed(7);
+        let key = st.stream(11);
         let n = 200_000;
         let mut at_least = [0u64; 4];
-        for _ in 0..n {
-            let a = st.draw(3);
+        for i in 0..n {
+            let a = st.draw(key, i, KIND_ANY, 3);
             for (i, c) in at_least.iter_mut().enumerate() {
                 if a as usize >= i {
                     *c += 1;
@@ -298,10 +384,10 @@ mod tests {
             assert!((share - want).abs() < 0.005, "position {i}: {share} vs {want}");
         }
         // A list is read as the shares themselves.
-        let mut st = SpecState::new(&spec(2, Acceptance::PerPosition(vec![0.9, 0.3])));
+        let st = SpecState::new(&spec(2, Acceptance::PerPosition(vec![0.9, 0.3])));
         let (mut one, mut two) = (0u64, 0u64);
-        for _ in 0..n {
-            match st.draw(2) {
+        for i in 0..n {
+            match st.draw(st.stream(3), i, KIND_ANY, 2) {
                 1 => one += 1,
                 2 => two += 1,
                 _ => {}
@@ -314,12 +400,60 @@ mod tests {
     /// Rates 0 and 1 are exact, and fewer drafted positions than `k` cap the draw.
     #[test]
     fn certain_rates_and_short_drafts() {
-        let mut all = SpecState::new(&spec(4, Acceptance::Rate(1.0)));
-        let mut none = SpecState::new(&spec(4, Acceptance::Rate(0.0)));
-        for d in 0..=4 {
-            assert_eq!(all.draw(d), d);
-            assert_eq!(none.draw(d), 0);
+        let all = SpecState::new(&spec(4, Acceptance::Rate(1.0)));
+        let none = SpecState::new(&spec(4, Acceptance::Rate(0.0)));
+        for n in 0..1000 {
+            for d in 0..=4 {
+                assert_eq!(all.draw(all.stream(n.into()), n, KIND_ANY, d), d);
+                assert_eq!(none.draw(none.stream(n.into()), n, KIND_ANY, d), 0);
+            }
         }
+    }
+
+    /// Streams are independent of each other and of the order they are read in: draw `n` of a stream is a function
+    /// of the seed, the stream and `n` alone, and two streams do not move together.
+    #[test]
+    fn streams_are_random_access_and_apart() {
+        let mut st = SpecState::new(&spec(1, Acceptance::Rate(0.5)));
+        st.seed(9);
+        let (a, b) = (st.stream(1), st.stream(2));
+        let fwd: Vec<u32> = (0..64).map(|n| st.draw(a, n, KIND_ANY, 1)).collect();
+        let back: Vec<u32> = (0..64).rev().map(|n| st.draw(a, n, KIND_ANY, 1)).collect();
+        assert_eq!(fwd, back.into_iter().rev().collect::<Vec<_>>());
+        let n = 100_000;
+        let same = (0..n)
+            .filter(|&i| st.draw(a, i, KIND_ANY, 1) == st.draw(b, i, KIND_ANY, 1))
+            .count();
+        // Independent fair draws agree half the time.
+        assert!((same as f64 / f64::from(n) - 0.5).abs() < 0.01, "{same}");
+        // Another seed, other draws.
+        let mut other = st.clone();
+        other.seed(10);
+        let diff = (0..64)
+            .filter(|&i| other.draw(other.stream(1), i, KIND_ANY, 1) != fwd[i as usize])
+            .count();
+        assert!(diff > 10, "{diff}");
+    }
+
+    /// `acceptance_by_kind` gives code and prose requests their own shares; a kind left out takes `acceptance`.
+    #[test]
+    fn acceptance_by_kind_sets_each_kinds_shares() {
+        let mut s = spec(2, Acceptance::Rate(0.5));
+        s.acceptance_by_kind = Some(AcceptanceByKind {
+            code: Some(Acceptance::Rate(0.9)),
+            prose: None,
+        });
+        let st = SpecState::new(&s);
+        let n = 100_000u32;
+        let share = |kind: u8| {
+            let key = st.stream(u64::from(kind) + 5);
+            let acc: u32 = (0..n).map(|i| st.draw(key, i, kind, 2)).sum();
+            f64::from(acc) / f64::from(2 * n)
+        };
+        // Rate a with k = 2 accepts (a + a²)/2 of the drafted tokens: 0.855 for code, 0.375 otherwise.
+        assert!((share(KIND_CODE) - 0.855).abs() < 0.005, "{}", share(KIND_CODE));
+        assert!((share(KIND_PROSE) - 0.375).abs() < 0.005, "{}", share(KIND_PROSE));
+        assert!((share(KIND_ANY) - 0.375).abs() < 0.005, "{}", share(KIND_ANY));
     }
 
     #[test]
@@ -345,5 +479,20 @@ mod tests {
         let mut s = spec(2, Acceptance::Rate(0.5));
         s.draft_cost_ms = -1.0;
         assert!(err(s).contains("draft_cost_ms"));
+        let by_kind = |code: Option<Acceptance>, prose: Option<Acceptance>| {
+            let mut s = spec(2, Acceptance::Rate(0.5));
+            s.acceptance_by_kind = Some(AcceptanceByKind { code, prose });
+            s
+        };
+        assert!(err(by_kind(Some(Acceptance::Rate(1.5)), None)).contains("acceptance_by_kind.code"));
+        assert!(err(by_kind(None, Some(Acceptance::PerPosition(vec![0.5])))).contains("acceptance_by_kind.prose"));
+        assert!(
+            err(by_kind(None, Some(Acceptance::PerPosition(vec![0.4, 0.6])))).contains("acceptance_by_kind.prose[1]")
+        );
+        assert!(
+            by_kind(Some(Acceptance::Rate(0.9)), Some(Acceptance::Rate(0.4)))
+                .validate()
+                .is_ok()
+        );
     }
 }

@@ -114,6 +114,61 @@ pub struct Counters {
     pub cached_achieved: TokenSums,
     pub cached_designed: TokenSums,
     pub cached_step0: TokenSums,
+    /// Speculative decoding's counts over the completed records that carry them (absent when none does, as
+    /// `spec_acceptance` is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<SpecTotals>,
+}
+
+/// Σ drafted and Σ accepted draft tokens, and over the records that carry their steps (absent when none does) Σ
+/// accepted tokens and Σ steps: what `spec_acceptance` and `spec_accepted_per_step` are computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SpecTotals {
+    pub draft_tokens: u64,
+    pub accepted_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stepped_accepted_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
+}
+
+impl SpecTotals {
+    fn of(s: &crate::metrics::SpecSums) -> Option<SpecTotals> {
+        s.any.then(|| SpecTotals {
+            draft_tokens: s.drafted,
+            accepted_tokens: s.accepted,
+            stepped_accepted_tokens: s.stepped.then_some(s.accepted_stepped),
+            steps: s.stepped.then_some(s.steps),
+        })
+    }
+
+    fn sums(&self) -> crate::metrics::SpecSums {
+        crate::metrics::SpecSums {
+            any: true,
+            drafted: self.draft_tokens,
+            accepted: self.accepted_tokens,
+            stepped: self.steps.is_some(),
+            accepted_stepped: self.stepped_accepted_tokens.unwrap_or(0),
+            steps: self.steps.unwrap_or(0),
+        }
+    }
+
+    fn add(a: Option<SpecTotals>, b: Option<SpecTotals>) -> Option<SpecTotals> {
+        let (a, b) = match (a, b) {
+            (None, x) | (x, None) => return x,
+            (Some(a), Some(b)) => (a, b),
+        };
+        let opt = |x: Option<u64>, y: Option<u64>| match (x, y) {
+            (None, None) => None,
+            (x, y) => Some(x.unwrap_or(0) + y.unwrap_or(0)),
+        };
+        Some(SpecTotals {
+            draft_tokens: a.draft_tokens + b.draft_tokens,
+            accepted_tokens: a.accepted_tokens + b.accepted_tokens,
+            stepped_accepted_tokens: opt(a.stepped_accepted_tokens, b.stepped_accepted_tokens),
+            steps: opt(a.steps, b.steps),
+        })
+    }
 }
 
 /// Why statistics cannot be read or merged.
@@ -176,7 +231,9 @@ impl Mergeable {
             cached_achieved: TokenSums::default(),
             cached_designed: TokenSums::default(),
             cached_step0: TokenSums::default(),
+            spec: None,
         };
+        let mut spec = crate::metrics::SpecSums::default();
         let mut hists = [new_hist(), new_hist(), new_hist(), new_hist()];
         let mut sessions: FxHashMap<(u64, u32), bool> = FxHashMap::default();
         let mut steps: FxHashMap<u32, (u64, u64)> = FxHashMap::default();
@@ -213,6 +270,9 @@ impl Mergeable {
                 record(&mut hists[2], ns(i.mean_ms), weight);
             }
             record(&mut hists[3], ns(r.wall_s * 1000.0), 1);
+            if let Some(sc) = &r.spec {
+                spec.add(sc);
+            }
             if let Some(prompt) = r.prompt_tokens {
                 if let Some(cached) = r.cached_tokens {
                     c.cached_achieved.add(TokenSums { cached, prompt });
@@ -233,6 +293,7 @@ impl Mergeable {
             .collect();
         crate::order::sort_by_u64_key(&mut by_step, |s| u64::from(s.step));
         c.by_step = by_step;
+        c.spec = SpecTotals::of(&spec);
         Mergeable { counters: c, hists }
     }
 
@@ -292,6 +353,7 @@ impl Mergeable {
         a.cached_achieved.add(b.cached_achieved);
         a.cached_designed.add(b.cached_designed);
         a.cached_step0.add(b.cached_step0);
+        a.spec = SpecTotals::add(a.spec, b.spec);
         for (h, o) in self.hists.iter_mut().zip(other.hists.iter()) {
             h.add(o).map_err(|e| HistError::Histogram(format!("{e:?}")))?;
         }
@@ -341,6 +403,9 @@ impl Mergeable {
         s.cached_share_achieved = c.cached_achieved.share();
         s.cached_share_designed = c.cached_designed.share();
         s.step0_cached_share = c.cached_step0.share();
+        if let Some(t) = &c.spec {
+            t.sums().write(&mut s);
+        }
         let stats = |h: &Histogram<u64>| {
             let q = |q: f64| h.value_at_quantile(q) as f64 / 1e6;
             (h.mean() / 1e6, q(0.50), q(0.90), q(0.95), q(0.99))
@@ -462,6 +527,69 @@ mod tests {
             ttft_content_s: None,
             parent: None,
         }
+    }
+
+    /// Speculative decoding's counts travel in the counters: parts written out, read back and merged give
+    /// `spec_acceptance` and `spec_accepted_per_step` exactly as the exact summary of all the records does (failed
+    /// records and records without steps counted as it counts them); without speculation the counters file has no
+    /// `spec` and the summary neither key.
+    #[test]
+    fn speculative_counts_merge_exactly() {
+        let slo = Slo {
+            ttft_ms: 40.0,
+            tpot_ms: 1.0,
+            e2e_ms: None,
+        };
+        let all: Vec<RequestRecord> = (0..3000)
+            .map(|i| {
+                let mut r = rec(i, i % 17 != 0);
+                r.spec = Some(crate::record::SpecCounts {
+                    draft_tokens: 3 * (1 + i % 40),
+                    accepted_tokens: (i * 7) % (3 * (1 + i % 40) + 1),
+                    // Some sources count no steps (a server's totals only).
+                    steps: (i % 5 != 0).then_some(1 + i % 40),
+                });
+                r
+            })
+            .collect();
+        let round_trip = |m: &Mergeable| {
+            let counters = serde_json::from_str(&serde_json::to_string(&m.counters).unwrap()).unwrap();
+            let hists: Vec<_> = m
+                .histograms()
+                .map(|(_, h)| decode(&encode(h).unwrap()).unwrap())
+                .collect();
+            Mergeable::from_parts(counters, hists.try_into().unwrap()).unwrap()
+        };
+        let mut parts = all.chunks(1100).map(|c| round_trip(&Mergeable::of(c, &slo)));
+        let mut merged = parts.next().unwrap();
+        for p in parts {
+            merged.merge(&p, 0.0).unwrap();
+        }
+        let exact = summarize(&all, &slo);
+        let h = merged.summary();
+        assert!(exact.spec_acceptance.is_some() && exact.spec_accepted_per_step.is_some());
+        assert_eq!(h.spec_acceptance, exact.spec_acceptance);
+        assert_eq!(h.spec_accepted_per_step, exact.spec_accepted_per_step);
+        // By hand over the completed records.
+        let ok = all.iter().filter(|r| r.ok);
+        let (mut d, mut a, mut sa, mut st) = (0u64, 0u64, 0u64, 0u64);
+        for r in ok {
+            let c = r.spec.unwrap();
+            d += c.draft_tokens;
+            a += c.accepted_tokens;
+            if let Some(n) = c.steps {
+                sa += c.accepted_tokens;
+                st += n;
+            }
+        }
+        assert_eq!(h.spec_acceptance, Some(a as f64 / d as f64));
+        assert_eq!(h.spec_accepted_per_step, Some(sa as f64 / st as f64));
+        // Off: nothing written, nothing summarized.
+        let plain: Vec<RequestRecord> = (0..50).map(|i| rec(i, true)).collect();
+        let m = Mergeable::of(&plain, &slo);
+        assert!(!serde_json::to_string(&m.counters).unwrap().contains("spec"));
+        let s = round_trip(&m).summary();
+        assert_eq!((s.spec_acceptance, s.spec_accepted_per_step), (None, None));
     }
 
     /// Three parts merged give the whole's counters exactly, the exact summary's counts, rates and ratios exactly,
