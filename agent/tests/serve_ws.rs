@@ -2070,3 +2070,39 @@ async fn a_run_is_named_at_launch_and_says_what_it_sends() {
     let text = std::fs::read_to_string(data_dir.join("runs").join(&named.run_id).join("run.json")).unwrap();
     assert!(text.contains("\"name\": \"baseline, before the upgrade\""), "{text}");
 }
+
+/// The agent asks each target what it says of its limits (vLLM's `/v1/models` `max_model_len`, which sim-server
+/// serves for its profile) and `targets` carries the answer; a target that answers nothing has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_carry_the_limits_they_report() {
+    let dir = tempdir("limits");
+    let url = knee_sim_server().await;
+    let mut quiet = Target::sim("http://127.0.0.1:9/v1");
+    quiet.name = "quiet".into();
+    quiet.builtin = false;
+    let store = RunStore::open(&dir).unwrap();
+    let runs = Arc::new(Runs::new(
+        store,
+        vec![Target::sim(url), quiet],
+        limits(),
+        Arc::new(ReplayDriver::default()),
+    ));
+    assert!(
+        runs.target_infos().iter().all(|t| t.limits.is_none()),
+        "nothing before asking"
+    );
+    runs.discover_limits();
+    let want: shared::engine::EngineProfile = serde_json::from_value(knee_profile()).unwrap();
+    let t0 = std::time::Instant::now();
+    let sim = loop {
+        let infos = runs.target_infos();
+        if let Some(l) = infos[0].limits.clone() {
+            assert!(infos[1].limits.is_none(), "a closed port says nothing: {:?}", infos[1]);
+            break l;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "no limits from sim-server");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(sim.max_model_len, Some(want.model_len()), "{sim:?}");
+    assert!(sim.sources.iter().any(|s| s.contains("max_model_len")), "{sim:?}");
+}

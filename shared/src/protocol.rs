@@ -297,6 +297,24 @@ pub struct TargetInfo {
     /// The profile the last calibration of this target fitted (`start_calibration`); absent when never calibrated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Box<TargetProfile>>,
+    /// What the target says of its limits, asked when the agent starts (absent until it answered, or when it says
+    /// nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<TargetLimits>,
+}
+
+/// `TargetInfo::limits`: a target's own word on what one request may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetLimits {
+    /// Prompt + output tokens of one request (llama.cpp's per-slot `n_ctx` from `/props`, vLLM's `max_model_len`
+    /// from `/v1/models`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
+    /// Requests the server runs at once (llama.cpp's slots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_num_seqs: Option<u32>,
+    /// Where each figure came from (`llama.cpp /props n_ctx per slot`, …).
+    pub sources: Vec<String>,
 }
 
 /// `TargetInfo::fleet`: a fleet target's replicas (replica `i` is `urls[i]`; `url` is `urls[0]`), its router and

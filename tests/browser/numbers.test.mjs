@@ -138,6 +138,32 @@ test('a run whose requests the target refuses shows the failed count, the reques
   }
 });
 
+test('the target says its context is tighter than the profile: the live view offers its limit to the explorer', async () => {
+  const page = await newPage();
+  try {
+    // The scenario's profile (twice the sim target's KV cache) takes 800,000 tokens per request; the sim target
+    // reports 432,000 (its /v1/models).
+    const scenario = liveScenario({ sessions: 2, steps: 3, think_s: 0.05, base_tokens: 440000, dist: 'uniform', spread: 0 });
+    scenario.profile.num_kv_blocks *= 2;
+    scenario.profile.max_model_len = 800000;
+    await open(page, scenario, 'target-limit');
+    const limit = page.locator('[data-target-limit]');
+    await limit.waitFor({ timeout: 30000 });
+    assert.equal(await limit.getAttribute('data-target-limit'), '432000');
+    assert.match(await limit.innerText(), /sim takes 432000 tokens per request .*max_model_len/s);
+    assert.equal(await page.locator('[data-plan-warning]').count(), 0, 'the profile lets every request through');
+    await page.locator('[data-action="take-target-limit"]').click();
+    // With the target's limit the simulation refuses what the target will, and says so before launch.
+    const warning = page.locator('[data-plan-warning]');
+    await warning.waitFor({ timeout: 30000 });
+    assert.match(await warning.innerText(), /^2 of 2 simulated requests exceed the context .*432,?000 tokens/);
+    assert.equal(await limit.count(), 0, 'the offer goes once taken');
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
 test('screenshot: the live view with the numbers table and a failure', async () => {
   const page = await newPage();
   try {

@@ -360,7 +360,9 @@ pub fn parse_sglang_metrics(metrics: &str, d: &mut Discovered) {
     }
 }
 
-async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
+/// What the server at `url` says of its limits and tiers (llama.cpp `/props`, `/metrics`, vLLM `/v1/models`); what it
+/// does not answer stays `None`.
+pub async fn discover(url: &str, api_key: Option<&str>) -> Discovered {
     let mut d = Discovered::default();
     let Ok(origin) = replay::client::origin_of(url) else {
         return d;

@@ -156,6 +156,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             max_in_flight: Some(args.max_concurrent_requests_per_run),
         }),
     ));
+    // What each target says of its limits, for the page's check of a plan before launch.
+    runs.discover_limits();
 
     let addr = SocketAddr::new(args.listen, args.port);
     let listener = tokio::net::TcpListener::bind(addr)

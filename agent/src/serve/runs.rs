@@ -18,7 +18,7 @@ use std::time::Duration;
 use shared::capacity::{CapacityReport, CapacitySpec, Knob, LiveLevel, MAX_LEVELS};
 use shared::protocol::{
     CapacityOptions, DEFAULT_CALIBRATION_BUDGET_S, ErrorCode, FitSummary, Limits, MIN_CALIBRATION_BUDGET_S, PAGE_BYTES,
-    PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg, TargetFleetInfo, TargetInfo, TargetProfile,
+    PAGE_RECORDS, RunInfo, RunKind, RunState, ServerMsg, TargetFleetInfo, TargetInfo, TargetLimits, TargetProfile,
 };
 use shared::record::RequestRecord;
 use shared::scenario::Scenario;
@@ -86,6 +86,7 @@ impl Target {
                 load_cap: f.load_cap,
             }),
             profile: None,
+            limits: None,
         }
     }
 }
@@ -306,6 +307,8 @@ pub struct Runs {
     pub limits: Limits,
     driver: Arc<dyn Driver>,
     active: Mutex<HashMap<String, Arc<LiveRun>>>,
+    /// What each target said of its limits ([`Runs::discover_limits`]).
+    found_limits: Mutex<HashMap<String, TargetLimits>>,
 }
 
 type Refusal = (ErrorCode, String);
@@ -318,16 +321,45 @@ impl Runs {
             limits,
             driver,
             active: Mutex::new(HashMap::new()),
+            found_limits: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The targets as the page sees them, each with its calibrated profile when it has one.
+    /// Asks each target, in the background, what it says of its limits (llama.cpp `/props`, vLLM `/v1/models`:
+    /// the requests `calibrate --url` starts with, sent only to the configured URLs); [`Runs::target_infos`]
+    /// carries the answers from then on.
+    pub fn discover_limits(self: &Arc<Self>) {
+        for t in &self.targets {
+            let (runs, t) = (self.clone(), t.clone());
+            tokio::spawn(async move {
+                let key = t.api_key_env.as_ref().and_then(|v| std::env::var(v).ok());
+                let d = crate::cmd::calibrate::discover(&t.url, key.as_deref()).await;
+                if d.max_model_len.is_none() && d.max_num_seqs.is_none() {
+                    return;
+                }
+                let limits = TargetLimits {
+                    max_model_len: d.max_model_len,
+                    max_num_seqs: d.max_num_seqs,
+                    sources: d.sources,
+                };
+                runs.found_limits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(t.name.clone(), limits);
+            });
+        }
+    }
+
+    /// The targets as the page sees them, each with its calibrated profile when it has one and the limits it
+    /// reported.
     pub fn target_infos(&self) -> Vec<TargetInfo> {
         let mut profiles = self.store.target_profiles();
+        let found = self.found_limits.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.targets
             .iter()
             .map(|t| TargetInfo {
                 profile: profiles.remove(&t.name).map(Box::new),
+                limits: found.get(&t.name).cloned(),
                 ..t.info()
             })
             .collect()

@@ -186,15 +186,19 @@ struct AppState {
     rejected: AtomicU64,
     /// (block size, KV blocks, prefix caching) of a profile engine, for `vllm:cache_config_info`.
     cache_config: Option<(u32, u64, bool)>,
+    /// A profile engine's context limit (prompt + output, tokens), served as vLLM serves it on `/v1/models`.
+    max_model_len: Option<u64>,
     log: Option<RequestLog>,
 }
 
 /// The server's routes, and the emulated engine's thread started; an error only when no thread can start.
 pub fn router(config: Config) -> std::io::Result<Router> {
     let mut cache_config = None;
+    let mut max_model_len = None;
     let engine: Box<dyn StepEngine> = match config.engine {
         EngineChoice::Profile(p) => {
             cache_config = Some((p.block_size, p.num_kv_blocks, p.enable_prefix_caching));
+            max_model_len = Some(p.model_len());
             Box::new(SharedEngine::new(*p))
         }
         EngineChoice::Custom(make) => make(),
@@ -222,6 +226,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
         requests: AtomicU64::new(0),
         rejected: AtomicU64::new(0),
         cache_config,
+        max_model_len,
         log,
     });
     let no_tokenize = state.faults.no_tokenize;
@@ -1201,10 +1206,12 @@ impl Gen {
 }
 
 async fn models(State(st): State<Arc<AppState>>) -> impl IntoResponse {
-    axum::Json(json!({
-        "object": "list",
-        "data": [{"id": st.model, "object": "model", "created": 0, "owned_by": "loadshape-sim (vllm-compatible)"}],
-    }))
+    let mut model =
+        json!({"id": st.model, "object": "model", "created": 0, "owned_by": "loadshape-sim (vllm-compatible)"});
+    if let Some(len) = st.max_model_len {
+        model["max_model_len"] = json!(len);
+    }
+    axum::Json(json!({"object": "list", "data": [model]}))
 }
 
 async fn metrics(State(st): State<Arc<AppState>>) -> Result<impl IntoResponse, Infallible> {

@@ -716,6 +716,21 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         })
     });
 
+    // The chosen target's own word on its context, where it is tighter than the scenario's profile: the simulation
+    // refuses only what exceeds the profile's, so offer to take the target's.
+    let target_limit = Memo::new(move |_| {
+        let Some(Scenario::Engine(e)) = Scenario::from_value(ex.json.get()).ok() else {
+            return None;
+        };
+        let name = live.target.get();
+        let limits = live
+            .targets
+            .with(|ts| ts.iter().find(|t| t.name == name)?.limits.clone())?;
+        let len = limits.max_model_len?;
+        (len < e.profile.model_len()).then(|| (name, len, e.profile.model_len(), limits.sources.join("; ")))
+    });
+    let can_take_limit = Memo::new(move |_| ex.json.with(|j| j.pointer("/profile").is_some_and(Value::is_object)));
+
     // What Launch will send and for how long, from the explorer's simulation of the same scenario.
     let launch_plan = Memo::new(move |_| {
         let sc = Scenario::from_value(ex.json.get()).ok()?;
@@ -772,6 +787,23 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     </label>
                     {move || launch_plan.get().map(|t| view! { <p class="launch-plan" data-launch-plan="">{t}</p> })}
                     {move || plan_warning.get().map(|w| view! { <p class="callout warn small" data-plan-warning="">{w}</p> })}
+                    {move || target_limit.get().map(|(name, len, profile_len, sources)| view! {
+                        <div class="callout warn small" data-target-limit=len.to_string()>
+                            <p>{format!(
+                                "{name} takes {len} tokens per request (prompt + output; {sources}), fewer than the \
+                                 scenario's profile ({profile_len}): the simulation does not refuse what {name} will."
+                            )}</p>
+                            <Show when=move || can_take_limit.get()>
+                                <button
+                                    class="btn small"
+                                    data-action="take-target-limit"
+                                    on:click=move |_| ex.set_at("/profile/max_model_len", serde_json::json!(len))
+                                >
+                                    {format!("Use {name}'s limit in the explorer")}
+                                </button>
+                            </Show>
+                        </div>
+                    })}
                     <div class="actions">
                         <button class="btn primary" data-action="launch" on:click=launch disabled=running>"Launch"</button>
                         <button class="btn danger" data-action="stop" on:click=stop disabled=move || !running()>"Stop"</button>
@@ -1234,6 +1266,7 @@ mod tests {
                 load_cap: None,
             }),
             profile: None,
+            limits: None,
         };
         assert_eq!(
             target_label(&t("sim", "sim", None)),
