@@ -651,14 +651,15 @@ fn check_host_cache(fit: &serde_json::Value, profile: &shared::engine::EnginePro
 
 /// Least capacity found for llama-server's host cache with `--budget 50` (a lower bound: what the returns phase
 /// parks beyond the slots in its 10 s, 1,024-token sessions). Measured on the shared 2-core machine (2026-12-06,
-/// load 7–11): 24,096 tokens (14 returns, all restored); a quarter of that still shows the cache beyond the slots.
+/// load 5–11): 24,096, 29,248 and 32,432 tokens (14–17 returns, all restored); a sixth of that still shows the
+/// cache beyond the slots.
 const TIER_MIN_TOKENS: u64 = 4_096;
 /// Most: the cache's own size, 8192 MiB at ≈ 2 KiB per token of this model.
 const TIER_MAX_TOKENS: u64 = 4_200_000;
 /// Least restore speed (a lower bound: restores took no measurable time beyond a warm hit, so the speed is their
-/// tokens over two standard errors of the median excess). Measured (2026-12-06, load 7–11): 146 tokens/ms with
-/// `--budget 50`, 35 with `--budget 180` (1,024-token restores over a noisier 30 ms bound); a prefill runs at
-/// 9–14 tokens/ms.
+/// tokens over two standard errors of the median excess). Measured (2026-12-06, load 5–11): 146, 218 and 584
+/// tokens/ms with `--budget 50`, 35–164 with `--budget 180` (1,024-token restores; a noisier machine, a wider
+/// bound); a prefill runs at 8–19 tokens/ms.
 const TIER_MIN_RESTORE_TOK_PER_MS: f64 = 20.0;
 
 /// Largest factor between a held-out p50 predicted and live here (sim/live within [1/2, 2]). The goal (10 %) is

@@ -1394,7 +1394,12 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     }
     if opts.reply_share_off {
         notes.push("reply_cached_share: not measured, as asked".into());
-    } else if let Some(share) = reply_share(records, profile.block_size, &mut notes) {
+    } else if let Some(share) = reply_share(
+        records,
+        profile.block_size,
+        &tier_fit.returns.iter().map(|r| r.index).collect(),
+        &mut notes,
+    ) {
         profile.reply_cached_share = share;
     }
     let method = format!(
@@ -1471,10 +1476,19 @@ pub const MIN_REPLY_PAIRS: usize = 4;
 /// taken as 1 (all of it) when within one KV block of the whole reply (a block-granular cache rounds down). `None`
 /// (noted) when the records hold fewer than [`MIN_REPLY_PAIRS`] such pairs.
 #[inline]
-fn reply_share(records: &[RequestRecord], block_size: u32, notes: &mut Vec<String>) -> Option<f64> {
+fn reply_share(
+    records: &[RequestRecord],
+    block_size: u32,
+    returns: &std::collections::BTreeSet<usize>,
+    notes: &mut Vec<String>,
+) -> Option<f64> {
+    // A session's return after eviction (the probe's returns phase) adds a block to a prompt whose reply was 2
+    // tokens: no conversation, and it says nothing of a reply's share.
     let mut steps: Vec<&RequestRecord> = records
         .iter()
-        .filter(|r| r.ok && r.prompt_tokens.is_some() && r.cached_tokens.is_some())
+        .enumerate()
+        .filter(|(i, r)| !returns.contains(i) && r.ok && r.prompt_tokens.is_some() && r.cached_tokens.is_some())
+        .map(|(_, r)| r)
         .collect();
     // By (session, inst, step): stable passes from the last key to the first, through `order`'s one sort.
     crate::order::sort_by_u64_key(&mut steps, |r| u64::from(r.step));
@@ -1724,6 +1738,30 @@ mod tests {
     fn singular_designs_are_refused() {
         let x: Vec<Vec<f64>> = (0..10).map(|_| vec![1.0, 2.0]).collect();
         assert!(huber_fit(&x, &[1.0; 10]).is_none());
+    }
+
+    /// A return after eviction (a 2-token reply, then one block more) is no conversation step: with the returns
+    /// left out, no reply share is read from them.
+    #[test]
+    fn returns_say_nothing_of_the_reply_share() {
+        let rec = |session: u64, step: u32, prompt: u64, cached: u64| -> RequestRecord {
+            serde_json::from_value(serde_json::json!({
+                "schema": crate::record::RECORD_SCHEMA_VERSION, "session": session, "inst": 0, "step": step,
+                "steps_asked": 2, "base_asked": prompt, "ok": true, "t_submit": session as f64 + f64::from(step),
+                "ttft_s": 0.05, "wall_s": 0.06, "gen_tokens": 2, "asked_tokens": 2, "prompt_tokens": prompt,
+                "cached_tokens": cached, "sse_frames": 2, "prompt_chars": 0, "usage_source": "final_frame"}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let n = MIN_REPLY_PAIRS as u64 + 2;
+        let records: Vec<RequestRecord> = (0..n)
+            .flat_map(|k| [rec(k, 0, 1024, 0), rec(k, 1, 1088, 1023)])
+            .collect();
+        let mut notes = Vec::new();
+        let none = std::collections::BTreeSet::new();
+        // Read as conversation steps, their 2-token replies give nothing to measure: 1.
+        assert_eq!(reply_share(&records, 16, &none, &mut notes), Some(1.0));
+        let returns: std::collections::BTreeSet<usize> = (0..records.len()).filter(|i| i % 2 == 1).collect();
+        assert_eq!(reply_share(&records, 16, &returns, &mut notes), None, "{notes:?}");
     }
 
     /// On a slot engine the first session returns once as many others as slots have come since, in sessions of

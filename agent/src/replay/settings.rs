@@ -404,3 +404,36 @@ impl ReplaySettings {
 fn planned(w: &Workload, seed: u64) -> Vec<PlannedRequest> {
     w.requests(seed).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::workload::TraceWorkload;
+    use std::sync::Arc;
+
+    /// A chain (each request sent when the previous ends, like calibrate's returns phase) is one stream; requests
+    /// without dependencies are one each; a request two others wait for forks a second stream.
+    #[test]
+    fn a_trace_warms_up_as_many_streams_as_it_can_have_in_flight() {
+        let returns = shared::calibrate::plan_returns(2048, 32_768, Some(4)).expect("a phase");
+        assert!(returns.requests.len() > 100);
+        assert_eq!(Traffic::Trace(Arc::new(returns.clone())).expected_streams(), 1);
+        let open: Vec<_> = returns
+            .requests
+            .iter()
+            .take(100)
+            .map(|r| shared::workload::TraceRequest {
+                after: Vec::new(),
+                ..r.clone()
+            })
+            .collect();
+        assert_eq!(
+            Traffic::Trace(Arc::new(TraceWorkload::inline(open.clone()))).expected_streams(),
+            64
+        );
+        let mut fork = open[..3].to_vec();
+        fork[1].after = vec![0];
+        fork[2].after = vec![0];
+        assert_eq!(trace_width(&TraceWorkload::inline(fork)), 2);
+    }
+}

@@ -273,11 +273,15 @@ pub fn fit_tier(
             median(&mut tokens.clone())
         ));
     } else {
-        let rate = median(&mut rates.clone());
+        // The median restore over the median excess of all of them (restores on a busy server can split into a
+        // fast and a slow mode; the rates of the positive excesses alone would take only the slow one).
+        let rate = median(&mut tokens.clone()) / ex;
         t.restore_tokens_per_ms = Some(rate);
         t.notes.push(format!(
-            "restore speed: median of {} restores, each its cached tokens over its TTFT beyond a warm hit's \
-             (median {ex:.2} ms)",
+            "restore speed: the median restore ({:.0} tokens) over the median TTFT beyond a warm hit's of {} restores \
+             ({ex:.2} ms; {} of them beyond it)",
+            median(&mut tokens.clone()),
+            excess_all.len(),
             rates.len()
         ));
     }
