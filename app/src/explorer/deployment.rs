@@ -61,22 +61,14 @@ pub fn deployment_for(profile: &Value) -> Deployment {
             let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
             rest[..end].parse::<u32>().ok()
         })
-        .or_else(|| {
-            name.find(&format!("x{}", gpu.split('-').next().unwrap_or(gpu)))
-                .and_then(digits_before)
-        })
+        .or_else(|| name.find(&format!("x{}", gpu.split('-').next().unwrap_or(gpu))).and_then(digits_before))
         .filter(|t| (1..=64).contains(t))
         .unwrap_or(if model == "llama-3.1-70b" { 4 } else { 1 });
     let base = Deployment {
         weight_dtype: name.contains("fp8").then_some(Dtype::Fp8),
         ..Deployment::named(model, gpu, tp)
     };
-    let limit = |k: &str| {
-        profile
-            .get(k)
-            .and_then(Value::as_u64)
-            .and_then(|v| u32::try_from(v).ok())
-    };
+    let limit = |k: &str| profile.get(k).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
     let with_limits = Deployment {
         max_num_seqs: limit("max_num_seqs"),
         max_num_batched_tokens: limit("max_num_batched_tokens"),
@@ -301,9 +293,7 @@ pub fn DeploymentCard(ex: Explorer) -> impl IntoView {
             ab_error.set(Some(format!("A gave no result: {e}")));
             return;
         }
-        let (Some(o), false) = (outcome, ex.computing.get()) else {
-            return;
-        };
+        let (Some(o), false) = (outcome, ex.computing.get()) else { return };
         let fresh = p.before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &o));
         if !fresh || ex.json.with_untracked(|j| *j != p.a) {
             return;
@@ -507,12 +497,8 @@ mod tests {
         // A deployment edited after the switch goes back as the coefficients it resolves to.
         let edited = on_gpu(&d, "h200");
         let raw = as_profile(&edited, &mut m).expect("resolves");
-        let Scenario::Engine(from_raw) = Scenario::from_value(raw).expect("valid") else {
-            panic!("engine")
-        };
-        let Scenario::Engine(from_dep) = Scenario::from_value(edited).expect("valid") else {
-            panic!("engine")
-        };
+        let Scenario::Engine(from_raw) = Scenario::from_value(raw).expect("valid") else { panic!("engine") };
+        let Scenario::Engine(from_dep) = Scenario::from_value(edited).expect("valid") else { panic!("engine") };
         assert_eq!(from_raw.profile, from_dep.profile);
         // A seed scenario has neither.
         let seed = shared::presets::default_scenario().to_value();
@@ -526,13 +512,7 @@ mod tests {
         let cases = [
             ("llama-3-8b-1xh100", "llama-3.1-8b", "h100-sxm", None, None),
             ("llama-3-70b-4xh100-tp4", "llama-3.1-70b", "h100-sxm", Some(4), None),
-            (
-                "llama-3.3-70b-fp8-2xh100-tp2",
-                "llama-3.1-70b",
-                "h100-sxm",
-                Some(2),
-                Some(Dtype::Fp8),
-            ),
+            ("llama-3.3-70b-fp8-2xh100-tp2", "llama-3.1-70b", "h100-sxm", Some(2), Some(Dtype::Fp8)),
             ("laptop-demo", "llama-3.1-8b", "h100-sxm", None, None),
             ("qwen3-32b-on-h200", "qwen3-32b", "h200", None, None),
         ];
@@ -585,10 +565,7 @@ mod tests {
         assert_eq!(with_decisions(&engine_default()), None, "a profile has none");
         for name in ["weight_dtype", "kv_dtype"] {
             let menu = crate::explorer::fields::choices(name).expect("a menu");
-            assert!(
-                menu.iter().any(|v| v == "fp4") && menu.iter().any(|v| v == "bf16"),
-                "{name}: {menu:?}"
-            );
+            assert!(menu.iter().any(|v| v == "fp4") && menu.iter().any(|v| v == "bf16"), "{name}: {menu:?}");
         }
     }
 
