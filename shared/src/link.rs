@@ -467,20 +467,34 @@ mod session_shape_tests {
         const DEPLOYMENT: &str = include_str!("../../examples/deployment-h100-llama8b.json");
         let sc = Scenario::from_json(DEPLOYMENT).expect("the deployment example is valid");
         let payload = encode(&sc);
-        assert!(payload.len() < 450, "link payload is {} chars: {payload}", payload.len());
+        assert!(
+            payload.len() < 450,
+            "link payload is {} chars: {payload}",
+            payload.len()
+        );
         let back = decode(&payload).expect("decodes");
         assert_eq!(back, sc);
         let json = unpack(&payload).expect("unpacks");
-        assert!(json.contains(r#""deployment":{"#) && !json.contains(r#""profile""#), "{json}");
-        assert!(!json.contains("roofline"), "the roofline is derived, not carried: {json}");
+        assert!(
+            json.contains(r#""deployment":{"#) && !json.contains(r#""profile""#),
+            "{json}"
+        );
+        assert!(
+            !json.contains("roofline"),
+            "the roofline is derived, not carried: {json}"
+        );
         // The same scenario as raw coefficients (the profile the deployment resolves to, its roofline included)
         // would be a longer link.
-        let Scenario::Engine(mut e) = sc else { panic!("an engine scenario") };
+        let Scenario::Engine(mut e) = sc else {
+            panic!("an engine scenario")
+        };
         e.deployment = None;
         let raw = encode(&Scenario::Engine(e));
         assert!(raw.len() > payload.len() + 200, "{} vs {}", raw.len(), payload.len());
         // A deployment with only its model and GPU (every other field defaulted) is shorter still.
-        let Scenario::Engine(mut e) = back else { panic!("an engine scenario") };
+        let Scenario::Engine(mut e) = back else {
+            panic!("an engine scenario")
+        };
         let d = crate::deploy::Deployment::named("qwen3-30b-a3b", "h200", 2);
         e.profile = d.resolve().expect("resolves").profile;
         e.deployment = Some(d);

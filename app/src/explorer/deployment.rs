@@ -61,14 +61,22 @@ pub fn deployment_for(profile: &Value) -> Deployment {
             let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
             rest[..end].parse::<u32>().ok()
         })
-        .or_else(|| name.find(&format!("x{}", gpu.split('-').next().unwrap_or(gpu))).and_then(digits_before))
+        .or_else(|| {
+            name.find(&format!("x{}", gpu.split('-').next().unwrap_or(gpu)))
+                .and_then(digits_before)
+        })
         .filter(|t| (1..=64).contains(t))
         .unwrap_or(if model == "llama-3.1-70b" { 4 } else { 1 });
     let base = Deployment {
         weight_dtype: name.contains("fp8").then_some(Dtype::Fp8),
         ..Deployment::named(model, gpu, tp)
     };
-    let limit = |k: &str| profile.get(k).and_then(Value::as_u64).and_then(|v| u32::try_from(v).ok());
+    let limit = |k: &str| {
+        profile
+            .get(k)
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+    };
     let with_limits = Deployment {
         max_num_seqs: limit("max_num_seqs"),
         max_num_batched_tokens: limit("max_num_batched_tokens"),
@@ -134,7 +142,17 @@ pub fn as_deployment(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
     let fresh = remembered.is_none();
     let deployment = match remembered {
         Some(d) => d,
-        None => serde_json::to_value(deployment_for(&profile)).ok()?,
+        None => {
+            // Through the scenario's own JSON reader and writer (no serde code of the page's own: docs/page.md,
+            // "Budget").
+            let Scenario::Engine(mut e) = Scenario::from_value(j.clone()).ok()? else {
+                return None;
+            };
+            let d = deployment_for(&profile);
+            e.profile = d.resolve().ok()?.profile;
+            e.deployment = Some(d);
+            Scenario::Engine(e).to_value().get("deployment")?.clone()
+        }
     };
     let mut out = j.clone();
     let map = out.as_object_mut()?;
@@ -156,8 +174,11 @@ pub fn as_profile(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
     let profile = match &memory.pair {
         Some((p, d)) if *d == deployment => p.clone(),
         _ => {
-            let d: Deployment = serde_json::from_value(deployment.clone()).ok()?;
-            serde_json::to_value(d.resolve().ok()?.profile).ok()?
+            let Scenario::Engine(mut e) = Scenario::from_value(j.clone()).ok()? else {
+                return None;
+            };
+            e.deployment = None;
+            Scenario::Engine(e).to_value().get("profile")?.clone()
         }
     };
     let mut out = j.clone();
@@ -171,8 +192,11 @@ pub fn as_profile(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
 /// The derived numbers of the scenario's deployment; `None` without one or when it does not resolve (the
 /// scenario's error says why).
 pub fn derived_of(j: &Value) -> Option<Derived> {
-    let d: Deployment = serde_json::from_value(j.get("deployment")?.clone()).ok()?;
-    Some(d.resolve().ok()?.derived)
+    j.get("deployment")?;
+    let Scenario::Engine(e) = Scenario::from_value(j.clone()).ok()? else {
+        return None;
+    };
+    Some(e.deployment?.resolve().ok()?.derived)
 }
 
 /// The scenario on another GPU of the catalog.
@@ -219,6 +243,13 @@ pub fn tp_vs_replicas(j: &Value) -> Result<(Value, Value, String), String> {
 #[component]
 pub fn EngineSource(json: RwSignal<Value>, memory: StoredValue<SwitchMemory>) -> impl IntoView {
     let source = Memo::new(move |_| json.with(engine_source));
+    // A deployment opens on all its decisions: those it leaves out (a link, a pasted file) are written in as their
+    // defaults, so each has its control.
+    Effect::new(move |_| {
+        if let Some(filled) = json.with(with_decisions) {
+            json.set(filled);
+        }
+    });
     let switch = move |to: &'static str| {
         let next = json.with_untracked(|j| {
             memory
@@ -293,7 +324,9 @@ pub fn DeploymentCard(ex: Explorer) -> impl IntoView {
             ab_error.set(Some(format!("A gave no result: {e}")));
             return;
         }
-        let (Some(o), false) = (outcome, ex.computing.get()) else { return };
+        let (Some(o), false) = (outcome, ex.computing.get()) else {
+            return;
+        };
         let fresh = p.before.as_ref().is_none_or(|b| !Arc::ptr_eq(b, &o));
         if !fresh || ex.json.with_untracked(|j| *j != p.a) {
             return;
@@ -497,8 +530,12 @@ mod tests {
         // A deployment edited after the switch goes back as the coefficients it resolves to.
         let edited = on_gpu(&d, "h200");
         let raw = as_profile(&edited, &mut m).expect("resolves");
-        let Scenario::Engine(from_raw) = Scenario::from_value(raw).expect("valid") else { panic!("engine") };
-        let Scenario::Engine(from_dep) = Scenario::from_value(edited).expect("valid") else { panic!("engine") };
+        let Scenario::Engine(from_raw) = Scenario::from_value(raw).expect("valid") else {
+            panic!("engine")
+        };
+        let Scenario::Engine(from_dep) = Scenario::from_value(edited).expect("valid") else {
+            panic!("engine")
+        };
         assert_eq!(from_raw.profile, from_dep.profile);
         // A seed scenario has neither.
         let seed = shared::presets::default_scenario().to_value();
@@ -512,7 +549,13 @@ mod tests {
         let cases = [
             ("llama-3-8b-1xh100", "llama-3.1-8b", "h100-sxm", None, None),
             ("llama-3-70b-4xh100-tp4", "llama-3.1-70b", "h100-sxm", Some(4), None),
-            ("llama-3.3-70b-fp8-2xh100-tp2", "llama-3.1-70b", "h100-sxm", Some(2), Some(Dtype::Fp8)),
+            (
+                "llama-3.3-70b-fp8-2xh100-tp2",
+                "llama-3.1-70b",
+                "h100-sxm",
+                Some(2),
+                Some(Dtype::Fp8),
+            ),
             ("laptop-demo", "llama-3.1-8b", "h100-sxm", None, None),
             ("qwen3-32b-on-h200", "qwen3-32b", "h200", None, None),
         ];
@@ -565,7 +608,10 @@ mod tests {
         assert_eq!(with_decisions(&engine_default()), None, "a profile has none");
         for name in ["weight_dtype", "kv_dtype"] {
             let menu = crate::explorer::fields::choices(name).expect("a menu");
-            assert!(menu.iter().any(|v| v == "fp4") && menu.iter().any(|v| v == "bf16"), "{name}: {menu:?}");
+            assert!(
+                menu.iter().any(|v| v == "fp4") && menu.iter().any(|v| v == "bf16"),
+                "{name}: {menu:?}"
+            );
         }
     }
 

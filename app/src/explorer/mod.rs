@@ -35,7 +35,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <ActionBar ex=ex/>
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
-                <crate::explorer::deployment::DeploymentCard ex=ex/>
+                {crate::later(ex.settled(), move || crate::deployment_card(ex))}
                 <ChartsGrid ex=ex/>
                 <crate::capacity::panel::CapacityCard ex=ex/>
                 <Diagnostics ex=ex/>
