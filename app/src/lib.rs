@@ -11,7 +11,7 @@
 //!   [`worker::wire`]), so
 //!   large runs never freeze the page; the main thread computes when no worker can start.
 //! - Split points (`#[lazy]`, below and in [`agent::ws`]): the compare, ladder and live views, the trace card, a
-//!   deployment's card and the engine switch, and the
+//!   deployment's card and the engine switch, the capacity card, and the
 //!   agent link are modules of their own, loaded once the explorer has shown its first result, so the first module
 //!   holds what the explorer needs for it (docs/page.md, "Modules loaded on demand").
 
@@ -190,6 +190,13 @@ async fn trace_panel(ex: model::state::Explorer) -> AnyView {
 #[cfg_attr(feature = "split", lazy)]
 pub(crate) async fn deployment_card(ex: model::state::Explorer) -> AnyView {
     view! { <explorer::deployment::DeploymentCard ex=ex/> }.into_any()
+}
+
+/// The explorer's capacity card (the simulated search): one module, loaded once the explorer has settled (the
+/// search itself starts after the first result anyway).
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn capacity_card(ex: model::state::Explorer) -> AnyView {
+    view! { <capacity::panel::CapacityCard ex=ex/> }.into_any()
 }
 
 /// The explorer's switch between raw coefficients and a deployment (engine scenarios): one module, loaded when

@@ -37,7 +37,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <SummaryCards ex=ex/>
                 {crate::later(ex.settled(), move || crate::deployment_card(ex))}
                 <ChartsGrid ex=ex/>
-                <crate::capacity::panel::CapacityCard ex=ex/>
+                {crate::later(ex.settled(), move || crate::capacity_card(ex))}
                 <Diagnostics ex=ex/>
                 <AllMetrics ex=ex/>
             </div>
