@@ -10,7 +10,8 @@
 //! - [`worker::offload`]: runs the simulations in a Web Worker (the same wasm module, see [`worker`] and
 //!   [`worker::wire`]), so
 //!   large runs never freeze the page; the main thread computes when no worker can start.
-//! - Split points (`#[lazy]`, below and in [`agent::ws`]): the compare, ladder and live views, the trace card and the
+//! - Split points (`#[lazy]`, below and in [`agent::ws`]): the compare, ladder and live views, the trace card, a
+//!   deployment's card and the engine switch, the capacity card, and the
 //!   agent link are modules of their own, loaded once the explorer has shown its first result, so the first module
 //!   holds what the explorer needs for it (docs/page.md, "Modules loaded on demand").
 
@@ -139,7 +140,7 @@ pub fn App() -> impl IntoView {
 // its first result (`Explorer::settled`), so they never compete with it for the main thread.
 
 /// Renders a view whose code loads on demand, once `after` resolves; nothing shows until it has loaded.
-fn later<F>(
+pub(crate) fn later<F>(
     after: impl Future<Output = ()> + Send + 'static,
     view: impl FnOnce() -> F + Send + 'static,
 ) -> impl IntoView
@@ -184,6 +185,30 @@ async fn other_views(a: OtherViews) -> AnyView {
 #[cfg_attr(feature = "split", lazy)]
 async fn trace_panel(ex: model::state::Explorer) -> AnyView {
     view! { <explorer::trace_panel::TracePanel ex=ex/> }.into_any()
+}
+
+/// A deployment's card in the explorer (its derived numbers and A/B): one module, loaded once the explorer has
+/// settled (the first module stays within its budget, docs/page.md "Budget").
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn deployment_card(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::deployment::DeploymentCard ex=ex/> }.into_any()
+}
+
+/// The explorer's capacity card (the simulated search): one module, loaded once the explorer has settled (the
+/// search itself starts after the first result anyway).
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn capacity_card(ex: model::state::Explorer) -> AnyView {
+    view! { <capacity::panel::CapacityCard ex=ex/> }.into_any()
+}
+
+/// The explorer's switch between raw coefficients and a deployment (engine scenarios): one module, loaded when
+/// first shown.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn engine_source(
+    json: RwSignal<serde_json::Value>,
+    memory: StoredValue<explorer::deployment::SwitchMemory>,
+) -> AnyView {
+    view! { <explorer::deployment::EngineSource json=json memory=memory/> }.into_any()
 }
 
 /// The connection pill in the header: `data-status` and the agent's version.

@@ -9,7 +9,7 @@
 use leptos::prelude::*;
 use shared::scenario::Scenario;
 
-use crate::capacity::view::{CapacityView, GpuView, LevelRow, capacity_view};
+use crate::capacity::view::{CapacityView, LevelRow, capacity_view};
 use crate::model::state::Explorer;
 use crate::ui::charts::{LineChart, PALETTE, Series, Threshold};
 use crate::worker::offload::{self, Lane};
@@ -30,8 +30,6 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
     let result = RwSignal::new(None::<Result<CapacityView, String>>);
     let ms = RwSignal::new(None::<f64>);
     let running = RwSignal::new(false);
-    // The GPU-hour price typed in (the costs of a deployment's fleet are proportional to it).
-    let price = RwSignal::new(None::<f64>);
     let generation = StoredValue::new(0u64);
     // After each explorer result: search its scenario (the explorer's next edit supersedes a queued search).
     Effect::new(move |_| {
@@ -128,10 +126,6 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
                     })
                     .collect_view();
                 let notes = v.notes.iter().map(|n| view! { <p class="faint">{n.clone()}</p> }).collect_view();
-                let gpus = v.gpus.clone().map(|g| match g {
-                    Err(e) => view! { <p class="muted" data-gpus-error="">{format!("GPUs at this load: {e}")}</p> }.into_any(),
-                    Ok(g) => view! { <GpuSection g=g price=price/> }.into_any(),
-                });
                 view! {
                     <p>
                         "Capacity: " <strong data-capacity=value>{format!("{} = {shown}", v.knob)}</strong>
@@ -147,7 +141,6 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
                     </table>
                     </div>
                     {notes}
-                    {gpus}
                 }
                 .into_any()
             }
@@ -167,91 +160,6 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
             </p>
             <LineChart id="capacity-knee" title="Goodput vs load (search levels)" x_label="load" y_label="req/s" series=chart thresholds=knee empty="searching…"/>
             {body}
-        </div>
-    }
-}
-
-/// `median (seeds: min – max)`, or the one value when every seed agrees.
-fn band_text(b: &shared::replicas::Band, f: impl Fn(f64) -> String) -> String {
-    if b.min == b.max {
-        f(b.median)
-    } else {
-        format!("{} (seeds: {} – {})", f(b.median), f(b.min), f(b.max))
-    }
-}
-
-/// A deployment's fleet in GPUs at the scenario's own load and, with a GPU-hour price, its cost per session and
-/// per million tokens (the seed band as the uncertainty).
-#[component]
-fn GpuSection(g: GpuView, price: RwSignal<Option<f64>>) -> impl IntoView {
-    let count = |v: f64| format!("{v:.0}");
-    let gpus = g.gpus.map(|b| b.median.to_string()).unwrap_or_default();
-    let answer = match (g.gpus, g.replicas) {
-        (Some(gb), Some(rb)) => format!(
-            "{} GPU{} = {} replica{} × TP{}",
-            band_text(&gb, count),
-            if gb.max == 1.0 { "" } else { "s" },
-            band_text(&rb, count),
-            if rb.max == 1.0 { "" } else { "s" },
-            g.tp
-        ),
-        _ => format!("not met with up to 256 replicas at any of {} seeds", g.seeds),
-    };
-    let detail = format!(
-        " ({} router; {} seeds{}; {} simulations)",
-        g.router,
-        g.seeds,
-        if g.unmet_seeds > 0 {
-            format!(", {} not met", g.unmet_seeds)
-        } else {
-            String::new()
-        },
-        g.levels_run
-    );
-    let (per_session, per_mtok) = (g.cost_per_session, g.cost_per_million_tokens);
-    let costs = move || {
-        let p = price.get()?;
-        let money = |v: f64| format!("{:.4}", v * p);
-        let exact = |b: Option<shared::replicas::Band>| b.map(|b| (b.median * p).to_string()).unwrap_or_default();
-        let text = |b: Option<shared::replicas::Band>| b.map_or_else(|| "–".to_string(), |b| band_text(&b, money));
-        Some(view! {
-            <p data-costs="">
-                "Cost per session: " <strong data-cost-per-session=exact(per_session)>{text(per_session)}</strong>
-                " · per million tokens: " <strong data-cost-per-million-tokens=exact(per_mtok)>{text(per_mtok)}</strong>
-                <span class="faint">" (in the price's currency)"</span>
-            </p>
-        })
-    };
-    let notes = g
-        .notes
-        .into_iter()
-        .map(|n| view! { <p class="faint">{n}</p> })
-        .collect_view();
-    view! {
-        <div class="gpus-at-slo" data-gpus-card="">
-            <h3>"GPUs at this load"</h3>
-            <p>
-                "The fewest GPUs of this deployment that keep the SLOs for 95 % of requests at the scenario's own load: "
-                <strong data-gpus=gpus>{answer}</strong>
-                <span class="faint">{detail}</span>
-            </p>
-            <div class="preset-row">
-                <label for="gpu-hour-price">"GPU-hour price"</label>
-                <input
-                    type="number"
-                    id="gpu-hour-price"
-                    data-control="gpu-hour-price"
-                    min="0"
-                    step="0.01"
-                    placeholder="e.g. 2.50"
-                    on:input=move |ev| {
-                        let v = event_target_value(&ev).trim().parse::<f64>().ok().filter(|p| p.is_finite() && *p > 0.0);
-                        price.set(v);
-                    }
-                />
-            </div>
-            {costs}
-            {notes}
         </div>
     }
 }

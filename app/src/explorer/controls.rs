@@ -285,13 +285,6 @@ pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
     // kept across the rebuild the switch causes.
     let engine = Memo::new(move |_| json.with(|j| crate::explorer::deployment::engine_source(j).is_some()));
     let memory = StoredValue::new(crate::explorer::deployment::SwitchMemory::default());
-    // A deployment opens on all its decisions: those it leaves out (a link, a pasted file) are written in as their
-    // defaults, so each has its control.
-    Effect::new(move |_| {
-        if let Some(filled) = json.with(crate::explorer::deployment::with_decisions) {
-            json.set(filled);
-        }
-    });
     // Kept across shape changes (a new workload kind rebuilds the groups, not the user's choice to see them).
     let advanced_open = RwSignal::new(false);
     let group = move |g: Group| {
@@ -329,7 +322,9 @@ pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
                     let workload = g.key == "workload";
                     shown.push(group(g).into_any());
                     if workload && engine.get() {
-                        shown.push(view! { <crate::explorer::deployment::EngineSource json=json memory=memory/> }.into_any());
+                        shown.push(
+                            crate::later(std::future::ready(()), move || crate::engine_source(json, memory)).into_any(),
+                        );
                     }
                 }
                 view! { {shown} {more} }

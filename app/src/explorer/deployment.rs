@@ -142,7 +142,17 @@ pub fn as_deployment(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
     let fresh = remembered.is_none();
     let deployment = match remembered {
         Some(d) => d,
-        None => serde_json::to_value(deployment_for(&profile)).ok()?,
+        None => {
+            // Through the scenario's own JSON reader and writer (no serde code of the page's own: docs/page.md,
+            // "Budget").
+            let Scenario::Engine(mut e) = Scenario::from_value(j.clone()).ok()? else {
+                return None;
+            };
+            let d = deployment_for(&profile);
+            e.profile = d.resolve().ok()?.profile;
+            e.deployment = Some(d);
+            Scenario::Engine(e).to_value().get("deployment")?.clone()
+        }
     };
     let mut out = j.clone();
     let map = out.as_object_mut()?;
@@ -164,8 +174,11 @@ pub fn as_profile(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
     let profile = match &memory.pair {
         Some((p, d)) if *d == deployment => p.clone(),
         _ => {
-            let d: Deployment = serde_json::from_value(deployment.clone()).ok()?;
-            serde_json::to_value(d.resolve().ok()?.profile).ok()?
+            let Scenario::Engine(mut e) = Scenario::from_value(j.clone()).ok()? else {
+                return None;
+            };
+            e.deployment = None;
+            Scenario::Engine(e).to_value().get("profile")?.clone()
         }
     };
     let mut out = j.clone();
@@ -179,8 +192,11 @@ pub fn as_profile(j: &Value, memory: &mut SwitchMemory) -> Option<Value> {
 /// The derived numbers of the scenario's deployment; `None` without one or when it does not resolve (the
 /// scenario's error says why).
 pub fn derived_of(j: &Value) -> Option<Derived> {
-    let d: Deployment = serde_json::from_value(j.get("deployment")?.clone()).ok()?;
-    Some(d.resolve().ok()?.derived)
+    j.get("deployment")?;
+    let Scenario::Engine(e) = Scenario::from_value(j.clone()).ok()? else {
+        return None;
+    };
+    Some(e.deployment?.resolve().ok()?.derived)
 }
 
 /// The scenario on another GPU of the catalog.
@@ -227,6 +243,13 @@ pub fn tp_vs_replicas(j: &Value) -> Result<(Value, Value, String), String> {
 #[component]
 pub fn EngineSource(json: RwSignal<Value>, memory: StoredValue<SwitchMemory>) -> impl IntoView {
     let source = Memo::new(move |_| json.with(engine_source));
+    // A deployment opens on all its decisions: those it leaves out (a link, a pasted file) are written in as their
+    // defaults, so each has its control.
+    Effect::new(move |_| {
+        if let Some(filled) = json.with(with_decisions) {
+            json.set(filled);
+        }
+    });
     let switch = move |to: &'static str| {
         let next = json.with_untracked(|j| {
             memory

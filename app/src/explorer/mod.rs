@@ -38,9 +38,9 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <ActionBar ex=ex/>
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
-                <crate::explorer::deployment::DeploymentCard ex=ex/>
+                {crate::later(ex.settled(), move || crate::deployment_card(ex))}
                 <ChartsGrid ex=ex/>
-                <crate::capacity::panel::CapacityCard ex=ex/>
+                {crate::later(ex.settled(), move || crate::capacity_card(ex))}
                 <Diagnostics ex=ex/>
                 <AllMetrics ex=ex/>
             </div>
