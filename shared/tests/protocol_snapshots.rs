@@ -197,6 +197,7 @@ fn server_examples() -> Vec<ServerMsg> {
                     dialect: "vllm".into(),
                     fleet: None,
                     profile: None,
+                    limits: None,
                 },
                 // A fleet target: the run spreads its requests over the URLs by the router.
                 TargetInfo {
@@ -211,6 +212,12 @@ fn server_examples() -> Vec<ServerMsg> {
                         load_cap: None,
                     }),
                     profile: None,
+                    // What the target said of its limits when the agent asked.
+                    limits: Some(TargetLimits {
+                        max_model_len: Some(32768),
+                        max_num_seqs: None,
+                        sources: vec!["vLLM /v1/models max_model_len".into()],
+                    }),
                 },
             ],
         },
@@ -384,8 +391,10 @@ fn calibration_messages_round_trip_and_bad_ones_name_the_field() {
         dialect: "vllm".into(),
         fleet: None,
         profile: None,
+        limits: None,
     };
     assert!(!serde_json::to_string(&info).unwrap().contains("profile"));
+    assert!(!serde_json::to_string(&info).unwrap().contains("limits"));
     info.profile = Some(Box::new(target_profile()));
     let back: TargetInfo = serde_json::from_str(&serde_json::to_string(&info).unwrap()).unwrap();
     assert_eq!(back, info);
