@@ -120,7 +120,7 @@ pub fn App() -> impl IntoView {
             <section class="view" id="view-explorer" class:hidden=move || view.get() != View::Explorer>
                 <explorer::ExplorerView ex=ex/>
                 {later(settled.clone(), move || trace_panel(ex))}
-                <explorer::seed_panel::SeedPanel/>
+                {later(settled.clone(), seed_panel)}
             </section>
             {later(settled.clone(), move || other_views(OtherViews { ex, conn, view }))}
         </main>
@@ -199,6 +199,49 @@ pub(crate) async fn deployment_card(ex: model::state::Explorer) -> AnyView {
 #[cfg_attr(feature = "split", lazy)]
 pub(crate) async fn capacity_card(ex: model::state::Explorer) -> AnyView {
     view! { <capacity::panel::CapacityCard ex=ex/> }.into_any()
+}
+
+/// The explorer's diagnostics and the table of every summary field (below the charts): one module, loaded once
+/// the explorer has settled.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn explorer_details(ex: model::state::Explorer) -> AnyView {
+    view! {
+        <explorer::Diagnostics ex=ex/>
+        <explorer::AllMetrics ex=ex/>
+    }
+    .into_any()
+}
+
+/// The explorer's action bar (copy link, pin as A, compare, reset, launch): one module, loaded once the explorer has
+/// settled (its first result shown).
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn action_bar(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::ActionBar ex=ex/> }.into_any()
+}
+
+/// The scenario as JSON, to read or paste (under the controls): one module, loaded once the explorer has settled.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn scenario_json(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::ScenarioJson ex=ex/> }.into_any()
+}
+
+/// The seed's three profiles under the explorer: one module, loaded once the explorer has settled.
+#[cfg_attr(feature = "split", lazy)]
+async fn seed_panel() -> AnyView {
+    view! { <explorer::seed_panel::SeedPanel/> }.into_any()
+}
+
+/// The explorer's session timeline (session workloads): one module, loaded once the explorer has settled.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn session_timeline(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::session_timeline::SessionTimeline ex=ex/> }.into_any()
+}
+
+/// The explorer's switch to a target's calibrated profile (shown once an agent has calibrated one): one module,
+/// loaded once the explorer has settled.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn target_profile_switch(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::target_profile::TargetProfileSwitch ex=ex/> }.into_any()
 }
 
 /// The explorer's switch between raw coefficients and a deployment (engine scenarios): one module, loaded when

@@ -26,23 +26,22 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
         <div class="explorer">
             <aside class="card controls">
                 <ScenarioHeader ex=ex/>
-                <target_profile::TargetProfileSwitch ex=ex/>
+                {crate::later(ex.settled(), move || crate::target_profile_switch(ex))}
                 <Controls json=ex.json/>
-                <ScenarioJson ex=ex/>
+                {crate::later(ex.settled(), move || crate::scenario_json(ex))}
             </aside>
             <div
                 class="results"
                 data-summary="explorer"
                 data-first-result-ms=move || ex.first_result_ms.get().map(|v| format!("{v:.0}")).unwrap_or_default()
             >
-                <ActionBar ex=ex/>
+                {crate::later(ex.settled(), move || crate::action_bar(ex))}
                 <StatusLine ex=ex/>
                 <SummaryCards ex=ex/>
                 {crate::later(ex.settled(), move || crate::deployment_card(ex))}
                 <ChartsGrid ex=ex/>
                 {crate::later(ex.settled(), move || crate::capacity_card(ex))}
-                <Diagnostics ex=ex/>
-                <AllMetrics ex=ex/>
+                {crate::later(ex.settled(), move || crate::explorer_details(ex))}
             </div>
         </div>
     }
@@ -157,7 +156,7 @@ fn ScenarioHeader(ex: Explorer) -> impl IntoView {
 /// The explorer's actions, in a bar that stays in view above the results: copy link, pin as A, compare, reset,
 /// and launch (the live view, where the target is chosen).
 #[component]
-fn ActionBar(ex: Explorer) -> impl IntoView {
+pub fn ActionBar(ex: Explorer) -> impl IntoView {
     let view_tab = use_context::<RwSignal<crate::View>>();
     let copied = RwSignal::new(None::<String>);
     let copy = move |_| {
@@ -242,7 +241,7 @@ fn ActionBar(ex: Explorer) -> impl IntoView {
 
 /// The scenario as JSON, to read or paste.
 #[component]
-fn ScenarioJson(ex: Explorer) -> impl IntoView {
+pub fn ScenarioJson(ex: Explorer) -> impl IntoView {
     let json_text = RwSignal::new(String::new());
     let json_error = RwSignal::new(None::<String>);
     view! {
@@ -413,7 +412,7 @@ fn stat_card(ex: Explorer, o: std::sync::Arc<Outcome>, name: &'static str, label
 
 /// Every numeric summary field not in the headline, as a table.
 #[component]
-fn AllMetrics(ex: Explorer) -> impl IntoView {
+pub fn AllMetrics(ex: Explorer) -> impl IntoView {
     view! {
         <details class="card all-metrics">
             <summary>"All summary fields"</summary>
@@ -638,14 +637,14 @@ fn ChartsGrid(ex: Explorer) -> impl IntoView {
             <div class="chart-wrap" class:hidden=move || !has_timeline()>
                 <LineChart id="timeline-kv" title="KV cache use and hits" x_label="time (s)" y_label="%" series=kv y_max=100.0 empty="this model has no KV cache"/>
             </div>
-            <session_timeline::SessionTimeline ex=ex/>
+            {crate::later(ex.settled(), move || crate::session_timeline(ex))}
         </div>
     }
 }
 
 /// The diagnostics as call-outs.
 #[component]
-fn Diagnostics(ex: Explorer) -> impl IntoView {
+pub fn Diagnostics(ex: Explorer) -> impl IntoView {
     view! {
         <div class="card diagnostics">
             <h2>"Diagnostics"</h2>

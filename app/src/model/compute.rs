@@ -116,7 +116,10 @@ pub fn session_bars(records: &[shared::record::RequestRecord]) -> Vec<SessionBar
         .filter(|r| r.parent == Some(parent) && r.t_submit >= t0 && r.t_submit <= t1)
         .map(|r| (r.inst, r.session))
         .collect();
-    kids.sort_unstable();
+    // One sort instance for the page (`shared::order`): by fan-out, then session number.
+    shared::order::sort_by_u64_key(&mut kids, |&(inst, session)| {
+        (u64::from(inst) << 32) | (session & 0xffff_ffff)
+    });
     kids.dedup();
     kids.truncate(TIMELINE_CHILD_ROWS);
     let bar = |row: u32, r: &shared::record::RequestRecord| SessionBar {
@@ -141,7 +144,7 @@ pub fn session_bars(records: &[shared::record::RequestRecord]) -> Vec<SessionBar
             out.push(bar(i as u32 + 1, r));
         }
     }
-    out.sort_by_key(|b| (b.row, b.step));
+    shared::order::sort_by_u64_key(&mut out, |b| (u64::from(b.row) << 32) | u64::from(b.step));
     out
 }
 
