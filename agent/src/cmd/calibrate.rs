@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value = "calibrated")]
     pub name: String,
     /// Longest probe prompt, tokens (default: 85 % of the server's per-request context less `--decode-tokens`
-    /// when it says, so that long-context prefill is measured, not extrapolated; else 4096).
+    /// when it says, at most 16,384, so that long-context prefill is measured, not extrapolated; else 4096).
     #[arg(long)]
     pub max_prompt_tokens: Option<u32>,
     /// Output tokens of the decode probes.
@@ -528,6 +528,9 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
     Ok(p)
 }
 
+/// The longest probe prompt `calibrate` sends by default, tokens, however long the server's context.
+pub const DEFAULT_MAX_PROBE_PROMPT: u64 = 16_384;
+
 /// Send the probe; returns every record (in phase order) and the record files written.
 async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) -> anyhow::Result<Vec<RequestRecord>> {
     anyhow::ensure!(
@@ -537,15 +540,16 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
     );
     // Default: up to the per-request context (85 % of it, less the decode probes' output: room for a tokenizer
     // that counts a few % more than the filler is sized for), so that the prefill of long contexts is measured,
-    // not extrapolated (a prefill longer than the step budget is fitted as its chunks); `--max-prompt-tokens` is
-    // taken as given.
+    // not extrapolated (a prefill longer than the step budget is fitted as its chunks), but at most
+    // [`DEFAULT_MAX_PROBE_PROMPT`]: a server that takes 128k or more per request (vLLM's `max_model_len`) would
+    // spend a short budget on a few prompts; `--max-prompt-tokens` is taken as given.
     let max_prompt = a.max_prompt_tokens.unwrap_or_else(|| {
         limits_p
             .max_model_len
             .map(|l| {
                 (l.saturating_mul(85) / 100)
                     .saturating_sub(u64::from(a.decode_tokens))
-                    .clamp(256, u64::from(u32::MAX)) as u32
+                    .clamp(256, DEFAULT_MAX_PROBE_PROMPT) as u32
             })
             .unwrap_or(4096)
     });
