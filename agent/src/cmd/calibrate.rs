@@ -311,12 +311,7 @@ pub fn parse_models(v: &serde_json::Value, d: &mut Discovered) {
     if d.max_model_len.is_some() {
         return;
     }
-    let len = v
-        .get("data")
-        .and_then(serde_json::Value::as_array)
-        .and_then(|models| models.iter().find_map(|m| m.get("max_model_len")?.as_u64()))
-        .filter(|&l| l > 0);
-    if let Some(l) = len {
+    if let Some(l) = replay::limits::ServerLimits::max_model_len_of(v) {
         d.max_model_len = Some(l);
         d.sources.push("vLLM /v1/models max_model_len".into());
     }
@@ -771,6 +766,9 @@ pub fn read_sidecar(run: &Path, notes: &mut Vec<String>) -> anyhow::Result<Optio
     }
     if let Some(line) = &limits.cache_config_info {
         parse_cache_config(line, &mut d);
+    }
+    if let Some(len) = limits.max_model_len {
+        parse_models(&serde_json::json!({"data": [{"max_model_len": len}]}), &mut d);
     }
     if d.sources.is_empty() {
         notes.push(format!(

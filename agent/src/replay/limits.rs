@@ -21,6 +21,9 @@ pub struct ServerLimits {
     /// The `vllm:cache_config_info{...} 1` line of `/metrics`, verbatim.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_config_info: Option<String>,
+    /// vLLM's `/v1/models`: the first served model's `max_model_len` (prompt + output tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
 }
 
 /// The `/props` fields kept ([`ServerLimits::props`]).
@@ -29,7 +32,7 @@ const PROPS_KEYS: [&str; 3] = ["total_slots", "n_ctx", "n_batch"];
 impl ServerLimits {
     /// Nothing said.
     pub fn is_empty(&self) -> bool {
-        self.props.is_none() && self.cache_config_info.is_none()
+        self.props.is_none() && self.cache_config_info.is_none() && self.max_model_len.is_none()
     }
 
     /// The limit fields of a `/props` body; `None` when it has none of them (not llama.cpp).
@@ -49,6 +52,15 @@ impl ServerLimits {
             }
         }
         (!out.is_empty()).then_some(Value::Object(out))
+    }
+
+    /// The first served model's `max_model_len` of a `/v1/models` body (vLLM's field); `None` when none says.
+    pub fn max_model_len_of(v: &Value) -> Option<u64> {
+        v.get("data")?
+            .as_array()?
+            .iter()
+            .find_map(|m| m.get("max_model_len")?.as_u64())
+            .filter(|&l| l > 0)
     }
 
     /// The `vllm:cache_config_info` line of a `/metrics` exposition.
@@ -80,9 +92,14 @@ pub async fn fetch(http: &reqwest::Client, origin: &str, metrics_url: &str, api_
     let cache_config_info = get(metrics_url.to_string())
         .await
         .and_then(|t| ServerLimits::cache_config_of(&t));
+    let max_model_len = get(format!("{origin}/v1/models"))
+        .await
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .and_then(|v| ServerLimits::max_model_len_of(&v));
     ServerLimits {
         props,
         cache_config_info,
+        max_model_len,
     }
 }
 
@@ -90,6 +107,21 @@ pub async fn fetch(http: &reqwest::Client, origin: &str, metrics_url: &str, api_
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn reads_vllms_max_model_len_from_the_models_list() {
+        let models = json!({"object": "list", "data": [{"id": "m", "max_model_len": 32768}]});
+        assert_eq!(ServerLimits::max_model_len_of(&models), Some(32768));
+        // llama.cpp's list has no such field; a zero is not a limit.
+        assert_eq!(
+            ServerLimits::max_model_len_of(&json!({"data": [{"id": "m", "meta": {"n_ctx_train": 4096}}]})),
+            None
+        );
+        assert_eq!(
+            ServerLimits::max_model_len_of(&json!({"data": [{"max_model_len": 0}]})),
+            None
+        );
+    }
 
     #[test]
     fn keeps_only_the_limit_fields() {
