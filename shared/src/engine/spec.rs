@@ -7,7 +7,7 @@
 //! - every decoding sequence of a step verifies `v = min(k + 1, tokens it still has to generate, the step's token
 //!   budget left)` positions (`v − 1` drafted tokens), each taking one token of `max_num_batched_tokens`;
 //! - of its drafted tokens it accepts a prefix: `max{i ≤ v − 1 : x < u_i}` for a 16-bit draw `x` of its own stream
-//!   ([`SpecState`]), `u_i` the share of steps that accept position `i`, so position `i` is accepted with
+//!   (`SpecState`), `u_i` the share of steps that accept position `i`, so position `i` is accepted with
 //!   probability `u_i / u_{i−1}` given that the positions before it were (`u_0 = 1`); `acceptance` gives `u_i` as a
 //!   list, or as one rate `a` meaning `u_i = a^i`, and `acceptance_by_kind` per content kind;
 //! - it emits `1 + accepted` tokens at the end of the step (one stream frame), its KV grows by as many;
