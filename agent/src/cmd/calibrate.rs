@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value = "calibrated")]
     pub name: String,
     /// Longest probe prompt, tokens (default: 85 % of the server's per-request context less `--decode-tokens`
-    /// when it says, at most 16,384, so that long-context prefill is measured, not extrapolated; else 4096).
+    /// when it says, at most 8,192, so that long-context prefill is measured, not extrapolated; else 4096).
     #[arg(long)]
     pub max_prompt_tokens: Option<u32>,
     /// Output tokens of the decode probes.
@@ -524,7 +524,7 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
 }
 
 /// The longest probe prompt `calibrate` sends by default, tokens, however long the server's context.
-pub const DEFAULT_MAX_PROBE_PROMPT: u64 = 16_384;
+pub const DEFAULT_MAX_PROBE_PROMPT: u64 = 8_192;
 
 /// Send the probe; returns every record (in phase order) and the record files written.
 async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) -> anyhow::Result<Vec<RequestRecord>> {
