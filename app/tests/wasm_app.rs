@@ -72,7 +72,8 @@ async fn seed_profiles_show_the_seed_report_exactly() {
     for (name, expected) in report["scenario_comparisons"].as_object().unwrap() {
         for (field, value) in expected.as_object().unwrap() {
             let sel = format!("[data-profile=\"{name}\"] [data-metric=\"{field}\"]");
-            let shown = value_of(&root, &sel).unwrap_or_else(|| panic!("{sel} missing"));
+            // The seed panel loads once the explorer has shown its first result.
+            let shown = wait_value(&root, &sel).await.unwrap_or_else(|| panic!("{sel} missing"));
             match value {
                 serde_json::Value::Number(n) => assert_eq!(shown.parse::<f64>().ok(), n.as_f64(), "{sel}"),
                 serde_json::Value::String(s) => assert_eq!(&shown, s, "{sel}"),
