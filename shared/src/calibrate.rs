@@ -1780,7 +1780,7 @@ mod tests {
         // llama.cpp, 4 slots of 8,192 tokens (32,768 in all), prompts up to 6,900 tokens.
         let slots = plan_returns(6900, 32_768, Some(4)).expect("a phase");
         assert_eq!(first(&slots), (5, RETURN_SLOT_SESSION_TOKENS));
-        // The return is session 0's prompt and one more block.
+        // The return is the first parked conversation's prompt and one more block.
         let r = &slots.requests[5];
         assert_eq!(
             (r.session, r.hash_ids[..16].to_vec()),
