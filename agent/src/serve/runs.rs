@@ -715,14 +715,21 @@ impl Runs {
             }
         }
         *run.info.lock().expect("run info lock") = info.clone();
+        let result = calibration.map(|c| ServerMsg::CalibrationResult {
+            run_id: info.run_id.clone(),
+            calibration: Box::new(c),
+        });
+        self.end_with_result(run, info, result);
+    }
+
+    /// A calibration's or capacity search's end, once its `info` holds the final state: `run.json` written, its
+    /// result (if any) logged for late viewers and sent, the run no longer active, the final `run_state` sent.
+    fn end_with_result(&self, run: &Arc<LiveRun>, info: RunInfo, result: Option<ServerMsg>) {
         if let Err(e) = self.store.write_info(&info) {
             tracing::error!("run {}: writing run.json: {e:#}", info.run_id);
         }
-        if let Some(c) = calibration {
-            let msg = Arc::new(ServerMsg::CalibrationResult {
-                run_id: info.run_id.clone(),
-                calibration: Box::new(c),
-            });
+        if let Some(msg) = result {
+            let msg = Arc::new(msg);
             run.log.lock().expect("run log lock").events.push(msg.clone());
             let _ = run.events.send(msg);
         }
@@ -850,23 +857,11 @@ impl Runs {
             };
             (info.clone(), report)
         };
-        if let Err(e) = self.store.write_info(&info) {
-            tracing::error!("run {}: writing run.json: {e:#}", info.run_id);
-        }
-        if let Some(report) = report {
-            let msg = Arc::new(ServerMsg::CapacityResult {
-                run_id: info.run_id.clone(),
-                report,
-            });
-            run.log.lock().expect("run log lock").events.push(msg.clone());
-            let _ = run.events.send(msg);
-        }
-        self.active.lock().expect("active runs lock").remove(&info.run_id);
-        let _ = run.events.send(Arc::new(ServerMsg::RunState {
+        let result = report.map(|report| ServerMsg::CapacityResult {
             run_id: info.run_id.clone(),
-            run: info,
-            summary: None,
-        }));
+            report,
+        });
+        self.end_with_result(run, info, result);
     }
 
     pub fn stop(&self, run_id: &str) -> Result<(), Refusal> {
