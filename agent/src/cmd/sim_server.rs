@@ -29,6 +29,13 @@ pub struct Args {
     /// digital twin of a measured server). The override flags below still apply.
     #[arg(long, value_name = "PATH")]
     pub profile_file: Option<std::path::PathBuf>,
+    /// Emulate a fleet of the profile's engines behind this one endpoint: a fleet JSON as a scenario's `"fleet"`
+    /// (`{"replicas": 4, "router": "least_outstanding", "disaggregation": {"prefill_instances": 2,
+    /// "decode_instances": 2, "link_bytes_per_s": 5e10, "link_latency_ms": 0.5}}`). With `disaggregation`, a
+    /// request prefills on a prefill instance, its KV crosses the link and it decodes on a decode instance, as
+    /// `simulate` models it; the response's `x-kv-transfer-ms` header gives the transfer (docs/replay.md).
+    #[arg(long, value_name = "FILE")]
+    pub fleet: Option<std::path::PathBuf>,
     /// Override the preset's prefill speed, tokens per ms.
     #[arg(long)]
     pub prefill_tok_per_ms: Option<f64>,
@@ -140,9 +147,22 @@ impl Args {
             "--error-rate must be in 0..=1 (got {})",
             self.error_rate
         );
+        let engine = match &self.fleet {
+            Some(path) => {
+                let (fleet, disaggregation) = load_fleet_file(path)?;
+                shared::engine::validate_fleet(&profile, Some(&fleet), disaggregation.as_ref())
+                    .map_err(|e| anyhow::anyhow!("--fleet {}: {e}", path.display()))?;
+                EngineChoice::Fleet {
+                    profile: Box::new(profile),
+                    fleet,
+                    disaggregation,
+                }
+            }
+            None => EngineChoice::Profile(Box::new(profile)),
+        };
         Ok(Config {
             model: self.model.clone(),
-            engine: EngineChoice::Profile(Box::new(profile)),
+            engine,
             speed: self.speed,
             tokens_per_frame: self.tokens_per_frame,
             natural_len: self.natural_len,
@@ -162,6 +182,15 @@ impl Args {
     }
 }
 
+/// Read a fleet JSON file (`--fleet`, as a scenario's `"fleet"`); errors name the path (and the field, for JSON
+/// that does not parse). The values are checked against the profile with [`shared::engine::validate_fleet`].
+pub fn load_fleet_file(
+    path: &std::path::Path,
+) -> anyhow::Result<(shared::engine::FleetSpec, Option<shared::engine::Disaggregation>)> {
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("reading --fleet {}: {e}", path.display()))?;
+    shared::engine::fleet_from_json(&text).map_err(|e| anyhow::anyhow!("--fleet {}: {e}", path.display()))
+}
+
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.profile == "list" && args.profile_file.is_none() {
         for p in presets::all() {
@@ -178,6 +207,23 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let name = match (&config.engine, &args.profile_file) {
         (EngineChoice::Profile(p), Some(path)) => format!("{} from {}", p.name, path.display()),
         _ => args.profile.clone(),
+    };
+    let name = match (&config.engine, &args.fleet) {
+        (
+            EngineChoice::Fleet {
+                fleet, disaggregation, ..
+            },
+            Some(path),
+        ) => match disaggregation {
+            Some(dg) => format!(
+                "{name}, {} prefill + {} decode instances from {}",
+                dg.prefill_instances,
+                dg.decode_instances,
+                path.display()
+            ),
+            None => format!("{name}, {} replicas from {}", fleet.replicas, path.display()),
+        },
+        _ => name,
     };
     println!("loadshape sim-server ({name}) listening on http://{local} (OpenAI base URL http://{local}/v1)");
     let shutdown = async {

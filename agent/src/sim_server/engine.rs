@@ -51,6 +51,12 @@ pub enum ServerEvent {
     Finished {
         id: u64,
     },
+    /// Prefill/decode disaggregation: the request's prompt was computed on a prefill instance and its KV starts
+    /// across the link, taking `ms` milliseconds.
+    Transferring {
+        id: u64,
+        ms: f64,
+    },
 }
 
 /// A step-able iteration-level engine: `shared::engine::Engine` behind [`super::shared_engine::SharedEngine`],
@@ -78,6 +84,11 @@ pub trait StepEngine: Send + 'static {
     fn preemptions(&self) -> Option<u64> {
         None
     }
+    /// Prefill/decode disaggregation's link and the model's KV bytes per token, when the engine is a
+    /// disaggregated fleet ([`super::fleet_engine::FleetEngine`]).
+    fn kv_link(&self) -> Option<(shared::engine::Disaggregation, f64)> {
+        None
+    }
 }
 
 /// Counters exposed on `/metrics` under vLLM's names.
@@ -100,6 +111,9 @@ pub struct EngineMetrics {
     pub spec_drafts_total: AtomicU64,
     pub spec_draft_tokens_total: AtomicU64,
     pub spec_accepted_tokens_total: AtomicU64,
+    /// Prefill/decode disaggregation: KV transfers started, and their link time in all, microseconds.
+    pub kv_transfers_total: AtomicU64,
+    pub kv_transfer_us_total: AtomicU64,
 }
 
 /// The value of an [`EngineMetrics`] field the engine does not report.
@@ -121,6 +135,8 @@ impl Default for EngineMetrics {
             spec_drafts_total: AtomicU64::new(0),
             spec_draft_tokens_total: AtomicU64::new(0),
             spec_accepted_tokens_total: AtomicU64::new(0),
+            kv_transfers_total: AtomicU64::new(0),
+            kv_transfer_us_total: AtomicU64::new(0),
         }
     }
 }
@@ -167,6 +183,8 @@ pub struct EngineHandle {
     pub block_size: usize,
     /// [`StepEngine::max_model_len`].
     pub max_model_len: Option<u64>,
+    /// [`StepEngine::kv_link`].
+    pub kv_link: Option<(shared::engine::Disaggregation, f64)>,
 }
 
 impl EngineHandle {
@@ -176,6 +194,7 @@ impl EngineHandle {
         let metrics = Arc::new(EngineMetrics::default());
         let block_size = engine.block_size();
         let max_model_len = engine.max_model_len();
+        let kv_link = engine.kv_link();
         // Report from the first scrape on (an idle engine's KV use is 0, its preemptions 0).
         metrics.observe(&*engine);
         let m = metrics.clone();
@@ -188,7 +207,16 @@ impl EngineHandle {
             metrics,
             block_size,
             max_model_len,
+            kv_link,
         })
+    }
+
+    /// The time the KV of a prompt of `prompt_tokens` takes across a disaggregated fleet's link (what the engine
+    /// waits for: [`shared::engine::Disaggregation::transfer_ms`]); `None` when the engine is not disaggregated.
+    pub fn kv_transfer_ms(&self, prompt_tokens: u32) -> Option<f64> {
+        self.kv_link
+            .as_ref()
+            .map(|(dg, kv)| dg.transfer_ms(u64::from(prompt_tokens), *kv))
     }
 
     /// Submit a request; events arrive on the returned receiver. `None` if the engine thread is gone.
@@ -270,6 +298,11 @@ fn drive(
                     if let Some((tx, _)) = sinks.get(&id) {
                         let _ = tx.send(ReqEvent::Spec { drafted, accepted });
                     }
+                }
+                ServerEvent::Transferring { ms, .. } => {
+                    m.kv_transfers_total.fetch_add(1, Ordering::Relaxed);
+                    m.kv_transfer_us_total
+                        .fetch_add((ms * 1000.0).round().max(0.0) as u64, Ordering::Relaxed);
                 }
                 ServerEvent::Finished { id } => {
                     if let Some((tx, _)) = sinks.remove(&id) {

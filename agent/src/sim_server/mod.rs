@@ -20,6 +20,7 @@
 //! on a listener; `loadshape serve` mounts it as target `sim`.
 
 pub mod engine;
+pub mod fleet_engine;
 pub mod shared_engine;
 pub mod tokenize;
 
@@ -78,6 +79,13 @@ pub enum Template {
 pub enum EngineChoice {
     /// `shared::engine::Engine` with this profile (the simulator's engine).
     Profile(Box<EngineProfile>),
+    /// A fleet of the simulator's engines behind one endpoint ([`fleet_engine::FleetEngine`], `--fleet FILE`):
+    /// replicas of `profile` behind the fleet's router, with prefill/decode disaggregation when given.
+    Fleet {
+        profile: Box<EngineProfile>,
+        fleet: shared::engine::FleetSpec,
+        disaggregation: Option<shared::engine::Disaggregation>,
+    },
     /// Any step-able engine, built when the router starts (tests use this to script an engine).
     Custom(Box<dyn Fn() -> Box<dyn StepEngine> + Send + Sync>),
 }
@@ -86,6 +94,16 @@ impl std::fmt::Debug for EngineChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EngineChoice::Profile(p) => f.debug_tuple("Profile").field(&p.name).finish(),
+            EngineChoice::Fleet {
+                profile,
+                fleet,
+                disaggregation,
+            } => f
+                .debug_struct("Fleet")
+                .field("profile", &profile.name)
+                .field("fleet", fleet)
+                .field("disaggregation", disaggregation)
+                .finish(),
             EngineChoice::Custom(_) => f.write_str("Custom"),
         }
     }
@@ -147,6 +165,10 @@ pub struct RequestLogLine {
     /// Every token asked for was sent and the stream ended normally.
     pub completed: bool,
     pub stream: bool,
+    /// A disaggregated fleet (`--fleet` with `disaggregation`): the time its prompt's KV took across the link from
+    /// the prefill instance to the decode instance, milliseconds (the `x-kv-transfer-ms` header); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_transfer_ms: Option<f64>,
 }
 
 /// The request log's file and clock.
@@ -200,6 +222,21 @@ pub fn router(config: Config) -> std::io::Result<Router> {
             cache_config = Some((p.block_size, p.num_kv_blocks, p.enable_prefix_caching));
             max_model_len = Some(p.model_len());
             Box::new(SharedEngine::new(*p))
+        }
+        EngineChoice::Fleet {
+            profile,
+            fleet,
+            disaggregation,
+        } => {
+            cache_config = Some((
+                profile.block_size,
+                profile.num_kv_blocks,
+                profile.enable_prefix_caching,
+            ));
+            let engine = fleet_engine::FleetEngine::new(*profile, fleet, disaggregation)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+            max_model_len = engine.max_model_len();
+            Box::new(engine)
         }
         EngineChoice::Custom(make) => make(),
     };
@@ -675,6 +712,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
             ),
         );
     }
+    let kv_transfer_ms = st.engine.kv_transfer_ms(prompt_tokens);
     let arrival = std::time::Instant::now();
     let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
@@ -706,8 +744,9 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
         stream: body.stream.unwrap_or(false),
         spec: None,
         reasoning,
+        kv_transfer_ms,
     };
-    if body.stream.unwrap_or(false) {
+    let mut resp = if body.stream.unwrap_or(false) {
         let stream = futures_util::stream::unfold(g, |mut g| async move {
             let item = g.next_frame().await?;
             Some((item, g))
@@ -719,8 +758,19 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
             .unwrap_or_else(|_| error_response(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
     } else {
         g.whole().await
+    };
+    // A disaggregated fleet says what the link cost this request (known from its prompt when it arrives).
+    if let Some(ms) = kv_transfer_ms
+        && let Ok(v) = axum::http::HeaderValue::from_str(&format!("{ms}"))
+    {
+        resp.headers_mut().insert(KV_TRANSFER_HEADER, v);
     }
+    resp
 }
+
+/// The response header in which a disaggregated fleet (`sim-server --fleet` with `disaggregation`) gives the
+/// request's KV transfer, milliseconds; `replay` records it as the record's `kv_transfer_ms`.
+pub const KV_TRANSFER_HEADER: &str = "x-kv-transfer-ms";
 
 #[derive(PartialEq)]
 enum Phase {
@@ -757,6 +807,8 @@ struct Gen {
     /// The first this many output tokens are reasoning (`reasoning_content` deltas on chat, a `thinking` block on
     /// Messages).
     reasoning: u32,
+    /// A disaggregated fleet: the KV transfer of its prompt, ms ([`EngineHandle::kv_transfer_ms`]).
+    kv_transfer_ms: Option<f64>,
 }
 
 impl Drop for Gen {
@@ -775,6 +827,7 @@ impl Drop for Gen {
             frames: self.frames,
             completed: self.sent == self.out_tokens && self.phase == Phase::End,
             stream: self.stream,
+            kv_transfer_ms: self.kv_transfer_ms,
         };
         if let Ok(mut text) = serde_json::to_string(&line) {
             text.push('\n');
@@ -1328,6 +1381,19 @@ async fn metrics(State(st): State<Arc<AppState>>) -> Result<impl IntoResponse, I
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info \
              gauge\nvllm:cache_config_info{{block_size=\"{bs}\",enable_prefix_caching=\"{caching}\",\
              num_gpu_blocks=\"{blocks}\"}} 1"
+        );
+    }
+    // Prefill/decode disaggregation: the link's transfers (vLLM's P/D connectors have no common name for them).
+    if st.engine.kv_link.is_some() {
+        let n = m.kv_transfers_total.load(r);
+        let secs = m.kv_transfer_us_total.load(r) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "# HELP loadshape_sim:kv_transfers_total Prompts whose KV crossed the link from a prefill to a decode \
+             instance.\n# TYPE loadshape_sim:kv_transfers_total counter\nloadshape_sim:kv_transfers_total{{{label}}} \
+             {n}\n# HELP loadshape_sim:kv_transfer_seconds_total Time the KV transfers took on the link, in all.\n\
+             # TYPE loadshape_sim:kv_transfer_seconds_total counter\n\
+             loadshape_sim:kv_transfer_seconds_total{{{label}}} {secs}"
         );
     }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out))

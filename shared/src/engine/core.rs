@@ -676,16 +676,40 @@ impl Engine {
     pub fn submit(&mut self, now_ms: f64, prompt: super::types::PromptBlocks, output_tokens: u32) -> ReqId {
         let chain = self.chain_for_blocks(&prompt.block_hashes);
         if !self.fits(prompt.tokens, output_tokens) {
-            let id = self.submit_chain(now_ms, chain, prompt.tokens.max(1), output_tokens.max(1), 0, false);
-            self.waiting.pop_back();
-            let r = &mut self.reqs[id.idx() as usize];
-            r.state = State::Done;
-            r.output = 0;
-            r.finish_ms = now_ms;
-            self.finished.push(id.idx());
-            return id;
+            return self.reject(now_ms, chain, prompt.tokens, output_tokens);
         }
         self.submit_chain(now_ms, chain, prompt.tokens, output_tokens, 0, false)
+    }
+
+    /// Queue a request whose prompt's KV was computed on another engine and arrives with it, as a disaggregated
+    /// fleet's decode instance takes it in the simulator (`sim.rs`): admitted, it takes blocks for its whole prompt
+    /// and decodes in the same step, that step emitting its first token; its KV is never the prefix cache's. What
+    /// the sim-server's prefill/decode fleet calls on its decode instances. A request that can never fit is
+    /// returned as finished with zero tokens at the next [`Self::step`], as [`Self::submit`] does.
+    pub fn submit_prefilled_request(&mut self, now_ms: f64, prompt_tokens: u32, output_tokens: u32) -> ReqId {
+        let chain = self.new_chain(NONE, 0);
+        if !self.fits(prompt_tokens, output_tokens) {
+            return self.reject(now_ms, chain, prompt_tokens, output_tokens);
+        }
+        self.submit_prefilled(now_ms, chain, prompt_tokens, output_tokens, 0)
+    }
+
+    /// Leading blocks of a prompt given as chained block hashes that this engine's GPU cache holds, remembering
+    /// nothing: what a prefix-aware router reads from each replica (see [`super::FleetSpec::pick`]).
+    pub fn cached_prefix_blocks(&self, block_hashes: &[u64]) -> u32 {
+        self.cached_blocks_for_hashes(block_hashes)
+    }
+
+    /// A request that can never fit: finished with zero tokens, reported at the next [`Self::step`].
+    fn reject(&mut self, now_ms: f64, chain: u32, prompt: u32, output: u32) -> ReqId {
+        let id = self.submit_chain(now_ms, chain, prompt.max(1), output.max(1), 0, false);
+        self.waiting.pop_back();
+        let r = &mut self.reqs[id.idx() as usize];
+        r.state = State::Done;
+        r.output = 0;
+        r.finish_ms = now_ms;
+        self.finished.push(id.idx());
+        id
     }
 
     fn lookup(&self, id: ReqId) -> Option<u32> {

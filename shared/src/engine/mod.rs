@@ -42,7 +42,9 @@ pub use disagg::Disaggregation;
 pub use fleet::{FleetReport, FleetSpec, PrefixView, ReplicaLoad, Router, UNROUTED};
 pub use profile::EngineProfile;
 pub use spec::{Acceptance, AcceptanceByKind, SpecMethod, Speculative};
-pub use types::{EngineReport, EngineScenario, PromptBlocks, SimOptions, TimelinePoint};
+pub use types::{
+    EngineReport, EngineScenario, PromptBlocks, SimOptions, TimelinePoint, fleet_from_json, validate_fleet,
+};
 
 /// Validate `scenario`, run it through the engine in virtual time, score it, and diagnose it.
 pub fn simulate(scenario: &EngineScenario) -> Result<EngineReport, ScenarioError> {

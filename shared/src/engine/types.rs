@@ -157,22 +157,48 @@ impl EngineScenario {
         self.workload.validate().map_err(|e| e.within("workload"))?;
         self.profile.validate().map_err(|e| e.within("profile"))?;
         self.slo.validate().map_err(|e| e.within("slo"))?;
-        if let Some(f) = &self.fleet {
-            f.validate_with(&self.profile).map_err(|e| e.within("fleet"))?;
-        }
-        if let Some(dg) = &self.disaggregation {
-            let replicas = self.fleet.as_ref().map_or(1, |f| f.replicas);
-            dg.validate(replicas)
-                .and_then(|()| dg.validate_with(&self.profile))
-                .map_err(|e| e.within("fleet.disaggregation"))?;
-        }
-        Ok(())
+        validate_fleet(&self.profile, self.fleet.as_ref(), self.disaggregation.as_ref())
     }
 
     /// Replicas the scenario runs (1 without a fleet).
     pub fn replicas(&self) -> u32 {
         self.fleet.as_ref().map_or(1, |f| f.replicas)
     }
+}
+
+/// A fleet and its disaggregation against the engine profile every replica runs (unless the fleet gives each its
+/// own); paths are the scenario's (`fleet.replicas`, `fleet.disaggregation.decode_instances`). What
+/// [`EngineScenario::validate`] checks of its fleet, and the sim-server's and `predict`'s `--fleet`.
+pub fn validate_fleet(
+    profile: &EngineProfile,
+    fleet: Option<&FleetSpec>,
+    disaggregation: Option<&Disaggregation>,
+) -> Result<(), ScenarioError> {
+    if let Some(f) = fleet {
+        f.validate_with(profile).map_err(|e| e.within("fleet"))?;
+    }
+    if let Some(dg) = disaggregation {
+        let replicas = fleet.map_or(1, |f| f.replicas);
+        dg.validate(replicas)
+            .and_then(|()| dg.validate_with(profile))
+            .map_err(|e| e.within("fleet.disaggregation"))?;
+    }
+    Ok(())
+}
+
+/// A fleet as a scenario's JSON holds it (`{"replicas": …, "router": …, "disaggregation": {…}}`, the value of
+/// `"fleet"`), read on its own: a `--fleet FILE`. Unknown fields are refused; [`validate_fleet`] checks the values.
+pub fn fleet_from_json(text: &str) -> Result<(FleetSpec, Option<Disaggregation>), String> {
+    let f: FleetJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Ok((
+        FleetSpec {
+            replicas: f.replicas,
+            router: f.router,
+            load_cap: f.load_cap,
+            profiles: f.profiles,
+        },
+        f.disaggregation,
+    ))
 }
 
 /// A prompt as the engine sees it: its token count and the chained hashes of its full blocks
