@@ -1,8 +1,8 @@
 //! `loadshape predict`: simulate a scenario with an engine profile (e.g. `calibrate`'s `profile.json`) over several
 //! seeds and, given live runs of the same scenario, set simulated and live figures side by side.
 //!
-//! Run with `loadshape predict scenario.json --profile cal/profile.json [--against run.jsonl ...] [--seeds 10]
-//! [--json]`, or with `--deployment cal/deployment.json` (a deployment with calibrated efficiencies, its model or
+//! Run with `loadshape predict scenario.json --profile cal/profile.json [--fleet fleet.json] [--against run.jsonl
+//! ...] [--seeds 10] [--json]`, or with `--deployment cal/deployment.json` (a deployment with calibrated efficiencies, its model or
 //! GPU edited for a what-if) in place of `--profile`; with neither, the scenario's own profile (or deployment).
 //! Every figure comes from `shared::metrics::summarize` (simulated and live alike), laid side by side by
 //! `shared::predict::compare`, the function the page's live view calls for its table. `--json` prints
@@ -34,6 +34,10 @@ pub struct Args {
     /// `deployment.json`, edited): its roofline replaces the scenario's `profile`.
     #[arg(long, value_name = "FILE")]
     pub deployment: Option<PathBuf>,
+    /// Fleet JSON (as a scenario's `"fleet"`, e.g. `sim-server --fleet`'s file): replaces the scenario's fleet.
+    /// With `"disaggregation"`, a prefill/decode-disaggregated fleet (docs/simulator.md).
+    #[arg(long, value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
     /// Live runs of the scenario (record JSONL files) to compare with.
     #[arg(long, value_name = "RUN.jsonl")]
     pub against: Vec<PathBuf>,
@@ -97,6 +101,15 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         (None, None) if sc.deployment.is_some() => "the scenario's own deployment".to_string(),
         (None, None) => "the scenario's own profile".to_string(),
     };
+    let source = match &a.fleet {
+        Some(path) => {
+            let (fleet, disaggregation) = crate::cmd::sim_server::load_fleet_file(path)?;
+            sc.fleet = Some(fleet);
+            sc.disaggregation = disaggregation;
+            format!("{source} and fleet {}", path.display())
+        }
+        None => source,
+    };
     sc.counterfactuals = false;
     sc.validate()
         .map_err(|e| anyhow::anyhow!("{} with {source}: {e}", a.scenario.display()))?;
@@ -152,6 +165,7 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         "scenario": a.scenario.display().to_string(),
         "profile": a.profile.as_ref().map(|p| p.display().to_string()),
         "deployment": a.deployment.as_ref().map(|p| p.display().to_string()),
+        "fleet": a.fleet.as_ref().map(|p| p.display().to_string()),
         "seeds": seeds,
         "simulated": first,
         "simulated_spread": spread_json(&rows, |r| r.simulated_spread),

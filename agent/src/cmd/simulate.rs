@@ -54,6 +54,11 @@ pub struct Args {
     /// Engine model: write the per-request records to this JSONL file (in submission order, as they complete).
     #[arg(long, value_name = "PATH")]
     pub records: Option<PathBuf>,
+    /// Engine model: the fleet in this JSON file (as a scenario's `"fleet"`, e.g. `sim-server --fleet`'s file;
+    /// with `"disaggregation"` a prefill/decode-disaggregated fleet) replaces the scenario's; `--replicas` and
+    /// `--router` still apply to it.
+    #[arg(long, value_name = "FILE")]
+    pub fleet: Option<PathBuf>,
     /// Engine model: run this many replicas of the profile behind a router (overrides the scenario's
     /// `fleet.replicas`; with no fleet in the file the router defaults to `round_robin`).
     #[arg(long, value_name = "N")]
@@ -93,6 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             (scenario, source)
         }
     };
+    let scenario = apply_fleet_file(scenario, args.fleet.as_deref())?;
     let budget = Budget {
         max_requests: args.max_requests as f64,
         max_bytes: args.max_memory_gib * GIB,
@@ -189,7 +195,13 @@ pub fn header(scenario: &Scenario, args: &Args) -> String {
                 .clone()
                 .or(e.fleet.as_ref().map(|f| f.router.name().to_string()));
             let profile = match (replicas, router) {
-                (Some(n), Some(r)) if n > 1 => format!("{} × {n} ({r})", e.profile.name),
+                (Some(n), Some(r)) if n > 1 => match &e.disaggregation {
+                    Some(dg) => format!(
+                        "{} × {n} ({r}; {} prefill + {} decode)",
+                        e.profile.name, dg.prefill_instances, dg.decode_instances
+                    ),
+                    None => format!("{} × {n} ({r})", e.profile.name),
+                },
                 (Some(n), None) if n > 1 => format!("{} × {n}", e.profile.name),
                 _ => e.profile.name.clone(),
             };
@@ -216,6 +228,21 @@ pub fn header(scenario: &Scenario, args: &Args) -> String {
         "profile {profile} · workload {workload} · SLOs {}",
         super::report::slo_text(&slo)
     )
+}
+
+/// `--fleet FILE` into an engine scenario: its fleet and disaggregation replace the scenario's, checked as a
+/// scenario's are (errors name the field: `fleet.disaggregation.decode_instances`).
+fn apply_fleet_file(scenario: Scenario, fleet: Option<&Path>) -> anyhow::Result<Scenario> {
+    let Some(path) = fleet else { return Ok(scenario) };
+    let Scenario::Engine(mut s) = scenario else {
+        anyhow::bail!("--fleet needs an engine scenario (\"model\": \"engine\")");
+    };
+    let (f, dg) = super::sim_server::load_fleet_file(path)?;
+    shared::engine::validate_fleet(&s.profile, Some(&f), dg.as_ref())
+        .map_err(|e| anyhow::anyhow!("--fleet {}: {e}", path.display()))?;
+    s.fleet = Some(f);
+    s.disaggregation = dg;
+    Ok(Scenario::Engine(s))
 }
 
 /// `--replicas` / `--router` into the scenario's fleet, validated as a scenario's `fleet` is.

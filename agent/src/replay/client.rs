@@ -269,6 +269,26 @@ pub struct RequestOutcome {
     /// Speculative decoding's counts where the server reports them per request (llama.cpp's `timings.draft_n`,
     /// `timings.draft_n_accepted`): the record's `spec`.
     pub spec: Option<shared::record::SpecCounts>,
+    /// The KV transfer of a prefill/decode-disaggregated server, where the server says it per request
+    /// ([`KV_TRANSFER_HEADER`], the sim-server's `--fleet`): the record's `kv_transfer_ms`. vLLM's P/D proxy does
+    /// not say it: absent there.
+    pub kv_transfer_ms: Option<f64>,
+}
+
+/// The response header a disaggregated server gives a request's KV transfer in, milliseconds (the sim-server's
+/// `--fleet` with `disaggregation`).
+pub const KV_TRANSFER_HEADER: &str = "x-kv-transfer-ms";
+
+/// [`KV_TRANSFER_HEADER`]'s value: a finite number of milliseconds ≥ 0, else nothing.
+fn kv_transfer_of(headers: &hyper::HeaderMap) -> Option<f64> {
+    headers
+        .get(KV_TRANSFER_HEADER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
 }
 
 /// The HTTP client, one per run; connections are pooled and reused.
@@ -795,6 +815,8 @@ impl Client {
             };
             return Attempt::refused(st, parts.status, &parts.headers, &detail);
         }
+        let mut st = st;
+        st.kv_transfer_ms = kv_transfer_of(&parts.headers);
         let (outcome, ended) = self.read_stream(&mut body, st, start, deadline, live, cut).await;
         if ended {
             pool.put_back(conn, &parts.headers, parts.version);
@@ -856,7 +878,11 @@ impl Client {
                 };
                 return Attempt::refused(st, status, &headers, &detail);
             }
-            Some(Ok(Ok(mut resp))) => self.read_stream(&mut resp, st, start, deadline, live, cut).await.0,
+            Some(Ok(Ok(mut resp))) => {
+                let mut st = st;
+                st.kv_transfer_ms = kv_transfer_of(resp.headers());
+                self.read_stream(&mut resp, st, start, deadline, live, cut).await.0
+            }
         })
     }
 
@@ -1243,6 +1269,8 @@ struct StreamState {
     anthropic_output: bool,
     /// The last `timings` with draft counts (llama.cpp).
     spec: Option<shared::record::SpecCounts>,
+    /// [`RequestOutcome::kv_transfer_ms`], from the response's head.
+    kv_transfer_ms: Option<f64>,
 }
 
 impl StreamState {
@@ -1269,6 +1297,7 @@ impl StreamState {
             reasoning_text: collect_text.then(String::new),
             first_frame_kernel: false,
             spec: None,
+            kv_transfer_ms: None,
         }
     }
 
@@ -1583,6 +1612,7 @@ impl StreamState {
             first_frame_kernel: self.first_frame_kernel,
             retry_statuses: Vec::new(),
             spec: self.spec,
+            kv_transfer_ms: self.kv_transfer_ms,
         }
     }
 

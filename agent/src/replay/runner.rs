@@ -177,7 +177,7 @@ pub fn to_record(o: &RequestOutcome, origin: Instant, slot: Slot, asked: u32, pr
         prompt_block_hashes: Vec::new(),
         replica: None,
         spec: o.spec,
-        kv_transfer_ms: None,
+        kv_transfer_ms: o.kv_transfer_ms,
         reasoning_tokens: o.reasoning_tokens,
         ttft_content_s: o.ttft_content.map(|d| d.as_secs_f64()),
         parent: slot.parent,
