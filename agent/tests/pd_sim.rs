@@ -52,6 +52,36 @@ fn fleet_json(link_bytes_per_s: f64) -> Value {
                               "link_latency_ms": LINK_LATENCY_MS, "kv_bytes_per_token": KV_BYTES}})
 }
 
+async fn replay(base: &str, scenario: &std::path::Path, out: &std::path::Path) {
+    let run = tokio::time::timeout(
+        Duration::from_secs(120),
+        Command::new(BIN)
+            .arg("replay")
+            .args([
+                "--url",
+                base,
+                "--model",
+                "sim",
+                "--out",
+                &out.to_string_lossy(),
+                "--scenario",
+                &scenario.to_string_lossy(),
+                "--quiet",
+            ])
+            .stdin(Stdio::null())
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("replay did not finish in 120 s"))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 fn ttft_p50_error(v: &Value) -> f64 {
     v["errors"]["ttft_p50_ms"]
         .as_f64()
@@ -94,33 +124,7 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
     let scenario_path = dir.join("scenario.json");
     std::fs::write(&scenario_path, scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let out = dir.join("run.jsonl");
-    let run = tokio::time::timeout(
-        Duration::from_secs(120),
-        Command::new(BIN)
-            .arg("replay")
-            .args([
-                "--url",
-                &s.base,
-                "--model",
-                "sim",
-                "--out",
-                &out.to_string_lossy(),
-                "--scenario",
-                &scenario_path.to_string_lossy(),
-                "--quiet",
-            ])
-            .stdin(Stdio::null())
-            .output(),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("replay did not finish in 120 s"))
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        run.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    replay(&s.base, &scenario_path, &out).await;
     let (recs, bad) = read_records(&out).unwrap_or_else(|e| panic!("{e:#}"));
     assert!(bad.is_empty());
     assert_eq!(recs.len(), 30);
@@ -143,6 +147,25 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
         assert!(ttft_ms > got, "TTFT {ttft_ms} ms holds the transfer {got} ms: {r:?}");
         total_ms += got;
     }
+    // A second run, one request at a time (what calibrate's prefill fit needs: requests alone on the server).
+    let alone = json!({
+        "model": "engine", "seed": 6, "counterfactuals": false,
+        "workload": {"kind": "closed_loop", "users": 1, "num_requests": 12,
+                     "prompt": {"dist": "uniform", "min": 300, "max": 4000},
+                     "output": {"dist": "uniform", "min": 8, "max": 16}},
+        "profile": profile()
+    });
+    let alone_path = dir.join("alone.json");
+    std::fs::write(&alone_path, alone.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let alone_out = dir.join("alone.jsonl");
+    replay(&s.base, &alone_path, &alone_out).await;
+    let (alone_recs, _) = read_records(&alone_out).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(alone_recs.len(), 12);
+    let total_ms = total_ms
+        + alone_recs
+            .iter()
+            .map(|r| r.kv_transfer_ms.unwrap_or_else(|| panic!("kv_transfer_ms: {r:?}")))
+            .sum::<f64>();
     // `/metrics` counts the same transfers and time.
     let metrics = reqwest::get(format!("{}/metrics", s.origin))
         .await
@@ -158,7 +181,7 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or_else(|| panic!("{name} in {metrics}"))
     };
-    assert_eq!(value("loadshape_sim:kv_transfers_total"), 30.0, "{metrics}");
+    assert_eq!(value("loadshape_sim:kv_transfers_total"), 42.0, "{metrics}");
     let secs = value("loadshape_sim:kv_transfer_seconds_total");
     assert!((secs - total_ms / 1000.0).abs() < 1e-3, "{secs} vs {total_ms} ms");
     // The request log's lines carry them too.
@@ -168,7 +191,7 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    assert_eq!(lines.len(), 30);
+    assert_eq!(lines.len(), 42);
     for l in &lines {
         let want = dg.transfer_ms(u64::from(l.prompt_tokens), KV_BYTES);
         assert_eq!(l.kv_transfer_ms, Some(want), "{l:?}");
@@ -211,6 +234,58 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
     // Decode is the decode instance's in both: TPOT p50 within 10 %.
     let tpot = right["errors"]["tpot_p50_ms"].as_f64().unwrap_or(f64::NAN);
     assert!(tpot.abs() <= 0.10, "TPOT p50 error {tpot}: {right}");
+
+    // calibrate against the P/D run: the records' transfers are taken out of TTFT, so the fitted profile is the
+    // instances' own and, predicted with the same fleet, matches the run again.
+    let cal = dir.join("cal");
+    let o = common::loadshape(
+        &[
+            "calibrate",
+            "--from",
+            &out.to_string_lossy(),
+            "--from",
+            &alone_out.to_string_lossy(),
+            "--out",
+            &cal.to_string_lossy(),
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fit: Value = serde_json::from_str(&std::fs::read_to_string(cal.join("fit.json")).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        fit["notes"].to_string().contains("prefill/decode disaggregation: 42 records"),
+        "{}",
+        fit["notes"]
+    );
+    let fitted = cal.join("profile.json");
+    let path = dir.join("fleet.json");
+    let o = common::loadshape(
+        &[
+            "predict",
+            &scenario_path.to_string_lossy(),
+            "--profile",
+            &fitted.to_string_lossy(),
+            "--fleet",
+            &path.to_string_lossy(),
+            "--against",
+            &out.to_string_lossy(),
+            "--seeds",
+            "3",
+            "--json",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let e = ttft_p50_error(&v);
+    eprintln!(
+        "calibrated: prefill {} tok/ms (true 20), TTFT p50 predicted {} ms ({:+.1} %)",
+        fit["profile"]["prefill_tokens_per_ms"],
+        v["simulated"]["ttft_p50_ms"],
+        e * 100.0
+    );
+    assert!(e.abs() <= TOLERANCE, "calibrated TTFT p50 error {e}: {v}");
 }
 
 #[test]

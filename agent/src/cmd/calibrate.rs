@@ -1091,6 +1091,37 @@ fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit
     Ok(())
 }
 
+/// A prefill/decode-disaggregated target whose records say each request's KV transfer (`kv_transfer_ms`, the
+/// sim-server's `x-kv-transfer-ms`): the transfer is taken out of each TTFT before the fit, so the prefill terms are
+/// the prefill instance's own and `predict --fleet` with the same link adds it back (docs/calibration.md,
+/// "Prefill/decode-disaggregated targets"). Records without it are left as they are: a target that does not say
+/// its transfers (vLLM's P/D proxy) is fitted as a whole, its link inside the prefill terms.
+fn without_link(
+    mut records: Vec<shared::record::RequestRecord>,
+) -> (Vec<shared::record::RequestRecord>, Option<String>) {
+    let mut n = 0usize;
+    let mut total_ms = 0.0;
+    for r in &mut records {
+        if let (Some(ms), Some(ttft)) = (r.kv_transfer_ms, r.ttft_s.as_mut())
+            && ms.is_finite()
+            && ms >= 0.0
+        {
+            *ttft = (*ttft - ms / 1000.0).max(0.0);
+            n += 1;
+            total_ms += ms;
+        }
+    }
+    let note = (n > 0).then(|| {
+        format!(
+            "prefill/decode disaggregation: {n} records carry the server's KV transfer (mean {:.1} ms), taken out \
+             of their TTFT before the fit: the prefill terms are the prefill instance's; predict with the same \
+             fleet (`--fleet`) to add the link back",
+            total_ms / n as f64
+        )
+    });
+    (records, note)
+}
+
 /// Everything `calibrate` does, returning the fit (tests call this).
 pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     let deployment = a.deployment.as_deref().map(read_deployment).transpose()?;
@@ -1119,6 +1150,8 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     };
     let lp = limits(a, &d)?;
     notes.extend(check_runs(&facts, &lp));
+    let (records, link_note) = without_link(records);
+    notes.extend(link_note);
     let batch_kv = match a.batch_kv {
         Choice::Auto => None,
         Choice::On => Some(true),
