@@ -1,6 +1,8 @@
 //! Compare: the pinned scenario A against the explorer's current scenario B, side by side with deltas, and their
 //! CDFs overlaid. A is pinned from the explorer ("Pin as A"); B follows every slider.
 
+pub mod pd;
+
 use leptos::prelude::*;
 use serde_json::Value;
 

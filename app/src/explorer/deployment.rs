@@ -367,6 +367,15 @@ pub fn DeploymentCard(ex: Explorer) -> impl IntoView {
         Ok((a, b, _)) => start(a, b),
         Err(e) => ab_error.set(Some(e)),
     };
+    let pd_colocated = move |_| match ex.json.with_untracked(crate::compare::pd::pd_vs_colocated) {
+        Ok((a, b, _)) => start(a, b),
+        Err(e) => ab_error.set(Some(e)),
+    };
+    let pd_label = move || {
+        ex.json
+            .with(crate::compare::pd::pd_vs_colocated)
+            .map_or_else(|_| "co-located vs P/D".to_string(), |(_, _, l)| l)
+    };
     let tp_label = move || {
         ex.json
             .with(tp_vs_replicas)
@@ -405,6 +414,9 @@ pub fn DeploymentCard(ex: Explorer) -> impl IntoView {
                         </select>
                         <button class="btn small" data-action="ab-tp-replicas" on:click=tp_replicas title="The same GPUs as tensor parallelism (A) or as replicas behind a router (B)">
                             {tp_label}
+                        </button>
+                        <button class="btn small" data-action="ab-pd" on:click=pd_colocated title="The same GPUs co-located (A: every replica prefills and decodes) or split into prefill and decode instances (B: each prompt's KV crosses a 50 GB/s link)">
+                            {pd_label}
                         </button>
                         {move || pending.with(Option::is_some).then(|| view! { <span class="faint" data-ab-pending="">"computing A…"</span> })}
                     </div>
