@@ -172,7 +172,7 @@ test('the preset menu offers deployments of the catalog; one computes as the CLI
   await page.close();
 });
 
-test('A/B of two deployments is one click from the result: another GPU, and TP2 against two replicas', async () => {
+test('A/B of two deployments is one click from the result: another GPU, TP2 against two replicas, co-located against P/D', async () => {
   const base = JSON.parse(readFileSync(path.join(ROOT, 'examples/deployment-h100-llama8b.json'), 'utf8'));
   // A short run: the four sides are simulated by the CLI too.
   base.workload.num_requests = 400;
@@ -217,6 +217,20 @@ test('A/B of two deployments is one click from the result: another GPU, and TP2 
   const { scenario: shownB } = await copiedScenarioOfExplorer(page);
   assert.deepEqual(shownB.fleet, bSide.fleet);
   assert.deepEqual(shownB.deployment, bSide.deployment);
+
+  // Back in the explorer (two H200 replicas), the same two GPUs co-located against one prefill + one decode
+  // instance: Compare holds the CLI's numbers for both, and B's fleet is the split one.
+  await page.locator('button[data-view="explorer"], [data-view="explorer"]').first().click();
+  const pd = page.locator('[data-action="ab-pd"]');
+  assert.equal((await pd.textContent()).trim(), '2 replicas vs P/D 1 + 1');
+  await pd.click();
+  const split = { ...bSide, fleet: { ...bSide.fleet, disaggregation: { prefill_instances: 1, decode_instances: 1, link_bytes_per_s: 5e10, link_latency_ms: 0.5 } } };
+  await page.waitForFunction(() => /disaggregation/.test(document.querySelector('#view-compare:not(.hidden) .changes')?.textContent ?? ''), null, { timeout: 30000 });
+  await assertAb(bSide, split, 'colocated-vs-pd');
+  const { scenario: shownPd } = await copiedScenarioOfExplorer(page);
+  assert.deepEqual(shownPd.fleet, split.fleet);
+  // The split changes the result: the transfer and the decode step are in B's TTFT.
+  assert.notEqual(await compareSide('ttft_p50_ms', 'a'), await compareSide('ttft_p50_ms', 'b'));
   assert.deepEqual(errors, []);
   await page.close();
 });
