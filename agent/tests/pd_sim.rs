@@ -254,7 +254,9 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
     let fit: Value = serde_json::from_str(&std::fs::read_to_string(cal.join("fit.json")).unwrap_or_default())
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(
-        fit["notes"].to_string().contains("prefill/decode disaggregation: 42 records"),
+        fit["notes"]
+            .to_string()
+            .contains("prefill/decode disaggregation: 42 records"),
         "{}",
         fit["notes"]
     );

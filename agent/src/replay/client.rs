@@ -2198,6 +2198,24 @@ mod tests {
     }
 
     #[test]
+    fn kv_transfer_header_is_read_when_it_is_a_time() {
+        let with = |v: &str| {
+            let mut h = hyper::HeaderMap::new();
+            h.insert(
+                KV_TRANSFER_HEADER,
+                hyper::header::HeaderValue::from_str(v).unwrap_or_else(|e| panic!("{e}")),
+            );
+            kv_transfer_of(&h)
+        };
+        assert_eq!(with("85.536"), Some(85.536));
+        assert_eq!(with(" 0 "), Some(0.0));
+        for bad in ["-1", "NaN", "inf", "soon", ""] {
+            assert_eq!(with(bad), None, "{bad:?}");
+        }
+        assert_eq!(kv_transfer_of(&hyper::HeaderMap::new()), None);
+    }
+
+    #[test]
     fn retry_after_in_seconds_or_as_a_date() {
         use hyper::StatusCode;
         let now = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);

@@ -165,7 +165,9 @@ impl FleetEngine {
                     }
                 }
                 StepEvent::Finished { id, generated } => {
-                    let Some(oid) = self.inner.remove(&key(id)) else { continue };
+                    let Some(oid) = self.inner.remove(&key(id)) else {
+                        continue;
+                    };
                     let Some(&o) = self.outer.get(&oid) else { continue };
                     if o.prefilling && generated > 0 {
                         // The prompt is computed: its KV goes over the link.
@@ -192,11 +194,8 @@ impl StepEngine for FleetEngine {
     fn submit(&mut self, now_ms: f64, prompt_tokens: u32, block_hashes: Vec<u64>, output_tokens: u32) -> u64 {
         let pool = self.pool();
         self.outstanding.clear();
-        self.outstanding.extend(
-            self.engines[..pool]
-                .iter()
-                .map(|e| (e.running() + e.waiting()) as u64),
-        );
+        self.outstanding
+            .extend(self.engines[..pool].iter().map(|e| (e.running() + e.waiting()) as u64));
         self.cached.clear();
         if self.fleet.router == Router::PrefixAware {
             let full = (prompt_tokens / self.block_size().max(1) as u32) as usize;
@@ -295,7 +294,9 @@ impl StepEngine for FleetEngine {
     }
 
     fn block_size(&self) -> usize {
-        self.engines.first().map_or(16, |e| e.profile().block_size.max(1) as usize)
+        self.engines
+            .first()
+            .map_or(16, |e| e.profile().block_size.max(1) as usize)
     }
 
     fn max_model_len(&self) -> Option<u64> {

@@ -228,11 +228,7 @@ pub fn router(config: Config) -> std::io::Result<Router> {
             fleet,
             disaggregation,
         } => {
-            cache_config = Some((
-                profile.block_size,
-                profile.num_kv_blocks,
-                profile.enable_prefix_caching,
-            ));
+            cache_config = Some((profile.block_size, profile.num_kv_blocks, profile.enable_prefix_caching));
             let engine = fleet_engine::FleetEngine::new(*profile, fleet, disaggregation)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
             max_model_len = engine.max_model_len();

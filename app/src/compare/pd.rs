@@ -14,11 +14,7 @@ pub const LINK_LATENCY_MS: f64 = 0.5;
 /// cannot be split), B the same `n` as ⌊n/2⌋ prefill + ⌈n/2⌉ decode instances; or why not (B is not a valid
 /// scenario, say the profile has no roofline to take the KV size from).
 pub fn pd_vs_colocated(j: &Value) -> Result<(Value, Value, String), String> {
-    let n = j
-        .pointer("/fleet/replicas")
-        .and_then(Value::as_u64)
-        .unwrap_or(1)
-        .max(2);
+    let n = j.pointer("/fleet/replicas").and_then(Value::as_u64).unwrap_or(1).max(2);
     let mut a = j.clone();
     match a.get_mut("fleet").and_then(Value::as_object_mut) {
         Some(f) => {
