@@ -231,6 +231,27 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
     );
     assert!(e_right.abs() <= TOLERANCE, "TTFT p50 error {e_right}: {right}");
     assert!(e_wrong.abs() > TOLERANCE, "a wrong link still matched: {e_wrong}");
+    // `simulate --like` the live run's own requests with the same fleet: its TTFT p50 too.
+    let o = common::loadshape(
+        &[
+            "simulate",
+            "--like",
+            &out.to_string_lossy(),
+            &scenario_path.to_string_lossy(),
+            "--fleet",
+            &dir.join("fleet.json").to_string_lossy(),
+            "--json",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let like: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let live_p50 = right["live"]["ttft_p50_ms"].as_f64().unwrap_or(f64::NAN);
+    let like_p50 = like["summary"]["ttft_p50_ms"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        (like_p50 / live_p50 - 1.0).abs() <= TOLERANCE,
+        "simulate --like: TTFT p50 {like_p50} vs live {live_p50}"
+    );
     // Decode is the decode instance's in both: TPOT p50 within 10 %.
     let tpot = right["errors"]["tpot_p50_ms"].as_f64().unwrap_or(f64::NAN);
     assert!(tpot.abs() <= 0.10, "TPOT p50 error {tpot}: {right}");
