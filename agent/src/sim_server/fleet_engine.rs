@@ -320,6 +320,8 @@ impl StepEngine for FleetEngine {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn profile() -> EngineProfile {
@@ -417,6 +419,95 @@ mod tests {
         );
         assert!(matches!(seen.last(), Some((_, ServerEvent::Finished { id: i })) if *i == id));
         assert_eq!(e.load(), (0, 0));
+    }
+
+    /// The fleet stepped as the sim-server steps it equals `simulate` of the same requests: two bursts (all at
+    /// once, so no request arrives while a step is under way) on 2 prefill + 1 decode instances, round robin.
+    #[test]
+    fn it_times_each_request_as_the_simulator_does() {
+        let p = EngineProfile {
+            enable_prefix_caching: false,
+            per_seq_ms: 0.5,
+            per_ctx_token_ms: 0.001,
+            ..profile()
+        };
+        let fleet = FleetSpec {
+            replicas: 3,
+            router: Router::RoundRobin,
+            load_cap: 1.5,
+            profiles: Vec::new(),
+        };
+        let dg = Disaggregation {
+            prefill_instances: 2,
+            decode_instances: 1,
+            link_bytes_per_s: 5e9,
+            link_latency_ms: 1.5,
+            kv_bytes_per_token: Some(131_072.0),
+        };
+        // (arrival ms, prompt, output)
+        let reqs: Vec<(f64, u32, u32)> = (0..12u32)
+            .map(|i| (if i < 6 { 0.0 } else { 5_000.0 }, 400 + 350 * i, 4 + 3 * (i % 5)))
+            .collect();
+        let trace = json!({"kind": "trace", "requests": reqs.iter().map(|&(t, pr, out)| json!({
+            "arrival_ms": t, "unique_prompt_tokens": pr, "output_tokens": out})).collect::<Vec<_>>()});
+        let sc = json!({"model": "engine", "counterfactuals": false, "workload": trace, "profile": p,
+                        "fleet": {"replicas": 3, "router": "round_robin", "disaggregation": dg}});
+        let shared::scenario::Scenario::Engine(sc) =
+            shared::scenario::Scenario::from_value(sc).unwrap_or_else(|e| panic!("{e}"))
+        else {
+            panic!("an engine scenario")
+        };
+        let sim = shared::engine::simulate_with(
+            &sc,
+            shared::engine::SimOptions {
+                record_itl_quantiles: false,
+                keep_records: true,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+
+        let mut e = FleetEngine::new(p, fleet, Some(dg)).unwrap_or_else(|err| panic!("{err}"));
+        let mut ids = Vec::new();
+        let mut first: HashMap<u64, f64> = HashMap::new();
+        let mut end: HashMap<u64, f64> = HashMap::new();
+        let mut now = 0.0;
+        let mut next = 0;
+        loop {
+            while next < reqs.len() && reqs[next].0 <= now {
+                ids.push(e.submit(now, reqs[next].1, Vec::new(), reqs[next].2));
+                next += 1;
+            }
+            match e.step(now) {
+                Some((d, events)) => {
+                    now += d;
+                    for ev in events {
+                        match ev {
+                            ServerEvent::Tokens { id, .. } => {
+                                first.entry(id).or_insert(now);
+                            }
+                            ServerEvent::Finished { id } => {
+                                end.insert(id, now);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                None if next < reqs.len() => now = reqs[next].0,
+                None => break,
+            }
+        }
+        assert_eq!(sim.records.len(), reqs.len());
+        for (i, (r, id)) in sim.records.iter().zip(&ids).enumerate() {
+            let t0 = reqs[i].0;
+            let ttft = first[id] - t0;
+            let e2e = end[id] - t0;
+            let (want_ttft, want_e2e) = (r.ttft_s.unwrap_or_default() * 1000.0, r.wall_s * 1000.0);
+            assert!(
+                (ttft - want_ttft).abs() < 1e-6 && (e2e - want_e2e).abs() < 1e-6,
+                "request {i}: TTFT {ttft} vs simulated {want_ttft}, E2E {e2e} vs {want_e2e}"
+            );
+            assert_eq!(e.transfer_ms(reqs[i].1), r.kv_transfer_ms);
+        }
     }
 
     #[test]
