@@ -312,17 +312,18 @@ pub fn phase_seconds(phases: &[ProbePhase], i: usize, budget_s: f64, elapsed_s: 
 }
 
 impl ProbePhase {
-    /// The part of the phase's time in which it starts requests; in the rest the ones in flight finish (the
-    /// drain), then any still running are cut. A decode phase's drain is as long as the whole phase: its requests
-    /// are its data, and at a large batch and context one round of them can outlast a short share (4 sequences at
-    /// 3,400 tokens on a loaded 2-core machine completed none within a 0.2 drain), so it waits for the round in
-    /// flight; it ends as soon as that round does, and the later phases' time is shared out again
-    /// ([`phase_seconds`]).
-    pub fn start_and_drain(&self) -> (f64, f64) {
+    /// Seconds in which the phase starts requests and seconds of its drain, in which the ones in flight finish
+    /// (then any still running are cut), given the phase's time `share_s` ([`phase_seconds`]) and the whole
+    /// probe's `budget_s`: ⅘ and ⅕ of its time. A decode phase's drain is its whole time and at least a tenth of
+    /// the budget: its requests are its data, and at a large batch and context one round of them can outlast a
+    /// short share (4 sequences at 3,400 tokens on a loaded 2-core machine completed none within a drain of a
+    /// fifth, nor within one of 6 s), so it waits for the round in flight; it ends as soon as that round does, and
+    /// the later phases' time is shared out again.
+    pub fn start_and_drain(&self, share_s: f64, budget_s: f64) -> (f64, f64) {
         if self.name.starts_with("decode-") {
-            (0.8, 1.0)
+            (0.8 * share_s, share_s.max(0.1 * budget_s))
         } else {
-            (0.8, 0.2)
+            (0.8 * share_s, 0.2 * share_s)
         }
     }
 }
@@ -1842,10 +1843,13 @@ mod tests {
         assert!(late < 100.0 * phases[3].budget_share && late >= 50.0 * phases[3].budget_share);
         assert_eq!(phase_seconds(&phases, 3, 100.0, 99.0), 50.0 * phases[3].budget_share);
         assert_eq!(phase_seconds(&phases, n, 100.0, 0.0), 0.0);
-        // Decode phases wait for the round in flight; the others cut it after a fifth of their time.
+        // Decode phases wait for the round in flight, at least a tenth of the budget; the others cut it after a
+        // fifth of their time.
         for p in &phases {
-            let (_, drain) = p.start_and_drain();
-            assert_eq!(drain == 1.0, p.name.starts_with("decode-"), "{}", p.name);
+            assert_eq!(p.start_and_drain(10.0, 180.0).0, 8.0);
+            let drain = p.start_and_drain(10.0, 180.0).1;
+            assert_eq!(drain, if p.name.starts_with("decode-") { 18.0 } else { 2.0 }, "{}", p.name);
+            assert_eq!(p.start_and_drain(30.0, 180.0).1, if p.name.starts_with("decode-") { 30.0 } else { 6.0 });
         }
     }
 

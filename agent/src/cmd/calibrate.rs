@@ -581,7 +581,7 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
     };
     for (i, ph) in phases.iter().enumerate() {
         let share = calibrate::phase_seconds(&phases, i, a.budget, began.elapsed().as_secs_f64());
-        let (start, drain) = ph.start_and_drain();
+        let (start, drain) = ph.start_and_drain(share, a.budget);
         if let Some(p) = &a.progress {
             (p.0)(&status(&ph.name, i));
         }
@@ -612,9 +612,9 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             (c, _) => match c {
                 // Sessions keep starting for the phase's time, then the ones in flight finish within its grace.
                 Some(w) => Traffic::Sessions(shared::workload::SessionWorkload {
-                    duration_s: share * start,
+                    duration_s: start,
                     drain: true,
-                    drain_grace_s: share * drain,
+                    drain_grace_s: drain,
                     ..w.clone()
                 }),
                 None => Traffic::Closed {
@@ -630,10 +630,10 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             traffic,
             format!("calibrate probe {}", ph.name),
             i as u64,
-            Some(replay::settings::seconds("the probe phase", share * start)?),
+            Some(replay::settings::seconds("the probe phase", start)?),
         )?;
         s.drain = true;
-        s.drain_grace = replay::settings::seconds("the probe phase's drain", share * drain)?;
+        s.drain_grace = replay::settings::seconds("the probe phase's drain", drain)?;
         s.scrape_interval = Duration::from_secs_f64((share / 4.0).clamp(0.5, 5.0));
         s.progress = false;
         s.max_fail_streak = 3;
@@ -664,9 +664,10 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             // A slow server (or a loaded machine) can use a phase's whole share on its first requests; the
             // phase adds no observations and the fit says what it lacks.
             replay::Verdict::NothingCompleted if i > 0 => eprintln!(
-                "calibrate: probe phase {}: no request completed within its {share:.0} s (a longer --budget gives it \
+                "calibrate: probe phase {}: no request completed within its {:.0} s (a longer --budget gives it \
                  time); going on without it",
-                ph.name
+                ph.name,
+                start + drain
             ),
             v => anyhow::bail!("probe phase {}: {v:?} (records in {})", ph.name, out.display()),
         }
