@@ -367,16 +367,22 @@ fn predict_with_a_deployment_and_a_what_if() {
         tpot(&b200),
         tpot(&h100)
     );
-    // Both --profile and --deployment: refused (neither: the scenario's own profile); a bad deployment names the
-    // field.
+    // Both --profile and --deployment: the profile's server (its 12 ms step floor, its host cache) running the
+    // deployment's model: steps priced by the deployment's roofline, so TPOT is the deployment's, not the
+    // profile's (neither: the scenario's own profile); a bad deployment names the field.
     let pf = d.join("profile.json");
     write(&pf, &profile());
     let path = d.join("h100-sxm.json");
     let o = loadshape(
-        &["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&path)],
+        &["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&path), "--seeds", "2", "--json"],
         None,
     );
-    assert!(!o.status.success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let both: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert!(both["profile"].as_str().is_some_and(|p| p.ends_with("profile.json")), "{both}");
+    assert!(both["deployment"].as_str().is_some_and(|p| p.ends_with("h100-sxm.json")), "{both}");
+    assert!(tpot(&both) < 12.0, "{}", tpot(&both));
+    assert!((tpot(&both) / tpot(&h100) - 1.0).abs() < 0.1, "{} vs {}", tpot(&both), tpot(&h100));
     let o = loadshape(&["predict", s(&sc), "--seeds", "1"], None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut bad = dep("h100-sxm");
@@ -391,7 +397,7 @@ fn predict_with_a_deployment_and_a_what_if() {
 }
 
 /// Without `--profile` or `--deployment`, predict takes the scenario's own profile: the scenario's run of its own
-/// seed compares with an error of 0 in every field. Both flags at once are refused.
+/// seed compares with an error of 0 in every field.
 #[test]
 fn predict_without_a_profile_uses_the_scenarios_own() {
     let d = dir("own");
@@ -417,10 +423,12 @@ fn predict_without_a_profile_uses_the_scenarios_own() {
     assert_eq!(table[0]["field"], "ttft_p50_ms");
     assert_eq!(table[0]["error"], errors["ttft_p50_ms"]);
     assert_eq!(table[0]["simulated"], v["simulated"]["ttft_p50_ms"]);
+    // A profile given as the deployment: refused, naming the file.
     let pf = d.join("profile.json");
     write(&pf, &profile());
     let o = loadshape(&["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&pf)], None);
-    assert!(!o.status.success(), "both flags accepted");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--deployment"), "{err}");
 }
 
 /// Sessions whose context outgrows `max_model_len` (4,000 prompt tokens, 564 more a step, 64 out, 6,000 at most):

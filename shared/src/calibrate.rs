@@ -298,6 +298,36 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     Ok(phases)
 }
 
+/// Seconds phase `i` of `phases` may take once `elapsed_s` of a `budget_s` probe have gone: what is left, shared
+/// among the phases not yet run in proportion to their `budget_share` (a phase that ended early leaves its time to
+/// the later ones; one that ran over takes it from them), but never less than half the phase's own share of the
+/// whole budget, so that a late phase still measures something (the probe then ends after its budget). With every
+/// phase on time this is `budget_s × budget_share`.
+pub fn phase_seconds(phases: &[ProbePhase], i: usize, budget_s: f64, elapsed_s: f64) -> f64 {
+    let Some(ph) = phases.get(i) else { return 0.0 };
+    let rest: f64 = phases[i..].iter().map(|p| p.budget_share).sum();
+    let left = (budget_s - elapsed_s).max(0.0);
+    let fair = if rest > 0.0 { left * ph.budget_share / rest } else { 0.0 };
+    fair.max(0.5 * budget_s * ph.budget_share)
+}
+
+impl ProbePhase {
+    /// Seconds in which the phase starts requests and seconds of its drain, in which the ones in flight finish
+    /// (then any still running are cut), given the phase's time `share_s` ([`phase_seconds`]) and the whole
+    /// probe's `budget_s`: ⅘ and ⅕ of its time. A decode phase's drain is its whole time and at least a tenth of
+    /// the budget: its requests are its data, and at a large batch and context one round of them can outlast a
+    /// short share (4 sequences at 3,400 tokens on a loaded 2-core machine completed none within a drain of a
+    /// fifth, nor within one of 6 s), so it waits for the round in flight; it ends as soon as that round does, and
+    /// the later phases' time is shared out again.
+    pub fn start_and_drain(&self, share_s: f64, budget_s: f64) -> (f64, f64) {
+        if self.name.starts_with("decode-") {
+            (0.8 * share_s, share_s.max(0.1 * budget_s))
+        } else {
+            (0.8 * share_s, 0.2 * share_s)
+        }
+    }
+}
+
 /// Share of the probe's budget the `returns` phase takes.
 pub const RETURNS_SHARE: f64 = 0.2;
 /// Most sessions the `returns` phase parks (its time share usually ends it first).
@@ -1791,6 +1821,36 @@ mod tests {
         assert_eq!(first(&kv), (11, 3392));
         // Short prompts keep their half on a slot engine too.
         assert_eq!(first(&plan_returns(1000, 32_768, Some(4)).expect("a phase")).1, 448);
+    }
+
+    #[test]
+    fn a_phase_gets_what_the_earlier_ones_left_and_at_least_half_its_share() {
+        let phases = plan_probe(&ProbeLimits::default()).expect("plan");
+        let n = phases.len();
+        let on_time: f64 = phases[..3].iter().map(|p| 100.0 * p.budget_share).sum();
+        // On time: the nominal share.
+        for i in [0, 3, n - 1] {
+            let want = 100.0 * phases[i].budget_share;
+            let before: f64 = phases[..i].iter().map(|p| 100.0 * p.budget_share).sum();
+            assert!((phase_seconds(&phases, i, 100.0, before) - want).abs() < 1e-9, "phase {i}");
+        }
+        // Early: the time left over is shared out by share.
+        let early = phase_seconds(&phases, 3, 100.0, on_time - 10.0);
+        let rest: f64 = phases[3..].iter().map(|p| p.budget_share).sum();
+        assert!((early - 100.0 * phases[3].budget_share - 10.0 * phases[3].budget_share / rest).abs() < 1e-9);
+        // Late: less, but never under half the share; the last phase gets what is left.
+        let late = phase_seconds(&phases, 3, 100.0, on_time + 5.0);
+        assert!(late < 100.0 * phases[3].budget_share && late >= 50.0 * phases[3].budget_share);
+        assert_eq!(phase_seconds(&phases, 3, 100.0, 99.0), 50.0 * phases[3].budget_share);
+        assert_eq!(phase_seconds(&phases, n, 100.0, 0.0), 0.0);
+        // Decode phases wait for the round in flight, at least a tenth of the budget; the others cut it after a
+        // fifth of their time.
+        for p in &phases {
+            assert_eq!(p.start_and_drain(10.0, 180.0).0, 8.0);
+            let drain = p.start_and_drain(10.0, 180.0).1;
+            assert_eq!(drain, if p.name.starts_with("decode-") { 18.0 } else { 2.0 }, "{}", p.name);
+            assert_eq!(p.start_and_drain(30.0, 180.0).1, if p.name.starts_with("decode-") { 30.0 } else { 6.0 });
+        }
     }
 
     #[test]

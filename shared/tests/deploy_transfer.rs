@@ -172,3 +172,33 @@ fn a_gpu_slower_than_the_measured_server_is_held_at_full_efficiency_with_a_note(
     );
     assert!(t.max_error > 0.02);
 }
+
+#[test]
+fn on_server_prices_steps_by_the_deployment_and_keeps_the_servers_scheduling_and_cache() {
+    use shared::engine::profile::Scheduler;
+    let other = calibrated(&with_efficiency("qwen3-8b", "h100-sxm", 1, 0.4, 0.7, 2.0));
+    // A llama.cpp server: slots and a context set in tokens, a host cache, replies re-tokenized.
+    let mut server = llama3_8b_h100();
+    server.scheduler = Scheduler::LlamaCpp;
+    server.max_num_seqs = 4;
+    server.num_kv_blocks = 2048;
+    server.reply_cached_share = 0.2;
+    server.batch_kv_ms_per_ktok = 0.05;
+    let p = transfer::on_server(&server, &other);
+    // Steps: the deployment's, every linear term too (the server's batch-wide KV term was its model's).
+    for (batch, ctx) in [(1.0, 512.0), (4.0, 6000.0)] {
+        assert_eq!(p.decode_step_ms(batch, ctx), other.decode_step_ms(batch, ctx));
+        assert_ne!(p.decode_step_ms(batch, ctx), server.decode_step_ms(batch, ctx));
+    }
+    assert_eq!(p.batch_kv_ms_per_ktok, 0.0);
+    assert_eq!(p.prefill_tokens_per_ms, other.prefill_tokens_per_ms);
+    // The server's: scheduling, limits, the cache's size in tokens and what it keeps.
+    assert_eq!(p.scheduler, Scheduler::LlamaCpp);
+    assert_eq!((p.max_num_seqs, p.num_kv_blocks), (4, 2048));
+    assert_eq!(p.reply_cached_share, 0.2);
+    p.validate().unwrap_or_else(|e| panic!("{e}"));
+    // A vLLM-like server sizes its KV cache from the memory the other model's weights leave.
+    let vllm = transfer::on_server(&llama3_8b_h100(), &other);
+    assert_eq!(vllm.num_kv_blocks, other.num_kv_blocks);
+    assert_ne!(vllm.num_kv_blocks, llama3_8b_h100().num_kv_blocks);
+}

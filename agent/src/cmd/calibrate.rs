@@ -580,7 +580,8 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         }
     };
     for (i, ph) in phases.iter().enumerate() {
-        let share = a.budget * ph.budget_share;
+        let share = calibrate::phase_seconds(&phases, i, a.budget, began.elapsed().as_secs_f64());
+        let (start, drain) = ph.start_and_drain(share, a.budget);
         if let Some(p) = &a.progress {
             (p.0)(&status(&ph.name, i));
         }
@@ -611,9 +612,9 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             (c, _) => match c {
                 // Sessions keep starting for the phase's time, then the ones in flight finish within its grace.
                 Some(w) => Traffic::Sessions(shared::workload::SessionWorkload {
-                    duration_s: share * 0.8,
+                    duration_s: start,
                     drain: true,
-                    drain_grace_s: share * 0.2,
+                    drain_grace_s: drain,
                     ..w.clone()
                 }),
                 None => Traffic::Closed {
@@ -629,10 +630,10 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             traffic,
             format!("calibrate probe {}", ph.name),
             i as u64,
-            Some(replay::settings::seconds("the probe phase", share * 0.8)?),
+            Some(replay::settings::seconds("the probe phase", start)?),
         )?;
         s.drain = true;
-        s.drain_grace = replay::settings::seconds("the probe phase's drain", share * 0.2)?;
+        s.drain_grace = replay::settings::seconds("the probe phase's drain", drain)?;
         s.scrape_interval = Duration::from_secs_f64((share / 4.0).clamp(0.5, 5.0));
         s.progress = false;
         s.max_fail_streak = 3;
@@ -663,9 +664,10 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             // A slow server (or a loaded machine) can use a phase's whole share on its first requests; the
             // phase adds no observations and the fit says what it lacks.
             replay::Verdict::NothingCompleted if i > 0 => eprintln!(
-                "calibrate: probe phase {}: no request completed within its {share:.0} s (a longer --budget gives it \
+                "calibrate: probe phase {}: no request completed within its {:.0} s (a longer --budget gives it \
                  time); going on without it",
-                ph.name
+                ph.name,
+                start + drain
             ),
             v => anyhow::bail!("probe phase {}: {v:?} (records in {})", ph.name, out.display()),
         }
@@ -681,6 +683,15 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             apart(&mut r, sessions);
             r
         }));
+    }
+    let took = began.elapsed().as_secs_f64();
+    if took > a.budget * 1.05 {
+        // A phase ran over (a decode round that outlasted its share) and the later ones kept half their time.
+        eprintln!(
+            "calibrate: the probe took {took:.0} s of a {:.0} s budget (its slowest phases waited for their \
+             requests in flight)",
+            a.budget
+        );
     }
     if let Some(p) = &a.progress {
         (p.0)(&status("fit", phases.len()));

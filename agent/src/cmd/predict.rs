@@ -2,8 +2,9 @@
 //! seeds and, given live runs of the same scenario, set simulated and live figures side by side.
 //!
 //! Run with `loadshape predict scenario.json --profile cal/profile.json [--fleet fleet.json] [--against run.jsonl
-//! ...] [--seeds 10] [--json]`, or with `--deployment cal/deployment.json` (a deployment with calibrated efficiencies, its model or
-//! GPU edited for a what-if) in place of `--profile`; with neither, the scenario's own profile (or deployment).
+//! ...] [--seeds 10] [--json]`, or with `--deployment cal/deployment.json` (a deployment with calibrated
+//! efficiencies, its model or GPU edited for a what-if) in place of `--profile`, or both (the measured server
+//! running the deployment's model); with neither, the scenario's own profile (or deployment).
 //! Every figure comes from `shared::metrics::summarize` (simulated and live alike), laid side by side by
 //! `shared::predict::compare`, the function the page's live view calls for its table. `--json` prints
 //! `{"simulated": Summary, "simulated_spread": {field: {min, mean, max}}, "live": Summary, "live_runs": [...],
@@ -16,6 +17,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use shared::deploy::Deployment;
+use shared::engine::EngineProfile;
 use shared::metrics::{self, Summary};
 use shared::predict::{FIELDS, Row, Spread};
 use shared::scenario::Scenario;
@@ -27,11 +29,14 @@ pub struct Args {
     /// Scenario file (JSON, `"model": "engine"`).
     pub scenario: PathBuf,
     /// Engine profile JSON (replaces the scenario's `profile`). Without it or `--deployment`, the scenario's own
-    /// profile (or deployment).
-    #[arg(long, conflicts_with = "deployment")]
+    /// profile (or deployment). With `--deployment` too: the measured server running the deployment's model (see
+    /// `--deployment`).
+    #[arg(long)]
     pub profile: Option<PathBuf>,
     /// Deployment JSON (a model on a GPU with its efficiencies, e.g. `calibrate --deployment`'s
-    /// `deployment.json`, edited): its roofline replaces the scenario's `profile`.
+    /// `deployment.json`, edited): its roofline replaces the scenario's `profile`. With `--profile` (the
+    /// calibration's `profile.json`), the deployment prices each step and the profile keeps the server's
+    /// scheduling, limits and cache: the same server with another model.
     #[arg(long, value_name = "FILE")]
     pub deployment: Option<PathBuf>,
     /// Fleet JSON (as a scenario's `"fleet"`, e.g. `sim-server --fleet`'s file): replaces the scenario's fleet.
@@ -80,21 +85,30 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
             a.scenario.display()
         );
     };
+    let read_deployment = |path: &PathBuf| -> anyhow::Result<(Deployment, EngineProfile)> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading --deployment {}", path.display()))?;
+        let d = Deployment::from_json(&text).map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
+        let resolved = d
+            .resolve()
+            .map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
+        Ok((d, resolved.profile))
+    };
     let source = match (&a.profile, &a.deployment) {
-        (Some(p), _) => {
+        (Some(p), None) => {
             sc.profile = crate::sim_server::load_profile_file(p)?;
             sc.deployment = None;
             format!("profile {}", p.display())
         }
+        (Some(p), Some(path)) => {
+            let server = crate::sim_server::load_profile_file(p)?;
+            let (_, priced) = read_deployment(path)?;
+            sc.profile = shared::deploy::transfer::on_server(&server, &priced);
+            sc.deployment = None;
+            format!("deployment {} on the server of profile {}", path.display(), p.display())
+        }
         (None, Some(path)) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading --deployment {}", path.display()))?;
-            let d =
-                Deployment::from_json(&text).map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
-            let resolved = d
-                .resolve()
-                .map_err(|e| anyhow::anyhow!("--deployment {}: {e}", path.display()))?;
-            sc.profile = resolved.profile;
+            let (d, profile) = read_deployment(path)?;
+            sc.profile = profile;
             sc.deployment = Some(d);
             format!("deployment {}", path.display())
         }

@@ -128,6 +128,34 @@ pub struct Transfer {
     pub notes: Vec<String>,
 }
 
+/// The measured server running another model: `server` (a calibrated profile) with each step priced by
+/// `deployment` (a resolved deployment's profile, its roofline and the linear terms that describe it) instead of
+/// its own fitted terms. Everything that is the server's and not the model's stays: the scheduler, the limits
+/// (`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`), the prefix cache and its tiers,
+/// `reply_cached_share`, speculation. The KV capacity stays the server's when it is set in tokens (llama.cpp's
+/// `-c`: `scheduler` `llama_cpp`); a vLLM-like server sizes its cache from the memory the weights leave, so there
+/// it is the deployment's.
+pub fn on_server(server: &EngineProfile, deployment: &EngineProfile) -> EngineProfile {
+    use crate::engine::profile::Scheduler;
+    let mut p = server.clone();
+    p.name = format!("{} on {}", deployment.name, server.name);
+    p.basis = format!("{}; the server's scheduling, limits and cache from {}", deployment.basis, server.name);
+    p.roofline = deployment.roofline.clone();
+    p.step_fixed_ms = deployment.step_fixed_ms;
+    p.per_seq_ms = deployment.per_seq_ms;
+    p.per_ctx_token_ms = deployment.per_ctx_token_ms;
+    p.prefill_tokens_per_ms = deployment.prefill_tokens_per_ms;
+    p.prefill_fixed_ms = deployment.prefill_fixed_ms;
+    p.prefill_ctx_ms_per_ktok = deployment.prefill_ctx_ms_per_ktok;
+    p.batch_kv_ms_per_ktok = deployment.batch_kv_ms_per_ktok;
+    p.prefill_batch_kv_ms_per_ktok = deployment.prefill_batch_kv_ms_per_ktok;
+    if server.scheduler != Scheduler::LlamaCpp {
+        p.block_size = deployment.block_size;
+        p.num_kv_blocks = deployment.num_kv_blocks;
+    }
+    p
+}
+
 /// Fit `deployment`'s efficiencies to `calibrated` (see the module docs). Factors the deployment gives and the
 /// data did not identify keep the deployment's value, the others their default. Errors: the deployment does not
 /// resolve (paths relative to it).
