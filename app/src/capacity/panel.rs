@@ -160,6 +160,7 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
             </p>
             <LineChart id="capacity-knee" title="Goodput vs load (search levels)" x_label="load" y_label="req/s" series=chart thresholds=knee empty="searching…"/>
             {body}
+            <crate::capacity::gpus::GpuSection ex=ex/>
         </div>
     }
 }

@@ -32,6 +32,21 @@ pub enum Job {
     /// The live numbers table's simulated side ([`crate::live::numbers::predicted`]): the scenario over its seeds, scored
     /// over the live run's window (its end, s; `None`: the whole run).
     Predict(#[serde(with = "json_tree")] Value, Option<f64>),
+    /// A job whose code loads on demand ([`crate::on_demand_job`], a module of its own, in the worker as on the
+    /// main thread): which one ([`OnDemand`]), the scenario and its numbers. Its answer comes back as
+    /// [`Done::Bytes`], which the card that asked decodes, so neither its code nor its result's type is in the
+    /// page's first module.
+    OnDemand(OnDemand, #[serde(with = "json_tree")] Value, Vec<f64>),
+}
+
+/// The jobs whose code loads on demand ([`Job::OnDemand`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnDemand {
+    /// A deployment's GPUs at the scenario's load ([`crate::capacity::view::gpus_view`]); no numbers.
+    Gpus,
+    /// The host tier that keeps a think-time band's prefixes cached ([`crate::model::retention::search`]): the
+    /// think time (s) and the cached share to reach.
+    HostTier,
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -111,13 +126,25 @@ pub enum Done {
     Capacity(Result<crate::capacity::view::CapacityView, String>),
     Band(Result<crate::explorer::seed_band::SeedBand, String>),
     Predicted(Result<crate::live::numbers::Predicted, String>),
+    /// A [`Job::OnDemand`]'s answer, postcard bytes of its own type (or why there is none).
+    Bytes(Result<Vec<u8>, String>),
 }
 
 impl Job {
-    /// Run the job here (in the worker, or on the main thread when there is no worker).
+    /// Run the job here (in the worker, or on the main thread when there is no worker): a [`Job::OnDemand`] loads
+    /// its module first, every other job runs at once.
+    pub async fn run_async(self) -> Done {
+        match self {
+            Job::OnDemand(kind, v, numbers) => Done::Bytes(crate::on_demand_job(kind, v, numbers).await),
+            job => job.run(),
+        }
+    }
+
+    /// Run a job that needs no module loaded on demand ([`Job::run_async`] runs every job).
     pub fn run(&self) -> Done {
         use shared::scenario::Scenario;
         match self {
+            Job::OnDemand(..) => Done::Bytes(Err("a job loaded on demand runs through run_async".to_string())),
             Job::Compute(v) => Done::Outcome(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
@@ -166,6 +193,7 @@ impl Job {
             Job::Capacity(_) => Done::Capacity(Err(why.to_string())),
             Job::SeedBand(_) => Done::Band(Err(why.to_string())),
             Job::Predict(..) => Done::Predicted(Err(why.to_string())),
+            Job::OnDemand(..) => Done::Bytes(Err(why.to_string())),
         }
     }
 }
@@ -197,12 +225,14 @@ struct Reply<D> {
     done: D,
 }
 
-fn to_bytes(v: &impl Serialize) -> Vec<u8> {
+/// Postcard bytes of a value (a [`Done::Bytes`] answer is written with this, and read with [`from_bytes`]).
+pub fn to_bytes(v: &impl Serialize) -> Vec<u8> {
     // Plain data of numbers and strings into a growing buffer: serializing cannot fail.
     postcard::to_allocvec(v).unwrap_or_default()
 }
 
-fn from_bytes<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<T, WireError> {
+/// A value read back from [`to_bytes`]'s bytes; trailing bytes are an error.
+pub fn from_bytes<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<T, WireError> {
     match postcard::take_from_bytes(buf) {
         Ok((v, [])) => Ok(v),
         Ok((_, rest)) => Err(WireError(format!("{} trailing bytes", rest.len()))),
