@@ -220,6 +220,8 @@ pub(crate) async fn on_demand_job(
     use worker::wire::{OnDemand, to_bytes};
     let sc = Scenario::from_value(scenario).map_err(|e| e.to_string())?;
     match kind {
+        OnDemand::Capacity => capacity::view::capacity_view(&sc).map(|v| to_bytes(&v)),
+        OnDemand::Predict => live::numbers::predicted(&sc, numbers.first().copied()).map(|p| to_bytes(&p)),
         OnDemand::Gpus => match &sc {
             Scenario::Engine(e) => capacity::view::gpus_view(e).map(|g| to_bytes(&g)),
             Scenario::Seed(_) => Err("GPUs need an engine scenario with a deployment".to_string()),

@@ -134,7 +134,7 @@ mod tests {
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
-    use crate::worker::wire::{Done, Job, decode_done, encode_done};
+    use crate::worker::wire::{Done, Job, OnDemand, decode_done, encode_done, from_bytes};
 
     fn knee() -> Scenario {
         let v = serde_json::json!({
@@ -150,13 +150,24 @@ mod tests {
         Scenario::from_value(v).expect("a valid scenario")
     }
 
+    /// A job loaded on demand, run here as the worker runs it (unsplit, its module is already here).
+    fn on_demand(kind: OnDemand, sc: &Scenario) -> Done {
+        use futures_util::FutureExt;
+        Job::OnDemand(kind, sc.to_value(), Vec::new())
+            .run_async()
+            .now_or_never()
+            .expect("unsplit, the job runs at once")
+    }
+
     #[test]
     fn the_card_shows_the_shared_search_and_crosses_the_worker_exactly() {
         let sc = knee();
-        let done = Job::Capacity(sc.to_value()).run();
-        let Done::Capacity(Ok(view)) = &done else {
+        let done = on_demand(OnDemand::Capacity, &sc);
+        let Done::Bytes(Ok(bytes)) = &done else {
             panic!("a capacity view: {done:?}")
         };
+        let view: CapacityView = from_bytes(bytes).expect("a capacity view");
+        assert_eq!(view, capacity_view(&sc).expect("searches"));
         assert_eq!((view.knob.as_str(), view.capacity), ("users", Some(4.0)));
         let loads: Vec<f64> = view.levels.iter().map(|l| l.load).collect();
         assert_eq!(loads, vec![2.0, 4.0, 8.0, 6.0, 5.0]);
@@ -169,9 +180,9 @@ mod tests {
         let Scenario::Engine(e) = &sc else { panic!("engine") };
         assert!(gpus_view(e).is_err_and(|m| m.contains("deployment")));
         // The seed model has no knob: a message, not a panic.
-        let seed = Job::Capacity(shared::presets::default_scenario().to_value()).run();
+        let seed = on_demand(OnDemand::Capacity, &shared::presets::default_scenario());
         assert!(
-            matches!(seed, Done::Capacity(Err(ref e)) if e.contains("engine model")),
+            matches!(seed, Done::Bytes(Err(ref e)) if e.contains("engine model")),
             "{seed:?}"
         );
     }
@@ -180,7 +191,6 @@ mod tests {
     /// --simulate --replicas-for-slo --gpu-hour-price 1`), through the job loaded on demand and its bytes exactly.
     #[test]
     fn a_deployment_counts_its_gpus_as_the_cli_does() {
-        use futures_util::FutureExt;
         let mut v = knee().to_value();
         v.as_object_mut().unwrap().remove("profile");
         v["deployment"] = serde_json::json!({"model": "llama-3.1-8b", "gpu": "l40s", "tp": 2, "max_num_seqs": 4});
@@ -188,12 +198,11 @@ mod tests {
             "gen_tokens": 40, "tool_tokens": 200, "think_s": 1.0, "spread": 0.0, "stagger_s": 0.5});
         v["slo"] = serde_json::json!({"ttft_ms": 2000.0, "tpot_ms": 100.0});
         let sc = Scenario::from_value(v).expect("a valid deployment scenario");
-        let job = Job::OnDemand(crate::worker::wire::OnDemand::Gpus, sc.to_value(), Vec::new());
-        let done = job.run_async().now_or_never().expect("unsplit, the job runs at once");
+        let done = on_demand(OnDemand::Gpus, &sc);
         let Done::Bytes(Ok(bytes)) = &done else {
             panic!("bytes: {done:?}")
         };
-        let g: GpuView = crate::worker::wire::from_bytes(bytes).expect("a GPU view");
+        let g: GpuView = from_bytes(bytes).expect("a GPU view");
         let Scenario::Engine(e) = &sc else { panic!("engine") };
         let spec = shared::replicas::ReplicaSpec {
             goal: capacity::Goal::from_slo(&e.slo),

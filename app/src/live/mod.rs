@@ -28,7 +28,7 @@ use crate::model::compute::Outcome;
 use crate::model::state::Explorer;
 use crate::ui::charts::{LineChart, PALETTE, Series};
 use crate::worker::offload::{self, Lane};
-use crate::worker::wire::{Done, Job};
+use crate::worker::wire::{Done, Job, OnDemand, from_bytes};
 
 /// How often buffered records are moved into the charts, milliseconds.
 const FLUSH_MS: u64 = 250;
@@ -622,7 +622,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             match f.done {
                 Done::Outcome(Ok(o)) => simulated.set(Some(Arc::new(o))),
                 Done::Outcome(Err(e)) => sim_error.set(Some(format!("No simulated overlay: {e}"))),
-                Done::Point(_) | Done::Capacity(_) | Done::Band(_) | Done::Predicted(_) | Done::Bytes(_) => {}
+                Done::Point(_) | Done::Band(_) | Done::Bytes(_) => {}
             }
         });
     });
@@ -681,14 +681,17 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             Lane::Numbers,
             generation,
             size,
-            Job::Predict(sc.to_value(), window),
+            Job::OnDemand(OnDemand::Predict, sc.to_value(), window.into_iter().collect()),
             move |f| {
                 if numbers_generation.try_get_value() != Some(generation) {
                     return;
                 }
                 match f.done {
-                    Done::Predicted(Ok(p)) => predicted.set(Some(p)),
-                    Done::Predicted(Err(e)) => numbers_note.set(Some(format!("No simulated side: {e}"))),
+                    Done::Bytes(Ok(b)) => match from_bytes(&b) {
+                        Ok(p) => predicted.set(Some(p)),
+                        Err(e) => numbers_note.set(Some(format!("No simulated side: {e}"))),
+                    },
+                    Done::Bytes(Err(e)) => numbers_note.set(Some(format!("No simulated side: {e}"))),
                     _ => {}
                 }
             },
