@@ -204,7 +204,7 @@ pub fn RetentionCard(ex: Explorer) -> impl IntoView {
                     <span class="faint" data-host-tier-pending="" class:hidden=move || !pending.get()>"searching…"</span>
                 </div>
                 {move || input_error.get().map(|e| view! { <p class="callout warn">{e}</p> })}
-                {move || bands.with(|b| {
+                <p class="muted" data-host-tier-now="">{move || bands.with(|b| {
                     let t = think_s.get();
                     match band_at(b, t) {
                         Some(x) => format!(
@@ -215,7 +215,7 @@ pub fn RetentionCard(ex: Explorer) -> impl IntoView {
                         ),
                         None => format!("No step of this run comes after a think time in the band that holds {t} s."),
                     }
-                })}
+                })}</p>
                 {result}
             </div>
         </Show>
