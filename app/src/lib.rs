@@ -229,7 +229,11 @@ pub(crate) async fn on_demand_job(
         OnDemand::HostTier => {
             let (think_s, target) = match numbers[..] {
                 [t, s] => (t, s),
-                _ => return Err(format!("the host-tier what-if takes a think time and a share (got {numbers:?})")),
+                _ => {
+                    return Err(format!(
+                        "the host-tier what-if takes a think time and a share (got {numbers:?})"
+                    ));
+                }
             };
             model::retention::search(&sc, think_s, target).map(|w| to_bytes(&w))
         }

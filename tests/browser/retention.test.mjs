@@ -4,12 +4,21 @@
 // result (checked on the page and by `loadshape simulate` on the copied link).
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { cli, launchBrowser, screenshot, scratchFile, shareLink } from './harness.mjs';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { cli, launchBrowser, scratchFile, shareLink, SHOTS } from './harness.mjs';
 
 const ORIGIN = new URL(process.env.LOADSHAPE_URL).origin;
 const TOKEN = new URL(process.env.LOADSHAPE_URL).hash.match(/token=([^&]+)/)?.[1] ?? '';
 const CARD = '[data-retention-card=""]';
 let browser;
+
+/** What the viewport shows (the card scrolled into it), under artifacts/screenshots. */
+async function screenshot(page, name) {
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: false });
+}
+
 before(async () => { browser = await launchBrowser(); });
 after(async () => { await browser?.close(); });
 
@@ -62,12 +71,12 @@ test('the explorer draws the retention curve of a simulated result, one point pe
   const line = card.locator('figure[data-chart="retention"] path[data-series="cached share"]');
   const withShare = want.filter((b) => b.cached_share !== null && b.cached_share !== undefined).length;
   assert.equal(Number(await line.getAttribute('data-points')), withShare, 'a point per band with a share');
-  assert.equal(Number(await card.locator('figure[data-chart="retention"] path[data-series="cached share (bands)"]')
+  assert.equal(Number(await card.locator('figure[data-chart="retention"] path[data-series="one dot per band"]')
     .getAttribute('data-points')), withShare);
   // The 60 s band is there and short of 95 % without a host tier.
   const b60 = want.find((b) => b.think_s_min === 60);
   assert.ok(b60 && b60.cached_share < 0.95, `the 60–120 s band: ${JSON.stringify(b60)}`);
-  await card.evaluate((e) => e.scrollIntoView({ block: 'start' }));
+  await card.evaluate((e) => { e.scrollIntoView({ block: 'start' }); window.scrollBy(0, -120); });
   await screenshot(page, 'page-retention-curve-1440x900');
   assert.deepEqual(errors, []);
   await page.close();
@@ -105,7 +114,7 @@ test("the what-if's host tier, applied to the profile, brings the 60 s band to 9
   const after = cliBands(applied, 'retention-applied');
   assertSameBands(await shownBands(card), after, 'the bands after the tier');
   assert.ok(after.find((b) => b.think_s_min === 60).cached_share >= 0.95);
-  await card.evaluate((e) => e.scrollIntoView({ block: 'start' }));
+  await card.evaluate((e) => { e.scrollIntoView({ block: 'start' }); window.scrollBy(0, -120); });
   await screenshot(page, 'page-retention-applied-1440x900');
   assert.deepEqual(errors, []);
   await page.close();
@@ -155,7 +164,7 @@ test("the live view draws a run's retention curve beside the simulation's", asyn
   const sim = card.locator('figure[data-chart="retention"] path[data-series="simulated"]');
   await sim.waitFor({ state: 'attached', timeout: 60000 });
   assert.equal(Number(await sim.getAttribute('data-points')), withShare);
-  await card.evaluate((e) => e.scrollIntoView({ block: 'start' }));
+  await card.evaluate((e) => { e.scrollIntoView({ block: 'start' }); window.scrollBy(0, -64); });
   await screenshot(page, 'page-retention-live-1440x900');
   assert.deepEqual(errors, []);
   await page.close();

@@ -52,18 +52,24 @@ pub fn GpuSection(ex: Explorer) -> impl IntoView {
         pending.set(true);
         // Up to five seeds, each a search over replica counts.
         let size = crate::model::compute::size_of(&sc) * 40.0;
-        offload::submit(Lane::Explorer, g, size, Job::OnDemand(OnDemand::Gpus, sc.to_value(), Vec::new()), move |f| {
-            if generation.try_get_value() != Some(g) {
-                return;
-            }
-            pending.set(false);
-            result.set(Some(match (f.failure, f.done) {
-                (Some(why), _) => Err(format!("the search stopped: {why}")),
-                (None, Done::Bytes(Ok(b))) => from_bytes::<GpuView>(&b).map_err(|e| e.to_string()),
-                (None, Done::Bytes(Err(e))) => Err(e),
-                (None, other) => Err(format!("unexpected answer {other:?}")),
-            }));
-        });
+        offload::submit(
+            Lane::Explorer,
+            g,
+            size,
+            Job::OnDemand(OnDemand::Gpus, sc.to_value(), Vec::new()),
+            move |f| {
+                if generation.try_get_value() != Some(g) {
+                    return;
+                }
+                pending.set(false);
+                result.set(Some(match (f.failure, f.done) {
+                    (Some(why), _) => Err(format!("the search stopped: {why}")),
+                    (None, Done::Bytes(Ok(b))) => from_bytes::<GpuView>(&b).map_err(|e| e.to_string()),
+                    (None, Done::Bytes(Err(e))) => Err(e),
+                    (None, other) => Err(format!("unexpected answer {other:?}")),
+                }));
+            },
+        );
     });
     let body = move || {
         result.get().map(|r| match r {

@@ -47,18 +47,26 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
         generation.set_value(g);
         running.set(true);
         let size = crate::model::compute::size_of(&sc) * 8.0;
-        offload::submit(Lane::Explorer, g, size, Job::OnDemand(OnDemand::Capacity, sc.to_value(), Vec::new()), move |f| {
-            if generation.try_get_value() != Some(g) {
-                return;
-            }
-            running.set(false);
-            ms.set(Some(f.ms));
-            match (f.failure, f.done) {
-                (Some(why), _) => result.set(Some(Err(format!("The capacity search stopped: {why}")))),
-                (None, Done::Bytes(r)) => result.set(Some(r.and_then(|b| from_bytes(&b).map_err(|e| e.to_string())))),
-                _ => {}
-            }
-        });
+        offload::submit(
+            Lane::Explorer,
+            g,
+            size,
+            Job::OnDemand(OnDemand::Capacity, sc.to_value(), Vec::new()),
+            move |f| {
+                if generation.try_get_value() != Some(g) {
+                    return;
+                }
+                running.set(false);
+                ms.set(Some(f.ms));
+                match (f.failure, f.done) {
+                    (Some(why), _) => result.set(Some(Err(format!("The capacity search stopped: {why}")))),
+                    (None, Done::Bytes(r)) => {
+                        result.set(Some(r.and_then(|b| from_bytes(&b).map_err(|e| e.to_string()))))
+                    }
+                    _ => {}
+                }
+            },
+        );
     });
     let chart = Signal::derive(move || {
         result.with(|r| match r {

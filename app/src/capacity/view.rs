@@ -217,7 +217,11 @@ mod tests {
         assert_eq!((g.tp, g.gpus, g.replicas), (2, r.gpus, r.replicas));
         assert_eq!(g.cost_per_session, r.cost_per_session);
         let gpus = g.gpus.expect("met");
-        assert_eq!(gpus.median, 2.0 * g.replicas.expect("met").median, "GPUs = replicas x TP");
+        assert_eq!(
+            gpus.median,
+            2.0 * g.replicas.expect("met").median,
+            "GPUs = replicas x TP"
+        );
         assert!(g.cost_per_session.is_some_and(|c| c.median > 0.0));
         assert_eq!(
             decode_done(&encode_done(5, 2.0, 0.0, &done)),

@@ -3,8 +3,8 @@
 //! much host memory keeps 95 % of prefixes alive across a 60 s tool call" ([`crate::model::retention::search`],
 //! in the worker as a job loaded on demand), whose answer a button applies to the explorer's profile.
 //!
-//! Read by tests: the chart `figure[data-chart=retention]` (series `cached share`, one point per band with a
-//! share); one `tr[data-band=<think_s_min>]` per band with `data-steps` and `data-share` (`""`: none); the what-if's
+//! Read by tests: the chart `figure[data-chart=retention]` (series `cached share` or `live`, and `one dot per
+//! band`, each with one point per band with a share); one `tr[data-band=<think_s_min>]` per band with `data-steps` and `data-share` (`""`: none); the what-if's
 //! inputs `input[data-control=retention-think-s]` and `input[data-control=retention-target-pct]`, its button
 //! `button[data-action=host-tier-search]`, `[data-host-tier-pending]` while it runs, the answer
 //! `[data-host-tier-answer]` with `data-tokens` (`""`: not reachable), `data-bytes` (`""`: unknown),
@@ -45,7 +45,7 @@ pub fn RetentionChart(
         let p = curve(&primary.get());
         if !p.is_empty() {
             out.push(Series::line(primary_name, PALETTE[0], p.clone()));
-            out.push(Series::dots(format!("{primary_name} (bands)"), PALETTE[0], p));
+            out.push(Series::dots("one dot per band", PALETTE[0], p));
         }
         let o = curve(&other.get());
         if !o.is_empty() {
@@ -95,7 +95,10 @@ pub fn RetentionTable(#[prop(into)] bands: Signal<Vec<Retention>>) -> impl IntoV
 /// The card (nothing for a result without session steps after a think time).
 #[component]
 pub fn RetentionCard(ex: Explorer) -> impl IntoView {
-    let bands = Signal::derive(move || ex.outcome.with(|o| o.as_ref().map(|o| o.retention.clone()).unwrap_or_default()));
+    let bands = Signal::derive(move || {
+        ex.outcome
+            .with(|o| o.as_ref().map(|o| o.retention.clone()).unwrap_or_default())
+    });
     let think_s = RwSignal::new(60.0_f64);
     let target_pct = RwSignal::new(95.0_f64);
     let input_error = RwSignal::new(None::<String>);
@@ -167,7 +170,9 @@ pub fn RetentionCard(ex: Explorer) -> impl IntoView {
     };
     let result = move || {
         current().map(|r| match r {
-            Err(e) => view! { <p class="callout warn" data-host-tier-error="">{format!("No answer: {e}")}</p> }.into_any(),
+            Err(e) => {
+                view! { <p class="callout warn" data-host-tier-error="">{format!("No answer: {e}")}</p> }.into_any()
+            }
             Ok(w) => answer_view(ex, w).into_any(),
         })
     };
@@ -238,11 +243,20 @@ fn answer_view(ex: Explorer, w: HostTierAnswer) -> impl IntoView {
     let gb = |b: f64| format!("{:.2} GB", b / 1e9);
     let (headline, reachable) = match w.answer_tokens {
         Some(0) => (
-            format!("No host tier needed: the {band} band is already at {} (target {}).", pct(w.share_now), pct(Some(w.target))),
+            format!(
+                "No host tier needed: the {band} band is already at {} (target {}).",
+                pct(w.share_now),
+                pct(Some(w.target))
+            ),
             true,
         ),
         Some(t) if t == w.capacity_now => (
-            format!("The {} tier as it is ({} tokens) already gives {}.", w.tier, tokens(t), pct(w.share_now)),
+            format!(
+                "The {} tier as it is ({} tokens) already gives {}.",
+                w.tier,
+                tokens(t),
+                pct(w.share_now)
+            ),
             true,
         ),
         Some(t) => (

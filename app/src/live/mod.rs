@@ -1115,8 +1115,10 @@ fn LiveCharts(live: Live, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl Int
 #[component]
 fn LiveRetention(summary: Memo<Option<Summary>>, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl IntoView {
     use crate::explorer::retention::{RetentionChart, RetentionTable};
-    let live_bands = Signal::derive(move || summary.with(|s| s.as_ref().map(|s| s.retention.clone()).unwrap_or_default()));
-    let sim_bands = Signal::derive(move || simulated.with(|o| o.as_ref().map(|o| o.retention.clone()).unwrap_or_default()));
+    let live_bands =
+        Signal::derive(move || summary.with(|s| s.as_ref().map(|s| s.retention.clone()).unwrap_or_default()));
+    let sim_bands =
+        Signal::derive(move || simulated.with(|o| o.as_ref().map(|o| o.retention.clone()).unwrap_or_default()));
     view! {
         <Show when=move || live_bands.with(|b| !b.is_empty())>
             <div class="card retention" data-retention-card="live">

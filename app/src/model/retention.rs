@@ -32,7 +32,11 @@ pub fn curve(bands: &[Retention]) -> Vec<(f64, f64)> {
         .iter()
         .filter_map(|b| {
             let last = b.think_s_min >= RETENTION_EDGES_S[RETENTION_EDGES_S.len() - 1];
-            let x = if last { b.think_s_min } else { (b.think_s_min + b.think_s_max) / 2.0 };
+            let x = if last {
+                b.think_s_min
+            } else {
+                (b.think_s_min + b.think_s_max) / 2.0
+            };
             b.cached_share.map(|y| (x, y))
         })
         .collect()
@@ -150,7 +154,10 @@ pub fn search(sc: &Scenario, think_s: f64, target: f64) -> Result<HostTierAnswer
         return Err(format!("think time must be a number of seconds >= 0 (got {think_s})"));
     }
     if !(target.is_finite() && target > 0.0 && target <= 1.0) {
-        return Err(format!("cached share must be above 0 % and at most 100 % (got {} %)", target * 100.0));
+        return Err(format!(
+            "cached share must be above 0 % and at most 100 % (got {} %)",
+            target * 100.0
+        ));
     }
     if !e.profile.enable_prefix_caching {
         return Err("profile.enable_prefix_caching is off: no tier keeps a prefix".to_string());
@@ -287,9 +294,24 @@ mod tests {
     #[test]
     fn the_curve_has_a_point_per_band_with_a_share() {
         let bands = vec![
-            Retention { think_s_min: 0.0, think_s_max: 1.0, steps: 3, cached_share: Some(0.9) },
-            Retention { think_s_min: 60.0, think_s_max: 120.0, steps: 2, cached_share: None },
-            Retention { think_s_min: 3600.0, think_s_max: 4000.0, steps: 1, cached_share: Some(0.1) },
+            Retention {
+                think_s_min: 0.0,
+                think_s_max: 1.0,
+                steps: 3,
+                cached_share: Some(0.9),
+            },
+            Retention {
+                think_s_min: 60.0,
+                think_s_max: 120.0,
+                steps: 2,
+                cached_share: None,
+            },
+            Retention {
+                think_s_min: 3600.0,
+                think_s_max: 4000.0,
+                steps: 1,
+                cached_share: Some(0.1),
+            },
         ];
         assert_eq!(curve(&bands), vec![(0.5, 0.9), (3600.0, 0.1)]);
         assert_eq!(band_edge(60.0), Some(60.0));
@@ -308,10 +330,13 @@ mod tests {
         let before = band_share(e, 60.0).expect("the band has steps");
         assert!(before < 0.95, "without a host tier the prefixes are evicted: {before}");
         let w = search(&sc, 60.0, 0.95).expect("searches");
-        assert_eq!((w.band_min_s, w.band_max_s, w.tier.as_str(), w.added), (60.0, 120.0, "host", true));
+        assert_eq!(
+            (w.band_min_s, w.band_max_s, w.tier.as_str(), w.added),
+            (60.0, 120.0, "host", true)
+        );
         assert_eq!(w.capacity_now, 0);
         let cap = w.answer_tokens.expect("reachable");
-        assert!(cap > 0 && cap % 16 == 0, "{cap}");
+        assert!(cap > 0 && cap.is_multiple_of(16), "{cap}");
         let applied = with_host_tier(e, cap);
         applied.validate().expect("a valid profile");
         assert!(band_share(&applied, 60.0).expect("a share") >= 0.95);
@@ -329,7 +354,10 @@ mod tests {
         assert_eq!(w.answer_bytes(), None);
         // With the answer's tier in the profile the target is met as it is: nothing more to search.
         let again = search(&Scenario::Engine(applied), 60.0, 0.95).expect("searches");
-        assert_eq!((again.answer_tokens, again.capacity_now, again.added), (Some(cap), cap, false));
+        assert_eq!(
+            (again.answer_tokens, again.capacity_now, again.added),
+            (Some(cap), cap, false)
+        );
         assert!(again.probes.is_empty());
     }
 

@@ -27,7 +27,7 @@ pub enum Job {
     ComputeWindow(#[serde(with = "json_tree")] Value, f64, bool),
     /// The seed band of an engine scenario's CDFs ([`crate::explorer::seed_band::seed_band`]).
     SeedBand(#[serde(with = "json_tree")] Value),
-    /// A job whose code loads on demand ([`crate::on_demand_job`], a module of its own, in the worker as on the
+    /// A job whose code loads on demand (`crate::on_demand_job`, a module of its own, in the worker as on the
     /// main thread): which one ([`OnDemand`]), the scenario and its numbers. Its answer comes back as
     /// [`Done::Bytes`], which the card that asked decodes, so neither its code nor its result's type is in the
     /// page's first module.
