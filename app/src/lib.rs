@@ -11,8 +11,8 @@
 //!   [`worker::wire`]), so
 //!   large runs never freeze the page; the main thread computes when no worker can start.
 //! - Split points (`#[lazy]`, below and in [`agent::ws`]): the compare, ladder and live views, the trace card, a
-//!   deployment's card and the engine switch, the capacity card, and the
-//!   agent link are modules of their own, loaded once the explorer has shown its first result, so the first module
+//!   deployment's card and the engine switch, the capacity card (with a deployment's GPUs), the retention card, the
+//!   code of the worker's jobs loaded on demand, and the agent link are modules of their own, loaded once the explorer has shown its first result, so the first module
 //!   holds what the explorer needs for it (docs/page.md, "Modules loaded on demand").
 
 pub mod agent;
@@ -199,6 +199,45 @@ pub(crate) async fn deployment_card(ex: model::state::Explorer) -> AnyView {
 #[cfg_attr(feature = "split", lazy)]
 pub(crate) async fn capacity_card(ex: model::state::Explorer) -> AnyView {
     view! { <capacity::panel::CapacityCard ex=ex/> }.into_any()
+}
+
+/// The explorer's retention card (the cached share by think time, and the host-tier what-if): one module, loaded
+/// once the explorer has settled.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn retention_card(ex: model::state::Explorer) -> AnyView {
+    view! { <explorer::retention::RetentionCard ex=ex/> }.into_any()
+}
+
+/// The code of a job loaded on demand ([`worker::wire::Job::OnDemand`]), in the worker (or on the main thread when
+/// there is none): one module, fetched by the first such job. Its answer is postcard bytes of the job's own type.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn on_demand_job(
+    kind: worker::wire::OnDemand,
+    scenario: serde_json::Value,
+    numbers: Vec<f64>,
+) -> Result<Vec<u8>, String> {
+    use shared::scenario::Scenario;
+    use worker::wire::{OnDemand, to_bytes};
+    let sc = Scenario::from_value(scenario).map_err(|e| e.to_string())?;
+    match kind {
+        OnDemand::Capacity => capacity::view::capacity_view(&sc).map(|v| to_bytes(&v)),
+        OnDemand::Predict => live::numbers::predicted(&sc, numbers.first().copied()).map(|p| to_bytes(&p)),
+        OnDemand::Gpus => match &sc {
+            Scenario::Engine(e) => capacity::view::gpus_view(e).map(|g| to_bytes(&g)),
+            Scenario::Seed(_) => Err("GPUs need an engine scenario with a deployment".to_string()),
+        },
+        OnDemand::HostTier => {
+            let (think_s, target) = match numbers[..] {
+                [t, s] => (t, s),
+                _ => {
+                    return Err(format!(
+                        "the host-tier what-if takes a think time and a share (got {numbers:?})"
+                    ));
+                }
+            };
+            model::retention::search(&sc, think_s, target).map(|w| to_bytes(&w))
+        }
+    }
 }
 
 /// The explorer's diagnostics and the table of every summary field (below the charts): one module, loaded once

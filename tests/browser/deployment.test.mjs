@@ -4,7 +4,7 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { cli, launchBrowser, numericFields, readMetrics, ROOT, screenshot, shareLink, SHOTS, simulate } from './harness.mjs';
+import { cli, launchBrowser, numericFields, readMetrics, ROOT, scratchFile, screenshot, shareLink, SHOTS, simulate } from './harness.mjs';
 
 const ORIGIN = new URL(process.env.LOADSHAPE_URL).origin;
 let browser;
@@ -254,5 +254,43 @@ test('the derived numbers and the A/B row fit a phone', async () => {
   // The engine switch and the deployment's menus, at the top of the controls below the results on a phone.
   await page.locator('fieldset[data-group="engine-source"]').evaluate((e) => e.scrollIntoView({ block: 'start' }));
   await shot(page, 'page-deployment-controls-390x844');
+  await page.close();
+});
+
+test("a deployment's capacity card counts GPUs at the scenario's load and prices a session as the CLI does", async () => {
+  const base = JSON.parse(readFileSync(path.join(ROOT, 'examples/deployment-h100-llama8b.json'), 'utf8'));
+  const scenario = {
+    ...base,
+    deployment: { ...base.deployment, gpu: 'l40s', tp: 2 },
+    workload: { kind: 'sessions', sessions: 12, steps: 4, base_tokens: 4000, gen_tokens: 120, tool_tokens: 400,
+      think_s: 1.0, spread: 0.2, stagger_s: 0.5 },
+  };
+  const price = 2.5;
+  const file = scratchFile('gpus-at-slo.json', JSON.stringify(scenario));
+  const want = JSON.parse(cli(['capacity', '--scenario', file, '--simulate', '--replicas-for-slo',
+    '--gpu-hour-price', String(price), '--json']));
+  assert.ok(want.gpus && want.cost_per_session, `the CLI answers: ${JSON.stringify(want).slice(0, 300)}`);
+  const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(shareLink(scenario, 'gpus-at-slo', ORIGIN).replace('#s=', `#token=${TOKEN}&s=`));
+  // The search runs in the worker as a job whose code loads on demand.
+  const gpus = page.locator('[data-capacity-card] [data-gpus]');
+  await gpus.waitFor({ timeout: 90000 });
+  assert.equal(Number(await gpus.getAttribute('data-gpus')), want.gpus.median, 'GPUs: the median over the seeds');
+  assert.match(await gpus.textContent(), /GPUs? = \d+ replicas? × TP2/);
+  await page.locator('[data-control="gpu-hour-price"]').fill(String(price));
+  const cost = page.locator('[data-cost-per-session]');
+  await cost.waitFor({ timeout: 10000 });
+  const got = Number(await cost.getAttribute('data-cost-per-session'));
+  // The card scales the worker's costs at a price of 1 by the price: the CLI's figure up to rounding.
+  assert.ok(Math.abs(got - want.cost_per_session.median) <= 1e-9 * want.cost_per_session.median,
+    `cost per session ${got} vs CLI ${want.cost_per_session.median}`);
+  const mtok = Number(await page.locator('[data-cost-per-million-tokens]').getAttribute('data-cost-per-million-tokens'));
+  assert.ok(Math.abs(mtok - want.cost_per_million_tokens.median) <= 1e-9 * want.cost_per_million_tokens.median,
+    `cost per million tokens ${mtok} vs CLI ${want.cost_per_million_tokens.median}`);
+  await page.locator('[data-gpus-card]').evaluate((e) => e.scrollIntoView({ block: 'center' }));
+  await shot(page, 'page-deployment-gpus-1440x900');
+  assert.deepEqual(errors, []);
   await page.close();
 });

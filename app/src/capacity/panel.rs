@@ -1,5 +1,5 @@
 //! The explorer's "capacity" card: [`crate::capacity::view::capacity_view`] of the explorer's scenario (in the
-//! worker, as [`crate::worker::wire::Job::Capacity`]), the goodput-vs-load curve of its levels with the knee (the capacity) marked,
+//! worker, as [`crate::worker::wire::OnDemand::Capacity`], a job loaded on demand), the goodput-vs-load curve of its levels with the knee (the capacity) marked,
 //! and the level table. Recomputed after each explorer result; a newer edit supersedes a running search.
 //!
 //! Read by tests: `[data-capacity]` (`data-value`: the capacity, `""` when none), `[data-capacity-knob]`,
@@ -13,7 +13,7 @@ use crate::capacity::view::{CapacityView, LevelRow, capacity_view};
 use crate::model::state::Explorer;
 use crate::ui::charts::{LineChart, PALETTE, Series, Threshold};
 use crate::worker::offload::{self, Lane};
-use crate::worker::wire::{Done, Job};
+use crate::worker::wire::{Done, Job, OnDemand, from_bytes};
 
 fn num(v: f64, digits: usize) -> String {
     if v.fract() == 0.0 {
@@ -47,18 +47,26 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
         generation.set_value(g);
         running.set(true);
         let size = crate::model::compute::size_of(&sc) * 8.0;
-        offload::submit(Lane::Explorer, g, size, Job::Capacity(sc.to_value()), move |f| {
-            if generation.try_get_value() != Some(g) {
-                return;
-            }
-            running.set(false);
-            ms.set(Some(f.ms));
-            match (f.failure, f.done) {
-                (Some(why), _) => result.set(Some(Err(format!("The capacity search stopped: {why}")))),
-                (None, Done::Capacity(r)) => result.set(Some(r)),
-                _ => {}
-            }
-        });
+        offload::submit(
+            Lane::Explorer,
+            g,
+            size,
+            Job::OnDemand(OnDemand::Capacity, sc.to_value(), Vec::new()),
+            move |f| {
+                if generation.try_get_value() != Some(g) {
+                    return;
+                }
+                running.set(false);
+                ms.set(Some(f.ms));
+                match (f.failure, f.done) {
+                    (Some(why), _) => result.set(Some(Err(format!("The capacity search stopped: {why}")))),
+                    (None, Done::Bytes(r)) => {
+                        result.set(Some(r.and_then(|b| from_bytes(&b).map_err(|e| e.to_string()))))
+                    }
+                    _ => {}
+                }
+            },
+        );
     });
     let chart = Signal::derive(move || {
         result.with(|r| match r {
@@ -160,6 +168,7 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
             </p>
             <LineChart id="capacity-knee" title="Goodput vs load (search levels)" x_label="load" y_label="req/s" series=chart thresholds=knee empty="searching…"/>
             {body}
+            <crate::capacity::gpus::GpuSection ex=ex/>
         </div>
     }
 }

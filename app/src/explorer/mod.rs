@@ -3,6 +3,7 @@
 pub mod controls;
 pub mod deployment;
 pub mod fields;
+pub mod retention;
 pub mod seed_band;
 pub mod seed_panel;
 pub mod session_timeline;
@@ -40,6 +41,7 @@ pub fn ExplorerView(ex: Explorer) -> impl IntoView {
                 <SummaryCards ex=ex/>
                 {crate::later(ex.settled(), move || crate::deployment_card(ex))}
                 <ChartsGrid ex=ex/>
+                {crate::later(ex.settled(), move || crate::retention_card(ex))}
                 {crate::later(ex.settled(), move || crate::capacity_card(ex))}
                 {crate::later(ex.settled(), move || crate::explorer_details(ex))}
             </div>

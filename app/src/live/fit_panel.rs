@@ -167,7 +167,7 @@ pub fn FitCard(
                     match done.done {
                         Done::Outcome(Ok(o)) => predicted.set(Some(Arc::new(o))),
                         Done::Outcome(Err(e)) => predict_note.set(Some(format!("No prediction: {e}"))),
-                        Done::Point(_) | Done::Capacity(_) | Done::Band(_) | Done::Predicted(_) => {}
+                        Done::Point(_) | Done::Band(_) | Done::Bytes(_) => {}
                     }
                 });
             }

@@ -28,7 +28,7 @@ use crate::model::compute::Outcome;
 use crate::model::state::Explorer;
 use crate::ui::charts::{LineChart, PALETTE, Series};
 use crate::worker::offload::{self, Lane};
-use crate::worker::wire::{Done, Job};
+use crate::worker::wire::{Done, Job, OnDemand, from_bytes};
 
 /// How often buffered records are moved into the charts, milliseconds.
 const FLUSH_MS: u64 = 250;
@@ -622,7 +622,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             match f.done {
                 Done::Outcome(Ok(o)) => simulated.set(Some(Arc::new(o))),
                 Done::Outcome(Err(e)) => sim_error.set(Some(format!("No simulated overlay: {e}"))),
-                Done::Point(_) | Done::Capacity(_) | Done::Band(_) | Done::Predicted(_) => {}
+                Done::Point(_) | Done::Band(_) | Done::Bytes(_) => {}
             }
         });
     });
@@ -681,14 +681,17 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
             Lane::Numbers,
             generation,
             size,
-            Job::Predict(sc.to_value(), window),
+            Job::OnDemand(OnDemand::Predict, sc.to_value(), window.into_iter().collect()),
             move |f| {
                 if numbers_generation.try_get_value() != Some(generation) {
                     return;
                 }
                 match f.done {
-                    Done::Predicted(Ok(p)) => predicted.set(Some(p)),
-                    Done::Predicted(Err(e)) => numbers_note.set(Some(format!("No simulated side: {e}"))),
+                    Done::Bytes(Ok(b)) => match from_bytes(&b) {
+                        Ok(p) => predicted.set(Some(p)),
+                        Err(e) => numbers_note.set(Some(format!("No simulated side: {e}"))),
+                    },
+                    Done::Bytes(Err(e)) => numbers_note.set(Some(format!("No simulated side: {e}"))),
                     _ => {}
                 }
             },
@@ -873,6 +876,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         <p class="muted" data-live-sim-describe="">{format!("Simulated overlay: {}", o.describe)}</p>
                     })}
                     <LiveCharts live=live simulated=simulated/>
+                    <LiveRetention summary=summary simulated=simulated/>
                     <crate::live::fit_panel::FitCard
                         records=live.records
                         scenario=live.scenario
@@ -1102,6 +1106,31 @@ fn LiveCharts(live: Live, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl Int
             <LineChart id="live-tpot" title="TPOT: live vs simulated" x_label="TPOT (ms)" y_label="share ≤ x" series=tpot y_max=1.0 empty="waiting for records"/>
             <LineChart id="live-progress" title="Completed requests" x_label="time since start (s)" y_label="requests" series=progress empty="waiting for records"/>
         </div>
+    }
+}
+
+/// Retention across tool calls in the run shown: the live records' cached share by the think time before each
+/// step (the summary's `retention`), the simulation of the same window dashed beside it; nothing for a run without
+/// session steps after a think time.
+#[component]
+fn LiveRetention(summary: Memo<Option<Summary>>, simulated: RwSignal<Option<Arc<Outcome>>>) -> impl IntoView {
+    use crate::explorer::retention::{RetentionChart, RetentionTable};
+    let live_bands =
+        Signal::derive(move || summary.with(|s| s.as_ref().map(|s| s.retention.clone()).unwrap_or_default()));
+    let sim_bands =
+        Signal::derive(move || simulated.with(|o| o.as_ref().map(|o| o.retention.clone()).unwrap_or_default()));
+    view! {
+        <Show when=move || live_bands.with(|b| !b.is_empty())>
+            <div class="card retention" data-retention-card="live">
+                <h2>"Retention across tool calls (live)"</h2>
+                <p class="faint">
+                    "The share of each step's prompt tokens the server reported cached, by the think time (tool call) "
+                    "before the step, from this run's records; dashed: the simulation of the same window."
+                </p>
+                <RetentionChart primary=live_bands primary_name="live" other=sim_bands other_name="simulated"/>
+                <RetentionTable bands=live_bands/>
+            </div>
+        </Show>
     }
 }
 

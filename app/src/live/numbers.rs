@@ -1,7 +1,7 @@
 //! Under the live cards: the numbers beside the curves, and the failures in plain sight (issue #41, items 2-3).
 //!
 //! The numbers table is `loadshape predict`'s: the scenario simulated with its seed and the next ones
-//! ([`shared::predict::simulate_seeds`], in the worker: [`crate::worker::wire::Job::Predict`]) over the live run's window,
+//! ([`shared::predict::simulate_seeds`], in the worker: [`crate::worker::wire::OnDemand::Predict`]) over the live run's window,
 //! laid beside the live records' summary by [`shared::predict::compare`], the function `predict` calls. The
 //! failures line counts failed, cut and never-sent requests and shows the first error
 //! ([`shared::metrics::failures`]).

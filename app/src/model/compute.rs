@@ -173,6 +173,9 @@ pub struct Outcome {
     pub timeline: Vec<TimelineRow>,
     /// One session's requests and its sub-agents' ([`session_bars`]); empty for other workloads.
     pub session_view: Vec<SessionBar>,
+    /// The summary's `retention` bands (the cached share by think time before a step); empty for the seed model
+    /// and for runs without session steps after their first.
+    pub retention: Vec<shared::metrics::Retention>,
     pub diagnostics: Vec<Callout>,
     pub slo_ttft_ms: f64,
     pub slo_tpot_ms: f64,
@@ -326,6 +329,7 @@ fn compute_engine(e: &EngineScenario, window: Option<(f64, InFlight)>) -> Result
         } else {
             Vec::new()
         },
+        retention: report.summary.retention.clone(),
         diagnostics: engine_callouts(e, &report),
         slo_ttft_ms: e.slo.ttft_ms,
         slo_tpot_ms: e.slo.tpot_ms,
@@ -563,6 +567,7 @@ fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
         tpot_cdf: Vec::new(),
         timeline: Vec::new(),
         session_view: Vec::new(),
+        retention: Vec::new(),
         diagnostics,
         slo_ttft_ms: s.slo.ttft_ms,
         slo_tpot_ms: s.slo.tpot_ms,

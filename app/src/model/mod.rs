@@ -2,5 +2,6 @@
 //! ([`compute`]) and the page URL ([`url`]).
 
 pub mod compute;
+pub mod retention;
 pub mod state;
 pub mod url;

@@ -245,7 +245,7 @@ impl Explorer {
                         self.start_sweep(sc, generation);
                     }
                     Done::Outcome(Err(e)) => self.compute_error.set(Some(e)),
-                    Done::Point(_) | Done::Capacity(_) | Done::Band(_) | Done::Predicted(_) => {}
+                    Done::Point(_) | Done::Band(_) | Done::Bytes(_) => {}
                 }
             },
         );

@@ -40,7 +40,13 @@ pub fn run() {
     let reply_to = scope.clone();
     let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |ev: web_sys::MessageEvent| {
         let bytes = js_sys::Uint8Array::new(&ev.data()).to_vec();
-        let answer = match crate::worker::wire::decode_job(&bytes) {
+        let reply_to = reply_to.clone();
+        let reply = move |answer: Vec<u8>| {
+            let out = js_sys::Uint8Array::from(answer.as_slice());
+            let transfer = js_sys::Array::of1(&out.buffer());
+            let _ = reply_to.post_message_with_transfer(&out, &transfer);
+        };
+        match crate::worker::wire::decode_job(&bytes) {
             Ok((id, job)) => {
                 if let Some(kind) = &fault
                     && matches!(job, crate::worker::wire::Job::Compute(_))
@@ -50,21 +56,24 @@ pub fn run() {
                         _ => panic!("a failure asked for by ?worker-fault={kind}"),
                     }
                 }
-                let t0 = now_ms(&reply_to);
-                let done = job.run();
-                crate::worker::wire::encode_done(id, now_ms(&reply_to) - t0, memory_bytes(), &done)
+                // The page sends the next job only after this one's answer, so one runs at a time even when a job
+                // waits for its module (`Job::OnDemand`).
+                let scope = scope_of_worker();
+                wasm_bindgen_futures::spawn_local(async move {
+                    let t0 = scope.as_ref().map_or(0.0, now_ms);
+                    let done = job.run_async().await;
+                    let ms = scope.as_ref().map_or(0.0, now_ms) - t0;
+                    reply(crate::worker::wire::encode_done(id, ms, memory_bytes(), &done));
+                });
             }
             // Never expected from the same build; answer job 0 so the page can report it.
-            Err(e) => crate::worker::wire::encode_done(
+            Err(e) => reply(crate::worker::wire::encode_done(
                 0,
                 0.0,
                 memory_bytes(),
                 &crate::worker::wire::Done::Outcome(Err(e.to_string())),
-            ),
-        };
-        let out = js_sys::Uint8Array::from(answer.as_slice());
-        let transfer = js_sys::Array::of1(&out.buffer());
-        let _ = reply_to.post_message_with_transfer(&out, &transfer);
+            )),
+        }
     });
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     // The handler lives as long as the worker.
@@ -95,6 +104,10 @@ fn exhaust_memory() {
         }
     }
     web_sys::console::error_1(&JsValue::from_f64(held.len() as f64));
+}
+
+fn scope_of_worker() -> Option<web_sys::DedicatedWorkerGlobalScope> {
+    js_sys::global().dyn_into::<web_sys::DedicatedWorkerGlobalScope>().ok()
 }
 
 fn now_ms(scope: &web_sys::DedicatedWorkerGlobalScope) -> f64 {

@@ -304,10 +304,12 @@ fn pump() {
                 };
                 set_timeout(
                     move || {
-                        let t0 = now_ms();
-                        let done = job.run();
-                        let ms = now_ms() - t0;
-                        finish(id, done, ms, crate::worker::memory_bytes(), false);
+                        wasm_bindgen_futures::spawn_local(async move {
+                            let t0 = now_ms();
+                            let done = job.run_async().await;
+                            let ms = now_ms() - t0;
+                            finish(id, done, ms, crate::worker::memory_bytes(), false);
+                        });
                     },
                     Duration::from_millis(delay),
                 );

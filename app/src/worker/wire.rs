@@ -25,13 +25,28 @@ pub enum Job {
     /// scenario, the window's end (s), and whether requests running at its end are cut records (the live run has
     /// ended) rather than not yet recorded (it is still going).
     ComputeWindow(#[serde(with = "json_tree")] Value, f64, bool),
-    /// The simulated capacity search ([`crate::capacity::view::capacity_view`]).
-    Capacity(#[serde(with = "json_tree")] Value),
     /// The seed band of an engine scenario's CDFs ([`crate::explorer::seed_band::seed_band`]).
     SeedBand(#[serde(with = "json_tree")] Value),
-    /// The live numbers table's simulated side ([`crate::live::numbers::predicted`]): the scenario over its seeds, scored
-    /// over the live run's window (its end, s; `None`: the whole run).
-    Predict(#[serde(with = "json_tree")] Value, Option<f64>),
+    /// A job whose code loads on demand (`crate::on_demand_job`, a module of its own, in the worker as on the
+    /// main thread): which one ([`OnDemand`]), the scenario and its numbers. Its answer comes back as
+    /// [`Done::Bytes`], which the card that asked decodes, so neither its code nor its result's type is in the
+    /// page's first module.
+    OnDemand(OnDemand, #[serde(with = "json_tree")] Value, Vec<f64>),
+}
+
+/// The jobs whose code loads on demand ([`Job::OnDemand`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnDemand {
+    /// The simulated capacity search ([`crate::capacity::view::capacity_view`]); no numbers.
+    Capacity,
+    /// The live numbers table's simulated side ([`crate::live::numbers::predicted`]): the scenario over its seeds,
+    /// scored over the live run's window (numbers: its end, s; none: the whole run).
+    Predict,
+    /// A deployment's GPUs at the scenario's load ([`crate::capacity::view::gpus_view`]); no numbers.
+    Gpus,
+    /// The host tier that keeps a think-time band's prefixes cached ([`crate::model::retention::search`]): the
+    /// think time (s) and the cached share to reach.
+    HostTier,
 }
 
 /// A JSON value in a form postcard can read back (it cannot read a self-describing `serde_json::Value`): the
@@ -108,16 +123,26 @@ mod json_tree {
 pub enum Done {
     Outcome(Result<Outcome, String>),
     Point(Option<SweepPoint>),
-    Capacity(Result<crate::capacity::view::CapacityView, String>),
     Band(Result<crate::explorer::seed_band::SeedBand, String>),
-    Predicted(Result<crate::live::numbers::Predicted, String>),
+    /// A [`Job::OnDemand`]'s answer, postcard bytes of its own type (or why there is none).
+    Bytes(Result<Vec<u8>, String>),
 }
 
 impl Job {
-    /// Run the job here (in the worker, or on the main thread when there is no worker).
+    /// Run the job here (in the worker, or on the main thread when there is no worker): a [`Job::OnDemand`] loads
+    /// its module first, every other job runs at once.
+    pub async fn run_async(self) -> Done {
+        match self {
+            Job::OnDemand(kind, v, numbers) => Done::Bytes(crate::on_demand_job(kind, v, numbers).await),
+            job => job.run(),
+        }
+    }
+
+    /// Run a job that needs no module loaded on demand ([`Job::run_async`] runs every job).
     pub fn run(&self) -> Done {
         use shared::scenario::Scenario;
         match self {
+            Job::OnDemand(..) => Done::Bytes(Err("a job loaded on demand runs through run_async".to_string())),
             Job::Compute(v) => Done::Outcome(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
@@ -140,20 +165,10 @@ impl Job {
                         .and_then(|sc| crate::model::compute::compute_window(&sc, *end_s, in_flight)),
                 )
             }
-            Job::Capacity(v) => Done::Capacity(
-                Scenario::from_value(v.clone())
-                    .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::capacity::view::capacity_view(&sc)),
-            ),
             Job::SeedBand(v) => Done::Band(
                 Scenario::from_value(v.clone())
                     .map_err(|e| e.to_string())
                     .and_then(|sc| crate::explorer::seed_band::seed_band(&sc)),
-            ),
-            Job::Predict(v, window_s) => Done::Predicted(
-                Scenario::from_value(v.clone())
-                    .map_err(|e| e.to_string())
-                    .and_then(|sc| crate::live::numbers::predicted(&sc, *window_s)),
             ),
         }
     }
@@ -163,9 +178,8 @@ impl Job {
         match self {
             Job::Compute(_) | Job::ComputeWindow(..) => Done::Outcome(Err(why.to_string())),
             Job::SweepPoint(_) => Done::Point(None),
-            Job::Capacity(_) => Done::Capacity(Err(why.to_string())),
             Job::SeedBand(_) => Done::Band(Err(why.to_string())),
-            Job::Predict(..) => Done::Predicted(Err(why.to_string())),
+            Job::OnDemand(..) => Done::Bytes(Err(why.to_string())),
         }
     }
 }
@@ -197,12 +211,14 @@ struct Reply<D> {
     done: D,
 }
 
-fn to_bytes(v: &impl Serialize) -> Vec<u8> {
+/// Postcard bytes of a value (a [`Done::Bytes`] answer is written with this, and read with [`from_bytes`]).
+pub fn to_bytes(v: &impl Serialize) -> Vec<u8> {
     // Plain data of numbers and strings into a growing buffer: serializing cannot fail.
     postcard::to_allocvec(v).unwrap_or_default()
 }
 
-fn from_bytes<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<T, WireError> {
+/// A value read back from [`to_bytes`]'s bytes; trailing bytes are an error.
+pub fn from_bytes<'a, T: Deserialize<'a>>(buf: &'a [u8]) -> Result<T, WireError> {
     match postcard::take_from_bytes(buf) {
         Ok((v, [])) => Ok(v),
         Ok((_, rest)) => Err(WireError(format!("{} trailing bytes", rest.len()))),
@@ -322,12 +338,12 @@ mod tests {
                 tpot: Vec::new(),
                 metrics: vec![("ttft_p50_ms".into(), 0.1 + 0.2, 1e300)],
             })),
-            Done::Predicted(Ok(crate::live::numbers::Predicted {
+            Done::Bytes(Ok(to_bytes(&crate::live::numbers::Predicted {
                 seeds: vec![7, 8],
                 values: vec![vec![Some(0.1 + 0.2), None], vec![Some(f64::MIN_POSITIVE), Some(1e300)]],
                 window_s: Some(12.5),
-            })),
-            Done::Predicted(Err("the seed model is simulated once, without seeds".into())),
+            }))),
+            Done::Bytes(Err("the seed model is simulated once, without seeds".into())),
         ] {
             assert_eq!(
                 decode_done(&encode_done(9, 0.0, 4294967296.0, &done)),
