@@ -10,7 +10,9 @@
 #   scripts/bench_spec.sh            (needs scripts/realserver/setup.sh once; builds the release binary)
 #   env: OUT=dir (default ${TMPDIR:-/tmp}/loadshape-spec), BUDGET=calibrate seconds (120), REPEAT=live runs each (3),
 #        SLOTS=llama-server --parallel (4), K=draft tokens per step (4), LOADSHAPE_BIN=a loadshape binary,
-#        NICE=niceness of server and client (0), CAL_ARGS=more calibrate flags
+#        NICE=niceness of server and client (0), MAX_PROMPT=calibrate --max-prompt-tokens (2048: a speculative step
+#        at 3,400 tokens of context takes ≈ 90 ms on this CPU, so the probe's long-context decode phases completed
+#        no request within their share of the budget), CAL_ARGS=more calibrate flags
 # The server runs on 127.0.0.1 only and is ended (by its PID) when the script exits.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -21,6 +23,7 @@ REPEAT="${REPEAT:-3}"
 SLOTS="${SLOTS:-4}"
 K="${K:-4}"
 CAL_ARGS="${CAL_ARGS:-}"
+MAX_PROMPT="${MAX_PROMPT:-2048}"
 NICE="${NICE:-0}"
 eval "$(bash scripts/realserver/setup.sh --paths)"
 [ -x "$LLAMA_SERVER" ] && [ -f "$LLAMA_MODEL" ] && [ -f "$LLAMA_DRAFT_MODEL" ] \
@@ -72,7 +75,8 @@ url="http://127.0.0.1:$port/v1"
 
 echo "== calibrate (budget ${BUDGET}s, k = $K, --temp 0)"
 before=$(counters)
-B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" --temp 0 $CAL_ARGS >"$OUT/cal.log"
+B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" --max-prompt-tokens "$MAX_PROMPT" --temp 0 $CAL_ARGS \
+  >"$OUT/cal.log"
 after=$(counters)
 echo "$before $after" >"$OUT/cal-counters.txt"
 grep -E "^speculative|^note: speculative" "$OUT/cal.log" || true
@@ -88,9 +92,9 @@ scenario() { # NAME SESSIONS BASE STEPS GEN
  "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 7}
 JSON
 }
-scenario one-session 1 1500 5 128
-scenario fit "$SLOTS" 1500 5 96
-scenario more-sessions $((SLOTS * 2)) 1500 4 96
+scenario one-session 1 1000 5 128
+scenario fit "$SLOTS" 1000 4 96
+scenario more-sessions $((SLOTS * 2)) 1000 3 96
 names="one-session fit more-sessions"
 for i in $(seq 1 "$REPEAT"); do
   for name in $names; do
@@ -104,6 +108,27 @@ for name in $names; do
   for i in $(seq 1 "$REPEAT"); do against+=(--against "$OUT/$name-$i.jsonl"); done
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" --json >"$OUT/$name-predict.json"
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" >"$OUT/$name-predict.txt"
+  # The second table: the same profile with the acceptance the live runs had (the one rate for their share of
+  # drafted tokens accepted): what the step model alone is worth where the workload accepts otherwise than the probe.
+  python3 - "$OUT/cal/profile.json" "$OUT/$name-predict.json" "$OUT/$name-profile-live.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+runs = json.load(open(sys.argv[2])).get("live_runs") or []
+shares = [r["spec_acceptance"] for r in runs if r.get("spec_acceptance") is not None]
+share = sum(shares) / len(shares)
+k = p["speculative"]["draft_tokens"]
+lo, hi = 0.0, 1.0
+for _ in range(60):
+    mid = (lo + hi) / 2
+    if sum(mid ** i for i in range(1, k + 1)) / k < share:
+        lo = mid
+    else:
+        hi = mid
+p["speculative"]["acceptance"] = (lo + hi) / 2
+json.dump(p, open(sys.argv[3], "w"), indent=2)
+PY
+  B predict "$OUT/$name.json" --profile "$OUT/$name-profile-live.json" "${against[@]}" --json \
+    >"$OUT/$name-predict-live.json"
 done
 
 python3 - "$OUT" "$names" <<'PY'
@@ -122,9 +147,11 @@ print(f"== acceptance: calibrate {sf['accepted_share']:.4f} (records' timings, {
       f"({a1 - a0:.0f} of {d1 - d0:.0f} drafted, {s1 - s0:.0f} steps): "
       f"{(sum(u) / k - server) * 100:+.1f} points; draft_cost_ms {spec['draft_cost_ms']}")
 fields = ["tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "e2el_p50_ms"]
-print(f"{'scenario':16} " + " ".join(f"{f:>12}" for f in fields) + f" {'acceptance':>22}")
-for name in names:
-    p = json.load(open(f"{out}/{name}-predict.json"))
+for suffix, what in [("", "the calibrated profile"), ("-live", "its acceptance set to the live runs' share")]:
+  print(f"== {what}")
+  print(f"{'scenario':16} " + " ".join(f"{f:>12}" for f in fields) + f" {'acceptance':>22}")
+  for name in names:
+    p = json.load(open(f"{out}/{name}-predict{suffix}.json"))
     sim = p["simulated"]
     spread = p.get("live_spread") or {}
     runs = p.get("live_runs") or [p["live"]]

@@ -115,7 +115,14 @@ fn start_with(server: &str, model: &str, slots: u32, dir: &Path, draft: Option<(
     .args(["--metrics", "--slots"]);
     if let Some((path, k)) = draft {
         // The draft computes on the same one thread as the target (`--spec-draft-threads` defaults to it).
-        cmd.args(["-md", path, "--spec-type", "draft-simple", "--spec-draft-n-max", &k.to_string()]);
+        cmd.args([
+            "-md",
+            path,
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-n-max",
+            &k.to_string(),
+        ]);
     }
     let child = cmd
         .stdin(Stdio::null())
@@ -699,7 +706,9 @@ const DRAFT_K: u32 = 4;
 /// The draft model made by `scripts/realserver/setup.sh` (`LOADSHAPE_LLAMA_DRAFT_MODEL`); like [`paths`], missing it
 /// skips unless `LOADSHAPE_REQUIRE_REAL_SERVER=1`.
 fn draft_path() -> Option<String> {
-    let draft = std::env::var("LOADSHAPE_LLAMA_DRAFT_MODEL").ok().filter(|s| !s.is_empty());
+    let draft = std::env::var("LOADSHAPE_LLAMA_DRAFT_MODEL")
+        .ok()
+        .filter(|s| !s.is_empty());
     if draft.is_none() {
         assert!(
             std::env::var("LOADSHAPE_REQUIRE_REAL_SERVER").as_deref() != Ok("1"),

@@ -651,13 +651,12 @@ fn a_speculating_server_calibrated_without_a_base_predicts_its_own_tpot() {
     // +5.6 % here: a record's mean step still holds the steps it shared with other requests' prefills (all but the
     // longest), which a median gap would leave out; the goal against a live server is 10 %.
     assert!(err.abs() < 0.1, "TPOT p50 off by {err:+.3}");
-    let (a, b) = (
-        got.spec_acceptance.expect("on"),
-        want.spec_acceptance.expect("on"),
-    );
+    let (a, b) = (got.spec_acceptance.expect("on"), want.spec_acceptance.expect("on"));
     assert!((a - b).abs() < 0.05, "acceptance {a} vs {b}");
     // Left in, the verification would be paid twice: the same profile without taking it out predicts slower.
-    let mut twice = fit(&recs, &FitOptions::default()).unwrap_or_else(|e| panic!("{e}")).profile;
+    let mut twice = fit(&recs, &FitOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .profile;
     twice.speculative = Some(Box::new(sf.speculative.clone()));
     assert!(held_out(&twice).tpot_p50_ms > got.tpot_p50_ms * 1.02);
 }

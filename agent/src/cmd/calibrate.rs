@@ -534,9 +534,11 @@ pub const DEFAULT_MAX_PROBE_PROMPT: u64 = 8_192;
 /// The speculative counters in a `/metrics` exposition (llama.cpp's or vLLM's names), if it has them.
 pub fn spec_counters_of(text: &str) -> Option<calibrate::spec::ServerSpecCounts> {
     let (samples, _) = replay::prom::parse_text(text);
-    let family = ["llamacpp:", "vllm:"]
-        .into_iter()
-        .find(|f| samples.iter().any(|s| s.name == format!("{f}spec_decode_num_draft_tokens_total")))?;
+    let family = ["llamacpp:", "vllm:"].into_iter().find(|f| {
+        samples
+            .iter()
+            .any(|s| s.name == format!("{f}spec_decode_num_draft_tokens_total"))
+    })?;
     let sum = |name: &str| -> f64 {
         samples
             .iter()
@@ -1321,18 +1323,28 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         let p = &sf.speculative;
         let rate = match &p.acceptance {
             shared::engine::Acceptance::Rate(a) => format!("{a:.4}"),
-            shared::engine::Acceptance::PerPosition(v) => format!("{v:?}"),
+            shared::engine::Acceptance::PerPosition(v) => {
+                let v: Vec<String> = v.iter().map(|u| format!("{u:.4}")).collect();
+                format!("[{}]", v.join(", "))
+            }
+        };
+        // Where the acceptance came from: the server's counters if it has them, else the records' sums.
+        let counted = match &sf.server {
+            Some(c) => format!(
+                "the server counted {:.0} of {:.0} drafted tokens accepted, {:.3}",
+                c.accepted_tokens,
+                c.drafted_tokens,
+                c.accepted_tokens / c.drafted_tokens
+            ),
+            None => format!(
+                "{} of {} drafted tokens accepted, {:.3}, over {} requests",
+                sf.accepted_tokens, sf.drafted_tokens, sf.accepted_share, sf.requests
+            ),
         };
         println!(
-            "speculative decoding: acceptance {rate} for draft_tokens {} ({} of {} drafted tokens accepted, {:.3}, over \
-             {} requests), draft_cost_ms {:.4} (from {} lone requests)",
-            p.draft_tokens,
-            sf.accepted_tokens,
-            sf.drafted_tokens,
-            sf.accepted_share,
-            sf.requests,
-            p.draft_cost_ms,
-            sf.draft_cost_requests
+            "speculative decoding: acceptance {rate} for draft_tokens {} ({counted}), draft_cost_ms {:.4} (from {} \
+             lone requests)",
+            p.draft_tokens, p.draft_cost_ms, sf.draft_cost_requests
         );
     }
     for n in &fit.notes {

@@ -446,7 +446,11 @@ garbage line {
                     llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 166\n";
         let s = Snapshot::from_text(0.0, spec);
         assert_eq!(
-            (s.spec_drafts_total, s.spec_draft_tokens_total, s.spec_accepted_tokens_total),
+            (
+                s.spec_drafts_total,
+                s.spec_draft_tokens_total,
+                s.spec_accepted_tokens_total
+            ),
             (Some(260.0), Some(1025.0), Some(502.0))
         );
     }
