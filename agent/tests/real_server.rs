@@ -922,7 +922,7 @@ fn check_spec_fit(cal: &Path, text: &str, out: &str, server_share: f64, steps: f
     let fit: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(cal.join("fit.json")).unwrap_or_default())
             .unwrap_or_else(|e| panic!("fit.json: {e}"));
-    let profile = shared::engine::EngineProfile::from_json(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let profile = shared::engine::EngineProfile::from_json(text).unwrap_or_else(|e| panic!("{e}: {text}"));
     eprintln!(
         "calibrate: {out}\nserver: {server_share:.4} of the drafted tokens accepted over the probe, in {steps} steps"
     );

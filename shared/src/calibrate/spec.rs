@@ -72,7 +72,8 @@ impl SpecFit {
     /// made non-increasing), else the one rate for the counters' share. Counters that drafted nothing change
     /// nothing.
     pub fn use_server_counts(&mut self, c: ServerSpecCounts) {
-        if !(c.drafted_tokens > 0.0) || !(c.accepted_tokens >= 0.0) {
+        let usable = c.drafted_tokens > 0.0 && c.accepted_tokens >= 0.0;
+        if !usable {
             return;
         }
         let k = self.speculative.draft_tokens;
@@ -129,7 +130,8 @@ pub fn verify_step_ms(p: &EngineProfile, ctx: f64, drafted: f64) -> f64 {
 /// (`draft_cost_ms` 0). Returns what it did, for the notes; nothing for a roofline profile (it prices the
 /// verification in the step's shape) or when nothing is drafted.
 pub fn take_out_verification(p: &mut EngineProfile, drafted_per_step: f64) -> Option<String> {
-    if p.roofline.is_some() || !(drafted_per_step > 0.0) || !(p.prefill_tokens_per_ms > 0.0) {
+    let linear = p.roofline.is_none() && drafted_per_step > 0.0 && p.prefill_tokens_per_ms > 0.0;
+    if !linear {
         return None;
     }
     let verify = drafted_per_step / p.prefill_tokens_per_ms;
