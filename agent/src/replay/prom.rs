@@ -219,9 +219,15 @@ impl Snapshot {
             s.running = get(&["llamacpp:requests_processing"]);
             s.waiting = get(&["llamacpp:requests_deferred"]);
             s.kv_cache_usage = get(&["llamacpp:kv_cache_usage_ratio"]);
-            s.spec_drafts_total = get(&["llamacpp:spec_decode_num_drafts_total"]);
-            s.spec_draft_tokens_total = get(&["llamacpp:spec_decode_num_draft_tokens_total"]);
-            s.spec_accepted_tokens_total = get(&["llamacpp:spec_decode_num_accepted_tokens_total"]);
+            // llama-server lists its speculative counters with or without a draft model: they are read once it
+            // has drafted (the first scrape of a run then counts from 0, as sim-server's), so a server that does
+            // not speculate reports as before.
+            let drafted = get(&["llamacpp:spec_decode_num_draft_tokens_total"]).filter(|&d| d > 0.0);
+            if drafted.is_some() {
+                s.spec_drafts_total = get(&["llamacpp:spec_decode_num_drafts_total"]);
+                s.spec_draft_tokens_total = drafted;
+                s.spec_accepted_tokens_total = get(&["llamacpp:spec_decode_num_accepted_tokens_total"]);
+            }
         }
         s
     }
@@ -453,6 +459,26 @@ garbage line {
             ),
             (Some(260.0), Some(1025.0), Some(502.0))
         );
+        // Without a draft model llama-server lists them at 0: not read, so its report is what it was.
+        let off = "llamacpp:tokens_predicted_total 7\nllamacpp:spec_decode_num_draft_tokens_total 0\n\
+                   llamacpp:spec_decode_num_accepted_tokens_total 0\nllamacpp:spec_decode_num_drafts_total 0\n";
+        let s = Snapshot::from_text(0.0, off);
+        assert_eq!(
+            (
+                s.spec_drafts_total,
+                s.spec_draft_tokens_total,
+                s.spec_accepted_tokens_total
+            ),
+            (None, None, None)
+        );
+        let r = ServerReport::from_snapshots(&[s, Snapshot::from_text(1.0, spec)]);
+        assert_eq!(
+            (r.spec_drafts, r.spec_draft_tokens, r.spec_accepted_tokens),
+            (Some(260.0), Some(1025.0), Some(502.0)),
+            "a run's first scrape before any draft counts from 0"
+        );
+        let r = ServerReport::from_snapshots(&[Snapshot::from_text(0.0, off), Snapshot::from_text(1.0, off)]);
+        assert_eq!(r.spec_draft_tokens, None);
     }
 
     #[test]
