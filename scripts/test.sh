@@ -190,8 +190,10 @@ passed=$((passed + $(cat "$bg_log.passed")))
 # After the background, not beside it: llama-server computes for real, and a build on the other core (even at
 # SCHED_IDLE: the two cores can share one physical core) slowed it in calibrate's probe and not in the held-out run,
 # so the prediction came out 2.1× the live TTFT p50.
-run "real server: replay against llama.cpp's llama-server" env LOADSHAPE_LLAMA_SERVER="$LLAMA_SERVER" \
-  LOADSHAPE_LLAMA_MODEL="$LLAMA_MODEL" LOADSHAPE_REQUIRE_REAL_SERVER=1 cargo test --locked -p loadshape --test real_server
+run "real server: replay against llama.cpp's llama-server (and with a draft model)" env \
+  LOADSHAPE_LLAMA_SERVER="$LLAMA_SERVER" LOADSHAPE_LLAMA_MODEL="$LLAMA_MODEL" \
+  LOADSHAPE_LLAMA_DRAFT_MODEL="$LLAMA_DRAFT_MODEL" LOADSHAPE_REQUIRE_REAL_SERVER=1 \
+  cargo test --locked -p loadshape --test real_server
 
 echo
 echo "steps: $passed passed, 0 failed"

@@ -1,9 +1,10 @@
 //! `loadshape replay` against a REAL OpenAI-compatible server: llama.cpp's `llama-server` with a tiny random-weight
 //! model, built and made by `scripts/realserver/setup.sh` (outside the clone, once). The server runs on 127.0.0.1.
 //!
-//! The paths come from `LOADSHAPE_LLAMA_SERVER` and `LOADSHAPE_LLAMA_MODEL` (`scripts/test.sh` sets them). Without
-//! them each test says so and passes, unless `LOADSHAPE_REQUIRE_REAL_SERVER=1` (set by `scripts/test.sh`, so CI can
-//! never skip these silently), where a missing server fails the test.
+//! The paths come from `LOADSHAPE_LLAMA_SERVER`, `LOADSHAPE_LLAMA_MODEL` and, for speculative decoding, the draft
+//! model's `LOADSHAPE_LLAMA_DRAFT_MODEL` (`scripts/test.sh` sets them). Without them each test says so and passes,
+//! unless `LOADSHAPE_REQUIRE_REAL_SERVER=1` (set by `scripts/test.sh`, so CI can never skip these silently), where a
+//! missing server fails the test.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -24,6 +25,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 struct Llama {
     child: Child,
     base: String,
+    port: u16,
     log: PathBuf,
 }
 
@@ -78,32 +80,51 @@ fn get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// Starts `llama-server` with `slots` parallel slots, its log in `dir`, and waits until `/health` answers 200.
 fn start(server: &str, model: &str, slots: u32, dir: &Path) -> Llama {
+    start_with(server, model, slots, dir, None).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`start`], with a draft model for speculative decoding (`-md DRAFT --spec-type draft-simple`, `k` drafted tokens
+/// per step) where given. A server that exits before it is healthy is an error that says why from its log: a
+/// draft model it refused is named.
+fn start_with(server: &str, model: &str, slots: u32, dir: &Path, draft: Option<(&str, u32)>) -> Result<Llama, String> {
     let port = free_port();
     let log = dir.join(format!("llama-{port}.log"));
     let file = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
     let err = file.try_clone().unwrap_or_else(|e| panic!("{e}"));
-    let child = Command::new(server)
-        .args([
-            "-m",
-            model,
-            "--alias",
-            "tiny",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-        ])
-        .args([
-            "-c",
-            "32768",
-            "--parallel",
-            &slots.to_string(),
-            "--threads",
-            "1",
-            "--threads-batch",
-            "1",
-        ])
-        .args(["--metrics", "--slots"])
+    let mut cmd = Command::new(server);
+    cmd.args([
+        "-m",
+        model,
+        "--alias",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+    ])
+    .args([
+        "-c",
+        "32768",
+        "--parallel",
+        &slots.to_string(),
+        "--threads",
+        "1",
+        "--threads-batch",
+        "1",
+    ])
+    .args(["--metrics", "--slots"]);
+    if let Some((path, k)) = draft {
+        // The draft computes on the same one thread as the target (`--spec-draft-threads` defaults to it).
+        cmd.args([
+            "-md",
+            path,
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-n-max",
+            &k.to_string(),
+        ]);
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(file)
         .stderr(err)
@@ -112,20 +133,30 @@ fn start(server: &str, model: &str, slots: u32, dir: &Path) -> Llama {
     let mut llama = Llama {
         child,
         base: format!("http://127.0.0.1:{port}/v1"),
+        port,
         log,
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if let Some((200, _)) = get(port, "/health") {
-            return llama;
+            return Ok(llama);
         }
         if let Ok(Some(status)) = llama.child.try_wait() {
-            panic!(
-                "llama-server exited ({status}): {}",
-                std::fs::read_to_string(&llama.log).unwrap_or_default()
-            );
+            let text = std::fs::read_to_string(&llama.log).unwrap_or_default();
+            return Err(match draft {
+                Some((path, _)) if text.contains("failed to load draft model") => format!(
+                    "llama-server refused the draft model {path} (exited {status}): {}",
+                    text.lines()
+                        .filter(|l| l.contains(" E "))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+                _ => format!("llama-server exited ({status}): {text}"),
+            });
         }
-        assert!(Instant::now() < deadline, "llama-server did not become healthy in 60 s");
+        if Instant::now() >= deadline {
+            return Err("llama-server did not become healthy in 60 s".into());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -668,3 +699,285 @@ const TIER_MIN_RESTORE_TOK_PER_MS: f64 = 20.0;
 /// the probe lost a quarter of its requests to llama-server's closed connections and the live run started on the
 /// probe's server: then two live runs of one scenario minutes apart differed by up to 3× on a loaded machine.
 const HELDOUT_BOUND: f64 = 2.0;
+
+/// Draft tokens per step of the speculating server (`--spec-draft-n-max`).
+const DRAFT_K: u32 = 4;
+
+/// The draft model made by `scripts/realserver/setup.sh` (`LOADSHAPE_LLAMA_DRAFT_MODEL`); like [`paths`], missing it
+/// skips unless `LOADSHAPE_REQUIRE_REAL_SERVER=1`.
+fn draft_path() -> Option<String> {
+    let draft = std::env::var("LOADSHAPE_LLAMA_DRAFT_MODEL")
+        .ok()
+        .filter(|s| !s.is_empty());
+    if draft.is_none() {
+        assert!(
+            std::env::var("LOADSHAPE_REQUIRE_REAL_SERVER").as_deref() != Ok("1"),
+            "LOADSHAPE_REQUIRE_REAL_SERVER=1 but LOADSHAPE_LLAMA_DRAFT_MODEL is not set (run scripts/realserver/setup.sh)"
+        );
+        eprintln!("skipped: no draft model (set LOADSHAPE_LLAMA_DRAFT_MODEL)");
+    }
+    draft
+}
+
+/// The server's own speculative counters (`/metrics`): drafted tokens, accepted tokens, verification steps.
+fn spec_counters(llama: &Llama) -> (f64, f64, f64) {
+    let (status, text) = get(llama.port, "/metrics").unwrap_or_else(|| panic!("no /metrics"));
+    assert_eq!(status, 200, "/metrics: {text}");
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("/metrics has no {name}: {text}"))
+    };
+    (
+        value("llamacpp:spec_decode_num_draft_tokens_total"),
+        value("llamacpp:spec_decode_num_accepted_tokens_total"),
+        value("llamacpp:spec_decode_num_drafts_total"),
+    )
+}
+
+fn read_jsonl(path: &Path) -> Vec<RequestRecord> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("record {l}: {e}")))
+        .collect()
+}
+
+/// llama-server with a draft model (the suite's tiny model perturbed: `scripts/realserver/setup.sh`), greedy
+/// (`--temp 0`: the random model's flat distribution accepts almost nothing when sampled). `calibrate --url` finds
+/// the acceptance the server itself counts (its `/metrics` over the probe) within 5 points and writes the
+/// `speculative` block; a held-out replay's records carry the server's draft counts (their sums are its counters'
+/// deltas), and `predict` of that run with the calibrated profile gives its TPOT within [`HELDOUT_BOUND`]. How close
+/// the prediction comes is `scripts/bench_spec.sh`'s to measure (docs/measurements.md), not this test's.
+#[test]
+fn a_draft_model_is_recorded_calibrated_and_predicted() {
+    let _one = one_at_a_time();
+    let Some((server, model)) = paths() else { return };
+    let Some(draft) = draft_path() else { return };
+    let dir = Scratch::new("real-spec");
+    let llama = start_with(&server, &model, 4, &dir, Some((&draft, DRAFT_K))).unwrap_or_else(|e| panic!("{e}"));
+    let cal = dir.join("cal");
+    let cal_s = cal.to_string_lossy().into_owned();
+    // Speculative steps on this CPU take 5-10× a plain one (the draft decodes 4 tokens one by one, then the target
+    // verifies 5, at a cost that grows steeply with the context: 7 ms at 128 tokens, 27 ms at 1,024): a longer
+    // budget than `calibrate_and_predict_against_the_real_server`'s gives the probe's decode phases requests.
+    let args = [
+        "calibrate",
+        "--url",
+        &llama.base,
+        "--out",
+        &cal_s,
+        "--budget",
+        "60",
+        "--max-prompt-tokens",
+        "2048",
+        "--decode-tokens",
+        "64",
+        "--temp",
+        "0",
+    ];
+    // As in `calibrate_and_predict_against_the_real_server`: a loaded machine can garble a probe's timings and the
+    // fit refuses them; one more probe is allowed, and the server's counters are read around the one that counts.
+    let mut outcome = Err(String::new());
+    let (mut before, mut after) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
+    for attempt in 0..2 {
+        before = spec_counters(&llama);
+        outcome = run(&args);
+        after = spec_counters(&llama);
+        match &outcome {
+            Ok(_) => break,
+            Err(e) if attempt == 0 => eprintln!("first calibrate refused, probing again: {e}"),
+            Err(_) => {}
+        }
+    }
+    let (drafted, accepted) = (after.0 - before.0, after.1 - before.1);
+    assert!(drafted > 0.0, "the server drafted nothing over the probe");
+    let server_share = accepted / drafted;
+    // Neither ~0 nor ~1: the draft model was made so (setup.sh's DRAFT_PERTURB).
+    assert!(
+        (0.1..0.9).contains(&server_share),
+        "the server accepted {accepted} of {drafted} drafted tokens"
+    );
+    let out = match outcome {
+        Ok(out) => Some(out),
+        Err(second) => {
+            assert!(
+                second.contains("cannot fit") && !cal.join("profile.json").exists(),
+                "calibrate failed otherwise than by refusing the fit: {second}"
+            );
+            assert!(
+                std::env::var("LOADSHAPE_REQUIRE_FIT").as_deref() != Ok("1"),
+                "LOADSHAPE_REQUIRE_FIT=1 and calibrate refused twice: {second}"
+            );
+            eprintln!(
+                "calibrate refused the probe twice (the machine is too loaded for its timings); its acceptance and \
+                 the held-out prediction not checked: {second}"
+            );
+            None
+        }
+    };
+    let text = std::fs::read_to_string(cal.join("profile.json")).unwrap_or_default();
+    if let Some(out) = &out {
+        check_spec_fit(&cal, &text, out, server_share, after.2 - before.2);
+    }
+    // The held-out run on a fresh server (as in `calibrate_and_predict_against_the_real_server`).
+    drop(llama);
+    let llama = start_with(&server, &model, 4, &dir, Some((&draft, DRAFT_K))).unwrap_or_else(|e| panic!("{e}"));
+    let scenario = dir.join("heldout.json");
+    // Short prompts: llama.cpp's draft model prefills each prompt itself in the request's first decode step, a
+    // cost the engine does not price (docs/calibration.md, "Speculative decoding"); the benchmark measures what
+    // longer sessions make of it.
+    let sc = serde_json::json!({"model": "engine",
+        "workload": {"kind": "sessions", "ladder": "400:3,400:3,400:3", "gen_tokens": 64,
+                     "tool_tokens": 100, "think_s": 0.3, "stagger_s": 0.3, "duration_s": 120.0},
+        // The replay needs only the workload: a preset where the fit was refused.
+        "profile": serde_json::from_str::<serde_json::Value>(&text)
+            .or_else(|_| serde_json::to_value(shared::engine::presets::laptop_demo()))
+            .unwrap_or_default(),
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 3});
+    std::fs::write(&scenario, sc.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let (scenario_s, live) = (scenario.to_string_lossy().into_owned(), dir.join("heldout.jsonl"));
+    let live_s = live.to_string_lossy().into_owned();
+    let before = spec_counters(&llama);
+    run_ok(
+        &llama,
+        &[
+            "replay",
+            "--url",
+            &llama.base,
+            "--scenario",
+            &scenario_s,
+            "--out",
+            &live_s,
+            "--temp",
+            "0",
+            "--quiet",
+        ],
+    );
+    let after = spec_counters(&llama);
+    let records = read_jsonl(&live);
+    assert_eq!(records.len(), 9, "3 sessions × 3 steps");
+    let (mut rec_drafted, mut rec_accepted) = (0u64, 0u64);
+    for r in &records {
+        assert!(r.ok, "{:?}", r.error);
+        // Exact lengths hold with speculation (a step's accepted drafts never run past `n_predict`).
+        assert_eq!(r.gen_tokens, r.asked_tokens, "{r:?}");
+        let c = r.spec.unwrap_or_else(|| panic!("no draft counts on a record: {r:?}"));
+        assert!(c.draft_tokens > 0 && c.accepted_tokens <= c.draft_tokens, "{c:?}");
+        rec_drafted += c.draft_tokens;
+        rec_accepted += c.accepted_tokens;
+    }
+    // Every request's counts, and nothing else ran: the sums are the server's counters' deltas.
+    assert_eq!(
+        (rec_drafted as f64, rec_accepted as f64),
+        (after.0 - before.0, after.1 - before.1),
+        "the records' draft counts against the server's /metrics"
+    );
+    let live_share = rec_accepted as f64 / rec_drafted as f64;
+    if out.is_none() {
+        return;
+    }
+    let out = run_ok(
+        &llama,
+        &[
+            "predict",
+            &scenario_s,
+            "--profile",
+            &cal.join("profile.json").to_string_lossy(),
+            "--against",
+            &live_s,
+            "--seeds",
+            "3",
+            "--json",
+        ],
+    );
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("predict --json: {e}: {out}"));
+    let sim_share = p["simulated"]["spec_acceptance"].as_f64().unwrap_or(-1.0);
+    eprintln!(
+        "held-out: acceptance live {live_share:.4} (summary {}), simulated {sim_share:.4}; errors {}",
+        p["live"]["spec_acceptance"], p["errors"]
+    );
+    // The live summary's acceptance is the records' share; the simulated one is the profile's (with greedy decoding
+    // each request's acceptance depends on its own prompt: 0 to 1 over one probe, so a held-out run of 9 requests
+    // is not held to the probe's).
+    assert_eq!(p["live"]["spec_acceptance"].as_f64(), Some(live_share));
+    assert!(
+        (0.0..=1.0).contains(&sim_share),
+        "no simulated acceptance: {}",
+        p["simulated"]
+    );
+    let e = p["errors"]["tpot_p50_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no TPOT error: {}", p["errors"]));
+    assert!(
+        e.is_finite() && 1.0 + e > 1.0 / HELDOUT_BOUND && 1.0 + e < HELDOUT_BOUND,
+        "tpot_p50_ms: predicted/live − 1 = {e:+.3} ({})",
+        p["errors"]
+    );
+}
+
+/// The speculative part of a calibration against the draft-model server: the `speculative` block, and the acceptance
+/// against the server's own counters over the probe (`server_share` of the drafted tokens accepted, in `steps`).
+fn check_spec_fit(cal: &Path, text: &str, out: &str, server_share: f64, steps: f64) {
+    let fit: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cal.join("fit.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("fit.json: {e}"));
+    let profile = shared::engine::EngineProfile::from_json(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    eprintln!(
+        "calibrate: {out}\nserver: {server_share:.4} of the drafted tokens accepted over the probe, in {steps} steps"
+    );
+    let spec = profile
+        .speculative
+        .as_deref()
+        .unwrap_or_else(|| panic!("no speculative block in the profile: {text}"));
+    assert_eq!(
+        (spec.method, spec.draft_tokens),
+        (shared::engine::SpecMethod::Draft, DRAFT_K),
+        "{text}"
+    );
+    // calibrate read the server's counters over its probe too (the records leave out the requests cut at a
+    // phase's end, which accept least: their share runs high, 0.62 against the counters' 0.54 in one probe).
+    let sv = &fit["speculative"]["server"];
+    let calibrate_share = sv["accepted_tokens"].as_f64().unwrap_or(-1.0) / sv["drafted_tokens"].as_f64().unwrap_or(1.0);
+    eprintln!(
+        "records' share {}, calibrate's counters {calibrate_share:.4}, acceptance {:?}",
+        fit["speculative"]["accepted_share"], spec.acceptance
+    );
+    assert!(
+        (calibrate_share - server_share).abs() <= 0.01,
+        "fit.json's server counts {sv}: {calibrate_share:.4}, the server's {server_share:.4}"
+    );
+    // The goal: what the profile says (the share of drafted tokens its acceptance accepts when a step drafts all
+    // k) within 5 points of the server's counts.
+    assert!(
+        (spec.acceptance_rate() - server_share).abs() <= 0.05,
+        "the profile's acceptance means {:.4} of drafted tokens, the server counted {server_share:.4}",
+        spec.acceptance_rate()
+    );
+    // llama.cpp counts accepted tokens per draft position: the profile has them (the share of steps accepting
+    // each position, non-increasing).
+    assert!(
+        matches!(&spec.acceptance, shared::engine::Acceptance::PerPosition(u) if u.len() == DRAFT_K as usize),
+        "{:?}",
+        spec.acceptance
+    );
+}
+
+/// A draft model the server refuses (here a file that is no GGUF): the server does not start, and the harness says
+/// which draft model it refused instead of waiting for a server that never answers.
+#[test]
+fn a_draft_model_the_server_refuses_is_named() {
+    let _one = one_at_a_time();
+    let Some((server, model)) = paths() else { return };
+    let dir = Scratch::new("real-spec-refused");
+    let bad = dir.join("not-a-model.gguf");
+    std::fs::write(&bad, "not a model\n").unwrap_or_else(|e| panic!("{e}"));
+    let bad_s = bad.to_string_lossy().into_owned();
+    let Err(e) = start_with(&server, &model, 1, &dir, Some((&bad_s, DRAFT_K))) else {
+        panic!("llama-server started with {bad_s} as its draft model")
+    };
+    assert!(
+        e.contains("refused the draft model") && e.contains(&bad_s),
+        "the error does not name the draft model: {e}"
+    );
+}

@@ -3,9 +3,14 @@
 #
 # Both live outside the clone in $LOADSHAPE_LLAMA_DIR (default ~/.cache/loadshape-llama) and are reused: a second
 # run checks they exist and builds nothing. llama.cpp comes from the PyPI sdist of llama-cpp-python, which vendors
-# it; the model is made locally by make_model.py (no hub is reachable). Prints the server binary and model paths.
+# it; the models are made locally by make_model.py (no hub is reachable). Prints the server binary and model paths.
 #   scripts/realserver/setup.sh            build what is missing
-#   scripts/realserver/setup.sh --paths    print `LLAMA_SERVER=...` and `LLAMA_MODEL=...` lines (nothing is built)
+#   scripts/realserver/setup.sh --paths    print `LLAMA_SERVER=...`, `LLAMA_MODEL=...` and `LLAMA_DRAFT_MODEL=...`
+#                                          lines (nothing is built)
+# LLAMA_DRAFT_MODEL is a draft model for speculative decoding (`llama-server -md DRAFT --spec-type draft-simple`):
+# the tiny model with noise of DRAFT_PERTURB times its weights' scale added, so it shares the tokenizer and agrees
+# with the target on about half the drafted tokens when both decode greedily (measured: docs/measurements.md,
+# "Speculative decoding against llama-server").
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LLAMA_PY_VERSION="${LLAMA_PY_VERSION:-0.3.36}"
@@ -16,11 +21,17 @@ src="$dir/src/llama_cpp_python-$LLAMA_PY_VERSION"
 build="$dir/build-$LLAMA_PY_VERSION-ggml-O3-rest-O1-std-pch"
 server="$build/bin/llama-server"
 venv="$dir/venv"
-model="$dir/models/tiny-$(sha256sum "$here/make_model.py" | cut -c1-12).gguf"
+model_hash="$(sha256sum "$here/make_model.py" | cut -c1-12)"
+model="$dir/models/tiny-$model_hash.gguf"
+# 0.05: 0.49 of the drafted tokens accepted with 4 drafted per step at temperature 0 (0.1: 0.32, 0.2: 0.13, 0.5:
+# 0.02); sampled at temperature 0.6 the random model's flat distribution accepts about 1 % whatever the draft.
+DRAFT_PERTURB=0.05
+draft="$dir/models/tiny-draft-$DRAFT_PERTURB-$model_hash.gguf"
 
 if [ "${1:-}" = "--paths" ]; then
   echo "LLAMA_SERVER=$server"
   echo "LLAMA_MODEL=$model"
+  echo "LLAMA_DRAFT_MODEL=$draft"
   exit 0
 fi
 
@@ -60,7 +71,7 @@ if [ ! -x "$server" ]; then
     || { tail -30 "$dir/build.log"; exit 1; }
 fi
 
-if [ ! -f "$model" ]; then
+if [ ! -f "$model" ] || [ ! -f "$draft" ]; then
   if [ ! -x "$venv/bin/python" ]; then
     say "python venv: numpy, tokenizers, gguf (llama.cpp's own gguf-py)"
     python3 -m venv "$venv"
@@ -73,10 +84,18 @@ if [ ! -f "$model" ]; then
       "$venv/bin/pip" install --quiet gguf
     fi
   fi
+fi
+if [ ! -f "$model" ]; then
   say "make the tiny model"
   "$venv/bin/python" "$here/make_model.py" "$model.tmp"
   mv "$model.tmp" "$model"
 fi
+if [ ! -f "$draft" ]; then
+  say "make the draft model (the tiny model perturbed by $DRAFT_PERTURB)"
+  "$venv/bin/python" "$here/make_model.py" "$draft.tmp" --perturb "$DRAFT_PERTURB"
+  mv "$draft.tmp" "$draft"
+fi
 
 echo "LLAMA_SERVER=$server"
 echo "LLAMA_MODEL=$model"
+echo "LLAMA_DRAFT_MODEL=$draft"

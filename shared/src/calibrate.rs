@@ -9,7 +9,9 @@
 //!   linear regressions, Huber loss by IRLS) and its checks are in `docs/calibration.md`.
 //!
 //! The two stages:
-//! 1. **Decode** (TPOT): a request's median inter-token gap is one decode step of the batch it ran in:
+//! 1. **Decode** (TPOT): a request's median inter-token gap (with speculative decoding, where the record carries
+//!    the server's draft counts: its mean decode step without the longest gap, [`spec::decode_steps`]) is one
+//!    decode step of the batch it ran in:
 //!    `gap = step_fixed_ms + per_seq_ms·batch + per_ctx_token_ms·Σcontext + batch_kv_ms_per_ktok·batch·Σcontext/1000`
 //!    (the last term only with 3 or more batch sizes, and kept only where it is significant). Batch and Σcontext
 //!    are reconstructed from the records themselves (every request's decode interval, its context growing
@@ -1032,10 +1034,27 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             }
             unused_prefill[i] = Some("not alone on the server during its prefill".into());
         }
-        // Decode: the median inter-token gap per token.
+        // Decode: the median inter-token gap per token; with speculative decoding, the mean decode step (a step
+        // emits one token plus the drafts it accepted, and llama.cpp streams each token as its own frame, the
+        // accepted ones right after the step's first: the median gap says nothing of the step) without the
+        // longest gap: llama.cpp's draft model prefills the prompt itself in the request's first decode step (a
+        // cost the engine does not price, docs/calibration.md), and a step that carried another request's
+        // prefill is left out as the median leaves it out.
         let per_frame = r.gen_tokens as f64 / r.sse_frames.max(1) as f64;
-        let y = match (&r.itl, r.gen_tokens) {
-            (Some(itl), g) if g >= 8 && itl.p50_ms.is_finite() => itl.p50_ms / per_frame.max(1.0),
+        let spec_steps = spec::decode_steps(r);
+        let y = match (&r.itl, r.gen_tokens, r.ttft_s) {
+            (_, g, Some(ttft)) if g >= 8 && r.spec.is_some() && spec_steps > 0 && r.wall_s > ttft => {
+                let decode_ms = (r.wall_s - ttft) * 1000.0;
+                match &r.itl {
+                    Some(itl) if spec_steps >= 2 && itl.max_ms.is_finite() && itl.max_ms < decode_ms => {
+                        (decode_ms - itl.max_ms) / (spec_steps - 1) as f64
+                    }
+                    _ => decode_ms / spec_steps as f64,
+                }
+            }
+            (Some(itl), g, _) if g >= 8 && r.spec.is_none() && itl.p50_ms.is_finite() => {
+                itl.p50_ms / per_frame.max(1.0)
+            }
             _ => {
                 unused_decode[i] = Some("fewer than 8 output tokens or no inter-token gaps".into());
                 continue;

@@ -597,3 +597,66 @@ fn records_with_impossible_values_are_set_aside_not_a_panic() {
     }
     assert!(fit(&recs, &FitOptions::default()).is_err());
 }
+
+/// A server that speculates, calibrated without a base profile (the probe is all it has): the decode fit takes each
+/// speculative record's mean step (not its median frame gap), the verification the engine adds is taken back out
+/// of the fitted terms, and the calibrated profile predicts a held-out run's TPOT and acceptance as the server
+/// that made the records gives them.
+#[test]
+fn a_speculating_server_calibrated_without_a_base_predicts_its_own_tpot() {
+    use shared::calibrate::spec::{fit_speculative, take_out_verification};
+    use shared::engine::{Acceptance, SpecMethod, Speculative};
+    let mut t = truth();
+    t.speculative = Some(Box::new(Speculative {
+        method: SpecMethod::Draft,
+        draft_tokens: 4,
+        acceptance: Acceptance::Rate(0.7),
+        draft_cost_ms: 2.0,
+        acceptance_by_kind: None,
+    }));
+    let recs = records_of(&t, &[1, 2, 4, 8], true);
+    let mut f = fit(&recs, &FitOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let sf = fit_speculative(&recs, SpecMethod::Draft, None, None).expect("counts");
+    assert_eq!(sf.speculative.draft_tokens, 4);
+    let note = take_out_verification(&mut f.profile, sf.drafted_per_step).expect("a linear profile");
+    assert!(note.contains("per_seq_ms"), "{note}");
+    f.profile.speculative = Some(Box::new(sf.speculative.clone()));
+    let held_out = |p: &EngineProfile| {
+        let w = Workload::ClosedLoop(ClosedLoopWorkload {
+            users: 3,
+            num_requests: 60,
+            think_s: 0.5,
+            prompt: LengthDist::Uniform { min: 200, max: 2000 },
+            output: LengthDist::Fixed { tokens: 200 },
+            shared_prefix_tokens: 0,
+        });
+        let sc = EngineScenario {
+            workload: w,
+            profile: p.clone(),
+            slo: Slo::default(),
+            seed: 77,
+            counterfactuals: false,
+            fleet: None,
+            deployment: None,
+            disaggregation: None,
+        };
+        simulate_with(&sc, SimOptions::default()).expect("valid").summary
+    };
+    let (want, got) = (held_out(&t), held_out(&f.profile));
+    let err = got.tpot_p50_ms / want.tpot_p50_ms - 1.0;
+    eprintln!(
+        "TPOT p50 {:.3} predicted vs {:.3}; acceptance {:?} vs {:?}; {note}",
+        got.tpot_p50_ms, want.tpot_p50_ms, got.spec_acceptance, want.spec_acceptance
+    );
+    // +5.6 % here: a record's mean step still holds the steps it shared with other requests' prefills (all but the
+    // longest), which a median gap would leave out; the goal against a live server is 10 %.
+    assert!(err.abs() < 0.1, "TPOT p50 off by {err:+.3}");
+    let (a, b) = (got.spec_acceptance.expect("on"), want.spec_acceptance.expect("on"));
+    assert!((a - b).abs() < 0.05, "acceptance {a} vs {b}");
+    // Left in, the verification would be paid twice: the same profile without taking it out predicts slower.
+    let mut twice = fit(&recs, &FitOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .profile;
+    twice.speculative = Some(Box::new(sf.speculative.clone()));
+    assert!(held_out(&twice).tpot_p50_ms > got.tpot_p50_ms * 1.02);
+}

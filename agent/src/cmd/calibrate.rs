@@ -49,6 +49,10 @@ pub struct Args {
     /// Bearer token for the server.
     #[arg(long)]
     pub api_key: Option<String>,
+    /// Sampling temperature of the probe's requests (as `replay --temp`). It matters where the server speculates:
+    /// how many drafted tokens it accepts depends on how it samples (0: greedy).
+    #[arg(long, default_value_t = replay::settings::defaults::TEMPERATURE)]
+    pub temp: f64,
     /// Name of the fitted profile.
     #[arg(long, default_value = "calibrated")]
     pub name: String,
@@ -527,7 +531,90 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
 pub const DEFAULT_MAX_PROBE_PROMPT: u64 = 8_192;
 
 /// Send the probe; returns every record (in phase order) and the record files written.
-async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) -> anyhow::Result<Vec<RequestRecord>> {
+/// The speculative counters in a `/metrics` exposition (llama.cpp's or vLLM's names), if it has them.
+pub fn spec_counters_of(text: &str) -> Option<calibrate::spec::ServerSpecCounts> {
+    let (samples, _) = replay::prom::parse_text(text);
+    let family = ["llamacpp:", "vllm:"].into_iter().find(|f| {
+        samples
+            .iter()
+            .any(|s| s.name == format!("{f}spec_decode_num_draft_tokens_total"))
+    })?;
+    let sum = |name: &str| -> f64 {
+        samples
+            .iter()
+            .filter(|s| s.name == format!("{family}{name}"))
+            .map(|s| s.value)
+            .sum()
+    };
+    let mut per_position: Vec<(usize, f64)> = samples
+        .iter()
+        .filter(|s| s.name == format!("{family}spec_decode_num_accepted_tokens_per_pos_total"))
+        .filter_map(|s| {
+            let pos = s.labels.iter().find(|(k, _)| k == "position")?.1.parse().ok()?;
+            Some((pos, s.value))
+        })
+        .collect();
+    per_position.sort_by_key(|&(p, _)| p);
+    // Positions 0, 1, … each once (another shape is not read as a per-position count).
+    let whole = per_position.iter().enumerate().all(|(i, &(p, _))| i == p);
+    Some(calibrate::spec::ServerSpecCounts {
+        drafted_tokens: sum("spec_decode_num_draft_tokens_total"),
+        accepted_tokens: sum("spec_decode_num_accepted_tokens_total"),
+        steps: sum("spec_decode_num_drafts_total"),
+        accepted_per_position: if whole {
+            per_position.into_iter().map(|(_, v)| v).collect()
+        } else {
+            Vec::new()
+        },
+    })
+}
+
+/// `after − before`, counter by counter; a position `before` does not have yet counts from 0 (llama-server lists
+/// none before its first draft), one `after` lacks leaves no per-position counts.
+fn spec_delta(
+    before: &calibrate::spec::ServerSpecCounts,
+    after: &calibrate::spec::ServerSpecCounts,
+) -> calibrate::spec::ServerSpecCounts {
+    let fits = before.accepted_per_position.len() <= after.accepted_per_position.len();
+    calibrate::spec::ServerSpecCounts {
+        drafted_tokens: after.drafted_tokens - before.drafted_tokens,
+        accepted_tokens: after.accepted_tokens - before.accepted_tokens,
+        steps: after.steps - before.steps,
+        accepted_per_position: if fits {
+            (after.accepted_per_position.iter().enumerate())
+                .map(|(i, a)| a - before.accepted_per_position.get(i).copied().unwrap_or(0.0))
+                .collect()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// The server's speculative counters now (`ORIGIN/metrics`), if it has them.
+async fn scrape_spec(url: &str, api_key: Option<&str>) -> Option<calibrate::spec::ServerSpecCounts> {
+    let origin = replay::client::origin_of(url).ok()?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .ok()?;
+    let mut req = client.get(format!("{origin}/metrics"));
+    if let Some(k) = api_key {
+        req = req.bearer_auth(k);
+    }
+    let resp = req.send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    spec_counters_of(&resp.text().await.ok()?)
+}
+
+/// The probe's records, and the server's speculative counters over it (where it has them and drafted).
+async fn probe(
+    a: &Args,
+    url: &str,
+    d: &Discovered,
+    limits_p: &EngineProfile,
+) -> anyhow::Result<(Vec<RequestRecord>, Option<calibrate::spec::ServerSpecCounts>)> {
     anyhow::ensure!(
         a.budget.is_finite() && a.budget >= 5.0,
         "--budget must be at least 5 seconds (got {})",
@@ -548,6 +635,11 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             })
             .unwrap_or(4096)
     });
+    anyhow::ensure!(
+        a.temp.is_finite() && a.temp >= 0.0,
+        "--temp must be a finite number >= 0 (got {})",
+        a.temp
+    );
     let pl = ProbeLimits {
         max_prompt_tokens: max_prompt,
         max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
@@ -561,6 +653,7 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
     };
     let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let spec_before = scrape_spec(url, a.api_key.as_deref()).await;
     let dir = a.out.join("probe");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut all = Vec::new();
@@ -633,6 +726,7 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             Some(replay::settings::seconds("the probe phase", start)?),
         )?;
         s.drain = true;
+        s.temperature = a.temp;
         s.drain_grace = replay::settings::seconds("the probe phase's drain", drain)?;
         s.scrape_interval = Duration::from_secs_f64((share / 4.0).clamp(0.5, 5.0));
         s.progress = false;
@@ -693,10 +787,21 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
             a.budget
         );
     }
+    // A request cut at a phase's end is counted when the server lets its slot go (llama.cpp: within about a second
+    // of the client's disconnect), so a server that drafted is asked again after a second.
+    let mut spec = None;
+    if let Some(b) = &spec_before
+        && let Some(now) = scrape_spec(url, a.api_key.as_deref()).await
+        && now.drafted_tokens > b.drafted_tokens
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = scrape_spec(url, a.api_key.as_deref()).await.unwrap_or(now);
+        spec = Some(spec_delta(b, &after));
+    }
     if let Some(p) = &a.progress {
         (p.0)(&status("fit", phases.len()));
     }
-    Ok(all)
+    Ok((all, spec))
 }
 
 /// What `--from` read: every run's records (each file shifted after the previous one in time: they were separate
@@ -1047,7 +1152,31 @@ fn carry_over(dep: &Deployment, a: &Args, d: &Discovered, fit: &calibrate::Fit) 
 /// Speculative decoding from the records that carry its counts (`shared::calibrate::spec`): into the profile and
 /// `fit.json`'s `speculative`. With `--spec-base`, the profile's step terms are the base profile's (the records'
 /// decode gaps include the draft and the verified tokens, so the decode fit would fold them into its terms).
-fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit) -> anyhow::Result<()> {
+/// `--from`: the server's speculative counters summed over the runs' scrape sidecars (`report`'s `spec_drafts`,
+/// `spec_draft_tokens`, `spec_accepted_tokens`: deltas between each run's first and last scrape), where every run
+/// has them.
+fn sidecar_spec(facts: &[RunFacts]) -> Option<calibrate::spec::ServerSpecCounts> {
+    let mut c = calibrate::spec::ServerSpecCounts {
+        drafted_tokens: 0.0,
+        accepted_tokens: 0.0,
+        steps: 0.0,
+        accepted_per_position: Vec::new(),
+    };
+    for f in facts {
+        let r = f.server.as_ref()?;
+        c.drafted_tokens += r.spec_draft_tokens?;
+        c.accepted_tokens += r.spec_accepted_tokens?;
+        c.steps += r.spec_drafts.unwrap_or(0.0);
+    }
+    (!facts.is_empty()).then_some(c)
+}
+
+fn add_speculative(
+    a: &Args,
+    records: &[RequestRecord],
+    server: Option<calibrate::spec::ServerSpecCounts>,
+    fit: &mut calibrate::Fit,
+) -> anyhow::Result<()> {
     let base = match &a.spec_base {
         Some(path) => {
             let text =
@@ -1068,13 +1197,16 @@ fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit
     }
     let method: shared::engine::SpecMethod = serde_json::from_value(serde_json::Value::String(a.spec_method.clone()))
         .map_err(|e| anyhow::anyhow!("--spec-method: {e}"))?;
-    let Some(sf) = calibrate::spec::fit_speculative(records, method, a.draft_tokens, base.as_ref()) else {
+    let Some(mut sf) = calibrate::spec::fit_speculative(records, method, a.draft_tokens, base.as_ref()) else {
         if base.is_some() {
             fit.notes
                 .push("--spec-base given but no record carries speculative counts: ignored".into());
         }
         return Ok(());
     };
+    if let Some(c) = server {
+        sf.use_server_counts(c);
+    }
     if let Some(b) = &base {
         let p = &mut fit.profile;
         p.step_fixed_ms = b.step_fixed_ms;
@@ -1089,9 +1221,12 @@ fn add_speculative(a: &Args, records: &[RequestRecord], fit: &mut calibrate::Fit
         fit.notes.push(
             "speculative decoding: step terms from --spec-base, draft cost and acceptance from the records".into(),
         );
+    } else if let Some(note) = calibrate::spec::take_out_verification(&mut fit.profile, sf.drafted_per_step) {
+        fit.notes.push(format!("speculative decoding: {note}"));
     } else {
         fit.notes.push(
-            "speculative decoding: the decode terms were fitted to steps that include the draft; give --spec-base              (the server without speculation) to separate them"
+            "speculative decoding: the decode terms were fitted to steps that include the draft; give --spec-base \
+             (the server without speculation) to separate them"
                 .into(),
         );
     }
@@ -1138,11 +1273,14 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     let deployment = a.deployment.as_deref().map(read_deployment).transpose()?;
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut facts = Vec::new();
+    let server_spec;
     let (records, mut notes, d) = match &a.url {
         Some(url) => {
             let d = discover(url, a.api_key.as_deref()).await;
             let lp = limits(a, &d)?;
-            (probe(a, url, &d, &lp).await?, Vec::new(), d)
+            let (records, spec) = probe(a, url, &d, &lp).await?;
+            server_spec = spec;
+            (records, Vec::new(), d)
         }
         None => {
             let runs = read_runs(&a.from)?;
@@ -1155,6 +1293,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
                 };
                 anyhow::bail!("--from: no records in {}{why}", files.join(", "));
             }
+            server_spec = sidecar_spec(&runs.facts);
             facts = runs.facts;
             (runs.records, runs.notes, runs.discovered)
         }
@@ -1196,7 +1335,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     })?;
     fit.notes.append(&mut notes);
     apply_reported_tier(a, &d, &mut fit);
-    add_speculative(a, &records, &mut fit)?;
+    add_speculative(a, &records, server_spec, &mut fit)?;
     if !d.sources.is_empty() {
         fit.notes.push(format!("limits discovered: {}", d.sources.join(", ")));
     }
@@ -1228,17 +1367,28 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         let p = &sf.speculative;
         let rate = match &p.acceptance {
             shared::engine::Acceptance::Rate(a) => format!("{a:.4}"),
-            shared::engine::Acceptance::PerPosition(v) => format!("{v:?}"),
+            shared::engine::Acceptance::PerPosition(v) => {
+                let v: Vec<String> = v.iter().map(|u| format!("{u:.4}")).collect();
+                format!("[{}]", v.join(", "))
+            }
+        };
+        // Where the acceptance came from: the server's counters if it has them, else the records' sums.
+        let counted = match &sf.server {
+            Some(c) => format!(
+                "the server counted {:.0} of {:.0} drafted tokens accepted, {:.3}",
+                c.accepted_tokens,
+                c.drafted_tokens,
+                c.accepted_tokens / c.drafted_tokens
+            ),
+            None => format!(
+                "{} of {} drafted tokens accepted, {:.3}, over {} requests",
+                sf.accepted_tokens, sf.drafted_tokens, sf.accepted_share, sf.requests
+            ),
         };
         println!(
-            "speculative decoding: acceptance {rate} for draft_tokens {} ({} of {} drafted tokens accepted, {:.3}, over              {} requests), draft_cost_ms {:.4} (from {} lone requests)",
-            p.draft_tokens,
-            sf.accepted_tokens,
-            sf.drafted_tokens,
-            sf.accepted_share,
-            sf.requests,
-            p.draft_cost_ms,
-            sf.draft_cost_requests
+            "speculative decoding: acceptance {rate} for draft_tokens {} ({counted}), draft_cost_ms {:.4} (from {} \
+             lone requests)",
+            p.draft_tokens, p.draft_cost_ms, sf.draft_cost_requests
         );
     }
     for n in &fit.notes {
@@ -1278,4 +1428,55 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
         a.out.join("fit.json").display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// llama-server's speculative counters as it exposes them with a draft model (4 positions), and their deltas.
+    #[test]
+    fn speculative_counters_from_metrics() {
+        let text = "# HELP llamacpp:spec_decode_num_draft_tokens_total Speculative: Total draft tokens generated\n\
+                    # TYPE llamacpp:spec_decode_num_draft_tokens_total counter\n\
+                    llamacpp:spec_decode_num_draft_tokens_total 1025\n\
+                    llamacpp:spec_decode_num_accepted_tokens_total 502\n\
+                    llamacpp:spec_decode_num_drafts_total 260\n\
+                    llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 123\n\
+                    llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 166\n\
+                    llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"} 103\n\
+                    llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"} 110\n";
+        let after = spec_counters_of(text).expect("counters");
+        assert_eq!(
+            (after.drafted_tokens, after.accepted_tokens, after.steps),
+            (1025.0, 502.0, 260.0)
+        );
+        assert_eq!(after.accepted_per_position, vec![166.0, 123.0, 110.0, 103.0]);
+        let before = spec_counters_of(
+            "llamacpp:spec_decode_num_draft_tokens_total 25\nllamacpp:spec_decode_num_accepted_tokens_total 2\n\
+             llamacpp:spec_decode_num_drafts_total 10\n\
+             llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 1\n\
+             llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 1\n\
+             llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"2\"} 0\n\
+             llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"3\"} 0\n",
+        )
+        .expect("counters");
+        let d = spec_delta(&before, &after);
+        assert_eq!((d.drafted_tokens, d.accepted_tokens, d.steps), (1000.0, 500.0, 250.0));
+        assert_eq!(d.accepted_per_position, vec![165.0, 122.0, 110.0, 103.0]);
+        // Before its first draft llama-server lists no positions: they count from 0.
+        let fresh = spec_counters_of(
+            "llamacpp:spec_decode_num_draft_tokens_total 0\nllamacpp:spec_decode_num_accepted_tokens_total 0\n\
+             llamacpp:spec_decode_num_drafts_total 0\n",
+        )
+        .expect("counters");
+        assert_eq!(spec_delta(&fresh, &after), after);
+        assert_eq!(spec_delta(&after, &fresh).accepted_per_position, Vec::<f64>::new());
+        // A server without speculative counters (or a plain llama.cpp one's other metrics): none.
+        assert_eq!(spec_counters_of("llamacpp:tokens_predicted_total 7\n"), None);
+        // Positions with a gap are not read as a per-position count.
+        let gap = "vllm:spec_decode_num_draft_tokens_total 10\n\
+                   vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 3\n";
+        assert_eq!(spec_counters_of(gap).map(|c| c.accepted_per_position), Some(Vec::new()));
+    }
 }

@@ -1341,17 +1341,7 @@ impl StreamState {
                 self.finish_reason = Some(reason.0.into_owned());
             }
         }
-        if let Some(Timings {
-            draft_n: Some(drafted),
-            draft_n_accepted,
-        }) = chunk.timings
-        {
-            self.spec = Some(shared::record::SpecCounts {
-                draft_tokens: drafted,
-                accepted_tokens: draft_n_accepted.unwrap_or(0),
-                steps: None,
-            });
-        }
+        self.on_timings(chunk.timings);
         if let Some(u) = chunk.usage {
             self.usage = Some(UsageCounts {
                 prompt_tokens: u.prompt_tokens,
@@ -1455,6 +1445,22 @@ impl StreamState {
         ControlFlow::Continue(())
     }
 
+    /// llama.cpp's per-request `timings` (on the frame that finishes a completions or chat stream, at the top of
+    /// a Responses stream's `response.completed`; its Messages stream has none): the draft counts, when it drafted.
+    fn on_timings(&mut self, timings: Option<Timings>) {
+        if let Some(Timings {
+            draft_n: Some(drafted),
+            draft_n_accepted,
+        }) = timings
+        {
+            self.spec = Some(shared::record::SpecCounts {
+                draft_tokens: drafted,
+                accepted_tokens: draft_n_accepted.unwrap_or(0),
+                steps: None,
+            });
+        }
+    }
+
     /// One event of the Responses API stream (by its data's `type`): `response.output_text.delta` is content,
     /// `response.reasoning_text.delta` (vLLM's) or `response.reasoning_summary_text.delta` reasoning;
     /// `response.completed` (finish `stop`) or `response.incomplete` (finish `length` when its reason is
@@ -1478,6 +1484,7 @@ impl StreamState {
             }
             "response.completed" | "response.incomplete" => {
                 self.responses_ended = true;
+                self.on_timings(ev.timings);
                 let r = ev.response.unwrap_or_default();
                 let limit = r
                     .incomplete_details
@@ -1785,6 +1792,9 @@ struct ResponsesEvent<'a> {
     /// The response of `response.completed` / `.incomplete` / `.failed`.
     #[serde(default)]
     response: Option<ResponsesResponse>,
+    /// llama.cpp's per-request timings, beside `response` on `response.completed`.
+    #[serde(default)]
+    timings: Option<Timings>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1978,6 +1988,42 @@ mod tests {
         assert_eq!(o.text, "a b");
         assert_eq!(o.finish_reason.as_deref(), Some("length"));
         assert!(o.itl.is_some());
+    }
+
+    /// llama.cpp's `timings` as llama-server streams them with a draft model: on the frame that finishes a
+    /// completions stream, at the top of a Responses stream's `response.completed` (beside `response`).
+    #[test]
+    fn llama_cpp_draft_counts_on_completions_and_responses() {
+        let o = feed(&[
+            r#"{"choices":[{"text":"a","finish_reason":null}]}"#,
+            r#"{"choices":[{"text":" b","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":2},"timings":{"cache_n":0,"predicted_n":2,"draft_n":4,"draft_n_accepted":1}}"#,
+            "[DONE]",
+        ]);
+        let want = shared::record::SpecCounts {
+            draft_tokens: 4,
+            accepted_tokens: 1,
+            steps: None,
+        };
+        assert_eq!(o.spec, Some(want));
+        // Without drafts llama.cpp leaves the counts out: no `spec`.
+        let o = feed(&[
+            r#"{"choices":[{"text":"a","finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":1},"timings":{"predicted_n":1}}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(o.spec, None);
+        let mut st = StreamState::new(Instant::now(), false, 8, Wire::Responses);
+        for ev in [
+            r#"{"type":"response.output_text.delta","delta":"a"}"#,
+            r#"{"type":"response.output_text.delta","delta":" b"}"#,
+            r#"{"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":2}},"timings":{"draft_n":4,"draft_n_accepted":1}}"#,
+        ] {
+            if st.on_data(ev.as_bytes(), Instant::now()).is_break() {
+                break;
+            }
+        }
+        let o = st.finish_done();
+        assert!(o.ok, "{:?}", o.error);
+        assert_eq!(o.spec, Some(want));
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //!   gauge of the last batch;
 //! - llama.cpp: `llamacpp:prompt_tokens_total`, `llamacpp:tokens_predicted_total`, `llamacpp:requests_processing`,
 //!   `llamacpp:requests_deferred`; KV use `llamacpp:kv_cache_usage_ratio` (older builds only; llama.cpp has no
-//!   preemption counter).
+//!   preemption counter); speculative decoding `llamacpp:spec_decode_num_drafts_total` (verification steps),
+//!   `…_num_draft_tokens_total` and `…_num_accepted_tokens_total`.
 //!
 //! [`ServerReport::from_snapshots`] turns the scrapes taken before, during and after a run into server-side prompt
 //! and generation throughput (counter deltas over the scrape interval), the prefix-cache hit rate (hits / queries
@@ -161,8 +162,9 @@ pub struct Snapshot {
     /// Requests preempted (SGLang: retracted) since the server started, a counter.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preemptions_total: Option<f64>,
-    /// Speculative decoding (vLLM `spec_decode_num_drafts`, `…_num_draft_tokens`, `…_num_accepted_tokens`):
-    /// drafts (verification steps per request), draft tokens and accepted tokens since the server started.
+    /// Speculative decoding (vLLM's and llama.cpp's `spec_decode_num_drafts`, `…_num_draft_tokens`,
+    /// `…_num_accepted_tokens`): drafts (verification steps per request), draft tokens and accepted tokens since
+    /// the server started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_drafts_total: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -217,6 +219,15 @@ impl Snapshot {
             s.running = get(&["llamacpp:requests_processing"]);
             s.waiting = get(&["llamacpp:requests_deferred"]);
             s.kv_cache_usage = get(&["llamacpp:kv_cache_usage_ratio"]);
+            // llama-server lists its speculative counters with or without a draft model: they are read once it
+            // has drafted (the first scrape of a run then counts from 0, as sim-server's), so a server that does
+            // not speculate reports as before.
+            let drafted = get(&["llamacpp:spec_decode_num_draft_tokens_total"]).filter(|&d| d > 0.0);
+            if drafted.is_some() {
+                s.spec_drafts_total = get(&["llamacpp:spec_decode_num_drafts_total"]);
+                s.spec_draft_tokens_total = drafted;
+                s.spec_accepted_tokens_total = get(&["llamacpp:spec_decode_num_accepted_tokens_total"]);
+            }
         }
         s
     }
@@ -250,8 +261,8 @@ pub struct ServerReport {
     /// not report it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemptions: Option<f64>,
-    /// Speculative decoding between the first and the last scrape (counter deltas; vLLM): drafts, draft tokens,
-    /// accepted tokens; absent when the server does not report them.
+    /// Speculative decoding between the first and the last scrape (counter deltas; vLLM, llama.cpp): drafts, draft
+    /// tokens, accepted tokens; absent when the server does not report them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_drafts: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -435,6 +446,39 @@ garbage line {
         assert_eq!((s.kv_cache_usage, s.preemptions_total), (None, None));
         let old = Snapshot::from_text(0.0, "llamacpp:kv_cache_usage_ratio 0.25\n");
         assert_eq!(old.kv_cache_usage, Some(0.25));
+        // llama-server with a draft model: its speculative counters, the per-position one not mistaken for them.
+        let spec = "llamacpp:spec_decode_num_draft_tokens_total 1025\nllamacpp:spec_decode_num_accepted_tokens_total 502\n\
+                    llamacpp:spec_decode_num_drafts_total 260\n\
+                    llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position=\"0\"} 166\n";
+        let s = Snapshot::from_text(0.0, spec);
+        assert_eq!(
+            (
+                s.spec_drafts_total,
+                s.spec_draft_tokens_total,
+                s.spec_accepted_tokens_total
+            ),
+            (Some(260.0), Some(1025.0), Some(502.0))
+        );
+        // Without a draft model llama-server lists them at 0: not read, so its report is what it was.
+        let off = "llamacpp:tokens_predicted_total 7\nllamacpp:spec_decode_num_draft_tokens_total 0\n\
+                   llamacpp:spec_decode_num_accepted_tokens_total 0\nllamacpp:spec_decode_num_drafts_total 0\n";
+        let s = Snapshot::from_text(0.0, off);
+        assert_eq!(
+            (
+                s.spec_drafts_total,
+                s.spec_draft_tokens_total,
+                s.spec_accepted_tokens_total
+            ),
+            (None, None, None)
+        );
+        let r = ServerReport::from_snapshots(&[s, Snapshot::from_text(1.0, spec)]);
+        assert_eq!(
+            (r.spec_drafts, r.spec_draft_tokens, r.spec_accepted_tokens),
+            (Some(260.0), Some(1025.0), Some(502.0)),
+            "a run's first scrape before any draft counts from 0"
+        );
+        let r = ServerReport::from_snapshots(&[Snapshot::from_text(0.0, off), Snapshot::from_text(1.0, off)]);
+        assert_eq!(r.spec_draft_tokens, None);
     }
 
     #[test]

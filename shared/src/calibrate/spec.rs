@@ -43,7 +43,71 @@ pub struct SpecFit {
     /// Robust spread of the per-request draft costs (`1.4826·MAD`), ms; absent when not fitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_cost_spread_ms: Option<f64>,
+    /// The server's own counters over the same time, where it has them ([`SpecFit::use_server_counts`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerSpecCounts>,
     pub notes: Vec<String>,
+}
+
+/// A server's speculative counters over a run (deltas of its `/metrics`: llama.cpp's and vLLM's
+/// `spec_decode_num_draft_tokens`, `…_num_accepted_tokens`, `…_num_drafts`, `…_num_accepted_tokens_per_pos`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerSpecCounts {
+    pub drafted_tokens: f64,
+    pub accepted_tokens: f64,
+    /// Verification steps (drafts); 0 when not reported.
+    pub steps: f64,
+    /// Accepted tokens per draft position (empty when not reported).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_per_position: Vec<f64>,
+}
+
+impl SpecFit {
+    /// Takes the acceptance from the server's own counters over the same time instead of the records' sums: they
+    /// count every request, the ones cut when a probe phase's time ran out too, which the records leave out, and
+    /// those are the ones that accepted least (a request that accepts less takes more steps, so it is more likely
+    /// still running when the time runs out: over one probe of llama-server with a draft model the records said
+    /// 0.479 of the drafted tokens accepted, its counters 0.419). Per position where the server counts accepted
+    /// tokens per draft position and verification steps for all `k` positions (`u_i = accepted at i / steps`,
+    /// made non-increasing), else the one rate for the counters' share. Counters that drafted nothing change
+    /// nothing.
+    pub fn use_server_counts(&mut self, c: ServerSpecCounts) {
+        let usable = c.drafted_tokens > 0.0 && c.accepted_tokens >= 0.0;
+        if !usable {
+            return;
+        }
+        let k = self.speculative.draft_tokens;
+        let share = (c.accepted_tokens / c.drafted_tokens).clamp(0.0, 1.0);
+        let per_position = c.accepted_per_position.len() == k as usize && c.steps > 0.0;
+        self.speculative.acceptance = if per_position {
+            let mut u: Vec<f64> = c
+                .accepted_per_position
+                .iter()
+                .map(|a| (a / c.steps).clamp(0.0, 1.0))
+                .collect();
+            for i in 1..u.len() {
+                u[i] = u[i].min(u[i - 1]);
+            }
+            Acceptance::PerPosition(u)
+        } else {
+            Acceptance::Rate(rate_for_share(share, k))
+        };
+        self.notes.push(format!(
+            "acceptance from the server's counters ({:.0} of {:.0} drafted tokens accepted, {share:.4}{}) rather \
+             than the records' ({} of {}, {:.4}: requests cut at a phase's end carry no counts)",
+            c.accepted_tokens,
+            c.drafted_tokens,
+            if per_position {
+                format!(", per position over {:.0} steps", c.steps)
+            } else {
+                String::new()
+            },
+            self.accepted_tokens,
+            self.drafted_tokens,
+            self.accepted_share
+        ));
+        self.server = Some(c);
+    }
 }
 
 /// One step of one sequence at context `ctx` verifying `1 + drafted` positions, without the draft's cost, as the
@@ -56,6 +120,38 @@ pub fn verify_step_ms(p: &EngineProfile, ctx: f64, drafted: f64) -> f64 {
         return r.step_ms(&shape);
     }
     p.decode_step_ms(1.0, ctx) + drafted / p.prefill_tokens_per_ms
+}
+
+/// Without a base profile, the decode terms were fitted to whole speculative steps (the draft, the verification
+/// and the step itself: [`decode_steps`] in the decode fit), while the engine adds the verified tokens to each
+/// step (`drafted / prefill_tokens_per_ms` per sequence on a linear profile). That verification cost, at
+/// `drafted_per_step` per sequence, is taken back out of the per-sequence term (what is left of it from the fixed
+/// one), so that the engine's step for any batch is again the fitted one; the draft's own cost stays folded in
+/// (`draft_cost_ms` 0). Returns what it did, for the notes; nothing for a roofline profile (it prices the
+/// verification in the step's shape) or when nothing is drafted.
+pub fn take_out_verification(p: &mut EngineProfile, drafted_per_step: f64) -> Option<String> {
+    let linear = p.roofline.is_none() && drafted_per_step > 0.0 && p.prefill_tokens_per_ms > 0.0;
+    if !linear {
+        return None;
+    }
+    let verify = drafted_per_step / p.prefill_tokens_per_ms;
+    let from_seq = verify.min(p.per_seq_ms);
+    let from_fixed = (verify - from_seq).min(p.step_fixed_ms);
+    p.per_seq_ms -= from_seq;
+    p.step_fixed_ms -= from_fixed;
+    let short = verify - from_seq - from_fixed;
+    let mut note = format!(
+        "the decode terms were fitted to whole speculative steps: the verification of {drafted_per_step:.2} drafted \
+         tokens per step ({verify:.4} ms at the prefill rate, which the engine adds to each sequence's step) was \
+         taken out of per_seq_ms ({from_seq:.4}) and step_fixed_ms ({from_fixed:.4}); the draft's cost stays in the \
+         decode terms (draft_cost_ms 0; --spec-base separates it)"
+    );
+    if short > 0.0 {
+        note.push_str(&format!(
+            "; {short:.4} ms of it was more than both terms held (the engine's step is that much longer than fitted)"
+        ));
+    }
+    Some(note)
 }
 
 /// Speculative decoding from `records`: `None` when no record carries counts. `draft_tokens` is `k` if known;
@@ -172,12 +268,13 @@ pub fn fit_speculative(
         drafted_per_step,
         draft_cost_requests: n_cost,
         draft_cost_spread_ms: spread,
+        server: None,
         notes,
     })
 }
 
 /// A record's decode steps: each emits one token plus the drafts it accepted.
-fn decode_steps(r: &RequestRecord) -> u64 {
+pub fn decode_steps(r: &RequestRecord) -> u64 {
     let accepted = r.spec.map_or(0, |c| c.accepted_tokens);
     r.gen_tokens.saturating_sub(1).saturating_sub(accepted)
 }
@@ -242,6 +339,38 @@ mod tests {
         let f = fit_speculative(&r.records, SpecMethod::Eagle, Some(3), None).expect("counts");
         assert_eq!(f.speculative.draft_cost_ms, 0.0);
         assert!(f.notes.iter().any(|n| n.contains("--spec-base")), "{:?}", f.notes);
+        // The server's counters take over the acceptance: per position where it counts them for all k.
+        let mut g = f.clone();
+        g.use_server_counts(ServerSpecCounts {
+            drafted_tokens: 1000.0,
+            accepted_tokens: 400.0,
+            steps: 260.0,
+            accepted_per_position: vec![130.0, 104.0, 110.0],
+        });
+        let Acceptance::PerPosition(u) = &g.speculative.acceptance else {
+            panic!("per position: {g:?}")
+        };
+        assert_eq!(u, &vec![0.5, 0.4, 0.4], "non-increasing");
+        assert!(g.notes.iter().any(|n| n.contains("server's counters")), "{:?}", g.notes);
+        // Without positions (or for another k): the one rate of their share.
+        let mut g = f.clone();
+        g.use_server_counts(ServerSpecCounts {
+            drafted_tokens: 1000.0,
+            accepted_tokens: 400.0,
+            steps: 0.0,
+            accepted_per_position: Vec::new(),
+        });
+        assert_eq!(g.speculative.acceptance, Acceptance::Rate(rate_for_share(0.4, 3)));
+        assert!((g.speculative.acceptance_rate() - 0.4).abs() < 1e-9);
+        // Counters that drafted nothing leave the fit as it was.
+        let mut g = f.clone();
+        g.use_server_counts(ServerSpecCounts {
+            drafted_tokens: 0.0,
+            accepted_tokens: 0.0,
+            steps: 0.0,
+            accepted_per_position: Vec::new(),
+        });
+        assert_eq!(g, f);
         // No counts: nothing.
         let off = simulate_with(&EngineScenario { profile: base(), ..sc }, opts).expect("valid");
         assert!(fit_speculative(&off.records, SpecMethod::Eagle, None, Some(&base())).is_none());
