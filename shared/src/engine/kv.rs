@@ -746,6 +746,98 @@ impl Kv {
         done
     }
 
+    /// The evictions of a run of steps taken at once (what [`Self::alloc`] would evict step by step, `n` blocks in
+    /// all): block `p` (1-based) of them is evicted by the step `at(p)`, which starts at `at(p).0` and by which
+    /// `at(p).1` of them are evicted. Each chain's blocks go into tier 0 as the piece its first step took, stamped
+    /// then, and the rest stamped by its last step; what tier 0 trims meanwhile goes down the same way, each piece
+    /// stamped by the step whose write overflowed the tier (tier 0 holds blocks in the order it drops them, so its
+    /// `q`-th drop comes with its `q + room`-th write). This is what the steps one by one would leave provided no
+    /// tier expires anything and no tier below tier 0 trims meanwhile (the caller's bounds). Stops before a chain
+    /// whose blocks tier 0 already holds in part (a write that would not grow the tier by its size); returns the
+    /// blocks evicted.
+    pub fn evict_timed(&mut self, n: u64, at: &dyn Fn(u64) -> (f64, u64)) -> u64 {
+        let write = self.tiers.first().is_some_and(|t| !t.always);
+        let down = write && self.tiers.get(1).is_some_and(|t| !t.always);
+        let room = if write {
+            self.tiers[0].capacity.saturating_sub(self.tiers[0].used)
+        } else {
+            0
+        };
+        let mut done = 0u64;
+        let mut dropped = 0u64;
+        while done < n && self.lru_head != NONE {
+            let h = self.lru_head;
+            let r_old = self.chains[h as usize].r;
+            if write {
+                let s = self.tiers[0].slot(h);
+                if s.hi != s.lo && s.lo != r_old {
+                    break;
+                }
+            }
+            let take = (n - done).min(u64::from(self.chains[h as usize].ev));
+            self.chains[h as usize].r -= take as u32;
+            self.resident -= take;
+            self.evicted_blocks += take;
+            if take > 0 && write {
+                let (t_first, through) = at(done + 1);
+                let first = (through.min(done + take) - done) as u32;
+                self.tier_write(0, h, r_old - first, r_old, t_first);
+                if u64::from(first) < take {
+                    let (t_last, _) = at(done + take);
+                    self.tier_write(0, h, r_old - take as u32, r_old - first, t_last);
+                }
+                // Tier 0 grew by `take`: what overflows it, from its least recently used chain's deepest block.
+                let due = (done + take).saturating_sub(room);
+                while dropped < due {
+                    let tier = &mut self.tiers[0];
+                    let c = tier.head;
+                    let sl = &mut tier.slots[c as usize];
+                    let amount = (due - dropped).min(u64::from(sl.hi - sl.lo)) as u32;
+                    let hi = sl.hi;
+                    sl.hi -= amount;
+                    let emptied = sl.hi == sl.lo;
+                    if emptied {
+                        sl.lo = 0;
+                        sl.hi = 0;
+                    }
+                    tier.used -= u64::from(amount);
+                    tier.dropped_blocks += u64::from(amount);
+                    if emptied {
+                        tier.unlink(c);
+                    }
+                    if down {
+                        let (t_first, through) = at(dropped + 1 + room);
+                        let first = ((through - room).min(dropped + u64::from(amount)) - dropped) as u32;
+                        self.tier_write(1, c, hi - first, hi, t_first);
+                        if first < amount {
+                            let (t_last, _) = at(dropped + u64::from(amount) + room);
+                            self.tier_write(1, c, hi - amount, hi - first, t_last);
+                        }
+                    }
+                    if emptied {
+                        self.maybe_recycle(c);
+                    }
+                    dropped += u64::from(amount);
+                }
+            }
+            done += take;
+            self.refresh(h);
+        }
+        done
+    }
+
+    /// When the first block of some TTL tier expires (its least recently used chain's stamp plus the TTL; infinite
+    /// when none can).
+    pub fn next_expiry(&self) -> f64 {
+        let mut t = f64::INFINITY;
+        for tier in &self.tiers {
+            if tier.ttl_ms.is_finite() && tier.head != NONE {
+                t = t.min(tier.slots[tier.head as usize].stamp + tier.ttl_ms);
+            }
+        }
+        t
+    }
+
     /// Chain `c`'s local blocks `[lo, hi)` go into tier `t`, written or dropped by the level above at `stamp`:
     /// merged with the chain's range there when they touch or overlap it (else they replace it: a range with a gap
     /// below it is never hit, one below `lo` is still held above), the chain becomes the most recently used, and
@@ -754,6 +846,14 @@ impl Kv {
         if !self.hold_tier_trim && self.tiers[t].ttl_ms.is_finite() {
             self.expire(t);
         }
+        self.tier_write(t, c, lo, hi, stamp);
+        if !self.hold_tier_trim {
+            self.trim(t);
+        }
+    }
+
+    /// [`Self::tier_push`] without its expiry and trimming.
+    fn tier_write(&mut self, t: usize, c: u32, lo: u32, hi: u32, stamp: f64) {
         let tier = &mut self.tiers[t];
         let s = tier.slot_mut(c);
         let old = u64::from(s.hi - s.lo);
@@ -767,9 +867,6 @@ impl Kv {
         s.ever_hi = s.ever_hi.max(s.hi);
         tier.used = tier.used + new - old;
         tier.touch(c, stamp);
-        if !self.hold_tier_trim {
-            self.trim(t);
-        }
     }
 
     /// What tier `t` drops goes to the next tier when that one is written on eviction.
