@@ -269,14 +269,25 @@ fn tier_steps_one_by_one() -> bool {
 
 /// The blocks the steps of a decode stretch take, by the residue of the step's index: step `j` (2 ≤ j) takes
 /// `inc[(j − 1) mod bs]`, so steps 2..=j take `need(j)` in O(1).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct StepBlocks {
     bs: u64,
-    inc: Vec<u64>,
+    inc: [u64; LAZY_MAX_BS as usize],
     /// `pre[ρ]` = Σ inc[1..=ρ].
-    pre: Vec<u64>,
+    pre: [u64; LAZY_MAX_BS as usize],
     /// Σ inc: the blocks of any `bs` consecutive steps.
     period: u64,
+}
+
+impl Default for StepBlocks {
+    fn default() -> Self {
+        StepBlocks {
+            bs: 1,
+            inc: [0; LAZY_MAX_BS as usize],
+            pre: [0; LAZY_MAX_BS as usize],
+            period: 0,
+        }
+    }
 }
 
 impl StepBlocks {
@@ -299,10 +310,42 @@ impl StepBlocks {
         // (none: the next period's first step, residue 0, which completes the period).
         let q = (x - 1) / self.period;
         let rest = x - q * self.period;
-        let rho = self.pre.partition_point(|&p| p < rest) as u64;
+        let rho = self.pre[..self.bs as usize].partition_point(|&p| p < rest) as u64;
         let j = 1 + q * self.bs + rho;
         j.clamp(lo, hi)
     }
+}
+
+/// The blocks each step of a stretch needs, by the residue of its index (see [`StepBlocks`]).
+fn fill_step_blocks(sb: &mut StepBlocks, bs: u32, lz: &Lazy, sched: &[Sched]) {
+    let bs = bs as usize;
+    sb.bs = bs as u64;
+    let inc = &mut sb.inc[..bs];
+    if lz.n > 0 {
+        // A lazy request at position `pos` of its last block is counted in class (pos − d) mod bs, and takes a
+        // block at the steps with residue (bs − pos) mod bs: residue r reads class (−r − d) mod bs, so the
+        // residues read the classes backwards from class (−d) mod bs.
+        let cnt = &lz.cnt[..bs];
+        let mut c = (bs - (lz.d % bs as u64) as usize) % bs;
+        for x in inc.iter_mut() {
+            *x = cnt[c];
+            c = if c == 0 { bs - 1 } else { c - 1 };
+        }
+    } else {
+        inc.fill(0);
+    }
+    // Step j takes a block for a context `t` after its first step when t + j − 1 is a multiple of the block size.
+    for s in sched {
+        let r = (bs - s.t as usize % bs) % bs;
+        inc[r] += 1;
+    }
+    let mut acc = 0;
+    sb.pre[0] = 0;
+    for (p, &i) in sb.pre[1..bs].iter_mut().zip(&sb.inc[1..bs]) {
+        acc += i;
+        *p = acc;
+    }
+    sb.period = acc + sb.inc[0];
 }
 
 /// The engine. Create with [`Engine::new`]; drive with [`Engine::submit`] and [`Engine::step`].
@@ -1503,8 +1546,8 @@ impl Engine {
             }
             return;
         }
-        let mut sb = std::mem::take(&mut self.step_blocks);
-        self.fill_step_blocks(&mut sb);
+        fill_step_blocks(&mut self.step_blocks, self.bs, &self.lz, &self.sched);
+        let sb = &self.step_blocks;
         let total = sb.need(k);
         debug_assert_eq!(total, self.extra_blocks(k), "a stretch's blocks by residue");
         // Tiers a run writes: tier 0 when written on eviction, and below it the next one when that is too.
@@ -1569,7 +1612,7 @@ impl Engine {
                 let i = sb.step_reaching(base + p, j1, j2);
                 (tau(i), sb.need(i) - base)
             };
-            let done = if evict > 0 { self.kv.evict_timed(evict, &at) } else { 0 };
+            let done = if evict > 0 { self.kv.evict_timed(evict, at) } else { 0 };
             let upto = if done < evict {
                 // Stopped before a chain whose blocks tier 0 holds in part: the rest of that step one by one.
                 let i = sb.step_reaching(base + done + 1, j1, j2);
@@ -1587,40 +1630,6 @@ impl Engine {
             self.kv.now_ms = tau(sb.step_reaching(upto, j1, j2));
             taken = upto;
         }
-        self.step_blocks = sb;
-    }
-
-    /// The blocks each step of a stretch needs, by the residue of its index (see [`StepBlocks`]).
-    fn fill_step_blocks(&self, sb: &mut StepBlocks) {
-        let bs = self.bs as usize;
-        sb.bs = bs as u64;
-        sb.inc.clear();
-        if self.lz.n > 0 {
-            // A lazy request at position `pos` of its last block is counted in class (pos − d) mod bs, and takes a
-            // block at the steps with residue (bs − pos) mod bs: residue r reads class (−r − d) mod bs, so the
-            // residues read the classes backwards from class (−d) mod bs.
-            let cnt = &self.lz.cnt;
-            let mut c = (bs - self.mod_bs(self.lz.d) as usize) % bs;
-            for _ in 0..bs {
-                sb.inc.push(cnt[c]);
-                c = if c == 0 { bs - 1 } else { c - 1 };
-            }
-        } else {
-            sb.inc.resize(bs, 0);
-        }
-        // Step j takes a block for a context `t` after its first step when t + j − 1 is a multiple of the block size.
-        for s in &self.sched {
-            let r = (bs - self.mod_bs(u64::from(s.t)) as usize) % bs;
-            sb.inc[r] += 1;
-        }
-        sb.pre.clear();
-        sb.pre.resize(bs, 0);
-        let mut acc = 0;
-        for (p, &i) in sb.pre.iter_mut().zip(&sb.inc).skip(1) {
-            acc += i;
-            *p = acc;
-        }
-        sb.period = acc + sb.inc[0];
     }
 
     /// [`Self::extra_blocks`] of the lazy requests: the count depends only on where each context sits in its

@@ -750,49 +750,67 @@ impl Kv {
     /// all): block `p` (1-based) of them is evicted by the step `at(p)`, which starts at `at(p).0` and by which
     /// `at(p).1` of them are evicted. Each chain's blocks go into tier 0 as the piece its first step took, stamped
     /// then, and the rest stamped by its last step; what tier 0 trims meanwhile goes down the same way, each piece
-    /// stamped by the step whose write overflowed the tier (tier 0 holds blocks in the order it drops them, so its
-    /// `q`-th drop comes with its `q + room`-th write). This is what the steps one by one would leave provided no
-    /// tier expires anything and no tier below tier 0 trims meanwhile (the caller's bounds). Stops before a chain
-    /// whose blocks tier 0 already holds in part (a write that would not grow the tier by its size); returns the
-    /// blocks evicted.
-    pub fn evict_timed(&mut self, n: u64, at: &dyn Fn(u64) -> (f64, u64)) -> u64 {
+    /// stamped by the step whose write overflowed the tier (a chain that grows tier 0 by one block per block evicted
+    /// overflows it at its `room + i`-th block for the `i`-th block dropped). This is what the steps one by one
+    /// would leave provided no tier expires anything and no tier below tier 0 trims meanwhile (the caller's
+    /// bounds). Stops before a chain whose write would not grow tier 0 by its size (tier 0 holds some of those
+    /// blocks already, or a range apart from them) if that write overflows tier 0; returns the blocks evicted.
+    pub fn evict_timed(&mut self, n: u64, at: impl Fn(u64) -> (f64, u64)) -> u64 {
         let write = self.tiers.first().is_some_and(|t| !t.always);
         let down = write && self.tiers.get(1).is_some_and(|t| !t.always);
-        let room = if write {
-            self.tiers[0].capacity.saturating_sub(self.tiers[0].used)
-        } else {
-            0
-        };
         let mut done = 0u64;
-        let mut dropped = 0u64;
         while done < n && self.lru_head != NONE {
             let h = self.lru_head;
             let r_old = self.chains[h as usize].r;
-            if write {
-                let s = self.tiers[0].slot(h);
-                if s.hi != s.lo && s.lo != r_old {
-                    break;
-                }
-            }
             let take = (n - done).min(u64::from(self.chains[h as usize].ev));
-            self.chains[h as usize].r -= take as u32;
+            if take == 0 {
+                // Not reached (the LRU list holds chains with evictable blocks), as `evict` would.
+                self.refresh(h);
+                continue;
+            }
+            let r_new = r_old - take as u32;
+            // The piece the chain's first step evicts: [r_old − first, r_old).
+            let (t_first, through) = at(done + 1);
+            let first = (through.min(done + take) - done) as u32;
+            let room = if write {
+                let tier = &self.tiers[0];
+                let s = tier.slot(h);
+                if s.hi != s.lo && s.lo != r_old {
+                    // Tier 0's growth as the steps would write the pieces: the first merged with what it holds (or
+                    // replacing a range apart from it), then the rest below it.
+                    let a = r_old - first;
+                    let (mut lo, hi) = if s.lo > r_old || s.hi < a {
+                        (a, r_old)
+                    } else {
+                        (s.lo.min(a), s.hi.max(r_old))
+                    };
+                    lo = lo.min(r_new);
+                    if tier.used - u64::from(s.hi - s.lo) + u64::from(hi - lo) > tier.capacity {
+                        break;
+                    }
+                }
+                tier.capacity.saturating_sub(tier.used)
+            } else {
+                0
+            };
+            self.chains[h as usize].r = r_new;
             self.resident -= take;
             self.evicted_blocks += take;
-            if take > 0 && write {
-                let (t_first, through) = at(done + 1);
-                let first = (through.min(done + take) - done) as u32;
+            if write {
                 self.tier_write(0, h, r_old - first, r_old, t_first);
                 if u64::from(first) < take {
                     let (t_last, _) = at(done + take);
-                    self.tier_write(0, h, r_old - take as u32, r_old - first, t_last);
+                    self.tier_write(0, h, r_new, r_old - first, t_last);
                 }
-                // Tier 0 grew by `take`: what overflows it, from its least recently used chain's deepest block.
-                let due = (done + take).saturating_sub(room);
-                while dropped < due {
+                // What overflows tier 0, from its least recently used chain's deepest block: only a chain that grew
+                // it by `take` gets here over capacity, its `room + i`-th block overflowing it for the `i`-th drop.
+                let mut dropped = 0u64;
+                while self.tiers[0].used > self.tiers[0].capacity {
                     let tier = &mut self.tiers[0];
+                    let over = tier.used - tier.capacity;
                     let c = tier.head;
                     let sl = &mut tier.slots[c as usize];
-                    let amount = (due - dropped).min(u64::from(sl.hi - sl.lo)) as u32;
+                    let amount = over.min(u64::from(sl.hi - sl.lo)) as u32;
                     let hi = sl.hi;
                     sl.hi -= amount;
                     let emptied = sl.hi == sl.lo;
@@ -806,11 +824,12 @@ impl Kv {
                         tier.unlink(c);
                     }
                     if down {
-                        let (t_first, through) = at(dropped + 1 + room);
-                        let first = ((through - room).min(dropped + u64::from(amount)) - dropped) as u32;
+                        let base = done + room;
+                        let (t_first, through) = at(base + dropped + 1);
+                        let first = ((through - base).min(dropped + u64::from(amount)) - dropped) as u32;
                         self.tier_write(1, c, hi - first, hi, t_first);
                         if first < amount {
-                            let (t_last, _) = at(dropped + u64::from(amount) + room);
+                            let (t_last, _) = at(base + dropped + u64::from(amount));
                             self.tier_write(1, c, hi - amount, hi - first, t_last);
                         }
                     }
