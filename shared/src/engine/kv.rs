@@ -31,6 +31,12 @@
 
 pub(crate) const NONE: u32 = u32::MAX;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests read it: chains tier 0 holds in part that [`Kv::evict_timed`] took in a run, and those it stopped at.
+    pub(crate) static PARTLY_HELD: std::cell::Cell<[usize; 2]> = const { std::cell::Cell::new([0; 2]) };
+}
+
 /// In [`Kv::tier_runs`]: blocks the GPU holds.
 pub(crate) const NO_TIER: usize = usize::MAX;
 
@@ -785,7 +791,13 @@ impl Kv {
                         (s.lo.min(a), s.hi.max(r_old))
                     };
                     lo = lo.min(r_new);
-                    if tier.used - u64::from(s.hi - s.lo) + u64::from(hi - lo) > tier.capacity {
+                    let overflows = tier.used - u64::from(s.hi - s.lo) + u64::from(hi - lo) > tier.capacity;
+                    #[cfg(test)]
+                    PARTLY_HELD.with(|c| {
+                        let [taken, stopped] = c.get();
+                        c.set([taken + usize::from(!overflows), stopped + usize::from(overflows)]);
+                    });
+                    if overflows {
                         break;
                     }
                 }
