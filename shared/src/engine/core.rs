@@ -249,6 +249,105 @@ pub(crate) struct Advance {
     pub end_ms: f64,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests set it to take a stretch's blocks one step at a time (see [`Engine::alloc_step_by_step`]), the
+    /// accounting its runs must reproduce.
+    pub(crate) static TIER_STEPS_ONE_BY_ONE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(test)]
+fn tier_steps_one_by_one() -> bool {
+    TIER_STEPS_ONE_BY_ONE.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+#[inline]
+fn tier_steps_one_by_one() -> bool {
+    false
+}
+
+/// The blocks the steps of a decode stretch take, by the residue of the step's index: step `j` (2 ≤ j) takes
+/// `inc[(j − 1) mod bs]`, so steps 2..=j take `need(j)` in O(1).
+#[derive(Debug, Clone)]
+struct StepBlocks {
+    bs: u64,
+    inc: [u64; LAZY_MAX_BS as usize],
+    /// `pre[ρ]` = Σ inc[1..=ρ].
+    pre: [u64; LAZY_MAX_BS as usize],
+    /// Σ inc: the blocks of any `bs` consecutive steps.
+    period: u64,
+}
+
+impl Default for StepBlocks {
+    fn default() -> Self {
+        StepBlocks {
+            bs: 1,
+            inc: [0; LAZY_MAX_BS as usize],
+            pre: [0; LAZY_MAX_BS as usize],
+            period: 0,
+        }
+    }
+}
+
+impl StepBlocks {
+    /// Blocks steps 2..=`j` take (`Engine::extra_blocks(j)`).
+    #[inline]
+    fn need(&self, j: u64) -> u64 {
+        let m = j - 1;
+        let (q, rho) = if self.bs.is_power_of_two() {
+            (m >> self.bs.trailing_zeros(), m & (self.bs - 1))
+        } else {
+            (m / self.bs, m % self.bs)
+        };
+        q * self.period + self.pre[rho as usize]
+    }
+
+    /// The first step in `[lo, hi]` by which `x` (≥ 1) blocks are taken (`need(hi)` ≥ `x`).
+    fn step_reaching(&self, x: u64, lo: u64, hi: u64) -> u64 {
+        debug_assert!(x >= 1 && self.need(hi) >= x);
+        // Steps j = 1 + q·bs + ρ: whole periods before `x`, then the first residue of the next that reaches it
+        // (none: the next period's first step, residue 0, which completes the period).
+        let q = (x - 1) / self.period;
+        let rest = x - q * self.period;
+        let rho = self.pre[..self.bs as usize].partition_point(|&p| p < rest) as u64;
+        let j = 1 + q * self.bs + rho;
+        j.clamp(lo, hi)
+    }
+}
+
+/// The blocks each step of a stretch needs, by the residue of its index (see [`StepBlocks`]).
+fn fill_step_blocks(sb: &mut StepBlocks, bs: u32, lz: &Lazy, sched: &[Sched]) {
+    let bs = bs as usize;
+    sb.bs = bs as u64;
+    let inc = &mut sb.inc[..bs];
+    if lz.n > 0 {
+        // A lazy request at position `pos` of its last block is counted in class (pos − d) mod bs, and takes a
+        // block at the steps with residue (bs − pos) mod bs: residue r reads class (−r − d) mod bs, so the
+        // residues read the classes backwards from class (−d) mod bs.
+        let cnt = &lz.cnt[..bs];
+        let mut c = (bs - (lz.d % bs as u64) as usize) % bs;
+        for x in inc.iter_mut() {
+            *x = cnt[c];
+            c = if c == 0 { bs - 1 } else { c - 1 };
+        }
+    } else {
+        inc.fill(0);
+    }
+    // Step j takes a block for a context `t` after its first step when t + j − 1 is a multiple of the block size.
+    for s in sched {
+        let r = (bs - s.t as usize % bs) % bs;
+        inc[r] += 1;
+    }
+    let mut acc = 0;
+    sb.pre[0] = 0;
+    for (p, &i) in sb.pre[1..bs].iter_mut().zip(&sb.inc[1..bs]) {
+        acc += i;
+        *p = acc;
+    }
+    sb.period = acc + sb.inc[0];
+}
+
 /// The engine. Create with [`Engine::new`]; drive with [`Engine::submit`] and [`Engine::step`].
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -296,6 +395,8 @@ pub struct Engine {
     /// its last (0 when none): what a caller sampling after every step would have seen (see
     /// [`Self::take_inner_peak`]).
     inner_peak: u64,
+    /// Scratch for [`Self::alloc_step_by_step`]: blocks each step needs, by residue of its index.
+    step_blocks: StepBlocks,
 }
 
 /// A llama.cpp slot: busy, or the content its last request left in it (for prompt similarity) and when it was
@@ -409,6 +510,7 @@ impl Engine {
             spec: None,
             next_spec_id: 0,
             inner_peak: 0,
+            step_blocks: StepBlocks::default(),
         }
         .with_scheduler()
     }
@@ -1444,17 +1546,113 @@ impl Engine {
     /// block evicted into a tier is stamped with the step that needed its space, wherever the stretch is cut (an
     /// arrival, a fleet's other replicas, sim-server's real-time loop). Only with a TTL tier and evictions: other
     /// tiers keep no time, and free blocks hold no stamp.
+    ///
+    /// The result is that of the step-by-step loop, computed in segments: a run of steps in which no tier can
+    /// expire anything (every step starts before the earliest expiry, and before any block the run writes could
+    /// expire) and tier 0 has room for every block the run evicts (so nothing is trimmed) takes its blocks in one
+    /// pass, each evicted chain written into tier 0 as its first step's piece, then the rest stamped with the last
+    /// step that took from it (what the steps in between write is merged into the same range, and no one reads the
+    /// stamps in between). Steps where something expires or tier 0 is full run one by one, as before.
     fn alloc_step_by_step(&mut self, k: u64, start: f64, d1: f64, b: f64) {
+        let tau = |j: u64| start + stretch_ms(d1, b, j - 1);
+        if self.bs > LAZY_MAX_BS || !(b >= 0.0 && d1 > 0.0) || tier_steps_one_by_one() {
+            // Large blocks, or a step time that could shrink: one step at a time.
+            let mut taken = 0;
+            for j in 2..=k {
+                let need = self.extra_blocks(j);
+                if need > taken {
+                    self.kv.now_ms = tau(j);
+                    self.kv.expire_tiers();
+                    // Cannot fail: the whole stretch's blocks were checked.
+                    let _ = self.kv.alloc(need - taken);
+                    taken = need;
+                }
+            }
+            return;
+        }
+        fill_step_blocks(&mut self.step_blocks, self.bs, &self.lz, &self.sched);
+        let sb = &self.step_blocks;
+        let total = sb.need(k);
+        debug_assert_eq!(total, self.extra_blocks(k), "a stretch's blocks by residue");
+        // Tiers a run writes: tier 0 when written on eviction, and below it the next one when that is too.
+        let writes0 = self.kv.tiers.first().is_some_and(|t| !t.always);
+        let writes1 = writes0 && self.kv.tiers.get(1).is_some_and(|t| !t.always);
+        let written_ttl = self
+            .kv
+            .tiers
+            .iter()
+            .take(usize::from(writes0) + usize::from(writes1))
+            .map(|t| t.ttl_ms)
+            .fold(f64::INFINITY, f64::min);
         let mut taken = 0;
-        for j in 2..=k {
-            let need = self.extra_blocks(j);
-            if need > taken {
-                self.kv.now_ms = start + stretch_ms(d1, b, j - 1);
+        let mut j = 2;
+        while taken < total {
+            // The next step that takes blocks.
+            let j1 = sb.step_reaching(taken + 1, j, k);
+            let t1 = tau(j1);
+            // No expiry before the barrier: the tiers' earliest, and any block the run writes (stamped t1 or later).
+            let barrier = self.kv.next_expiry().min(t1 + written_ttl);
+            // Blocks the run may take: the free ones, then evictions as long as the tier below tier 0 (which takes
+            // what tier 0 drops) has room for them.
+            let free = self.kv.free();
+            let max_need = if writes1 {
+                let (t0, t1r) = (&self.kv.tiers[0], &self.kv.tiers[1]);
+                let room = t0.capacity.saturating_sub(t0.used) + t1r.capacity.saturating_sub(t1r.used);
+                taken.saturating_add(free).saturating_add(room)
+            } else {
+                u64::MAX
+            };
+            let mut j2 = if max_need >= total {
+                k
+            } else {
+                sb.step_reaching(max_need + 1, j1, k) - 1
+            };
+            if t1 >= barrier {
+                j2 = j1 - 1;
+            } else if j2 >= j1 && tau(j2) >= barrier {
+                // The last step before the barrier (tau grows with j).
+                let (mut lo, mut hi) = (j1, j2 - 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if tau(mid) < barrier { lo = mid } else { hi = mid - 1 }
+                }
+                j2 = lo;
+            }
+            if j2 < j1 {
+                // Something expires at this step, or the tier below would trim: the step on its own.
+                let need = sb.need(j1);
+                self.kv.now_ms = t1;
                 self.kv.expire_tiers();
-                // Cannot fail: the whole stretch's blocks were checked.
                 let _ = self.kv.alloc(need - taken);
                 taken = need;
+                j = j1 + 1;
+                continue;
             }
+            let need = sb.need(j2);
+            // Block `p` (1-based) of those the run evicts is taken by the first step whose need reaches it.
+            let base = taken + free;
+            let evict = (need - taken).saturating_sub(free);
+            let at = |p: u64| {
+                let i = sb.step_reaching(base + p, j1, j2);
+                (tau(i), sb.need(i) - base)
+            };
+            let done = if evict > 0 { self.kv.evict_timed(evict, at) } else { 0 };
+            let upto = if done < evict {
+                // Stopped before a chain whose blocks tier 0 holds in part: the rest of that step one by one.
+                let i = sb.step_reaching(base + done + 1, j1, j2);
+                let upto = sb.need(i);
+                self.kv.now_ms = tau(i);
+                self.kv.evict(upto - base - done);
+                j = i + 1;
+                upto
+            } else {
+                j = j2 + 1;
+                need
+            };
+            self.kv.private += upto - taken;
+            // As the last step that took blocks left it.
+            self.kv.now_ms = tau(sb.step_reaching(upto, j1, j2));
+            taken = upto;
         }
     }
 
@@ -2631,6 +2829,190 @@ mod tests {
                 assert_eq!(got, want, "list {list:?} gone {gone:?}");
             }
         }
+    }
+
+    /// A decode stretch's blocks taken in runs (see [`Engine::alloc_step_by_step`]) leave the KV cache and every
+    /// tier exactly as taking them one step at a time does: every chain's range, stamp and place in each tier's
+    /// list, compared after every advance, for tiers that trim at every step, TTLs shorter than a stretch, tiers
+    /// written always, two and three deep, large ones that keep what they restore; conversations go on after their
+    /// replies (forked chains, recycled ones).
+    #[test]
+    fn tier_runs_leave_the_tiers_as_steps_do() {
+        use crate::engine::profile::{KvTier, TierEvict, TierWrite};
+        let ttl = |s: f64| TierEvict::Ttl { ttl_s: s };
+        let shapes: Vec<Vec<KvTier>> = vec![
+            vec![KvTier {
+                evict: ttl(0.3),
+                ..KvTier::on_evict("host", 40 * 16, 50.0)
+            }],
+            vec![KvTier {
+                evict: ttl(5.0),
+                ..KvTier::on_evict("host", 4000 * 16, 50.0)
+            }],
+            vec![KvTier {
+                evict: ttl(0.02),
+                ..KvTier::on_evict("host", 4000 * 16, 50.0)
+            }],
+            vec![
+                KvTier {
+                    evict: ttl(0.7),
+                    ..KvTier::on_evict("host", 60 * 16, 50.0)
+                },
+                KvTier::on_evict("disk", 300 * 16, 25.0),
+            ],
+            vec![
+                KvTier::on_evict("host", 1500 * 16, 50.0),
+                KvTier {
+                    evict: ttl(1.0),
+                    ..KvTier::on_evict("disk", 2000 * 16, 25.0)
+                },
+            ],
+            vec![
+                KvTier {
+                    evict: ttl(2.0),
+                    ..KvTier::on_evict("host", 1200 * 16, 50.0)
+                },
+                KvTier::on_evict("disk", 1000 * 16, 25.0),
+            ],
+            vec![
+                KvTier::on_evict("host", 30 * 16, 50.0),
+                KvTier {
+                    evict: ttl(1.5),
+                    ..KvTier::on_evict("disk", 2000 * 16, 25.0)
+                },
+            ],
+            vec![
+                KvTier {
+                    evict: ttl(0.4),
+                    ..KvTier::on_evict("host", 50 * 16, 50.0)
+                },
+                KvTier {
+                    evict: ttl(0.9),
+                    ..KvTier::on_evict("disk", 120 * 16, 25.0)
+                },
+                KvTier::on_evict("remote", 400 * 16, 5.0),
+            ],
+            vec![
+                KvTier {
+                    write: TierWrite::Always,
+                    evict: ttl(0.5),
+                    ..KvTier::on_evict("host", 200 * 16, 50.0)
+                },
+                KvTier {
+                    evict: ttl(2.0),
+                    ..KvTier::on_evict("disk", 500 * 16, 25.0)
+                },
+            ],
+        ];
+        crate::engine::kv::PARTLY_HELD.with(|c| c.set([0; 2]));
+        for (shape, tiers) in shapes.into_iter().enumerate() {
+            for seed in 1..3u64 {
+                let profile = EngineProfile {
+                    name: "p".into(),
+                    basis: "test".into(),
+                    block_size: 16,
+                    num_kv_blocks: 700,
+                    max_num_seqs: 8,
+                    max_num_batched_tokens: 2048,
+                    max_model_len: None,
+                    step_fixed_ms: 5.0,
+                    per_seq_ms: 0.1,
+                    per_ctx_token_ms: 0.001,
+                    prefill_tokens_per_ms: 20.0,
+                    prefill_fixed_ms: 1.0,
+                    enable_prefix_caching: true,
+                    prefill_ctx_ms_per_ktok: 0.0,
+                    batch_kv_ms_per_ktok: 0.0,
+                    prefill_batch_kv_ms_per_ktok: 0.0,
+                    host_cache: None,
+                    kv_tiers: tiers.clone(),
+                    reply_cached_share: 1.0,
+                    scheduler: Default::default(),
+                    roofline: None,
+                    speculative: None,
+                };
+                let mut engs = [Engine::new(profile.clone()), Engine::new(profile)];
+                let mut rng = xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                // Conversations: (chain, tokens so far, next arrival), 12 of them, staggered.
+                let mut convs: Vec<(u32, u32, f64)> = (0..12)
+                    .map(|i| {
+                        let c = engs[0].new_chain(NONE, 0);
+                        assert_eq!(c, engs[1].new_chain(NONE, 0));
+                        (c, 600 + (rng() % 1200) as u32, f64::from(i) * 150.0)
+                    })
+                    .collect();
+                let mut tags: Vec<usize> = Vec::new();
+                let mut until = 0.0;
+                let mut advances = 0;
+                for _ in 0..4000 {
+                    let now = engs[0].now_ms().max(until);
+                    for (i, conv) in convs.iter_mut().enumerate() {
+                        if conv.2 <= now {
+                            let out = 50 + (rng() % 450) as u32;
+                            for e in &mut engs {
+                                e.submit_chain(conv.2, conv.0, conv.1, out, tags.len() as u64, false);
+                            }
+                            tags.push(i);
+                            conv.1 += out;
+                            conv.2 = f64::INFINITY;
+                        }
+                    }
+                    let next = convs.iter().map(|c| c.2).fold(f64::INFINITY, f64::min);
+                    let mut advs = [None, None];
+                    for (k, e) in engs.iter_mut().enumerate() {
+                        TIER_STEPS_ONE_BY_ONE.with(|c| c.set(k == 1));
+                        advs[k] = e.advance(u64::MAX, next);
+                    }
+                    TIER_STEPS_ONE_BY_ONE.with(|c| c.set(false));
+                    assert_eq!(advs[0], advs[1], "shape {shape} seed {seed}");
+                    assert_eq!(
+                        format!("{:?}", engs[0].kv),
+                        format!("{:?}", engs[1].kv),
+                        "shape {shape} seed {seed}"
+                    );
+                    let Some(adv) = advs[0] else {
+                        if next.is_infinite() {
+                            break;
+                        }
+                        until = next;
+                        continue;
+                    };
+                    advances += 1;
+                    until = adv.end_ms;
+                    let fin: Vec<u32> = engs[0].finished.clone();
+                    assert_eq!(fin, engs[1].finished);
+                    for q in fin {
+                        let conv = &mut convs[tags[engs[0].reqs[q as usize].tag as usize]];
+                        // The next turn: the reply and a tool result, after a think time.
+                        let tokens = u64::from(conv.1);
+                        let mut fork = NONE;
+                        for e in &mut engs {
+                            e.forget(q);
+                            let f = e.fork_conversation(conv.0, tokens);
+                            assert!(fork == NONE || fork == f);
+                            fork = f;
+                        }
+                        conv.0 = fork;
+                        conv.1 += 100 + (rng() % 300) as u32;
+                        conv.2 = adv.end_ms + (rng() % 3000) as f64;
+                        if conv.1 > 6000 {
+                            conv.2 = f64::INFINITY;
+                        }
+                    }
+                    for e in &mut engs {
+                        e.finished.clear();
+                    }
+                }
+                assert!(advances > 100, "shape {shape} seed {seed}: {advances} advances");
+                assert!(
+                    engs[0].kv.evicted_blocks > 1000,
+                    "shape {shape}: {} evicted",
+                    engs[0].kv.evicted_blocks
+                );
+            }
+        }
+        // Chains whose blocks tier 0 held in part (restored ones) were taken in runs too.
+        assert!(crate::engine::kv::PARTLY_HELD.with(|c| c.get())[0] > 0);
     }
 
     /// A request that arrives on the chain of a running lazy request (here: a fork of its conversation that

@@ -31,6 +31,12 @@
 
 pub(crate) const NONE: u32 = u32::MAX;
 
+#[cfg(test)]
+thread_local! {
+    /// Tests read it: chains tier 0 holds in part that [`Kv::evict_timed`] took in a run, and those it stopped at.
+    pub(crate) static PARTLY_HELD: std::cell::Cell<[usize; 2]> = const { std::cell::Cell::new([0; 2]) };
+}
+
 /// In [`Kv::tier_runs`]: blocks the GPU holds.
 pub(crate) const NO_TIER: usize = usize::MAX;
 
@@ -746,6 +752,123 @@ impl Kv {
         done
     }
 
+    /// The evictions of a run of steps taken at once (what [`Self::alloc`] would evict step by step, `n` blocks in
+    /// all): block `p` (1-based) of them is evicted by the step `at(p)`, which starts at `at(p).0` and by which
+    /// `at(p).1` of them are evicted. Each chain's blocks go into tier 0 as the piece its first step took, stamped
+    /// then, and the rest stamped by its last step; what tier 0 trims meanwhile goes down the same way, each piece
+    /// stamped by the step whose write overflowed the tier (a chain that grows tier 0 by one block per block evicted
+    /// overflows it at its `room + i`-th block for the `i`-th block dropped). This is what the steps one by one
+    /// would leave provided no tier expires anything and no tier below tier 0 trims meanwhile (the caller's
+    /// bounds). Stops before a chain whose write would not grow tier 0 by its size (tier 0 holds some of those
+    /// blocks already, or a range apart from them) if that write overflows tier 0; returns the blocks evicted.
+    pub fn evict_timed(&mut self, n: u64, at: impl Fn(u64) -> (f64, u64)) -> u64 {
+        let write = self.tiers.first().is_some_and(|t| !t.always);
+        let down = write && self.tiers.get(1).is_some_and(|t| !t.always);
+        let mut done = 0u64;
+        while done < n && self.lru_head != NONE {
+            let h = self.lru_head;
+            let r_old = self.chains[h as usize].r;
+            let take = (n - done).min(u64::from(self.chains[h as usize].ev));
+            if take == 0 {
+                // Not reached (the LRU list holds chains with evictable blocks), as `evict` would.
+                self.refresh(h);
+                continue;
+            }
+            let r_new = r_old - take as u32;
+            // The piece the chain's first step evicts: [r_old − first, r_old).
+            let (t_first, through) = at(done + 1);
+            let first = (through.min(done + take) - done) as u32;
+            let room = if write {
+                let tier = &self.tiers[0];
+                let s = tier.slot(h);
+                if s.hi != s.lo && s.lo != r_old {
+                    // Tier 0's growth as the steps would write the pieces: the first merged with what it holds (or
+                    // replacing a range apart from it), then the rest below it.
+                    let a = r_old - first;
+                    let (mut lo, hi) = if s.lo > r_old || s.hi < a {
+                        (a, r_old)
+                    } else {
+                        (s.lo.min(a), s.hi.max(r_old))
+                    };
+                    lo = lo.min(r_new);
+                    let overflows = tier.used - u64::from(s.hi - s.lo) + u64::from(hi - lo) > tier.capacity;
+                    #[cfg(test)]
+                    PARTLY_HELD.with(|c| {
+                        let [taken, stopped] = c.get();
+                        c.set([taken + usize::from(!overflows), stopped + usize::from(overflows)]);
+                    });
+                    if overflows {
+                        break;
+                    }
+                }
+                tier.capacity.saturating_sub(tier.used)
+            } else {
+                0
+            };
+            self.chains[h as usize].r = r_new;
+            self.resident -= take;
+            self.evicted_blocks += take;
+            if write {
+                self.tier_write(0, h, r_old - first, r_old, t_first);
+                if u64::from(first) < take {
+                    let (t_last, _) = at(done + take);
+                    self.tier_write(0, h, r_new, r_old - first, t_last);
+                }
+                // What overflows tier 0, from its least recently used chain's deepest block: only a chain that grew
+                // it by `take` gets here over capacity, its `room + i`-th block overflowing it for the `i`-th drop.
+                let mut dropped = 0u64;
+                while self.tiers[0].used > self.tiers[0].capacity {
+                    let tier = &mut self.tiers[0];
+                    let over = tier.used - tier.capacity;
+                    let c = tier.head;
+                    let sl = &mut tier.slots[c as usize];
+                    let amount = over.min(u64::from(sl.hi - sl.lo)) as u32;
+                    let hi = sl.hi;
+                    sl.hi -= amount;
+                    let emptied = sl.hi == sl.lo;
+                    if emptied {
+                        sl.lo = 0;
+                        sl.hi = 0;
+                    }
+                    tier.used -= u64::from(amount);
+                    tier.dropped_blocks += u64::from(amount);
+                    if emptied {
+                        tier.unlink(c);
+                    }
+                    if down {
+                        let base = done + room;
+                        let (t_first, through) = at(base + dropped + 1);
+                        let first = ((through - base).min(dropped + u64::from(amount)) - dropped) as u32;
+                        self.tier_write(1, c, hi - first, hi, t_first);
+                        if first < amount {
+                            let (t_last, _) = at(base + dropped + u64::from(amount));
+                            self.tier_write(1, c, hi - amount, hi - first, t_last);
+                        }
+                    }
+                    if emptied {
+                        self.maybe_recycle(c);
+                    }
+                    dropped += u64::from(amount);
+                }
+            }
+            done += take;
+            self.refresh(h);
+        }
+        done
+    }
+
+    /// When the first block of some TTL tier expires (its least recently used chain's stamp plus the TTL; infinite
+    /// when none can).
+    pub fn next_expiry(&self) -> f64 {
+        let mut t = f64::INFINITY;
+        for tier in &self.tiers {
+            if tier.ttl_ms.is_finite() && tier.head != NONE {
+                t = t.min(tier.slots[tier.head as usize].stamp + tier.ttl_ms);
+            }
+        }
+        t
+    }
+
     /// Chain `c`'s local blocks `[lo, hi)` go into tier `t`, written or dropped by the level above at `stamp`:
     /// merged with the chain's range there when they touch or overlap it (else they replace it: a range with a gap
     /// below it is never hit, one below `lo` is still held above), the chain becomes the most recently used, and
@@ -754,6 +877,14 @@ impl Kv {
         if !self.hold_tier_trim && self.tiers[t].ttl_ms.is_finite() {
             self.expire(t);
         }
+        self.tier_write(t, c, lo, hi, stamp);
+        if !self.hold_tier_trim {
+            self.trim(t);
+        }
+    }
+
+    /// [`Self::tier_push`] without its expiry and trimming.
+    fn tier_write(&mut self, t: usize, c: u32, lo: u32, hi: u32, stamp: f64) {
         let tier = &mut self.tiers[t];
         let s = tier.slot_mut(c);
         let old = u64::from(s.hi - s.lo);
@@ -767,9 +898,6 @@ impl Kv {
         s.ever_hi = s.ever_hi.max(s.hi);
         tier.used = tier.used + new - old;
         tier.touch(c, stamp);
-        if !self.hold_tier_trim {
-            self.trim(t);
-        }
     }
 
     /// What tier `t` drops goes to the next tier when that one is written on eviction.

@@ -1834,6 +1834,65 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// A decode stretch that evicts into TTL tiers takes its blocks in runs between expiries (each chain
+        /// written once or twice, what tier 0 drops passed down stamped by the step that overflowed it), not step by
+        /// step: every record, timeline point and counter equals the step-by-step loop's, with tiers small enough
+        /// to trim at every step, TTLs shorter than a stretch, written on eviction or always, two or three deep.
+        #[test]
+        fn tier_runs_change_nothing(
+            sessions in 2u32..60,
+            out in 16u32..600,
+            think in 0.0f64..8.0,
+            bs in prop_oneof![Just(1u32), Just(3), Just(16), Just(64)],
+            kv_tokens in 2_000u64..60_000,
+            seqs in 1u32..64,
+            caching in any::<bool>(),
+            seed in any::<u64>(),
+            caps in (1u64..200, 1u64..400, 1u64..2_000),
+            ttls in (0.01f64..20.0, 0.01f64..20.0),
+            shape in 0u8..6,
+        ) {
+            use crate::engine::profile::{KvTier, TierEvict, TierWrite};
+            let w = Workload::Sessions(SessionWorkload {
+                sessions,
+                steps: 4,
+                base_tokens: 1500,
+                gen_tokens: out,
+                tool_tokens: 300,
+                think_s: think,
+                respawn: true,
+                duration_s: 40.0,
+                stagger_s: 0.5,
+                ..Default::default()
+            });
+            let kv = (kv_tokens / u64::from(bs)).max(8);
+            let mut sc = scenario(w, bs, kv, seqs, 2048u32.max(seqs), caching, seed);
+            let blocks = |n: u64| n * u64::from(bs);
+            let (ttl0, ttl1) = (TierEvict::Ttl { ttl_s: ttls.0 }, TierEvict::Ttl { ttl_s: ttls.1 });
+            let host = KvTier::on_evict("host", blocks(caps.0), 50.0);
+            let disk = KvTier::on_evict("disk", blocks(caps.1), 25.0);
+            let remote = KvTier::on_evict("remote", blocks(caps.2), 5.0);
+            sc.profile.kv_tiers = match shape {
+                0 => vec![KvTier { evict: ttl0, ..host }],
+                1 => vec![KvTier { evict: ttl0, ..host }, disk],
+                2 => vec![host, KvTier { evict: ttl1, ..disk }],
+                3 => vec![KvTier { evict: ttl0, ..host }, KvTier { evict: ttl1, ..disk }, remote],
+                4 => vec![KvTier { write: TierWrite::Always, evict: ttl0, ..host }, KvTier { evict: ttl1, ..disk }],
+                _ => vec![KvTier { evict: ttl0, ..host }, KvTier { write: TierWrite::Always, ..disk }],
+            };
+            prop_assume!(sc.validate().is_ok());
+            let all = SimOptions::default();
+            crate::engine::core::TIER_STEPS_ONE_BY_ONE.with(|c| c.set(false));
+            let runs = run_with(&sc, &sc.profile, Mode::AsGiven, true, false, all, None);
+            crate::engine::core::TIER_STEPS_ONE_BY_ONE.with(|c| c.set(true));
+            let steps = run_with(&sc, &sc.profile, Mode::AsGiven, true, false, all, None);
+            crate::engine::core::TIER_STEPS_ONE_BY_ONE.with(|c| c.set(false));
+            prop_assert_eq!(digest(&runs), digest(&steps));
+        }
+    }
+
+    proptest! {
         #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
         /// Lazy decoders are bookkeeping only: every record, timeline point and counter equals step-by-step
         /// accounting, with KV pressure (preemption), token budgets that cut prefills short, shared prefixes,
