@@ -1142,7 +1142,9 @@ fn carry_over(dep: &Deployment, a: &Args, d: &Discovered, fit: &calibrate::Fit) 
     t.filled = filled;
     if fit.profile.scheduler == Scheduler::LlamaCpp {
         t.notes.push(
-            "the measured server schedules as llama.cpp does (slots, n_batch); a deployment's profile schedules as              vLLM does, with a KV capacity from the GPU's memory: predict --deployment simulates that engine"
+            "the measured server schedules as llama.cpp does (slots, n_batch); a deployment's profile schedules as \
+             vLLM does, with a KV capacity from the GPU's memory: predict --deployment simulates that engine, \
+             predict --profile profile.json --deployment FILE this server with the deployment's steps"
                 .to_string(),
         );
     }
