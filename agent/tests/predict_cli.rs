@@ -374,15 +374,38 @@ fn predict_with_a_deployment_and_a_what_if() {
     write(&pf, &profile());
     let path = d.join("h100-sxm.json");
     let o = loadshape(
-        &["predict", s(&sc), "--profile", s(&pf), "--deployment", s(&path), "--seeds", "2", "--json"],
+        &[
+            "predict",
+            s(&sc),
+            "--profile",
+            s(&pf),
+            "--deployment",
+            s(&path),
+            "--seeds",
+            "2",
+            "--json",
+        ],
         None,
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let both: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
-    assert!(both["profile"].as_str().is_some_and(|p| p.ends_with("profile.json")), "{both}");
-    assert!(both["deployment"].as_str().is_some_and(|p| p.ends_with("h100-sxm.json")), "{both}");
+    assert!(
+        both["profile"].as_str().is_some_and(|p| p.ends_with("profile.json")),
+        "{both}"
+    );
+    assert!(
+        both["deployment"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("h100-sxm.json")),
+        "{both}"
+    );
     assert!(tpot(&both) < 12.0, "{}", tpot(&both));
-    assert!((tpot(&both) / tpot(&h100) - 1.0).abs() < 0.1, "{} vs {}", tpot(&both), tpot(&h100));
+    assert!(
+        (tpot(&both) / tpot(&h100) - 1.0).abs() < 0.1,
+        "{} vs {}",
+        tpot(&both),
+        tpot(&h100)
+    );
     let o = loadshape(&["predict", s(&sc), "--seeds", "1"], None);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let mut bad = dep("h100-sxm");

@@ -1851,7 +1851,10 @@ mod tests {
         for i in [0, 3, n - 1] {
             let want = 100.0 * phases[i].budget_share;
             let before: f64 = phases[..i].iter().map(|p| 100.0 * p.budget_share).sum();
-            assert!((phase_seconds(&phases, i, 100.0, before) - want).abs() < 1e-9, "phase {i}");
+            assert!(
+                (phase_seconds(&phases, i, 100.0, before) - want).abs() < 1e-9,
+                "phase {i}"
+            );
         }
         // Early: the time left over is shared out by share.
         let early = phase_seconds(&phases, 3, 100.0, on_time - 10.0);
@@ -1867,8 +1870,16 @@ mod tests {
         for p in &phases {
             assert_eq!(p.start_and_drain(10.0, 180.0).0, 8.0);
             let drain = p.start_and_drain(10.0, 180.0).1;
-            assert_eq!(drain, if p.name.starts_with("decode-") { 18.0 } else { 2.0 }, "{}", p.name);
-            assert_eq!(p.start_and_drain(30.0, 180.0).1, if p.name.starts_with("decode-") { 30.0 } else { 6.0 });
+            assert_eq!(
+                drain,
+                if p.name.starts_with("decode-") { 18.0 } else { 2.0 },
+                "{}",
+                p.name
+            );
+            assert_eq!(
+                p.start_and_drain(30.0, 180.0).1,
+                if p.name.starts_with("decode-") { 30.0 } else { 6.0 }
+            );
         }
     }
 

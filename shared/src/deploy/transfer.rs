@@ -139,7 +139,10 @@ pub fn on_server(server: &EngineProfile, deployment: &EngineProfile) -> EnginePr
     use crate::engine::profile::Scheduler;
     let mut p = server.clone();
     p.name = format!("{} on {}", deployment.name, server.name);
-    p.basis = format!("{}; the server's scheduling, limits and cache from {}", deployment.basis, server.name);
+    p.basis = format!(
+        "{}; the server's scheduling, limits and cache from {}",
+        deployment.basis, server.name
+    );
     p.roofline = deployment.roofline.clone();
     p.step_fixed_ms = deployment.step_fixed_ms;
     p.per_seq_ms = deployment.per_seq_ms;
