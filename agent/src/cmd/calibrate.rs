@@ -1210,16 +1210,7 @@ fn add_speculative(
         sf.use_server_counts(c);
     }
     if let Some(b) = &base {
-        let p = &mut fit.profile;
-        p.step_fixed_ms = b.step_fixed_ms;
-        p.per_seq_ms = b.per_seq_ms;
-        p.per_ctx_token_ms = b.per_ctx_token_ms;
-        p.prefill_tokens_per_ms = b.prefill_tokens_per_ms;
-        p.prefill_fixed_ms = b.prefill_fixed_ms;
-        p.prefill_ctx_ms_per_ktok = b.prefill_ctx_ms_per_ktok;
-        p.batch_kv_ms_per_ktok = b.batch_kv_ms_per_ktok;
-        p.prefill_batch_kv_ms_per_ktok = b.prefill_batch_kv_ms_per_ktok;
-        p.roofline = b.roofline.clone();
+        fit.profile.take_step_terms(b);
         fit.notes.push(
             "speculative decoding: step terms from --spec-base, draft cost and acceptance from the records".into(),
         );

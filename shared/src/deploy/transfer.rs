@@ -143,15 +143,7 @@ pub fn on_server(server: &EngineProfile, deployment: &EngineProfile) -> EnginePr
         "{}; the server's scheduling, limits and cache from {}",
         deployment.basis, server.name
     );
-    p.roofline = deployment.roofline.clone();
-    p.step_fixed_ms = deployment.step_fixed_ms;
-    p.per_seq_ms = deployment.per_seq_ms;
-    p.per_ctx_token_ms = deployment.per_ctx_token_ms;
-    p.prefill_tokens_per_ms = deployment.prefill_tokens_per_ms;
-    p.prefill_fixed_ms = deployment.prefill_fixed_ms;
-    p.prefill_ctx_ms_per_ktok = deployment.prefill_ctx_ms_per_ktok;
-    p.batch_kv_ms_per_ktok = deployment.batch_kv_ms_per_ktok;
-    p.prefill_batch_kv_ms_per_ktok = deployment.prefill_batch_kv_ms_per_ktok;
+    p.take_step_terms(deployment);
     if server.scheduler != Scheduler::LlamaCpp {
         p.block_size = deployment.block_size;
         p.num_kv_blocks = deployment.num_kv_blocks;

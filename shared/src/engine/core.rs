@@ -2839,69 +2839,31 @@ mod tests {
     #[test]
     fn tier_runs_leave_the_tiers_as_steps_do() {
         use crate::engine::profile::{KvTier, TierEvict, TierWrite};
-        let ttl = |s: f64| TierEvict::Ttl { ttl_s: s };
+        // A tier of `blocks` blocks restored at `rate` tokens/ms, written on eviction; `timed` adds a TTL of `s`.
+        let lru = |name: &str, blocks: u64, rate: f64| KvTier::on_evict(name, blocks * 16, rate);
+        let timed = |name: &str, blocks: u64, rate: f64, s: f64| KvTier {
+            evict: TierEvict::Ttl { ttl_s: s },
+            ..lru(name, blocks, rate)
+        };
         let shapes: Vec<Vec<KvTier>> = vec![
-            vec![KvTier {
-                evict: ttl(0.3),
-                ..KvTier::on_evict("host", 40 * 16, 50.0)
-            }],
-            vec![KvTier {
-                evict: ttl(5.0),
-                ..KvTier::on_evict("host", 4000 * 16, 50.0)
-            }],
-            vec![KvTier {
-                evict: ttl(0.02),
-                ..KvTier::on_evict("host", 4000 * 16, 50.0)
-            }],
+            vec![timed("host", 40, 50.0, 0.3)],
+            vec![timed("host", 4000, 50.0, 5.0)],
+            vec![timed("host", 4000, 50.0, 0.02)],
+            vec![timed("host", 60, 50.0, 0.7), lru("disk", 300, 25.0)],
+            vec![lru("host", 1500, 50.0), timed("disk", 2000, 25.0, 1.0)],
+            vec![timed("host", 1200, 50.0, 2.0), lru("disk", 1000, 25.0)],
+            vec![lru("host", 30, 50.0), timed("disk", 2000, 25.0, 1.5)],
             vec![
-                KvTier {
-                    evict: ttl(0.7),
-                    ..KvTier::on_evict("host", 60 * 16, 50.0)
-                },
-                KvTier::on_evict("disk", 300 * 16, 25.0),
-            ],
-            vec![
-                KvTier::on_evict("host", 1500 * 16, 50.0),
-                KvTier {
-                    evict: ttl(1.0),
-                    ..KvTier::on_evict("disk", 2000 * 16, 25.0)
-                },
-            ],
-            vec![
-                KvTier {
-                    evict: ttl(2.0),
-                    ..KvTier::on_evict("host", 1200 * 16, 50.0)
-                },
-                KvTier::on_evict("disk", 1000 * 16, 25.0),
-            ],
-            vec![
-                KvTier::on_evict("host", 30 * 16, 50.0),
-                KvTier {
-                    evict: ttl(1.5),
-                    ..KvTier::on_evict("disk", 2000 * 16, 25.0)
-                },
-            ],
-            vec![
-                KvTier {
-                    evict: ttl(0.4),
-                    ..KvTier::on_evict("host", 50 * 16, 50.0)
-                },
-                KvTier {
-                    evict: ttl(0.9),
-                    ..KvTier::on_evict("disk", 120 * 16, 25.0)
-                },
-                KvTier::on_evict("remote", 400 * 16, 5.0),
+                timed("host", 50, 50.0, 0.4),
+                timed("disk", 120, 25.0, 0.9),
+                lru("remote", 400, 5.0),
             ],
             vec![
                 KvTier {
                     write: TierWrite::Always,
-                    evict: ttl(0.5),
-                    ..KvTier::on_evict("host", 200 * 16, 50.0)
+                    ..timed("host", 200, 50.0, 0.5)
                 },
-                KvTier {
-                    evict: ttl(2.0),
-                    ..KvTier::on_evict("disk", 500 * 16, 25.0)
-                },
+                timed("disk", 500, 25.0, 2.0),
             ],
         ];
         crate::engine::kv::PARTLY_HELD.with(|c| c.set([0; 2]));

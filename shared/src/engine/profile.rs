@@ -424,6 +424,20 @@ impl EngineProfile {
             .unwrap_or(self.num_kv_blocks * u64::from(self.block_size))
     }
 
+    /// Take `from`'s step pricing: its roofline and every linear step-time term (the limits, the cache, the
+    /// scheduler and speculation stay this profile's).
+    pub fn take_step_terms(&mut self, from: &EngineProfile) {
+        self.step_fixed_ms = from.step_fixed_ms;
+        self.per_seq_ms = from.per_seq_ms;
+        self.per_ctx_token_ms = from.per_ctx_token_ms;
+        self.prefill_tokens_per_ms = from.prefill_tokens_per_ms;
+        self.prefill_fixed_ms = from.prefill_fixed_ms;
+        self.prefill_ctx_ms_per_ktok = from.prefill_ctx_ms_per_ktok;
+        self.batch_kv_ms_per_ktok = from.batch_kv_ms_per_ktok;
+        self.prefill_batch_kv_ms_per_ktok = from.prefill_batch_kv_ms_per_ktok;
+        self.roofline = from.roofline.clone();
+    }
+
     /// Step time of a pure-decode step with `batch` sequences of `mean_context` tokens each, milliseconds.
     pub fn decode_step_ms(&self, batch: f64, mean_context: f64) -> f64 {
         if let Some(r) = &self.roofline {
