@@ -86,6 +86,20 @@ pub fn shape(json: &Value) -> Vec<Group> {
             }],
         });
     }
+    // An engine profile without speculative decoding offers it, as an unset optional field of the "Engine profile"
+    // group: "set" puts [`default_speculative`] there, and its knobs (method, draft tokens, acceptance, draft cost)
+    // appear in its place. A deployment has no such field (its profile is derived), so it is offered only here.
+    if let Some(Value::Object(p)) = json.get("profile")
+        && json.get("model").and_then(Value::as_str) == Some("engine")
+        && !p.contains_key("speculative")
+        && let Some(g) = groups.iter_mut().find(|g| g.key == "profile")
+    {
+        g.leaves.push(Leaf {
+            pointer: "/profile/speculative".into(),
+            name: "speculative".into(),
+            kind: Kind::Unset,
+        });
+    }
     // A session workload offers the agent shapes it does not use yet (issue #44), as unset optional fields: "set"
     // puts [`default_agent_shape`] there, and its knobs appear under the workload's advanced controls.
     if let Some(Value::Object(w)) = json.get("workload")
@@ -274,6 +288,13 @@ pub fn default_agent_shape(key: &str) -> Option<Value> {
         }),
         _ => return None,
     })
+}
+
+/// What "set" puts at an engine profile's absent `speculative`: MTP with one draft token accepted 72 % of the time
+/// (the production report issue #43 starts from: "acceptance 72 % MTP"), drafting free (MTP heads run inside the
+/// model's own step; `draft_cost_ms` is there to raise).
+pub fn default_speculative() -> Value {
+    serde_json::json!({"method": "mtp", "draft_tokens": 1, "acceptance": 0.72, "draft_cost_ms": 0.0})
 }
 
 /// All the controls of a JSON document (a scenario, solver options), grouped: for a scenario the workload's primary
@@ -520,6 +541,8 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                         on:click=move |_| {
                             if p == "/fleet" {
                                 set_at(json, &p, default_fleet());
+                            } else if p == "/profile/speculative" {
+                                set_at(json, &p, default_speculative());
                             } else if let Some(shape) = p.strip_prefix("/workload/").and_then(default_agent_shape) {
                                 set_at(json, &p, shape);
                             } else if let Some(v) = Number::from_f64(default) {
@@ -570,6 +593,70 @@ mod tests {
         shared::scenario::Scenario::from_value(j).expect("a fleet scenario is valid");
         let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
         assert!(shape(&seed).iter().all(|g| g.key != "fleet"));
+    }
+
+    #[test]
+    fn an_engine_profile_offers_speculative_decoding_and_its_default_is_a_valid_scenario() {
+        let mut j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
+            "profile": serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset"))
+                .expect("json")
+        });
+        let profile = |j: &Value| shape(j).into_iter().find(|g| g.key == "profile").expect("a profile group");
+        let g = profile(&j);
+        assert_eq!(g.title, "Engine profile");
+        let offered = g.leaves.iter().find(|l| l.pointer == "/profile/speculative").expect("offered");
+        assert_eq!(offered.kind, Kind::Unset);
+        // Under "Advanced", with the rest of the engine.
+        let (first, advanced) = layout(shape(&j));
+        assert!(first.iter().all(|g| g.key != "profile"));
+        assert!(advanced.iter().any(|g| g.leaves.iter().any(|l| l.pointer == "/profile/speculative")));
+
+        // Set: the default's knobs replace the offer, each with its kind, label and range.
+        j["profile"]["speculative"] = default_speculative();
+        let g = profile(&j);
+        assert!(g.leaves.iter().all(|l| l.kind != Kind::Unset || l.name != "speculative"));
+        let kind = |p: &str| g.leaves.iter().find(|l| l.pointer == p).map(|l| l.kind.clone());
+        assert_eq!(kind("/profile/speculative/method"), Some(Kind::Text));
+        assert_eq!(kind("/profile/speculative/draft_tokens"), Some(Kind::Integer));
+        assert_eq!(kind("/profile/speculative/acceptance"), Some(Kind::Float));
+        assert_eq!(kind("/profile/speculative/draft_cost_ms"), Some(Kind::Float));
+        assert_eq!(
+            fields::choices("method"),
+            Some(vec!["mtp".into(), "eagle".into(), "draft".into(), "ngram".into()])
+        );
+        let a = fields::spec("acceptance").expect("acceptance");
+        assert_eq!((a.min, a.max), (0.0, 1.0));
+        assert!(fields::spec("draft_tokens").is_some_and(|k| k.min == 1.0 && k.step == 1.0));
+        assert!(fields::spec("draft_cost_ms").is_some_and(|c| c.min == 0.0));
+
+        // The default is a valid scenario, with speculation on; every method of the menu is too.
+        let sc = shared::scenario::Scenario::from_value(j.clone()).expect("a speculative scenario is valid");
+        let shared::scenario::Scenario::Engine(e) = sc else { panic!("an engine scenario") };
+        let spec = e.profile.speculative.expect("speculation on");
+        assert_eq!((spec.draft_tokens, spec.acceptance), (1, shared::engine::spec::Acceptance::Rate(0.72)));
+        for m in fields::choices("method").expect("a menu") {
+            j["profile"]["speculative"]["method"] = Value::from(m.clone());
+            shared::scenario::Scenario::from_value(j.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
+        }
+        // What the controls' ranges allow at their ends is valid too; outside them the scenario names the field.
+        j["profile"]["speculative"]["acceptance"] = Value::from(1.0);
+        j["profile"]["speculative"]["draft_tokens"] = Value::from(16);
+        shared::scenario::Scenario::from_value(j.clone()).expect("the ranges' ends are valid");
+        j["profile"]["speculative"]["draft_tokens"] = Value::from(0);
+        let err = shared::scenario::Scenario::from_value(j.clone()).expect_err("k = 0");
+        assert!(err.to_string().contains("draft_tokens"), "{err}");
+
+        // A seed scenario and a deployment are offered none.
+        let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
+        assert!(shape(&seed).iter().flat_map(|g| g.leaves.iter()).all(|l| l.name != "speculative"));
+        let dep = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
+            "deployment": {"model": "llama-3.1-8b", "gpu": "h100-sxm"}
+        });
+        assert!(shape(&dep).iter().flat_map(|g| g.leaves.iter()).all(|l| l.name != "speculative"));
     }
 
     #[test]

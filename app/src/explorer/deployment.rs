@@ -295,6 +295,12 @@ pub fn EngineSource(json: RwSignal<Value>, memory: StoredValue<SwitchMemory>) ->
             {move || (source.get() == Some("profile")).then(|| view! {
                 <p class="faint small">"Raw coefficients: under Advanced, “Engine profile”. A calibrated profile loads here too."</p>
             })}
+            // A deployment derives its profile and has no `speculative` field: say so rather than drop it unseen.
+            {move || (source.get() == Some("deployment")).then(|| view! {
+                <p class="faint small" data-note="speculative">
+                    "Speculative decoding is set on raw coefficients (“Engine profile” under Advanced); a deployment cannot carry it, so it is off here."
+                </p>
+            })}
         </fieldset>
     }
 }

@@ -405,6 +405,39 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             0.1,
             "prefix_aware: most outstanding requests of the cache-best replica, over the fleet mean",
         ),
+        // speculative decoding (the profile's `speculative`, docs/simulator.md)
+        "speculative" => f(
+            "Speculative decoding",
+            "",
+            0.0,
+            1.0,
+            1.0,
+            "off until set: a draft proposes tokens the model verifies in one step",
+        ),
+        "draft_tokens" => f(
+            "Draft tokens",
+            "tok/step",
+            1.0,
+            16.0,
+            1.0,
+            "k: tokens drafted per decoding sequence per step",
+        ),
+        "acceptance" => f(
+            "Acceptance",
+            "0–1",
+            0.0,
+            1.0,
+            0.01,
+            "rate a: draft position i is accepted in a share a^i of steps",
+        ),
+        "draft_cost_ms" => f(
+            "Draft cost",
+            "ms/tok",
+            0.0,
+            5.0,
+            0.01,
+            "time the draft takes per drafted token",
+        ),
         "seed" => FieldSpec {
             no_slider: true,
             ..f("Seed", "", 0.0, 1e9, 1.0, "random seed")
@@ -455,6 +488,7 @@ pub fn choices(name: &str) -> Option<Vec<String>> {
         "cached_definition" => &["tokens", "requests"],
         "weighting" => &["respawn", "single"],
         "priority" => &["exact", "margins"],
+        "method" => &["mtp", "eagle", "draft", "ngram"],
         "router" => &["round_robin", "least_outstanding", "session_affinity", "prefix_aware"],
         "gpu" => return Some(shared::deploy::catalog::gpus().into_iter().map(|g| g.name).collect()),
         "model" => {
