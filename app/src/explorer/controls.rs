@@ -100,6 +100,38 @@ pub fn shape(json: &Value) -> Vec<Group> {
             kind: Kind::Unset,
         });
     }
+    // A fleet without prefill/decode disaggregation offers it, as an unset optional field of the "Fleet" group:
+    // "set" puts [`default_disaggregation`] there.
+    if let Some(Value::Object(f)) = json.get("fleet")
+        && json.get("model").and_then(Value::as_str) == Some("engine")
+        && !f.contains_key("disaggregation")
+        && let Some(g) = groups.iter_mut().find(|g| g.key == "fleet")
+    {
+        g.leaves.push(Leaf {
+            pointer: "/fleet/disaggregation".into(),
+            name: "disaggregation".into(),
+            kind: Kind::Unset,
+        });
+    }
+    // Speculation and disaggregation get their own groups after their parent's, so that "Acceptance" or "Link
+    // latency" never sits unexplained among the profile's or the fleet's own fields.
+    for (parent, key) in NESTED_GROUPS {
+        let prefix = format!("/{parent}/{key}");
+        let Some(g) = groups.iter_mut().find(|g| g.key == parent) else {
+            continue;
+        };
+        let (mine, rest): (Vec<Leaf>, Vec<Leaf>) = std::mem::take(&mut g.leaves)
+            .into_iter()
+            .partition(|l| l.pointer == prefix || l.pointer.starts_with(&format!("{prefix}/")));
+        g.leaves = rest;
+        if !mine.is_empty() {
+            groups.push(Group {
+                key: key.into(),
+                title: fields::group_title(key),
+                leaves: mine,
+            });
+        }
+    }
     // A session workload offers the agent shapes it does not use yet (issue #44), as unset optional fields: "set"
     // puts [`default_agent_shape`] there, and its knobs appear under the workload's advanced controls.
     if let Some(Value::Object(w)) = json.get("workload")
@@ -118,10 +150,20 @@ pub fn shape(json: &Value) -> Vec<Group> {
     }
     // Workload first, then the engine, the SLOs, the rest; within a group names and menus first, switches last.
     let rank = |k: &str| {
-        ["workload", "deployment", "profile", "fleet", "slo", "general", "shape"]
-            .iter()
-            .position(|x| *x == k)
-            .unwrap_or(9)
+        [
+            "workload",
+            "deployment",
+            "profile",
+            "speculative",
+            "fleet",
+            "disaggregation",
+            "slo",
+            "general",
+            "shape",
+        ]
+        .iter()
+        .position(|x| *x == k)
+        .unwrap_or(9)
     };
     shared::order::sort_by_u64_key(&mut groups, |g| rank(&g.key) as u64);
     for g in &mut groups {
@@ -137,6 +179,9 @@ pub fn shape(json: &Value) -> Vec<Group> {
     }
     groups
 }
+
+/// Optional objects shown as groups of their own: (parent group, key).
+const NESTED_GROUPS: [(&str, &str); 2] = [("profile", "speculative"), ("fleet", "disaggregation")];
 
 /// A workload's primary knobs, in the order the controls show them (what people change first).
 pub const PRIMARY: [&str; 11] = [
@@ -295,6 +340,24 @@ pub fn default_agent_shape(key: &str) -> Option<Value> {
 /// model's own step; `draft_cost_ms` is there to raise).
 pub fn default_speculative() -> Value {
     serde_json::json!({"method": "mtp", "draft_tokens": 1, "acceptance": 0.72, "draft_cost_ms": 0.0})
+}
+
+/// What "set" puts at a fleet's absent `disaggregation`: its replicas split ⌊n/2⌋ prefill + ⌈n/2⌉ decode (at least
+/// two replicas: the fleet grows to two when it has one) over the link "P/D vs co-located" assumes (50 GB/s, 0.5 ms
+/// per transfer, `compare::pd`); a profile without a deployment's roofline gets Llama-3-8B's KV size in bf16
+/// (131,072 bytes per token, docs/simulator.md) to say what crosses the link.
+pub fn default_disaggregation(j: &Value) -> Value {
+    let n = j.pointer("/fleet/replicas").and_then(Value::as_u64).unwrap_or(1).max(2);
+    let mut d = serde_json::json!({
+        "prefill_instances": n / 2,
+        "decode_instances": n - n / 2,
+        "link_bytes_per_s": crate::compare::pd::LINK_BYTES_PER_S,
+        "link_latency_ms": crate::compare::pd::LINK_LATENCY_MS,
+    });
+    if j.get("deployment").is_none() {
+        d["kv_bytes_per_token"] = Value::from(131_072);
+    }
+    d
 }
 
 /// All the controls of a JSON document (a scenario, solver options), grouped: for a scenario the workload's primary
@@ -543,6 +606,15 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                                 set_at(json, &p, default_fleet());
                             } else if p == "/profile/speculative" {
                                 set_at(json, &p, default_speculative());
+                            } else if p == "/fleet/disaggregation" {
+                                // P + D is the fleet's replicas: one replica grows to the two the split needs.
+                                json.update(|j| {
+                                    let d = default_disaggregation(j);
+                                    let n = d["prefill_instances"].as_u64().unwrap_or(1)
+                                        + d["decode_instances"].as_u64().unwrap_or(1);
+                                    j["fleet"]["replicas"] = Value::from(n);
+                                    j["fleet"]["disaggregation"] = d;
+                                });
                             } else if let Some(shape) = p.strip_prefix("/workload/").and_then(default_agent_shape) {
                                 set_at(json, &p, shape);
                             } else if let Some(v) = Number::from_f64(default) {
@@ -603,20 +675,41 @@ mod tests {
             "profile": serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset"))
                 .expect("json")
         });
-        let profile = |j: &Value| shape(j).into_iter().find(|g| g.key == "profile").expect("a profile group");
+        let profile = |j: &Value| {
+            shape(j)
+                .into_iter()
+                .find(|g| g.key == "speculative")
+                .expect("its group")
+        };
         let g = profile(&j);
-        assert_eq!(g.title, "Engine profile");
-        let offered = g.leaves.iter().find(|l| l.pointer == "/profile/speculative").expect("offered");
+        assert_eq!(g.title, "Speculative decoding");
+        // Its group follows the engine profile's.
+        let keys: Vec<String> = shape(&j).into_iter().map(|g| g.key).collect();
+        let at = |k: &str| keys.iter().position(|x| x == k);
+        assert_eq!(at("speculative"), at("profile").map(|p| p + 1));
+        let offered = g
+            .leaves
+            .iter()
+            .find(|l| l.pointer == "/profile/speculative")
+            .expect("offered");
         assert_eq!(offered.kind, Kind::Unset);
         // Under "Advanced", with the rest of the engine.
         let (first, advanced) = layout(shape(&j));
         assert!(first.iter().all(|g| g.key != "profile"));
-        assert!(advanced.iter().any(|g| g.leaves.iter().any(|l| l.pointer == "/profile/speculative")));
+        assert!(
+            advanced
+                .iter()
+                .any(|g| g.leaves.iter().any(|l| l.pointer == "/profile/speculative"))
+        );
 
         // Set: the default's knobs replace the offer, each with its kind, label and range.
         j["profile"]["speculative"] = default_speculative();
         let g = profile(&j);
-        assert!(g.leaves.iter().all(|l| l.kind != Kind::Unset || l.name != "speculative"));
+        assert!(
+            g.leaves
+                .iter()
+                .all(|l| l.kind != Kind::Unset || l.name != "speculative")
+        );
         let kind = |p: &str| g.leaves.iter().find(|l| l.pointer == p).map(|l| l.kind.clone());
         assert_eq!(kind("/profile/speculative/method"), Some(Kind::Text));
         assert_eq!(kind("/profile/speculative/draft_tokens"), Some(Kind::Integer));
@@ -633,9 +726,14 @@ mod tests {
 
         // The default is a valid scenario, with speculation on; every method of the menu is too.
         let sc = shared::scenario::Scenario::from_value(j.clone()).expect("a speculative scenario is valid");
-        let shared::scenario::Scenario::Engine(e) = sc else { panic!("an engine scenario") };
+        let shared::scenario::Scenario::Engine(e) = sc else {
+            panic!("an engine scenario")
+        };
         let spec = e.profile.speculative.expect("speculation on");
-        assert_eq!((spec.draft_tokens, spec.acceptance), (1, shared::engine::spec::Acceptance::Rate(0.72)));
+        assert_eq!(
+            (spec.draft_tokens, spec.acceptance),
+            (1, shared::engine::spec::Acceptance::Rate(0.72))
+        );
         for m in fields::choices("method").expect("a menu") {
             j["profile"]["speculative"]["method"] = Value::from(m.clone());
             shared::scenario::Scenario::from_value(j.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
@@ -650,13 +748,82 @@ mod tests {
 
         // A seed scenario and a deployment are offered none.
         let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
-        assert!(shape(&seed).iter().flat_map(|g| g.leaves.iter()).all(|l| l.name != "speculative"));
+        assert!(
+            shape(&seed)
+                .iter()
+                .flat_map(|g| g.leaves.iter())
+                .all(|l| l.name != "speculative")
+        );
         let dep = serde_json::json!({
             "model": "engine",
             "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
             "deployment": {"model": "llama-3.1-8b", "gpu": "h100-sxm"}
         });
-        assert!(shape(&dep).iter().flat_map(|g| g.leaves.iter()).all(|l| l.name != "speculative"));
+        assert!(
+            shape(&dep)
+                .iter()
+                .flat_map(|g| g.leaves.iter())
+                .all(|l| l.name != "speculative")
+        );
+    }
+
+    #[test]
+    fn a_fleet_offers_disaggregation_and_its_default_is_a_valid_scenario() {
+        let mut j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
+            "profile": serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset"))
+                .expect("json")
+        });
+        // No fleet, no offer; a fleet offers it in its group.
+        let offered = |j: &Value| {
+            shape(j)
+                .into_iter()
+                .flat_map(|g| g.leaves)
+                .find(|l| l.pointer == "/fleet/disaggregation")
+        };
+        assert!(offered(&j).is_none());
+        for replicas in [2u64, 5] {
+            j["fleet"] = default_fleet();
+            j["fleet"]["replicas"] = Value::from(replicas);
+            let leaf = offered(&j).expect("offered");
+            assert_eq!(leaf.kind, Kind::Unset);
+            assert!(
+                shape(&j)
+                    .iter()
+                    .any(|g| g.key == "disaggregation" && g.leaves.contains(&leaf))
+            );
+            let d = default_disaggregation(&j);
+            assert_eq!(d["prefill_instances"], replicas / 2);
+            assert_eq!(d["decode_instances"], replicas - replicas / 2);
+            // A profile without a roofline is given the KV size the link needs; the result is a valid scenario.
+            assert_eq!(d["kv_bytes_per_token"], 131_072);
+            j["fleet"]["disaggregation"] = d;
+            shared::scenario::Scenario::from_value(j.clone()).expect("a P/D fleet is valid");
+            let g = shape(&j)
+                .into_iter()
+                .find(|g| g.key == "disaggregation")
+                .expect("its group");
+            assert_eq!(g.title, "Prefill/decode disaggregation");
+            let kind = |p: &str| g.leaves.iter().find(|l| l.pointer == p).map(|l| l.kind.clone());
+            assert_eq!(kind("/fleet/disaggregation/prefill_instances"), Some(Kind::Integer));
+            assert_eq!(kind("/fleet/disaggregation/decode_instances"), Some(Kind::Integer));
+            assert_eq!(kind("/fleet/disaggregation/link_bytes_per_s"), Some(Kind::Float));
+            assert_eq!(kind("/fleet/disaggregation/link_latency_ms"), Some(Kind::Float));
+            assert!(offered(&j).is_none());
+        }
+        // P + D off the replicas is refused, naming the field.
+        j["fleet"]["disaggregation"]["decode_instances"] = Value::from(9);
+        let err = shared::scenario::Scenario::from_value(j.clone()).expect_err("P + D != replicas");
+        assert!(err.to_string().contains("decode_instances"), "{err}");
+        // A deployment's roofline carries its KV size: the default leaves it to it, and is valid.
+        let mut dep: Value =
+            serde_json::from_str(include_str!("../../../examples/deployment-h100-llama8b.json")).expect("example");
+        dep["fleet"] = default_fleet();
+        let d = default_disaggregation(&dep);
+        assert!(d.get("kv_bytes_per_token").is_none());
+        dep["fleet"]["disaggregation"] = d;
+        shared::scenario::Scenario::from_value(dep).expect("a P/D deployment is valid");
     }
 
     #[test]
@@ -799,7 +966,7 @@ mod tests {
             ]
         );
         let keys: Vec<&str> = advanced.iter().map(|g| g.key.as_str()).collect();
-        assert_eq!(keys, ["workload-more", "profile", "fleet", "general"]);
+        assert_eq!(keys, ["workload-more", "profile", "speculative", "fleet", "general"]);
         let more: Vec<&str> = advanced[0].leaves.iter().map(|l| l.name.as_str()).collect();
         assert!(more.contains(&"drain_grace_s") && more.contains(&"respawn") && !more.contains(&"sessions"));
         // Every leaf is somewhere, once.

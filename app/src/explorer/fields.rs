@@ -438,6 +438,48 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             0.01,
             "time the draft takes per drafted token",
         ),
+        // prefill/decode disaggregation (a fleet's `disaggregation`, docs/simulator.md)
+        "disaggregation" => f(
+            "Prefill/decode disaggregation",
+            "",
+            0.0,
+            1.0,
+            1.0,
+            "off until set: prefill instances hand each prompt's KV over a link to decode instances",
+        ),
+        "prefill_instances" => f(
+            "Prefill instances",
+            "engines",
+            1.0,
+            32.0,
+            1.0,
+            "replicas that only prefill; prefill + decode instances = replicas",
+        ),
+        "decode_instances" => f(
+            "Decode instances",
+            "engines",
+            1.0,
+            32.0,
+            1.0,
+            "replicas that only decode; prefill + decode instances = replicas",
+        ),
+        "link_bytes_per_s" => f(
+            "Link bandwidth",
+            "B/s",
+            1e9,
+            4e11,
+            1e9,
+            "the KV transfer link between prefill and decode instances",
+        ),
+        "link_latency_ms" => f("Link latency", "ms", 0.0, 10.0, 0.1, "latency per KV transfer"),
+        "kv_bytes_per_token" => f(
+            "KV per token",
+            "B",
+            1024.0,
+            2e6,
+            1024.0,
+            "the model's KV bytes per token (a deployment's own when absent)",
+        ),
         "seed" => FieldSpec {
             no_slider: true,
             ..f("Seed", "", 0.0, 1e9, 1.0, "random seed")
@@ -513,6 +555,8 @@ pub fn group_title(key: &str) -> String {
         "slo" => "SLOs".to_string(),
         "shape" => "Session shape".to_string(),
         "fleet" => "Fleet".to_string(),
+        "speculative" => "Speculative decoding".to_string(),
+        "disaggregation" => "Prefill/decode disaggregation".to_string(),
         "deployment" => "Deployment: model and GPU".to_string(),
         other => humanize(other),
     }
