@@ -116,6 +116,9 @@ function smallUrl(query = '') {
 async function largeRun(query) {
   const page = await openPage(smallUrl(query));
   const expected = expectedLarge();
+  // The compare, ladder and live views load once the explorer has settled (a module of their own): the monitor
+  // watches the ladder view's section.
+  await page.waitForSelector('#view-ladder', { state: 'attached', timeout: 60000 });
   await page.evaluate(installMonitor, true);
   await applyScenario(page, LARGE);
   // Without the worker a run this large waits for Run (it freezes the tab); with it, it starts on its own.
