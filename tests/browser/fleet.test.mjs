@@ -6,6 +6,7 @@ import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   assertSameNumbers, launchBrowser, numericFields, openAdvanced, readMetrics, screenshot, shareLink as cliLink, simulate,
+  TOY_SESSIONS,
 } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
@@ -13,22 +14,8 @@ const TOKEN = new URL(URL_WITH_TOKEN).hash.replace(/^#/, '').split('&').find((p)
 const ORIGIN = new URL(URL_WITH_TOKEN).origin;
 const EXPLORER = '[data-summary="explorer"]';
 
-// docs/simulator.md's fleet example, shorter: 24 conversations of 6 steps on small replicas, no fleet yet.
-const SESSIONS = {
-  model: 'engine',
-  seed: 5,
-  counterfactuals: false,
-  workload: {
-    kind: 'sessions', sessions: 24, steps: 6, base_tokens: 4000, gen_tokens: 300, tool_tokens: 500, think_s: 3.0,
-    stagger_s: 0.25, respawn: true, duration_s: 60.0,
-  },
-  profile: {
-    name: 'toy', block_size: 16, num_kv_blocks: 6000, max_num_seqs: 16, max_num_batched_tokens: 4096,
-    step_fixed_ms: 8.0, per_seq_ms: 0.3, per_ctx_token_ms: 0.00005, prefill_tokens_per_ms: 12.0,
-    prefill_fixed_ms: 3.0,
-  },
-  slo: { ttft_ms: 2000.0, tpot_ms: 50.0 },
-};
+// A small agent-sessions scenario, no fleet yet (the harness's).
+const SESSIONS = TOY_SESSIONS;
 
 let browser;
 before(async () => { browser = await launchBrowser(); });

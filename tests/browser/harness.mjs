@@ -14,6 +14,24 @@ export const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname)
 export const BIN = process.env.LOADSHAPE_BIN || path.join(ROOT, 'target/debug/loadshape');
 export const SHOTS = path.join(ROOT, 'artifacts/screenshots');
 
+// docs/simulator.md's fleet example, shorter: 24 conversations of 6 steps on a small linear profile, no fleet, no
+// speculation (fleet.test.mjs and spec.test.mjs build on it).
+export const TOY_SESSIONS = Object.freeze({
+  model: 'engine',
+  seed: 5,
+  counterfactuals: false,
+  workload: {
+    kind: 'sessions', sessions: 24, steps: 6, base_tokens: 4000, gen_tokens: 300, tool_tokens: 500, think_s: 3.0,
+    stagger_s: 0.25, respawn: true, duration_s: 60.0,
+  },
+  profile: {
+    name: 'toy', block_size: 16, num_kv_blocks: 6000, max_num_seqs: 16, max_num_batched_tokens: 4096,
+    step_fixed_ms: 8.0, per_seq_ms: 0.3, per_ctx_token_ms: 0.00005, prefill_tokens_per_ms: 12.0,
+    prefill_fixed_ms: 3.0,
+  },
+  slo: { ttft_ms: 2000.0, tpot_ms: 50.0 },
+});
+
 /**
  * Starts `loadshape serve` on 127.0.0.1:<free port>; resolves to { url, origin, token, child, stop }.
  * `dist` null serves the binary's embedded page (no `--dist`); `opts.bin` and `opts.cwd` run another executable

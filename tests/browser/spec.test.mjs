@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import {
   assertSameNumbers, cli, launchBrowser, numericFields, openAdvanced, readMetrics, ROOT, screenshot, shareLink, SHOTS, simulate,
+  TOY_SESSIONS,
 } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
@@ -16,22 +17,8 @@ const TOKEN = new URL(URL_WITH_TOKEN).hash.replace(/^#/, '').split('&').find((p)
 const ORIGIN = new URL(URL_WITH_TOKEN).origin;
 const EXPLORER = '[data-summary="explorer"]';
 
-// An agent-sessions scenario on a small linear profile, without speculation (fleet.test.mjs's).
-const SESSIONS = {
-  model: 'engine',
-  seed: 5,
-  counterfactuals: false,
-  workload: {
-    kind: 'sessions', sessions: 24, steps: 6, base_tokens: 4000, gen_tokens: 300, tool_tokens: 500, think_s: 3.0,
-    stagger_s: 0.25, respawn: true, duration_s: 60.0,
-  },
-  profile: {
-    name: 'toy', block_size: 16, num_kv_blocks: 6000, max_num_seqs: 16, max_num_batched_tokens: 4096,
-    step_fixed_ms: 8.0, per_seq_ms: 0.3, per_ctx_token_ms: 0.00005, prefill_tokens_per_ms: 12.0,
-    prefill_fixed_ms: 3.0,
-  },
-  slo: { ttft_ms: 2000.0, tpot_ms: 50.0 },
-};
+// A small agent-sessions scenario without speculation (the harness's).
+const SESSIONS = TOY_SESSIONS;
 
 let browser;
 before(async () => { browser = await launchBrowser(); });
