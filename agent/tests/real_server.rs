@@ -690,8 +690,10 @@ const TIER_MAX_TOKENS: u64 = 4_200_000;
 /// Least restore speed (a lower bound: restores took no measurable time beyond a warm hit, so the speed is their
 /// tokens over two standard errors of the median excess). Measured (2026-12-06, load 5–11): 146, 218 and 584
 /// tokens/ms with `--budget 50`, 35–164 with `--budget 180` (1,024-token restores; a noisier machine, a wider
-/// bound); a prefill runs at 8–19 tokens/ms.
-const TIER_MIN_RESTORE_TOK_PER_MS: f64 = 20.0;
+/// bound); a prefill runs at 8–19 tokens/ms. Once (a clean CI-like run, 2026-12-06) 7 of 10 restores took ≈ 85 ms
+/// beyond a warm hit, measured rather than bounded: 12.2 tokens/ms against that probe's prefill at 11.9, so the
+/// bound is 10 and the test also asks that a restore beat that calibration's prefill.
+const TIER_MIN_RESTORE_TOK_PER_MS: f64 = 10.0;
 
 /// Largest factor between a held-out p50 predicted and live here (sim/live within [1/2, 2]). The goal (10 %) is
 /// the benchmark's (`scripts/bench_fidelity.sh`, docs/calibration.md); this short probe on a 2-core machine, with
