@@ -602,21 +602,7 @@ fn calibrate_and_predict_against_the_real_server() {
             "--quiet",
         ],
     );
-    let out = run_ok(
-        &llama,
-        &[
-            "predict",
-            &scenario_s,
-            "--profile",
-            &cal.join("profile.json").to_string_lossy(),
-            "--against",
-            &live_s,
-            "--seeds",
-            "3",
-            "--json",
-        ],
-    );
-    let p: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("predict --json: {e}: {out}"));
+    let p = predict_json(&llama, &scenario_s, &cal, &live_s);
     eprintln!("held-out errors: {}", p["errors"]);
     for f in ["ttft_p50_ms", "tpot_p50_ms", "e2el_p50_ms"] {
         let e = p["errors"][f]
@@ -629,6 +615,25 @@ fn calibrate_and_predict_against_the_real_server() {
             p["errors"]
         );
     }
+}
+
+/// `predict SCENARIO --profile CAL/profile.json --against LIVE --seeds 3 --json`, parsed.
+fn predict_json(llama: &Llama, scenario: &str, cal: &Path, live: &str) -> serde_json::Value {
+    let out = run_ok(
+        llama,
+        &[
+            "predict",
+            scenario,
+            "--profile",
+            &cal.join("profile.json").to_string_lossy(),
+            "--against",
+            live,
+            "--seeds",
+            "3",
+            "--json",
+        ],
+    );
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("predict --json: {e}: {out}"))
 }
 
 /// With no cache flag, calibrate finds llama-server's host prompt cache (`--cache-ram`, on by default: 8192 MiB,
@@ -879,21 +884,7 @@ fn a_draft_model_is_recorded_calibrated_and_predicted() {
     if out.is_none() {
         return;
     }
-    let out = run_ok(
-        &llama,
-        &[
-            "predict",
-            &scenario_s,
-            "--profile",
-            &cal.join("profile.json").to_string_lossy(),
-            "--against",
-            &live_s,
-            "--seeds",
-            "3",
-            "--json",
-        ],
-    );
-    let p: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("predict --json: {e}: {out}"));
+    let p = predict_json(&llama, &scenario_s, &cal, &live_s);
     let sim_share = p["simulated"]["spec_acceptance"].as_f64().unwrap_or(-1.0);
     eprintln!(
         "held-out: acceptance live {live_share:.4} (summary {}), simulated {sim_share:.4}; errors {}",
