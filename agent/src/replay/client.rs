@@ -273,11 +273,23 @@ pub struct RequestOutcome {
     /// ([`KV_TRANSFER_HEADER`], the sim-server's `--fleet`): the record's `kv_transfer_ms`. vLLM's P/D proxy does
     /// not say it: absent there.
     pub kv_transfer_ms: Option<f64>,
+    /// The replica a fleet behind one endpoint routed the request to, where the server says it
+    /// ([`REPLICA_HEADER`], the sim-server's `--fleet`): the record's `replica` when the client did not route.
+    pub server_replica: Option<u32>,
 }
 
 /// The response header a disaggregated server gives a request's KV transfer in, milliseconds (the sim-server's
 /// `--fleet` with `disaggregation`).
 pub const KV_TRANSFER_HEADER: &str = "x-kv-transfer-ms";
+
+/// The response header a fleet behind one endpoint (the sim-server's `--fleet`) names the replica it routed the
+/// request to in, counted from 0 (a disaggregated fleet's prefill instance, as the simulator's records name it).
+pub const REPLICA_HEADER: &str = "x-replica";
+
+/// [`REPLICA_HEADER`]'s value, else nothing.
+fn replica_of(headers: &hyper::HeaderMap) -> Option<u32> {
+    headers.get(REPLICA_HEADER)?.to_str().ok()?.trim().parse().ok()
+}
 
 /// [`KV_TRANSFER_HEADER`]'s value: a finite number of milliseconds ≥ 0, else nothing.
 fn kv_transfer_of(headers: &hyper::HeaderMap) -> Option<f64> {
@@ -817,6 +829,7 @@ impl Client {
         }
         let mut st = st;
         st.kv_transfer_ms = kv_transfer_of(&parts.headers);
+        st.server_replica = replica_of(&parts.headers);
         let (outcome, ended) = self.read_stream(&mut body, st, start, deadline, live, cut).await;
         if ended {
             pool.put_back(conn, &parts.headers, parts.version);
@@ -881,6 +894,7 @@ impl Client {
             Some(Ok(Ok(mut resp))) => {
                 let mut st = st;
                 st.kv_transfer_ms = kv_transfer_of(resp.headers());
+                st.server_replica = replica_of(resp.headers());
                 self.read_stream(&mut resp, st, start, deadline, live, cut).await.0
             }
         })
@@ -1271,6 +1285,8 @@ struct StreamState {
     spec: Option<shared::record::SpecCounts>,
     /// [`RequestOutcome::kv_transfer_ms`], from the response's head.
     kv_transfer_ms: Option<f64>,
+    /// [`RequestOutcome::server_replica`], from the response's head.
+    server_replica: Option<u32>,
 }
 
 impl StreamState {
@@ -1298,6 +1314,7 @@ impl StreamState {
             first_frame_kernel: false,
             spec: None,
             kv_transfer_ms: None,
+            server_replica: None,
         }
     }
 
@@ -1667,6 +1684,7 @@ impl StreamState {
             retry_statuses: Vec::new(),
             spec: self.spec,
             kv_transfer_ms: self.kv_transfer_ms,
+            server_replica: self.server_replica,
         }
     }
 
