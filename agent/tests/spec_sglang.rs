@@ -3,7 +3,7 @@
 //! its Prometheus text (`sglang:spec_accept_length` and `sglang:spec_accept_rate` gauges, the
 //! `sglang:spec_verify_calls_total`, `…generation_tokens_total` and `…num_requests_total` counters). `replay` records
 //! the per-request counts and derives the server's over the run; `calibrate --from` fits the acceptance the mock's
-//! numbers imply.
+//! numbers imply; `calibrate --url` derives the same counts from its scrapes over the probe.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -35,6 +35,9 @@ const GEN: u64 = 101;
 /// What the mock server has counted, as SGLang's collector would.
 #[derive(Default)]
 struct Counters {
+    /// Requests under way (each one's decode step is longer by 0.3 ms per request under way when it started, as a
+    /// batch's is).
+    running: u64,
     requests: u64,
     prompt_tokens: u64,
     generation_tokens: u64,
@@ -62,36 +65,47 @@ fn plan(n: u64) -> (Vec<u64>, u64, u64) {
     (frames, steps, accepted)
 }
 
+/// `/v1/chat/completions` and `/v1/completions` (a `prompt` instead of `messages`, `text` instead of `delta`).
 async fn chat(State(c): State<Shared>, Json(body): Json<serde_json::Value>) -> Response {
     let n = ["max_tokens", "max_completion_tokens"]
         .iter()
         .find_map(|k| body[*k].as_u64())
         .unwrap_or(GEN)
         .max(1);
-    // About 4 characters a token; a prefill of 5 ms and 1 ms per 500 tokens, a step of 2 ms and 1 µs per token
-    // of context.
+    // About 4 characters a token; a prefill of 5 ms and 10 µs per token, a step of 2 ms and 1 µs per token of
+    // context.
+    let completions = body.get("prompt").is_some();
     let chars: usize = (body["messages"].as_array().into_iter().flatten())
         .filter_map(|m| m["content"].as_str())
         .map(str::len)
-        .sum();
+        .sum::<usize>()
+        + body["prompt"].as_str().map_or(0, str::len);
     let prompt = (chars / 4).max(1) as u64;
-    let prefill_ms = 5 + prompt / 500;
+    let prefill_us = 5000 + 10 * prompt;
+    let batch_us = {
+        let mut g = c.lock().unwrap_or_else(|e| e.into_inner());
+        g.running += 1;
+        300 * g.running
+    };
     let (frames, steps, accepted) = plan(n);
     let mut out: Vec<String> = vec![
         r#"{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#.into(),
     ];
     for f in &frames {
         let text = "w ".repeat(*f as usize);
-        out.push(
-            serde_json::json!({"id": "x", "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]})
-            .to_string(),
-        );
+        let choice = if completions {
+            serde_json::json!({"index": 0, "text": text, "finish_reason": null})
+        } else {
+            serde_json::json!({"index": 0, "delta": {"content": text}, "finish_reason": null})
+        };
+        out.push(serde_json::json!({"id": "x", "object": "chat.completion.chunk", "choices": [choice]}).to_string());
     }
-    out.push(
+    out.push(if completions {
+        r#"{"id":"x","object":"text_completion","choices":[{"index":0,"text":"","finish_reason":"length"}]}"#.into()
+    } else {
         r#"{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#
-            .into(),
-    );
+            .into()
+    });
     out.push(
         serde_json::json!({"id": "x", "object": "chat.completion.chunk", "choices": [],
             "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n,
@@ -105,11 +119,12 @@ async fn chat(State(c): State<Shared>, Json(body): Json<serde_json::Value>) -> R
             return None;
         }
         // A prefill, then a decode step per frame.
-        let us = if i == 0 { prefill_ms * 1000 } else { 2000 + prompt };
+        let us = if i == 0 { prefill_us } else { 2000 + prompt + batch_us };
         tokio::time::sleep(Duration::from_micros(us)).await;
         if i + 1 == out.len() {
             // Counted when the request finishes, as SGLang's tokenizer manager does.
             let mut g = c.lock().unwrap_or_else(|e| e.into_inner());
+            g.running = g.running.saturating_sub(1);
             g.requests += 1;
             g.prompt_tokens += prompt;
             g.generation_tokens += n;
@@ -155,24 +170,43 @@ async fn metrics(State(c): State<Shared>) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn replay_and_calibrate_read_sglangs_acceptance() {
-    let dir = Scratch::new("spec-sglang");
+/// The tests time a real-time server: one at a time, or they would time each other.
+static LIVE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The mock SGLang on 127.0.0.1: its origin and its counters.
+async fn start() -> (String, Shared) {
     let counters: Shared = Arc::default();
     let app = Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(chat))
         .route("/metrics", get(metrics))
         .with_state(counters.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     let origin = format!("http://{}", listener.local_addr().unwrap_or_else(|e| panic!("{e}")));
+    // Each frame goes out as it is written (no Nagle delay behind the client's delayed ACK), as SGLang's do.
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (origin, counters)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_and_calibrate_read_sglangs_acceptance() {
+    let _one = LIVE.lock().await;
+    let dir = Scratch::new("spec-sglang");
+    let (origin, _) = start().await;
 
     let scenario = serde_json::json!({
         "model": "engine",
-        "workload": {"kind": "sessions", "sessions": 1, "steps": 12, "base_tokens": 300, "gen_tokens": GEN,
-                     "tool_tokens": 50, "think_s": 0.0, "spread": 0.0, "stagger_s": 0.0, "duration_s": 600.0},
+        // One user (every request alone), prompts of 200–3,000 tokens without a shared prefix (the mock has no
+        // prefix cache).
+        "workload": {"kind": "closed_loop", "users": 1, "num_requests": 12, "think_s": 0.0,
+                     "prompt": {"dist": "uniform", "min": 200, "max": 3000},
+                     "output": {"dist": "fixed", "tokens": GEN}, "shared_prefix_tokens": 0},
         "profile": shared::engine::presets::laptop_demo(),
         "seed": 3,
         "counterfactuals": false
@@ -286,4 +320,62 @@ async fn replay_and_calibrate_read_sglangs_acceptance() {
     let p = fit.profile.speculative.clone().unwrap_or_else(|| panic!("profile"));
     assert_eq!(p.draft_tokens, 3, "{sf:?}");
     assert_eq!(p.acceptance, Acceptance::Rate(rate_for_share(0.5, 3)), "{sf:?}");
+}
+
+/// `calibrate --url` against SGLang: the server's counts over the probe come from its scrapes (before, after each
+/// phase, after the end), as a replay run's report does, and they match what the mock counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_url_reads_sglangs_counts_over_its_probe() {
+    let _one = LIVE.lock().await;
+    let dir = Scratch::new("spec-sglang-url");
+    let (origin, counters) = start().await;
+    let base = format!("{origin}/v1");
+    let out = dir.join("cal").to_string_lossy().to_string();
+    let argv = [
+        "loadshape",
+        "calibrate",
+        "--url",
+        &base,
+        "--model",
+        "mock",
+        "--out",
+        &out,
+        "--budget",
+        "20",
+        "--max-prompt-tokens",
+        "2048",
+        "--decode-tokens",
+        "64",
+        "--max-num-seqs",
+        "4",
+        "--spec-method",
+        "eagle",
+    ];
+    let a = match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+        LsCommand::Calibrate(a) => a,
+        other => panic!("{other:?}"),
+    };
+    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let sf = fit.speculative.clone().unwrap_or_else(|| panic!("{:?}", fit.notes));
+    let c = sf
+        .server
+        .clone()
+        .unwrap_or_else(|| panic!("the server's counts: {sf:?}"));
+    // Everything the mock counted happened during the probe: its steps, and the accepted tokens its counters imply
+    // (tokens after each request's first, less the steps), half of the drafted.
+    let g = counters.lock().unwrap_or_else(|e| e.into_inner());
+    let accepted = (g.generation_tokens - g.requests - g.verify_calls) as f64;
+    assert_eq!(
+        (c.steps, c.accepted_tokens),
+        (g.verify_calls as f64, accepted),
+        "{sf:?}"
+    );
+    assert_eq!(c.drafted_tokens, 2.0 * accepted, "{sf:?}");
+    assert!(c.accepted_per_position.is_empty());
+    let p = fit.profile.speculative.clone().unwrap_or_else(|| panic!("profile"));
+    assert_eq!(
+        p.acceptance,
+        Acceptance::Rate(rate_for_share(0.5, p.draft_tokens)),
+        "{sf:?}"
+    );
 }
