@@ -2106,3 +2106,82 @@ async fn targets_carry_the_limits_they_report() {
     assert_eq!(sim.max_model_len, Some(want.model_len()), "{sim:?}");
     assert!(sim.sources.iter().any(|s| s.contains("max_model_len")), "{sim:?}");
 }
+
+/// The `sim` target with a prefill/decode fleet scenario: the run is served by that fleet (the scenario's profile on
+/// 2 prefill and 1 decode instances behind one endpoint, as `sim-server --fleet` serves it), so its records carry
+/// the KV transfer and the prefill instance each request went to, as `simulate` of the same scenario does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
+    let data_dir = tempdir("sim-fleet");
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(60.0),
+        max_in_flight: None,
+    });
+    // No shared sim-server behind `sim`: a fleet scenario gets its own.
+    let agent = start_agent(data_dir.to_path_buf(), driver).await;
+    let (latency_ms, bytes_per_s, kv_per_token) = (20.0, 2e9, 131_072.0);
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "sessions", "sessions": 4, "steps": 3, "base_tokens": 2000, "gen_tokens": 16,
+                     "tool_tokens": 200, "think_s": 0.05, "stagger_s": 0.0, "spread": 0.0, "duration_s": 30.0,
+                     "drain": true},
+        "profile": toy_profile(),
+        "fleet": {"replicas": 3, "router": "round_robin",
+                  "disaggregation": {"prefill_instances": 2, "decode_instances": 1,
+                                     "link_bytes_per_s": bytes_per_s, "link_latency_ms": latency_ms,
+                                     "kv_bytes_per_token": kv_per_token}},
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
+        "seed": 5,
+        "counterfactuals": false
+    });
+    let mut ws = connect(&agent).await;
+    let (run_id, n, state) = run_to_end(&mut ws, scenario.clone(), "sim").await;
+    assert_eq!((n, state), (12, RunState::Finished), "4 sessions x 3 steps");
+    let live = fetch_records(&mut ws, &run_id).await;
+    assert!(live.iter().all(|r| r.ok), "{live:?}");
+    // Each record's transfer is the link's time for the prompt the server counted, and part of its TTFT.
+    for r in &live {
+        let prompt = r.prompt_tokens.unwrap_or_else(|| panic!("usage: {r:?}")) as f64;
+        let ms = r.kv_transfer_ms.unwrap_or_else(|| panic!("x-kv-transfer-ms: {r:?}"));
+        let want = latency_ms + prompt * kv_per_token / bytes_per_s * 1000.0;
+        assert!((ms - want).abs() < 1e-6, "{ms} vs {want}: {r:?}");
+        assert!(r.ttft_s.unwrap_or(0.0) * 1000.0 >= ms, "{r:?}");
+    }
+
+    // `simulate` of the same scenario: the same split over the prefill instances, transfers alike.
+    let sc = shared::scenario::Scenario::from_value(scenario).unwrap_or_else(|e| panic!("{e}"));
+    let shared::scenario::Scenario::Engine(sc) = sc else {
+        panic!("an engine scenario")
+    };
+    let opts = shared::engine::SimOptions {
+        keep_records: true,
+        ..shared::engine::SimOptions::default()
+    };
+    let sim = shared::engine::simulate_with(&sc, opts).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sim.records.len(), live.len());
+    let on = |recs: &[RequestRecord], i: u32| recs.iter().filter(|r| r.replica == Some(i)).count();
+    for i in 0..3 {
+        assert_eq!(on(&live, i), on(&sim.records, i), "replica {i}: {live:?}");
+    }
+    assert_eq!(
+        (on(&live, 0), on(&live, 1), on(&live, 2)),
+        (6, 6, 0),
+        "round robin over the prefill instances"
+    );
+    let split_live = shared::metrics::replicas::replica_split(&live);
+    let split_sim = shared::metrics::replicas::replica_split(&sim.records);
+    assert_eq!(
+        split_live.iter().map(|s| (s.replica, s.requests)).collect::<Vec<_>>(),
+        split_sim.iter().map(|s| (s.replica, s.requests)).collect::<Vec<_>>()
+    );
+    let mean = |recs: &[RequestRecord]| {
+        let t: Vec<f64> = recs.iter().filter_map(|r| r.kv_transfer_ms).collect();
+        assert_eq!(t.len(), recs.len(), "every record crossed the link");
+        t.iter().sum::<f64>() / t.len() as f64
+    };
+    let (m_live, m_sim) = (mean(&live), mean(&sim.records));
+    assert!(
+        (m_live / m_sim - 1.0).abs() < 0.10,
+        "mean transfer live {m_live} ms, simulated {m_sim} ms"
+    );
+}

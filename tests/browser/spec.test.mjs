@@ -1,7 +1,8 @@
 // Speculative decoding in the page's controls (issue 43): a user turns speculation on in the explorer's "Engine
 // profile" group, sets its method, draft tokens and acceptance, and sees the acceptance card and a lower TPOT; the
-// page's summary is exactly what `loadshape simulate --json` computes for the copied link's scenario. A deployment,
-// which cannot carry speculation, says so.
+// page's summary is exactly what `loadshape simulate --json` computes for the copied link's scenario; "Turn off"
+// removes it again. A deployment, which cannot carry speculation, says so. A fleet's disaggregation is set and
+// turned off the same way.
 // Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -95,6 +96,19 @@ test('speculation turned on in the page: the acceptance card, a lower TPOT, the 
   await page.screenshot({ path: path.join(SHOTS, 'page-speculative-cards.png') });
   await page.locator('[data-group="speculative"]').scrollIntoViewIfNeeded();
   await page.screenshot({ path: path.join(SHOTS, 'page-speculative-controls.png') });
+
+  // "Turn off" removes the field: the scenario is the one without speculation again, "set" is offered again, and
+  // the summary is the CLI's for the copied link (the numbers without speculation, bit for bit).
+  await page.locator('[data-group="speculative"] button[data-turn-off="speculative"]').click();
+  await offer.waitFor({ timeout: 20000 });
+  assert.equal(await method.count(), 0, 'its knobs are gone');
+  scenario = await copiedScenario(page);
+  assert.equal(scenario.profile.speculative, undefined, 'no speculative field');
+  const again = numericFields(simulate(scenario, 'spec-turned-off'));
+  assert.deepEqual(again, off, 'the same numbers as before it was set');
+  shown = await shownFor(page, again);
+  assertSameNumbers(shown, again, 'speculation turned off');
+  assert.equal(await page.locator(`${EXPLORER} [data-metric="spec_acceptance"]`).count(), 0, 'no acceptance card');
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -146,6 +160,18 @@ test('a fleet offers prefill/decode disaggregation; set in the page it computes 
   assertSameNumbers(shown, pd, 'P/D 1 + 1');
   await page.locator('[data-group="disaggregation"]').scrollIntoViewIfNeeded();
   await page.screenshot({ path: path.join(SHOTS, 'page-disaggregation-controls.png') });
+
+  // "Turn off" removes it: the fleet is co-located again (its two replicas kept), and the summary is the CLI's for
+  // the copied link, the co-located numbers bit for bit.
+  await page.locator('[data-group="disaggregation"] button[data-turn-off="disaggregation"]').click();
+  await offer.waitFor({ timeout: 20000 });
+  scenario = await copiedScenario(page);
+  assert.equal(scenario.fleet.disaggregation, undefined, 'no disaggregation field');
+  assert.equal(scenario.fleet.replicas, 2);
+  const again = numericFields(simulate(scenario, 'pd-turned-off'));
+  assert.deepEqual(again, colocated, 'the co-located numbers again');
+  const back = await shownFor(page, again);
+  assertSameNumbers(back, again, 'disaggregation turned off');
   assert.deepEqual(errors, []);
   await page.close();
 });

@@ -591,7 +591,38 @@ fn spec_delta(
 }
 
 /// The server's speculative counters now (`ORIGIN/metrics`), if it has them.
-async fn scrape_spec(url: &str, api_key: Option<&str>) -> Option<calibrate::spec::ServerSpecCounts> {
+/// One scrape of the server's speculative figures: counters (llama.cpp's, vLLM's), or SGLang's exposition, whose
+/// counts come from several scrapes together ([`replay::prom::sglang_spec_counts`]: its gauges are of the last
+/// logging window, so they are sampled after each probe phase).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecScrape {
+    Counters(calibrate::spec::ServerSpecCounts),
+    Sglang(Box<replay::prom::Snapshot>),
+}
+
+/// [`SpecScrape`] of one exposition taken `t_s` seconds into the probe: the counters where it has them, else SGLang's
+/// figures where it is SGLang's.
+pub fn spec_scrape_of(t_s: f64, text: &str) -> Option<SpecScrape> {
+    if let Some(c) = spec_counters_of(text) {
+        return Some(SpecScrape::Counters(c));
+    }
+    let snap = replay::prom::Snapshot::from_text(t_s, text);
+    (snap.family == Some("sglang")).then(|| SpecScrape::Sglang(Box::new(snap)))
+}
+
+/// SGLang's speculative counts over the probe from its scrapes (the first before it): those of `server.json`'s
+/// `report` over a replay run, so `--url` and `--from` read SGLang alike. `None` when it did not speculate.
+pub fn sglang_spec_over(snaps: &[replay::prom::Snapshot]) -> Option<calibrate::spec::ServerSpecCounts> {
+    let r = replay::prom::ServerReport::from_snapshots(snaps);
+    Some(calibrate::spec::ServerSpecCounts {
+        drafted_tokens: r.spec_draft_tokens?,
+        accepted_tokens: r.spec_accepted_tokens?,
+        steps: r.spec_drafts.unwrap_or(0.0),
+        accepted_per_position: Vec::new(),
+    })
+}
+
+async fn scrape_spec(url: &str, api_key: Option<&str>, t_s: f64) -> Option<SpecScrape> {
     let origin = replay::client::origin_of(url).ok()?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -605,7 +636,7 @@ async fn scrape_spec(url: &str, api_key: Option<&str>) -> Option<calibrate::spec
     if !resp.status().is_success() {
         return None;
     }
-    spec_counters_of(&resp.text().await.ok()?)
+    spec_scrape_of(t_s, &resp.text().await.ok()?)
 }
 
 /// The probe's records, and the server's speculative counters over it (where it has them and drafted).
@@ -653,7 +684,12 @@ async fn probe(
         returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
     };
     let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let spec_before = scrape_spec(url, a.api_key.as_deref()).await;
+    let scraped = std::time::Instant::now();
+    let spec_before = scrape_spec(url, a.api_key.as_deref(), 0.0).await;
+    let mut sglang_snaps: Vec<replay::prom::Snapshot> = match &spec_before {
+        Some(SpecScrape::Sglang(s)) => vec![(**s).clone()],
+        _ => Vec::new(),
+    };
     let dir = a.out.join("probe");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut all = Vec::new();
@@ -777,6 +813,12 @@ async fn probe(
             apart(&mut r, sessions);
             r
         }));
+        if !sglang_snaps.is_empty()
+            && let Some(SpecScrape::Sglang(s)) =
+                scrape_spec(url, a.api_key.as_deref(), scraped.elapsed().as_secs_f64()).await
+        {
+            sglang_snaps.push(*s);
+        }
     }
     let took = began.elapsed().as_secs_f64();
     if took > a.budget * 1.05 {
@@ -790,13 +832,25 @@ async fn probe(
     // A request cut at a phase's end is counted when the server lets its slot go (llama.cpp: within about a second
     // of the client's disconnect), so a server that drafted is asked again after a second.
     let mut spec = None;
-    if let Some(b) = &spec_before
-        && let Some(now) = scrape_spec(url, a.api_key.as_deref()).await
+    let key = a.api_key.as_deref();
+    if let Some(SpecScrape::Counters(b)) = &spec_before
+        && let Some(SpecScrape::Counters(now)) = scrape_spec(url, key, scraped.elapsed().as_secs_f64()).await
         && now.drafted_tokens > b.drafted_tokens
     {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let after = scrape_spec(url, a.api_key.as_deref()).await.unwrap_or(now);
+        let after = match scrape_spec(url, key, scraped.elapsed().as_secs_f64()).await {
+            Some(SpecScrape::Counters(c)) => c,
+            _ => now,
+        };
         spec = Some(spec_delta(b, &after));
+    }
+    // SGLang counts a request when it finishes: its last phase's cut requests a second later too.
+    if sglang_snaps.len() > 1 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Some(SpecScrape::Sglang(s)) = scrape_spec(url, key, scraped.elapsed().as_secs_f64()).await {
+            sglang_snaps.push(*s);
+        }
+        spec = sglang_spec_over(&sglang_snaps);
     }
     if let Some(p) = &a.progress {
         (p.0)(&status("fit", phases.len()));
@@ -1471,5 +1525,42 @@ mod tests {
         let gap = "vllm:spec_decode_num_draft_tokens_total 10\n\
                    vllm:spec_decode_num_accepted_tokens_per_pos_total{position=\"1\"} 3\n";
         assert_eq!(spec_counters_of(gap).map(|c| c.accepted_per_position), Some(Vec::new()));
+    }
+
+    /// SGLang's exposition is no counter set: its scrapes over the probe give the counts, as a replay run's report.
+    #[test]
+    fn sglang_speculative_counts_over_the_probe() {
+        let expo = |requests: u32, generated: u32, steps: u32, rate: f64| {
+            format!(
+                "# TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{{model_name=\"m\"}} {rate}\n\
+                 sglang:spec_accept_length{{model_name=\"m\"}} 2.5\n\
+                 sglang:generation_tokens_total{{model_name=\"m\"}} {generated}\n\
+                 sglang:num_requests_total{{model_name=\"m\"}} {requests}\n\
+                 sglang:spec_verify_calls_total{{model_name=\"m\"}} {steps}\n"
+            )
+        };
+        let snap = |t: f64, text: &str| match spec_scrape_of(t, text) {
+            Some(SpecScrape::Sglang(s)) => *s,
+            other => panic!("{other:?}"),
+        };
+        // A server that had served 2 requests before the probe; 20 more: 2,020 tokens in 800 steps.
+        let snaps = [
+            snap(0.0, &expo(2, 102, 40, 0.3)),
+            snap(5.0, &expo(12, 1112, 440, 0.6)),
+            snap(9.0, &expo(22, 2122, 840, 0.6)),
+        ];
+        let c = sglang_spec_over(&snaps).expect("counts");
+        // (2020 − 20) − 800 = 1,200 accepted at the probe's rate 0.6: 2,000 drafted.
+        assert_eq!((c.steps, c.accepted_tokens), (800.0, 1200.0));
+        assert!((c.drafted_tokens - 2000.0).abs() < 1e-9, "{c:?}");
+        assert!(c.accepted_per_position.is_empty());
+        // A vLLM exposition stays counters; a plain SGLang one is SGLang's without counts.
+        assert!(matches!(
+            spec_scrape_of(0.0, "vllm:spec_decode_num_draft_tokens_total 4\n"),
+            Some(SpecScrape::Counters(_))
+        ));
+        let plain = snap(0.0, "sglang:generation_tokens_total 10\nsglang:num_requests_total 1\n");
+        assert_eq!(sglang_spec_over(&[plain.clone(), plain]), None);
+        assert_eq!(spec_scrape_of(0.0, "other_metric 1\n"), None);
     }
 }

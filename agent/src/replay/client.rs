@@ -273,11 +273,23 @@ pub struct RequestOutcome {
     /// ([`KV_TRANSFER_HEADER`], the sim-server's `--fleet`): the record's `kv_transfer_ms`. vLLM's P/D proxy does
     /// not say it: absent there.
     pub kv_transfer_ms: Option<f64>,
+    /// The replica a fleet behind one endpoint routed the request to, where the server says it
+    /// ([`REPLICA_HEADER`], the sim-server's `--fleet`): the record's `replica` when the client did not route.
+    pub server_replica: Option<u32>,
 }
 
 /// The response header a disaggregated server gives a request's KV transfer in, milliseconds (the sim-server's
 /// `--fleet` with `disaggregation`).
 pub const KV_TRANSFER_HEADER: &str = "x-kv-transfer-ms";
+
+/// The response header a fleet behind one endpoint (the sim-server's `--fleet`) names the replica it routed the
+/// request to in, counted from 0 (a disaggregated fleet's prefill instance, as the simulator's records name it).
+pub const REPLICA_HEADER: &str = "x-replica";
+
+/// [`REPLICA_HEADER`]'s value, else nothing.
+fn replica_of(headers: &hyper::HeaderMap) -> Option<u32> {
+    headers.get(REPLICA_HEADER)?.to_str().ok()?.trim().parse().ok()
+}
 
 /// [`KV_TRANSFER_HEADER`]'s value: a finite number of milliseconds ≥ 0, else nothing.
 fn kv_transfer_of(headers: &hyper::HeaderMap) -> Option<f64> {
@@ -817,6 +829,7 @@ impl Client {
         }
         let mut st = st;
         st.kv_transfer_ms = kv_transfer_of(&parts.headers);
+        st.server_replica = replica_of(&parts.headers);
         let (outcome, ended) = self.read_stream(&mut body, st, start, deadline, live, cut).await;
         if ended {
             pool.put_back(conn, &parts.headers, parts.version);
@@ -881,6 +894,7 @@ impl Client {
             Some(Ok(Ok(mut resp))) => {
                 let mut st = st;
                 st.kv_transfer_ms = kv_transfer_of(resp.headers());
+                st.server_replica = replica_of(resp.headers());
                 self.read_stream(&mut resp, st, start, deadline, live, cut).await.0
             }
         })
@@ -1271,6 +1285,8 @@ struct StreamState {
     spec: Option<shared::record::SpecCounts>,
     /// [`RequestOutcome::kv_transfer_ms`], from the response's head.
     kv_transfer_ms: Option<f64>,
+    /// [`RequestOutcome::server_replica`], from the response's head.
+    server_replica: Option<u32>,
 }
 
 impl StreamState {
@@ -1298,6 +1314,7 @@ impl StreamState {
             first_frame_kernel: false,
             spec: None,
             kv_transfer_ms: None,
+            server_replica: None,
         }
     }
 
@@ -1342,7 +1359,13 @@ impl StreamState {
             }
         }
         self.on_timings(chunk.timings);
+        if let Some(ext) = chunk.sglext {
+            self.on_sglang_spec(ext.spec_tokens_details);
+        }
         if let Some(u) = chunk.usage {
+            if self.spec.is_none() {
+                self.on_prediction_tokens(u.completion_tokens_details.as_ref());
+            }
             self.usage = Some(UsageCounts {
                 prompt_tokens: u.prompt_tokens,
                 completion_tokens: u.completion_tokens,
@@ -1459,6 +1482,47 @@ impl StreamState {
                 steps: None,
             });
         }
+    }
+
+    /// SGLang's per-request speculative counts on the usage frame of a chat or completions stream:
+    /// `usage.completion_tokens_details.accepted_prediction_tokens` and `…rejected_prediction_tokens` (SGLang's
+    /// `UsageProcessor` fills them from a request's `spec_num_correct_drafts` and `spec_num_proposed_drafts`; see
+    /// python/sglang/srt/entrypoints/openai/usage_processor.py in sgl-project/sglang). Drafted = accepted + rejected;
+    /// the verification steps are not in `usage`. Both 0 (a server that did not draft, or OpenAI's own API without
+    /// a predicted output) is no count.
+    fn on_prediction_tokens(&mut self, details: Option<&CompletionDetails>) {
+        let Some(d) = details else { return };
+        let (accepted, rejected) = (d.accepted_prediction_tokens, d.rejected_prediction_tokens);
+        if accepted.is_none() && rejected.is_none() {
+            return;
+        }
+        let (accepted, rejected) = (accepted.unwrap_or(0), rejected.unwrap_or(0));
+        if accepted + rejected == 0 {
+            return;
+        }
+        self.spec = Some(shared::record::SpecCounts {
+            draft_tokens: accepted + rejected,
+            accepted_tokens: accepted,
+            steps: None,
+        });
+    }
+
+    /// SGLang's `sglext.spec_tokens_details` (asked for per request with `return_spec_tokens_details` on builds that
+    /// have it): proposed and correct drafts and the verification steps (`spec_verify_ct`). It carries the steps,
+    /// so it is preferred to `usage`'s prediction tokens.
+    fn on_sglang_spec(&mut self, details: Option<SglangSpecDetails>) {
+        let Some(d) = details else { return };
+        let (Some(proposed), Some(correct)) = (d.spec_num_proposed_drafts, d.spec_num_correct_drafts) else {
+            return;
+        };
+        if proposed == 0 {
+            return;
+        }
+        self.spec = Some(shared::record::SpecCounts {
+            draft_tokens: proposed,
+            accepted_tokens: correct.min(proposed),
+            steps: d.spec_verify_ct,
+        });
     }
 
     /// One event of the Responses API stream (by its data's `type`): `response.output_text.delta` is content,
@@ -1620,6 +1684,7 @@ impl StreamState {
             retry_statuses: Vec::new(),
             spec: self.spec,
             kv_transfer_ms: self.kv_transfer_ms,
+            server_replica: self.server_replica,
         }
     }
 
@@ -1721,6 +1786,9 @@ struct Chunk<'a> {
     /// llama.cpp's per-request timings; only the speculative counts are read.
     #[serde(default)]
     timings: Option<Timings>,
+    /// SGLang's response-level extension; only its speculative counts are read.
+    #[serde(default)]
+    sglext: Option<SglExt>,
     #[serde(default)]
     error: Option<IgnoredAny>,
     #[serde(borrow, default)]
@@ -1763,6 +1831,29 @@ struct Usage {
 struct CompletionDetails {
     #[serde(default)]
     reasoning_tokens: Option<u64>,
+    /// SGLang's accepted and rejected draft tokens of the request (OpenAI's names for predicted outputs).
+    #[serde(default)]
+    accepted_prediction_tokens: Option<u64>,
+    #[serde(default)]
+    rejected_prediction_tokens: Option<u64>,
+}
+
+/// SGLang's `sglext` (response-level extension of its OpenAI-compatible API).
+#[derive(Deserialize)]
+struct SglExt {
+    #[serde(default)]
+    spec_tokens_details: Option<SglangSpecDetails>,
+}
+
+/// SGLang's `sglext.spec_tokens_details`: the request's speculative counts.
+#[derive(Deserialize)]
+struct SglangSpecDetails {
+    #[serde(default)]
+    spec_num_correct_drafts: Option<u64>,
+    #[serde(default)]
+    spec_num_proposed_drafts: Option<u64>,
+    #[serde(default)]
+    spec_verify_ct: Option<u64>,
 }
 
 /// llama.cpp's `timings`: draft tokens proposed and accepted (present when speculative decoding drafted).
@@ -2024,6 +2115,49 @@ mod tests {
         let o = st.finish_done();
         assert!(o.ok, "{:?}", o.error);
         assert_eq!(o.spec, Some(want));
+    }
+
+    /// SGLang's per-request counts on a chat stream: `usage.completion_tokens_details`'s accepted and rejected
+    /// prediction tokens, or `sglext.spec_tokens_details` (with the steps) where the server sends it.
+    #[test]
+    fn sglang_draft_counts_on_the_usage_frame() {
+        let o = feed(&[
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"a b c"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14,"completion_tokens_details":{"reasoning_tokens":0,"accepted_prediction_tokens":5,"rejected_prediction_tokens":7}}}"#,
+            "[DONE]",
+        ]);
+        assert!(o.ok, "{:?}", o.error);
+        assert_eq!(o.gen_tokens, 9);
+        let want = shared::record::SpecCounts {
+            draft_tokens: 12,
+            accepted_tokens: 5,
+            steps: None,
+        };
+        assert_eq!(o.spec, Some(want));
+        // OpenAI's own API reports 0 and 0 without a predicted output: no `spec`.
+        let o = feed(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1,"completion_tokens_details":{"reasoning_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(o.spec, None);
+        // `sglext.spec_tokens_details` brings the steps too, and wins over `usage`'s counts whatever the order.
+        let o = feed(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"a b c"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[],"sglext":{"spec_tokens_details":{"spec_num_correct_drafts":5,"spec_num_proposed_drafts":12,"spec_verify_ct":3,"spec_accept_length":2.67}}}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"completion_tokens_details":{"accepted_prediction_tokens":4,"rejected_prediction_tokens":8}}}"#,
+            "[DONE]",
+        ]);
+        assert_eq!(
+            o.spec,
+            Some(shared::record::SpecCounts {
+                draft_tokens: 12,
+                accepted_tokens: 5,
+                steps: Some(3),
+            })
+        );
     }
 
     #[test]

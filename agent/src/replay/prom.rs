@@ -15,7 +15,8 @@
 //! - SGLang: `sglang:prompt_tokens_total`, `sglang:generation_tokens_total`, `sglang:num_running_reqs`,
 //!   `sglang:num_queue_reqs`, `sglang:cache_hit_rate`; KV use `sglang:token_usage` (a fraction) and preemptions
 //!   (SGLang calls them retractions) `sglang:num_retracted_requests_total` — not `sglang:num_retracted_reqs`, a
-//!   gauge of the last batch;
+//!   gauge of the last batch; speculative decoding `sglang:spec_accept_length`, `sglang:spec_accept_rate`
+//!   (gauges), `sglang:spec_verify_calls_total` and `sglang:num_requests_total` ([`sglang_spec_counts`]);
 //! - llama.cpp: `llamacpp:prompt_tokens_total`, `llamacpp:tokens_predicted_total`, `llamacpp:requests_processing`,
 //!   `llamacpp:requests_deferred`; KV use `llamacpp:kv_cache_usage_ratio` (older builds only; llama.cpp has no
 //!   preemption counter); speculative decoding `llamacpp:spec_decode_num_drafts_total` (verification steps),
@@ -171,6 +172,18 @@ pub struct Snapshot {
     pub spec_draft_tokens_total: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spec_accepted_tokens_total: Option<f64>,
+    /// SGLang's speculative decoding, which has no draft or accepted token counters: requests finished
+    /// (`sglang:num_requests_total`, a counter) and its two gauges of the last logging window,
+    /// `sglang:spec_accept_length` (tokens a verification step emits, the bonus token included) and
+    /// `sglang:spec_accept_rate` (accepted / drafted tokens). The verification steps
+    /// (`sglang:spec_verify_calls_total`, a counter of newer builds) are `spec_drafts_total`. See
+    /// [`sglang_spec_counts`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_total: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_accept_rate: Option<f64>,
 }
 
 impl Snapshot {
@@ -212,6 +225,16 @@ impl Snapshot {
             s.cache_hit_rate = get(&["sglang:cache_hit_rate"]);
             s.kv_cache_usage = get(&["sglang:token_usage"]);
             s.preemptions_total = get(&["sglang:num_retracted_requests_total"]);
+            s.requests_total = get(&["sglang:num_requests_total"]);
+            // Read once the server speculates (its gauges are 0, or NaN, and its steps counter 0 otherwise), so a
+            // run on an SGLang that does not keeps its report as it was.
+            let length = get(&["sglang:spec_accept_length"]).filter(|&l| l > 0.0);
+            let steps = get(&["sglang:spec_verify_calls_total"]).filter(|&n| n > 0.0);
+            if length.is_some() || steps.is_some() {
+                s.spec_accept_length = length;
+                s.spec_accept_rate = get(&["sglang:spec_accept_rate"]);
+                s.spec_drafts_total = steps;
+            }
         } else if m.keys().any(|k| k.starts_with("llamacpp:")) {
             s.family = Some("llamacpp");
             s.prompt_tokens_total = get(&["llamacpp:prompt_tokens_total"]);
@@ -315,8 +338,72 @@ impl ServerReport {
         r.spec_drafts = since_zero(|s| s.spec_drafts_total);
         r.spec_draft_tokens = since_zero(|s| s.spec_draft_tokens_total);
         r.spec_accepted_tokens = since_zero(|s| s.spec_accepted_tokens_total);
+        if r.family.as_deref() == Some("sglang") {
+            // The gauges of the scrapes taken during the run (the first was taken before it).
+            let during = if good.len() > 1 { &good[1..] } else { &good[..] };
+            let gauge = |f: fn(&Snapshot) -> Option<f64>| mean(during.iter().filter_map(|s| f(s)));
+            let counts = sglang_spec_counts(
+                r.generation_tokens,
+                delta(|s| s.requests_total),
+                r.spec_drafts,
+                gauge(|s| s.spec_accept_length),
+                gauge(|s| s.spec_accept_rate),
+            );
+            if let Some(c) = counts {
+                r.spec_drafts = Some(c.steps);
+                r.spec_draft_tokens = Some(c.drafted_tokens);
+                r.spec_accepted_tokens = Some(c.accepted_tokens);
+            } else {
+                r.spec_drafts = None;
+            }
+        }
         r
     }
+}
+
+/// Speculative counts over a run of SGLang, which counts neither draft nor accepted tokens (its Prometheus names:
+/// python/sglang/srt/metrics/collector.py in sgl-project/sglang, `sglang:spec_accept_length`,
+/// `sglang:spec_accept_rate`, `sglang:spec_verify_calls_total`). From the run's deltas of `generation_tokens`,
+/// `requests` (finished) and, where the server has the counter, `steps` (verification steps); and the gauges'
+/// means over the run, `length` (tokens per verification step, the bonus included) and `rate` (accepted /
+/// drafted):
+/// - a request's first token comes from its prefill and each verification step emits one token plus the drafts it
+///   accepted, so the tokens after the first, `T = generation_tokens − requests`, are `steps + accepted`;
+/// - `steps` from the counter, else `T / length`; `accepted = T − steps`;
+/// - `drafted = accepted / rate` (no draft counter; `rate` 0 with nothing accepted leaves it unknown).
+///
+/// `None` when a part is missing or nothing was verified.
+pub fn sglang_spec_counts(
+    generation_tokens: Option<f64>,
+    requests: Option<f64>,
+    steps: Option<f64>,
+    length: Option<f64>,
+    rate: Option<f64>,
+) -> Option<SglangSpecCounts> {
+    let after_first = generation_tokens? - requests?;
+    let steps = match steps {
+        Some(n) => n,
+        None => after_first / length.filter(|&l| l >= 1.0)?,
+    };
+    let verified = steps.is_finite() && steps > 0.0 && after_first >= steps;
+    if !verified {
+        return None;
+    }
+    let accepted = after_first - steps;
+    let rate = rate.filter(|r| r.is_finite() && *r > 0.0 && *r <= 1.0)?;
+    Some(SglangSpecCounts {
+        steps,
+        drafted_tokens: accepted / rate,
+        accepted_tokens: accepted,
+    })
+}
+
+/// What [`sglang_spec_counts`] derives: verification steps, drafted and accepted tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SglangSpecCounts {
+    pub steps: f64,
+    pub drafted_tokens: f64,
+    pub accepted_tokens: f64,
 }
 
 fn mean(it: impl Iterator<Item = f64>) -> Option<f64> {
@@ -479,6 +566,81 @@ garbage line {
         );
         let r = ServerReport::from_snapshots(&[Snapshot::from_text(0.0, off), Snapshot::from_text(1.0, off)]);
         assert_eq!(r.spec_draft_tokens, None);
+    }
+
+    /// SGLang speculating: an exposition as its collector writes one (HELP/TYPE lines, its labels), before and after
+    /// a run of 10 requests that generated 1,010 tokens in 400 verification steps, half the drafts accepted.
+    #[test]
+    fn sglang_speculative_counts_from_its_counters_and_gauges() {
+        let expo = |requests: u32, generated: u32, steps: Option<u32>, length: f64, rate: f64| {
+            let l = r#"{model_name="Qwen/Qwen3-8B",engine_type="unified",tp_rank="0",pp_rank="0"}"#;
+            let mut t = format!(
+                "# HELP sglang:num_running_reqs The number of running requests.\n# TYPE sglang:num_running_reqs gauge\n\
+                 sglang:num_running_reqs{l} 0.0\n\
+                 # HELP sglang:spec_accept_length The average acceptance length of speculative decoding.\n\
+                 # TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{l} {length}\n\
+                 # HELP sglang:spec_accept_rate The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` in batch).\n\
+                 # TYPE sglang:spec_accept_rate gauge\nsglang:spec_accept_rate{l} {rate}\n\
+                 # HELP sglang:generation_tokens_total Number of generation tokens processed.\n\
+                 # TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{l} {generated}.0\n\
+                 sglang:generation_tokens_created{l} 1.7650e+09\n\
+                 # TYPE sglang:num_requests_total counter\nsglang:num_requests_total{l} {requests}.0\n"
+            );
+            if let Some(n) = steps {
+                t.push_str(&format!(
+                    "# TYPE sglang:spec_verify_calls_total counter\nsglang:spec_verify_calls_total{l} {n}.0\n"
+                ));
+            }
+            t
+        };
+        // A fresh server: gauges and steps at 0, nothing read.
+        let fresh = Snapshot::from_text(0.0, &expo(0, 0, Some(0), 0.0, 0.0));
+        assert_eq!(fresh.family, Some("sglang"));
+        assert_eq!(
+            (fresh.spec_drafts_total, fresh.spec_accept_length, fresh.requests_total),
+            (None, None, Some(0.0))
+        );
+        let mid = Snapshot::from_text(1.0, &expo(4, 404, Some(160), 2.4, 0.45));
+        assert_eq!(
+            (
+                mid.spec_drafts_total,
+                mid.spec_accept_length,
+                mid.spec_accept_rate,
+                mid.requests_total
+            ),
+            (Some(160.0), Some(2.4), Some(0.45), Some(4.0))
+        );
+        let end = Snapshot::from_text(2.0, &expo(10, 1010, Some(400), 2.6, 0.55));
+        let r = ServerReport::from_snapshots(&[fresh.clone(), mid.clone(), end.clone()]);
+        // T = 1010 − 10 = 1000 tokens after the first ones, 400 of them the steps' own: 600 accepted; the rate's
+        // mean over the run's scrapes is 0.5, so 1,200 drafted.
+        assert_eq!(
+            (r.spec_drafts, r.spec_draft_tokens, r.spec_accepted_tokens),
+            (Some(400.0), Some(1200.0), Some(600.0))
+        );
+        // An older SGLang without the steps counter: the steps from the accept length's mean, 1000 / 2.5.
+        let old = |t: f64, req: u32, generated: u32, length: f64, rate: f64| {
+            Snapshot::from_text(t, &expo(req, generated, None, length, rate))
+        };
+        let r = ServerReport::from_snapshots(&[
+            old(0.0, 0, 0, 0.0, 0.0),
+            old(1.0, 4, 404, 2.4, 0.45),
+            old(2.0, 10, 1010, 2.6, 0.55),
+        ]);
+        assert_eq!(
+            (r.spec_drafts, r.spec_draft_tokens, r.spec_accepted_tokens),
+            (Some(400.0), Some(1200.0), Some(600.0))
+        );
+        // An SGLang that does not speculate: no speculative keys.
+        let r = ServerReport::from_snapshots(&[
+            fresh.clone(),
+            Snapshot::from_text(1.0, &expo(10, 1010, Some(0), 0.0, 0.0)),
+        ]);
+        assert_eq!(
+            (r.spec_drafts, r.spec_draft_tokens, r.spec_accepted_tokens),
+            (None, None, None)
+        );
+        assert_eq!(r.generation_tokens, Some(1010.0));
     }
 
     #[test]

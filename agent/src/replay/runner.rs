@@ -127,7 +127,8 @@ impl Ctx {
             .await;
         let replica = routed.map(|r| r.replica as u32);
         let mut rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());
-        rec.replica = replica;
+        // The client's routing, else the replica a fleet behind the one URL says it routed to.
+        rec.replica = replica.or(outcome.server_replica);
         if self.prompt_block_words > 0 {
             rec.prompt_block_hashes = shared::workload::mooncake::text_block_hashes(text, self.prompt_block_words);
         }

@@ -140,6 +140,66 @@ fn concurrency(scenario: &Scenario) -> u32 {
     }
 }
 
+/// The built-in `sim` target's engine for a run whose scenario is a fleet (more than one replica, or
+/// `disaggregation`): the scenario's fleet of its profile behind one loopback endpoint, as `sim-server --fleet FILE`
+/// serves it ([`crate::sim_server::fleet_engine`]), started for the run and stopped when this is dropped. Its
+/// responses say the replica each request went to (`x-replica`) and, disaggregated, its KV transfer
+/// (`x-kv-transfer-ms`), so the run's records carry `replica` and `kv_transfer_ms` as the simulated ones do.
+pub struct SimFleet {
+    /// Its `/v1` base.
+    pub url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for SimFleet {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// [`SimFleet`] for a run of `scenario` on `target`: `None` unless the target is the built-in `sim` (one URL) and
+/// the scenario's engine is a fleet. Every other run on `sim` keeps its shared engine.
+pub async fn sim_fleet_for(target: &Target, scenario: &Scenario) -> anyhow::Result<Option<SimFleet>> {
+    if !target.builtin || target.fleet.is_some() {
+        return Ok(None);
+    }
+    let Scenario::Engine(e) = scenario else {
+        return Ok(None);
+    };
+    let Some(fleet) = &e.fleet else {
+        return Ok(None);
+    };
+    if fleet.replicas <= 1 && e.disaggregation.is_none() {
+        return Ok(None);
+    }
+    shared::engine::validate_fleet(&e.profile, Some(fleet), e.disaggregation.as_ref())
+        .map_err(|err| anyhow::anyhow!("the scenario's fleet: {err}"))?;
+    let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .await
+        .context("binding the sim target's fleet")?;
+    let url = format!("http://{}/v1", listener.local_addr()?);
+    let config = crate::sim_server::Config {
+        engine: crate::sim_server::EngineChoice::Fleet {
+            profile: Box::new(e.profile.clone()),
+            fleet: fleet.clone(),
+            disaggregation: e.disaggregation.clone(),
+        },
+        ..crate::sim_server::Config::default()
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let stopped = async {
+            let _ = rx.await;
+        };
+        if let Err(e) = crate::sim_server::serve(listener, config, stopped).await {
+            tracing::error!("the sim target's fleet stopped: {e}");
+        }
+    });
+    Ok(Some(SimFleet { url, stop: Some(tx) }))
+}
+
 impl Driver for ReplayDriver {
     fn run(
         &self,
@@ -151,6 +211,15 @@ impl Driver for ReplayDriver {
         let (max_seconds, max_in_flight) = (self.max_run_seconds, self.max_in_flight);
         Box::pin(async move {
             let scenario = Scenario::from_value(scenario).map_err(|e| anyhow::anyhow!("the scenario: {e}"))?;
+            // `sim` with a fleet scenario: that fleet, for this run (kept until the run ends).
+            let sim_fleet = sim_fleet_for(&target, &scenario).await?;
+            let target = match &sim_fleet {
+                Some(f) => Target {
+                    url: f.url.clone(),
+                    ..target
+                },
+                None => target,
+            };
             let mut settings = settings_for(&target, &scenario, sink.records_path(), max_seconds)
                 .context("building the replay for this run")?;
             settings.max_concurrency = max_in_flight;
@@ -167,6 +236,7 @@ impl Driver for ReplayDriver {
                 log: Some(Arc::new(move |m: &str| tracing::info!("run {run_id}: {m}"))),
             };
             let outcome = replay::run(settings, hooks).await?;
+            drop(sim_fleet);
             match outcome.verdict() {
                 Verdict::Measured => Ok(()),
                 Verdict::Aborted => {

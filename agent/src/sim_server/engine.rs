@@ -29,6 +29,9 @@ pub enum ReqEvent {
     Tokens(u32),
     /// The request produced its last token.
     Finished,
+    /// A fleet behind the endpoint routed the request to this replica ([`StepEngine::replica_of`]); sent when the
+    /// engine takes the request, before any other event.
+    Routed(u32),
 }
 
 /// What one engine step did, per request id.
@@ -88,6 +91,15 @@ pub trait StepEngine: Send + 'static {
     /// disaggregated fleet ([`super::fleet_engine::FleetEngine`]).
     fn kv_link(&self) -> Option<(shared::engine::Disaggregation, f64)> {
         None
+    }
+    /// A fleet of several replicas: the replica request `id` was routed to (a disaggregated fleet's prefill
+    /// instance), from its submission on. `None` for one engine.
+    fn replica_of(&self, _id: u64) -> Option<u32> {
+        None
+    }
+    /// Whether [`StepEngine::replica_of`] names a replica for every request.
+    fn routes(&self) -> bool {
+        false
     }
 }
 
@@ -185,6 +197,8 @@ pub struct EngineHandle {
     pub max_model_len: Option<u64>,
     /// [`StepEngine::kv_link`].
     pub kv_link: Option<(shared::engine::Disaggregation, f64)>,
+    /// [`StepEngine::routes`]: each request's first event is [`ReqEvent::Routed`].
+    pub routes: bool,
 }
 
 impl EngineHandle {
@@ -195,6 +209,7 @@ impl EngineHandle {
         let block_size = engine.block_size();
         let max_model_len = engine.max_model_len();
         let kv_link = engine.kv_link();
+        let routes = engine.routes();
         // Report from the first scrape on (an idle engine's KV use is 0, its preemptions 0).
         metrics.observe(&*engine);
         let m = metrics.clone();
@@ -208,6 +223,7 @@ impl EngineHandle {
             block_size,
             max_model_len,
             kv_link,
+            routes,
         })
     }
 
@@ -328,6 +344,9 @@ fn accept(
     m.prefix_cache_queries_total
         .fetch_add(u64::from(sub.prompt_tokens), Ordering::Relaxed);
     let id = engine.submit(now_ms, sub.prompt_tokens, sub.block_hashes, sub.output_tokens);
+    if let Some(r) = engine.replica_of(id) {
+        let _ = sub.events.send(ReqEvent::Routed(r));
+    }
     sinks.insert(id, (sub.events, sub.output_tokens));
     m.observe(engine);
 }

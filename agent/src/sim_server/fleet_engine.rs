@@ -313,6 +313,17 @@ impl StepEngine for FleetEngine {
         Some(self.preemptions)
     }
 
+    fn replica_of(&self, id: u64) -> Option<u32> {
+        if !self.routes() {
+            return None;
+        }
+        self.outer.get(&id)?.at.map(|(r, _)| r as u32)
+    }
+
+    fn routes(&self) -> bool {
+        self.engines.len() > 1
+    }
+
     fn kv_link(&self) -> Option<(Disaggregation, f64)> {
         self.disagg.clone()
     }
@@ -537,8 +548,14 @@ mod tests {
         };
         let mut e = FleetEngine::new(profile(), fleet, None).unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(e.transfer_ms(1000), None);
-        e.submit(0.0, 100, Vec::new(), 3);
-        e.submit(0.0, 100, Vec::new(), 3);
+        let a = e.submit(0.0, 100, Vec::new(), 3);
+        let b = e.submit(0.0, 100, Vec::new(), 3);
+        // Round robin: each says its replica (the server's `x-replica`).
+        assert!(e.routes());
+        assert_eq!(
+            (e.replica_of(a), e.replica_of(b), e.replica_of(999)),
+            (Some(0), Some(1), None)
+        );
         let seen = run(&mut e, 0.0);
         let tokens: u32 = seen
             .iter()

@@ -710,8 +710,17 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     }
     let kv_transfer_ms = st.engine.kv_transfer_ms(prompt_tokens);
     let arrival = std::time::Instant::now();
-    let Some(rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
+    let Some(mut rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
+    };
+    // A fleet of several replicas says where it routed the request (its first event, when the engine takes it).
+    let replica = if st.engine.routes {
+        match rx.recv().await {
+            Some(ReqEvent::Routed(r)) => Some(r),
+            _ => return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped"),
+        }
+    } else {
+        None
     };
     // The Messages API always streams its usage (in `message_start` and `message_delta`).
     let include_usage = matches!(kind, Kind::Messages | Kind::Responses)
@@ -761,8 +770,16 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     {
         resp.headers_mut().insert(KV_TRANSFER_HEADER, v);
     }
+    if let Some(r) = replica {
+        resp.headers_mut()
+            .insert(REPLICA_HEADER, axum::http::HeaderValue::from(r));
+    }
     resp
 }
+
+/// The response header in which a fleet of several replicas (`sim-server --fleet`) names the replica it routed the
+/// request to, from 0 (a disaggregated fleet's prefill instance); `replay` records it as the record's `replica`.
+pub const REPLICA_HEADER: &str = "x-replica";
 
 /// The response header in which a disaggregated fleet (`sim-server --fleet` with `disaggregation`) gives the
 /// request's KV transfer, milliseconds; `replay` records it as the record's `kv_transfer_ms`.
@@ -1160,6 +1177,7 @@ impl Gen {
                             }
                             self.phase = Phase::Usage;
                         }
+                        Some(ReqEvent::Routed(_)) => {}
                         Some(ReqEvent::Spec { drafted, accepted }) => {
                             let (d, a) = self.spec.unwrap_or((0, 0));
                             self.spec = Some((d + u64::from(drafted), a + u64::from(accepted)));
@@ -1209,6 +1227,7 @@ impl Gen {
                     self.spec = Some((d + u64::from(drafted), a + u64::from(accepted)));
                 }
                 ReqEvent::Finished => break,
+                ReqEvent::Routed(_) => {}
             }
         }
         let text: String = (0..self.pending).map(|i| tokenize::gen_token(self.req, i)).collect();

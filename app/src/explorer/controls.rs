@@ -183,6 +183,15 @@ pub fn shape(json: &Value) -> Vec<Group> {
 /// Optional objects shown as groups of their own: (parent group, key).
 const NESTED_GROUPS: [(&str, &str); 2] = [("profile", "speculative"), ("fleet", "disaggregation")];
 
+/// A group of an optional object that is set (speculative decoding, prefill/decode disaggregation): its (parent,
+/// key), for the group's "Turn off", which removes the field from the scenario; `None` for any other group, and
+/// for one whose field is not set (it offers "set" instead).
+pub fn turn_off(g: &Group) -> Option<(&'static str, &'static str)> {
+    let (parent, key) = NESTED_GROUPS.into_iter().find(|(_, k)| *k == g.key)?;
+    let unset = format!("/{parent}/{key}");
+    (!g.leaves.is_empty() && !g.leaves.iter().any(|l| l.pointer == unset)).then_some((parent, key))
+}
+
 /// A workload's primary knobs, in the order the controls show them (what people change first).
 pub const PRIMARY: [&str; 11] = [
     "sessions",
@@ -372,9 +381,28 @@ pub fn Controls(json: RwSignal<Value>) -> impl IntoView {
     // Kept across shape changes (a new workload kind rebuilds the groups, not the user's choice to see them).
     let advanced_open = RwSignal::new(false);
     let group = move |g: Group| {
+        let off = turn_off(&g).map(|(parent, key)| {
+            view! {
+                <button
+                    class="btn small"
+                    data-turn-off=key
+                    aria-label=format!("Turn off {}", g.title)
+                    on:click=move |_| {
+                        json.update(|j| {
+                            if let Some(o) = j.get_mut(parent).and_then(Value::as_object_mut) {
+                                o.remove(key);
+                            }
+                        })
+                    }
+                >
+                    "Turn off"
+                </button>
+            }
+        });
         view! {
             <fieldset class="group" data-group=g.key.clone()>
                 <legend>{g.title.clone()}</legend>
+                {off}
                 {g.leaves.into_iter().map(|leaf| view! { <Control json=json leaf=leaf/> }).collect_view()}
             </fieldset>
         }
@@ -665,6 +693,28 @@ mod tests {
         shared::scenario::Scenario::from_value(j).expect("a fleet scenario is valid");
         let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
         assert!(shape(&seed).iter().all(|g| g.key != "fleet"));
+    }
+
+    /// "Turn off" is offered by the speculation and disaggregation groups when their field is set, and by no other.
+    #[test]
+    fn set_speculation_and_disaggregation_groups_offer_turn_off() {
+        let mut j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "poisson", "num_requests": 10, "rate_rps": 1.0},
+            "profile": serde_json::to_value(shared::engine::presets::by_name("laptop-demo").expect("preset"))
+                .expect("json"),
+            "fleet": default_fleet()
+        });
+        let offers =
+            |j: &Value| -> Vec<(&'static str, &'static str)> { shape(j).iter().filter_map(turn_off).collect() };
+        assert_eq!(offers(&j), Vec::new(), "unset: each offers \"set\" instead");
+        j["profile"]["speculative"] = default_speculative();
+        assert_eq!(offers(&j), vec![("profile", "speculative")]);
+        j["fleet"]["disaggregation"] = default_disaggregation(&j);
+        assert_eq!(
+            offers(&j),
+            vec![("profile", "speculative"), ("fleet", "disaggregation")]
+        );
     }
 
     #[test]
