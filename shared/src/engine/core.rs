@@ -365,6 +365,7 @@ struct LinearSteps {
     draft_cost_ms: f64,
     batch: f64,
     nf: f64,
+    keep_log: bool,
 }
 
 /// What a speculative stretch has summed so far: steps, clock, counters, the lazy decoders' Σ context, the KV
@@ -422,7 +423,9 @@ fn linear_spec_steps(ring: &mut [SpecSlot], log: &mut Vec<LogEntry>, c: &LinearS
             term(c.full_drafts - u64::from(slot.short))
         };
         end += dj;
-        log.push((dj, dj, 1));
+        if c.keep_log {
+            log.push((dj, dj, 1));
+        }
         busy += dj;
         batch_time += c.batch * dj;
         decode_time += dj;
@@ -545,6 +548,9 @@ pub struct Engine {
     pub(crate) finished: Vec<u32>,
     /// Step log from global index `log_base` on; trimmed when it has doubled since the last trim.
     pub(crate) log: Vec<LogEntry>,
+    /// Whether steps are logged at all: only the records' own ITL quantiles read the log (see
+    /// [`Self::itl_summary`]), so a run that computes none turns it off (the indices into it are then never read).
+    pub(crate) keep_log: bool,
     pub(crate) log_base: u64,
     log_trim_at: usize,
     /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::types::PromptBlocks`]).
@@ -669,6 +675,7 @@ impl Engine {
             preempted: Vec::new(),
             finished: Vec::new(),
             log: Vec::new(),
+            keep_log: true,
             log_base: 0,
             log_trim_at: LOG_TRIM_MIN,
             hashes: Default::default(),
@@ -2626,7 +2633,9 @@ impl Engine {
                 let _ = self.kv.alloc(extra);
             }
         }
-        self.log.push((d1, d1 + b * (kf - 1.0), k));
+        if self.keep_log {
+            self.log.push((d1, d1 + b * (kf - 1.0), k));
+        }
         self.stats.steps += k;
         self.stats.busy_ms += duration;
         if decoders > 0 {
@@ -2688,7 +2697,9 @@ impl Engine {
         );
         // Its first step, scheduled already.
         end += dj;
-        self.log.push((dj, dj, 1));
+        if self.keep_log {
+            self.log.push((dj, dj, 1));
+        }
         busy += dj;
         batch_time += batch * dj;
         decode_time += dj;
@@ -2713,6 +2724,7 @@ impl Engine {
                 draft_cost_ms: s.draft_cost_ms,
                 batch,
                 nf,
+                keep_log: self.keep_log,
             };
             let mut st = StepSums {
                 k,
@@ -2784,7 +2796,9 @@ impl Engine {
             };
             let c = lazy_ctx as f64;
             end += dj;
-            self.log.push((dj, dj, 1));
+            if self.keep_log {
+                self.log.push((dj, dj, 1));
+            }
             busy += dj;
             batch_time += batch * dj;
             decode_time += dj;
