@@ -135,7 +135,7 @@ pub(crate) struct SpecTally {
 /// blocks they newly need, drafted positions short of `k` (sequences near their end draft fewer), and the
 /// attention those missing positions would have had (`(k − v)(c + 1) + (k(k+1) − v(v+1))/2` for `v` drafted at
 /// context `c`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct SpecSlot {
     emit: u32,
     blocks: u32,
@@ -348,6 +348,178 @@ fn fill_step_blocks(sb: &mut StepBlocks, bs: u32, lz: &Lazy, sched: &[Sched]) {
     sb.period = acc + sb.inc[0];
 }
 
+/// What stays fixed over the steps of a speculative stretch of lazy decoders under a linear profile (see
+/// [`linear_spec_steps`]): its first lazy step, its bounds, and [`Engine::spec_cost`]'s parts that do not change.
+struct LinearSteps {
+    d: u64,
+    kmax: u64,
+    until_ms: f64,
+    full: u64,
+    budget: u64,
+    base: f64,
+    per_ctx: f64,
+    bkv_n: Option<f64>,
+    full_drafts: u64,
+    full_term: f64,
+    prefill_tokens_per_ms: f64,
+    draft_cost_ms: f64,
+    batch: f64,
+    nf: f64,
+    keep_log: bool,
+}
+
+/// What a speculative stretch has summed so far: steps, clock, counters, the lazy decoders' Σ context, the KV
+/// blocks left and taken, and the blocks taken before its last step (`None` before its second).
+struct StepSums {
+    k: u64,
+    end: f64,
+    busy: f64,
+    batch_time: f64,
+    decode_time: f64,
+    ctx_time: f64,
+    lazy_ctx: u64,
+    avail_left: u64,
+    taken: u64,
+    peak: Option<u64>,
+}
+
+/// [`Engine::spec_stretch`]'s steps after its first under a linear profile without KV tiers (blocks counted, not
+/// taken, until the stretch ends): the same stopping rules, costs and sums in the same order, with everything the
+/// loop changes in locals.
+#[inline(never)]
+fn linear_spec_steps(ring: &mut [SpecSlot], log: &mut Vec<LogEntry>, c: &LinearSteps, st: &mut StepSums) {
+    let mask = ring.len() as u64 - 1;
+    let StepSums {
+        mut k,
+        mut end,
+        mut busy,
+        mut batch_time,
+        mut decode_time,
+        mut ctx_time,
+        mut lazy_ctx,
+        mut avail_left,
+        mut taken,
+        mut peak,
+    } = *st;
+    let term = |drafted: u64| drafted as f64 / c.prefill_tokens_per_ms + c.draft_cost_ms * drafted as f64;
+    while k < c.kmax && end < c.until_ms {
+        let i = ((c.d + k) & mask) as usize;
+        let slot = ring[i];
+        let need = u64::from(slot.blocks);
+        if c.full - u64::from(slot.short) > c.budget || need > avail_left {
+            break;
+        }
+        peak = Some(taken);
+        avail_left -= need;
+        taken += need;
+        let cf = lazy_ctx as f64;
+        let mut x = c.base + c.per_ctx * cf;
+        if let Some(bkv_n) = c.bkv_n {
+            x += bkv_n * cf / 1000.0;
+        }
+        let dj = x + if slot.short == 0 {
+            c.full_term
+        } else {
+            term(c.full_drafts - u64::from(slot.short))
+        };
+        end += dj;
+        if c.keep_log {
+            log.push((dj, dj, 1));
+        }
+        busy += dj;
+        batch_time += c.batch * dj;
+        decode_time += dj;
+        ctx_time += (cf / c.nf + 0.0) * dj;
+        lazy_ctx += u64::from(slot.emit);
+        ring[i] = SpecSlot::default();
+        k += 1;
+    }
+    *st = StepSums {
+        k,
+        end,
+        busy,
+        batch_time,
+        decode_time,
+        ctx_time,
+        lazy_ctx,
+        avail_left,
+        taken,
+        peak,
+    };
+}
+
+/// Where a lazy decoder's walk over its path stands (see [`walk_words`]): context, tokens left, its next draw,
+/// steps taken, blocks its context fills, and the last step's tokens.
+struct WordWalk {
+    t: u32,
+    left: u32,
+    n: u32,
+    m: u64,
+    cb: u32,
+    last: u32,
+}
+
+/// [`Engine::spec_join_walk`]'s steps four at a time, one 64-bit word of draws each (`w.n` a multiple of 4), while
+/// four steps of `k + 1` tokens leave it more than `k` (so that every one drafts `k`): each step's tokens and new
+/// blocks (`ceil` is ⌈x / block size⌉) added to its ring slot, lazy step `d0 + w.m`. Draws and sums are those of the
+/// step-by-step walk.
+#[inline(never)]
+fn walk_words(
+    ring: &mut [SpecSlot],
+    d0: u64,
+    th: &[u32; 4],
+    key: u64,
+    k: u32,
+    ceil: impl Fn(u32) -> u32,
+    w: &mut WordWalk,
+) {
+    debug_assert!(w.n & 3 == 0 && ring.len().is_power_of_two());
+    let mask = ring.len() as u64 - 1;
+    let th = *th;
+    let e = |x: u64| {
+        let x = (x & 0xffff) as u32;
+        1 + u32::from(x < th[0]) + u32::from(x < th[1]) + u32::from(x < th[2]) + u32::from(x < th[3])
+    };
+    let (mut t, mut left, mut n, mut m, mut cb) = (w.t, w.left, w.n, w.m, w.cb);
+    let mut last = w.last;
+    while left > 4 * k + 3 {
+        let word = SpecState::word(key, u64::from(n >> 2));
+        let es = [e(word), e(word >> 16), e(word >> 32), e(word >> 48)];
+        let base = ((d0 + m) & mask) as usize;
+        if base + 4 <= ring.len() {
+            for (slot, &ei) in ring[base..base + 4].iter_mut().zip(&es) {
+                t += ei;
+                let c = ceil(t);
+                slot.emit += ei;
+                slot.blocks += c - cb;
+                cb = c;
+            }
+        } else {
+            for (i, &ei) in es.iter().enumerate() {
+                t += ei;
+                let c = ceil(t);
+                let slot = &mut ring[((d0 + m + i as u64) & mask) as usize];
+                slot.emit += ei;
+                slot.blocks += c - cb;
+                cb = c;
+            }
+        }
+        let sum = es[0] + es[1] + es[2] + es[3];
+        left -= sum;
+        last = es[3];
+        n += 4;
+        m += 4;
+    }
+    *w = WordWalk {
+        t,
+        left,
+        n,
+        m,
+        cb,
+        last,
+    };
+}
+
 /// The engine. Create with [`Engine::new`]; drive with [`Engine::submit`] and [`Engine::step`].
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -376,6 +548,9 @@ pub struct Engine {
     pub(crate) finished: Vec<u32>,
     /// Step log from global index `log_base` on; trimmed when it has doubled since the last trim.
     pub(crate) log: Vec<LogEntry>,
+    /// Whether steps are logged at all: only the records' own ITL quantiles read the log (see
+    /// [`Self::itl_summary`]), so a run that computes none turns it off (the indices into it are then never read).
+    pub(crate) keep_log: bool,
     pub(crate) log_base: u64,
     log_trim_at: usize,
     /// Hash → (chain, local block) for callers that pass content as block hashes ([`super::types::PromptBlocks`]).
@@ -500,6 +675,7 @@ impl Engine {
             preempted: Vec::new(),
             finished: Vec::new(),
             log: Vec::new(),
+            keep_log: true,
             log_base: 0,
             log_trim_at: LOG_TRIM_MIN,
             hashes: Default::default(),
@@ -1812,8 +1988,19 @@ impl Engine {
             self.kv.chains[chain as usize].lazy = true;
             // Every step emits at least one token: its path fits `left` steps of the ring.
             self.ensure_ring(u64::from(left));
+            #[cfg(debug_assertions)]
+            let ring_before = self.lz.ring.clone();
             let (steps, tally) = self.spec_join_walk(idx);
             debug_assert_eq!((steps, tally), self.spec_walk_dry(idx));
+            #[cfg(debug_assertions)]
+            {
+                // The fast walk put into the ring exactly what the step-by-step walk takes back out.
+                let ring_after = self.lz.ring.clone();
+                let _ = self.spec_walk(idx, 0, false, 0);
+                let same = self.lz.ring.iter().zip(&ring_before).all(|(a, b)| a == b);
+                debug_assert!(same, "the ring sums of request {idx}'s path");
+                self.lz.ring = ring_after;
+            }
             let r = &mut self.reqs[idx as usize];
             r.lz_fin = d + steps;
             r.lz_tally = tally;
@@ -1889,8 +2076,36 @@ impl Engine {
             th4[..thr.len()].copy_from_slice(thr);
         }
         let mut cb = ceil(t);
+        // Whole words of four draws while even four steps of `k + 1` tokens leave more than `k` (every one of them
+        // drafts `k`): from the first word boundary on, four at a time.
         while left > k {
             if n & 3 == 0 {
+                if small && left > 4 * k + 3 {
+                    let mut w = WordWalk {
+                        t,
+                        left,
+                        n,
+                        m,
+                        cb,
+                        last,
+                    };
+                    if shift != u32::MAX {
+                        walk_words(ring, d0, &th4, key, k, |x| (x + bs1) >> shift, &mut w);
+                    } else {
+                        walk_words(ring, d0, &th4, key, k, |x| x.div_ceil(bs), &mut w);
+                    }
+                    WordWalk {
+                        t,
+                        left,
+                        n,
+                        m,
+                        cb,
+                        last,
+                    } = w;
+                    if left <= k {
+                        break;
+                    }
+                }
                 word = SpecState::word(key, u64::from(n >> 2));
             }
             let x = SpecState::bits(word, n);
@@ -2205,7 +2420,9 @@ impl Engine {
             return None;
         }
         let pure = prefill_tokens == 0 && self.admitted.is_empty() && self.preempted.is_empty();
-        let (k, end) = if pure && max_steps > 1 && self.spec.is_some() && self.sched.is_empty() && self.lz.n > 0 {
+        // A speculative stretch consumes the ring's slots of its steps itself.
+        let spec_stretch = pure && max_steps > 1 && self.spec.is_some() && self.sched.is_empty() && self.lz.n > 0;
+        let (k, end) = if spec_stretch {
             self.spec_stretch(d1, ctx, decoders, max_steps, until_ms)
         } else {
             self.stretch(d1, ctx, decoders, pure, max_steps, until_ms)
@@ -2285,7 +2502,7 @@ impl Engine {
             remove_ordered(&mut self.eager, &self.finished);
         }
         if self.lz.n > 0 {
-            if !self.lz.ring.is_empty() {
+            if !self.lz.ring.is_empty() && !spec_stretch {
                 let mask = self.lz.ring.len() as u64 - 1;
                 for j in self.lz.d..self.lz.d + k {
                     let slot = &mut self.lz.ring[(j & mask) as usize];
@@ -2416,7 +2633,9 @@ impl Engine {
                 let _ = self.kv.alloc(extra);
             }
         }
-        self.log.push((d1, d1 + b * (kf - 1.0), k));
+        if self.keep_log {
+            self.log.push((d1, d1 + b * (kf - 1.0), k));
+        }
         self.stats.steps += k;
         self.stats.busy_ms += duration;
         if decoders > 0 {
@@ -2432,7 +2651,14 @@ impl Engine {
     /// costing what the step-by-step schedule would make it cost (Σ context and drafted tokens come from the ring in
     /// O(1)), until the first lazy decoder finishes, the step that ends at or after `until_ms`, `max_steps`, or a
     /// step the schedule could not serve in full (the token budget or the KV cache short: the next call then
-    /// schedules it request by request). Returns the steps and the end.
+    /// schedules it request by request). It consumes the ring's slots of its steps (their tokens added to the lazy
+    /// Σ context). Returns the steps and the end.
+    ///
+    /// The hot loop of speculative decoding: the step's cost is [`Self::spec_cost`]'s, with the parts that do not
+    /// change inside the stretch computed once, in the same order of operations (so the same bits); the counters
+    /// and the clock are summed in registers in step order, as one step at a time sums them; without KV tiers the
+    /// stretch's blocks are allocated at its end in one piece (allocating the sum leaves the cache as allocating
+    /// each step's in turn would, and no step of the stretch reads it).
     fn spec_stretch(&mut self, d1: f64, ctx: f64, decoders: u32, max_steps: u64, until_ms: f64) -> (u64, f64) {
         let Some(s) = self.spec.take() else {
             return (0, self.now_ms);
@@ -2444,20 +2670,105 @@ impl Engine {
         let mask = self.lz.ring.len() as u64 - 1;
         let full = n * u64::from(s.k + 1);
         let budget = u64::from(self.p.max_num_batched_tokens);
+        // Without tiers nothing but the count of blocks matters inside the stretch (see above).
+        let at_end = self.kv.tiers.is_empty();
+        let used0 = self.kv.used_by_running();
+        let mut avail_left = self.kv.available();
+        let mut taken = 0u64;
+        // The linear profile's step cost (`spec_cost`), its constant parts computed once.
+        let linear = self.p.roofline.is_none();
+        let base = self.p.step_fixed_ms + self.p.per_seq_ms * nf;
+        let per_ctx = self.p.per_ctx_token_ms;
+        let bkv = self.p.batch_kv_ms_per_ktok;
+        let bkv_n = bkv * nf;
+        let draft_term =
+            |drafted: u64| drafted as f64 / self.p.prefill_tokens_per_ms + s.draft_cost_ms * drafted as f64;
+        let full_drafts = n * u64::from(s.k);
+        let full_term = draft_term(full_drafts);
+        let batch = f64::from(decoders);
         let mut lazy_ctx = self.lz.ctx;
         let mut end = self.now_ms;
-        let mut dj = d1;
-        let mut k = 0u64;
-        loop {
-            if k > 0 {
-                let slot = self.lz.ring[((d + k) & mask) as usize];
-                let need = u64::from(slot.blocks);
-                if full - u64::from(slot.short) > budget || need > self.kv.available() {
-                    break;
-                }
-                // Blocks only grow inside the stretch: the last step before this one ended holding the most.
-                self.inner_peak = self.kv.used_by_running();
-                if need > 0 {
+        let dj = d1;
+        let (mut busy, mut batch_time, mut decode_time, mut ctx_time) = (
+            self.stats.busy_ms,
+            self.stats.batch_time_ms,
+            self.stats.decode_time_ms,
+            self.stats.ctx_time,
+        );
+        // Its first step, scheduled already.
+        end += dj;
+        if self.keep_log {
+            self.log.push((dj, dj, 1));
+        }
+        busy += dj;
+        batch_time += batch * dj;
+        decode_time += dj;
+        ctx_time += (ctx / nf + 0.0) * dj;
+        let slot = &mut self.lz.ring[(d & mask) as usize];
+        lazy_ctx += u64::from(slot.emit);
+        *slot = SpecSlot::default();
+        let mut k = 1u64;
+        if linear && at_end {
+            let c = LinearSteps {
+                d,
+                kmax,
+                until_ms,
+                full,
+                budget,
+                base,
+                per_ctx,
+                bkv_n: (bkv > 0.0).then_some(bkv_n),
+                full_drafts,
+                full_term,
+                prefill_tokens_per_ms: self.p.prefill_tokens_per_ms,
+                draft_cost_ms: s.draft_cost_ms,
+                batch,
+                nf,
+                keep_log: self.keep_log,
+            };
+            let mut st = StepSums {
+                k,
+                end,
+                busy,
+                batch_time,
+                decode_time,
+                ctx_time,
+                lazy_ctx,
+                avail_left,
+                taken,
+                peak: None,
+            };
+            linear_spec_steps(&mut self.lz.ring, &mut self.log, &c, &mut st);
+            if let Some(p) = st.peak {
+                self.inner_peak = used0 + p;
+            }
+            StepSums {
+                k,
+                end,
+                busy,
+                batch_time,
+                decode_time,
+                ctx_time,
+                lazy_ctx,
+                avail_left,
+                taken,
+                ..
+            } = st;
+            // It stopped where the steps below would: they add nothing.
+        }
+        while k < kmax && end < until_ms {
+            let slot = self.lz.ring[((d + k) & mask) as usize];
+            let need = u64::from(slot.blocks);
+            let avail = if at_end { avail_left } else { self.kv.available() };
+            if full - u64::from(slot.short) > budget || need > avail {
+                break;
+            }
+            // Blocks only grow inside the stretch: the last step before this one ended holding the most.
+            self.inner_peak = used0 + taken;
+            if need > 0 {
+                if at_end {
+                    avail_left -= need;
+                } else {
                     if self.kv.any_ttl {
                         self.kv.now_ms = end;
                         self.kv.expire_tiers();
@@ -2465,23 +2776,48 @@ impl Engine {
                     // Cannot fail: checked just above.
                     let _ = self.kv.alloc(need);
                 }
+                taken += need;
+            }
+            let dj = if linear {
+                let c = lazy_ctx as f64;
+                let mut x = base + per_ctx * c;
+                if bkv > 0.0 {
+                    x += bkv_n * c / 1000.0;
+                }
+                let drafted = full_drafts - u64::from(slot.short);
+                x + if slot.short == 0 {
+                    full_term
+                } else {
+                    draft_term(drafted)
+                }
+            } else {
                 let (drafted, attended) = self.lazy_drafts(&s, d + k, lazy_ctx);
-                dj = self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS]);
-            }
-            let c = if k == 0 { ctx } else { lazy_ctx as f64 };
+                self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS])
+            };
+            let c = lazy_ctx as f64;
             end += dj;
-            self.log.push((dj, dj, 1));
-            self.stats.steps += 1;
-            self.stats.busy_ms += dj;
-            self.stats.batch_time_ms += f64::from(decoders) * dj;
-            self.stats.decode_time_ms += dj;
-            self.stats.ctx_time += (c / nf + 0.0) * dj;
-            lazy_ctx += u64::from(self.lz.ring[((d + k) & mask) as usize].emit);
-            k += 1;
-            if k >= kmax || end >= until_ms {
-                break;
+            if self.keep_log {
+                self.log.push((dj, dj, 1));
             }
+            busy += dj;
+            batch_time += batch * dj;
+            decode_time += dj;
+            ctx_time += (c / nf + 0.0) * dj;
+            let slot = &mut self.lz.ring[((d + k) & mask) as usize];
+            lazy_ctx += u64::from(slot.emit);
+            *slot = SpecSlot::default();
+            k += 1;
         }
+        if at_end && taken > 0 {
+            // Cannot fail: each step's blocks were checked against what the ones before left.
+            let _ = self.kv.alloc(taken);
+        }
+        self.stats.steps += k;
+        self.stats.busy_ms = busy;
+        self.stats.batch_time_ms = batch_time;
+        self.stats.decode_time_ms = decode_time;
+        self.stats.ctx_time = ctx_time;
+        self.lz.ctx = lazy_ctx;
         self.spec = Some(s);
         (k, end)
     }

@@ -889,6 +889,8 @@ fn run_with(
     sink: Option<Sink<'_>>,
 ) -> RunOut {
     let replicas = sc.replicas().max(1) as usize;
+    // Quantiles only for records someone reads; without them the engines keep no step log.
+    let itl_quantiles = opts.record_itl_quantiles && (opts.keep_records || sink.is_some());
     let engs: Vec<Engine> = (0..replicas)
         .map(|r| {
             // A fleet's replicas may each have a profile of their own; the cache-off counterfactual turns every
@@ -903,6 +905,7 @@ fn run_with(
             };
             let mut eng = Engine::new(own);
             eng.lazy_ok = lazy;
+            eng.keep_log = itl_quantiles;
             eng.seed_speculation(sc.seed ^ (r as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             eng
         })
@@ -927,8 +930,7 @@ fn run_with(
         finish_lb: vec![f64::INFINITY; replicas],
         cold_cause: HashMap::new(),
         kid_of: HashMap::new(),
-        // Quantiles only for records someone reads.
-        itl_quantiles: opts.record_itl_quantiles && (opts.keep_records || sink.is_some()),
+        itl_quantiles,
         records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
         misses: CacheMisses::default(),
         timeline: Timeline::new(estimate_ms(&sc.workload)),
@@ -2095,6 +2097,22 @@ mod tests {
             prop_assert_eq!(format!("{seen:?}"), format!("{:?}", lazy.records));
             prop_assert_eq!(format!("{:?}", lean.summary), format!("{:?}", lazy.summary));
             prop_assert_eq!(format!("{:?}", lean.timeline), format!("{:?}", lazy.timeline));
+            // Without the records' own ITL quantiles the engines keep no step log: everything else is the same.
+            let no_quantiles = SimOptions { record_itl_quantiles: false, ..all };
+            let unlogged = run_with(&sc, &sc.profile, Mode::AsGiven, true, false, no_quantiles, None);
+            let blank = |r: &RequestRecord| {
+                let mut r = r.clone();
+                if let Some(i) = &mut r.itl {
+                    (i.p50_ms, i.p99_ms, i.max_ms) = (f64::NAN, f64::NAN, f64::NAN);
+                }
+                format!("{r:?}")
+            };
+            prop_assert_eq!(unlogged.records.len(), lazy.records.len());
+            for (a, b) in unlogged.records.iter().zip(&lazy.records) {
+                prop_assert_eq!(blank(a), blank(b));
+            }
+            prop_assert_eq!(format!("{:?}", unlogged.summary), format!("{:?}", lazy.summary));
+            prop_assert_eq!(format!("{:?}", unlogged.stats), format!("{:?}", lazy.stats));
         }
     }
 }
