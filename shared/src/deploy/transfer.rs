@@ -21,6 +21,13 @@
 //! 4. `check`: the deployment with the fitted efficiencies (rounded to 4 significant digits) is resolved again
 //!    and every shape priced by its roofline: the error per shape, its largest and RMS.
 //!
+//! `overlap` (how far compute and memory time overlap) keeps its value (1, a GPU's `max`) while the roofline with it
+//! expresses the calibration within [`EXPRESSED`] at every shape. Past that, when the calibration identified all
+//! three terms (so both decode and prefill shapes, whose compute and memory shares differ, are fitted), `solve`
+//! is run at each overlap of a grid (0, 0.05, …, 1, then in steps of 0.005 around the best) and the overlap with
+//! the least error is kept: a CPU server, whose decode step adds the matrix work to the weights' read, asks for
+//! one near 0.
+//!
 //! `link_utilization` and `allreduce_latency_us` are not fitted: one TP degree cannot tell them from the step
 //! overhead and the compute time (and at TP 1 there are no all-reduces); they keep their value, with that reason.
 
@@ -35,6 +42,10 @@ use crate::error::ScenarioError;
 
 /// Most rounds of `solve` (re-reading each shape's bound).
 pub const MAX_ROUNDS: usize = 20;
+
+/// The largest error at any shape with which the roofline is said to express a calibration (and beyond which
+/// `overlap` is fitted, and a note names the worst shape).
+pub const EXPRESSED: f64 = 0.02;
 
 /// Which of the calibrated profile's terms the data determined (`fit.json`'s `coefficients[…].identified`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,10 +174,12 @@ pub fn transfer(
     let shapes = grid(calibrated);
     let rows = parts(calibrated, deployment, &shapes)?;
     let mut notes = Vec::new();
+    let has_prefill = rows.iter().any(|r| r.shape.kind == ShapeKind::Prefill);
     let free = Free {
         overhead: known.step_fixed,
-        mfu: known.prefill_rate && rows.iter().any(|r| r.shape.kind == ShapeKind::Prefill),
+        mfu: known.prefill_rate && has_prefill,
         bandwidth: known.ctx_slope,
+        overlap: known.step_fixed && known.ctx_slope && known.prefill_rate && has_prefill,
     };
     // With the prefill rate unknown, `mfu` keeps its value and the prefills (priced by it) would only pull the
     // overhead off: the decode steps alone give the overhead and the bandwidth.
@@ -175,7 +188,7 @@ pub fn transfer(
         .filter(|r| free.mfu || r.shape.kind == ShapeKind::Decode)
         .copied()
         .collect();
-    let (sol, held) = solve(&used, start, free, &mut notes);
+    let (sol, held, overlap_fitted) = solve_with_overlap(&used, start, free, &mut notes);
     let mut d = deployment.clone();
     d.efficiency = Efficiency {
         mfu: Some(sig4(1.0 / sol.x)),
@@ -183,12 +196,18 @@ pub fn transfer(
         link_utilization: Some(start.link_utilization),
         step_overhead_ms: Some(sig4(sol.o)),
         allreduce_latency_us: Some(start.allreduce_latency_us),
+        // Written when fitted away from the start (or given): a GPU's calibration keeps its JSON as it was.
+        overlap: if overlap_fitted {
+            Some(sig4(sol.ov))
+        } else {
+            deployment.efficiency.overlap
+        },
     };
     let fits = check(calibrated, &d, &shapes)?;
     let max_error = fits.iter().map(|f| f.error.abs()).fold(0.0, f64::max);
     let rms_error = (fits.iter().map(|f| f.error * f.error).sum::<f64>() / fits.len().max(1) as f64).sqrt();
     if let Some(w) = fits.iter().max_by(|a, b| a.error.abs().total_cmp(&b.error.abs()))
-        && w.error.abs() > 0.02
+        && w.error.abs() > EXPRESSED
     {
         notes.push(format!(
             "the roofline cannot express the calibrated profile exactly: worst at {} {} seqs x {} context, {} tokens: \
@@ -205,7 +224,14 @@ pub fn transfer(
             w.error * 100.0
         ));
     }
-    let factors = factors(deployment, &d.efficiency, free, held, deployment.tp.unwrap_or(1));
+    let factors = factors(
+        deployment,
+        &d.efficiency,
+        free,
+        held,
+        deployment.tp.unwrap_or(1),
+        (sol.ov, overlap_fitted),
+    );
     Ok(Transfer {
         deployment: d,
         factors,
@@ -318,20 +344,74 @@ fn parts(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
         .collect())
 }
 
-/// Which of `o`, `x`, `y` `solve` may move.
+/// Which of `o`, `x`, `y` `solve` may move, and whether the overlap may be searched.
 #[derive(Debug, Clone, Copy)]
 struct Free {
     overhead: bool,
     mfu: bool,
     bandwidth: bool,
+    overlap: bool,
 }
 
-/// Overhead (ms), `x = 1/mfu`, `y = 1/bandwidth_utilization`.
+/// Overhead (ms), `x = 1/mfu`, `y = 1/bandwidth_utilization`, and the overlap they were fitted at.
 #[derive(Debug, Clone, Copy)]
 struct Solution {
     o: f64,
     x: f64,
     y: f64,
+    ov: f64,
+}
+
+/// Compute and memory time of a row at `s`'s efficiencies, combined at its overlap.
+fn combined(r: &Row, s: &Solution) -> f64 {
+    let (c, m) = (s.x * r.compute, s.y * r.memory);
+    c.max(m) + (1.0 - s.ov) * c.min(m)
+}
+
+/// The largest relative error over `rows` at `s`.
+fn worst(rows: &[Row], s: &Solution) -> f64 {
+    rows.iter()
+        .map(|r| ((s.o + combined(r, s) + r.comm - r.target) / r.target).abs())
+        .fold(0.0, f64::max)
+}
+
+/// [`solve`] at the start's overlap; if that leaves a shape off by more than [`EXPRESSED`] and the overlap is free,
+/// at each overlap of a grid, keeping the least error. Returns the solution, the held flags and whether the
+/// overlap moved from the start.
+fn solve_with_overlap(
+    rows: &[Row],
+    start: super::EfficiencyDefaults,
+    free: Free,
+    notes: &mut Vec<String>,
+) -> (Solution, [bool; 3], bool) {
+    let mut first_notes = Vec::new();
+    let (sol, held) = solve(rows, start, start.overlap, free, &mut first_notes);
+    if !free.overlap || worst(rows, &sol) <= EXPRESSED {
+        notes.extend(first_notes);
+        return (sol, held, false);
+    }
+    let mut best = (cost(rows, &sol), sol, held, first_notes);
+    let try_at = |ov: f64, best: &mut (f64, Solution, [bool; 3], Vec<String>)| {
+        let mut n = Vec::new();
+        let (s, h) = solve(rows, start, ov, free, &mut n);
+        let c = cost(rows, &s);
+        if c < best.0 {
+            *best = (c, s, h, n);
+        }
+    };
+    for i in (0..=20).rev() {
+        try_at(f64::from(i) / 20.0, &mut best);
+    }
+    let centre = best.1.ov;
+    for i in -10..=10 {
+        let ov = centre + f64::from(i) * 0.005;
+        if (0.0..=1.0).contains(&ov) && i != 0 {
+            try_at(ov, &mut best);
+        }
+    }
+    let (_, s, h, n) = best;
+    notes.extend(n);
+    (s, h, s.ov != start.overlap)
 }
 
 /// Largest `1/share` the fit may reach (a share of 0.1 %).
@@ -340,18 +420,26 @@ const MAX_INVERSE_SHARE: f64 = 1000.0;
 fn cost(rows: &[Row], s: &Solution) -> f64 {
     rows.iter()
         .map(|r| {
-            let e = (s.o + (s.x * r.compute).max(s.y * r.memory) + r.comm - r.target) / r.target;
+            let e = (s.o + combined(r, s) + r.comm - r.target) / r.target;
             e * e
         })
         .sum()
 }
 
-/// The least-squares efficiencies (see the module docs), and which of `o`, `x`, `y` were held at an edge.
-fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut Vec<String>) -> (Solution, [bool; 3]) {
+/// The least-squares efficiencies at overlap `ov` (see the module docs), and which of `o`, `x`, `y` were held at an
+/// edge.
+fn solve(
+    rows: &[Row],
+    start: super::EfficiencyDefaults,
+    ov: f64,
+    free: Free,
+    notes: &mut Vec<String>,
+) -> (Solution, [bool; 3]) {
     let mut s = Solution {
         o: start.step_overhead_ms,
         x: 1.0 / start.mfu,
         y: 1.0 / start.bandwidth_utilization,
+        ov,
     };
     let mut best = (cost(rows, &s), s);
     let mut bound: Vec<bool> = rows.iter().map(|r| s.x * r.compute > s.y * r.memory).collect();
@@ -391,7 +479,13 @@ fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) 
         let mut ata = vec![vec![0.0; idx.len()]; idx.len()];
         let mut atb = vec![0.0; idx.len()];
         for (r, &cb) in rows.iter().zip(compute_bound) {
-            let coef = [1.0, if cb { r.compute } else { 0.0 }, if cb { 0.0 } else { r.memory }];
+            // The bound's side whole, the other's share (1 − overlap) that does not hide under it.
+            let rest = 1.0 - s.ov;
+            let coef = if cb {
+                [1.0, r.compute, rest * r.memory]
+            } else {
+                [1.0, rest * r.compute, r.memory]
+            };
             let fixed_part: f64 = (0..3).filter(|&i| !free[i]).map(|i| coef[i] * fixed[i]).sum();
             let w = 1.0 / r.target;
             let b = (r.target - r.comm - fixed_part) * w;
@@ -439,6 +533,7 @@ fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) 
                         o: out[0],
                         x: out[1],
                         y: out[2],
+                        ov: s.ov,
                     },
                     notes,
                 );
@@ -507,7 +602,14 @@ fn check(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
 }
 
 /// Each factor with its value and where it comes from.
-fn factors(given: &Deployment, e: &Efficiency, free: Free, held: [bool; 3], tp: u32) -> BTreeMap<String, Factor> {
+fn factors(
+    given: &Deployment,
+    e: &Efficiency,
+    free: Free,
+    held: [bool; 3],
+    tp: u32,
+    (overlap, overlap_fitted): (f64, bool),
+) -> BTreeMap<String, Factor> {
     let kept = |v: Option<f64>, what: &str| Factor {
         value: v.unwrap_or(0.0),
         identified: false,
@@ -591,6 +693,38 @@ fn factors(given: &Deployment, e: &Efficiency, free: Free, held: [bool; 3], tp: 
             )
         }
     };
+    out.insert(
+        "overlap".to_string(),
+        if !free.overlap {
+            kept(
+                Some(overlap),
+                &format!(
+                    "{}: the calibration did not identify all of step_fixed_ms, per_ctx_token_ms and \
+                     prefill_tokens_per_ms (or no prefill fits the step budget), so compute and memory time cannot \
+                     be told apart",
+                    default_or_given(g.overlap)
+                ),
+            )
+        } else if overlap_fitted {
+            Factor {
+                value: e.overlap.unwrap_or(overlap),
+                identified: true,
+                why: "fitted: compute and memory time add up in the calibrated steps (the decode step grows with \
+                      the batch beside the weights' read) more than max(compute, memory) allows"
+                    .to_string(),
+            }
+        } else {
+            Factor {
+                value: overlap,
+                identified: true,
+                why: format!(
+                    "{}: with it the roofline expresses every shape within {} %, so nothing asks for another",
+                    default_or_given(g.overlap),
+                    EXPRESSED * 100.0
+                ),
+            }
+        },
+    );
     out.insert(
         "link_utilization".to_string(),
         kept(e.link_utilization, &comm_why(g.link_utilization)),
