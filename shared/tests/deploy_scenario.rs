@@ -96,6 +96,7 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         comm_ms_per_token: 0.001,
         comm_fixed_ms: 0.1,
         overlap: 1.0,
+        decode_attn_flops_per_ms: None,
     };
     EngineProfile {
         name: "roofline".into(),

@@ -247,3 +247,30 @@ fn a_server_whose_compute_and_memory_add_up_gets_its_overlap_fitted() {
     assert!(!t.factors["overlap"].identified, "{:?}", t.factors["overlap"]);
     assert_eq!(t.deployment.efficiency.overlap, None);
 }
+
+#[test]
+fn decode_attention_slower_than_the_matrix_work_gets_a_rate_of_its_own() {
+    // A CPU-like server whose decoders' attention runs at a tenth of its matmul rate, compute and memory adding
+    // up: the decode step grows with context faster than the KV read allows, which only that attention at its own
+    // rate expresses.
+    let mut truth = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.5, 0.8, 1.0);
+    truth.efficiency.overlap = Some(0.0);
+    truth.efficiency.decode_attention_mfu = Some(0.05);
+    let profile = calibrated(&truth);
+    let given = Deployment::named("llama-3.1-8b", "h100-sxm", 1);
+    let t = transfer::transfer(&profile, &given, Identified::ALL).unwrap_or_else(|e| panic!("{e}"));
+    let e = &t.deployment.efficiency;
+    let case = format!("{e:?}, notes {:?}", t.notes);
+    assert!(within(e.decode_attention_mfu.unwrap_or(0.0), 0.05, 0.02), "{case}");
+    assert!(within(e.mfu.unwrap_or(0.0), 0.5, 0.02), "{case}");
+    assert!(within(e.bandwidth_utilization.unwrap_or(0.0), 0.8, 0.02), "{case}");
+    assert_eq!(e.overlap, Some(0.0), "{case}");
+    assert!(t.max_error <= 0.02, "{case}: max error {}", t.max_error);
+    let f = &t.factors["decode_attention_mfu"];
+    assert!(f.identified && f.why.starts_with("fitted"), "{f:?}");
+    // A GPU's calibration leaves attention at the matrix work's rate, out of the written deployment.
+    let gpu = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.42, 0.71, 2.3);
+    let t = transfer::transfer(&calibrated(&gpu), &given, Identified::ALL).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.deployment.efficiency.decode_attention_mfu, None);
+    assert!(!t.factors["decode_attention_mfu"].identified);
+}

@@ -83,6 +83,10 @@ pub struct Efficiency {
     /// × the smaller (1: a GPU's `max`; 0: their sum, a CPU).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap: Option<f64>,
+    /// Share of the dense tensor peak that the decoders' attention (one query against its context) sustains
+    /// (default: `mfu`, the matrix work's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_attention_mfu: Option<f64>,
 }
 
 /// The default efficiencies, each with its basis (docs/simulator.md, "Deployments").
@@ -94,6 +98,8 @@ pub struct EfficiencyDefaults {
     pub step_overhead_ms: f64,
     pub allreduce_latency_us: f64,
     pub overlap: f64,
+    /// `None`: `mfu`.
+    pub decode_attention_mfu: Option<f64>,
 }
 
 impl Efficiency {
@@ -114,6 +120,8 @@ impl Efficiency {
         // A GPU streams the weights while its tensor cores work (the roofline model: the step takes the larger of
         // compute and memory time); a CPU server's calibration identifies its own (docs/calibration.md).
         overlap: 1.0,
+        // The decoders' attention runs at the matrix work's MFU unless a calibration measured otherwise.
+        decode_attention_mfu: None,
     };
 }
 
@@ -402,7 +410,16 @@ impl Deployment {
             step_overhead_ms: e.step_overhead_ms.unwrap_or(d.step_overhead_ms),
             allreduce_latency_us: e.allreduce_latency_us.unwrap_or(d.allreduce_latency_us),
             overlap: e.overlap.unwrap_or(d.overlap),
+            decode_attention_mfu: e.decode_attention_mfu.or(d.decode_attention_mfu),
         };
+        if let Some(v) = out.decode_attention_mfu
+            && !(v > 0.0 && v <= 1.0)
+        {
+            return Err(err(
+                "efficiency.decode_attention_mfu",
+                format!("must be a share in (0, 1] (got {v})"),
+            ));
+        }
         if !(0.0..=1.0).contains(&out.overlap) {
             return Err(err(
                 "efficiency.overlap",
@@ -731,6 +748,7 @@ fn roofline(parts: &Parts, g: &PerGpu, peak: f64, e: &EfficiencyDefaults, tp: u3
         comm_ms_per_token,
         comm_fixed_ms,
         overlap: e.overlap,
+        decode_attn_flops_per_ms: e.decode_attention_mfu.map(|a| peak * a / 1e3),
     }
 }
 

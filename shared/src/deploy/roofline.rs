@@ -5,7 +5,8 @@
 //! For a step that schedules `seqs` sequences holding `Σcontext` tokens of KV and computes `tokens` new tokens
 //! (one per decoding sequence plus the prefill chunks), every quantity per GPU:
 //! - compute, ms = (`flops_per_token`·tokens + `attn_flops_per_ctx`·A_decode + `prefill_attn_flops_per_ctx`·
-//!   A_prefill) / `flops_per_ms`, where A counts, over the step's new tokens, the context tokens each attends to;
+//!   A_prefill) / `flops_per_ms`, where A counts, over the step's new tokens, the context tokens each attends to
+//!   (with `decode_attn_flops_per_ms` given, the decoders' attention FLOPs run at that rate instead);
 //! - memory, ms = (`weight_bytes` + `expert_bytes`·`moe_layers`·touched(tokens) + `kv_bytes_per_token`·Σcontext +
 //!   `window_bytes_per_seq`·seqs) / `bytes_per_ms`, where touched(T) = E·(1 − (1 − k/E)^T) is the expected number
 //!   of distinct experts (of `experts`, `active_experts` per token) that T tokens route to;
@@ -57,6 +58,10 @@ pub struct RooflineCost {
     /// smaller. 1 (the default, left out of the JSON): a GPU's `max(compute, memory)`.
     #[serde(default = "full_overlap", skip_serializing_if = "is_full_overlap")]
     pub overlap: f64,
+    /// Sustained throughput of the decoders' attention (one query against its context), FLOPs per millisecond,
+    /// where it differs from the matrix work's (`flops_per_ms`); absent (the default): the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_attn_flops_per_ms: Option<f64>,
 }
 
 fn full_overlap() -> f64 {
@@ -142,10 +147,25 @@ impl RooflineCost {
 
     /// Compute time of a step, milliseconds.
     pub fn compute_ms(&self, s: &StepShape) -> f64 {
-        (self.flops_per_token * s.tokens
-            + self.attn_flops_per_ctx * s.decode_attended
-            + self.prefill_attn_flops_per_ctx * s.prefill_attended)
-            / self.flops_per_ms
+        match self.decode_attn_flops_per_ms {
+            // Summed in the order the roofline always has, so a GPU's steps stay the same to the bit.
+            None => {
+                (self.flops_per_token * s.tokens
+                    + self.attn_flops_per_ctx * s.decode_attended
+                    + self.prefill_attn_flops_per_ctx * s.prefill_attended)
+                    / self.flops_per_ms
+            }
+            Some(rate) => {
+                (self.flops_per_token * s.tokens + self.prefill_attn_flops_per_ctx * s.prefill_attended)
+                    / self.flops_per_ms
+                    + self.attn_flops_per_ctx * s.decode_attended / rate
+            }
+        }
+    }
+
+    /// The decoders' attention throughput, FLOPs per millisecond.
+    pub fn decode_attention_rate(&self) -> f64 {
+        self.decode_attn_flops_per_ms.unwrap_or(self.flops_per_ms)
     }
 
     /// Memory time of a step, milliseconds.
@@ -208,7 +228,7 @@ impl RooflineCost {
     pub fn decode_stretch(&self, seqs: f64, ctx: f64) -> (f64, u64) {
         let s = StepShape::decode(seqs, ctx);
         let (c0, m0) = (self.compute_ms(&s), self.memory_ms(&s));
-        let cb = self.attn_flops_per_ctx * seqs / self.flops_per_ms;
+        let cb = self.attn_flops_per_ctx * seqs / self.decode_attention_rate();
         let mb = self.kv_bytes_per_token * seqs / self.bytes_per_ms;
         // The bound at step 0; at a tie, the one that grows faster (it is the max from step 1 on).
         let compute_bound = c0 > m0 || (c0 == m0 && cb > mb);
@@ -259,6 +279,14 @@ impl RooflineCost {
                 return Err((name.to_string(), format!("must be a finite number {want} (got {v})")));
             }
         }
+        if let Some(v) = self.decode_attn_flops_per_ms
+            && !(v.is_finite() && v > 0.0 && v <= 1e30)
+        {
+            return Err((
+                "decode_attn_flops_per_ms".to_string(),
+                format!("must be a finite number > 0 (got {v})"),
+            ));
+        }
         if !(0.0..=1.0).contains(&self.overlap) {
             return Err((
                 "overlap".to_string(),
@@ -300,6 +328,7 @@ mod tests {
             comm_ms_per_token: 0.0,
             comm_fixed_ms: 0.0,
             overlap: 1.0,
+            decode_attn_flops_per_ms: None,
         }
     }
 
@@ -348,6 +377,31 @@ mod tests {
         assert_eq!(c.cost(&s).bound, Bound::Memory);
         c.overlap = 1.5;
         assert_eq!(c.validate().map_err(|e| e.0), Err("overlap".to_string()));
+    }
+
+    #[test]
+    fn decode_attention_at_its_own_rate() {
+        // Decode, 10 sequences at 100 context tokens each: matrix work 1e6·10 / 1e9 = 0.01 ms; attention
+        // 1000·1,010 = 1.01e6 FLOPs, at 1e9 FLOPs/ms 0.00101 ms, at 1e8 0.0101 ms.
+        let mut c = cost();
+        let s = StepShape::decode(10.0, 1000.0);
+        assert!((c.compute_ms(&s) - 0.01101).abs() < 1e-15);
+        c.decode_attn_flops_per_ms = Some(1e8);
+        assert!((c.compute_ms(&s) - 0.0201).abs() < 1e-15, "{}", c.compute_ms(&s));
+        // A prefill's attention stays at the matrix work's rate: 4 tokens, 1e6·4 + 1000·6 pairs, over 1e9.
+        let p = StepShape::prefill(4.0);
+        assert!((c.compute_ms(&p) - 0.004006).abs() < 1e-15, "{}", c.compute_ms(&p));
+        // The decode stretch grows by attention at its rate: compute-bound here (memory is 0), 1000·10/1e8 a step.
+        c.weight_bytes = 1e-9;
+        c.kv_bytes_per_token = 0.0;
+        let (b, held) = c.decode_stretch(10.0, 1000.0);
+        assert!((b - 1000.0 * 10.0 / 1e8).abs() < 1e-18, "{b}");
+        assert_eq!(held, u64::MAX);
+        c.decode_attn_flops_per_ms = Some(0.0);
+        assert_eq!(
+            c.validate().map_err(|e| e.0),
+            Err("decode_attn_flops_per_ms".to_string())
+        );
     }
 
     #[test]
