@@ -51,6 +51,38 @@ fn catalog_lists_gpus_and_models_with_sources() {
     let h100 = &v["gpus"][1];
     assert_eq!(h100["name"], "h100-sxm");
     assert_eq!(h100["hbm_bytes_per_s"], 3.35e12);
+    // Memory is the total the driver reports (nvidia-smi MiB, rocm-smi bytes), not the datasheet's decimal GB.
+    let mib = 1_048_576.0;
+    for (name, bytes) in [
+        ("a100-80gb", 81_920.0 * mib),
+        ("h100-sxm", 81_559.0 * mib),
+        ("h200", 143_771.0 * mib),
+        ("b200", 183_359.0 * mib),
+        ("l40s", 46_068.0 * mib),
+        ("mi300x", 206_141_652_992.0),
+        ("rtx-pro-6000", 97_887.0 * mib),
+    ] {
+        let g = v["gpus"]
+            .as_array()
+            .expect("gpus")
+            .iter()
+            .find(|g| g["name"] == name)
+            .expect("listed");
+        assert_eq!(g["hbm_bytes"].as_f64(), Some(bytes), "{name}: {g}");
+    }
+    let o = common::loadshape(&["catalog", "gpus"], None);
+    let text = stdout(&o);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    // name, bf16, fp8, fp4, mem GB, ...
+    assert_eq!(row("h200")[4], "151", "{text}");
+    assert_eq!(row("b200")[4], "192", "{text}");
+    assert_eq!(row("mi300x")[4], "206", "{text}");
+    assert_eq!(row("rtx-pro-6000")[4], "103", "{text}");
     let o = common::loadshape(&["catalog", "models", "--json"], None);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     let ds = v["models"]

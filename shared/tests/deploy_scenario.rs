@@ -95,6 +95,8 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         window_bytes_per_seq: 100.0,
         comm_ms_per_token: 0.001,
         comm_fixed_ms: 0.1,
+        overlap: 1.0,
+        decode_attn_flops_per_ms: None,
     };
     EngineProfile {
         name: "roofline".into(),
@@ -201,7 +203,7 @@ fn roofline_stretches_agree_with_single_steps_across_a_bound_switch() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     /// Closed-form stretches equal one step at a time for rooflines on either side of the bound, and ones that
-    /// switch within a stretch.
+    /// switch within a stretch, whether compute and memory overlap fully (a GPU) or partly (a CPU).
     #[test]
     fn roofline_stretches_equal_single_steps(
         fpt in 1e8f64..1e9,
@@ -209,8 +211,12 @@ proptest! {
         kv in 0.0f64..50_000.0,
         seqs in 1u32..12,
         reqs in proptest::collection::vec((1u32..3000, 1u32..600), 1..12),
+        overlap in prop_oneof![Just(1.0f64), 0.0f64..1.0],
     ) {
-        let p = switching_profile(fpt, attn, kv, seqs);
+        let mut p = switching_profile(fpt, attn, kv, seqs);
+        if let Some(r) = p.roofline.as_mut() {
+            r.overlap = overlap;
+        }
         let (ends, sim, _) = finish_times(&p, &reqs);
         prop_assert_eq!(ends.len(), sim.len());
         for (a, b) in ends.iter().zip(&sim) {

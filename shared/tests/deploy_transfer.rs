@@ -202,3 +202,75 @@ fn on_server_prices_steps_by_the_deployment_and_keeps_the_servers_scheduling_and
     assert_eq!(vllm.num_kv_blocks, other.num_kv_blocks);
     assert_ne!(vllm.num_kv_blocks, llama3_8b_h100().num_kv_blocks);
 }
+
+#[test]
+fn a_server_whose_compute_and_memory_add_up_gets_its_overlap_fitted() {
+    // A CPU-like server: every step takes compute plus memory (overlap 0), which max(compute, memory) cannot
+    // express (the decode step grows with the batch beside the weights' read).
+    let mut truth = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.42, 0.71, 2.3);
+    truth.efficiency.overlap = Some(0.0);
+    let profile = calibrated(&truth);
+    let given = Deployment::named("llama-3.1-8b", "h100-sxm", 1);
+    let t = transfer::transfer(&profile, &given, Identified::ALL).unwrap_or_else(|e| panic!("{e}"));
+    let e = &t.deployment.efficiency;
+    let case = format!("{e:?}, notes {:?}", t.notes);
+    assert_eq!(e.overlap, Some(0.0), "{case}");
+    assert!(within(e.mfu.unwrap_or(0.0), 0.42, 0.02), "{case}");
+    assert!(within(e.bandwidth_utilization.unwrap_or(0.0), 0.71, 0.02), "{case}");
+    assert!(within(e.step_overhead_ms.unwrap_or(0.0), 2.3, 0.02), "{case}");
+    assert!(t.max_error <= 0.02, "{case}: max error {}", t.max_error);
+    let f = &t.factors["overlap"];
+    assert!(f.identified && f.value == 0.0 && f.why.starts_with("fitted"), "{f:?}");
+    // At full overlap (a GPU's roofline) the same data miss by far more: that is what asked for the fit.
+    let mut gpu = t.deployment.clone();
+    gpu.efficiency.overlap = None;
+    let r = calibrated(&gpu).roofline.unwrap_or_else(|| panic!("roofline"));
+    let worst = t
+        .shapes
+        .iter()
+        .map(|s| (r.step_ms(&s.shape.step()) / s.calibrated_ms - 1.0).abs())
+        .fold(0.0, f64::max);
+    assert!(worst > 0.1, "full overlap misses by {worst}");
+
+    // A GPU's calibration (overlap 1) keeps overlap out of the written deployment, and says why.
+    let gpu_truth = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.42, 0.71, 2.3);
+    let t = transfer::transfer(&calibrated(&gpu_truth), &given, Identified::ALL).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.deployment.efficiency.overlap, None);
+    let f = &t.factors["overlap"];
+    assert!(f.value == 1.0 && f.why.contains("within 2 %"), "{f:?}");
+    // Without the prefill rate, compute cannot be told from memory: the overlap is not identified.
+    let known = Identified {
+        prefill_rate: false,
+        ..Identified::ALL
+    };
+    let t = transfer::transfer(&profile, &given, known).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!t.factors["overlap"].identified, "{:?}", t.factors["overlap"]);
+    assert_eq!(t.deployment.efficiency.overlap, None);
+}
+
+#[test]
+fn decode_attention_slower_than_the_matrix_work_gets_a_rate_of_its_own() {
+    // A CPU-like server whose decoders' attention runs at a tenth of its matmul rate, compute and memory adding
+    // up: the decode step grows with context faster than the KV read allows, which only that attention at its own
+    // rate expresses.
+    let mut truth = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.5, 0.8, 1.0);
+    truth.efficiency.overlap = Some(0.0);
+    truth.efficiency.decode_attention_mfu = Some(0.05);
+    let profile = calibrated(&truth);
+    let given = Deployment::named("llama-3.1-8b", "h100-sxm", 1);
+    let t = transfer::transfer(&profile, &given, Identified::ALL).unwrap_or_else(|e| panic!("{e}"));
+    let e = &t.deployment.efficiency;
+    let case = format!("{e:?}, notes {:?}", t.notes);
+    assert!(within(e.decode_attention_mfu.unwrap_or(0.0), 0.05, 0.02), "{case}");
+    assert!(within(e.mfu.unwrap_or(0.0), 0.5, 0.02), "{case}");
+    assert!(within(e.bandwidth_utilization.unwrap_or(0.0), 0.8, 0.02), "{case}");
+    assert_eq!(e.overlap, Some(0.0), "{case}");
+    assert!(t.max_error <= 0.02, "{case}: max error {}", t.max_error);
+    let f = &t.factors["decode_attention_mfu"];
+    assert!(f.identified && f.why.starts_with("fitted"), "{f:?}");
+    // A GPU's calibration leaves attention at the matrix work's rate, out of the written deployment.
+    let gpu = with_efficiency("llama-3.1-8b", "h100-sxm", 1, 0.42, 0.71, 2.3);
+    let t = transfer::transfer(&calibrated(&gpu), &given, Identified::ALL).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.deployment.efficiency.decode_attention_mfu, None);
+    assert!(!t.factors["decode_attention_mfu"].identified);
+}

@@ -131,6 +131,8 @@ fn the_roofline_pays_for_verified_tokens() {
         window_bytes_per_seq: 0.0,
         comm_ms_per_token: 0.0,
         comm_fixed_ms: 0.0,
+        overlap: 1.0,
+        decode_attn_flops_per_ms: None,
     };
     let mut p = profile();
     p.roofline = Some(Box::new(r.clone()));

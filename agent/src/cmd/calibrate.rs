@@ -1447,9 +1447,19 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
                 format!("{name} {:.4}{}", f.value, if f.identified { "" } else { " (kept)" })
             })
         };
+        // The CPU-like factors only where the fit wrote them (a GPU's calibration prints as it always has).
+        let e = &t.deployment.efficiency;
+        let cpu: String = [
+            ("overlap", e.overlap.is_some()),
+            ("decode_attention_mfu", e.decode_attention_mfu.is_some()),
+        ]
+        .iter()
+        .filter(|(_, written)| *written)
+        .map(|(name, _)| format!(", {}", f(name)))
+        .collect();
         println!(
-            "deployment: {}, {}, {}, {}, {}; its roofline matches the fit within {:.1} % (largest), {:.1} % (RMS) \
-             over {} step shapes",
+            "deployment: {}, {}, {}, {}, {}{cpu}; its roofline matches the fit within {:.1} % (largest), {:.1} % \
+             (RMS) over {} step shapes",
             f("mfu"),
             f("bandwidth_utilization"),
             f("step_overhead_ms"),

@@ -65,9 +65,9 @@ fn gpu(name: &str, flops: [f64; 3], hbm_gb: f64, hbm_gb_s: f64, link_gb_s: f64, 
 }
 
 /// The built-in GPUs (dense TFLOPS bf16/fp8/fp4; memory GB and GB/s; link GB/s one direction). Memory is the total
-/// the driver reports where a public record of it was found (A100 80GB, H100 SXM, L40S: an "80 GB" card holds
-/// 80 GiB, 7 % more than 80e9 bytes, which at a 34B model's weights is a third of the KV cache), else the
-/// datasheet's figure.
+/// the driver reports (nvidia-smi, rocm-smi), from public records of it, for every GPU: that, not the datasheet's
+/// decimal GB, is what vLLM's `gpu_memory_utilization` multiplies (an "80 GB" card holds about 80 GiB, 7 % more
+/// than 80e9 bytes, which at a 34B model's weights is a third of the KV cache).
 pub fn gpus() -> Vec<GpuSpec> {
     vec![
         gpu(
@@ -96,21 +96,26 @@ pub fn gpus() -> Vec<GpuSpec> {
         gpu(
             "h200",
             [989.5, 1979.0, 0.0],
-            141.0,
+            // 143,771 MiB, the total the driver reports (nvidia-smi), above the datasheet's decimal "141 GB".
+            150.754_820_096,
             4800.0,
             450.0,
             "NVIDIA H200 datasheet (SXM): BF16 1,979 and FP8 3,958 TFLOPS with sparsity (halved); 141 GB HBM3e at \
-             4.8 TB/s; NVLink 900 GB/s (both directions). https://www.nvidia.com/en-us/data-center/h200/",
+             4.8 TB/s (the driver reports 143,771 MiB = 150.75 GB: nvidia-smi of 8 x H200 in \
+             https://github.com/sgl-project/sglang/issues/3196); NVLink 900 GB/s (both directions). \
+             https://www.nvidia.com/en-us/data-center/h200/",
         ),
         gpu(
             "b200",
             [2250.0, 4500.0, 9000.0],
-            180.0,
+            // 183,359 MiB, the total the driver reports (nvidia-smi), above the datasheet's decimal "180 GB".
+            192.265_846_784,
             8000.0,
             900.0,
             "NVIDIA HGX B200 datasheet, per GPU (8 per board): FP16/BF16 36, FP8 72, FP4 144 PFLOPS per board with \
-             sparsity (halved, /8); 1,440 GB HBM3e per board (180 GB per GPU) at 8 TB/s per GPU; NVLink 5 1.8 TB/s \
-             (both directions). https://www.nvidia.com/en-us/data-center/hgx/",
+             sparsity (halved, /8); 1,440 GB HBM3e per board (180 GB per GPU) at 8 TB/s per GPU (the driver reports \
+             183,359 MiB = 192.27 GB: nvidia-smi of 8 x B200 in https://github.com/NVIDIA/TensorRT-LLM/issues/10278); \
+             NVLink 5 1.8 TB/s (both directions). https://www.nvidia.com/en-us/data-center/hgx/",
         ),
         gpu(
             "l40s",
@@ -127,22 +132,28 @@ pub fn gpus() -> Vec<GpuSpec> {
         gpu(
             "mi300x",
             [1307.4, 2614.9, 0.0],
-            192.0,
+            // 206,141,652,992 bytes (196,592 MiB), the total the driver reports (rocm-smi): the datasheet's "192 GB"
+            // is 192 GiB less 16 MiB.
+            206.141_652_992,
             5300.0,
             448.0,
-            "AMD Instinct MI300X datasheet: BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; 192 GB HBM3 at 5.3 TB/s; \
-             Infinity Fabric 7 links x 128 GB/s (both directions), 896 GB/s aggregate. \
-             https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
+            "AMD Instinct MI300X datasheet: BF16 1,307.4 and FP8 2,614.9 TFLOPS dense; 192 GB HBM3 at 5.3 TB/s (the \
+             driver reports 206,141,652,992 B = 206.14 GB: rocm-smi --showmeminfo vram of 8 x MI300X in \
+             https://github.com/ROCm/legacy-rocm-build/issues/4750); Infinity Fabric 7 links x 128 GB/s (both \
+             directions), 896 GB/s aggregate. https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
         ),
         gpu(
             "rtx-pro-6000",
             [500.0, 1000.0, 2000.0],
-            96.0,
+            // 97,887 MiB, the total the driver reports (nvidia-smi), above the datasheet's decimal "96 GB".
+            102.641_958_912,
             1792.0,
             64.0,
             "NVIDIA RTX PRO 6000 Blackwell datasheet: 4,000 AI TOPS FP4 with sparsity (dense FP4 half of it; FP8 and \
              BF16 at one half and one quarter of dense FP4, Blackwell's tensor-core ratios: derived); 96 GB GDDR7 at \
-             1,792 GB/s; no NVLink: PCIe Gen5 x16, 128 GB/s (both directions). \
+             1,792 GB/s (the driver reports 97,887 MiB = 102.64 GB: nvidia-smi in \
+             https://github.com/vllm-project/vllm/issues/27542 and https://github.com/vllm-project/vllm/issues/15081); \
+             no NVLink: PCIe Gen5 x16, 128 GB/s (both directions). \
              https://www.nvidia.com/en-us/products/workstations/professional-desktop-gpus/rtx-pro-6000/",
         ),
     ]

@@ -79,6 +79,14 @@ pub struct Efficiency {
     /// Latency of one TP all-reduce, microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allreduce_latency_us: Option<f64>,
+    /// How far a step's compute and memory time overlap, in [0, 1]: the step takes the larger plus (1 − overlap)
+    /// × the smaller (1: a GPU's `max`; 0: their sum, a CPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<f64>,
+    /// Share of the dense tensor peak that the decoders' attention (one query against its context) sustains
+    /// (default: `mfu`, the matrix work's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_attention_mfu: Option<f64>,
 }
 
 /// The default efficiencies, each with its basis (docs/simulator.md, "Deployments").
@@ -89,6 +97,9 @@ pub struct EfficiencyDefaults {
     pub link_utilization: f64,
     pub step_overhead_ms: f64,
     pub allreduce_latency_us: f64,
+    pub overlap: f64,
+    /// `None`: `mfu`.
+    pub decode_attention_mfu: Option<f64>,
 }
 
 impl Efficiency {
@@ -106,6 +117,11 @@ impl Efficiency {
         step_overhead_ms: 1.0,
         // Estimate: a small-message all-reduce over NVLink (NCCL, vLLM's custom all-reduce) takes of order 10 µs.
         allreduce_latency_us: 10.0,
+        // A GPU streams the weights while its tensor cores work (the roofline model: the step takes the larger of
+        // compute and memory time); a CPU server's calibration identifies its own (docs/calibration.md).
+        overlap: 1.0,
+        // The decoders' attention runs at the matrix work's MFU unless a calibration measured otherwise.
+        decode_attention_mfu: None,
     };
 }
 
@@ -393,7 +409,23 @@ impl Deployment {
             link_utilization: e.link_utilization.unwrap_or(d.link_utilization),
             step_overhead_ms: e.step_overhead_ms.unwrap_or(d.step_overhead_ms),
             allreduce_latency_us: e.allreduce_latency_us.unwrap_or(d.allreduce_latency_us),
+            overlap: e.overlap.unwrap_or(d.overlap),
+            decode_attention_mfu: e.decode_attention_mfu.or(d.decode_attention_mfu),
         };
+        if let Some(v) = out.decode_attention_mfu
+            && !(v > 0.0 && v <= 1.0)
+        {
+            return Err(err(
+                "efficiency.decode_attention_mfu",
+                format!("must be a share in (0, 1] (got {v})"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&out.overlap) {
+            return Err(err(
+                "efficiency.overlap",
+                format!("must be a share in [0, 1] (got {})", out.overlap),
+            ));
+        }
         for (name, v) in [
             ("mfu", out.mfu),
             ("bandwidth_utilization", out.bandwidth_utilization),
@@ -715,6 +747,8 @@ fn roofline(parts: &Parts, g: &PerGpu, peak: f64, e: &EfficiencyDefaults, tp: u3
         window_bytes_per_seq: g.window_bytes_per_token * m.sliding_window as f64,
         comm_ms_per_token,
         comm_fixed_ms,
+        overlap: e.overlap,
+        decode_attn_flops_per_ms: e.decode_attention_mfu.map(|a| peak * a / 1e3),
     }
 }
 

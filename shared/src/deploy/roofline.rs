@@ -5,15 +5,18 @@
 //! For a step that schedules `seqs` sequences holding `Σcontext` tokens of KV and computes `tokens` new tokens
 //! (one per decoding sequence plus the prefill chunks), every quantity per GPU:
 //! - compute, ms = (`flops_per_token`·tokens + `attn_flops_per_ctx`·A_decode + `prefill_attn_flops_per_ctx`·
-//!   A_prefill) / `flops_per_ms`, where A counts, over the step's new tokens, the context tokens each attends to;
+//!   A_prefill) / `flops_per_ms`, where A counts, over the step's new tokens, the context tokens each attends to
+//!   (with `decode_attn_flops_per_ms` given, the decoders' attention FLOPs run at that rate instead);
 //! - memory, ms = (`weight_bytes` + `expert_bytes`·`moe_layers`·touched(tokens) + `kv_bytes_per_token`·Σcontext +
 //!   `window_bytes_per_seq`·seqs) / `bytes_per_ms`, where touched(T) = E·(1 − (1 − k/E)^T) is the expected number
 //!   of distinct experts (of `experts`, `active_experts` per token) that T tokens route to;
-//! - step, ms = `overhead_ms` + max(compute, memory) + `comm_fixed_ms` + `comm_ms_per_token`·tokens.
+//! - step, ms = `overhead_ms` + max(compute, memory) + (1 − `overlap`)·min(compute, memory) + `comm_fixed_ms` +
+//!   `comm_ms_per_token`·tokens: with `overlap` 1 (a GPU, and the default) the larger of the two hides the other;
+//!   with 0 they add up (a CPU, whose cores both compute and wait on the reads).
 //!
-//! A pure-decode step is then max of two functions linear in Σcontext (the batch is fixed over a stretch), so the
-//! engine's closed-form stretches stay exact: [`RooflineCost::decode_stretch`] gives the per-step growth under the
-//! bound that holds at the stretch's first step and how many steps it keeps holding.
+//! A pure-decode step is then, under each bound, a function linear in Σcontext (the batch is fixed over a stretch),
+//! so the engine's closed-form stretches stay exact: [`RooflineCost::decode_stretch`] gives the per-step growth
+//! under the bound that holds at the stretch's first step and how many steps it keeps holding.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +54,22 @@ pub struct RooflineCost {
     pub comm_ms_per_token: f64,
     /// Tensor-parallel all-reduce latency per step, milliseconds.
     pub comm_fixed_ms: f64,
+    /// How far compute and memory time overlap, in [0, 1]: the step takes the larger plus (1 − overlap) × the
+    /// smaller. 1 (the default, left out of the JSON): a GPU's `max(compute, memory)`.
+    #[serde(default = "full_overlap", skip_serializing_if = "is_full_overlap")]
+    pub overlap: f64,
+    /// Sustained throughput of the decoders' attention (one query against its context), FLOPs per millisecond,
+    /// where it differs from the matrix work's (`flops_per_ms`); absent (the default): the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_attn_flops_per_ms: Option<f64>,
+}
+
+fn full_overlap() -> f64 {
+    1.0
+}
+
+fn is_full_overlap(v: &f64) -> bool {
+    *v == 1.0
 }
 
 /// What one step does, as [`RooflineCost::step_ms`] prices it.
@@ -128,10 +147,25 @@ impl RooflineCost {
 
     /// Compute time of a step, milliseconds.
     pub fn compute_ms(&self, s: &StepShape) -> f64 {
-        (self.flops_per_token * s.tokens
-            + self.attn_flops_per_ctx * s.decode_attended
-            + self.prefill_attn_flops_per_ctx * s.prefill_attended)
-            / self.flops_per_ms
+        match self.decode_attn_flops_per_ms {
+            // Summed in the order the roofline always has, so a GPU's steps stay the same to the bit.
+            None => {
+                (self.flops_per_token * s.tokens
+                    + self.attn_flops_per_ctx * s.decode_attended
+                    + self.prefill_attn_flops_per_ctx * s.prefill_attended)
+                    / self.flops_per_ms
+            }
+            Some(rate) => {
+                (self.flops_per_token * s.tokens + self.prefill_attn_flops_per_ctx * s.prefill_attended)
+                    / self.flops_per_ms
+                    + self.attn_flops_per_ctx * s.decode_attended / rate
+            }
+        }
+    }
+
+    /// The decoders' attention throughput, FLOPs per millisecond.
+    pub fn decode_attention_rate(&self) -> f64 {
+        self.decode_attn_flops_per_ms.unwrap_or(self.flops_per_ms)
     }
 
     /// Memory time of a step, milliseconds.
@@ -146,9 +180,24 @@ impl RooflineCost {
         self.comm_fixed_ms + self.comm_ms_per_token * s.tokens
     }
 
+    /// Compute and memory time together: the larger plus the share (1 − `overlap`) of the smaller that does not
+    /// overlap it. At `overlap` 1 exactly the larger.
+    pub fn combined_ms(&self, compute_ms: f64, memory_ms: f64) -> f64 {
+        let (hi, lo) = if compute_ms > memory_ms {
+            (compute_ms, memory_ms)
+        } else {
+            (memory_ms, compute_ms)
+        };
+        if self.overlap == 1.0 {
+            hi
+        } else {
+            hi + (1.0 - self.overlap) * lo
+        }
+    }
+
     /// The step's duration, milliseconds.
     pub fn step_ms(&self, s: &StepShape) -> f64 {
-        self.overhead_ms + self.compute_ms(s).max(self.memory_ms(s)) + self.comm_ms(s)
+        self.overhead_ms + self.combined_ms(self.compute_ms(s), self.memory_ms(s)) + self.comm_ms(s)
     }
 
     /// The step's duration with its parts and bound.
@@ -179,7 +228,7 @@ impl RooflineCost {
     pub fn decode_stretch(&self, seqs: f64, ctx: f64) -> (f64, u64) {
         let s = StepShape::decode(seqs, ctx);
         let (c0, m0) = (self.compute_ms(&s), self.memory_ms(&s));
-        let cb = self.attn_flops_per_ctx * seqs / self.flops_per_ms;
+        let cb = self.attn_flops_per_ctx * seqs / self.decode_attention_rate();
         let mb = self.kv_bytes_per_token * seqs / self.bytes_per_ms;
         // The bound at step 0; at a tie, the one that grows faster (it is the max from step 1 on).
         let compute_bound = c0 > m0 || (c0 == m0 && cb > mb);
@@ -187,6 +236,13 @@ impl RooflineCost {
             (cb, c0 - m0, mb - cb)
         } else {
             (mb, m0 - c0, cb - mb)
+        };
+        // Under either bound the step also carries (1 − overlap) of the other side's time, and of its growth.
+        let other = if compute_bound { mb } else { cb };
+        let b = if self.overlap == 1.0 {
+            b
+        } else {
+            b + (1.0 - self.overlap) * other
         };
         if closing <= 0.0 {
             return (b, u64::MAX);
@@ -223,6 +279,20 @@ impl RooflineCost {
                 return Err((name.to_string(), format!("must be a finite number {want} (got {v})")));
             }
         }
+        if let Some(v) = self.decode_attn_flops_per_ms
+            && !(v.is_finite() && v > 0.0 && v <= 1e30)
+        {
+            return Err((
+                "decode_attn_flops_per_ms".to_string(),
+                format!("must be a finite number > 0 (got {v})"),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.overlap) {
+            return Err((
+                "overlap".to_string(),
+                format!("must be a share in [0, 1] (got {})", self.overlap),
+            ));
+        }
         if self.active_experts > self.experts {
             return Err((
                 "active_experts".to_string(),
@@ -257,6 +327,8 @@ mod tests {
             window_bytes_per_seq: 0.0,
             comm_ms_per_token: 0.0,
             comm_fixed_ms: 0.0,
+            overlap: 1.0,
+            decode_attn_flops_per_ms: None,
         }
     }
 
@@ -284,6 +356,68 @@ mod tests {
         let (c554, m554) = at(554.0);
         let (c555, m555) = at(555.0);
         assert!(m554 >= c554 && c555 > m555);
+    }
+
+    #[test]
+    fn overlap_adds_the_smaller_side() {
+        // Decode, 10 sequences at 100 context tokens each (1,000 in all): compute (1e6·10 + 1000·1,010)/1e9 =
+        // 0.01101 ms; memory (1e9 + 100·1,000)/1e9 = 1.0001 ms.
+        let mut c = cost();
+        let s = StepShape::decode(10.0, 1000.0);
+        assert!((c.compute_ms(&s) - 0.01101).abs() < 1e-15, "{}", c.compute_ms(&s));
+        assert!((c.memory_ms(&s) - 1.0001).abs() < 1e-15, "{}", c.memory_ms(&s));
+        // Full overlap: 1 + 1.0001, the memory time exactly.
+        assert_eq!(c.step_ms(&s), 1.0 + c.memory_ms(&s));
+        // None: 1 + 1.0001 + 0.01101; half: 1 + 1.0001 + 0.005505.
+        c.overlap = 0.0;
+        assert!((c.step_ms(&s) - 2.01111).abs() < 1e-12, "{}", c.step_ms(&s));
+        c.overlap = 0.5;
+        assert!((c.step_ms(&s) - 2.005605).abs() < 1e-12, "{}", c.step_ms(&s));
+        // The bound is still the larger side.
+        assert_eq!(c.cost(&s).bound, Bound::Memory);
+        c.overlap = 1.5;
+        assert_eq!(c.validate().map_err(|e| e.0), Err("overlap".to_string()));
+    }
+
+    #[test]
+    fn decode_attention_at_its_own_rate() {
+        // Decode, 10 sequences at 100 context tokens each: matrix work 1e6·10 / 1e9 = 0.01 ms; attention
+        // 1000·1,010 = 1.01e6 FLOPs, at 1e9 FLOPs/ms 0.00101 ms, at 1e8 0.0101 ms.
+        let mut c = cost();
+        let s = StepShape::decode(10.0, 1000.0);
+        assert!((c.compute_ms(&s) - 0.01101).abs() < 1e-15);
+        c.decode_attn_flops_per_ms = Some(1e8);
+        assert!((c.compute_ms(&s) - 0.0201).abs() < 1e-15, "{}", c.compute_ms(&s));
+        // A prefill's attention stays at the matrix work's rate: 4 tokens, 1e6·4 + 1000·6 pairs, over 1e9.
+        let p = StepShape::prefill(4.0);
+        assert!((c.compute_ms(&p) - 0.004006).abs() < 1e-15, "{}", c.compute_ms(&p));
+        // The decode stretch grows by attention at its rate: compute-bound here (memory is 0), 1000·10/1e8 a step.
+        c.weight_bytes = 1e-9;
+        c.kv_bytes_per_token = 0.0;
+        let (b, held) = c.decode_stretch(10.0, 1000.0);
+        assert!((b - 1000.0 * 10.0 / 1e8).abs() < 1e-18, "{b}");
+        assert_eq!(held, u64::MAX);
+        c.decode_attn_flops_per_ms = Some(0.0);
+        assert_eq!(
+            c.validate().map_err(|e| e.0),
+            Err("decode_attn_flops_per_ms".to_string())
+        );
+    }
+
+    #[test]
+    fn decode_stretch_with_overlap_grows_by_both_sides() {
+        // As the second case of `decode_stretch_ends_where_the_bound_switches`, with overlap 0.25: memory-bound
+        // for the same 555 steps, each step growing by memory's 100·n/1e9 plus 0.75 of compute's 1000·n/1e9.
+        let mut c = cost();
+        c.flops_per_token = 0.5e6;
+        c.overlap = 0.25;
+        let n = 1000.0;
+        let (b, held) = c.decode_stretch(n, 0.0);
+        assert!((b - (100.0 * n + 0.75 * 1000.0 * n) / 1e9).abs() < 1e-15, "{b}");
+        assert_eq!(held, 555);
+        // The closed form agrees with pricing the steps one at a time.
+        let step = |i: f64| c.step_ms(&StepShape::decode(n, n * i));
+        assert!((step(554.0) - step(0.0) - 554.0 * b).abs() < 1e-9);
     }
 
     #[test]

@@ -15,6 +15,18 @@ macro_rules! assert_close {
     }};
 }
 
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 fn resolve(d: &Deployment) -> Resolved {
     d.resolve().unwrap_or_else(|e| panic!("{e}"))
 }
@@ -32,6 +44,17 @@ fn every_catalog_entry_resolves_to_a_valid_profile() {
     }
     for g in catalog::gpus() {
         assert!(g.source.contains("https://"), "{}", g.name);
+        // Memory is the total the driver reports, a whole number of MiB, cited in the source.
+        let mib = g.hbm_bytes / 1_048_576.0;
+        assert_eq!(mib, mib.round(), "{}: {} bytes", g.name, g.hbm_bytes);
+        let cited = format!("{},{:03} MiB", mib as u64 / 1000, mib as u64 % 1000);
+        let cited_bytes = format!("{} B", thousands(g.hbm_bytes as u64));
+        assert!(
+            g.source.contains(&cited) || g.source.contains(&cited_bytes),
+            "{}: {cited} or {cited_bytes} in {}",
+            g.name,
+            g.source
+        );
         let r = resolve(&Deployment::named("llama-3.1-8b", &g.name, 1));
         r.profile.validate().expect("valid profile");
     }
@@ -155,8 +178,9 @@ fn mla_deepseek_v3_on_8xh200() {
         122.0 * 7168.0 * 2.0 * 2.0 * 7.0 / 8.0 / 225e9 * 1e3
     );
     assert_close!(rf.comm_fixed_ms, 122.0 * 10.0 / 1e3);
-    // KV capacity: 141e9 · 0.9 − 83,878,174,720 − 2e9 = 41,021,825,280 bytes / (16 · 70,272) = 36,484.9 blocks.
-    assert_eq!(d.kv_blocks, 36_484);
+    // KV capacity: 150,754,820,096 (143,771 MiB) · 0.9 − 83,878,174,720 − 2e9 = 49,801,163,366.4 bytes
+    // / (16 · 70,272) = 44,293.2 blocks.
+    assert_eq!(d.kv_blocks, 44_293);
     // The context term per decoded token: memory 70,272 / 3.84e9 ms vs compute 2,123,776 / 9.895e11 ms: MLA's
     // reads are light enough that long contexts turn decoding compute-bound.
     let (b, held) = rf.decode_stretch(64.0, 64.0 * 4096.0);

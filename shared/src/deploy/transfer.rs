@@ -21,6 +21,18 @@
 //! 4. `check`: the deployment with the fitted efficiencies (rounded to 4 significant digits) is resolved again
 //!    and every shape priced by its roofline: the error per shape, its largest and RMS.
 //!
+//! `overlap` (how far compute and memory time overlap) keeps its value (1, a GPU's `max`) while the roofline with it
+//! expresses the calibration within [`EXPRESSED`] at every shape. Past that, when the calibration identified all
+//! three terms (so both decode and prefill shapes, whose compute and memory shares differ, are fitted), `solve`
+//! is run at each overlap of a grid (0, 0.05, …, 1, then in steps of 0.005 around the best) and the overlap with
+//! the least error is kept: a CPU server, whose decode step adds the matrix work to the weights' read, asks for
+//! one near 0.
+//!
+//! In the same case, the grid is searched a second time with `decode_attention_mfu` a parameter of its own (`z =
+//! 1/decode_attention_mfu`; otherwise the decoders' attention runs at `mfu`): a CPU's decode step grows with
+//! context far faster than its KV read or its matmul rate allow (one query against the context, a vector product
+//! per cached token). The fit with the least error of all is kept.
+//!
 //! `link_utilization` and `allreduce_latency_us` are not fitted: one TP degree cannot tell them from the step
 //! overhead and the compute time (and at TP 1 there are no all-reduces); they keep their value, with that reason.
 
@@ -35,6 +47,10 @@ use crate::error::ScenarioError;
 
 /// Most rounds of `solve` (re-reading each shape's bound).
 pub const MAX_ROUNDS: usize = 20;
+
+/// The largest error at any shape with which the roofline is said to express a calibration (and beyond which
+/// `overlap` is fitted, and a note names the worst shape).
+pub const EXPRESSED: f64 = 0.02;
 
 /// Which of the calibrated profile's terms the data determined (`fit.json`'s `coefficients[…].identified`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,10 +179,13 @@ pub fn transfer(
     let shapes = grid(calibrated);
     let rows = parts(calibrated, deployment, &shapes)?;
     let mut notes = Vec::new();
+    let has_prefill = rows.iter().any(|r| r.shape.kind == ShapeKind::Prefill);
     let free = Free {
         overhead: known.step_fixed,
-        mfu: known.prefill_rate && rows.iter().any(|r| r.shape.kind == ShapeKind::Prefill),
+        mfu: known.prefill_rate && has_prefill,
         bandwidth: known.ctx_slope,
+        overlap: known.step_fixed && known.ctx_slope && known.prefill_rate && has_prefill,
+        attention: known.step_fixed && known.ctx_slope && known.prefill_rate && has_prefill,
     };
     // With the prefill rate unknown, `mfu` keeps its value and the prefills (priced by it) would only pull the
     // overhead off: the decode steps alone give the overhead and the bandwidth.
@@ -175,7 +194,7 @@ pub fn transfer(
         .filter(|r| free.mfu || r.shape.kind == ShapeKind::Decode)
         .copied()
         .collect();
-    let (sol, held) = solve(&used, start, free, &mut notes);
+    let (sol, held, overlap_fitted, attention_fitted) = solve_with_overlap(&used, start, free, &mut notes);
     let mut d = deployment.clone();
     d.efficiency = Efficiency {
         mfu: Some(sig4(1.0 / sol.x)),
@@ -183,12 +202,22 @@ pub fn transfer(
         link_utilization: Some(start.link_utilization),
         step_overhead_ms: Some(sig4(sol.o)),
         allreduce_latency_us: Some(start.allreduce_latency_us),
+        // Written when fitted away from the start (or given): a GPU's calibration keeps its JSON as it was.
+        overlap: if overlap_fitted {
+            Some(sig4(sol.ov))
+        } else {
+            deployment.efficiency.overlap
+        },
+        decode_attention_mfu: match sol.z {
+            Some(z) if attention_fitted => Some(sig4(1.0 / z)),
+            _ => deployment.efficiency.decode_attention_mfu,
+        },
     };
     let fits = check(calibrated, &d, &shapes)?;
     let max_error = fits.iter().map(|f| f.error.abs()).fold(0.0, f64::max);
     let rms_error = (fits.iter().map(|f| f.error * f.error).sum::<f64>() / fits.len().max(1) as f64).sqrt();
     if let Some(w) = fits.iter().max_by(|a, b| a.error.abs().total_cmp(&b.error.abs()))
-        && w.error.abs() > 0.02
+        && w.error.abs() > EXPRESSED
     {
         notes.push(format!(
             "the roofline cannot express the calibrated profile exactly: worst at {} {} seqs x {} context, {} tokens: \
@@ -205,7 +234,15 @@ pub fn transfer(
             w.error * 100.0
         ));
     }
-    let factors = factors(deployment, &d.efficiency, free, held, deployment.tp.unwrap_or(1));
+    let factors = factors(
+        deployment,
+        &d.efficiency,
+        free,
+        held,
+        deployment.tp.unwrap_or(1),
+        (sol.ov, overlap_fitted),
+        attention_fitted,
+    );
     Ok(Transfer {
         deployment: d,
         factors,
@@ -286,6 +323,10 @@ struct Row {
     compute: f64,
     memory: f64,
     comm: f64,
+    /// The compute time's two parts at full efficiency: the matrix work (with the prefills' attention) and the
+    /// decoders' attention, ms.
+    matmul: f64,
+    attn: f64,
 }
 
 /// The roofline of `d` at full efficiency and no overhead (its link and all-reduce latency as given).
@@ -294,6 +335,7 @@ fn unit_roofline(d: &Deployment) -> Result<RooflineCost, ScenarioError> {
     unit.efficiency.mfu = Some(1.0);
     unit.efficiency.bandwidth_utilization = Some(1.0);
     unit.efficiency.step_overhead_ms = Some(0.0);
+    unit.efficiency.decode_attention_mfu = None;
     unit.resolve()?
         .profile
         .roofline
@@ -313,25 +355,110 @@ fn parts(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
                 compute: r.compute_ms(&st),
                 memory: r.memory_ms(&st),
                 comm: r.comm_ms(&st),
+                matmul: (r.flops_per_token * st.tokens + r.prefill_attn_flops_per_ctx * st.prefill_attended)
+                    / r.flops_per_ms,
+                attn: r.attn_flops_per_ctx * st.decode_attended / r.flops_per_ms,
             }
         })
         .collect())
 }
 
-/// Which of `o`, `x`, `y` `solve` may move.
+/// Which of `o`, `x`, `y`, `z` `solve` may move, and whether the overlap and a separate attention rate may be
+/// searched.
 #[derive(Debug, Clone, Copy)]
 struct Free {
     overhead: bool,
     mfu: bool,
     bandwidth: bool,
+    overlap: bool,
+    /// `z` (1/decode_attention_mfu) a parameter of its own.
+    attention: bool,
 }
 
-/// Overhead (ms), `x = 1/mfu`, `y = 1/bandwidth_utilization`.
+/// Overhead (ms), `x = 1/mfu`, `y = 1/bandwidth_utilization`, `z = 1/decode_attention_mfu` (`None`: at `x`),
+/// and the overlap they were fitted at.
 #[derive(Debug, Clone, Copy)]
 struct Solution {
     o: f64,
     x: f64,
     y: f64,
+    z: Option<f64>,
+    ov: f64,
+}
+
+/// A row's compute time at `s`'s efficiencies.
+fn compute_at(r: &Row, s: &Solution) -> f64 {
+    match s.z {
+        None => s.x * r.compute,
+        Some(z) => s.x * r.matmul + z * r.attn,
+    }
+}
+
+/// Compute and memory time of a row at `s`'s efficiencies, combined at its overlap.
+fn combined(r: &Row, s: &Solution) -> f64 {
+    let (c, m) = (compute_at(r, s), s.y * r.memory);
+    c.max(m) + (1.0 - s.ov) * c.min(m)
+}
+
+/// The largest relative error over `rows` at `s`.
+fn worst(rows: &[Row], s: &Solution) -> f64 {
+    rows.iter()
+        .map(|r| ((s.o + combined(r, s) + r.comm - r.target) / r.target).abs())
+        .fold(0.0, f64::max)
+}
+
+/// [`solve`] at the start's overlap (and attention rate); if that leaves a shape off by more than [`EXPRESSED`] and
+/// the overlap is free, at each overlap of a grid, with attention at the matrix work's rate and, where free, at a
+/// rate of its own, keeping the least error. Returns the solution, the held flags and whether the overlap and the
+/// attention rate moved from the start.
+fn solve_with_overlap(
+    rows: &[Row],
+    start: super::EfficiencyDefaults,
+    free: Free,
+    notes: &mut Vec<String>,
+) -> (Solution, [bool; 4], bool, bool) {
+    let z0 = start.decode_attention_mfu.map(|a| 1.0 / a);
+    let tied = Free {
+        attention: false,
+        ..free
+    };
+    let mut first_notes = Vec::new();
+    let (sol, held) = solve(rows, start, start.overlap, z0, tied, &mut first_notes);
+    if !free.overlap || worst(rows, &sol) <= EXPRESSED {
+        notes.extend(first_notes);
+        return (sol, held, false, false);
+    }
+    let mut best = (cost(rows, &sol), sol, held, first_notes);
+    let try_at = |ov: f64, f: Free, best: &mut (f64, Solution, [bool; 4], Vec<String>)| {
+        let mut n = Vec::new();
+        let z = if f.attention {
+            Some(z0.unwrap_or(1.0 / start.mfu))
+        } else {
+            z0
+        };
+        let (s, h) = solve(rows, start, ov, z, f, &mut n);
+        let c = cost(rows, &s);
+        if c < best.0 {
+            *best = (c, s, h, n);
+        }
+    };
+    let kinds: &[Free] = if free.attention { &[tied, free] } else { &[tied] };
+    for &f in kinds {
+        for i in (0..=20).rev() {
+            try_at(f64::from(i) / 20.0, f, &mut best);
+        }
+    }
+    let centre = best.1.ov;
+    let f = if best.1.z != z0 { free } else { tied };
+    for i in -10..=10 {
+        let ov = centre + f64::from(i) * 0.005;
+        if (0.0..=1.0).contains(&ov) && i != 0 {
+            try_at(ov, f, &mut best);
+        }
+    }
+    let (_, s, h, n) = best;
+    notes.extend(n);
+    (s, h, s.ov != start.overlap, s.z != z0)
 }
 
 /// Largest `1/share` the fit may reach (a share of 0.1 %).
@@ -340,21 +467,31 @@ const MAX_INVERSE_SHARE: f64 = 1000.0;
 fn cost(rows: &[Row], s: &Solution) -> f64 {
     rows.iter()
         .map(|r| {
-            let e = (s.o + (s.x * r.compute).max(s.y * r.memory) + r.comm - r.target) / r.target;
+            let e = (s.o + combined(r, s) + r.comm - r.target) / r.target;
             e * e
         })
         .sum()
 }
 
-/// The least-squares efficiencies (see the module docs), and which of `o`, `x`, `y` were held at an edge.
-fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut Vec<String>) -> (Solution, [bool; 3]) {
+/// The least-squares efficiencies at overlap `ov` (see the module docs), and which of `o`, `x`, `y` were held at an
+/// edge.
+fn solve(
+    rows: &[Row],
+    start: super::EfficiencyDefaults,
+    ov: f64,
+    z: Option<f64>,
+    free: Free,
+    notes: &mut Vec<String>,
+) -> (Solution, [bool; 4]) {
     let mut s = Solution {
         o: start.step_overhead_ms,
         x: 1.0 / start.mfu,
         y: 1.0 / start.bandwidth_utilization,
+        z,
+        ov,
     };
     let mut best = (cost(rows, &s), s);
-    let mut bound: Vec<bool> = rows.iter().map(|r| s.x * r.compute > s.y * r.memory).collect();
+    let mut bound: Vec<bool> = rows.iter().map(|r| compute_at(r, &s) > s.y * r.memory).collect();
     let mut held = Vec::new();
     for _ in 0..MAX_ROUNDS {
         let (next, at_edge) = least_squares(rows, &bound, s, free);
@@ -364,13 +501,13 @@ fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut
         if c < best.0 {
             best = (c, s);
         }
-        let again: Vec<bool> = rows.iter().map(|r| s.x * r.compute > s.y * r.memory).collect();
+        let again: Vec<bool> = rows.iter().map(|r| compute_at(r, &s) > s.y * r.memory).collect();
         if again == bound {
             break;
         }
         bound = again;
     }
-    let mut at_edge = [false; 3];
+    let mut at_edge = [false; 4];
     for (i, note) in held {
         at_edge[i] = true;
         notes.push(note);
@@ -382,17 +519,27 @@ fn solve(rows: &[Row], start: super::EfficiencyDefaults, free: Free, notes: &mut
 /// of range is held at the edge and the rest refitted; returns the solution and, per held parameter, its index
 /// and a note.
 fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) -> (Solution, Vec<(usize, String)>) {
-    let mut free = [free.overhead, free.mfu, free.bandwidth];
-    let mut fixed = [s.o, s.x, s.y];
+    // With `z` none, attention goes with the matrix work at `x` (the row's whole compute time) and `z` is no
+    // parameter; with it, a given `z` stays unless attention is free.
+    let separate = s.z.is_some();
+    let mut free = [free.overhead, free.mfu, free.bandwidth, free.attention && separate];
+    let mut fixed = [s.o, s.x, s.y, s.z.unwrap_or(0.0)];
     let mut notes = Vec::new();
     loop {
-        let idx: Vec<usize> = (0..3).filter(|&i| free[i]).collect();
+        let idx: Vec<usize> = (0..4).filter(|&i| free[i]).collect();
         // Each row: Σ_j a_j·θ_j = target − Σ fixed parts, scaled by 1/target.
         let mut ata = vec![vec![0.0; idx.len()]; idx.len()];
         let mut atb = vec![0.0; idx.len()];
         for (r, &cb) in rows.iter().zip(compute_bound) {
-            let coef = [1.0, if cb { r.compute } else { 0.0 }, if cb { 0.0 } else { r.memory }];
-            let fixed_part: f64 = (0..3).filter(|&i| !free[i]).map(|i| coef[i] * fixed[i]).sum();
+            // The bound's side whole, the other's share (1 − overlap) that does not hide under it.
+            let rest = 1.0 - s.ov;
+            let (mm, att) = if separate { (r.matmul, r.attn) } else { (r.compute, 0.0) };
+            let coef = if cb {
+                [1.0, mm, rest * r.memory, att]
+            } else {
+                [1.0, rest * mm, r.memory, rest * att]
+            };
+            let fixed_part: f64 = (0..4).filter(|&i| !free[i]).map(|i| coef[i] * fixed[i]).sum();
             let w = 1.0 / r.target;
             let b = (r.target - r.comm - fixed_part) * w;
             for (a, &i) in idx.iter().enumerate() {
@@ -425,9 +572,15 @@ fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) 
                         1.0 / v,
                         1.0 / at
                     ),
-                    _ => format!(
+                    2 => format!(
                         "the data ask for bandwidth_utilization {:.3}: held at {:.3} (the calibrated server reads KV \
                          faster than this GPU's bandwidth allows: check the deployment's GPU, model and kv_dtype)",
+                        1.0 / v,
+                        1.0 / at
+                    ),
+                    _ => format!(
+                        "the data ask for decode_attention_mfu {:.3}: held at {:.3} (the calibrated server attends faster \
+                         than this GPU's peak allows: check the deployment's GPU and model)",
                         1.0 / v,
                         1.0 / at
                     ),
@@ -439,6 +592,8 @@ fn least_squares(rows: &[Row], compute_bound: &[bool], s: Solution, free: Free) 
                         o: out[0],
                         x: out[1],
                         y: out[2],
+                        z: separate.then_some(out[3]),
+                        ov: s.ov,
                     },
                     notes,
                 );
@@ -507,7 +662,15 @@ fn check(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
 }
 
 /// Each factor with its value and where it comes from.
-fn factors(given: &Deployment, e: &Efficiency, free: Free, held: [bool; 3], tp: u32) -> BTreeMap<String, Factor> {
+fn factors(
+    given: &Deployment,
+    e: &Efficiency,
+    free: Free,
+    held: [bool; 4],
+    tp: u32,
+    (overlap, overlap_fitted): (f64, bool),
+    attention_fitted: bool,
+) -> BTreeMap<String, Factor> {
     let kept = |v: Option<f64>, what: &str| Factor {
         value: v.unwrap_or(0.0),
         identified: false,
@@ -591,6 +754,61 @@ fn factors(given: &Deployment, e: &Efficiency, free: Free, held: [bool; 3], tp: 
             )
         }
     };
+    out.insert(
+        "overlap".to_string(),
+        if !free.overlap {
+            kept(
+                Some(overlap),
+                &format!(
+                    "{}: the calibration did not identify all of step_fixed_ms, per_ctx_token_ms and \
+                     prefill_tokens_per_ms (or no prefill fits the step budget), so compute and memory time cannot \
+                     be told apart",
+                    default_or_given(g.overlap)
+                ),
+            )
+        } else if overlap_fitted {
+            Factor {
+                value: e.overlap.unwrap_or(overlap),
+                identified: true,
+                why: "fitted: compute and memory time add up in the calibrated steps (the decode step grows with \
+                      the batch beside the weights' read) more than max(compute, memory) allows"
+                    .to_string(),
+            }
+        } else {
+            Factor {
+                value: overlap,
+                identified: true,
+                why: format!(
+                    "{}: with it the roofline expresses every shape within {} %, so nothing asks for another",
+                    default_or_given(g.overlap),
+                    EXPRESSED * 100.0
+                ),
+            }
+        },
+    );
+    out.insert(
+        "decode_attention_mfu".to_string(),
+        if attention_fitted {
+            fitted(
+                e.decode_attention_mfu,
+                "the decode step's growth with context beyond the KV read, beside the prefill's rate (the decoders' \
+                 attention at a rate of its own)",
+                3,
+            )
+        } else {
+            Factor {
+                value: e.decode_attention_mfu.or(e.mfu).unwrap_or(0.0),
+                identified: false,
+                why: if g.decode_attention_mfu.is_some() {
+                    "the deployment's own value".to_string()
+                } else {
+                    "the default: attention at the matrix work's mfu (fitted on its own only where the roofline with \
+                     it misses a shape by more than 2 %)"
+                        .to_string()
+                },
+            }
+        },
+    );
     out.insert(
         "link_utilization".to_string(),
         kept(e.link_utilization, &comm_why(g.link_utilization)),

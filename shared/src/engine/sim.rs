@@ -1986,6 +1986,8 @@ mod tests {
                     window_bytes_per_seq: 100.0,
                     comm_ms_per_token: 0.001,
                     comm_fixed_ms: 0.1,
+                    overlap: 1.0,
+                    decode_attn_flops_per_ms: None,
                 })
             });
             // Or tiers: written on eviction or when a request ends, LRU or with a TTL (simulated time), what one
