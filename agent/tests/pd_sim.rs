@@ -3,14 +3,10 @@
 //! `x-kv-transfer-ms` header; `/metrics` and the request log count the same transfers; and `predict --fleet` of
 //! the same fleet matches the live TTFT, while a fleet with a 4× faster link (a wrong transfer model) does not.
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{Config, EngineChoice, RequestLogLine};
 use serde_json::{Value, json};
 use shared::engine::{Disaggregation, EngineProfile, FleetSpec, Router};
-use tokio::process::Command;
 
 mod common;
 #[path = "common/sim_server.rs"]
@@ -18,9 +14,11 @@ mod sim_server_helper;
 
 #[path = "common/scratch.rs"]
 mod scratch;
+
+#[path = "common/run_bin.rs"]
+mod run_bin;
 use scratch::Scratch;
 
-const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 const KV_BYTES: f64 = 131_072.0;
 const LINK_BYTES_PER_S: f64 = 2e9;
 const LINK_LATENCY_MS: f64 = 20.0;
@@ -53,33 +51,22 @@ fn fleet_json(link_bytes_per_s: f64) -> Value {
 }
 
 async fn replay(base: &str, scenario: &std::path::Path, out: &std::path::Path) {
-    let run = tokio::time::timeout(
-        Duration::from_secs(120),
-        Command::new(BIN)
-            .arg("replay")
-            .args([
-                "--url",
-                base,
-                "--model",
-                "sim",
-                "--out",
-                &out.to_string_lossy(),
-                "--scenario",
-                &scenario.to_string_lossy(),
-                "--quiet",
-            ])
-            .stdin(Stdio::null())
-            .output(),
+    run_bin::loadshape_ok(
+        &[
+            "replay",
+            "--url",
+            base,
+            "--model",
+            "sim",
+            "--out",
+            &out.to_string_lossy(),
+            "--scenario",
+            &scenario.to_string_lossy(),
+            "--quiet",
+        ],
+        120,
     )
-    .await
-    .unwrap_or_else(|_| panic!("replay did not finish in 120 s"))
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        run.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    .await;
 }
 
 fn ttft_p50_error(v: &Value) -> f64 {

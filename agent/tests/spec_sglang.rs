@@ -5,7 +5,6 @@
 //! the per-request counts and derives the server's over the run; `calibrate --from` fits the acceptance the mock's
 //! numbers imply; `calibrate --url` derives the same counts from its scrapes over the probe.
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,12 +20,12 @@ use loadshape::replay::records::read_records;
 use loadshape::{Cli, Command as LsCommand};
 use shared::engine::Acceptance;
 use shared::engine::spec::rate_for_share;
-use tokio::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
 #[path = "common/scratch.rs"]
 mod scratch;
+
+#[path = "common/run_bin.rs"]
+mod run_bin;
 use scratch::Scratch;
 
 /// Output tokens a request asks for when it does not say.
@@ -215,39 +214,28 @@ async fn replay_and_calibrate_read_sglangs_acceptance() {
     std::fs::write(&scenario_path, scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
     let out = dir.join("run.jsonl");
     let out_s = out.to_string_lossy().to_string();
-    let run = tokio::time::timeout(
-        Duration::from_secs(120),
-        Command::new(BIN)
-            .arg("replay")
-            .args([
-                "--url",
-                &format!("{origin}/v1"),
-                "--model",
-                "mock",
-                "--endpoint",
-                "chat",
-                "--out",
-                &out_s,
-                "--scenario",
-                &scenario_path.to_string_lossy(),
-                "--quiet",
-                "--metrics-url",
-                &format!("{origin}/metrics"),
-                "--scrape-interval",
-                "0.2",
-            ])
-            .stdin(Stdio::null())
-            .output(),
+    run_bin::loadshape_ok(
+        &[
+            "replay",
+            "--url",
+            &format!("{origin}/v1"),
+            "--model",
+            "mock",
+            "--endpoint",
+            "chat",
+            "--out",
+            &out_s,
+            "--scenario",
+            &scenario_path.to_string_lossy(),
+            "--quiet",
+            "--metrics-url",
+            &format!("{origin}/metrics"),
+            "--scrape-interval",
+            "0.2",
+        ],
+        120,
     )
-    .await
-    .unwrap_or_else(|_| panic!("replay did not finish in 120 s"))
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        run.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    .await;
     let (recs, bad) = read_records(&out).unwrap_or_else(|e| panic!("{e:#}"));
     assert!(bad.is_empty());
     assert_eq!(recs.len(), 12);

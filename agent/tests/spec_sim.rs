@@ -3,24 +3,21 @@
 //! tokens, frames and the counts; `calibrate --from … --spec-base …` recovers the acceptance and the draft's cost
 //! within 5 %.
 
-use std::process::Stdio;
-use std::time::Duration;
-
 use clap::Parser as _;
 use loadshape::cmd::calibrate;
 use loadshape::replay::records::read_records;
 use loadshape::sim_server::{Config, EngineChoice};
 use loadshape::{Cli, Command as LsCommand};
 use shared::engine::{Acceptance, EngineProfile, SpecMethod, Speculative};
-use tokio::process::Command;
-
-const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
 
 #[path = "common/scratch.rs"]
 mod scratch;
+
+#[path = "common/run_bin.rs"]
+mod run_bin;
 use scratch::Scratch;
 
 const RATE: f64 = 0.6;
@@ -88,37 +85,26 @@ async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
     });
     let scenario_path = dir.join("scenario.json");
     std::fs::write(&scenario_path, scenario.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let run = tokio::time::timeout(
-        Duration::from_secs(120),
-        Command::new(BIN)
-            .arg("replay")
-            .args([
-                "--url",
-                &s.base,
-                "--model",
-                "sim",
-                "--out",
-                &out_s,
-                "--scenario",
-                &scenario_path.to_string_lossy(),
-                "--quiet",
-                "--metrics-url",
-                &format!("{}/metrics", s.origin),
-                "--scrape-interval",
-                "0.5",
-            ])
-            .stdin(Stdio::null())
-            .output(),
+    run_bin::loadshape_ok(
+        &[
+            "replay",
+            "--url",
+            &s.base,
+            "--model",
+            "sim",
+            "--out",
+            &out_s,
+            "--scenario",
+            &scenario_path.to_string_lossy(),
+            "--quiet",
+            "--metrics-url",
+            &format!("{}/metrics", s.origin),
+            "--scrape-interval",
+            "0.5",
+        ],
+        120,
     )
-    .await
-    .unwrap_or_else(|_| panic!("replay did not finish in 120 s"))
-    .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        run.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    .await;
     let (recs, bad) = read_records(&out).unwrap_or_else(|e| panic!("{e:#}"));
     assert!(bad.is_empty());
     assert_eq!(recs.len(), 16);
