@@ -18,6 +18,8 @@ use clap::Parser as _;
 use loadshape::cmd::calibrate;
 use loadshape::replay::records::read_records;
 use loadshape::{Cli, Command as LsCommand};
+use shared::calibrate::Fit;
+use shared::calibrate::spec::{ServerSpecCounts, SpecFit};
 use shared::engine::Acceptance;
 use shared::engine::spec::rate_for_share;
 
@@ -287,16 +289,8 @@ async fn replay_and_calibrate_read_sglangs_acceptance() {
         "--spec-method",
         "eagle",
     ];
-    let a = match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
-        LsCommand::Calibrate(a) => a,
-        other => panic!("{other:?}"),
-    };
-    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let sf = fit.speculative.clone().unwrap_or_else(|| panic!("{:?}", fit.notes));
-    let server_counts = sf
-        .server
-        .clone()
-        .unwrap_or_else(|| panic!("the server's counts: {sf:?}"));
+    let (fit, sf) = calibrated(&argv).await;
+    let server_counts = server_counts(&sf);
     assert_eq!(
         (
             server_counts.drafted_tokens,
@@ -339,16 +333,8 @@ async fn calibrate_url_reads_sglangs_counts_over_its_probe() {
         "--spec-method",
         "eagle",
     ];
-    let a = match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
-        LsCommand::Calibrate(a) => a,
-        other => panic!("{other:?}"),
-    };
-    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let sf = fit.speculative.clone().unwrap_or_else(|| panic!("{:?}", fit.notes));
-    let c = sf
-        .server
-        .clone()
-        .unwrap_or_else(|| panic!("the server's counts: {sf:?}"));
+    let (fit, sf) = calibrated(&argv).await;
+    let c = server_counts(&sf);
     // Everything the mock counted happened during the probe: its steps, and the accepted tokens its counters imply
     // (tokens after each request's first, less the steps), half of the drafted.
     let g = counters.lock().unwrap_or_else(|e| e.into_inner());
@@ -366,4 +352,22 @@ async fn calibrate_url_reads_sglangs_counts_over_its_probe() {
         Acceptance::Rate(rate_for_share(0.5, p.draft_tokens)),
         "{sf:?}"
     );
+}
+
+/// `loadshape calibrate ARGV` in process: its fit and the speculation in it.
+async fn calibrated(argv: &[&str]) -> (Fit, SpecFit) {
+    let a = match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+        LsCommand::Calibrate(a) => a,
+        other => panic!("{other:?}"),
+    };
+    let fit = calibrate::calibrate(&a).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let sf = fit.speculative.clone().unwrap_or_else(|| panic!("{:?}", fit.notes));
+    (fit, sf)
+}
+
+/// The server's own speculative counts over the probe, as calibrate read them.
+fn server_counts(sf: &SpecFit) -> ServerSpecCounts {
+    sf.server
+        .clone()
+        .unwrap_or_else(|| panic!("the server's counts: {sf:?}"))
 }
