@@ -368,6 +368,25 @@ struct LinearSteps {
     keep_log: bool,
 }
 
+impl LinearSteps {
+    /// [`Engine::spec_cost`] of a lazy step whose decoders hold `lazy_ctx` tokens and draft `short` fewer than `k`
+    /// each in all.
+    #[inline]
+    fn step_ms(&self, lazy_ctx: u64, short: u32) -> f64 {
+        let cf = lazy_ctx as f64;
+        let mut x = self.base + self.per_ctx * cf;
+        if let Some(bkv_n) = self.bkv_n {
+            x += bkv_n * cf / 1000.0;
+        }
+        x + if short == 0 {
+            self.full_term
+        } else {
+            let drafted = (self.full_drafts - u64::from(short)) as f64;
+            drafted / self.prefill_tokens_per_ms + self.draft_cost_ms * drafted
+        }
+    }
+}
+
 /// What a speculative stretch has summed so far: steps, clock, counters, the lazy decoders' Σ context, the KV
 /// blocks left and taken, and the blocks taken before its last step (`None` before its second).
 struct StepSums {
@@ -401,7 +420,6 @@ fn linear_spec_steps(ring: &mut [SpecSlot], log: &mut Vec<LogEntry>, c: &LinearS
         mut taken,
         mut peak,
     } = *st;
-    let term = |drafted: u64| drafted as f64 / c.prefill_tokens_per_ms + c.draft_cost_ms * drafted as f64;
     while k < c.kmax && end < c.until_ms {
         let i = ((c.d + k) & mask) as usize;
         let slot = ring[i];
@@ -413,15 +431,7 @@ fn linear_spec_steps(ring: &mut [SpecSlot], log: &mut Vec<LogEntry>, c: &LinearS
         avail_left -= need;
         taken += need;
         let cf = lazy_ctx as f64;
-        let mut x = c.base + c.per_ctx * cf;
-        if let Some(bkv_n) = c.bkv_n {
-            x += bkv_n * cf / 1000.0;
-        }
-        let dj = x + if slot.short == 0 {
-            c.full_term
-        } else {
-            term(c.full_drafts - u64::from(slot.short))
-        };
+        let dj = c.step_ms(lazy_ctx, slot.short);
         end += dj;
         if c.keep_log {
             log.push((dj, dj, 1));
@@ -2677,15 +2687,26 @@ impl Engine {
         let mut taken = 0u64;
         // The linear profile's step cost (`spec_cost`), its constant parts computed once.
         let linear = self.p.roofline.is_none();
-        let base = self.p.step_fixed_ms + self.p.per_seq_ms * nf;
-        let per_ctx = self.p.per_ctx_token_ms;
         let bkv = self.p.batch_kv_ms_per_ktok;
-        let bkv_n = bkv * nf;
-        let draft_term =
-            |drafted: u64| drafted as f64 / self.p.prefill_tokens_per_ms + s.draft_cost_ms * drafted as f64;
         let full_drafts = n * u64::from(s.k);
-        let full_term = draft_term(full_drafts);
         let batch = f64::from(decoders);
+        let c = LinearSteps {
+            d,
+            kmax,
+            until_ms,
+            full,
+            budget,
+            base: self.p.step_fixed_ms + self.p.per_seq_ms * nf,
+            per_ctx: self.p.per_ctx_token_ms,
+            bkv_n: (bkv > 0.0).then_some(bkv * nf),
+            full_drafts,
+            full_term: full_drafts as f64 / self.p.prefill_tokens_per_ms + s.draft_cost_ms * full_drafts as f64,
+            prefill_tokens_per_ms: self.p.prefill_tokens_per_ms,
+            draft_cost_ms: s.draft_cost_ms,
+            batch,
+            nf,
+            keep_log: self.keep_log,
+        };
         let mut lazy_ctx = self.lz.ctx;
         let mut end = self.now_ms;
         let dj = d1;
@@ -2709,23 +2730,6 @@ impl Engine {
         *slot = SpecSlot::default();
         let mut k = 1u64;
         if linear && at_end {
-            let c = LinearSteps {
-                d,
-                kmax,
-                until_ms,
-                full,
-                budget,
-                base,
-                per_ctx,
-                bkv_n: (bkv > 0.0).then_some(bkv_n),
-                full_drafts,
-                full_term,
-                prefill_tokens_per_ms: self.p.prefill_tokens_per_ms,
-                draft_cost_ms: s.draft_cost_ms,
-                batch,
-                nf,
-                keep_log: self.keep_log,
-            };
             let mut st = StepSums {
                 k,
                 end,
@@ -2779,22 +2783,12 @@ impl Engine {
                 taken += need;
             }
             let dj = if linear {
-                let c = lazy_ctx as f64;
-                let mut x = base + per_ctx * c;
-                if bkv > 0.0 {
-                    x += bkv_n * c / 1000.0;
-                }
-                let drafted = full_drafts - u64::from(slot.short);
-                x + if slot.short == 0 {
-                    full_term
-                } else {
-                    draft_term(drafted)
-                }
+                c.step_ms(lazy_ctx, slot.short)
             } else {
                 let (drafted, attended) = self.lazy_drafts(&s, d + k, lazy_ctx);
                 self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS])
             };
-            let c = lazy_ctx as f64;
+            let cf = lazy_ctx as f64;
             end += dj;
             if self.keep_log {
                 self.log.push((dj, dj, 1));
@@ -2802,7 +2796,7 @@ impl Engine {
             busy += dj;
             batch_time += batch * dj;
             decode_time += dj;
-            ctx_time += (c / nf + 0.0) * dj;
+            ctx_time += (cf / nf + 0.0) * dj;
             let slot = &mut self.lz.ring[((d + k) & mask) as usize];
             lazy_ctx += u64::from(slot.emit);
             *slot = SpecSlot::default();
