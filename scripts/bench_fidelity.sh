@@ -30,40 +30,13 @@ REPEAT="${REPEAT:-2}"
 SLOTS="${SLOTS:-4}"
 CAL_ARGS="${CAL_ARGS:-}"
 NICE="${NICE:-0}"
-eval "$(bash scripts/realserver/setup.sh --paths)"
-[ -x "$LLAMA_SERVER" ] && [ -f "$LLAMA_MODEL" ] || bash scripts/realserver/setup.sh >/dev/null
-if [ -z "${LOADSHAPE_BIN:-}" ]; then
-  cargo build --release --locked -q -p loadshape
-  LOADSHAPE_BIN="$CARGO_TARGET_DIR/release/loadshape"
-fi
-# NICE < 0 (as root) runs the server and the client ahead of other work on a shared machine: the fit and the live
-# runs must see the same machine, and a build running beside one of them but not the other decides the result.
-B_BIN="$LOADSHAPE_BIN"
-B() { nice -n "$NICE" "$B_BIN" "$@"; }
+source scripts/realserver/bench_lib.sh
 rm -rf "$OUT"; mkdir -p "$OUT"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-llama=""
-trap '[ -n "$llama" ] && kill $llama 2>/dev/null || true' EXIT
-# A fresh server for the probe and for every live run: the simulator starts from an idle server whose slots have
-# never been used, and llama-server gives a request the least recently used free slot and processes prompts in
-# slot order, so which slot each of a scenario's first prompts lands on (and so which of them waits for the
-# others) depends on what ran before. On a server left by earlier runs the first of four cold 5,000-token prompts
-# came first (slot 0) where a fresh one serves it last (slot 3): its TTFT 1.8 s against 6.8 s.
-start_server() {
-  if [ -n "$llama" ]; then kill "$llama" 2>/dev/null || true; wait "$llama" 2>/dev/null || true; fi
-  nice -n "$NICE" "$LLAMA_SERVER" -m "$LLAMA_MODEL" --alias tiny --host 127.0.0.1 --port "$port" -c 32768 \
-    --parallel "$SLOTS" --threads 1 --threads-batch 1 --metrics --slots ${SERVER_ARGS:-} >>"$OUT/llama.log" 2>&1 &
-  llama=$!
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "llama-server did not become healthy (see $OUT/llama.log)" >&2
-  exit 1
-}
+# SERVER_ARGS unquoted: more flags, as the user wrote them.
+# shellcheck disable=SC2086
+start_server() { llama_start "$LLAMA_MODEL" ${SERVER_ARGS:-}; }
 start_server
-url="http://127.0.0.1:$port/v1"
 
 echo "== calibrate (budget ${BUDGET}s)"
 # Prompts up to calibrate's default (85 % of the slot's 8,192 tokens): the held-out scenarios reach 6,000+ tokens
@@ -99,23 +72,10 @@ print(f"== tier: {h if h else 'none'}; capacity found by {t.get('capacity_found_
 PY
 grep -h "kv_unified" "$OUT/llama.log" | head -1 || true
 
-# The scenarios: the one the fit is checked on, more sessions than slots, and longer contexts. Fixed session
-# shapes (`ladder`, BASE:STEPS per session): the `sessions` workload's own draw clamps every base to >= 4,000
-# tokens (the seed's agent_replay.py), which would make the first and the last scenario alike.
-scenario() { # NAME SESSIONS BASE STEPS
-  local ladder
-  ladder=$(python3 -c "print(','.join(['$3:$4'] * $2))")
-  cat >"$OUT/$1.json" <<JSON
-{"model": "engine",
- "workload": {"kind": "sessions", "ladder": "$ladder", "gen_tokens": 64,
-              "tool_tokens": 200, "think_s": 0.5, "stagger_s": 0.5, "duration_s": 600.0},
- "profile": $(cat "$OUT/cal/profile.json"),
- "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 7}
-JSON
-}
-scenario fit "$SLOTS" 1500 5
-scenario more-sessions $((SLOTS * 2)) 1500 5
-scenario longer-context "$SLOTS" 5000 5
+# The scenarios: the one the fit is checked on, more sessions than slots, and longer contexts.
+session_scenario fit "$SLOTS" 1500 5
+session_scenario more-sessions $((SLOTS * 2)) 1500 5
+session_scenario longer-context "$SLOTS" 5000 5
 
 python3 - "$OUT/cal/profile.json" "$OUT/cal/profile-alt.json" <<'PY'
 import json, sys

@@ -25,43 +25,12 @@ K="${K:-4}"
 CAL_ARGS="${CAL_ARGS:-}"
 MAX_PROMPT="${MAX_PROMPT:-2048}"
 NICE="${NICE:-0}"
-eval "$(bash scripts/realserver/setup.sh --paths)"
-[ -x "$LLAMA_SERVER" ] && [ -f "$LLAMA_MODEL" ] && [ -f "$LLAMA_DRAFT_MODEL" ] \
-  || bash scripts/realserver/setup.sh >/dev/null
-if [ -z "${LOADSHAPE_BIN:-}" ]; then
-  cargo build --release --locked -q -p loadshape
-  LOADSHAPE_BIN="$CARGO_TARGET_DIR/release/loadshape"
-fi
-B_BIN="$LOADSHAPE_BIN"
-B() { nice -n "$NICE" "$B_BIN" "$@"; }
+source scripts/realserver/bench_lib.sh
 rm -rf "$OUT"; mkdir -p "$OUT"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-llama=""
-trap '[ -n "$llama" ] && kill $llama 2>/dev/null || true' EXIT
-# A fresh server for the probe and for every live run (as scripts/bench_fidelity.sh: the simulator starts from an
-# idle server whose slots were never used).
+# A fresh server for the probe and for every live run (scripts/realserver/bench_lib.sh says why).
 start_server() {
-  if [ -n "$llama" ]; then kill "$llama" 2>/dev/null || true; wait "$llama" 2>/dev/null || true; fi
-  nice -n "$NICE" "$LLAMA_SERVER" -m "$LLAMA_MODEL" -md "$LLAMA_DRAFT_MODEL" --spec-type draft-simple \
-    --spec-draft-n-max "$K" --alias tiny --host 127.0.0.1 --port "$port" -c 32768 --parallel "$SLOTS" --threads 1 \
-    --threads-batch 1 --metrics --slots >>"$OUT/llama.log" 2>&1 &
-  llama=$!
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    if ! kill -0 "$llama" 2>/dev/null; then
-      if grep -q "failed to load draft model" "$OUT/llama.log"; then
-        echo "llama-server refused the draft model $LLAMA_DRAFT_MODEL:" >&2
-      else
-        echo "llama-server exited:" >&2
-      fi
-      grep ' E ' "$OUT/llama.log" >&2 || tail -5 "$OUT/llama.log" >&2
-      exit 1
-    fi
-    sleep 0.2
-  done
-  echo "llama-server did not become healthy (see $OUT/llama.log)" >&2
-  exit 1
+  llama_start "$LLAMA_MODEL" -md "$LLAMA_DRAFT_MODEL" --spec-type draft-simple --spec-draft-n-max "$K"
 }
 counters() { # drafted accepted steps, from the server's /metrics
   curl -sf "http://127.0.0.1:$port/metrics" | awk '
@@ -71,7 +40,6 @@ counters() { # drafted accepted steps, from the server's /metrics
     END { print d + 0, a + 0, s + 0 }'
 }
 start_server
-url="http://127.0.0.1:$port/v1"
 
 echo "== calibrate (budget ${BUDGET}s, k = $K, --temp 0)"
 before=$(counters)
@@ -81,20 +49,9 @@ after=$(counters)
 echo "$before $after" >"$OUT/cal-counters.txt"
 grep -E "^speculative|^note: speculative" "$OUT/cal.log" || true
 
-scenario() { # NAME SESSIONS BASE STEPS GEN
-  local ladder
-  ladder=$(python3 -c "print(','.join(['$3:$4'] * $2))")
-  cat >"$OUT/$1.json" <<JSON
-{"model": "engine",
- "workload": {"kind": "sessions", "ladder": "$ladder", "gen_tokens": $5,
-              "tool_tokens": 200, "think_s": 0.5, "stagger_s": 0.5, "duration_s": 600.0},
- "profile": $(cat "$OUT/cal/profile.json"),
- "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 7}
-JSON
-}
-scenario one-session 1 1000 5 128
-scenario fit "$SLOTS" 1000 4 96
-scenario more-sessions $((SLOTS * 2)) 1000 3 96
+session_scenario one-session 1 1000 5 128
+session_scenario fit "$SLOTS" 1000 4 96
+session_scenario more-sessions $((SLOTS * 2)) 1000 3 96
 names="one-session fit more-sessions"
 for i in $(seq 1 "$REPEAT"); do
   for name in $names; do

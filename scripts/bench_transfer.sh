@@ -25,8 +25,7 @@ BUDGET="${BUDGET:-180}"
 REPEAT="${REPEAT:-2}"
 SLOTS="${SLOTS:-4}"
 NICE="${NICE:-0}"
-eval "$(bash scripts/realserver/setup.sh --paths)"
-[ -x "$LLAMA_SERVER" ] && [ -f "$LLAMA_MODEL" ] || bash scripts/realserver/setup.sh >/dev/null
+source scripts/realserver/bench_lib.sh
 llama_dir="${LOADSHAPE_LLAMA_DIR:-$HOME/.cache/loadshape-llama}"
 py="$llama_dir/venv/bin/python"
 small="$llama_dir/models/small-$(sha256sum scripts/realserver/make_model.py | cut -c1-12).gguf"
@@ -35,12 +34,6 @@ if [ ! -f "$small" ]; then
   "$py" scripts/realserver/make_model.py "$small.tmp" --size small
   mv "$small.tmp" "$small"
 fi
-if [ -z "${LOADSHAPE_BIN:-}" ]; then
-  cargo build --release --locked -q -p loadshape
-  LOADSHAPE_BIN="$CARGO_TARGET_DIR/release/loadshape"
-fi
-B_BIN="$LOADSHAPE_BIN"
-B() { nice -n "$NICE" "$B_BIN" "$@"; }
 rm -rf "$OUT"; mkdir -p "$OUT"
 
 echo "== this machine as the deployment's GPU (one thread, numpy)"
@@ -72,26 +65,8 @@ for name, c in [("tiny", config(4, 256, 4, 2, 768)), ("small", config(8, 512, 8,
     json.dump({"model": c, "gpu": gpu, "kv_dtype": "fp16"}, open(f"{out}/{name}.json", "w"), indent=2)
 PY
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-llama=""
-trap '[ -n "$llama" ] && kill $llama 2>/dev/null || true' EXIT
-# A fresh server for the probe and for every live run (scripts/bench_fidelity.sh says why).
-start_server() { # MODEL
-  if [ -n "$llama" ]; then kill "$llama" 2>/dev/null || true; wait "$llama" 2>/dev/null || true; fi
-  nice -n "$NICE" "$LLAMA_SERVER" -m "$1" --alias tiny --host 127.0.0.1 --port "$port" -c 32768 \
-    --parallel "$SLOTS" --threads 1 --threads-batch 1 --metrics --slots >>"$OUT/llama.log" 2>&1 &
-  llama=$!
-  for _ in $(seq 1 300); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    sleep 0.2
-  done
-  echo "llama-server did not become healthy (see $OUT/llama.log)" >&2
-  exit 1
-}
-url="http://127.0.0.1:$port/v1"
-
 echo "== calibrate the tiny model (budget ${BUDGET}s), told its deployment"
-start_server "$LLAMA_MODEL"
+llama_start "$LLAMA_MODEL"
 B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" --deployment "$OUT/tiny.json" >"$OUT/calibrate.log" 2>&1 \
   || { tail -20 "$OUT/calibrate.log"; exit 1; }
 python3 - "$OUT" <<'PY'
@@ -111,23 +86,12 @@ json.dump(d, open(f"{out}/small-deployment.json", "w"), indent=2)
 PY
 
 # Held-out scenarios on the small model: as many sessions as slots, and twice as many.
-scenario() { # NAME SESSIONS BASE STEPS
-  local ladder
-  ladder=$(python3 -c "print(','.join(['$3:$4'] * $2))")
-  cat >"$OUT/$1.json" <<JSON
-{"model": "engine",
- "workload": {"kind": "sessions", "ladder": "$ladder", "gen_tokens": 64,
-              "tool_tokens": 200, "think_s": 0.5, "stagger_s": 0.5, "duration_s": 600.0},
- "profile": $(cat "$OUT/cal/profile.json"),
- "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 7}
-JSON
-}
-scenario sessions "$SLOTS" 1500 5
-scenario more-sessions $((SLOTS * 2)) 1500 5
+session_scenario sessions "$SLOTS" 1500 5
+session_scenario more-sessions $((SLOTS * 2)) 1500 5
 for name in sessions more-sessions; do
   for i in $(seq 1 "$REPEAT"); do
     echo "== live on the small model: $name run $i"
-    start_server "$small"
+    llama_start "$small"
     B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
   done
 done
