@@ -105,6 +105,13 @@ async fn replay(hc: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `replay` flags: `--url URL --out OUT` and `more`, whitespace-separated (no value here has a space).
+fn flags<'a>(url: &'a str, out: &'a str, more: &'a str) -> Vec<&'a str> {
+    let mut v = vec!["--url", url, "--out", out];
+    v.extend(more.split_whitespace());
+    v
+}
+
 /// `loadshape report ARGS`, run to its end.
 async fn report(args: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -129,37 +136,7 @@ async fn sessions_against_sim_server_counts_records_and_summary(hc: &'static str
     let out_s = out.to_string_lossy().to_string();
     let (code, stdout, stderr) = replay(
         hc,
-        &[
-            "--url",
-            &s.base,
-            "--model",
-            "sim",
-            "--out",
-            &out_s,
-            "--sessions",
-            "3",
-            "--steps",
-            "3",
-            "--spread",
-            "0",
-            "--base",
-            "4000",
-            "--gen",
-            "64",
-            "--tool",
-            "50",
-            "--think",
-            "0.05",
-            "--stagger",
-            "0.05",
-            "--max-seconds",
-            "20",
-            "--seed",
-            "7",
-            "--quiet",
-            "--scrape-interval",
-            "0.2",
-        ],
+        &flags(&s.base, &out_s, "--model sim --sessions 3 --steps 3 --spread 0 --base 4000 --gen 64 --tool 50 --think 0.05 --stagger 0.05 --max-seconds 20 --seed 7 --quiet --scrape-interval 0.2"),
     )
     .await;
     assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -256,35 +233,11 @@ async fn content_nonce_differs_per_run_unless_pinned(hc: &'static str) {
     for (i, nonce) in [Some("5"), Some("5"), None].into_iter().enumerate() {
         let out = dir.join(format!("nonce{i}.jsonl"));
         let out_s = out.to_string_lossy().to_string();
-        let mut args = vec![
-            "--url",
+        let mut args = flags(
             &s.base,
-            "--model",
-            "sim",
-            "--out",
             &out_s,
-            "--sessions",
-            "1",
-            "--steps",
-            "2",
-            "--spread",
-            "0",
-            "--base",
-            "4000",
-            "--gen",
-            "64",
-            "--tool",
-            "20",
-            "--think",
-            "0",
-            "--stagger",
-            "0",
-            "--seed",
-            "3",
-            "--quiet",
-            "--metrics-url",
-            "none",
-        ];
+            "--model sim --sessions 1 --steps 2 --spread 0 --base 4000 --gen 64 --tool 20 --think 0 --stagger 0 --seed 3 --quiet --metrics-url none",
+        );
         if let Some(n) = nonce {
             args.extend(["--nonce", n]);
         }
@@ -324,38 +277,7 @@ async fn dead_server_aborts_with_exit_2_and_keeps_records(hc: &'static str) {
     let t0 = Instant::now();
     let (code, _stdout, stderr) = replay(
         hc,
-        &[
-            "--url",
-            &s.base,
-            "--model",
-            "sim",
-            "--out",
-            &out_s,
-            "--sessions",
-            "2",
-            "--steps",
-            "3",
-            "--spread",
-            "0",
-            "--base",
-            "4000",
-            "--gen",
-            "64",
-            "--tool",
-            "20",
-            "--think",
-            "0",
-            "--stagger",
-            "0",
-            "--respawn",
-            "--max-fail-streak",
-            "2",
-            "--max-seconds",
-            "20",
-            "--quiet",
-            "--metrics-url",
-            "none",
-        ],
+        &flags(&s.base, &out_s, "--model sim --sessions 2 --steps 3 --spread 0 --base 4000 --gen 64 --tool 20 --think 0 --stagger 0 --respawn --max-fail-streak 2 --max-seconds 20 --quiet --metrics-url none"),
     )
     .await;
     assert_eq!(code, 2, "{stderr}");
@@ -393,23 +315,11 @@ async fn no_server_at_all_exits_2(hc: &'static str) {
     let out_s = out.to_string_lossy().to_string();
     let (code, _, stderr) = replay(
         hc,
-        &[
-            "--url",
+        &flags(
             "http://127.0.0.1:9/v1",
-            "--model",
-            "m",
-            "--out",
             &out_s,
-            "--sessions",
-            "2",
-            "--steps",
-            "2",
-            "--stagger",
-            "0",
-            "--quiet",
-            "--metrics-url",
-            "none",
-        ],
+            "--model m --sessions 2 --steps 2 --stagger 0 --quiet --metrics-url none",
+        ),
     )
     .await;
     assert_eq!(code, 2, "{stderr}");
@@ -472,35 +382,11 @@ async fn https_with_ca_cert_runs_and_without_it_fails(hc: &'static str) {
     let base = format!("https://{front}/v1");
     let out = dir.join("https.jsonl");
     let out_s = out.to_string_lossy().to_string();
-    let args = [
-        "--url",
+    let args = flags(
         &base,
-        "--model",
-        "sim",
-        "--out",
         &out_s,
-        "--sessions",
-        "2",
-        "--steps",
-        "3",
-        "--spread",
-        "0",
-        "--base",
-        "4000",
-        "--gen",
-        "64",
-        "--tool",
-        "20",
-        "--think",
-        "0",
-        "--stagger",
-        "0",
-        "--seed",
-        "3",
-        "--quiet",
-        "--scrape-interval",
-        "0.2",
-    ];
+        "--model sim --sessions 2 --steps 3 --spread 0 --base 4000 --gen 64 --tool 20 --think 0 --stagger 0 --seed 3 --quiet --scrape-interval 0.2",
+    );
     // Trusting the test CA: the run completes, through TLS, with the dialect detected and /metrics scraped over
     // https (reqwest with the same roots).
     let mut with_ca = args.to_vec();
@@ -569,36 +455,9 @@ async fn sigterm_mid_run_keeps_a_record_for_every_started_request(hc: &'static s
     let out = dir.join("sigterm.jsonl");
     let out_s = out.to_string_lossy().to_string();
     let mut child = Command::new(BIN)
-        .args([
-            "replay",
-            "--url",
-            &s.base,
-            "--model",
-            "sim",
-            "--out",
-            &out_s,
-            "--sessions",
-            "4",
-            "--steps",
-            "50",
-            "--spread",
-            "0",
-            "--base",
-            "4000",
-            "--gen",
-            "150",
-            "--tool",
-            "20",
-            "--think",
-            "0",
-            "--stagger",
-            "0.1",
-            "--quiet",
-            "--metrics-url",
-            "none",
-            "--http-client",
-            hc,
-        ])
+        .arg("replay")
+        .args(flags(&s.base, &out_s, "--model sim --sessions 4 --steps 50 --spread 0 --base 4000 --gen 150 --tool 20 --think 0 --stagger 0.1 --quiet --metrics-url none"))
+        .args(["--http-client", hc])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -655,33 +514,7 @@ async fn report_names_malformed_lines(hc: &'static str) {
     let out_s = out.to_string_lossy().to_string();
     let (code, _, stderr) = replay(
         hc,
-        &[
-            "--url",
-            &s.base,
-            "--model",
-            "sim",
-            "--out",
-            &out_s,
-            "--sessions",
-            "1",
-            "--steps",
-            "2",
-            "--spread",
-            "0",
-            "--base",
-            "4000",
-            "--gen",
-            "64",
-            "--tool",
-            "20",
-            "--think",
-            "0",
-            "--quiet",
-            "--metrics-url",
-            "none",
-            "--endpoint",
-            "chat",
-        ],
+        &flags(&s.base, &out_s, "--model sim --sessions 1 --steps 2 --spread 0 --base 4000 --gen 64 --tool 20 --think 0 --quiet --metrics-url none --endpoint chat"),
     )
     .await;
     assert_eq!(code, 0, "{stderr}");
@@ -1012,42 +845,12 @@ async fn tokenizer_matching_sizes_session_filler() {
         let out_s = out.to_string_lossy().to_string();
         let (code, stdout, stderr) = replay(
             "hyper",
+            // Pinned content (--nonce): the ratio a sample measures depends on the filler's words (docs/replay.md).
             &[
-                "--url",
-                &s.base,
-                "--model",
-                "sim",
-                "--out",
-                &out_s,
-                "--sessions",
-                "2",
-                "--steps",
-                "2",
-                "--spread",
-                "0",
-                "--base",
-                "3000",
-                "--gen",
-                "16",
-                "--tool",
-                "200",
-                "--think",
-                "0",
-                "--stagger",
-                "0",
-                "--max-seconds",
-                "20",
-                "--seed",
-                "3",
-                // Pinned content: the ratio a sample measures depends on the filler's words (docs/replay.md).
-                "--nonce",
-                "7",
-                "--quiet",
-                "--metrics-url",
-                "none",
-                "--match-tokenizer",
-                mode,
-            ],
+                flags(&s.base, &out_s, "--model sim --sessions 2 --steps 2 --spread 0 --base 3000 --gen 16 --tool 200 --think 0 --stagger 0 --max-seconds 20 --seed 3 --nonce 7 --quiet --metrics-url none --match-tokenizer"),
+                vec![mode],
+            ]
+            .concat(),
         )
         .await;
         assert_eq!(code, 0, "{mode}: {stdout}\n{stderr}");
