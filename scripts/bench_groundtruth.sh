@@ -7,6 +7,7 @@
 #
 #   bash scripts/bench_groundtruth.sh            # a table: run, metric, real, simulated, error
 #   bash scripts/bench_groundtruth.sh --json     # {"runs": [{"run", "errors": {...}, "real", "simulated", ...}]}
+#   bash scripts/bench_groundtruth.sh --efficiency '{"mfu": 0.6}'   # a diagnosis: every run takes these efficiencies
 #   LOADSHAPE_BIN=OTHER_BUILD/loadshape bash scripts/bench_groundtruth.sh   # another build, not rebuilt
 set -eu
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -14,6 +14,8 @@ The runs are read from `../shared/groundtruth` (beside the repository; `LOADSHAP
 never copied into the project. Usage:
 
   python3 scripts/groundtruth.py --bin target/release/loadshape [--json] [--keep DIR]
+  python3 scripts/groundtruth.py --bin BIN --efficiency '{"mfu": 0.6}'   # a diagnosis: every run's deployment
+                                                # takes these efficiencies (no longer the out-of-the-box comparison)
   python3 scripts/groundtruth.py --selftest     # the converters on synthetic lines, no binary needed
 """
 
@@ -272,6 +274,17 @@ def table(results):
     return "\n".join(lines)
 
 
+def parse_efficiency(text):
+    """`--efficiency`'s JSON object (the deployment's `efficiency` field; loadshape checks its keys and values)."""
+    try:
+        eff = json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"--efficiency must be a JSON object, e.g. '{{\"mfu\": 0.6}}' ({e})")
+    if not isinstance(eff, dict):
+        raise SystemExit(f"--efficiency must be a JSON object, e.g. '{{\"mfu\": 0.6}}' (got {text})")
+    return eff
+
+
 def selftest():
     llama = "\n".join(json.dumps({
         "request_id": f"bench-{i}", "input_toks": 100 + i, "output_toks": 10, "arrival_time": 1000.0 + i,
@@ -297,6 +310,14 @@ def selftest():
     assert abs(f["tpot_mean"] - 0.08) < 1e-9, f  # the 1-token request has no TPOT
     assert nearest_rank([5, 1, 3, 2, 4], 0.5) == 3 and nearest_rank([5, 1, 3, 2, 4], 0.99) == 5
     assert log_gpu_blocks("x\n... num_gpu_blocks is: 2537\n") == 2537
+    assert parse_efficiency('{"mfu": 0.6}') == {"mfu": 0.6}
+    for bad in ("0.6", "[1]", "{mfu: 0.6}"):
+        try:
+            parse_efficiency(bad)
+        except SystemExit as e:
+            assert "--efficiency must be a JSON object" in str(e), e
+        else:
+            raise AssertionError(f"--efficiency {bad} was accepted")
     print("groundtruth.py selftest: ok")
 
 
@@ -304,13 +325,15 @@ def main(argv):
     if "--selftest" in argv:
         selftest()
         return 0
-    binary, keep, as_json = None, None, "--json" in argv
+    binary, keep, as_json, eff = None, None, "--json" in argv, None
     it = iter(argv)
     for a in it:
         if a == "--bin":
             binary = next(it)
         elif a == "--keep":
             keep = next(it)
+        elif a == "--efficiency":
+            eff = parse_efficiency(next(it))
     gt_dir = os.environ.get("LOADSHAPE_GROUNDTRUTH") or DEFAULT_DIR
     found = runs(gt_dir) if os.path.isdir(gt_dir) else []
     if not found:
@@ -319,11 +342,19 @@ def main(argv):
         return 0
     if not binary:
         raise SystemExit("--bin PATH is required")
+    if eff is not None:
+        for r in found:
+            r["deployment"]["efficiency"] = eff
     results = [compare(r, binary, keep) for r in found]
     if as_json:
-        print(json.dumps({"runs": results, "reference": REFERENCE}, indent=2))
+        out = {"runs": results, "reference": REFERENCE}
+        if eff is not None:
+            out["efficiency_override"] = eff
+        print(json.dumps(out, indent=2))
     else:
         print(table(results))
+        if eff is not None:
+            print(f"efficiencies given: {json.dumps(eff)} (a diagnosis, not the out-of-the-box comparison)")
     return 0
 
 
