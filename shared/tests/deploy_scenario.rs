@@ -84,6 +84,7 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         flops_per_ms: 1e9,
         bytes_per_ms: 1e9,
         flops_per_token,
+        head_flops_per_row: 0.0,
         attn_flops_per_ctx: attn,
         prefill_attn_flops_per_ctx: attn,
         weight_bytes: 4e9,

@@ -112,7 +112,8 @@ fn no_acceptance_emits_one_and_drafts_only_what_can_be_used() {
 }
 
 /// A deployment's roofline prices the verified tokens too: a decode step of one sequence at context c verifying
-/// k + 1 positions is the roofline's step of k + 1 tokens attending to c + 1, …, c + k + 1, plus the draft.
+/// k + 1 positions is the roofline's step of k + 1 tokens attending to c + 1, …, c + k + 1, each with its logits
+/// (k + 1 rows of the output head), plus the draft.
 #[test]
 fn the_roofline_pays_for_verified_tokens() {
     let r = RooflineCost {
@@ -120,6 +121,7 @@ fn the_roofline_pays_for_verified_tokens() {
         flops_per_ms: 1e9,
         bytes_per_ms: 1e9,
         flops_per_token: 1.6e10,
+        head_flops_per_row: 2e9,
         attn_flops_per_ctx: 1e6,
         prefill_attn_flops_per_ctx: 1e6,
         weight_bytes: 1.6e10,
@@ -148,6 +150,7 @@ fn the_roofline_pays_for_verified_tokens() {
         ctx: 32.0,
         decode_attended: 33.0 + 34.0,
         prefill_attended: 0.0,
+        logit_rows: 2.0,
     };
     assert_eq!(on.iter().map(|s| s.1).collect::<Vec<_>>(), vec![1, 2]);
     assert!(

@@ -171,7 +171,7 @@ impl ModelSpec {
         let dense_mlp = (self.layers - moe) * 3 * self.hidden * self.intermediate;
         let shared = moe * 3 * self.hidden * self.shared_intermediate;
         let routers = moe * self.hidden * self.experts;
-        self.layers * self.attention_params() + dense_mlp + shared + routers + self.vocab * self.hidden
+        self.layers * self.attention_params() + dense_mlp + shared + routers + self.head_params()
     }
 
     /// Every parameter: dense, all routed experts, and the input embedding (unless tied to the head).
@@ -182,6 +182,11 @@ impl ModelSpec {
             self.vocab * self.hidden
         };
         self.dense_params() + self.moe_layers() * self.experts * self.expert_params() + embed
+    }
+
+    /// Parameters of the output head (vocabulary × hidden size), which runs only where a step computes logits.
+    pub fn head_params(&self) -> u64 {
+        self.vocab * self.hidden
     }
 
     /// Parameters one token uses (its routed experts included, the embedding lookup not).

@@ -4,9 +4,12 @@
 //!
 //! For a step that schedules `seqs` sequences holding `Σcontext` tokens of KV and computes `tokens` new tokens
 //! (one per decoding sequence plus the prefill chunks), every quantity per GPU:
-//! - compute, ms = (`flops_per_token`·tokens + `attn_flops_per_ctx`·A_decode + `prefill_attn_flops_per_ctx`·
-//!   A_prefill) / `flops_per_ms`, where A counts, over the step's new tokens, the context tokens each attends to
-//!   (with `decode_attn_flops_per_ms` given, the decoders' attention FLOPs run at that rate instead);
+//! - compute, ms = (`flops_per_token`·tokens + `head_flops_per_row`·rows + `attn_flops_per_ctx`·A_decode +
+//!   `prefill_attn_flops_per_ctx`·A_prefill) / `flops_per_ms`, where rows are the positions whose logits the step
+//!   computes (one per scheduled sequence, plus each verified draft position: engines run the output head only on
+//!   a prompt's last token, not on every prefilled one) and A counts, over the step's new tokens, the context
+//!   tokens each attends to (with `decode_attn_flops_per_ms` given, the decoders' attention FLOPs run at that rate
+//!   instead);
 //! - memory, ms = (`weight_bytes` + `expert_bytes`·`moe_layers`·touched(tokens) + `kv_bytes_per_token`·Σcontext +
 //!   `window_bytes_per_seq`·seqs) / `bytes_per_ms`, where touched(T) = E·(1 − (1 − k/E)^T) is the expected number
 //!   of distinct experts (of `experts`, `active_experts` per token) that T tokens route to;
@@ -30,8 +33,13 @@ pub struct RooflineCost {
     pub flops_per_ms: f64,
     /// Sustained memory bandwidth: peak × bandwidth utilization, bytes per millisecond.
     pub bytes_per_ms: f64,
-    /// Matrix FLOPs per new token (2 × active parameters, split over the TP ranks).
+    /// Matrix FLOPs per new token (2 × active parameters but the output head's, split over the TP ranks).
     pub flops_per_token: f64,
+    /// Output-head FLOPs per position whose logits a step computes (2 × vocabulary × hidden size, split over the
+    /// TP ranks). 0 (the default, left out of the JSON): the head is counted in `flops_per_token`, as rooflines
+    /// written before this term were.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub head_flops_per_row: f64,
     /// Attention FLOPs per decoded token per context token it attends to.
     pub attn_flops_per_ctx: f64,
     /// Attention FLOPs per prefilled token per context token it attends to.
@@ -72,6 +80,10 @@ fn is_full_overlap(v: &f64) -> bool {
     *v == 1.0
 }
 
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
 /// What one step does, as [`RooflineCost::step_ms`] prices it.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct StepShape {
@@ -85,6 +97,9 @@ pub struct StepShape {
     pub decode_attended: f64,
     /// Σ over prefilled tokens of the context each attends to.
     pub prefill_attended: f64,
+    /// Positions whose logits the step computes: one per scheduled sequence (a prefill chunk's last token, a
+    /// decoder's token), plus each drafted token a speculative step verifies.
+    pub logit_rows: f64,
 }
 
 impl StepShape {
@@ -97,6 +112,7 @@ impl StepShape {
             ctx,
             decode_attended: ctx + seqs,
             prefill_attended: 0.0,
+            logit_rows: seqs,
         }
     }
 
@@ -108,6 +124,7 @@ impl StepShape {
             ctx: 0.0,
             decode_attended: 0.0,
             prefill_attended: tokens * (tokens - 1.0) / 2.0,
+            logit_rows: 1.0,
         }
     }
 }
@@ -151,16 +168,21 @@ impl RooflineCost {
             // Summed in the order the roofline always has, so a GPU's steps stay the same to the bit.
             None => {
                 (self.flops_per_token * s.tokens
+                    + self.head_flops_per_row * s.logit_rows
                     + self.attn_flops_per_ctx * s.decode_attended
                     + self.prefill_attn_flops_per_ctx * s.prefill_attended)
                     / self.flops_per_ms
             }
-            Some(rate) => {
-                (self.flops_per_token * s.tokens + self.prefill_attn_flops_per_ctx * s.prefill_attended)
-                    / self.flops_per_ms
-                    + self.attn_flops_per_ctx * s.decode_attended / rate
-            }
+            Some(rate) => self.matmul_flops(s) / self.flops_per_ms + self.attn_flops_per_ctx * s.decode_attended / rate,
         }
+    }
+
+    /// FLOPs of a step at the matrix rate (all but the decoders' attention): the weights', the output head's and
+    /// the prefill chunks' attention.
+    pub fn matmul_flops(&self, s: &StepShape) -> f64 {
+        self.flops_per_token * s.tokens
+            + self.head_flops_per_row * s.logit_rows
+            + self.prefill_attn_flops_per_ctx * s.prefill_attended
     }
 
     /// The decoders' attention throughput, FLOPs per millisecond.
@@ -264,6 +286,7 @@ impl RooflineCost {
             ("flops_per_ms", self.flops_per_ms, true),
             ("bytes_per_ms", self.bytes_per_ms, true),
             ("flops_per_token", self.flops_per_token, false),
+            ("head_flops_per_row", self.head_flops_per_row, false),
             ("attn_flops_per_ctx", self.attn_flops_per_ctx, false),
             ("prefill_attn_flops_per_ctx", self.prefill_attn_flops_per_ctx, false),
             ("weight_bytes", self.weight_bytes, true),
@@ -316,6 +339,7 @@ mod tests {
             flops_per_ms: 1e9,
             bytes_per_ms: 1e9,
             flops_per_token: 1e6,
+            head_flops_per_row: 0.0,
             attn_flops_per_ctx: 1000.0,
             prefill_attn_flops_per_ctx: 1000.0,
             weight_bytes: 1e9,

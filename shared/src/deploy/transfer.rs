@@ -355,8 +355,7 @@ fn parts(p: &EngineProfile, d: &Deployment, shapes: &[GridShape]) -> Result<Vec<
                 compute: r.compute_ms(&st),
                 memory: r.memory_ms(&st),
                 comm: r.comm_ms(&st),
-                matmul: (r.flops_per_token * st.tokens + r.prefill_attn_flops_per_ctx * st.prefill_attended)
-                    / r.flops_per_ms,
+                matmul: r.matmul_flops(&st) / r.flops_per_ms,
                 attn: r.attn_flops_per_ctx * st.decode_attended / r.flops_per_ms,
             }
         })

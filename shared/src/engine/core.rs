@@ -1482,6 +1482,7 @@ impl Engine {
         if let Some(r) = &self.p.roofline {
             let mut shape = self.roofline_shape(n, ctx, prefill_tokens);
             shape.tokens += drafted as f64;
+            shape.logit_rows += drafted as f64;
             shape.decode_attended += attended;
             return self.with_restores(r.step_ms(&shape) + draft_ms, restored);
         }
@@ -1538,6 +1539,7 @@ impl Engine {
             } else {
                 0.0
             },
+            logit_rows: n,
         }
     }
 

@@ -1975,6 +1975,7 @@ mod tests {
                     flops_per_ms: 1e9,
                     bytes_per_ms: 1e9,
                     flops_per_token,
+                    head_flops_per_row: 0.0,
                     attn_flops_per_ctx,
                     prefill_attn_flops_per_ctx: attn_flops_per_ctx,
                     weight_bytes: 4e9,
