@@ -123,22 +123,39 @@ pub fn window_of<'a>(live_runs: impl IntoIterator<Item = &'a [RequestRecord]>) -
 /// `window` (requests submitted before its end; those still running there cut, as a stopped live run's are):
 /// `(seed, summary)` per seed.
 pub fn simulate_seeds(sc: &EngineScenario, seeds: u32, window: Option<f64>) -> Result<Vec<(u64, Summary)>, String> {
-    let options = SimOptions {
-        keep_records: window.is_some(),
-        ..SimOptions::SUMMARY
-    };
+    simulate_seeds_with_fleet(sc, seeds, window).map(|(runs, _)| runs)
+}
+
+/// [`simulate_seeds`], and for a fleet (more than one replica, or prefill/decode disaggregation) the scenario's own
+/// seed's fleet figures over the same window ([`metrics::replicas::fleet_figures`] of its records: per replica and
+/// the KV transfers), the simulated side a live run of the fleet is laid over; `None` for one engine.
+pub fn simulate_seeds_with_fleet(
+    sc: &EngineScenario,
+    seeds: u32,
+    window: Option<f64>,
+) -> Result<(Vec<(u64, Summary)>, Option<metrics::replicas::FleetFigures>), String> {
+    let fleet = sc.fleet.as_ref().is_some_and(|f| f.replicas > 1) || sc.disaggregation.is_some();
     let mut out = Vec::with_capacity(seeds as usize);
+    let mut figures = None;
     for i in 0..seeds {
         let mut s = sc.clone();
         s.counterfactuals = false;
         s.seed = sc.seed.wrapping_add(u64::from(i));
+        let options = SimOptions {
+            keep_records: window.is_some() || (fleet && i == 0),
+            ..SimOptions::SUMMARY
+        };
         let mut report = engine::simulate_with(&s, options).map_err(|e| format!("seed {}: {e}", s.seed))?;
-        if let Some(end) = window {
-            report.summary = metrics::summarize(&window::clip(&report.records, end, window::InFlight::Cut), &s.slo);
+        let clipped = window.map(|end| window::clip(&report.records, end, window::InFlight::Cut));
+        if let Some(recs) = &clipped {
+            report.summary = metrics::summarize(recs, &s.slo);
+        }
+        if fleet && i == 0 {
+            figures = metrics::replicas::fleet_figures(clipped.as_deref().unwrap_or(&report.records));
         }
         out.push((s.seed, report.summary));
     }
-    Ok(out)
+    Ok((out, figures))
 }
 
 #[cfg(test)]
