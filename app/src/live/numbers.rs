@@ -199,8 +199,9 @@ fn opt_cell(v: Option<f64>, f: fn(f64) -> String) -> String {
     v.map_or_else(|| "—".to_string(), f)
 }
 
+/// A count: `1234` → `1,234`.
 fn count(v: f64) -> String {
-    crate::ui::fmt::num(v.round())
+    crate::ui::fmt::num(v.round()).split('.').next().unwrap_or("").to_string()
 }
 
 /// A fleet's figures, simulated (the scenario's own seed, over the numbers table's window) beside live
@@ -242,9 +243,9 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                 <th class="num" colspan="2">"TTFT p50 " <span class="unit">"ms"</span></th>
                             </tr>
                             <tr>
-                                <th class="num faint">"sim"</th><th class="num faint">"live"</th>
-                                <th class="num faint">"sim"</th><th class="num faint">"live"</th>
-                                <th class="num faint">"sim"</th><th class="num faint">"live"</th>
+                                <th class="num faint">"simulated"</th><th class="num faint">"live"</th>
+                                <th class="num faint">"simulated"</th><th class="num faint">"live"</th>
+                                <th class="num faint">"simulated"</th><th class="num faint">"live"</th>
                             </tr>
                         </thead>
                         <tbody>
@@ -289,12 +290,17 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                     (Some(s), Some(l)) if l != 0.0 && k != "transfers" => Some(s / l - 1.0),
                                     _ => None,
                                 };
+                                let err_class = match err {
+                                    Some(e) if e.abs() > 0.25 => "num err bad",
+                                    Some(e) if e.abs() > 0.10 => "num err warn",
+                                    _ => "num err",
+                                };
                                 view! {
                                     <tr data-row=k>
                                         <th scope="row">{label} {(k != "transfers").then(|| view! { <span class="unit">"ms"</span> })}</th>
                                         <td class="num" data-col="simulated" data-value=v(s)>{opt_cell(s, fmt)}</td>
                                         <td class="num" data-col="live" data-value=v(l)>{opt_cell(l, fmt)}</td>
-                                        <td class="num err" data-col="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
+                                        <td class=err_class data-col="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
                                     </tr>
                                 }
                             }).collect_view()}
@@ -346,6 +352,11 @@ mod tests {
             ttft_p50_ms: 10.0,
             mean_in_flight: 1.0,
         }
+    }
+
+    #[test]
+    fn counts_have_no_decimals() {
+        assert_eq!((count(6.0), count(1234.0), count(0.0)), ("6".to_string(), "1,234".to_string(), "0".to_string()));
     }
 
     #[test]
