@@ -642,7 +642,12 @@ impl Client {
 
     /// One reqwest request, ready to send (or why it cannot be: a bad URL or API key, or the hyper path
     /// configured, reported as the request's error).
-    fn request(&self, prompt: Prompt<'_>, max_tokens: u32) -> Result<reqwest::Request, String> {
+    fn request(
+        &self,
+        prompt: Prompt<'_>,
+        max_tokens: u32,
+        session: Option<&hyper::header::HeaderValue>,
+    ) -> Result<reqwest::Request, String> {
         let Transport::Reqwest { url, headers, .. } = &self.transport else {
             return Err("this client sends through hyper, not reqwest".to_string());
         };
@@ -650,6 +655,9 @@ impl Client {
         let headers = headers.as_ref().map_err(Clone::clone)?.clone();
         let mut req = reqwest::Request::new(reqwest::Method::POST, url);
         *req.headers_mut() = headers;
+        if let Some(v) = session {
+            req.headers_mut().insert(SESSION_HEADER, v.clone());
+        }
         *req.body_mut() = Some(reqwest::Body::from(self.body_bytes(prompt, max_tokens)));
         Ok(req)
     }
@@ -880,13 +888,7 @@ impl Client {
         // loop's first wave), their hand-offs to the connections follow each other closely instead of each one
         // waiting for the next one's building.
         let pending = self
-            .request(prompt, max_tokens)
-            .map(|mut req| {
-                if let Some(v) = session {
-                    req.headers_mut().insert(SESSION_HEADER, v.clone());
-                }
-                req
-            })
+            .request(prompt, max_tokens, session)
             .map(|req| http.execute(req));
         // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
         // handed back to the pool by a task of its own; letting it run first means this request finds it idle
@@ -2266,7 +2268,11 @@ mod tests {
                             assert_eq!(parsed, c.body(p, n), "{endpoint:?} {dialect:?} {model:?} {p:?} {n}");
                         }
                     }
-                    let req = c.request("p".into(), 3).unwrap_or_else(|e| panic!("{e}"));
+                    let req = c.request("p".into(), 3, None).unwrap_or_else(|e| panic!("{e}"));
+                    assert!(req.headers().get(SESSION_HEADER).is_none());
+                    let s = hyper::header::HeaderValue::from_static("4-1");
+                    let req_s = c.request("p".into(), 3, Some(&s)).unwrap_or_else(|e| panic!("{e}"));
+                    assert_eq!(req_s.headers()[SESSION_HEADER], "4-1");
                     assert_eq!(
                         req.url().as_str(),
                         match endpoint {
@@ -2297,7 +2303,7 @@ mod tests {
                 ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
             },
         );
-        assert!(c.request("p".into(), 1).is_err_and(|e| e.contains("API key")));
+        assert!(c.request("p".into(), 1, None).is_err_and(|e| e.contains("API key")));
     }
 
     /// A session's conversation: completions sends its flat text (the seed's bytes), chat and Messages their

@@ -552,6 +552,11 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.request(Bytes::new(), None).headers()[HOST], "host.example:81");
+        // A session step names its session.
+        let s = hyper::header::HeaderValue::from_static("7-0");
+        let req = p.request(Bytes::new(), Some(&s));
+        assert_eq!(req.headers()[crate::replay::client::SESSION_HEADER], "7-0");
+        assert_eq!(req.headers()[HOST], "host.example:81");
 
         // https: port 443 by default, and the certificate must name the URL's host.
         let ca = crate::replay::tls::test_ca_certs();
