@@ -2223,10 +2223,15 @@ async fn the_sim_target_routes_a_fleet_by_session_like_simulate() {
     let shared::scenario::Scenario::Engine(sc) = sc else {
         panic!("an engine scenario")
     };
-    let sim = shared::engine::simulate_with(&sc, shared::engine::SimOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let sim =
+        shared::engine::simulate_with(&sc, shared::engine::SimOptions::default()).unwrap_or_else(|e| panic!("{e}"));
     use shared::metrics::replicas::{fleet_figures, sessions_on_several_replicas};
     assert_eq!(sessions_on_several_replicas(&sim.records), 0);
-    assert_eq!(sessions_on_several_replicas(&live), 0, "live: every session on one replica: {live:?}");
+    assert_eq!(
+        sessions_on_several_replicas(&live),
+        0,
+        "live: every session on one replica: {live:?}"
+    );
     let (fl, fs) = (
         fleet_figures(&live).unwrap_or_else(|| panic!("live fleet figures")),
         fleet_figures(&sim.records).unwrap_or_else(|| panic!("simulated fleet figures")),

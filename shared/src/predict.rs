@@ -126,6 +126,9 @@ pub fn simulate_seeds(sc: &EngineScenario, seeds: u32, window: Option<f64>) -> R
     simulate_seeds_with_fleet(sc, seeds, window).map(|(runs, _)| runs)
 }
 
+/// Each seed's `(seed, summary)` and the scenario's own seed's fleet figures ([`simulate_seeds_with_fleet`]).
+pub type SeedsAndFleet = (Vec<(u64, Summary)>, Option<metrics::replicas::FleetFigures>);
+
 /// [`simulate_seeds`], and for a fleet (more than one replica, or prefill/decode disaggregation) the scenario's own
 /// seed's fleet figures over the same window ([`metrics::replicas::fleet_figures`] of its records: per replica and
 /// the KV transfers), the simulated side a live run of the fleet is laid over; `None` for one engine.
@@ -133,7 +136,7 @@ pub fn simulate_seeds_with_fleet(
     sc: &EngineScenario,
     seeds: u32,
     window: Option<f64>,
-) -> Result<(Vec<(u64, Summary)>, Option<metrics::replicas::FleetFigures>), String> {
+) -> Result<SeedsAndFleet, String> {
     let fleet = sc.fleet.as_ref().is_some_and(|f| f.replicas > 1) || sc.disaggregation.is_some();
     let mut out = Vec::with_capacity(seeds as usize);
     let mut figures = None;

@@ -887,9 +887,7 @@ impl Client {
         // Building it before the scheduler pass below also means that when many requests start at once (a closed
         // loop's first wave), their hand-offs to the connections follow each other closely instead of each one
         // waiting for the next one's building.
-        let pending = self
-            .request(prompt, max_tokens, session)
-            .map(|req| http.execute(req));
+        let pending = self.request(prompt, max_tokens, session).map(|req| http.execute(req));
         // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
         // handed back to the pool by a task of its own; letting it run first means this request finds it idle
         // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one

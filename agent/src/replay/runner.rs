@@ -126,7 +126,14 @@ impl Ctx {
         // replica.
         let session = slot.affinity.map(|(s, i)| format!("{s}-{i}"));
         let outcome = client
-            .complete_in_session(prompt, asked, collect_text, &self.live, &self.stops.cut, session.as_deref())
+            .complete_in_session(
+                prompt,
+                asked,
+                collect_text,
+                &self.live,
+                &self.stops.cut,
+                session.as_deref(),
+            )
             .await;
         let replica = routed.map(|r| r.replica as u32);
         let mut rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());

@@ -201,7 +201,11 @@ fn opt_cell(v: Option<f64>, f: fn(f64) -> String) -> String {
 
 /// A count: `1234` → `1,234`.
 fn count(v: f64) -> String {
-    crate::ui::fmt::num(v.round()).split('.').next().unwrap_or("").to_string()
+    crate::ui::fmt::num(v.round())
+        .split('.')
+        .next()
+        .unwrap_or("")
+        .to_string()
 }
 
 /// A fleet's figures, simulated (the scenario's own seed, over the numbers table's window) beside live
@@ -356,7 +360,10 @@ mod tests {
 
     #[test]
     fn counts_have_no_decimals() {
-        assert_eq!((count(6.0), count(1234.0), count(0.0)), ("6".to_string(), "1,234".to_string(), "0".to_string()));
+        assert_eq!(
+            (count(6.0), count(1234.0), count(0.0)),
+            ("6".to_string(), "1,234".to_string(), "0".to_string())
+        );
     }
 
     #[test]
@@ -367,7 +374,10 @@ mod tests {
             .iter()
             .map(|(i, s, l)| (*i, s.map(|s| s.requests), l.map(|l| l.requests)))
             .collect();
-        assert_eq!(shape, vec![(0, Some(6), None), (1, Some(6), Some(5)), (2, None, Some(1))]);
+        assert_eq!(
+            shape,
+            vec![(0, Some(6), None), (1, Some(6), Some(5)), (2, None, Some(1))]
+        );
         let t = TransferSummary {
             transfers: 12,
             mean_ms: 25.0,
