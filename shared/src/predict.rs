@@ -240,4 +240,36 @@ mod tests {
         let early = simulate_seeds(&sc, 1, Some(5.0)).unwrap();
         assert!(early[0].1.completed + early[0].1.failed < whole.summary.completed + whole.summary.failed);
     }
+
+    #[test]
+    fn a_fleet_gets_its_own_seeds_figures_and_one_engine_none() {
+        let sc = crate::presets::default_engine_scenario();
+        assert_eq!(simulate_seeds_with_fleet(&sc, 1, None).expect("simulates").1, None);
+        let mut fleet = sc.clone();
+        fleet.fleet = Some(engine::FleetSpec {
+            replicas: 2,
+            router: engine::Router::RoundRobin,
+            load_cap: 1.5,
+            profiles: Vec::new(),
+        });
+        let (runs, figures) = simulate_seeds_with_fleet(&fleet, 2, None).expect("simulates");
+        // The summaries are simulate_seeds' own; the figures are the first seed's records'.
+        assert_eq!(runs, simulate_seeds(&fleet, 2, None).expect("simulates"));
+        let whole = engine::simulate_with(
+            &EngineScenario {
+                counterfactuals: false,
+                ..fleet.clone()
+            },
+            SimOptions::default(),
+        )
+        .expect("simulates");
+        assert_eq!(figures, metrics::replicas::fleet_figures(&whole.records));
+        let f = figures.expect("a fleet's figures");
+        assert_eq!(f.replicas.len(), 2);
+        assert_eq!(f.kv_transfer, None, "co-located: no transfers");
+        // Over a window: the figures of the clipped records.
+        let (_, early) = simulate_seeds_with_fleet(&fleet, 1, Some(5.0)).expect("simulates");
+        let clipped = window::clip(&whole.records, 5.0, window::InFlight::Cut);
+        assert_eq!(early, metrics::replicas::fleet_figures(&clipped));
+    }
 }
