@@ -134,6 +134,29 @@ async fn a_pd_sim_server_reports_each_transfer_and_predict_matches_it() {
         assert!(ttft_ms > got, "TTFT {ttft_ms} ms holds the transfer {got} ms: {r:?}");
         total_ms += got;
     }
+    // `summary.json` carries the transfers and the replicas the server named, as the one scorer reads the records.
+    let summary: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("run.jsonl.summary.json")).unwrap_or_else(|e| panic!("summary.json: {e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let t = shared::metrics::replicas::kv_transfer_summary(&recs).unwrap_or_else(|| panic!("transfers"));
+    assert_eq!(t.transfers, 30);
+    assert_eq!(
+        summary["kv_transfer"],
+        serde_json::to_value(t).unwrap_or_default(),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["replicas"],
+        serde_json::to_value(shared::metrics::replicas::replica_split(&recs)).unwrap_or_default(),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["replicas"][0]["requests"], 30,
+        "one prefill instance: {summary}"
+    );
+    assert_eq!(summary["sessions_on_several_replicas"], 0);
+    assert!(summary.get("fleet").is_none(), "the client did not route: {summary}");
     // A second run, one request at a time (what calibrate's prefill fit needs: requests alone on the server).
     let alone = json!({
         "model": "engine", "seed": 6, "counterfactuals": false,

@@ -2185,3 +2185,76 @@ async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
         "mean transfer live {m_live} ms, simulated {m_sim} ms"
     );
 }
+
+/// `session_affinity` live on `sim`: replay names each session step's session (`x-session-id`), the fleet engine
+/// keeps a session on the prefill instance of its first step, as `simulate` does: the same requests per replica,
+/// no session split over replicas, and each replica's cached share close to the simulation's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sim_target_routes_a_fleet_by_session_like_simulate() {
+    let data_dir = tempdir("sim-fleet-affinity");
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(60.0),
+        max_in_flight: None,
+    });
+    let agent = start_agent(data_dir.to_path_buf(), driver).await;
+    // Three sessions over two prefill instances: the first steps go 0, 1, 0 by least outstanding, so affinity
+    // gives 8 and 4 requests; routing each request on its own would move sessions between the instances.
+    let scenario = serde_json::json!({
+        "model": "engine",
+        "workload": {"kind": "sessions", "sessions": 3, "steps": 4, "base_tokens": 2000, "gen_tokens": 16,
+                     "tool_tokens": 200, "think_s": 0.05, "stagger_s": 0.0, "spread": 0.0, "duration_s": 30.0,
+                     "drain": true},
+        "profile": toy_profile(),
+        "fleet": {"replicas": 3, "router": "session_affinity",
+                  "disaggregation": {"prefill_instances": 2, "decode_instances": 1,
+                                     "link_bytes_per_s": 2e9, "link_latency_ms": 5.0,
+                                     "kv_bytes_per_token": 131_072.0}},
+        "slo": {"ttft_ms": 2000.0, "tpot_ms": 100.0},
+        "seed": 5,
+        "counterfactuals": false
+    });
+    let mut ws = connect(&agent).await;
+    let (run_id, n, state) = run_to_end(&mut ws, scenario.clone(), "sim").await;
+    assert_eq!((n, state), (12, RunState::Finished), "3 sessions x 4 steps");
+    let live = fetch_records(&mut ws, &run_id).await;
+    assert!(live.iter().all(|r| r.ok), "{live:?}");
+
+    let sc = shared::scenario::Scenario::from_value(scenario).unwrap_or_else(|e| panic!("{e}"));
+    let shared::scenario::Scenario::Engine(sc) = sc else {
+        panic!("an engine scenario")
+    };
+    let sim =
+        shared::engine::simulate_with(&sc, shared::engine::SimOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    use shared::metrics::replicas::{fleet_figures, sessions_on_several_replicas};
+    assert_eq!(sessions_on_several_replicas(&sim.records), 0);
+    assert_eq!(
+        sessions_on_several_replicas(&live),
+        0,
+        "live: every session on one replica: {live:?}"
+    );
+    let (fl, fs) = (
+        fleet_figures(&live).unwrap_or_else(|| panic!("live fleet figures")),
+        fleet_figures(&sim.records).unwrap_or_else(|| panic!("simulated fleet figures")),
+    );
+    let counts = |f: &shared::metrics::replicas::FleetFigures| {
+        f.replicas.iter().map(|r| (r.replica, r.requests)).collect::<Vec<_>>()
+    };
+    assert_eq!(counts(&fl), counts(&fs), "requests per replica, live vs simulated");
+    assert_eq!(counts(&fl), vec![(0, 8), (1, 4)]);
+    for (l, s) in fl.replicas.iter().zip(&fs.replicas) {
+        assert!(
+            (l.cached_share - s.cached_share).abs() < 0.05,
+            "replica {}: cached share live {} vs simulated {}",
+            l.replica,
+            l.cached_share,
+            s.cached_share
+        );
+        assert!(l.cached_share > 0.5, "affinity keeps the conversation cached: {l:?}");
+    }
+    let (tl, ts) = (
+        fl.kv_transfer.unwrap_or_else(|| panic!("live transfers")),
+        fs.kv_transfer.unwrap_or_else(|| panic!("simulated transfers")),
+    );
+    assert_eq!((tl.transfers, ts.transfers), (12, 12));
+    assert!((tl.mean_ms / ts.mean_ms - 1.0).abs() < 0.10, "{tl:?} vs {ts:?}");
+}

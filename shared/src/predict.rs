@@ -123,22 +123,42 @@ pub fn window_of<'a>(live_runs: impl IntoIterator<Item = &'a [RequestRecord]>) -
 /// `window` (requests submitted before its end; those still running there cut, as a stopped live run's are):
 /// `(seed, summary)` per seed.
 pub fn simulate_seeds(sc: &EngineScenario, seeds: u32, window: Option<f64>) -> Result<Vec<(u64, Summary)>, String> {
-    let options = SimOptions {
-        keep_records: window.is_some(),
-        ..SimOptions::SUMMARY
-    };
+    simulate_seeds_with_fleet(sc, seeds, window).map(|(runs, _)| runs)
+}
+
+/// Each seed's `(seed, summary)` and the scenario's own seed's fleet figures ([`simulate_seeds_with_fleet`]).
+pub type SeedsAndFleet = (Vec<(u64, Summary)>, Option<metrics::replicas::FleetFigures>);
+
+/// [`simulate_seeds`], and for a fleet (more than one replica, or prefill/decode disaggregation) the scenario's own
+/// seed's fleet figures over the same window ([`metrics::replicas::fleet_figures`] of its records: per replica and
+/// the KV transfers), the simulated side a live run of the fleet is laid over; `None` for one engine.
+pub fn simulate_seeds_with_fleet(
+    sc: &EngineScenario,
+    seeds: u32,
+    window: Option<f64>,
+) -> Result<SeedsAndFleet, String> {
+    let fleet = sc.fleet.as_ref().is_some_and(|f| f.replicas > 1) || sc.disaggregation.is_some();
     let mut out = Vec::with_capacity(seeds as usize);
+    let mut figures = None;
     for i in 0..seeds {
         let mut s = sc.clone();
         s.counterfactuals = false;
         s.seed = sc.seed.wrapping_add(u64::from(i));
+        let options = SimOptions {
+            keep_records: window.is_some() || (fleet && i == 0),
+            ..SimOptions::SUMMARY
+        };
         let mut report = engine::simulate_with(&s, options).map_err(|e| format!("seed {}: {e}", s.seed))?;
-        if let Some(end) = window {
-            report.summary = metrics::summarize(&window::clip(&report.records, end, window::InFlight::Cut), &s.slo);
+        let clipped = window.map(|end| window::clip(&report.records, end, window::InFlight::Cut));
+        if let Some(recs) = &clipped {
+            report.summary = metrics::summarize(recs, &s.slo);
+        }
+        if fleet && i == 0 {
+            figures = metrics::replicas::fleet_figures(clipped.as_deref().unwrap_or(&report.records));
         }
         out.push((s.seed, report.summary));
     }
-    Ok(out)
+    Ok((out, figures))
 }
 
 #[cfg(test)]
@@ -219,5 +239,37 @@ mod tests {
         // A window keeps the requests submitted before its end.
         let early = simulate_seeds(&sc, 1, Some(5.0)).unwrap();
         assert!(early[0].1.completed + early[0].1.failed < whole.summary.completed + whole.summary.failed);
+    }
+
+    #[test]
+    fn a_fleet_gets_its_own_seeds_figures_and_one_engine_none() {
+        let sc = crate::presets::default_engine_scenario();
+        assert_eq!(simulate_seeds_with_fleet(&sc, 1, None).expect("simulates").1, None);
+        let mut fleet = sc.clone();
+        fleet.fleet = Some(engine::FleetSpec {
+            replicas: 2,
+            router: engine::Router::RoundRobin,
+            load_cap: 1.5,
+            profiles: Vec::new(),
+        });
+        let (runs, figures) = simulate_seeds_with_fleet(&fleet, 2, None).expect("simulates");
+        // The summaries are simulate_seeds' own; the figures are the first seed's records'.
+        assert_eq!(runs, simulate_seeds(&fleet, 2, None).expect("simulates"));
+        let whole = engine::simulate_with(
+            &EngineScenario {
+                counterfactuals: false,
+                ..fleet.clone()
+            },
+            SimOptions::default(),
+        )
+        .expect("simulates");
+        assert_eq!(figures, metrics::replicas::fleet_figures(&whole.records));
+        let f = figures.expect("a fleet's figures");
+        assert_eq!(f.replicas.len(), 2);
+        assert_eq!(f.kv_transfer, None, "co-located: no transfers");
+        // Over a window: the figures of the clipped records.
+        let (_, early) = simulate_seeds_with_fleet(&fleet, 1, Some(5.0)).expect("simulates");
+        let clipped = window::clip(&whole.records, 5.0, window::InFlight::Cut);
+        assert_eq!(early, metrics::replicas::fleet_figures(&clipped));
     }
 }

@@ -4,6 +4,9 @@
 // - a run whose requests the target refuses (prompts beyond its context: HTTP 400) shows the failed count, the
 //   requests never sent (each refused request ended its session) and the first error, and the page warned before
 //   the launch.
+// - a prefill/decode fleet run live on `sim` shows its per-replica and KV transfer figures beside the simulated ones:
+//   the live side equals `loadshape report --json` of the agent's records, the simulated side `report --json` of
+//   `loadshape simulate --records` of the same scenario; under session affinity the requests per replica agree.
 // Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -181,6 +184,78 @@ test('screenshot: the live view with the numbers table and a failure', async () 
     mkdirSync(SHOTS, { recursive: true });
     await page.screenshot({ path: path.join(SHOTS, 'page-live-numbers-1280.png'), fullPage: true,
       clip: { x: top.x, y: top.y, width: top.width, height: card.y + card.height - top.y + 8 } });
+    assert.deepEqual(page.errors, []);
+  } finally {
+    await page.close();
+  }
+});
+
+/** The page's fleet card: per replica { sim/live requests, cached share, TTFT p50 } and the transfer rows. */
+async function readFleet(page) {
+  const num = (v) => (v === null || v === '' ? null : Number(v));
+  const replicas = await page.locator(`${LIVE} table[data-fleet-replicas] tr[data-replica]`).evaluateAll((rows) => rows.map((tr) => {
+    const v = (col) => tr.querySelector(`[data-col="${col}"]`)?.getAttribute('data-value') ?? '';
+    return { replica: Number(tr.dataset.replica), cols: Object.fromEntries(['sim-requests', 'live-requests', 'sim-cached',
+      'live-cached', 'sim-ttft-p50', 'live-ttft-p50'].map((c) => [c, v(c)])) };
+  }));
+  const transfer = await page.locator(`${LIVE} table[data-fleet-transfer] tr[data-row]`).evaluateAll((rows) => Object.fromEntries(
+    rows.map((tr) => [tr.dataset.row, {
+      simulated: tr.querySelector('[data-col="simulated"]')?.getAttribute('data-value') ?? '',
+      live: tr.querySelector('[data-col="live"]')?.getAttribute('data-value') ?? '',
+    }])));
+  return {
+    replicas: replicas.map((r) => ({ replica: r.replica, ...Object.fromEntries(Object.entries(r.cols).map(([k, v]) => [k, num(v)])) })),
+    transfer: Object.fromEntries(Object.entries(transfer).map(([k, v]) => [k, { simulated: num(v.simulated), live: num(v.live) }])),
+  };
+}
+
+test('a prefill/decode fleet run live on sim shows its per-replica and transfer figures beside the simulated ones', async () => {
+  const page = await newPage();
+  try {
+    // Three sessions over two prefill instances and one decode instance, behind session affinity.
+    // Staggered 50 ms apart, inside each first prompt's prefill: the first steps reach the router in order and go
+    // 0, 1, 0 by least outstanding, live as simulated.
+    const scenario = liveScenario({ sessions: 3, steps: 3, think_s: 0.05, stagger_s: 0.05 });
+    scenario.fleet = {
+      replicas: 3, router: 'session_affinity', load_cap: 1.5,
+      disaggregation: { prefill_instances: 2, decode_instances: 1, link_bytes_per_s: 5e9, link_latency_ms: 2,
+        kv_bytes_per_token: 131072 },
+    };
+    await open(page, scenario, 'pd-fleet');
+    const { records } = await launchToEnd(page);
+    assert.ok(records.every((r) => r.replica !== undefined && r.kv_transfer_ms !== undefined), 'records name replica and transfer');
+    const recFile = scratchFile('pd-fleet.jsonl', records.map((r) => JSON.stringify(r)).join('\n') + '\n');
+    const live = JSON.parse(cli(['report', '--json', recFile]));
+    const scFile = scratchFile('pd-fleet-scenario.json', JSON.stringify(scenario));
+    const simRecs = scratchFile('pd-fleet-sim.jsonl', '');
+    cli(['simulate', '--json', scFile, '--records', simRecs]);
+    const sim = JSON.parse(cli(['report', '--json', simRecs]));
+    assert.ok(live.replicas?.length >= 2 && sim.replicas?.length >= 2, 'both sides name replicas');
+    assert.ok(live.kv_transfer && sim.kv_transfer, 'both sides carry transfers');
+    // The simulated side arrives from the worker.
+    await page.locator(`${LIVE} [data-fleet-card] table[data-fleet-transfer] tr[data-row="mean_ms"] [data-col="simulated"][data-value]:not([data-value=""])`)
+      .waitFor({ timeout: 60000 });
+    const shown = await readFleet(page);
+    const ids = [...new Set([...live.replicas, ...sim.replicas].map((r) => r.replica))].sort((a, b) => a - b);
+    assert.deepEqual(shown.replicas.map((r) => r.replica), ids, 'a row per replica of either side');
+    for (const row of shown.replicas) {
+      const l = live.replicas.find((r) => r.replica === row.replica);
+      const s = sim.replicas.find((r) => r.replica === row.replica);
+      assert.deepEqual([row['live-requests'], row['live-cached'], row['live-ttft-p50']],
+        l ? [l.requests, l.cached_share, l.ttft_p50_ms] : [null, null, null], `replica ${row.replica}: live vs report --json`);
+      assert.deepEqual([row['sim-requests'], row['sim-cached'], row['sim-ttft-p50']],
+        s ? [s.requests, s.cached_share, s.ttft_p50_ms] : [null, null, null], `replica ${row.replica}: simulated vs report --json`);
+      // Session affinity live: each session stays where simulate puts it.
+      assert.equal(row['live-requests'], row['sim-requests'], `replica ${row.replica}: requests live vs simulated`);
+    }
+    for (const [key, field] of [['mean_ms', 'mean_ms'], ['p50_ms', 'p50_ms'], ['p99_ms', 'p99_ms'], ['transfers', 'transfers']]) {
+      assert.deepEqual(shown.transfer[key], { simulated: sim.kv_transfer[field], live: live.kv_transfer[field] }, `transfer ${key}`);
+    }
+    assert.equal(live.kv_transfer.transfers, records.length, 'every request crossed the link');
+    await page.locator(`${LIVE} [data-fleet-card]`).scrollIntoViewIfNeeded();
+    mkdirSync(SHOTS, { recursive: true });
+    await page.locator(`${LIVE} [data-fleet-card]`).screenshot({ path: path.join(SHOTS, 'page-live-fleet-card.png') });
+    await page.screenshot({ path: path.join(SHOTS, 'page-live-fleet-1280x800.png'), fullPage: true });
     assert.deepEqual(page.errors, []);
   } finally {
     await page.close();

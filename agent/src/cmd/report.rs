@@ -98,6 +98,10 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         if let Some(from) = &imported {
             out["imported_from"] = from.clone();
         }
+        // A prefill/decode-disaggregated run: its KV transfers (absent without).
+        if let Some(t) = metrics::replicas::kv_transfer_summary(&recs) {
+            out["kv_transfer"] = serde_json::to_value(t).context("serializing the transfers")?;
+        }
         let rows = replica_rows(&recs, &replica_servers);
         if !rows.is_empty() {
             out["replicas"] = serde_json::to_value(&rows).context("serializing the replicas")?;

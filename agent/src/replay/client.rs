@@ -286,6 +286,12 @@ pub const KV_TRANSFER_HEADER: &str = "x-kv-transfer-ms";
 /// request to in, counted from 0 (a disaggregated fleet's prefill instance, as the simulator's records name it).
 pub const REPLICA_HEADER: &str = "x-replica";
 
+/// The request header naming the session a request belongs to, sent with every session step
+/// ([`Client::complete_in_session`]; the value is `<session>-<instance>`, a sub-agent's its parent's): a router
+/// that keeps a session on one replica reads it (vLLM production-stack's session router with `--session-key
+/// x-session-id`; the sim-server's fleet under `session_affinity`, [`crate::sim_server::SESSION_HEADER`]).
+pub const SESSION_HEADER: &str = "x-session-id";
+
 /// [`REPLICA_HEADER`]'s value, else nothing.
 fn replica_of(headers: &hyper::HeaderMap) -> Option<u32> {
     headers.get(REPLICA_HEADER)?.to_str().ok()?.trim().parse().ok()
@@ -636,7 +642,12 @@ impl Client {
 
     /// One reqwest request, ready to send (or why it cannot be: a bad URL or API key, or the hyper path
     /// configured, reported as the request's error).
-    fn request(&self, prompt: Prompt<'_>, max_tokens: u32) -> Result<reqwest::Request, String> {
+    fn request(
+        &self,
+        prompt: Prompt<'_>,
+        max_tokens: u32,
+        session: Option<&hyper::header::HeaderValue>,
+    ) -> Result<reqwest::Request, String> {
         let Transport::Reqwest { url, headers, .. } = &self.transport else {
             return Err("this client sends through hyper, not reqwest".to_string());
         };
@@ -644,6 +655,9 @@ impl Client {
         let headers = headers.as_ref().map_err(Clone::clone)?.clone();
         let mut req = reqwest::Request::new(reqwest::Method::POST, url);
         *req.headers_mut() = headers;
+        if let Some(v) = session {
+            req.headers_mut().insert(SESSION_HEADER, v.clone());
+        }
         *req.body_mut() = Some(reqwest::Body::from(self.body_bytes(prompt, max_tokens)));
         Ok(req)
     }
@@ -696,7 +710,23 @@ impl Client {
         live: &LiveCounters,
         cut: &CancellationToken,
     ) -> RequestOutcome {
+        self.complete_in_session(prompt, max_tokens, collect_text, live, cut, None)
+            .await
+    }
+
+    /// [`Client::complete`] for a request of `session`: it carries the [`SESSION_HEADER`] with that value (a
+    /// value an HTTP header cannot carry is left out).
+    pub async fn complete_in_session<'p>(
+        &self,
+        prompt: impl Into<Prompt<'p>>,
+        max_tokens: u32,
+        collect_text: bool,
+        live: &LiveCounters,
+        cut: &CancellationToken,
+        session: Option<&str>,
+    ) -> RequestOutcome {
         let mut retry_statuses = Vec::new();
+        let session = session.and_then(|s| hyper::header::HeaderValue::from_str(s).ok());
         let mut ask = Ask {
             prompt: prompt.into(),
             max_tokens,
@@ -704,6 +734,7 @@ impl Client {
             live,
             cut,
             first_submit: None,
+            session: session.as_ref(),
         };
         let mut outcome = loop {
             let attempt = match &self.transport {
@@ -769,6 +800,7 @@ impl Client {
             live,
             cut,
             first_submit,
+            session,
         } = *ask;
         // The body is built before the clock starts, as the floor client builds its request before its clock.
         let body = Bytes::from(self.body_bytes(prompt, max_tokens));
@@ -788,7 +820,7 @@ impl Client {
         let idle = pool.take_idle().await;
         // The request itself (its head and headers) is built before the clock too: after it only the hand-over to
         // the connection and hyper's encoding of the head precede the `write`.
-        let req = pool.request(body.clone());
+        let req = pool.request(body.clone(), session);
         let start = Instant::now();
         if first_submit.is_none() {
             live.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -798,7 +830,7 @@ impl Client {
         let head_by = self.head_deadline(start, deadline);
         let sent = tokio::select! {
             biased;
-            r = tokio::time::timeout_at(head_by.into(), send_h1(pool, idle, req, body)) => Some(r),
+            r = tokio::time::timeout_at(head_by.into(), send_h1(pool, idle, req, body, session)) => Some(r),
             () = cut.cancelled() => None,
         };
         let (resp, mut conn) = match sent {
@@ -846,6 +878,7 @@ impl Client {
             live,
             cut,
             first_submit,
+            session,
         } = *ask;
         // The request is built (body, headers, reqwest's layers) before the clock starts, as the floor client
         // builds its request before its clock: `execute` only prepares a future; the clock starts just before its
@@ -854,7 +887,7 @@ impl Client {
         // Building it before the scheduler pass below also means that when many requests start at once (a closed
         // loop's first wave), their hand-offs to the connections follow each other closely instead of each one
         // waiting for the next one's building.
-        let pending = self.request(prompt, max_tokens).map(|req| http.execute(req));
+        let pending = self.request(prompt, max_tokens, session).map(|req| http.execute(req));
         // One pass of the scheduler before the clock starts: a connection whose previous response just ended is
         // handed back to the pool by a task of its own; letting it run first means this request finds it idle
         // instead of waiting for it (or dialing a new one) after `submitted`. The floor client, which owns one
@@ -1059,6 +1092,8 @@ struct Ask<'a> {
     cut: &'a CancellationToken,
     /// When the first attempt started (a retry keeps that clock); `None` for the first attempt.
     first_submit: Option<Instant>,
+    /// The value of its [`SESSION_HEADER`], when it belongs to a session.
+    session: Option<&'a hyper::header::HeaderValue>,
 }
 
 /// How one attempt of a request ended.
@@ -1123,6 +1158,7 @@ async fn send_h1(
     idle: Option<Conn>,
     req: hyper::Request<http_body_util::Full<Bytes>>,
     body: Bytes,
+    session: Option<&hyper::header::HeaderValue>,
 ) -> Result<(hyper::Response<hyper::body::Incoming>, Conn), String> {
     let mut conn = match idle {
         Some(c) => c,
@@ -1130,7 +1166,7 @@ async fn send_h1(
     };
     let mut req = Some(req);
     loop {
-        let req = req.take().unwrap_or_else(|| pool.request(body.clone()));
+        let req = req.take().unwrap_or_else(|| pool.request(body.clone(), session));
         let written_before = conn.bytes_written();
         let sent = std::pin::pin!(conn.tx.try_send_request(req));
         match conn.drive(sent).await {
@@ -2230,7 +2266,11 @@ mod tests {
                             assert_eq!(parsed, c.body(p, n), "{endpoint:?} {dialect:?} {model:?} {p:?} {n}");
                         }
                     }
-                    let req = c.request("p".into(), 3).unwrap_or_else(|e| panic!("{e}"));
+                    let req = c.request("p".into(), 3, None).unwrap_or_else(|e| panic!("{e}"));
+                    assert!(req.headers().get(SESSION_HEADER).is_none());
+                    let s = hyper::header::HeaderValue::from_static("4-1");
+                    let req_s = c.request("p".into(), 3, Some(&s)).unwrap_or_else(|e| panic!("{e}"));
+                    assert_eq!(req_s.headers()[SESSION_HEADER], "4-1");
                     assert_eq!(
                         req.url().as_str(),
                         match endpoint {
@@ -2261,7 +2301,7 @@ mod tests {
                 ..test_config("http://127.0.0.1:9/v1", HttpClient::Reqwest)
             },
         );
-        assert!(c.request("p".into(), 1).is_err_and(|e| e.contains("API key")));
+        assert!(c.request("p".into(), 1, None).is_err_and(|e| e.contains("API key")));
     }
 
     /// A session's conversation: completions sends its flat text (the seed's bytes), chat and Messages their

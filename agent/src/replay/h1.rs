@@ -282,12 +282,15 @@ impl H1Pool {
         })
     }
 
-    /// One POST of `body` to the endpoint.
-    pub fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
+    /// One POST of `body` to the endpoint (with the session header `session`, when it belongs to one).
+    pub fn request(&self, body: Bytes, session: Option<&hyper::header::HeaderValue>) -> Request<Full<Bytes>> {
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
         *req.uri_mut() = self.path.clone();
         *req.headers_mut() = self.headers.clone();
+        if let Some(v) = session {
+            req.headers_mut().insert(super::client::SESSION_HEADER, v.clone());
+        }
         req
     }
 
@@ -520,7 +523,7 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("127.0.0.1", 8123));
-        let req = p.request(Bytes::from_static(b"{}"));
+        let req = p.request(Bytes::from_static(b"{}"), None);
         assert_eq!(req.method(), Method::POST);
         assert_eq!(req.uri().to_string(), "/v1/completions");
         assert_eq!(req.headers()[HOST], "127.0.0.1:8123");
@@ -536,7 +539,7 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((p.host.as_str(), p.port), ("::1", 80));
-        let req = p.request(Bytes::new());
+        let req = p.request(Bytes::new(), None);
         assert_eq!(req.uri().to_string(), "/x/chat/completions?a=1");
         assert_eq!(req.headers()[HOST], "[::1]");
         assert!(req.headers().get(AUTHORIZATION).is_none());
@@ -548,7 +551,12 @@ mod tests {
             &[],
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(p.request(Bytes::new()).headers()[HOST], "host.example:81");
+        assert_eq!(p.request(Bytes::new(), None).headers()[HOST], "host.example:81");
+        // A session step names its session.
+        let s = hyper::header::HeaderValue::from_static("7-0");
+        let req = p.request(Bytes::new(), Some(&s));
+        assert_eq!(req.headers()[crate::replay::client::SESSION_HEADER], "7-0");
+        assert_eq!(req.headers()[HOST], "host.example:81");
 
         // https: port 443 by default, and the certificate must name the URL's host.
         let ca = crate::replay::tls::test_ca_certs();

@@ -580,6 +580,14 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             .fleet
             .as_ref()
             .map(|f| summary::FleetRun::of(f, &records, &replica_servers)),
+        replicas: if s.fleet.is_none() {
+            shared::metrics::replicas::replica_split(&records)
+        } else {
+            Vec::new()
+        },
+        sessions_on_several_replicas: (s.fleet.is_none() && records.iter().any(|r| r.replica.is_some()))
+            .then(|| shared::metrics::replicas::sessions_on_several_replicas(&records)),
+        kv_transfer: shared::metrics::replicas::kv_transfer_summary(&records),
         loadshape_version: shared::version::LOADSHAPE_VERSION,
     };
     if s.write_summary {

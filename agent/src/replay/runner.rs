@@ -122,8 +122,18 @@ impl Ctx {
         // A fleet: the replica (counted as in flight there until the request ends).
         let routed = self.router.as_ref().map(|r| r.route(slot.affinity, text));
         let client = routed.as_ref().map_or(&self.client, |r| r.client());
+        // A session step names its session (`x-session-id`), so a router in front of the server can keep it on one
+        // replica.
+        let session = slot.affinity.map(|(s, i)| format!("{s}-{i}"));
         let outcome = client
-            .complete(prompt, asked, collect_text, &self.live, &self.stops.cut)
+            .complete_in_session(
+                prompt,
+                asked,
+                collect_text,
+                &self.live,
+                &self.stops.cut,
+                session.as_deref(),
+            )
             .await;
         let replica = routed.map(|r| r.replica as u32);
         let mut rec = to_record(&outcome, self.origin, slot, asked, prompt.chars());

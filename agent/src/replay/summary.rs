@@ -95,6 +95,18 @@ pub struct RunSummary {
     /// Several `--url`s behind a router: the URLs, the policy and each replica's share; absent for one URL.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetRun>,
+    /// One URL whose server routed over a fleet and named each request's replica (`x-replica`: the sim-server's
+    /// `--fleet`, `serve`'s `sim` target running a fleet scenario): per replica, the same rows as `fleet.replicas`
+    /// (without `server`); absent otherwise (no record names a replica, or the client routed: see `fleet`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaSplit>,
+    /// With `replicas`: sessions whose steps went to more than one replica.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sessions_on_several_replicas: Option<u64>,
+    /// A prefill/decode-disaggregated target: the records' KV transfers (`shared::metrics::replicas::
+    /// kv_transfer_summary`: `transfers`, `mean_ms`, `p50_ms`, `p99_ms`); absent when no record carries one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_transfer: Option<shared::metrics::replicas::TransferSummary>,
     pub loadshape_version: &'static str,
 }
 

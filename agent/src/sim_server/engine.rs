@@ -67,6 +67,18 @@ pub enum ServerEvent {
 pub trait StepEngine: Send + 'static {
     /// Queue a request; its prompt is `prompt_tokens` long with the given full-block chained hashes.
     fn submit(&mut self, now_ms: f64, prompt_tokens: u32, block_hashes: Vec<u64>, output_tokens: u32) -> u64;
+    /// [`StepEngine::submit`] for a request of `session` (the request's session header, when it had one): a fleet
+    /// under `session_affinity` routes by it; every other engine ignores it.
+    fn submit_in_session(
+        &mut self,
+        now_ms: f64,
+        prompt_tokens: u32,
+        block_hashes: Vec<u64>,
+        output_tokens: u32,
+        _session: Option<&str>,
+    ) -> u64 {
+        self.submit(now_ms, prompt_tokens, block_hashes, output_tokens)
+    }
     fn cancel(&mut self, id: u64);
     /// Run one iteration starting at `now_ms`: returns its duration and events, or `None` when idle.
     fn step(&mut self, now_ms: f64) -> Option<(f64, Vec<ServerEvent>)>;
@@ -184,6 +196,8 @@ pub struct Submission {
     pub prompt_tokens: u32,
     pub block_hashes: Vec<u64>,
     pub output_tokens: u32,
+    /// The request's session header ([`super::SESSION_HEADER`]), when it had one.
+    pub session: Option<String>,
     pub events: mpsc::UnboundedSender<ReqEvent>,
 }
 
@@ -235,12 +249,14 @@ impl EngineHandle {
             .map(|(dg, kv)| dg.transfer_ms(u64::from(prompt_tokens), *kv))
     }
 
-    /// Submit a request; events arrive on the returned receiver. `None` if the engine thread is gone.
+    /// Submit a request (of `session`, when its header named one); events arrive on the returned receiver. `None`
+    /// if the engine thread is gone.
     pub fn submit(
         &self,
         prompt_tokens: u32,
         block_hashes: Vec<u64>,
         output_tokens: u32,
+        session: Option<String>,
     ) -> Option<mpsc::UnboundedReceiver<ReqEvent>> {
         let (events, rx) = mpsc::unbounded_channel();
         self.tx
@@ -248,6 +264,7 @@ impl EngineHandle {
                 prompt_tokens,
                 block_hashes,
                 output_tokens,
+                session,
                 events,
             })
             .ok()?;
@@ -343,7 +360,13 @@ fn accept(
         .fetch_add(u64::from(sub.prompt_tokens), Ordering::Relaxed);
     m.prefix_cache_queries_total
         .fetch_add(u64::from(sub.prompt_tokens), Ordering::Relaxed);
-    let id = engine.submit(now_ms, sub.prompt_tokens, sub.block_hashes, sub.output_tokens);
+    let id = engine.submit_in_session(
+        now_ms,
+        sub.prompt_tokens,
+        sub.block_hashes,
+        sub.output_tokens,
+        sub.session.as_deref(),
+    );
     if let Some(r) = engine.replica_of(id) {
         let _ = sub.events.send(ReqEvent::Routed(r));
     }

@@ -17,7 +17,9 @@
 
 use std::collections::HashMap;
 
-use shared::engine::{Disaggregation, Engine, EngineProfile, FleetSpec, PromptBlocks, ReqId, Router, StepEvent};
+use shared::engine::{
+    Disaggregation, Engine, EngineProfile, FleetSpec, PromptBlocks, ReqId, Router, StepEvent, UNROUTED,
+};
 
 use super::engine::{ServerEvent, StepEngine};
 
@@ -60,6 +62,9 @@ pub struct FleetEngine {
     preemptions: u64,
     outstanding: Vec<u64>,
     cached: Vec<u64>,
+    /// `session_affinity`: each session's replica (the request's session header → [`FleetSpec::pick`]'s
+    /// affinity), as the simulator keeps one per session.
+    sessions: HashMap<String, u32>,
 }
 
 impl FleetEngine {
@@ -93,6 +98,7 @@ impl FleetEngine {
             preemptions: 0,
             outstanding: Vec::with_capacity(n),
             cached: Vec::with_capacity(n),
+            sessions: HashMap::new(),
         })
     }
 
@@ -192,6 +198,17 @@ impl FleetEngine {
 
 impl StepEngine for FleetEngine {
     fn submit(&mut self, now_ms: f64, prompt_tokens: u32, block_hashes: Vec<u64>, output_tokens: u32) -> u64 {
+        self.submit_in_session(now_ms, prompt_tokens, block_hashes, output_tokens, None)
+    }
+
+    fn submit_in_session(
+        &mut self,
+        now_ms: f64,
+        prompt_tokens: u32,
+        block_hashes: Vec<u64>,
+        output_tokens: u32,
+        session: Option<&str>,
+    ) -> u64 {
         let pool = self.pool();
         self.outstanding.clear();
         self.outstanding
@@ -208,8 +225,15 @@ impl StepEngine for FleetEngine {
         } else {
             self.cached.resize(pool, 0);
         }
-        // Requests without a session: session affinity routes them by least outstanding, as the simulator does.
-        let r = self.fleet.pick(self.sent, &self.outstanding, &self.cached, None);
+        // A session's requests go where its first went (session affinity; only that router keeps the map); requests
+        // without a session by least outstanding, as the simulator routes them.
+        let r = match session {
+            Some(key) if self.fleet.router == Router::SessionAffinity => {
+                let a = self.sessions.entry(key.to_string()).or_insert(UNROUTED);
+                self.fleet.pick(self.sent, &self.outstanding, &self.cached, Some(a))
+            }
+            _ => self.fleet.pick(self.sent, &self.outstanding, &self.cached, None),
+        };
         self.sent += 1;
         let prefilling = self.disagg.is_some();
         // Disaggregated: the prefill instance computes the prompt and its first token, which is not sent.
@@ -592,5 +616,42 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("fleet.disaggregation.link_bytes_per_s"), "{err}");
+    }
+
+    #[test]
+    fn session_affinity_keeps_a_session_where_its_first_request_went() {
+        let fleet = FleetSpec {
+            replicas: 2,
+            router: Router::SessionAffinity,
+            load_cap: 1.5,
+            profiles: Vec::new(),
+        };
+        let mut e = FleetEngine::new(profile(), fleet, None).unwrap_or_else(|err| panic!("{err}"));
+        // "a" starts on 0 (both idle), "b" on 1 (0 is busier).
+        let a0 = e.submit_in_session(0.0, 100, Vec::new(), 3, Some("a"));
+        let b0 = e.submit_in_session(0.0, 100, Vec::new(), 3, Some("b"));
+        assert_eq!((e.replica_of(a0), e.replica_of(b0)), (Some(0), Some(1)));
+        // A request without a session goes by least outstanding: one each, the tie to replica 0.
+        let x = e.submit_in_session(0.0, 100, Vec::new(), 3, None);
+        assert_eq!(e.replica_of(x), Some(0));
+        // "b" stays on 1 and "a" on 0 whatever the load: now 0 holds two and 1 one.
+        let a1 = e.submit_in_session(0.0, 100, Vec::new(), 3, Some("a"));
+        let b1 = e.submit_in_session(0.0, 100, Vec::new(), 3, Some("b"));
+        assert_eq!((e.replica_of(a1), e.replica_of(b1)), (Some(0), Some(1)));
+        // Another router ignores the session: round robin alternates.
+        let rr = FleetSpec {
+            replicas: 2,
+            router: Router::RoundRobin,
+            load_cap: 1.5,
+            profiles: Vec::new(),
+        };
+        let mut e = FleetEngine::new(profile(), rr, None).unwrap_or_else(|err| panic!("{err}"));
+        let ids: Vec<_> = (0..3)
+            .map(|_| e.submit_in_session(0.0, 100, Vec::new(), 3, Some("a")))
+            .collect();
+        assert_eq!(
+            ids.iter().map(|&i| e.replica_of(i)).collect::<Vec<_>>(),
+            vec![Some(0), Some(1), Some(0)]
+        );
     }
 }

@@ -474,12 +474,12 @@ enum Kind {
 /// Largest output length accepted.
 const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
 
-async fn completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    generate(st, Kind::Completions, body).await
+async fn completions(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
+    generate(st, Kind::Completions, session_of(&headers), body).await
 }
 
-async fn chat_completions(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    generate(st, Kind::Chat, body).await
+async fn chat_completions(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
+    generate(st, Kind::Chat, session_of(&headers), body).await
 }
 
 /// `POST /v1/messages`: Anthropic's API requires the `anthropic-version` header (and `max_tokens`); so does this.
@@ -487,11 +487,18 @@ async fn messages(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMa
     if !headers.contains_key("anthropic-version") {
         return error_response(StatusCode::BAD_REQUEST, "anthropic-version: header is required");
     }
-    generate(st, Kind::Messages, body).await
+    generate(st, Kind::Messages, session_of(&headers), body).await
 }
 
-async fn responses(State(st): State<Arc<AppState>>, body: Bytes) -> Response {
-    generate(st, Kind::Responses, body).await
+async fn responses(State(st): State<Arc<AppState>>, headers: axum::http::HeaderMap, body: Bytes) -> Response {
+    generate(st, Kind::Responses, session_of(&headers), body).await
+}
+
+/// The session a request belongs to, from its [`SESSION_HEADER`] (trimmed, non-empty, at most 256 bytes of
+/// visible ASCII); a fleet's `session_affinity` router keeps a session on one replica by it.
+fn session_of(headers: &axum::http::HeaderMap) -> Option<String> {
+    let v = headers.get(SESSION_HEADER)?.to_str().ok()?.trim();
+    (!v.is_empty() && v.len() <= 256).then(|| v.to_string())
 }
 
 /// The Responses API's `input` as a chat message list: a string is one user message; message items stay (their
@@ -626,7 +633,7 @@ fn splitmix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
+async fn generate(st: Arc<AppState>, kind: Kind, session: Option<String>, raw: Bytes) -> Response {
     let n = st.requests.fetch_add(1, Ordering::Relaxed) + 1;
     if let Some(limit) = st.faults.fail_after
         && n > limit
@@ -710,7 +717,7 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
     }
     let kv_transfer_ms = st.engine.kv_transfer_ms(prompt_tokens);
     let arrival = std::time::Instant::now();
-    let Some(mut rx) = st.engine.submit(prompt_tokens, blocks, out_tokens) else {
+    let Some(mut rx) = st.engine.submit(prompt_tokens, blocks, out_tokens, session) else {
         return error_response(StatusCode::SERVICE_UNAVAILABLE, "the emulated engine stopped");
     };
     // A fleet of several replicas says where it routed the request (its first event, when the engine takes it).
@@ -780,6 +787,12 @@ async fn generate(st: Arc<AppState>, kind: Kind, raw: Bytes) -> Response {
 /// The response header in which a fleet of several replicas (`sim-server --fleet`) names the replica it routed the
 /// request to, from 0 (a disaggregated fleet's prefill instance); `replay` records it as the record's `replica`.
 pub const REPLICA_HEADER: &str = "x-replica";
+
+/// The request header naming the session a request belongs to (`replay` sends it for every session step): a
+/// fleet (`--fleet`, `serve`'s `sim` target running a fleet scenario) under `session_affinity` routes a session's
+/// requests to the replica of its first, as the simulator does; requests without it go by least outstanding. The
+/// name is the one vLLM production-stack's session router is commonly given (`--session-key x-session-id`).
+pub const SESSION_HEADER: &str = "x-session-id";
 
 /// The response header in which a disaggregated fleet (`sim-server --fleet` with `disaggregation`) gives the
 /// request's KV transfer, milliseconds; `replay` records it as the record's `kv_transfer_ms`.

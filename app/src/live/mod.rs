@@ -698,6 +698,8 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         );
     });
     let failures = Memo::new(move |_| live.records.with(|r| shared::metrics::failures(r)));
+    // A fleet's live figures (per replica, the KV transfers), scored by the same function as the simulated side.
+    let live_fleet = Memo::new(move |_| live.records.with(|r| shared::metrics::replicas::fleet_figures(r)));
 
     // Before launch: the plan against the target's context, as the scenario's profile gives it (`max_model_len`,
     // which a calibrated profile carries; else its KV capacity). The explorer's simulation of the same scenario
@@ -870,6 +872,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     <crate::live::numbers::FailureLine failures=failures/>
                     <Show when=move || has_records.get()>
                         <crate::live::numbers::NumbersTable predicted=predicted.into() live=summary note=numbers_note.into()/>
+                        <crate::live::numbers::FleetTable predicted=predicted.into() live=live_fleet/>
                     </Show>
                     {move || sim_error.get().map(|e| view! { <p class="callout bad" data-live-sim-error="">{e}</p> })}
                     {move || simulated.get().map(|o| view! {

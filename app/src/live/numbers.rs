@@ -1,5 +1,8 @@
 //! Under the live cards: the numbers beside the curves, and the failures in plain sight (issue #41, items 2-3).
 //!
+//! A fleet's run (several replicas, or prefill/decode disaggregation) adds [`FleetTable`]: per replica and the KV
+//! transfers, the scenario's own seed beside the live records, both from `shared::metrics::replicas::fleet_figures`.
+//!
 //! The numbers table is `loadshape predict`'s: the scenario simulated with its seed and the next ones
 //! ([`shared::predict::simulate_seeds`], in the worker: [`crate::worker::wire::OnDemand::Predict`]) over the live run's window,
 //! laid beside the live records' summary by [`shared::predict::compare`], the function `predict` calls. The
@@ -8,8 +11,9 @@
 
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
+use shared::metrics::replicas::{FleetFigures, ReplicaSplit, TransferSummary};
 use shared::metrics::{Failures, Summary, never_sent_text};
-use shared::predict::{DEFAULT_SEEDS, FIELDS, Row, Values, compare, simulate_seeds, values};
+use shared::predict::{DEFAULT_SEEDS, FIELDS, Row, Values, compare, simulate_seeds_with_fleet, values};
 use shared::scenario::Scenario;
 
 /// Engine scenarios up to this many requests (or session steps) get the table (ten simulations each time the
@@ -23,6 +27,8 @@ pub struct Predicted {
     pub values: Vec<Values>,
     /// The window the seeds were scored over (s), `None` for the whole run.
     pub window_s: Option<f64>,
+    /// A fleet: the scenario's own seed's figures per replica and of the KV transfers, over the same window.
+    pub fleet: Option<FleetFigures>,
 }
 
 /// The scenario simulated with [`DEFAULT_SEEDS`] seeds over `window_s` (what `predict` computes).
@@ -30,11 +36,12 @@ pub fn predicted(sc: &Scenario, window_s: Option<f64>) -> Result<Predicted, Stri
     let Scenario::Engine(e) = sc else {
         return Err("the seed model is simulated once, without seeds".into());
     };
-    let runs = simulate_seeds(e, DEFAULT_SEEDS, window_s)?;
+    let (runs, fleet) = simulate_seeds_with_fleet(e, DEFAULT_SEEDS, window_s)?;
     Ok(Predicted {
         seeds: runs.iter().map(|(s, _)| *s).collect(),
         values: runs.iter().map(|(_, s)| values(s)).collect(),
         window_s,
+        fleet,
     })
 }
 
@@ -152,6 +159,164 @@ pub fn NumbersTable(
     }
 }
 
+/// One replica's row of [`FleetTable`]: the simulated and the live split (`None`: that side sent it nothing).
+pub fn replica_rows<'a>(
+    sim: &'a [ReplicaSplit],
+    live: &'a [ReplicaSplit],
+) -> Vec<(u32, Option<&'a ReplicaSplit>, Option<&'a ReplicaSplit>)> {
+    let mut ids: Vec<u32> = sim.iter().chain(live).map(|r| r.replica).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .map(|i| {
+            (
+                i,
+                sim.iter().find(|r| r.replica == i),
+                live.iter().find(|r| r.replica == i),
+            )
+        })
+        .collect()
+}
+
+/// The KV transfer figures `(key, label, simulated, live)`: mean, p50, p99 (ms) and the count.
+pub fn transfer_rows(
+    sim: Option<&TransferSummary>,
+    live: Option<&TransferSummary>,
+) -> Vec<(&'static str, &'static str, Option<f64>, Option<f64>)> {
+    type Get = fn(&TransferSummary) -> f64;
+    let rows: [(&str, &str, Get); 4] = [
+        ("mean_ms", "KV transfer mean", |t| t.mean_ms),
+        ("p50_ms", "KV transfer p50", |t| t.p50_ms),
+        ("p99_ms", "KV transfer p99", |t| t.p99_ms),
+        ("transfers", "Transfers (requests)", |t| t.transfers as f64),
+    ];
+    rows.into_iter()
+        .map(|(k, l, f)| (k, l, sim.map(f), live.map(f)))
+        .collect()
+}
+
+fn opt_cell(v: Option<f64>, f: fn(f64) -> String) -> String {
+    v.map_or_else(|| "—".to_string(), f)
+}
+
+/// A count: `1234` → `1,234`.
+fn count(v: f64) -> String {
+    crate::ui::fmt::num(v.round())
+        .split('.')
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// A fleet's figures, simulated (the scenario's own seed, over the numbers table's window) beside live
+/// (`[data-fleet-card]`: `table[data-fleet-replicas]` with a `tr[data-replica=<i>]` per replica and
+/// `table[data-fleet-transfer]` with a `tr[data-row=<mean_ms|p50_ms|p99_ms|transfers>]`; each `td[data-col=...]`
+/// holds its exact number in `data-value`). Nothing for a run that is no fleet on either side.
+#[component]
+pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetFigures>>) -> impl IntoView {
+    move || {
+        let sim = predicted.with(|p| p.as_ref().and_then(|p| p.fleet.clone()));
+        let live = live.get();
+        if sim.is_none() && live.is_none() {
+            return None;
+        }
+        let empty = Vec::new();
+        let sim_reps = sim.as_ref().map_or(&empty, |f| &f.replicas);
+        let live_reps = live.as_ref().map_or(&empty, |f| &f.replicas);
+        let rows = replica_rows(sim_reps, live_reps);
+        let (sim_t, live_t) = (
+            sim.as_ref().and_then(|f| f.kv_transfer),
+            live.as_ref().and_then(|f| f.kv_transfer),
+        );
+        let disaggregated = sim_t.is_some() || live_t.is_some();
+        let v = |x: Option<f64>| num_attr(x);
+        Some(view! {
+            <div class="card numbers" data-fleet-card="">
+                <div class="card-head">
+                    <h3 class="section">"Fleet: simulated beside live"</h3>
+                    <span class="spacer"></span>
+                    <span class="faint small">{if sim.is_some() { "simulated: the scenario's own seed, over the table's window" } else { "simulating…" }}</span>
+                </div>
+                {(!rows.is_empty()).then(|| view! {
+                    <table class="data numbers-table" data-fleet-replicas="">
+                        <thead>
+                            <tr>
+                                <th rowspan="2">{if disaggregated { "prefill instance" } else { "replica" }}</th>
+                                <th class="num" colspan="2">"requests"</th>
+                                <th class="num" colspan="2">"cached share"</th>
+                                <th class="num" colspan="2">"TTFT p50 " <span class="unit">"ms"</span></th>
+                            </tr>
+                            <tr>
+                                <th class="num faint">"simulated"</th><th class="num faint">"live"</th>
+                                <th class="num faint">"simulated"</th><th class="num faint">"live"</th>
+                                <th class="num faint">"simulated"</th><th class="num faint">"live"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {rows.into_iter().map(|(i, s, l)| {
+                                let req = |r: Option<&ReplicaSplit>| r.map(|r| r.requests as f64);
+                                let cached = |r: Option<&ReplicaSplit>| r.map(|r| r.cached_share);
+                                let ttft = |r: Option<&ReplicaSplit>| r.map(|r| r.ttft_p50_ms);
+                                view! {
+                                    <tr data-replica=i>
+                                        <th scope="row">{format!("#{i}")}</th>
+                                        <td class="num" data-col="sim-requests" data-value=v(req(s))>{opt_cell(req(s), count)}</td>
+                                        <td class="num" data-col="live-requests" data-value=v(req(l))>{opt_cell(req(l), count)}</td>
+                                        <td class="num" data-col="sim-cached" data-value=v(cached(s))>{opt_cell(cached(s), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="live-cached" data-value=v(cached(l))>{opt_cell(cached(l), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="sim-ttft-p50" data-value=v(ttft(s))>{opt_cell(ttft(s), crate::ui::fmt::num)}</td>
+                                        <td class="num" data-col="live-ttft-p50" data-value=v(ttft(l))>{opt_cell(ttft(l), crate::ui::fmt::num)}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    <p class="faint small">{format!(
+                        "Per {}: requests routed to it (completed or not); cached share = cached ÷ prompt tokens the server reported over its completed requests; TTFT p50 = nearest-rank median of submit → first token over its completed requests.{}",
+                        if disaggregated { "prefill instance (where the router sent the request; a decode instance is picked by fewest outstanding)" } else { "replica" },
+                        if disaggregated { "" } else { " Live: the replica the server or the client's router named." }
+                    )}</p>
+                })}
+                {disaggregated.then(|| view! {
+                    <table class="data numbers-table" data-fleet-transfer="">
+                        <thead>
+                            <tr>
+                                <th></th>
+                                <th class="num">"simulated"</th>
+                                <th class="num">"live"</th>
+                                <th class="num">"error"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {transfer_rows(sim_t.as_ref(), live_t.as_ref()).into_iter().map(|(k, label, s, l)| {
+                                let fmt: fn(f64) -> String = if k == "transfers" { count } else { crate::ui::fmt::num };
+                                let err = match (s, l) {
+                                    (Some(s), Some(l)) if l != 0.0 && k != "transfers" => Some(s / l - 1.0),
+                                    _ => None,
+                                };
+                                let err_class = match err {
+                                    Some(e) if e.abs() > 0.25 => "num err bad",
+                                    Some(e) if e.abs() > 0.10 => "num err warn",
+                                    _ => "num err",
+                                };
+                                view! {
+                                    <tr data-row=k>
+                                        <th scope="row">{label} {(k != "transfers").then(|| view! { <span class="unit">"ms"</span> })}</th>
+                                        <td class="num" data-col="simulated" data-value=v(s)>{opt_cell(s, fmt)}</td>
+                                        <td class="num" data-col="live" data-value=v(l)>{opt_cell(l, fmt)}</td>
+                                        <td class=err_class data-col="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    <p class="faint small">"KV transfer: the link's time for a completed request's prompt KV from its prefill to its decode instance (the record's kv_transfer_ms; live: the server's x-kv-transfer-ms header), part of its TTFT; mean, and nearest-rank p50 and p99."</p>
+                })}
+            </div>
+        })
+    }
+}
+
 /// Failed, cut and never-sent requests and the first error, when there are any (`[data-failures]`).
 #[component]
 pub fn FailureLine(failures: Memo<Failures>) -> impl IntoView {
@@ -172,5 +337,62 @@ pub fn FailureLine(failures: Memo<Failures>) -> impl IntoView {
                 }
             })
         }}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(replica: u32, requests: u64) -> ReplicaSplit {
+        ReplicaSplit {
+            replica,
+            requests,
+            completed: requests,
+            request_share: 0.5,
+            prompt_tokens: 100,
+            cached_tokens: 50,
+            cached_share: 0.5,
+            ttft_p50_ms: 10.0,
+            mean_in_flight: 1.0,
+        }
+    }
+
+    #[test]
+    fn counts_have_no_decimals() {
+        assert_eq!(
+            (count(6.0), count(1234.0), count(0.0)),
+            ("6".to_string(), "1,234".to_string(), "0".to_string())
+        );
+    }
+
+    #[test]
+    fn replicas_of_either_side_get_a_row_and_transfers_their_figures() {
+        let (sim, live) = (vec![split(0, 6), split(1, 6)], vec![split(1, 5), split(2, 1)]);
+        let rows = replica_rows(&sim, &live);
+        let shape: Vec<(u32, Option<u64>, Option<u64>)> = rows
+            .iter()
+            .map(|(i, s, l)| (*i, s.map(|s| s.requests), l.map(|l| l.requests)))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![(0, Some(6), None), (1, Some(6), Some(5)), (2, None, Some(1))]
+        );
+        let t = TransferSummary {
+            transfers: 12,
+            mean_ms: 25.0,
+            p50_ms: 20.0,
+            p99_ms: 40.0,
+        };
+        let rows = transfer_rows(Some(&t), None);
+        assert_eq!(
+            rows.iter().map(|r| (r.0, r.2, r.3)).collect::<Vec<_>>(),
+            vec![
+                ("mean_ms", Some(25.0), None),
+                ("p50_ms", Some(20.0), None),
+                ("p99_ms", Some(40.0), None),
+                ("transfers", Some(12.0), None)
+            ]
+        );
     }
 }

@@ -342,6 +342,7 @@ mod tests {
                 seeds: vec![7, 8],
                 values: vec![vec![Some(0.1 + 0.2), None], vec![Some(f64::MIN_POSITIVE), Some(1e300)]],
                 window_s: Some(12.5),
+                fleet: None,
             }))),
             Done::Bytes(Err("the seed model is simulated once, without seeds".into())),
         ] {

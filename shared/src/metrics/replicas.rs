@@ -1,10 +1,11 @@
-//! How a run's requests were spread over replicas ([`replica_split`]): from the records' `replica`, so the same
-//! function reads a simulated fleet's records and a live `replay` over several URLs, and the two lay over each
-//! other.
+//! How a run's requests were spread over replicas ([`replica_split`]) and what its prompts' KV transfers took
+//! ([`kv_transfer_summary`]): from the records' `replica` and `kv_transfer_ms`, so the same functions read a
+//! simulated fleet's records and a live run (`replay` over several URLs, or a fleet behind one endpoint that names
+//! each request's replica), and the two lay over each other ([`fleet_figures`]).
 
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::percentile_sorted;
+use crate::metrics::{nearest_rank, percentile_sorted};
 use crate::record::RequestRecord;
 
 /// What one replica carried, from the records that name it.
@@ -103,6 +104,56 @@ pub fn replica_split(records: &[RequestRecord]) -> Vec<ReplicaSplit> {
         .collect()
 }
 
+/// The KV transfers of a prefill/decode-disaggregated run: each completed record's `kv_transfer_ms` (the link's
+/// time for its prompt's KV, from the prefill to the decode instance).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TransferSummary {
+    /// Completed records that carry a transfer.
+    pub transfers: u64,
+    /// Mean transfer, ms.
+    pub mean_ms: f64,
+    /// Nearest-rank median and 99th percentile (as the summary's TTFT percentiles), ms.
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// [`TransferSummary`] over the completed records that carry `kv_transfer_ms` (finite); `None` when none does (a
+/// co-located fleet, one engine, a server that does not say its transfers).
+pub fn kv_transfer_summary(records: &[RequestRecord]) -> Option<TransferSummary> {
+    let mut ms: Vec<f64> = records
+        .iter()
+        .filter(|r| r.ok)
+        .filter_map(|r| r.kv_transfer_ms)
+        .filter(|m| m.is_finite())
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    Some(TransferSummary {
+        transfers: ms.len() as u64,
+        mean_ms: ms.iter().sum::<f64>() / ms.len().max(1) as f64,
+        p50_ms: nearest_rank(&ms, 0.5)?,
+        p99_ms: nearest_rank(&ms, 0.99)?,
+    })
+}
+
+/// A fleet's figures from its records: per replica ([`replica_split`]) and the KV transfers
+/// ([`kv_transfer_summary`]). The page lays a live run's over its simulation's, both computed here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetFigures {
+    /// Empty when no record names a replica.
+    pub replicas: Vec<ReplicaSplit>,
+    /// `None` without transfers.
+    pub kv_transfer: Option<TransferSummary>,
+}
+
+/// [`FleetFigures`] of `records`; `None` when they name no replica and carry no transfer (one engine, one URL).
+pub fn fleet_figures(records: &[RequestRecord]) -> Option<FleetFigures> {
+    let f = FleetFigures {
+        replicas: replica_split(records),
+        kv_transfer: kv_transfer_summary(records),
+    };
+    (!f.replicas.is_empty() || f.kv_transfer.is_some()).then_some(f)
+}
+
 /// Sessions (`(session, inst)` pairs) whose records name more than one replica: with `session_affinity` none.
 pub fn sessions_on_several_replicas(records: &[RequestRecord]) -> u64 {
     let mut first: rustc_hash::FxHashMap<(u64, u32), (u32, bool)> = rustc_hash::FxHashMap::default();
@@ -179,5 +230,31 @@ mod tests {
         assert!((s[0].mean_in_flight - 2.0).abs() < 1e-12);
         assert_eq!((s[1].replica, s[1].requests, s[1].cached_share), (2, 1, 0.0));
         assert_eq!(sessions_on_several_replicas(&recs), 1);
+    }
+
+    #[test]
+    fn transfers_are_summarized_over_completed_records() {
+        let mut recs: Vec<RequestRecord> = (0..4).map(|i| rec(i, None, true, 100, 0, 0.1)).collect();
+        assert_eq!(kv_transfer_summary(&recs), None);
+        assert_eq!(fleet_figures(&recs), None, "one engine: no fleet figures");
+        for (r, ms) in recs.iter_mut().zip([40.0, 10.0, 30.0, 20.0]) {
+            r.kv_transfer_ms = Some(ms);
+        }
+        // A failed request's transfer is not counted.
+        let mut failed = rec(9, None, false, 100, 0, 0.1);
+        failed.kv_transfer_ms = Some(1000.0);
+        recs.push(failed);
+        let t = kv_transfer_summary(&recs).unwrap_or_else(|| panic!("transfers"));
+        assert_eq!(t.transfers, 4);
+        assert!((t.mean_ms - 25.0).abs() < 1e-12);
+        // Nearest rank: ceil(0.5 * 4) = 2nd of 10, 20, 30, 40; ceil(0.99 * 4) = 4th.
+        assert_eq!((t.p50_ms, t.p99_ms), (20.0, 40.0));
+        let f = fleet_figures(&recs).unwrap_or_else(|| panic!("figures"));
+        assert!(f.replicas.is_empty());
+        assert_eq!(f.kv_transfer, Some(t));
+        recs[0].replica = Some(1);
+        let f = fleet_figures(&recs).unwrap_or_else(|| panic!("figures"));
+        assert_eq!(f.replicas, replica_split(&recs));
+        assert_eq!(f.replicas.len(), 1);
     }
 }
