@@ -310,8 +310,7 @@ impl StepBlocks {
         // (none: the next period's first step, residue 0, which completes the period).
         let q = (x - 1) / self.period;
         let rest = x - q * self.period;
-        // `pre` is sorted: its partition point is the count below `rest` (no data-dependent branches).
-        let rho = self.pre[..self.bs as usize].iter().filter(|&&p| p < rest).count() as u64;
+        let rho = self.pre[..self.bs as usize].partition_point(|&p| p < rest) as u64;
         let j = 1 + q * self.bs + rho;
         j.clamp(lo, hi)
     }
@@ -326,29 +325,19 @@ fn fill_step_blocks(sb: &mut StepBlocks, bs: u32, lz: &Lazy, sched: &[Sched]) {
         // A lazy request at position `pos` of its last block is counted in class (pos − d) mod bs, and takes a
         // block at the steps with residue (bs − pos) mod bs: residue r reads class (−r − d) mod bs, so the
         // residues read the classes backwards from class (−d) mod bs.
-        // `inc[i] = cnt[(c − i) mod bs]`: `cnt[..=c]` reversed, then `cnt[c + 1..]` reversed.
         let cnt = &lz.cnt[..bs];
-        let c = (bs - (lz.d % bs as u64) as usize) % bs;
-        let (head, tail) = inc.split_at_mut(c + 1);
-        for (x, &n) in head.iter_mut().zip(cnt[..=c].iter().rev()) {
-            *x = n;
-        }
-        for (x, &n) in tail.iter_mut().zip(cnt[c + 1..].iter().rev()) {
-            *x = n;
+        let mut c = (bs - (lz.d % bs as u64) as usize) % bs;
+        for x in inc.iter_mut() {
+            *x = cnt[c];
+            c = if c == 0 { bs - 1 } else { c - 1 };
         }
     } else {
         inc.fill(0);
     }
     // Step j takes a block for a context `t` after its first step when t + j − 1 is a multiple of the block size.
-    if bs.is_power_of_two() {
-        let mask = bs - 1;
-        for s in sched {
-            inc[(bs - (s.t as usize & mask)) & mask] += 1;
-        }
-    } else {
-        for s in sched {
-            inc[(bs - s.t as usize % bs) % bs] += 1;
-        }
+    for s in sched {
+        let r = (bs - s.t as usize % bs) % bs;
+        inc[r] += 1;
     }
     let mut acc = 0;
     sb.pre[0] = 0;

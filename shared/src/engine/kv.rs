@@ -776,16 +776,12 @@ impl Kv {
             }
             let r_new = r_old - take as u32;
             // The piece the chain's first step evicts: [r_old − first, r_old).
-            // The pieces the chain's steps write, when they are more than one write's worth: the first step's
-            // piece and its stamp (see below).
-            let mut split: Option<(u32, f64)> = None;
+            let (t_first, through) = at(done + 1);
+            let first = (through.min(done + take) - done) as u32;
             let room = if write {
                 let tier = &self.tiers[0];
                 let s = tier.slot(h);
                 if s.hi != s.lo && s.lo != r_old {
-                    let (t_first, through) = at(done + 1);
-                    let first = (through.min(done + take) - done) as u32;
-                    split = Some((first, t_first));
                     // Tier 0's growth as the steps would write the pieces: the first merged with what it holds (or
                     // replacing a range apart from it), then the rest below it.
                     let a = r_old - first;
@@ -813,19 +809,10 @@ impl Kv {
             self.resident -= take;
             self.evicted_blocks += take;
             if write {
-                if let Some((first, t_first)) = split {
-                    self.tier_write(0, h, r_old - first, r_old, t_first);
-                    if u64::from(first) < take {
-                        let (t_last, _) = at(done + take);
-                        self.tier_write(0, h, r_new, r_old - first, t_last);
-                    }
-                } else {
-                    // Tier 0 holds nothing of the chain, or the blocks right above the evicted ones: each step's piece
-                    // merges into one range below them, so one write stamped by the chain's last step leaves what
-                    // the writes one by one would (range, hull, place in the list and stamp; the stamps in between
-                    // are overwritten).
+                self.tier_write(0, h, r_old - first, r_old, t_first);
+                if u64::from(first) < take {
                     let (t_last, _) = at(done + take);
-                    self.tier_write(0, h, r_new, r_old, t_last);
+                    self.tier_write(0, h, r_new, r_old - first, t_last);
                 }
                 // What overflows tier 0, from its least recently used chain's deepest block: only a chain that grew
                 // it by `take` gets here over capacity, its `room + i`-th block overflowing it for the `i`-th drop.
@@ -850,19 +837,12 @@ impl Kv {
                     }
                     if down {
                         let base = done + room;
-                        let s1 = self.tiers[1].slot(c);
-                        if s1.hi == s1.lo || s1.lo == hi {
-                            // One write, as for tier 0 above.
+                        let (t_first, through) = at(base + dropped + 1);
+                        let first = ((through - base).min(dropped + u64::from(amount)) - dropped) as u32;
+                        self.tier_write(1, c, hi - first, hi, t_first);
+                        if first < amount {
                             let (t_last, _) = at(base + dropped + u64::from(amount));
-                            self.tier_write(1, c, hi - amount, hi, t_last);
-                        } else {
-                            let (t_first, through) = at(base + dropped + 1);
-                            let first = ((through - base).min(dropped + u64::from(amount)) - dropped) as u32;
-                            self.tier_write(1, c, hi - first, hi, t_first);
-                            if first < amount {
-                                let (t_last, _) = at(base + dropped + u64::from(amount));
-                                self.tier_write(1, c, hi - amount, hi - first, t_last);
-                            }
+                            self.tier_write(1, c, hi - amount, hi - first, t_last);
                         }
                     }
                     if emptied {
@@ -976,16 +956,10 @@ impl Kv {
         }
     }
 
-    /// Expire every TTL tier at `now_ms`, faster tier first (what one drops can expire below in turn). Called at
-    /// every step: a tier whose least recently used chain has not expired is passed over here, inline.
-    #[inline]
+    /// Expire every TTL tier at `now_ms`, faster tier first (what one drops can expire below in turn).
     pub fn expire_tiers(&mut self) {
         for t in 0..self.tiers.len() {
-            let tier = &self.tiers[t];
-            if tier.ttl_ms.is_finite()
-                && tier.head != NONE
-                && !(tier.slots[tier.head as usize].stamp + tier.ttl_ms > self.now_ms)
-            {
+            if self.tiers[t].ttl_ms.is_finite() {
                 self.expire(t);
             }
         }
