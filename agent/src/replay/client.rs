@@ -286,11 +286,7 @@ pub const KV_TRANSFER_HEADER: &str = "x-kv-transfer-ms";
 /// request to in, counted from 0 (a disaggregated fleet's prefill instance, as the simulator's records name it).
 pub const REPLICA_HEADER: &str = "x-replica";
 
-/// The request header naming the session a request belongs to, sent with every session step
-/// ([`Client::complete_in_session`]; the value is `<session>-<instance>`, a sub-agent's its parent's): a router
-/// that keeps a session on one replica reads it (vLLM production-stack's session router with `--session-key
-/// x-session-id`; the sim-server's fleet under `session_affinity`, [`crate::sim_server::SESSION_HEADER`]).
-pub const SESSION_HEADER: &str = "x-session-id";
+pub use super::dialect::SESSION_HEADER;
 
 /// [`REPLICA_HEADER`]'s value, else nothing.
 fn replica_of(headers: &hyper::HeaderMap) -> Option<u32> {

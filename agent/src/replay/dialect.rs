@@ -18,6 +18,13 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
+/// The request header naming the session a request belongs to, sent with every session step
+/// ([`super::client::Client::complete_in_session`]; the value is `<session>-<instance>`, a sub-agent's its
+/// parent's): a router that keeps a session on one replica reads it (vLLM production-stack's session router with
+/// `--session-key x-session-id`; the sim-server's fleet under `session_affinity`,
+/// [`crate::sim_server::SESSION_HEADER`]).
+pub const SESSION_HEADER: &str = "x-session-id";
+
 /// The server family, deciding the length-forcing fields of each request body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -289,7 +289,7 @@ impl H1Pool {
         *req.uri_mut() = self.path.clone();
         *req.headers_mut() = self.headers.clone();
         if let Some(v) = session {
-            req.headers_mut().insert(super::client::SESSION_HEADER, v.clone());
+            req.headers_mut().insert(super::dialect::SESSION_HEADER, v.clone());
         }
         req
     }
@@ -555,7 +555,7 @@ mod tests {
         // A session step names its session.
         let s = hyper::header::HeaderValue::from_static("7-0");
         let req = p.request(Bytes::new(), Some(&s));
-        assert_eq!(req.headers()[crate::replay::client::SESSION_HEADER], "7-0");
+        assert_eq!(req.headers()[crate::replay::dialect::SESSION_HEADER], "7-0");
         assert_eq!(req.headers()[HOST], "host.example:81");
 
         // https: port 443 by default, and the certificate must name the URL's host.
