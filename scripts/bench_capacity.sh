@@ -12,11 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$LOADSHAPE_ROOT"
 OUT="${OUT:-${TMPDIR:-/tmp}/loadshape-capacity}"
 RUNS="${RUNS:-5}"
-if [ -z "${LOADSHAPE_BIN:-}" ]; then
-  cargo build --release --locked -q -p loadshape
-  LOADSHAPE_BIN="$CARGO_TARGET_DIR/release/loadshape"
-fi
-B="$LOADSHAPE_BIN"
+source scripts/bench_lib.sh
 rm -rf "$OUT"; mkdir -p "$OUT"
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -25,7 +21,7 @@ for s in examples/engine-10k.json examples/engine-sessions-10k.json; do
   times=()
   for _ in $(seq 1 "$RUNS"); do
     t0=$(date +%s.%N)
-    "$B" capacity --scenario "$s" --simulate --json >"$OUT/sim.json"
+    B capacity --scenario "$s" --simulate --json >"$OUT/sim.json"
     t1=$(date +%s.%N)
     times+=("$(echo "$t1 - $t0" | bc)")
   done
@@ -53,19 +49,12 @@ json.dump({"model": "engine",
            "profile": profile, "slo": {"ttft_ms": 300.0, "tpot_ms": 35.0}, "seed": 3, "counterfactuals": False},
           open(f"{out}/scenario.json", "w"))
 EOF
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$B" sim-server --port "$port" --profile-file "$OUT/profile.json" >"$OUT/sim-server.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
-  sleep 0.1
-done
+sim_server_start "$OUT/profile.json"
 echo "== live search against sim-server (closed loop, knob users)"
 for mode in guided unguided; do
   flag=(); [ "$mode" = unguided ] && flag=(--no-guide)
   t0=$(date +%s.%N)
-  "$B" capacity --scenario "$OUT/scenario.json" --url "http://127.0.0.1:$port/v1" --out "$OUT/$mode" "${flag[@]}" --json >"$OUT/$mode.json"
+  B capacity --scenario "$OUT/scenario.json" --url "$url" --out "$OUT/$mode" "${flag[@]}" --json >"$OUT/$mode.json"
   t1=$(date +%s.%N)
   python3 - "$mode" "$(echo "$t1 - $t0" | bc)" "$OUT/$mode.json" <<'EOF'
 import json, sys

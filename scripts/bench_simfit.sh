@@ -15,12 +15,7 @@ cd "$LOADSHAPE_ROOT"
 OUT="${OUT:-${TMPDIR:-/tmp}/loadshape-simfit}"
 BUDGET="${BUDGET:-120}"
 REPEAT="${REPEAT:-2}"
-NICE="${NICE:-0}"
-if [ -z "${LOADSHAPE_BIN:-}" ]; then
-  cargo build --release --locked -q -p loadshape
-  LOADSHAPE_BIN="$CARGO_TARGET_DIR/release/loadshape"
-fi
-B() { nice -n "$NICE" "$LOADSHAPE_BIN" "$@"; }
+source scripts/bench_lib.sh
 rm -rf "$OUT"; mkdir -p "$OUT"
 
 # The hidden profile: agent/tests/calibrate_sim.rs's truth (8 sequences, a 16 ms step floor, 6 prefill tokens/ms).
@@ -30,34 +25,16 @@ cat >"$OUT/truth.json" <<'JSON'
  "per_ctx_token_ms": 0.0015, "prefill_tokens_per_ms": 6.0, "prefill_fixed_ms": 8.0, "enable_prefix_caching": true,
  "prefill_ctx_ms_per_ktok": 0.08}
 JSON
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-B sim-server --port "$port" --profile-file "$OUT/truth.json" >"$OUT/sim-server.log" 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-url="http://127.0.0.1:$port/v1"
+sim_server_start "$OUT/truth.json"
 
 echo "== calibrate (budget ${BUDGET}s)"
 B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" >"$OUT/calibrate.log" 2>&1 \
   || { tail -20 "$OUT/calibrate.log"; exit 1; }
 
-scenario() { # NAME SESSIONS BASE STEPS
-  local ladder
-  ladder=$(python3 -c "print(','.join(['$3:$4'] * $2))")
-  cat >"$OUT/$1.json" <<JSON
-{"model": "engine",
- "workload": {"kind": "sessions", "ladder": "$ladder", "gen_tokens": 64,
-              "tool_tokens": 200, "think_s": 0.5, "stagger_s": 0.5, "duration_s": 600.0},
- "profile": $(cat "$OUT/truth.json"),
- "slo": {"ttft_ms": 2000.0, "tpot_ms": 50.0}, "seed": 7}
-JSON
-}
-scenario sessions 8 1500 5
-scenario more-sessions 16 1500 5
-scenario longer-context 8 5000 4
+# The held-out scenarios carry the true profile; `predict --profile` gives each side its own.
+session_scenario sessions 8 1500 5 64 "$OUT/truth.json"
+session_scenario more-sessions 16 1500 5 64 "$OUT/truth.json"
+session_scenario longer-context 8 5000 4 64 "$OUT/truth.json"
 names="sessions more-sessions longer-context"
 for i in $(seq 1 "$REPEAT"); do
   for name in $names; do
