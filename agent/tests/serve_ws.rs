@@ -2107,18 +2107,39 @@ async fn targets_carry_the_limits_they_report() {
     assert!(sim.sources.iter().any(|s| s.contains("max_model_len")), "{sim:?}");
 }
 
+/// A fleet `scenario` run live to its end on the `sim` target of a fresh agent (no shared sim-server behind `sim`:
+/// a fleet scenario gets its own): its `requests` records, every one completed.
+async fn fleet_run_on_sim(name: &str, scenario: &serde_json::Value, requests: u64) -> Vec<RequestRecord> {
+    let data_dir = tempdir(name);
+    let driver = Arc::new(ReplayDriver {
+        max_run_seconds: Some(60.0),
+        max_in_flight: None,
+    });
+    let agent = start_agent(data_dir.to_path_buf(), driver).await;
+    let mut ws = connect(&agent).await;
+    let (run_id, n, state) = run_to_end(&mut ws, scenario.clone(), "sim").await;
+    assert_eq!((n, state), (requests, RunState::Finished), "{scenario}");
+    let live = fetch_records(&mut ws, &run_id).await;
+    assert!(live.iter().all(|r| r.ok), "{live:?}");
+    live
+}
+
+/// `simulate` of an engine `scenario`: its records.
+fn simulated_records(scenario: serde_json::Value) -> Vec<RequestRecord> {
+    let sc = shared::scenario::Scenario::from_value(scenario).unwrap_or_else(|e| panic!("{e}"));
+    let shared::scenario::Scenario::Engine(sc) = sc else {
+        panic!("an engine scenario")
+    };
+    shared::engine::simulate_with(&sc, shared::engine::SimOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .records
+}
+
 /// The `sim` target with a prefill/decode fleet scenario: the run is served by that fleet (the scenario's profile on
 /// 2 prefill and 1 decode instances behind one endpoint, as `sim-server --fleet` serves it), so its records carry
 /// the KV transfer and the prefill instance each request went to, as `simulate` of the same scenario does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
-    let data_dir = tempdir("sim-fleet");
-    let driver = Arc::new(ReplayDriver {
-        max_run_seconds: Some(60.0),
-        max_in_flight: None,
-    });
-    // No shared sim-server behind `sim`: a fleet scenario gets its own.
-    let agent = start_agent(data_dir.to_path_buf(), driver).await;
     let (latency_ms, bytes_per_s, kv_per_token) = (20.0, 2e9, 131_072.0);
     let scenario = serde_json::json!({
         "model": "engine",
@@ -2134,11 +2155,7 @@ async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
         "seed": 5,
         "counterfactuals": false
     });
-    let mut ws = connect(&agent).await;
-    let (run_id, n, state) = run_to_end(&mut ws, scenario.clone(), "sim").await;
-    assert_eq!((n, state), (12, RunState::Finished), "4 sessions x 3 steps");
-    let live = fetch_records(&mut ws, &run_id).await;
-    assert!(live.iter().all(|r| r.ok), "{live:?}");
+    let live = fleet_run_on_sim("sim-fleet", &scenario, 12).await;
     // Each record's transfer is the link's time for the prompt the server counted, and part of its TTFT.
     for r in &live {
         let prompt = r.prompt_tokens.unwrap_or_else(|| panic!("usage: {r:?}")) as f64;
@@ -2149,19 +2166,11 @@ async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
     }
 
     // `simulate` of the same scenario: the same split over the prefill instances, transfers alike.
-    let sc = shared::scenario::Scenario::from_value(scenario).unwrap_or_else(|e| panic!("{e}"));
-    let shared::scenario::Scenario::Engine(sc) = sc else {
-        panic!("an engine scenario")
-    };
-    let opts = shared::engine::SimOptions {
-        keep_records: true,
-        ..shared::engine::SimOptions::default()
-    };
-    let sim = shared::engine::simulate_with(&sc, opts).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(sim.records.len(), live.len());
+    let sim = simulated_records(scenario);
+    assert_eq!(sim.len(), live.len());
     let on = |recs: &[RequestRecord], i: u32| recs.iter().filter(|r| r.replica == Some(i)).count();
     for i in 0..3 {
-        assert_eq!(on(&live, i), on(&sim.records, i), "replica {i}: {live:?}");
+        assert_eq!(on(&live, i), on(&sim, i), "replica {i}: {live:?}");
     }
     assert_eq!(
         (on(&live, 0), on(&live, 1), on(&live, 2)),
@@ -2169,17 +2178,17 @@ async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
         "round robin over the prefill instances"
     );
     let split_live = shared::metrics::replicas::replica_split(&live);
-    let split_sim = shared::metrics::replicas::replica_split(&sim.records);
+    let split_sim = shared::metrics::replicas::replica_split(&sim);
     assert_eq!(
         split_live.iter().map(|s| (s.replica, s.requests)).collect::<Vec<_>>(),
         split_sim.iter().map(|s| (s.replica, s.requests)).collect::<Vec<_>>()
     );
     let mean = |recs: &[RequestRecord]| {
-        let t: Vec<f64> = recs.iter().filter_map(|r| r.kv_transfer_ms).collect();
-        assert_eq!(t.len(), recs.len(), "every record crossed the link");
-        t.iter().sum::<f64>() / t.len() as f64
+        let t = shared::metrics::replicas::kv_transfer_summary(recs).unwrap_or_else(|| panic!("transfers"));
+        assert_eq!(t.transfers as usize, recs.len(), "every record crossed the link");
+        t.mean_ms
     };
-    let (m_live, m_sim) = (mean(&live), mean(&sim.records));
+    let (m_live, m_sim) = (mean(&live), mean(&sim));
     assert!(
         (m_live / m_sim - 1.0).abs() < 0.10,
         "mean transfer live {m_live} ms, simulated {m_sim} ms"
@@ -2191,12 +2200,6 @@ async fn the_sim_target_runs_a_fleet_scenario_on_that_fleet() {
 /// no session split over replicas, and each replica's cached share close to the simulation's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sim_target_routes_a_fleet_by_session_like_simulate() {
-    let data_dir = tempdir("sim-fleet-affinity");
-    let driver = Arc::new(ReplayDriver {
-        max_run_seconds: Some(60.0),
-        max_in_flight: None,
-    });
-    let agent = start_agent(data_dir.to_path_buf(), driver).await;
     // Three sessions over two prefill instances: the first steps go 0, 1, 0 by least outstanding, so affinity
     // gives 8 and 4 requests; routing each request on its own would move sessions between the instances.
     let scenario = serde_json::json!({
@@ -2213,20 +2216,10 @@ async fn the_sim_target_routes_a_fleet_by_session_like_simulate() {
         "seed": 5,
         "counterfactuals": false
     });
-    let mut ws = connect(&agent).await;
-    let (run_id, n, state) = run_to_end(&mut ws, scenario.clone(), "sim").await;
-    assert_eq!((n, state), (12, RunState::Finished), "3 sessions x 4 steps");
-    let live = fetch_records(&mut ws, &run_id).await;
-    assert!(live.iter().all(|r| r.ok), "{live:?}");
-
-    let sc = shared::scenario::Scenario::from_value(scenario).unwrap_or_else(|e| panic!("{e}"));
-    let shared::scenario::Scenario::Engine(sc) = sc else {
-        panic!("an engine scenario")
-    };
-    let sim =
-        shared::engine::simulate_with(&sc, shared::engine::SimOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+    let live = fleet_run_on_sim("sim-fleet-affinity", &scenario, 12).await;
+    let sim = simulated_records(scenario);
     use shared::metrics::replicas::{fleet_figures, sessions_on_several_replicas};
-    assert_eq!(sessions_on_several_replicas(&sim.records), 0);
+    assert_eq!(sessions_on_several_replicas(&sim), 0);
     assert_eq!(
         sessions_on_several_replicas(&live),
         0,
@@ -2234,7 +2227,7 @@ async fn the_sim_target_routes_a_fleet_by_session_like_simulate() {
     );
     let (fl, fs) = (
         fleet_figures(&live).unwrap_or_else(|| panic!("live fleet figures")),
-        fleet_figures(&sim.records).unwrap_or_else(|| panic!("simulated fleet figures")),
+        fleet_figures(&sim).unwrap_or_else(|| panic!("simulated fleet figures")),
     );
     let counts = |f: &shared::metrics::replicas::FleetFigures| {
         f.replicas.iter().map(|r| (r.replica, r.requests)).collect::<Vec<_>>()
