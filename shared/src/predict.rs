@@ -123,7 +123,7 @@ pub fn window_of<'a>(live_runs: impl IntoIterator<Item = &'a [RequestRecord]>) -
 /// `window` (requests submitted before its end; those still running there cut, as a stopped live run's are):
 /// `(seed, summary)` per seed.
 pub fn simulate_seeds(sc: &EngineScenario, seeds: u32, window: Option<f64>) -> Result<Vec<(u64, Summary)>, String> {
-    simulate_seeds_with_fleet(sc, seeds, window).map(|(runs, _)| runs)
+    seeds_run(sc, seeds, window, false).map(|(runs, _)| runs)
 }
 
 /// Each seed's `(seed, summary)` and the scenario's own seed's fleet figures ([`simulate_seeds_with_fleet`]).
@@ -137,7 +137,11 @@ pub fn simulate_seeds_with_fleet(
     seeds: u32,
     window: Option<f64>,
 ) -> Result<SeedsAndFleet, String> {
-    let fleet = sc.fleet.as_ref().is_some_and(|f| f.replicas > 1) || sc.disaggregation.is_some();
+    seeds_run(sc, seeds, window, sc.is_fleet())
+}
+
+/// The seeds' summaries, and with `fleet` the first seed's fleet figures (its records kept for them).
+fn seeds_run(sc: &EngineScenario, seeds: u32, window: Option<f64>, fleet: bool) -> Result<SeedsAndFleet, String> {
     let mut out = Vec::with_capacity(seeds as usize);
     let mut figures = None;
     for i in 0..seeds {

@@ -171,7 +171,7 @@ pub async fn sim_fleet_for(target: &Target, scenario: &Scenario) -> anyhow::Resu
     let Some(fleet) = &e.fleet else {
         return Ok(None);
     };
-    if fleet.replicas <= 1 && e.disaggregation.is_none() {
+    if !e.is_fleet() {
         return Ok(None);
     }
     shared::engine::validate_fleet(&e.profile, Some(fleet), e.disaggregation.as_ref())

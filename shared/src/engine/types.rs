@@ -164,6 +164,11 @@ impl EngineScenario {
     pub fn replicas(&self) -> u32 {
         self.fleet.as_ref().map_or(1, |f| f.replicas)
     }
+
+    /// Whether the scenario runs a fleet: more than one replica, or prefill/decode disaggregation.
+    pub fn is_fleet(&self) -> bool {
+        self.replicas() > 1 || self.disaggregation.is_some()
+    }
 }
 
 /// A fleet and its disaggregation against the engine profile every replica runs (unless the fleet gives each its
