@@ -114,10 +114,8 @@ impl SpecFit {
 /// engine prices it under `p` (docs/simulator.md, "Speculative decoding").
 pub fn verify_step_ms(p: &EngineProfile, ctx: f64, drafted: f64) -> f64 {
     if let Some(r) = &p.roofline {
-        let mut shape = StepShape::decode(1.0, ctx);
-        shape.tokens += drafted;
-        shape.logit_rows += drafted;
-        shape.decode_attended += drafted * (ctx + 1.0) + drafted * (drafted + 1.0) / 2.0;
+        let shape =
+            StepShape::decode(1.0, ctx).verifying(drafted, drafted * (ctx + 1.0) + drafted * (drafted + 1.0) / 2.0);
         return r.step_ms(&shape);
     }
     p.decode_step_ms(1.0, ctx) + drafted / p.prefill_tokens_per_ms

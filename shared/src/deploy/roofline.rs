@@ -116,6 +116,15 @@ impl StepShape {
         }
     }
 
+    /// This step with `drafted` draft tokens verified beside its decoders' tokens, attending to `attended` context
+    /// tokens in all: each is one more token computed and one more row of logits.
+    pub fn verifying(mut self, drafted: f64, attended: f64) -> Self {
+        self.tokens += drafted;
+        self.logit_rows += drafted;
+        self.decode_attended += attended;
+        self
+    }
+
     /// A cold prefill chunk of `tokens` (no context before it).
     pub fn prefill(tokens: f64) -> Self {
         StepShape {

@@ -1480,10 +1480,9 @@ impl Engine {
     ) -> f64 {
         let draft_ms = s.draft_cost_ms * drafted as f64;
         if let Some(r) = &self.p.roofline {
-            let mut shape = self.roofline_shape(n, ctx, prefill_tokens);
-            shape.tokens += drafted as f64;
-            shape.logit_rows += drafted as f64;
-            shape.decode_attended += attended;
+            let shape = self
+                .roofline_shape(n, ctx, prefill_tokens)
+                .verifying(drafted as f64, attended);
             return self.with_restores(r.step_ms(&shape) + draft_ms, restored);
         }
         let mut d = self.p.step_fixed_ms + self.p.per_seq_ms * n + self.p.per_ctx_token_ms * ctx as f64;
