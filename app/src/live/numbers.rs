@@ -199,15 +199,6 @@ fn opt_cell(v: Option<f64>, f: fn(f64) -> String) -> String {
     v.map_or_else(|| "—".to_string(), f)
 }
 
-/// A count: `1234` → `1,234`.
-fn count(v: f64) -> String {
-    crate::ui::fmt::num(v.round())
-        .split('.')
-        .next()
-        .unwrap_or("")
-        .to_string()
-}
-
 /// A fleet's figures, simulated (the scenario's own seed, over the numbers table's window) beside live
 /// (`[data-fleet-card]`: `table[data-fleet-replicas]` with a `tr[data-replica=<i>]` per replica and
 /// `table[data-fleet-transfer]` with a `tr[data-row=<mean_ms|p50_ms|p99_ms|transfers>]`; each `td[data-col=...]`
@@ -260,8 +251,8 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                 view! {
                                     <tr data-replica=i>
                                         <th scope="row">{format!("#{i}")}</th>
-                                        <td class="num" data-col="sim-requests" data-value=v(req(s))>{opt_cell(req(s), count)}</td>
-                                        <td class="num" data-col="live-requests" data-value=v(req(l))>{opt_cell(req(l), count)}</td>
+                                        <td class="num" data-col="sim-requests" data-value=v(req(s))>{opt_cell(req(s), crate::ui::fmt::count)}</td>
+                                        <td class="num" data-col="live-requests" data-value=v(req(l))>{opt_cell(req(l), crate::ui::fmt::count)}</td>
                                         <td class="num" data-col="sim-cached" data-value=v(cached(s))>{opt_cell(cached(s), crate::ui::fmt::pct)}</td>
                                         <td class="num" data-col="live-cached" data-value=v(cached(l))>{opt_cell(cached(l), crate::ui::fmt::pct)}</td>
                                         <td class="num" data-col="sim-ttft-p50" data-value=v(ttft(s))>{opt_cell(ttft(s), crate::ui::fmt::num)}</td>
@@ -289,7 +280,7 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                         </thead>
                         <tbody>
                             {transfer_rows(sim_t.as_ref(), live_t.as_ref()).into_iter().map(|(k, label, s, l)| {
-                                let fmt: fn(f64) -> String = if k == "transfers" { count } else { crate::ui::fmt::num };
+                                let fmt: fn(f64) -> String = if k == "transfers" { crate::ui::fmt::count } else { crate::ui::fmt::num };
                                 let err = match (s, l) {
                                     (Some(s), Some(l)) if l != 0.0 && k != "transfers" => Some(s / l - 1.0),
                                     _ => None,
@@ -356,14 +347,6 @@ mod tests {
             ttft_p50_ms: 10.0,
             mean_in_flight: 1.0,
         }
-    }
-
-    #[test]
-    fn counts_have_no_decimals() {
-        assert_eq!(
-            (count(6.0), count(1234.0), count(0.0)),
-            ("6".to_string(), "1,234".to_string(), "0".to_string())
-        );
     }
 
     #[test]

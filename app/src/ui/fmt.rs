@@ -20,6 +20,14 @@ pub fn num(v: f64) -> String {
     group(&format!("{v:.digits$}"))
 }
 
+/// A count, grouped and without decimals: `1234` → `1,234`, `6` → `6`.
+pub fn count(v: f64) -> String {
+    if !v.is_finite() {
+        return "—".to_string();
+    }
+    group(&format!("{v:.0}"))
+}
+
 /// A ratio 0–1 as a percentage: `0.1626` → `16.3 %`.
 pub fn pct(v: f64) -> String {
     if !v.is_finite() {
@@ -127,5 +135,14 @@ mod tests {
         assert_eq!(ms(812.4), "812.4 ms");
         assert_eq!(delta_pct(100.0, 112.5), "+12.5 %");
         assert_eq!(delta_pct(0.0, 1.0), "—");
+    }
+
+    #[test]
+    fn counts_have_no_decimals() {
+        assert_eq!(
+            (count(6.0), count(1234.0), count(0.0)),
+            ("6".into(), "1,234".into(), "0".into())
+        );
+        assert_eq!(count(f64::NAN), "—");
     }
 }
