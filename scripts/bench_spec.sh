@@ -65,26 +65,10 @@ for name in $names; do
   for i in $(seq 1 "$REPEAT"); do against+=(--against "$OUT/$name-$i.jsonl"); done
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" --json >"$OUT/$name-predict.json"
   B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" >"$OUT/$name-predict.txt"
-  # The second table: the same profile with the acceptance the live runs had (the one rate for their share of
-  # drafted tokens accepted): what the step model alone is worth where the workload accepts otherwise than the probe.
-  python3 - "$OUT/cal/profile.json" "$OUT/$name-predict.json" "$OUT/$name-profile-live.json" <<'PY'
-import json, sys
-p = json.load(open(sys.argv[1]))
-runs = json.load(open(sys.argv[2])).get("live_runs") or []
-shares = [r["spec_acceptance"] for r in runs if r.get("spec_acceptance") is not None]
-share = sum(shares) / len(shares)
-k = p["speculative"]["draft_tokens"]
-lo, hi = 0.0, 1.0
-for _ in range(60):
-    mid = (lo + hi) / 2
-    if sum(mid ** i for i in range(1, k + 1)) / k < share:
-        lo = mid
-    else:
-        hi = mid
-p["speculative"]["acceptance"] = (lo + hi) / 2
-json.dump(p, open(sys.argv[3], "w"), indent=2)
-PY
-  B predict "$OUT/$name.json" --profile "$OUT/$name-profile-live.json" "${against[@]}" --json \
+  # The second table: the same profile at the acceptance the live runs had (`predict --live-acceptance`: their
+  # share of drafted tokens accepted, as one rate): what the step model alone is worth where the workload accepts
+  # otherwise than the probe.
+  B predict "$OUT/$name.json" --profile "$OUT/cal/profile.json" "${against[@]}" --live-acceptance --json \
     >"$OUT/$name-predict-live.json"
 done
 

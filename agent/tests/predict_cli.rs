@@ -559,3 +559,106 @@ fn report_takes_the_slos_of_the_scenario_beside_the_records() {
         "{err}"
     );
 }
+
+fn with_spec(acceptance: f64) -> Value {
+    let mut p = profile();
+    p["speculative"] = json!({"method": "mtp", "draft_tokens": 3, "acceptance": acceptance, "draft_cost_ms": 0.3});
+    p
+}
+
+/// `--live-acceptance`: a profile that accepts 0.9 a position predicts a run that accepted 0.3 a position (the
+/// simulator's records of the same scenario) far too fast; at the live runs' share the prediction is that run's.
+#[test]
+fn live_acceptance_takes_the_runs_share_in_place_of_the_profiles() {
+    let d = dir("live-acc");
+    let (sc, pf, plain) = (d.join("sc.json"), d.join("profile.json"), d.join("plain.json"));
+    write(&sc, &scenario(7, with_spec(0.3)));
+    write(&pf, &with_spec(0.9));
+    write(&plain, &profile());
+    let rec = d.join("run.jsonl");
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let predict = |extra: &[&str], profile: &PathBuf| {
+        let mut args = vec![
+            "predict",
+            s(&sc),
+            "--profile",
+            s(profile),
+            "--against",
+            s(&rec),
+            "--seeds",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        loadshape(&args, None)
+    };
+    let json_of = |o: std::process::Output| -> Value {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let at_profile = json_of(predict(&["--json"], &pf));
+    let at_live = json_of(predict(&["--json", "--live-acceptance"], &pf));
+    let share = at_profile["live"]["spec_acceptance"].as_f64().unwrap_or(-1.0);
+    // (0.3 + 0.3² + 0.3³) / 3 drafted tokens accepted, within the draws' noise.
+    assert!((share - 0.139).abs() < 0.03, "live share {share}");
+    assert!(at_profile.get("acceptance").is_none(), "{at_profile}");
+    let acc = &at_live["acceptance"];
+    assert_eq!(acc["from"], "live");
+    assert_eq!(acc["share"].as_f64(), Some(share));
+    let rate = acc["rate"].as_f64().unwrap_or(-1.0);
+    assert!((rate - 0.3).abs() < 0.03, "{acc}");
+    assert!(
+        (acc["profile_share"].as_f64().unwrap_or(-1.0) - (0.9 + 0.81 + 0.729) / 3.0).abs() < 1e-9,
+        "{acc}"
+    );
+    let sim = at_live["simulated"]["spec_acceptance"].as_f64().unwrap_or(-1.0);
+    assert!((sim - share).abs() < 0.03, "simulated {sim}, live {share}");
+    let err = |v: &Value| v["errors"]["tpot_p50_ms"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        err(&at_profile) < -0.2,
+        "at the profile's 0.9: {}",
+        at_profile["errors"]
+    );
+    assert!(err(&at_live).abs() < 0.05, "at the live share: {}", at_live["errors"]);
+    let notes = at_live["notes"].to_string();
+    assert!(
+        notes.contains("the live runs'") && notes.contains("in place of the profile's"),
+        "{notes}"
+    );
+
+    // Refusals, each naming what is missing.
+    let o = loadshape(&["predict", s(&sc), "--profile", s(&pf), "--live-acceptance"], None);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--against"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = predict(&["--live-acceptance"], &plain);
+    let err_text = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err_text.contains("no `speculative` block"),
+        "{err_text}"
+    );
+    let (sc_plain, rec_plain) = (d.join("sc-plain.json"), d.join("plain.jsonl"));
+    write(&sc_plain, &scenario(7, profile()));
+    let o = loadshape(&["simulate", s(&sc_plain), "--records", s(&rec_plain)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = loadshape(
+        &[
+            "predict",
+            s(&sc),
+            "--profile",
+            s(&pf),
+            "--against",
+            s(&rec_plain),
+            "--live-acceptance",
+        ],
+        None,
+    );
+    let err_text = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err_text.contains("carries draft counts"),
+        "{err_text}"
+    );
+}

@@ -602,7 +602,7 @@ fn calibrate_and_predict_against_the_real_server() {
             "--quiet",
         ],
     );
-    let p = predict_json(&llama, &scenario_s, &cal, &live_s);
+    let p = predict_json(&llama, &scenario_s, &cal, &live_s, &[]);
     eprintln!("held-out errors: {}", p["errors"]);
     for f in ["ttft_p50_ms", "tpot_p50_ms", "e2el_p50_ms"] {
         let e = p["errors"][f]
@@ -618,21 +618,21 @@ fn calibrate_and_predict_against_the_real_server() {
 }
 
 /// `predict SCENARIO --profile CAL/profile.json --against LIVE --seeds 3 --json`, parsed.
-fn predict_json(llama: &Llama, scenario: &str, cal: &Path, live: &str) -> serde_json::Value {
-    let out = run_ok(
-        llama,
-        &[
-            "predict",
-            scenario,
-            "--profile",
-            &cal.join("profile.json").to_string_lossy(),
-            "--against",
-            live,
-            "--seeds",
-            "3",
-            "--json",
-        ],
-    );
+fn predict_json(llama: &Llama, scenario: &str, cal: &Path, live: &str, extra: &[&str]) -> serde_json::Value {
+    let profile = cal.join("profile.json").to_string_lossy().into_owned();
+    let mut args = vec![
+        "predict",
+        scenario,
+        "--profile",
+        &profile,
+        "--against",
+        live,
+        "--seeds",
+        "3",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    let out = run_ok(llama, &args);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("predict --json: {e}: {out}"))
 }
 
@@ -886,7 +886,7 @@ fn a_draft_model_is_recorded_calibrated_and_predicted() {
     if out.is_none() {
         return;
     }
-    let p = predict_json(&llama, &scenario_s, &cal, &live_s);
+    let p = predict_json(&llama, &scenario_s, &cal, &live_s, &[]);
     let sim_share = p["simulated"]["spec_acceptance"].as_f64().unwrap_or(-1.0);
     eprintln!(
         "held-out: acceptance live {live_share:.4} (summary {}), simulated {sim_share:.4}; errors {}",
@@ -901,17 +901,16 @@ fn a_draft_model_is_recorded_calibrated_and_predicted() {
         "no simulated acceptance: {}",
         p["simulated"]
     );
-    // The step's cost, apart from the acceptance: the same profile with the held-out run's own share (as
-    // `scripts/bench_spec.sh`'s second table). Held to HELDOUT_BOUND: one run of 9 requests accepted 0.14 where the
+    // The step's cost, apart from the acceptance: the same profile at the held-out run's own share
+    // (`predict --live-acceptance`, as `scripts/bench_spec.sh`'s second table). Held to HELDOUT_BOUND: one run of 9 requests accepted 0.14 where the
     // probe's accepted 0.50, which alone halves the predicted TPOT.
-    let mut at_live: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    // `acceptance` is a per-position rate (position i accepted with a^i): the one rate for the run's share.
-    let k = at_live["speculative"]["draft_tokens"].as_u64().unwrap_or(0) as u32;
-    at_live["speculative"]["acceptance"] = serde_json::json!(shared::engine::spec::rate_for_share(live_share, k));
-    let cal_live = dir.join("cal-live");
-    std::fs::create_dir_all(&cal_live).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(cal_live.join("profile.json"), at_live.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let q = predict_json(&llama, &scenario_s, &cal_live, &live_s);
+    let q = predict_json(&llama, &scenario_s, &cal, &live_s, &["--live-acceptance"]);
+    assert_eq!(
+        q["acceptance"]["share"].as_f64(),
+        Some(live_share),
+        "{}",
+        q["acceptance"]
+    );
     let sim_live_share = q["simulated"]["spec_acceptance"].as_f64().unwrap_or(-1.0);
     eprintln!(
         "held-out at the live share: simulated acceptance {sim_live_share:.4}; errors {}",

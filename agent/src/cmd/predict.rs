@@ -9,7 +9,8 @@
 //! `shared::predict::compare`, the function the page's live view calls for its table. `--json` prints
 //! `{"simulated": Summary, "simulated_spread": {field: {min, mean, max}}, "live": Summary, "live_runs": [...],
 //! "live_spread": {...}, "errors": {field: sim/live − 1}, "live_failures": Failures, "table": [Row], "seeds":
-//! [...], "notes": [...]}`.
+//! [...], "notes": [...]}`, and with `--live-acceptance` `"acceptance": {"from": "live", "share", "drafted",
+//! "rate", "profile_share"}`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,8 +19,10 @@ use anyhow::Context as _;
 use serde_json::{Value, json};
 use shared::deploy::Deployment;
 use shared::engine::EngineProfile;
+use shared::engine::spec::Acceptance;
 use shared::metrics::{self, Summary};
 use shared::predict::{FIELDS, Row, Spread};
+use shared::record::RequestRecord;
 use shared::scenario::Scenario;
 
 use crate::replay::records::{read_records, skipped_note};
@@ -49,9 +52,64 @@ pub struct Args {
     /// Seeds to simulate (the scenario's seed, then the next ones): the simulated figures' spread.
     #[arg(long, default_value_t = shared::predict::DEFAULT_SEEDS)]
     pub seeds: u32,
+    /// Speculative decoding: simulate at the acceptance the `--against` runs had (Σ accepted / Σ drafted tokens
+    /// of their completed requests, as their summaries' `spec_acceptance`) instead of the profile's, written as the
+    /// one per-position rate that gives that share. The errors are then the step cost's alone: with greedy
+    /// decoding, or content unlike the calibration probe's, acceptance is the workload's, not the server's.
+    #[arg(long, requires = "against")]
+    pub live_acceptance: bool,
     /// Machine-readable JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The live runs' acceptance (`--live-acceptance`): Σ accepted / Σ drafted over the completed records that carry
+/// draft counts, pooled over the runs.
+fn live_share(runs: &[Vec<RequestRecord>]) -> Option<(f64, u64)> {
+    let (drafted, accepted) = runs
+        .iter()
+        .flatten()
+        .filter(|r| r.ok)
+        .filter_map(|r| r.spec)
+        .fold((0u64, 0u64), |(d, a), c| (d + c.draft_tokens, a + c.accepted_tokens));
+    (drafted > 0).then(|| (accepted as f64 / drafted as f64, drafted))
+}
+
+/// Puts the live runs' acceptance into the profile's `speculative` (`--live-acceptance`); returns the JSON
+/// `predict` reports of it and a note.
+fn use_live_acceptance(
+    profile: &mut EngineProfile,
+    runs: &[Vec<RequestRecord>],
+    against: &[PathBuf],
+) -> anyhow::Result<(Value, String)> {
+    let Some(spec) = profile.speculative.as_mut() else {
+        anyhow::bail!("--live-acceptance: the profile has no `speculative` block (speculative decoding is off)");
+    };
+    let Some((share, drafted)) = live_share(runs) else {
+        anyhow::bail!(
+            "--live-acceptance: no completed request in {} carries draft counts (the server did not report them)",
+            against
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    let before = spec.acceptance_rate();
+    let rate = shared::engine::spec::rate_for_share(share, spec.draft_tokens);
+    spec.acceptance = Acceptance::Rate(rate);
+    let by_kind = spec.acceptance_by_kind.take().is_some();
+    let note = format!(
+        "acceptance: the live runs' {share:.4} of {drafted} drafted tokens (one rate {rate:.4} per position for          {} drafted a step) in place of the profile's {before:.4}{}",
+        spec.draft_tokens,
+        if by_kind {
+            ", and its acceptance_by_kind dropped"
+        } else {
+            ""
+        }
+    );
+    let json = json!({"from": "live", "share": share, "drafted": drafted, "rate": rate, "profile_share": before});
+    Ok((json, note))
 }
 
 fn field(s: &Value, name: &str) -> Option<f64> {
@@ -143,6 +201,13 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         notes.extend(skipped_note(p, &bad));
         live_records.push(records);
     }
+    let acceptance = if a.live_acceptance {
+        let (json, note) = use_live_acceptance(&mut sc.profile, &live_records, &a.against)?;
+        notes.push(note);
+        Some(json)
+    } else {
+        None
+    };
     let window = shared::predict::window_of(live_records.iter().map(Vec::as_slice));
     if let Some(end) = window {
         notes.push(format!(
@@ -185,6 +250,9 @@ pub fn predict(a: &Args) -> anyhow::Result<Value> {
         "simulated_spread": spread_json(&rows, |r| r.simulated_spread),
         "window_s": window,
     });
+    if let Some(acc) = acceptance {
+        out["acceptance"] = acc;
+    }
     if let Some(live) = lives.first() {
         let mut errors = serde_json::Map::new();
         for r in &rows {
