@@ -8,7 +8,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use loadshape::replay::records::read_records;
 use loadshape::sim_server::{Config, Template};
 use shared::record::RequestRecord;
 use tokio::process::Command;
@@ -20,8 +19,11 @@ mod sim_server_helper;
 
 use sim_server_helper::Sim;
 
+#[path = "common/files.rs"]
+mod files;
 #[path = "common/scratch.rs"]
 mod scratch;
+use files::records;
 use scratch::Scratch;
 
 async fn sim(template: Template) -> Sim {
@@ -31,12 +33,6 @@ async fn sim(template: Template) -> Sim {
         ..Config::default()
     })
     .await
-}
-
-fn records(path: &Path) -> Vec<RequestRecord> {
-    let (recs, bad) = read_records(path).unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(bad.is_empty(), "malformed lines: {bad:?}");
-    recs
 }
 
 fn summary(out: &Path) -> serde_json::Value {

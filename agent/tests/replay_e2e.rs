@@ -7,7 +7,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use loadshape::replay::records::read_records;
 use loadshape::sim_server::{Config, Faults};
 use shared::record::{FailureKind, FrameClock, RequestRecord};
 use tokio::process::Command;
@@ -48,8 +47,11 @@ mod sim_server_helper;
 
 use sim_server_helper::Sim;
 
+#[path = "common/files.rs"]
+mod files;
 #[path = "common/scratch.rs"]
 mod scratch;
+use files::records;
 use scratch::Scratch;
 
 async fn sim(config: Config) -> Sim {
@@ -76,12 +78,6 @@ fn sidecar(out: &str, kind: &str) -> serde_json::Value {
     let path = format!("{out}.{kind}.json");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn records(path: &Path) -> Vec<RequestRecord> {
-    let (recs, bad) = read_records(path).unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(bad.is_empty(), "malformed lines: {bad:?}");
-    recs
 }
 
 /// `loadshape replay ARGS --http-client HC`.

@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use loadshape::replay::records::read_records;
 use loadshape::sim_server::Config;
 use shared::engine::{EngineScenario, FleetSpec, Router, SimOptions};
 use shared::metrics::replicas::{ReplicaSplit, replica_split, sessions_on_several_replicas};
@@ -18,11 +17,14 @@ use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_loadshape");
 
+#[path = "common/files.rs"]
+mod files;
 #[path = "common/scratch.rs"]
 mod scratch;
 #[path = "common/sim_server.rs"]
 mod sim_server_helper;
 
+use files::{json_file, records};
 use scratch::Scratch;
 use sim_server_helper::Sim;
 
@@ -34,17 +36,6 @@ async fn sim() -> Sim {
 
 fn dir(name: &str) -> Scratch {
     Scratch::new(&format!("fleet-{name}"))
-}
-
-fn records(path: &Path) -> Vec<RequestRecord> {
-    let (recs, bad) = read_records(path).unwrap_or_else(|e| panic!("{e:#}"));
-    assert!(bad.is_empty(), "malformed lines: {bad:?}");
-    recs
-}
-
-fn json_file(path: &Path) -> serde_json::Value {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Three identical sessions of 4 steps, all starting at once, behind a fleet of two replicas: a small base and a
