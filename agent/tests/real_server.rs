@@ -833,9 +833,8 @@ fn a_draft_model_is_recorded_calibrated_and_predicted() {
     drop(llama);
     let llama = start_with(&server, &model, 4, &dir, Some((&draft, DRAFT_K))).unwrap_or_else(|e| panic!("{e}"));
     let scenario = dir.join("heldout.json");
-    // Short prompts: llama.cpp's draft model prefills each prompt itself in the request's first decode step, a
-    // cost the engine does not price (docs/calibration.md, "Speculative decoding"); the benchmark measures what
-    // longer sessions make of it.
+    // Short prompts (a speculative step's cost grows steeply with the context on this CPU); the benchmark measures
+    // what longer sessions make of it.
     let sc = serde_json::json!({"model": "engine",
         "workload": {"kind": "sessions", "ladder": "400:3,400:3,400:3", "gen_tokens": 64,
                      "tool_tokens": 100, "think_s": 0.3, "stagger_s": 0.3, "duration_s": 120.0},
