@@ -236,7 +236,10 @@ async fn calibrate_recovers_a_known_profile() {
         !files.iter().any(|f| f.to_string_lossy().contains("-cap.jsonl")),
         "{files:?}"
     );
-    let cap = fit.max_num_seqs.clone().unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
     assert_eq!((cap.value, cap.found_by.as_str(), cap.probe), (8, "flag", None));
     assert_eq!(report["max_num_seqs"]["found_by"], "flag");
     assert_eq!(fit.profile.prefill_batch_kv_ms_per_ktok, 0.0, "{:?}", fit.notes);
@@ -780,7 +783,11 @@ async fn calibrate_finds_no_tier_where_there_is_none() {
 
 /// `calibrate --url` with no `--max-num-seqs` against a server that does not report its cap (sim-server, like
 /// vLLM): the `cap` phase's reading, and the profile and `fit.json` it gives.
-async fn calibrate_cap(p: &EngineProfile, name: &str, extra: &[&str]) -> (shared::calibrate::Fit, Vec<String>) {
+async fn calibrate_cap(
+    p: &EngineProfile,
+    name: &str,
+    extra: &[&str],
+) -> (shared::calibrate::Fit, Vec<String>, Scratch) {
     let (url, _stop) = start(p.clone()).await;
     let out = tmp(name);
     let mut argv = vec![
@@ -825,7 +832,7 @@ async fn calibrate_cap(p: &EngineProfile, name: &str, extra: &[&str]) -> (shared
         .filter(|f| f.ends_with(".jsonl"))
         .collect();
     files.sort();
-    (fit, files)
+    (fit, files, out)
 }
 
 /// A hidden cap of 12 (below the 160 requests the cap phase starts, not a power of two, not the probe's usual
@@ -838,17 +845,69 @@ async fn calibrate_measures_a_cap_the_server_does_not_report() {
         max_num_seqs: 12,
         ..truth()
     };
-    let (fit, files) = calibrate_cap(&p, "cap-12", &[]).await;
-    let cap = fit.max_num_seqs.clone().unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let (fit, files, out) = calibrate_cap(&p, "cap-12", &[]).await;
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
     let r = cap.probe.unwrap_or_else(|| panic!("no reading: {cap:?}"));
-    assert_eq!((cap.value, cap.found_by.as_str(), cap.lower_bound), (12, "probe", false), "{cap:?}");
+    assert_eq!(
+        (cap.value, cap.found_by.as_str(), cap.lower_bound),
+        (12, "probe", false),
+        "{cap:?}"
+    );
     assert_eq!(fit.profile.max_num_seqs, 12);
-    assert_eq!((r.sent, r.decoding_together, r.failed), (shared::calibrate::CAP_PROBE_REQUESTS, 12, 0), "{r:?}");
+    assert_eq!(
+        (r.sent, r.decoding_together, r.failed),
+        (shared::calibrate::CAP_PROBE_REQUESTS, 12, 0),
+        "{r:?}"
+    );
     assert!(r.queued > 0 && r.started >= 24, "a second round seen: {r:?}");
-    assert!(fit.notes.iter().any(|n| n.starts_with("max_num_seqs 12: measured")), "{:?}", fit.notes);
-    assert!(fit.profile.basis.contains("probe max_num_seqs 12"), "{}", fit.profile.basis);
+    assert!(
+        fit.notes.iter().any(|n| n.starts_with("max_num_seqs 12: measured")),
+        "{:?}",
+        fit.notes
+    );
+    assert!(
+        fit.profile.basis.contains("probe max_num_seqs 12"),
+        "{}",
+        fit.profile.basis
+    );
     assert_eq!(files.first().map(String::as_str), Some("00-cap.jsonl"), "{files:?}");
     assert!(files.iter().any(|f| f.contains("decode-b12-")), "{files:?}");
+    // `--from` the probe's files reads the cap phase back (by its summary's shape) and fits the rest alone: the
+    // same cap, the same coefficients.
+    let again = tmp("cap-12-again");
+    let mut argv: Vec<String> = [
+        "--out",
+        &again.display().to_string(),
+        "--batch-kv",
+        "off",
+        "--prefill-kv",
+        "off",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(["--reply-share", "off", "--tiers", "off"].iter().map(|s| s.to_string()))
+    .collect();
+    for f in &files {
+        argv.push("--from".into());
+        argv.push(out.join("probe").join(f).display().to_string());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let refit = calibrate::calibrate(&calibrate_args(&argv))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(refit.max_num_seqs, fit.max_num_seqs);
+    assert_eq!(refit.profile.max_num_seqs, 12);
+    for (name, co) in &fit.coefficients {
+        let v = refit.coefficients[name].value;
+        assert!(
+            (v - co.value).abs() <= 1e-6 * co.value.abs().max(1e-9),
+            "{name}: {v} vs {}",
+            co.value
+        );
+    }
 }
 
 /// A cap above the 160 requests (200 here): all decoded together, so the cap is at least 160: `fit.json` says
@@ -862,19 +921,37 @@ async fn a_cap_above_the_probe_is_a_lower_bound_and_the_flag_overrides() {
         per_seq_ms: 0.2,
         ..truth()
     };
-    let (fit, files) = calibrate_cap(&p, "cap-200", &[]).await;
-    let cap = fit.max_num_seqs.clone().unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let (fit, files, _) = calibrate_cap(&p, "cap-200", &[]).await;
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
     let r = cap.probe.unwrap_or_else(|| panic!("no reading: {cap:?}"));
-    assert_eq!((cap.value, cap.found_by.as_str(), cap.lower_bound), (256, "probe", true), "{cap:?}");
+    assert_eq!(
+        (cap.value, cap.found_by.as_str(), cap.lower_bound),
+        (256, "probe", true),
+        "{cap:?}"
+    );
     assert_eq!(fit.profile.max_num_seqs, 256);
-    assert_eq!((r.decoding_together, r.queued), (shared::calibrate::CAP_PROBE_REQUESTS, 0), "{r:?}");
+    assert_eq!(
+        (r.decoding_together, r.queued),
+        (shared::calibrate::CAP_PROBE_REQUESTS, 0),
+        "{r:?}"
+    );
     assert!(fit.notes.iter().any(|n| n.contains("at least 160")), "{:?}", fit.notes);
     assert_eq!(files.first().map(String::as_str), Some("00-cap.jsonl"), "{files:?}");
     assert!(!files.iter().any(|f| f.contains("decode-b16-")), "{files:?}");
     // The flag wins over what the probe would find (here 200): no cap phase, written as given.
-    let (fit, files) = calibrate_cap(&p, "cap-flag", &["--max-num-seqs", "24"]).await;
-    let cap = fit.max_num_seqs.clone().unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
-    assert_eq!((cap.value, cap.found_by.as_str(), cap.probe), (24, "flag", None), "{cap:?}");
+    let (fit, files, _) = calibrate_cap(&p, "cap-flag", &["--max-num-seqs", "24"]).await;
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    assert_eq!(
+        (cap.value, cap.found_by.as_str(), cap.probe),
+        (24, "flag", None),
+        "{cap:?}"
+    );
     assert_eq!(fit.profile.max_num_seqs, 24);
     assert!(!files.iter().any(|f| f.contains("-cap.jsonl")), "{files:?}");
 }

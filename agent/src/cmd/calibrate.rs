@@ -534,27 +534,22 @@ fn limits(a: &Args, d: &Discovered, probed: Option<u32>) -> anyhow::Result<Engin
 }
 
 /// How `max_num_seqs` is found (`fit.json`'s `max_num_seqs`): `--max-num-seqs`, else what the server reports
-/// (llama.cpp's slots), else the probe's `cap` phase (`reading`; `found_by` `probe`, or `records` for a `--from`
-/// run), else vLLM's default 256, said in its note (a held-out run with more sessions than the server admits is
+/// (llama.cpp's slots), else the probe's `cap` phase (`reading`: run now, or a `--from` file of one), else vLLM's
+/// default 256, said in its note (a held-out run with more sessions than the server admits is
 /// then predicted without its queue: against a sim-server admitting 8, 16 sessions missed TTFT by −94 %;
 /// docs/measurements.md).
-fn cap_fit(
-    a: &Args,
-    d: &Discovered,
-    reading: Option<calibrate::cap::CapReading>,
-    found_by: &str,
-) -> calibrate::cap::CapFit {
+fn cap_fit(a: &Args, d: &Discovered, reading: Option<calibrate::cap::CapReading>) -> calibrate::cap::CapFit {
     use calibrate::cap::CapFit;
     match (a.max_num_seqs, d.max_num_seqs) {
         (Some(v), _) => CapFit::known(v, "flag", "given (--max-num-seqs)"),
         (None, Some(v)) => CapFit::known(v, "server report", &format!("reported ({})", d.sources.join(", "))),
-        (None, None) => CapFit::read(reading, found_by),
+        (None, None) => CapFit::read(reading),
     }
 }
 
-/// The cap the probe or the records measured, where they did (not a lower bound): it sizes the profile.
+/// The cap the probe measured, where it did (not a lower bound): it sizes the profile.
 fn measured_cap(c: &calibrate::cap::CapFit) -> Option<u32> {
-    (matches!(c.found_by.as_str(), "probe" | "records") && !c.lower_bound).then_some(c.value)
+    (c.found_by == "probe" && !c.lower_bound).then_some(c.value)
 }
 
 /// The longest probe prompt `calibrate` sends by default, tokens, however long the server's context.
@@ -933,6 +928,21 @@ pub struct Runs {
     /// The limits of the first sidecar that holds any (`RUN.jsonl.server.json`'s `limits`).
     pub discovered: Discovered,
     pub facts: Vec<RunFacts>,
+    /// The reading of a probe's `cap` phase among the runs (its summary sidecar's `shape` is [`CAP_SHAPE`]); its
+    /// records are not fitted, as with `--url`.
+    pub cap: Option<calibrate::cap::CapReading>,
+}
+
+/// The `shape` a probe phase's run is labelled with in its summary sidecar (`calibrate probe NAME`), for the cap phase.
+pub const CAP_SHAPE: &str = "calibrate probe cap";
+
+/// Whether `run` is a probe's `cap` phase: its summary sidecar (`RUN.jsonl.summary.json`) says so. A run without
+/// one, or another run, is not.
+fn is_cap_run(run: &Path) -> bool {
+    std::fs::read_to_string(replay::summary::sidecar(run, "summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v.get("shape").and_then(serde_json::Value::as_str) == Some(CAP_SHAPE))
 }
 
 /// One `--from` run, as [`check_runs`] compares it with the limits and the server's counters.
@@ -1045,6 +1055,15 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
     for p in paths {
         let (recs, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
         out.notes.extend(skipped_note(p, &bad));
+        if is_cap_run(p) {
+            let sent = u32::try_from(recs.len()).unwrap_or(u32::MAX);
+            out.cap = Some(calibrate::cap::read_cap(&recs, sent));
+            out.notes.push(format!(
+                "{}: the probe's cap phase, read for max_num_seqs (not fitted)",
+                p.display()
+            ));
+            continue;
+        }
         let server = match read_sidecar(p, &mut out.notes)? {
             Some(Sidecar { discovered: d, report }) => {
                 if out.discovered.sources.is_empty() {
@@ -1400,7 +1419,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
             let lp = limits(a, &d, None)?;
             let p = probe(a, url, &d, &lp).await?;
             server_spec = p.spec;
-            cap = cap_fit(a, &d, p.cap, "probe");
+            cap = cap_fit(a, &d, p.cap);
             (p.records, Vec::new(), d)
         }
         None => {
@@ -1415,7 +1434,7 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
                 anyhow::bail!("--from: no records in {}{why}", files.join(", "));
             }
             server_spec = sidecar_spec(&runs.facts);
-            cap = cap_fit(a, &runs.discovered, None, "records");
+            cap = cap_fit(a, &runs.discovered, runs.cap);
             facts = runs.facts;
             (runs.records, runs.notes, runs.discovered)
         }
@@ -1610,23 +1629,23 @@ mod tests {
             queued: 0,
             ..queue
         };
-        let c = cap_fit(&args(&["--max-num-seqs", "8"]), &d, Some(queue), "probe");
+        let c = cap_fit(&args(&["--max-num-seqs", "8"]), &d, Some(queue));
         assert_eq!((c.value, c.found_by.as_str(), measured_cap(&c)), (8, "flag", None));
         let slots = Discovered {
             max_num_seqs: Some(4),
             sources: vec!["llama.cpp /props".into()],
             ..Discovered::default()
         };
-        let c = cap_fit(&args(&[]), &slots, None, "probe");
+        let c = cap_fit(&args(&[]), &slots, None);
         assert_eq!((c.value, c.found_by.as_str()), (4, "server report"));
         assert!(c.note.contains("llama.cpp /props"), "{}", c.note);
-        let c = cap_fit(&args(&[]), &d, Some(queue), "probe");
+        let c = cap_fit(&args(&[]), &d, Some(queue));
         assert_eq!((c.value, c.found_by.as_str(), c.lower_bound), (12, "probe", false));
         assert_eq!(measured_cap(&c), Some(12));
         let p = limits(&args(&[]), &d, measured_cap(&c)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.max_num_seqs, 12);
         assert!(p.basis.contains("probe max_num_seqs 12"), "{}", p.basis);
-        let c = cap_fit(&args(&[]), &d, Some(all), "probe");
+        let c = cap_fit(&args(&[]), &d, Some(all));
         assert_eq!((c.value, c.found_by.as_str(), c.lower_bound), (256, "probe", true));
         assert_eq!(measured_cap(&c), None);
         assert!(
@@ -1634,7 +1653,7 @@ mod tests {
             "{}",
             c.note
         );
-        let c = cap_fit(&args(&[]), &d, None, "records");
+        let c = cap_fit(&args(&[]), &d, None);
         assert_eq!((c.value, c.found_by.as_str()), (256, "default"));
         assert!(
             c.note.contains("written as 256") && c.note.contains("--max-num-seqs"),

@@ -116,8 +116,8 @@ pub const DEFAULT_MAX_NUM_SEQS: u32 = 256;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapFit {
     pub value: u32,
-    /// `flag` (`--max-num-seqs`), `server report` (llama.cpp's slots), `probe` (the `cap` phase), `records`
-    /// (a `--from` run that showed a queue) or `default` (none of these: [`DEFAULT_MAX_NUM_SEQS`]).
+    /// `flag` (`--max-num-seqs`), `server report` (llama.cpp's slots), `probe` (the `cap` phase, run now or read
+    /// back with `--from`) or `default` (none of these: [`DEFAULT_MAX_NUM_SEQS`]).
     pub found_by: String,
     /// The probe saw every request it sent decode together: the cap is at least `probe.sent`, and `value` is the
     /// default (or that many, if more).
@@ -142,15 +142,15 @@ impl CapFit {
         }
     }
 
-    /// From a reading of the probe's `cap` phase (`found_by` `probe`) or of a `--from` run (`records`; `None`:
-    /// no run was read); the default where it establishes nothing.
-    pub fn read(reading: Option<CapReading>, found_by: &str) -> CapFit {
+    /// From a reading of the probe's `cap` phase (`None`: there was none); the default where it establishes
+    /// nothing.
+    pub fn read(reading: Option<CapReading>) -> CapFit {
         let default = DEFAULT_MAX_NUM_SEQS;
         let finding = reading.map_or(CapFinding::Unclear, |r| r.finding());
         let (value, by, lower_bound, note) = match (finding, reading) {
             (CapFinding::Exact(n), Some(r)) => (
                 n,
-                found_by,
+                "probe",
                 false,
                 format!(
                     "max_num_seqs {n}: measured, {n} of {} requests started together decoded at once and {} queued \
@@ -162,7 +162,7 @@ impl CapFit {
                 let v = default.max(c);
                 (
                     v,
-                    found_by,
+                    "probe",
                     true,
                     format!(
                         "max_num_seqs: at least {c} (all {c} requests started together decoded at once); written as \
@@ -186,7 +186,7 @@ impl CapFit {
                 "default",
                 false,
                 format!(
-                    "max_num_seqs: the server does not report it and the records show no queue; written as \
+                    "max_num_seqs: the server does not report it and no cap phase measured it; written as \
                      {default} (vLLM's default): give --max-num-seqs where the server admits fewer at once"
                 ),
             ),
@@ -252,7 +252,7 @@ mod tests {
                 "{jitter}: {r:?}"
             );
             assert_eq!(r.finding(), CapFinding::Exact(12));
-            let f = CapFit::read(Some(r), "probe");
+            let f = CapFit::read(Some(r));
             assert_eq!((f.value, f.found_by.as_str(), f.lower_bound), (12, "probe", false));
         }
         // Counted end to end, the touching rounds overlap: what the cores avoid.
@@ -285,7 +285,7 @@ mod tests {
             let r = read_cap(&rounds(40, cap, 0.5, 0.0, 100.0), 40);
             assert_eq!((r.decoding_together, r.queued), (40, 0), "{r:?}");
             assert_eq!(r.finding(), CapFinding::AtLeast(40));
-            let f = CapFit::read(Some(r), "probe");
+            let f = CapFit::read(Some(r));
             assert_eq!((f.value, f.lower_bound), (DEFAULT_MAX_NUM_SEQS, true));
             assert!(f.note.contains("at least 40"), "{}", f.note);
         }
@@ -309,7 +309,7 @@ mod tests {
             "{r:?}"
         );
         assert_eq!(r.finding(), CapFinding::Unclear);
-        let f = CapFit::read(Some(r), "probe");
+        let f = CapFit::read(Some(r));
         assert_eq!((f.value, f.found_by.as_str()), (DEFAULT_MAX_NUM_SEQS, "default"));
         // One after another (each submitted as the previous ended): one at a time, yet nobody waited.
         let serial: Vec<RequestRecord> = (0..5)
