@@ -672,6 +672,26 @@ pub struct Probed {
     pub cap: Option<calibrate::cap::CapReading>,
 }
 
+/// What bounds the probe (`max_prompt` its longest prompt): the decode batches up to the cap given or reported
+/// (at most 16; 8 where unknown, until the `cap` phase finds it), and that phase only where the cap is neither given
+/// nor reported (vLLM, SGLang: llama.cpp's slots leave its probe as it was).
+fn probe_limits(a: &Args, d: &Discovered, limits_p: &EngineProfile, max_prompt: u32) -> ProbeLimits {
+    ProbeLimits {
+        max_prompt_tokens: max_prompt,
+        max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
+        decode_output_tokens: a.decode_tokens,
+        prefill_kv: a.prefill_kv != Choice::Off,
+        conversation: a.reply_share == ReplyChoice::Auto,
+        // The parked sessions must outgrow the GPU's KV (llama.cpp: every slot's context).
+        returns: (a.tiers == TiersChoice::Auto && a.host_cache_tokens.is_none())
+            .then(|| limits_p.num_kv_blocks.saturating_mul(u64::from(limits_p.block_size))),
+        // llama.cpp: a slot keeps only its last prompt.
+        returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
+        // Neither given nor reported (vLLM, SGLang): measured first.
+        cap: (a.max_num_seqs.is_none() && d.max_num_seqs.is_none()).then_some(calibrate::CAP_PROBE_REQUESTS),
+    }
+}
+
 /// The probe (see [`Probed`]).
 async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) -> anyhow::Result<Probed> {
     anyhow::ensure!(
@@ -699,20 +719,7 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         "--temp must be a finite number >= 0 (got {})",
         a.temp
     );
-    let mut pl = ProbeLimits {
-        max_prompt_tokens: max_prompt,
-        max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
-        decode_output_tokens: a.decode_tokens,
-        prefill_kv: a.prefill_kv != Choice::Off,
-        conversation: a.reply_share == ReplyChoice::Auto,
-        // The parked sessions must outgrow the GPU's KV (llama.cpp: every slot's context).
-        returns: (a.tiers == TiersChoice::Auto && a.host_cache_tokens.is_none())
-            .then(|| limits_p.num_kv_blocks.saturating_mul(u64::from(limits_p.block_size))),
-        // llama.cpp: a slot keeps only its last prompt.
-        returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
-        // Neither given nor reported (vLLM, SGLang): measured first.
-        cap: (a.max_num_seqs.is_none() && d.max_num_seqs.is_none()).then_some(calibrate::CAP_PROBE_REQUESTS),
-    };
+    let mut pl = probe_limits(a, d, limits_p, max_prompt);
     let mut phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut cap_reading = None;
     let scraped = std::time::Instant::now();
@@ -1661,6 +1668,38 @@ mod tests {
             c.note
         );
         assert_eq!(limits(&args(&[]), &d, None).map(|p| p.max_num_seqs).ok(), Some(256));
+    }
+
+    /// The cap phase runs only where the cap is unknown: llama.cpp's `/props` slots (the real-server suite's
+    /// server) and `--max-num-seqs` leave it out (the rest of the plan is the same with or without it:
+    /// `shared::calibrate`'s `the_cap_phase_comes_first_and_changes_nothing_else`); vLLM-like servers get it first.
+    #[test]
+    fn the_cap_phase_runs_only_where_the_cap_is_unknown() {
+        let plan = |a: &Args, d: &Discovered| {
+            let lp = limits(a, d, None).unwrap_or_else(|e| panic!("{e}"));
+            calibrate::plan_probe(&probe_limits(a, d, &lp, 4096)).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut llama = Discovered::default();
+        parse_props(
+            &serde_json::json!({"total_slots": 4, "default_generation_settings": {"n_ctx": 8192}}),
+            &mut llama,
+        );
+        let phases = plan(&args(&[]), &llama);
+        assert!(
+            phases.iter().all(|p| p.name != "cap"),
+            "{:?}",
+            phases.iter().map(|p| &p.name).collect::<Vec<_>>()
+        );
+        assert!(
+            plan(&args(&["--max-num-seqs", "8"]), &Discovered::default())
+                .iter()
+                .all(|p| p.name != "cap")
+        );
+        let vllm = plan(&args(&[]), &Discovered::default());
+        assert_eq!(
+            (vllm[0].name.as_str(), vllm[0].users),
+            ("cap", calibrate::CAP_PROBE_REQUESTS)
+        );
     }
 
     /// llama-server's speculative counters as it exposes them with a draft model (4 positions), and their deltas.
