@@ -231,6 +231,17 @@ async fn calibrate_recovers_a_known_profile() {
         .collect();
     files.sort();
     assert_eq!(files.len(), 9, "{files:?}");
+    // --max-num-seqs given: no cap phase, and fit.json says the flag gave it.
+    assert!(
+        !files.iter().any(|f| f.to_string_lossy().contains("-cap.jsonl")),
+        "{files:?}"
+    );
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    assert_eq!((cap.value, cap.found_by.as_str(), cap.probe), (8, "flag", None));
+    assert_eq!(report["max_num_seqs"]["found_by"], "flag");
     assert_eq!(fit.profile.prefill_batch_kv_ms_per_ktok, 0.0, "{:?}", fit.notes);
     let again = tmp("again");
     let mut argv: Vec<String> = vec![
@@ -768,4 +779,179 @@ async fn calibrate_finds_no_tier_where_there_is_none() {
         t.returns.iter().filter(|r| r.outcome == "recomputed").count() >= 3,
         "the probe brought back too few sessions to tell: {report}"
     );
+}
+
+/// `calibrate --url` with no `--max-num-seqs` against a server that does not report its cap (sim-server, like
+/// vLLM): the `cap` phase's reading, and the profile and `fit.json` it gives.
+async fn calibrate_cap(
+    p: &EngineProfile,
+    name: &str,
+    extra: &[&str],
+) -> (shared::calibrate::Fit, Vec<String>, Scratch) {
+    let (url, _stop) = start(p.clone()).await;
+    let out = tmp(name);
+    let mut argv = vec![
+        "--url",
+        &url,
+        "--out",
+        out.to_str().unwrap_or_default(),
+        "--budget",
+        "30",
+        "--max-prompt-tokens",
+        "1024",
+        "--decode-tokens",
+        "32",
+        "--batch-kv",
+        "off",
+        "--prefill-kv",
+        "off",
+        "--reply-share",
+        "off",
+        "--tiers",
+        "off",
+    ];
+    argv.extend_from_slice(extra);
+    let fit = calibrate::calibrate(&calibrate_args(&argv))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let back = EngineProfile::from_json(&std::fs::read_to_string(out.join("profile.json")).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back.max_num_seqs, fit.profile.max_num_seqs);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("fit.json")).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        report["max_num_seqs"]["value"].as_u64(),
+        Some(u64::from(back.max_num_seqs)),
+        "{}",
+        report["max_num_seqs"]
+    );
+    let mut files: Vec<String> = std::fs::read_dir(out.join("probe"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .filter(|f| f.ends_with(".jsonl"))
+        .collect();
+    files.sort();
+    (fit, files, out)
+}
+
+/// A hidden cap of 12 (below the 160 requests the cap phase starts, not a power of two, not the probe's usual
+/// largest batch of 8) is found exactly, written to `profile.json`, said in `fit.json`; the decode phases after it
+/// probe batches up to 12, as if `--max-num-seqs 12` had been given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calibrate_measures_a_cap_the_server_does_not_report() {
+    let _one = LIVE.lock().await;
+    let p = EngineProfile {
+        max_num_seqs: 12,
+        ..truth()
+    };
+    let (fit, files, out) = calibrate_cap(&p, "cap-12", &[]).await;
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let r = cap.probe.unwrap_or_else(|| panic!("no reading: {cap:?}"));
+    assert_eq!(
+        (cap.value, cap.found_by.as_str(), cap.lower_bound),
+        (12, "probe", false),
+        "{cap:?}"
+    );
+    assert_eq!(fit.profile.max_num_seqs, 12);
+    assert_eq!(
+        (r.sent, r.decoding_together, r.failed),
+        (shared::calibrate::CAP_PROBE_REQUESTS, 12, 0),
+        "{r:?}"
+    );
+    assert!(r.queued > 0 && r.started >= 24, "a second round seen: {r:?}");
+    assert!(
+        fit.notes.iter().any(|n| n.starts_with("max_num_seqs 12: measured")),
+        "{:?}",
+        fit.notes
+    );
+    assert!(
+        fit.profile.basis.contains("probe max_num_seqs 12"),
+        "{}",
+        fit.profile.basis
+    );
+    assert_eq!(files.first().map(String::as_str), Some("00-cap.jsonl"), "{files:?}");
+    assert!(files.iter().any(|f| f.contains("decode-b12-")), "{files:?}");
+    // `--from` the probe's files reads the cap phase back (by its summary's shape) and fits the rest alone: the
+    // same cap, the same coefficients.
+    let again = tmp("cap-12-again");
+    let mut argv: Vec<String> = [
+        "--out",
+        &again.display().to_string(),
+        "--batch-kv",
+        "off",
+        "--prefill-kv",
+        "off",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(["--reply-share", "off", "--tiers", "off"].iter().map(|s| s.to_string()))
+    .collect();
+    for f in &files {
+        argv.push("--from".into());
+        argv.push(out.join("probe").join(f).display().to_string());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let refit = calibrate::calibrate(&calibrate_args(&argv))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(refit.max_num_seqs, fit.max_num_seqs);
+    assert_eq!(refit.profile.max_num_seqs, 12);
+    for (name, co) in &fit.coefficients {
+        let v = refit.coefficients[name].value;
+        assert!(
+            (v - co.value).abs() <= 1e-6 * co.value.abs().max(1e-9),
+            "{name}: {v} vs {}",
+            co.value
+        );
+    }
+}
+
+/// A cap above the 160 requests (200 here): all decoded together, so the cap is at least 160: `fit.json` says
+/// so, the profile keeps the default 256; `--max-num-seqs` given instead overrides, with no cap phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cap_above_the_probe_is_a_lower_bound_and_the_flag_overrides() {
+    let _one = LIVE.lock().await;
+    // A small per-sequence cost: 160 decoding together keep a short step.
+    let p = EngineProfile {
+        max_num_seqs: 200,
+        per_seq_ms: 0.2,
+        ..truth()
+    };
+    let (fit, files, _) = calibrate_cap(&p, "cap-200", &[]).await;
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let r = cap.probe.unwrap_or_else(|| panic!("no reading: {cap:?}"));
+    assert_eq!(
+        (cap.value, cap.found_by.as_str(), cap.lower_bound),
+        (256, "probe", true),
+        "{cap:?}"
+    );
+    assert_eq!(fit.profile.max_num_seqs, 256);
+    assert_eq!(
+        (r.decoding_together, r.queued),
+        (shared::calibrate::CAP_PROBE_REQUESTS, 0),
+        "{r:?}"
+    );
+    assert!(fit.notes.iter().any(|n| n.contains("at least 160")), "{:?}", fit.notes);
+    assert_eq!(files.first().map(String::as_str), Some("00-cap.jsonl"), "{files:?}");
+    assert!(!files.iter().any(|f| f.contains("decode-b16-")), "{files:?}");
+    // The flag wins over what the probe would find (here 200): no cap phase, written as given.
+    let (fit, files, _) = calibrate_cap(&p, "cap-flag", &["--max-num-seqs", "24"]).await;
+    let cap = fit
+        .max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    assert_eq!(
+        (cap.value, cap.found_by.as_str(), cap.probe),
+        (24, "flag", None),
+        "{cap:?}"
+    );
+    assert_eq!(fit.profile.max_num_seqs, 24);
+    assert!(!files.iter().any(|f| f.contains("-cap.jsonl")), "{files:?}");
 }

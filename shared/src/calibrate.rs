@@ -25,6 +25,7 @@
 //!    `a + prefill_batch_kv_ms_per_ktok·new·C/1000`, `C` the others' KV context (reconstructed like the decode
 //!    batch). Kept only where significant, like `batch_kv_ms_per_ktok`.
 
+pub mod cap;
 pub mod spec;
 pub mod tiers;
 
@@ -84,6 +85,9 @@ pub struct ProbeLimits {
     /// below the GPU's): the GPU's KV capacity in tokens, which the parked sessions must outgrow. `None`: no such
     /// phase.
     pub returns: Option<u64>,
+    /// Probe the server's `max_num_seqs` with this many requests started together (the `cap` phase, first; see
+    /// [`CAP_PROBE_REQUESTS`]). `None`: no such phase (the cap is given or the server reports it).
+    pub cap: Option<u32>,
     /// With `returns`, a slot engine's slots (llama.cpp: a slot keeps only its last prompt, so a session leaves the
     /// GPU once as many other sessions as there are slots have come since, whatever their size). `None`: the
     /// parked sessions must outgrow `returns` tokens.
@@ -100,9 +104,29 @@ impl Default for ProbeLimits {
             conversation: true,
             returns: None,
             returns_slots: None,
+            cap: None,
         }
     }
 }
+
+/// Requests the `cap` phase starts together, to see the server's `max_num_seqs` when it does not report it (vLLM
+/// and SGLang do not; llama.cpp's `/props` gives its slots). Above the caps users meet (vLLM's `--max-num-seqs` of
+/// 16 to 128, SGLang's `--max-running-requests` alike, the presets' 64), so that 128 too shows as a queue rather
+/// than as "at least"; below vLLM's default of 256, which a lower bound keeps. Cheap: [`CAP_PROMPT_TOKENS`]-token
+/// prompts and [`CAP_OUTPUT_TOKENS`] output tokens each are one short round of decode on a GPU (160 sequences of
+/// 48 tokens: 7,680 tokens of KV), and on a 2-core machine's sim-server a second or two of streaming; a server that
+/// admits fewer serves the rest in rounds, and the phase's time share ([`CAP_SHARE`]) cuts them once a few rounds
+/// have shown the queue.
+pub const CAP_PROBE_REQUESTS: u32 = 160;
+/// Prompt tokens of each `cap` request (unique, no shared prefix).
+pub const CAP_PROMPT_TOKENS: u32 = 16;
+/// Output tokens of each `cap` request: a decode long enough that a round's requests overlap over most of it
+/// whatever the jitter of their starts ([`cap::CORE_SHARE`]), short enough for several rounds in the phase's time.
+pub const CAP_OUTPUT_TOKENS: u32 = 32;
+/// Share of the probe's budget the `cap` phase takes (out of the decode phases').
+pub const CAP_SHARE: f64 = 0.04;
+/// Least drain of the `cap` phase, seconds: a small budget's share still sees a second round start.
+pub const CAP_MIN_DRAIN_S: f64 = 2.0;
 
 /// Errors of planning and fitting; each names what is missing.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -121,6 +145,11 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
             "max_prompt_tokens must be >= 256 (got {})",
             l.max_prompt_tokens
         )));
+    }
+    if let Some(c) = l.cap
+        && c < 2
+    {
+        return Err(CalibrateError::Limits(format!("cap must be >= 2 requests (got {c})")));
     }
     if l.max_batch == 0 || l.decode_output_tokens < 8 {
         return Err(CalibrateError::Limits(format!(
@@ -208,16 +237,38 @@ pub fn plan_probe(l: &ProbeLimits) -> Result<Vec<ProbePhase>, CalibrateError> {
     // The returns phase's share comes out of the decode phases' (which have many more requests than they need).
     let returns = l.returns.and_then(|gpu| plan_returns(m, gpu, l.returns_slots));
     let returns_share = if returns.is_some() { RETURNS_SHARE } else { 0.0 };
-    let decode_share =
-        (1.0 - prefill_share - kv_share - conversation_share - returns_share) / (batches.len() * contexts.len()) as f64;
-    let mut phases = vec![ProbePhase {
+    // So is the cap phase's.
+    let cap_share = if l.cap.is_some() { CAP_SHARE } else { 0.0 };
+    let decode_share = (1.0 - prefill_share - kv_share - conversation_share - returns_share - cap_share)
+        / (batches.len() * contexts.len()) as f64;
+    let mut phases = Vec::new();
+    if let Some(c) = l.cap {
+        // First: what it finds sizes the decode phases after it (`max_batch`, the agent plans them again). All
+        // `c` requests start at once, one user each.
+        phases.push(ProbePhase {
+            name: "cap".into(),
+            users: c,
+            requests: vec![
+                ProbeRequest {
+                    shared_prefix_tokens: 0,
+                    unique_prompt_tokens: CAP_PROMPT_TOKENS,
+                    output_tokens: CAP_OUTPUT_TOKENS,
+                };
+                c as usize
+            ],
+            budget_share: cap_share,
+            conversation: None,
+            trace: None,
+        });
+    }
+    phases.push(ProbePhase {
         name: "prefill".into(),
         users: 1,
         requests: prefill,
         budget_share: prefill_share,
         conversation: None,
         trace: None,
-    }];
+    });
     if l.prefill_kv {
         // Two users: one request (the holder) decodes 4 × `decode_output_tokens` at a context set per cycle (½, ⅛,
         // ¾, ¼ of m: the KV another slot holds), while the other user sends 16 warm prefills of a fixed size (256 or
@@ -321,9 +372,14 @@ impl ProbePhase {
     /// short share (4 sequences at 3,400 tokens on a loaded 2-core machine completed none within a drain of a
     /// fifth, nor within one of 6 s), so it waits for the round in flight; it ends as soon as that round does, and
     /// the later phases' time is shared out again.
+    ///
+    /// The `cap` phase starts all its requests at once: half its time for them to start, the other half (at least
+    /// [`CAP_MIN_DRAIN_S`]: rounds of a server that queues them) for what it measures, then the rest are cut.
     pub fn start_and_drain(&self, share_s: f64, budget_s: f64) -> (f64, f64) {
         if self.name.starts_with("decode-") {
             (0.8 * share_s, share_s.max(0.1 * budget_s))
+        } else if self.name == "cap" {
+            (0.5 * share_s, (0.5 * share_s).max(CAP_MIN_DRAIN_S))
         } else {
             (0.8 * share_s, 0.2 * share_s)
         }
@@ -513,6 +569,10 @@ pub struct Fit {
     /// Speculative decoding, when the records carry its counts ([`spec::fit_speculative`]); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative: Option<spec::SpecFit>,
+    /// How the profile's `max_num_seqs` was found (given, reported, measured by the probe's `cap` phase, a lower
+    /// bound, or the default); `calibrate` fills it, the fit of records alone leaves it absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_num_seqs: Option<cap::CapFit>,
 }
 
 /// Least observations per stage.
@@ -1513,6 +1573,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         deployment_fit: None,
         tiers: Some(tier_fit),
         speculative: None,
+        max_num_seqs: None,
     })
 }
 
@@ -1902,5 +1963,44 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    /// With the cap unknown, the `cap` phase comes first: every request at once, tiny prompts, exact outputs; its
+    /// share comes out of the decode phases', and every other phase is as without it. Its time: half to start,
+    /// half (at least [`CAP_MIN_DRAIN_S`]) to measure.
+    #[test]
+    fn the_cap_phase_comes_first_and_changes_nothing_else() {
+        let without = plan_probe(&ProbeLimits::default()).expect("plan");
+        let l = ProbeLimits {
+            cap: Some(CAP_PROBE_REQUESTS),
+            ..ProbeLimits::default()
+        };
+        let with = plan_probe(&l).expect("plan");
+        assert_eq!(with.len(), without.len() + 1);
+        let cap = &with[0];
+        assert_eq!((cap.name.as_str(), cap.users), ("cap", CAP_PROBE_REQUESTS));
+        assert_eq!(cap.requests.len(), CAP_PROBE_REQUESTS as usize);
+        assert!(cap.requests.iter().all(|r| *r
+            == ProbeRequest {
+                shared_prefix_tokens: 0,
+                unique_prompt_tokens: CAP_PROMPT_TOKENS,
+                output_tokens: CAP_OUTPUT_TOKENS,
+            }));
+        assert_eq!(cap.budget_share, CAP_SHARE);
+        let share: f64 = with.iter().map(|p| p.budget_share).sum();
+        assert!((share - 1.0).abs() < 1e-9);
+        let decode = |ps: &[ProbePhase]| -> f64 {
+            ps.iter()
+                .filter(|p| p.name.starts_with("decode-"))
+                .map(|p| p.budget_share)
+                .sum()
+        };
+        assert!((decode(&without) - decode(&with) - CAP_SHARE).abs() < 1e-9);
+        for (a, b) in without.iter().zip(&with[1..]) {
+            assert_eq!((&a.name, a.users, &a.requests), (&b.name, b.users, &b.requests));
+        }
+        assert_eq!(cap.start_and_drain(6.0, 150.0), (3.0, 3.0));
+        assert_eq!(cap.start_and_drain(1.0, 25.0), (0.5, CAP_MIN_DRAIN_S));
+        assert!(plan_probe(&ProbeLimits { cap: Some(1), ..l }).is_err());
     }
 }

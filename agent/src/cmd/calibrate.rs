@@ -63,7 +63,8 @@ pub struct Args {
     /// Output tokens of the decode probes.
     #[arg(long, default_value_t = 96)]
     pub decode_tokens: u32,
-    /// The server's `max_num_seqs` (else discovered: llama.cpp `/props` `total_slots`; else 8 probed, 256 written).
+    /// The server's `max_num_seqs` (else discovered: llama.cpp `/props` `total_slots`; else measured by the probe's
+    /// `cap` phase, 160 requests started together; else 256 written).
     #[arg(long)]
     pub max_num_seqs: Option<u32>,
     /// KV block size, tokens (else vLLM's `cache_config_info`, else 16).
@@ -458,8 +459,9 @@ pub fn apply_reported_tier(a: &Args, d: &Discovered, fit: &mut calibrate::Fit) {
     });
 }
 
-/// The limits part of the profile: flags first, then what the server said, then defaults (named in `basis`).
-fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
+/// The limits part of the profile: flags first, then what the server said, then what the probe measured
+/// (`probed`: `max_num_seqs` from the `cap` phase), then defaults (named in `basis`).
+fn limits(a: &Args, d: &Discovered, probed: Option<u32>) -> anyhow::Result<EngineProfile> {
     let block_size = a.block_size.or(d.block_size).unwrap_or(16);
     let max_model_len = a.max_model_len.or(d.max_model_len);
     let num_kv_blocks = a.num_kv_blocks.or(d.num_kv_blocks).unwrap_or_else(|| {
@@ -467,8 +469,12 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
             (l * u64::from(a.max_num_seqs.or(d.max_num_seqs).unwrap_or(1))).div_ceil(u64::from(block_size.max(1)))
         })
     });
-    let max_num_seqs = a.max_num_seqs.or(d.max_num_seqs).unwrap_or(256);
+    let known = a.max_num_seqs.or(d.max_num_seqs);
+    let max_num_seqs = known.or(probed).unwrap_or(calibrate::cap::DEFAULT_MAX_NUM_SEQS);
     let mut srcs = d.sources.clone();
+    if let (None, Some(n)) = (known, probed) {
+        srcs.push(format!("probe max_num_seqs {n}"));
+    }
     let given: Vec<&str> = [
         ("--max-num-seqs", a.max_num_seqs.is_some()),
         ("--block-size", a.block_size.is_some()),
@@ -527,18 +533,23 @@ fn limits(a: &Args, d: &Discovered) -> anyhow::Result<EngineProfile> {
     Ok(p)
 }
 
-/// A note when `max_num_seqs` is neither given nor reported (vLLM and SGLang do not report it; llama.cpp's `/props`
-/// does): the probe decodes at most 8 requests at once, so it cannot see a smaller cap, and the profile says 256.
-/// A held-out run with more sessions than the server admits is then predicted without its queue (against a
-/// sim-server admitting 8, 16 sessions: TTFT −94 %, TPOT +59 %; docs/measurements.md).
-fn max_num_seqs_defaulted(a: &Args, d: &Discovered, p: &EngineProfile) -> Option<String> {
-    (a.max_num_seqs.is_none() && d.max_num_seqs.is_none()).then(|| {
-        format!(
-            "max_num_seqs: the server does not report it; written as {} (vLLM's default): give --max-num-seqs \
-             where the server admits fewer at once (the probe decodes at most 8 together, so it cannot tell)",
-            p.max_num_seqs
-        )
-    })
+/// How `max_num_seqs` is found (`fit.json`'s `max_num_seqs`): `--max-num-seqs`, else what the server reports
+/// (llama.cpp's slots), else the probe's `cap` phase (`reading`: run now, or a `--from` file of one), else vLLM's
+/// default 256, said in its note (a held-out run with more sessions than the server admits is
+/// then predicted without its queue: against a sim-server admitting 8, 16 sessions missed TTFT by −94 %;
+/// docs/measurements.md).
+fn cap_fit(a: &Args, d: &Discovered, reading: Option<calibrate::cap::CapReading>) -> calibrate::cap::CapFit {
+    use calibrate::cap::CapFit;
+    match (a.max_num_seqs, d.max_num_seqs) {
+        (Some(v), _) => CapFit::known(v, "flag", "given (--max-num-seqs)"),
+        (None, Some(v)) => CapFit::known(v, "server report", &format!("reported ({})", d.sources.join(", "))),
+        (None, None) => CapFit::read(reading),
+    }
+}
+
+/// The cap the probe measured, where it did (not a lower bound): it sizes the profile.
+fn measured_cap(c: &calibrate::cap::CapFit) -> Option<u32> {
+    (c.found_by == "probe" && !c.lower_bound).then_some(c.value)
 }
 
 /// The longest probe prompt `calibrate` sends by default, tokens, however long the server's context.
@@ -653,13 +664,36 @@ async fn scrape_spec(url: &str, api_key: Option<&str>, t_s: f64) -> Option<SpecS
     spec_scrape_of(t_s, &resp.text().await.ok()?)
 }
 
-/// The probe's records, and the server's speculative counters over it (where it has them and drafted).
-async fn probe(
-    a: &Args,
-    url: &str,
-    d: &Discovered,
-    limits_p: &EngineProfile,
-) -> anyhow::Result<(Vec<RequestRecord>, Option<calibrate::spec::ServerSpecCounts>)> {
+/// What the probe measured: the records the fit takes (every phase's but the `cap` phase's), the server's
+/// speculative counters over it (where it has them and drafted), and the `cap` phase's reading (where it ran).
+pub struct Probed {
+    pub records: Vec<RequestRecord>,
+    pub spec: Option<calibrate::spec::ServerSpecCounts>,
+    pub cap: Option<calibrate::cap::CapReading>,
+}
+
+/// What bounds the probe (`max_prompt` its longest prompt): the decode batches up to the cap given or reported
+/// (at most 16; 8 where unknown, until the `cap` phase finds it), and that phase only where the cap is neither given
+/// nor reported (vLLM, SGLang: llama.cpp's slots leave its probe as it was).
+fn probe_limits(a: &Args, d: &Discovered, limits_p: &EngineProfile, max_prompt: u32) -> ProbeLimits {
+    ProbeLimits {
+        max_prompt_tokens: max_prompt,
+        max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
+        decode_output_tokens: a.decode_tokens,
+        prefill_kv: a.prefill_kv != Choice::Off,
+        conversation: a.reply_share == ReplyChoice::Auto,
+        // The parked sessions must outgrow the GPU's KV (llama.cpp: every slot's context).
+        returns: (a.tiers == TiersChoice::Auto && a.host_cache_tokens.is_none())
+            .then(|| limits_p.num_kv_blocks.saturating_mul(u64::from(limits_p.block_size))),
+        // llama.cpp: a slot keeps only its last prompt.
+        returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
+        // Neither given nor reported (vLLM, SGLang): measured first.
+        cap: (a.max_num_seqs.is_none() && d.max_num_seqs.is_none()).then_some(calibrate::CAP_PROBE_REQUESTS),
+    }
+}
+
+/// The probe (see [`Probed`]).
+async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) -> anyhow::Result<Probed> {
     anyhow::ensure!(
         a.budget.is_finite() && a.budget >= 5.0,
         "--budget must be at least 5 seconds (got {})",
@@ -685,19 +719,9 @@ async fn probe(
         "--temp must be a finite number >= 0 (got {})",
         a.temp
     );
-    let pl = ProbeLimits {
-        max_prompt_tokens: max_prompt,
-        max_batch: a.max_num_seqs.or(d.max_num_seqs).unwrap_or(8).min(16),
-        decode_output_tokens: a.decode_tokens,
-        prefill_kv: a.prefill_kv != Choice::Off,
-        conversation: a.reply_share == ReplyChoice::Auto,
-        // The parked sessions must outgrow the GPU's KV (llama.cpp: every slot's context).
-        returns: (a.tiers == TiersChoice::Auto && a.host_cache_tokens.is_none())
-            .then(|| limits_p.num_kv_blocks.saturating_mul(u64::from(limits_p.block_size))),
-        // llama.cpp: a slot keeps only its last prompt.
-        returns_slots: (limits_p.scheduler == Scheduler::LlamaCpp).then_some(limits_p.max_num_seqs),
-    };
-    let phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut pl = probe_limits(a, d, limits_p, max_prompt);
+    let mut phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut cap_reading = None;
     let scraped = std::time::Instant::now();
     let spec_before = scrape_spec(url, a.api_key.as_deref(), 0.0).await;
     let mut sglang_snaps: Vec<replay::prom::Snapshot> = match &spec_before {
@@ -711,18 +735,21 @@ async fn probe(
     let mut dialect = a.dialect;
     let began = std::time::Instant::now();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    // The probe phases, then the fit (numbered after them).
+    // The probe phases, then the fit (numbered after them); a cap found plans the phases after it again.
+    let n_phases = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(phases.len() + 1));
     let status = {
-        let (done, n) = (done.clone(), phases.len() + 1);
+        let (done, n) = (done.clone(), n_phases.clone());
         move |phase: &str, i: usize| ProbeStatus {
             phase: phase.to_string(),
             phase_index: i + 1,
-            phases: n,
+            phases: n.load(std::sync::atomic::Ordering::Relaxed),
             requests: done.load(std::sync::atomic::Ordering::Relaxed),
             elapsed_s: began.elapsed().as_secs_f64(),
         }
     };
-    for (i, ph) in phases.iter().enumerate() {
+    let mut i = 0;
+    while i < phases.len() {
+        let ph = phases[i].clone();
         let share = calibrate::phase_seconds(&phases, i, a.budget, began.elapsed().as_secs_f64());
         let (start, drain) = ph.start_and_drain(share, a.budget);
         if let Some(p) = &a.progress {
@@ -780,7 +807,12 @@ async fn probe(
         s.drain_grace = replay::settings::seconds("the probe phase's drain", drain)?;
         s.scrape_interval = Duration::from_secs_f64((share / 4.0).clamp(0.5, 5.0));
         s.progress = false;
-        s.max_fail_streak = 3;
+        // The cap phase cuts the requests a server that queues them has not served by its end: no failure streak.
+        s.max_fail_streak = if ph.name == "cap" {
+            ph.users.saturating_add(1)
+        } else {
+            3
+        };
         let log: replay::run::LogFn = std::sync::Arc::new(|_line: &str| {});
         let on_record: Option<replay::records::RecordObserver> = a.progress.clone().map(|p| {
             let (status, name, done) = (status.clone(), ph.name.clone(), done.clone());
@@ -807,13 +839,30 @@ async fn probe(
             }
             // A slow server (or a loaded machine) can use a phase's whole share on its first requests; the
             // phase adds no observations and the fit says what it lacks.
-            replay::Verdict::NothingCompleted if i > 0 => eprintln!(
+            replay::Verdict::NothingCompleted if i > 0 || ph.name == "cap" => eprintln!(
                 "calibrate: probe phase {}: no request completed within its {:.0} s (a longer --budget gives it \
                  time); going on without it",
                 ph.name,
                 start + drain
             ),
             v => anyhow::bail!("probe phase {}: {v:?} (records in {})", ph.name, out.display()),
+        }
+        if ph.name == "cap" {
+            // Not for the fit (a batch of up to 160 tiny requests is no decode cell the model is fitted over): it
+            // says how many the server decodes at once, which sizes the decode phases after it.
+            let r = calibrate::cap::read_cap(&outcome.records, ph.users);
+            eprintln!(
+                "calibrate: {} of {} requests decoded at once, {} queued, {} failed",
+                r.decoding_together, r.sent, r.queued, r.failed
+            );
+            if let calibrate::cap::CapFinding::Exact(n) = r.finding() {
+                pl.max_batch = n.min(16);
+                phases = calibrate::plan_probe(&pl).map_err(|e| anyhow::anyhow!("{e}"))?;
+                n_phases.store(phases.len() + 1, std::sync::atomic::Ordering::Relaxed);
+            }
+            cap_reading = Some(r);
+            i += 1;
+            continue;
         }
         // Each phase's clock starts at its own origin: shift so that runs do not overlap in time.
         let offset = all
@@ -833,6 +882,7 @@ async fn probe(
         {
             sglang_snaps.push(*s);
         }
+        i += 1;
     }
     let took = began.elapsed().as_secs_f64();
     if took > a.budget * 1.05 {
@@ -869,7 +919,11 @@ async fn probe(
     if let Some(p) = &a.progress {
         (p.0)(&status("fit", phases.len()));
     }
-    Ok((all, spec))
+    Ok(Probed {
+        records: all,
+        spec,
+        cap: cap_reading,
+    })
 }
 
 /// What `--from` read: every run's records (each file shifted after the previous one in time: they were separate
@@ -881,6 +935,21 @@ pub struct Runs {
     /// The limits of the first sidecar that holds any (`RUN.jsonl.server.json`'s `limits`).
     pub discovered: Discovered,
     pub facts: Vec<RunFacts>,
+    /// The reading of a probe's `cap` phase among the runs (its summary sidecar's `shape` is [`CAP_SHAPE`]); its
+    /// records are not fitted, as with `--url`.
+    pub cap: Option<calibrate::cap::CapReading>,
+}
+
+/// The `shape` a probe phase's run is labelled with in its summary sidecar (`calibrate probe NAME`), for the cap phase.
+pub const CAP_SHAPE: &str = "calibrate probe cap";
+
+/// Whether `run` is a probe's `cap` phase: its summary sidecar (`RUN.jsonl.summary.json`) says so. A run without
+/// one, or another run, is not.
+fn is_cap_run(run: &Path) -> bool {
+    std::fs::read_to_string(replay::summary::sidecar(run, "summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| v.get("shape").and_then(serde_json::Value::as_str) == Some(CAP_SHAPE))
 }
 
 /// One `--from` run, as [`check_runs`] compares it with the limits and the server's counters.
@@ -993,6 +1062,15 @@ pub fn read_runs(paths: &[PathBuf]) -> anyhow::Result<Runs> {
     for p in paths {
         let (recs, bad) = read_records(p).with_context(|| format!("reading {}", p.display()))?;
         out.notes.extend(skipped_note(p, &bad));
+        if is_cap_run(p) {
+            let sent = u32::try_from(recs.len()).unwrap_or(u32::MAX);
+            out.cap = Some(calibrate::cap::read_cap(&recs, sent));
+            out.notes.push(format!(
+                "{}: the probe's cap phase, read for max_num_seqs (not fitted)",
+                p.display()
+            ));
+            continue;
+        }
         let server = match read_sidecar(p, &mut out.notes)? {
             Some(Sidecar { discovered: d, report }) => {
                 if out.discovered.sources.is_empty() {
@@ -1195,7 +1273,13 @@ pub fn fill_deployment(dep: &mut Deployment, a: &Args, d: &Discovered) -> Vec<St
 /// The fit carried over to the deployment (`deployment_fit`; `deployment.json` is its `deployment`).
 fn carry_over(dep: &Deployment, a: &Args, d: &Discovered, fit: &calibrate::Fit) -> anyhow::Result<transfer::Transfer> {
     let mut dep = dep.clone();
-    let filled = fill_deployment(&mut dep, a, d);
+    let mut filled = fill_deployment(&mut dep, a, d);
+    if dep.max_num_seqs.is_none()
+        && let Some(n) = fit.max_num_seqs.as_ref().and_then(measured_cap)
+    {
+        dep.max_num_seqs = Some(n);
+        filled.push(format!("max_num_seqs = {n} (measured by the probe)"));
+    }
     let known = |name: &str| fit.coefficients.get(name).is_some_and(|c| c.identified);
     let mut t = transfer::transfer(
         &fit.profile,
@@ -1335,13 +1419,15 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let mut facts = Vec::new();
     let server_spec;
+    let cap;
     let (records, mut notes, d) = match &a.url {
         Some(url) => {
             let d = discover(url, a.api_key.as_deref()).await;
-            let lp = limits(a, &d)?;
-            let (records, spec) = probe(a, url, &d, &lp).await?;
-            server_spec = spec;
-            (records, Vec::new(), d)
+            let lp = limits(a, &d, None)?;
+            let p = probe(a, url, &d, &lp).await?;
+            server_spec = p.spec;
+            cap = cap_fit(a, &d, p.cap);
+            (p.records, Vec::new(), d)
         }
         None => {
             let runs = read_runs(&a.from)?;
@@ -1355,11 +1441,12 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
                 anyhow::bail!("--from: no records in {}{why}", files.join(", "));
             }
             server_spec = sidecar_spec(&runs.facts);
+            cap = cap_fit(a, &runs.discovered, runs.cap);
             facts = runs.facts;
             (runs.records, runs.notes, runs.discovered)
         }
     };
-    let lp = limits(a, &d)?;
+    let lp = limits(a, &d, measured_cap(&cap))?;
     notes.extend(check_runs(&facts, &lp));
     let (records, link_note) = without_link(records);
     notes.extend(link_note);
@@ -1400,9 +1487,10 @@ pub async fn calibrate(a: &Args) -> anyhow::Result<calibrate::Fit> {
     if !d.sources.is_empty() {
         fit.notes.push(format!("limits discovered: {}", d.sources.join(", ")));
     }
-    if let Some(n) = max_num_seqs_defaulted(a, &d, &fit.profile) {
-        fit.notes.push(n);
+    if !matches!(cap.found_by.as_str(), "flag" | "server report") {
+        fit.notes.push(cap.note.clone());
     }
+    fit.max_num_seqs = Some(cap);
     if let Some(dep) = &deployment {
         let t = carry_over(dep, a, &d, &fit)?;
         write_json(&a.out.join("deployment.json"), &t.deployment)?;
@@ -1528,23 +1616,90 @@ mod tests {
         }
     }
 
-    /// `max_num_seqs` the server did not report and no flag gave: said, with the value written; given or reported
-    /// (llama.cpp's slots): nothing to say.
+    /// `max_num_seqs`: a flag wins, then the server's report (llama.cpp's slots), then the probe's reading (a
+    /// queue: the cap, written to the profile; none: at least what was sent, the default written), else the
+    /// default, said in the note.
     #[test]
-    fn an_unreported_max_num_seqs_is_named() {
+    fn max_num_seqs_is_given_reported_measured_or_defaulted() {
+        use calibrate::cap::CapReading;
         let d = Discovered::default();
-        let p = limits(&args(&[]), &d).unwrap_or_else(|e| panic!("{e}"));
-        let note = max_num_seqs_defaulted(&args(&[]), &d, &p).unwrap_or_else(|| panic!("a note"));
-        assert!(
-            note.contains("written as 256") && note.contains("--max-num-seqs"),
-            "{note}"
-        );
-        assert_eq!(max_num_seqs_defaulted(&args(&["--max-num-seqs", "8"]), &d, &p), None);
+        let queue = CapReading {
+            sent: 160,
+            started: 40,
+            decoding_together: 12,
+            queued: 148,
+            failed: 0,
+        };
+        let all = CapReading {
+            decoding_together: 160,
+            started: 160,
+            queued: 0,
+            ..queue
+        };
+        let c = cap_fit(&args(&["--max-num-seqs", "8"]), &d, Some(queue));
+        assert_eq!((c.value, c.found_by.as_str(), measured_cap(&c)), (8, "flag", None));
         let slots = Discovered {
             max_num_seqs: Some(4),
+            sources: vec!["llama.cpp /props".into()],
             ..Discovered::default()
         };
-        assert_eq!(max_num_seqs_defaulted(&args(&[]), &slots, &p), None);
+        let c = cap_fit(&args(&[]), &slots, None);
+        assert_eq!((c.value, c.found_by.as_str()), (4, "server report"));
+        assert!(c.note.contains("llama.cpp /props"), "{}", c.note);
+        let c = cap_fit(&args(&[]), &d, Some(queue));
+        assert_eq!((c.value, c.found_by.as_str(), c.lower_bound), (12, "probe", false));
+        assert_eq!(measured_cap(&c), Some(12));
+        let p = limits(&args(&[]), &d, measured_cap(&c)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.max_num_seqs, 12);
+        assert!(p.basis.contains("probe max_num_seqs 12"), "{}", p.basis);
+        let c = cap_fit(&args(&[]), &d, Some(all));
+        assert_eq!((c.value, c.found_by.as_str(), c.lower_bound), (256, "probe", true));
+        assert_eq!(measured_cap(&c), None);
+        assert!(
+            c.note.contains("at least 160") && c.note.contains("--max-num-seqs"),
+            "{}",
+            c.note
+        );
+        let c = cap_fit(&args(&[]), &d, None);
+        assert_eq!((c.value, c.found_by.as_str()), (256, "default"));
+        assert!(
+            c.note.contains("written as 256") && c.note.contains("--max-num-seqs"),
+            "{}",
+            c.note
+        );
+        assert_eq!(limits(&args(&[]), &d, None).map(|p| p.max_num_seqs).ok(), Some(256));
+    }
+
+    /// The cap phase runs only where the cap is unknown: llama.cpp's `/props` slots (the real-server suite's
+    /// server) and `--max-num-seqs` leave it out (the rest of the plan is the same with or without it:
+    /// `shared::calibrate`'s `the_cap_phase_comes_first_and_changes_nothing_else`); vLLM-like servers get it first.
+    #[test]
+    fn the_cap_phase_runs_only_where_the_cap_is_unknown() {
+        let plan = |a: &Args, d: &Discovered| {
+            let lp = limits(a, d, None).unwrap_or_else(|e| panic!("{e}"));
+            calibrate::plan_probe(&probe_limits(a, d, &lp, 4096)).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut llama = Discovered::default();
+        parse_props(
+            &serde_json::json!({"total_slots": 4, "default_generation_settings": {"n_ctx": 8192}}),
+            &mut llama,
+        );
+        let phases = plan(&args(&[]), &llama);
+        assert!(
+            phases.iter().all(|p| p.name != "cap"),
+            "{:?}",
+            phases.iter().map(|p| &p.name).collect::<Vec<_>>()
+        );
+        assert!(
+            plan(&args(&["--max-num-seqs", "8"]), &Discovered::default())
+                .iter()
+                .all(|p| p.name != "cap")
+        );
+        let vllm = plan(&args(&[]), &Discovered::default());
+        assert_eq!(
+            (vllm[0].name.as_str(), vllm[0].users),
+            ("cap", calibrate::CAP_PROBE_REQUESTS)
+        );
     }
 
     /// llama-server's speculative counters as it exposes them with a draft model (4 positions), and their deltas.
