@@ -575,9 +575,10 @@ struct WordWalk {
 /// [`Engine::spec_join_walk`]'s steps four at a time, one 64-bit word of draws each (`w.n` a multiple of 4), while
 /// four steps of `k + 1` tokens leave it more than `k` (so that every one drafts `k`): each step's tokens and new
 /// blocks (`ceil` is ⌈x / block size⌉) added to its ring slot, lazy step `d0 + w.m`, as one [`emit_blocks`] word.
-/// A step's tokens come from `e8` (see [`SpecState::emit_table`]), or from the thresholds `th` for the few draws
-/// whose high byte holds one. Draws and sums are those of the step-by-step walk: the four steps' contexts are
-/// summed from the word's start (not one after the other), which gives the same integers.
+/// A step's tokens come from `e8` (see [`SpecState::emit_table`]), or from the thresholds `th` (one per position:
+/// `k` of them) for the few draws whose high byte holds one. Draws and sums are those of the step-by-step walk:
+/// the four steps' contexts are summed from the word's start (not one after the other), which gives the same
+/// integers.
 #[inline(never)]
 fn walk_words(
     eb: &mut [u64],
@@ -585,11 +586,12 @@ fn walk_words(
     e8: &[u8; 256],
     th: &[u32],
     key: u64,
-    k: u32,
     ceil: impl Fn(u32) -> u32,
     w: &mut WordWalk,
 ) {
-    debug_assert!(w.n & 3 == 0 && eb.len().is_power_of_two() && th.len() == k as usize);
+    debug_assert!(w.n & 3 == 0 && eb.len().is_power_of_two());
+    // Every position has a threshold: `k` is their count.
+    let k = th.len() as u32;
     let mask = eb.len() as u64 - 1;
     #[cold]
     fn by_thresholds(x: u64, th: &[u32]) -> u32 {
@@ -2211,9 +2213,9 @@ impl Engine {
                     // The usual block size with its constants in the code; other powers of two by a shift; others
                     // by a division.
                     match (bs, shift) {
-                        (16, _) => walk_words(eb, d0, e8, thr, key, k, |x| (x + 15) >> 4, &mut w),
-                        (_, u32::MAX) => walk_words(eb, d0, e8, thr, key, k, |x| x.div_ceil(bs), &mut w),
-                        _ => walk_words(eb, d0, e8, thr, key, k, |x| (x + bs1) >> shift, &mut w),
+                        (16, _) => walk_words(eb, d0, e8, thr, key, |x| (x + 15) >> 4, &mut w),
+                        (_, u32::MAX) => walk_words(eb, d0, e8, thr, key, |x| x.div_ceil(bs), &mut w),
+                        _ => walk_words(eb, d0, e8, thr, key, |x| (x + bs1) >> shift, &mut w),
                     }
                     WordWalk {
                         t,

@@ -257,7 +257,8 @@ pub(crate) struct SpecState {
     /// Per content kind: the tokens a step drafting all `k` positions emits (`1 + accepted`) for every draw whose
     /// high byte is the index, or 0 where draws with that high byte emit different counts (a threshold falls
     /// inside): a step's emission from one table read, the thresholds only for those few bytes.
-    e8: [[u8; 256]; 3],
+    /// (Boxed: the engine moves its `SpecState` in and out of place around every stretch.)
+    e8: Box<[[u8; 256]; 3]>,
     pub draft_cost_ms: f64,
     seed: u64,
 }
@@ -282,7 +283,7 @@ impl SpecState {
         };
         let k = s.draft_tokens.max(1);
         let thr = [any, code, prose];
-        let mut e8 = [[0u8; 256]; 3];
+        let mut e8 = Box::new([[0u8; 256]; 3]);
         for (table, th) in e8.iter_mut().zip(&thr) {
             // Accepted counts fall as the draw rises (the thresholds do not rise): a byte's draws all emit the
             // same when its first and last do.
