@@ -2233,7 +2233,7 @@ impl Engine {
             }
             let x = SpecState::bits(word, n);
             n += 1;
-            let e = 1 + s.accepted(kind, x, k);
+            let e = s.full_emit(kind, x);
             t += e;
             let cb1 = ceil(t);
             ring.eb[((d0 + m) & mask) as usize] += emit_blocks(e, cb1 - cb);
@@ -2261,7 +2261,7 @@ impl Engine {
                 }
                 let x = SpecState::bits(word, n);
                 n += 1;
-                a = s.accepted(kind, x, v);
+                a = (s.full_emit(kind, x) - 1).min(v);
                 tally.steps += 1;
                 tally.drafted += v;
                 tally.accepted += a;

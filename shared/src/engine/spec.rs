@@ -339,6 +339,19 @@ impl SpecState {
         &self.e8[usize::from(kind).min(2)]
     }
 
+    /// Tokens a step that drafts all `k` positions emits for a draw `x` of kind `kind`: `1 + accepted(kind, x, k)`,
+    /// from the table where it answers. (A step drafting `v < k` accepts the least of that less one and `v`: the
+    /// positions accepted are a prefix.)
+    #[inline]
+    pub fn full_emit(&self, kind: u8, x: u32) -> u32 {
+        let e = self.emit_table(kind)[((x >> 8) & 0xff) as usize];
+        if e != 0 {
+            u32::from(e)
+        } else {
+            1 + self.accepted(kind, x, self.k)
+        }
+    }
+
     /// Accepted tokens of `drafted` (≤ k) for a draw `x` of kind `kind`.
     #[inline]
     pub fn accepted(&self, kind: u8, x: u32, drafted: u32) -> u32 {
@@ -442,6 +455,17 @@ mod tests {
                         continue;
                     }
                     assert_eq!(u32::from(e), 1 + st.accepted(kind, x, st.k), "kind {kind} draw {x}");
+                }
+                for x in 0..DRAW_ONE {
+                    let full = st.full_emit(kind, x);
+                    assert_eq!(full, 1 + st.accepted(kind, x, st.k), "kind {kind} draw {x}");
+                    for v in 0..=st.k {
+                        assert_eq!(
+                            (full - 1).min(v),
+                            st.accepted(kind, x, v),
+                            "kind {kind} draw {x}, {v} drafted"
+                        );
+                    }
                 }
                 for (b, &e) in table.iter().enumerate() {
                     if e == 0 {
