@@ -153,7 +153,7 @@ fn emit_blocks(emit: u32, blocks: u32) -> u64 {
 
 /// The ring of [`Lazy`], a [`SpecSlot`] per lazy step stored by field: the word of [`emit_blocks`] that every step of
 /// every path adds to, and `short` and `acorr`, which only the last steps of paths touch (`acorr` is 0 wherever
-/// `short` is).
+/// `short` is 0, so emptying a slot clears them only where `short` is not).
 #[derive(Debug, Clone, Default, PartialEq)]
 struct SpecRing {
     eb: Vec<u64>,
