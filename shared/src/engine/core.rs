@@ -602,10 +602,16 @@ fn walk_words(
         let e = u32::from(e8[((x >> 8) & 0xff) as usize]);
         if e != 0 { e } else { by_thresholds(x, th) }
     };
-    let (mut t, mut left, mut n, mut m, mut cb) = (w.t, w.left, w.n, w.m, w.cb);
-    let mut last = w.last;
-    while left > 4 * k + 3 {
-        let word = SpecState::word(key, u64::from(n >> 2));
+    let (t0, left0, m0) = (w.t, w.left, w.m);
+    if left0 <= 4 * k + 3 {
+        return;
+    }
+    // `left > 4k + 3` while `t < t_lim`.
+    let t_lim = t0 + (left0 - (4 * k + 3));
+    let (mut t, mut cb, mut last, mut m) = (w.t, w.cb, w.last, w.m);
+    let mut wi = u64::from(w.n >> 2);
+    // One word's four steps: their slots' additions, the context and blocks after them.
+    let four = |word: u64, t: u32, cb: u32| {
         let es = [e(word), e(word >> 16), e(word >> 32), e(word >> 48)];
         let t1 = t + es[0];
         let t2 = t1 + es[1];
@@ -618,27 +624,38 @@ fn walk_words(
             emit_blocks(es[2], c3 - c2),
             emit_blocks(es[3], c4 - c3),
         ];
+        (adds, t4, c4, es[3])
+    };
+    while t < t_lim {
         let base = ((d0 + m) & mask) as usize;
         if base + 4 <= eb.len() {
-            for (slot, &a) in eb[base..base + 4].iter_mut().zip(&adds) {
-                *slot += a;
+            // Up to the ring's end without wrapping.
+            for chunk in eb[base..].chunks_exact_mut(4) {
+                if t >= t_lim {
+                    break;
+                }
+                let (adds, t4, c4, e3) = four(SpecState::word(key, wi), t, cb);
+                for (slot, &a) in chunk.iter_mut().zip(&adds) {
+                    *slot += a;
+                }
+                (t, cb, last) = (t4, c4, e3);
+                wi += 1;
+                m += 4;
             }
         } else {
+            let (adds, t4, c4, e3) = four(SpecState::word(key, wi), t, cb);
             for (i, &a) in adds.iter().enumerate() {
                 eb[((d0 + m + i as u64) & mask) as usize] += a;
             }
+            (t, cb, last) = (t4, c4, e3);
+            wi += 1;
+            m += 4;
         }
-        left -= t4 - t;
-        t = t4;
-        cb = c4;
-        last = es[3];
-        n += 4;
-        m += 4;
     }
     *w = WordWalk {
         t,
-        left,
-        n,
+        left: left0 - (t - t0),
+        n: w.n + (m - m0) as u32,
         m,
         cb,
         last,
