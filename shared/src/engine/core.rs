@@ -143,6 +143,74 @@ struct SpecSlot {
     acorr: u64,
 }
 
+/// Tokens emitted and blocks newly needed as one word (`emit` in the low 32 bits, `blocks` in the high ones), so
+/// that a step of a path adds both with one addition: neither sum reaches 2³² (a slot sums one step of each lazy
+/// decoder, at most `k + 1` tokens each), so no carry crosses between them.
+#[inline]
+fn emit_blocks(emit: u32, blocks: u32) -> u64 {
+    u64::from(emit) | (u64::from(blocks) << 32)
+}
+
+/// The ring of [`Lazy`], a [`SpecSlot`] per lazy step stored by field: the word of [`emit_blocks`] that every step of
+/// every path adds to, and `short` and `acorr`, which only the last steps of paths touch (`acorr` is 0 wherever
+/// `short` is 0, so emptying a slot clears them only where `short` is not).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct SpecRing {
+    eb: Vec<u64>,
+    short: Vec<u32>,
+    acorr: Vec<u64>,
+}
+
+impl SpecRing {
+    fn new(len: usize) -> Self {
+        SpecRing {
+            eb: vec![0; len],
+            short: vec![0; len],
+            acorr: vec![0; len],
+        }
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        self.eb.len()
+    }
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.eb.is_empty()
+    }
+    #[inline]
+    fn mask(&self) -> u64 {
+        self.eb.len() as u64 - 1
+    }
+    /// The slot at index `i`.
+    #[inline]
+    fn get(&self, i: usize) -> SpecSlot {
+        let eb = self.eb[i];
+        SpecSlot {
+            emit: eb as u32,
+            blocks: (eb >> 32) as u32,
+            short: self.short[i],
+            acorr: self.acorr[i],
+        }
+    }
+    /// The slot at index `i`, emptied (the step is done): its tokens.
+    #[inline]
+    fn take_emit(&mut self, i: usize) -> u32 {
+        let emit = self.eb[i] as u32;
+        self.eb[i] = 0;
+        if self.short[i] != 0 {
+            self.short[i] = 0;
+            self.acorr[i] = 0;
+        }
+        emit
+    }
+    #[inline]
+    fn set(&mut self, i: usize, s: SpecSlot) {
+        self.eb[i] = emit_blocks(s.emit, s.blocks);
+        self.short[i] = s.short;
+        self.acorr[i] = s.acorr;
+    }
+}
+
 /// One stretch of identical pure-decode steps (or a single step): `k` durations evenly spaced from `lo` to `hi`
 /// (`a, a + b, …, a + b·(k−1)`), as the tuple `(lo, hi, k)` the ITL quantiles read.
 pub(crate) type LogEntry = (f64, f64, u64);
@@ -236,7 +304,7 @@ struct Lazy {
     /// what their paths, drawn ahead from their own streams when they became lazy, do in that step. A step of the
     /// lazy batch then costs O(1) whatever each sequence accepts, and a stretch runs until the first finish.
     ctx: u64,
-    ring: Vec<SpecSlot>,
+    ring: SpecRing,
 }
 
 /// Block sizes up to which decoders may be lazy (a stretch's block count is O(block size)).
@@ -404,10 +472,29 @@ struct StepSums {
 
 /// [`Engine::spec_stretch`]'s steps after its first under a linear profile without KV tiers (blocks counted, not
 /// taken, until the stretch ends): the same stopping rules, costs and sums in the same order, with everything the
-/// loop changes in locals.
+/// loop changes in locals. Dispatches to [`linear_spec_loop`] compiled for whether the step log is kept and
+/// whether the profile has `batch_kv_ms_per_ktok` (no branch on either inside the loop).
 #[inline(never)]
-fn linear_spec_steps(ring: &mut [SpecSlot], log: &mut Vec<LogEntry>, c: &LinearSteps, st: &mut StepSums) {
-    let mask = ring.len() as u64 - 1;
+fn linear_spec_steps(ring: &mut SpecRing, log: &mut Vec<LogEntry>, c: &LinearSteps, st: &mut StepSums) {
+    match (c.keep_log, c.bkv_n.is_some()) {
+        (false, false) => linear_spec_loop::<false, false>(ring, log, c, st),
+        (false, true) => linear_spec_loop::<false, true>(ring, log, c, st),
+        (true, false) => linear_spec_loop::<true, false>(ring, log, c, st),
+        (true, true) => linear_spec_loop::<true, true>(ring, log, c, st),
+    }
+}
+
+/// [`linear_spec_steps`]'s loop: `LOG` whether the step log is kept, `BKV` whether `c.bkv_n` is set. Each step's
+/// cost is [`LinearSteps::step_ms`]'s, to the bit.
+#[inline(always)]
+fn linear_spec_loop<const LOG: bool, const BKV: bool>(
+    ring: &mut SpecRing,
+    log: &mut Vec<LogEntry>,
+    c: &LinearSteps,
+    st: &mut StepSums,
+) {
+    let mask = ring.mask();
+    let bkv_n = c.bkv_n.unwrap_or(0.0);
     let StepSums {
         mut k,
         mut end,
@@ -420,28 +507,44 @@ fn linear_spec_steps(ring: &mut [SpecSlot], log: &mut Vec<LogEntry>, c: &LinearS
         mut taken,
         mut peak,
     } = *st;
+    let (eb, short) = (&mut ring.eb[..], &mut ring.short[..]);
     while k < c.kmax && end < c.until_ms {
         let i = ((c.d + k) & mask) as usize;
-        let slot = ring[i];
-        let need = u64::from(slot.blocks);
-        if c.full - u64::from(slot.short) > c.budget || need > avail_left {
+        let (word, sh) = (eb[i], short[i]);
+        let need = word >> 32;
+        if c.full - u64::from(sh) > c.budget || need > avail_left {
             break;
         }
         peak = Some(taken);
         avail_left -= need;
         taken += need;
-        let cf = lazy_ctx as f64;
-        let dj = c.step_ms(lazy_ctx, slot.short);
+        // Σ context stays far below 2⁶³: converted as a signed integer (one instruction), the same value.
+        debug_assert!(lazy_ctx < 1 << 53);
+        let cf = lazy_ctx as i64 as f64;
+        let mut x = c.base + c.per_ctx * cf;
+        if BKV {
+            x += bkv_n * cf / 1000.0;
+        }
+        let dj = x + if sh == 0 {
+            c.full_term
+        } else {
+            let drafted = (c.full_drafts - u64::from(sh)) as f64;
+            drafted / c.prefill_tokens_per_ms + c.draft_cost_ms * drafted
+        };
         end += dj;
-        if c.keep_log {
+        if LOG {
             log.push((dj, dj, 1));
         }
         busy += dj;
         batch_time += c.batch * dj;
         decode_time += dj;
         ctx_time += (cf / c.nf + 0.0) * dj;
-        lazy_ctx += u64::from(slot.emit);
-        ring[i] = SpecSlot::default();
+        lazy_ctx += word & 0xffff_ffff;
+        eb[i] = 0;
+        if sh != 0 {
+            short[i] = 0;
+            ring.acorr[i] = 0;
+        }
         k += 1;
     }
     *st = StepSums {
@@ -471,59 +574,88 @@ struct WordWalk {
 
 /// [`Engine::spec_join_walk`]'s steps four at a time, one 64-bit word of draws each (`w.n` a multiple of 4), while
 /// four steps of `k + 1` tokens leave it more than `k` (so that every one drafts `k`): each step's tokens and new
-/// blocks (`ceil` is ⌈x / block size⌉) added to its ring slot, lazy step `d0 + w.m`. Draws and sums are those of the
-/// step-by-step walk.
+/// blocks (`ceil` is ⌈x / block size⌉) added to its ring slot, lazy step `d0 + w.m`, as one [`emit_blocks`] word.
+/// A step's tokens come from `e8` (see [`SpecState::emit_table`]), or from the thresholds `th` (one per position:
+/// `k` of them) for the few draws whose high byte holds one. Draws and sums are those of the step-by-step walk:
+/// the four steps' contexts are summed from the word's start (not one after the other), which gives the same
+/// integers.
 #[inline(never)]
 fn walk_words(
-    ring: &mut [SpecSlot],
+    eb: &mut [u64],
     d0: u64,
-    th: &[u32; 4],
+    e8: &[u8; 256],
+    th: &[u32],
     key: u64,
-    k: u32,
     ceil: impl Fn(u32) -> u32,
     w: &mut WordWalk,
 ) {
-    debug_assert!(w.n & 3 == 0 && ring.len().is_power_of_two());
-    let mask = ring.len() as u64 - 1;
-    let th = *th;
-    let e = |x: u64| {
+    debug_assert!(w.n & 3 == 0 && eb.len().is_power_of_two());
+    // Every position has a threshold: `k` is their count.
+    let k = th.len() as u32;
+    let mask = eb.len() as u64 - 1;
+    #[cold]
+    fn by_thresholds(x: u64, th: &[u32]) -> u32 {
         let x = (x & 0xffff) as u32;
-        1 + u32::from(x < th[0]) + u32::from(x < th[1]) + u32::from(x < th[2]) + u32::from(x < th[3])
+        1 + th.iter().map(|&t| u32::from(x < t)).sum::<u32>()
+    }
+    let e = |x: u64| {
+        let e = u32::from(e8[((x >> 8) & 0xff) as usize]);
+        if e != 0 { e } else { by_thresholds(x, th) }
     };
-    let (mut t, mut left, mut n, mut m, mut cb) = (w.t, w.left, w.n, w.m, w.cb);
-    let mut last = w.last;
-    while left > 4 * k + 3 {
-        let word = SpecState::word(key, u64::from(n >> 2));
+    let (t0, left0, m0) = (w.t, w.left, w.m);
+    if left0 <= 4 * k + 3 {
+        return;
+    }
+    // `left > 4k + 3` while `t < t_lim`.
+    let t_lim = t0 + (left0 - (4 * k + 3));
+    let (mut t, mut cb, mut last, mut m) = (w.t, w.cb, w.last, w.m);
+    let mut wi = u64::from(w.n >> 2);
+    // One word's four steps: their slots' additions, the context and blocks after them.
+    let four = |word: u64, t: u32, cb: u32| {
         let es = [e(word), e(word >> 16), e(word >> 32), e(word >> 48)];
+        let t1 = t + es[0];
+        let t2 = t1 + es[1];
+        let t3 = t2 + es[2];
+        let t4 = t2 + (es[2] + es[3]);
+        let (c1, c2, c3, c4) = (ceil(t1), ceil(t2), ceil(t3), ceil(t4));
+        let adds = [
+            emit_blocks(es[0], c1 - cb),
+            emit_blocks(es[1], c2 - c1),
+            emit_blocks(es[2], c3 - c2),
+            emit_blocks(es[3], c4 - c3),
+        ];
+        (adds, t4, c4, es[3])
+    };
+    while t < t_lim {
         let base = ((d0 + m) & mask) as usize;
-        if base + 4 <= ring.len() {
-            for (slot, &ei) in ring[base..base + 4].iter_mut().zip(&es) {
-                t += ei;
-                let c = ceil(t);
-                slot.emit += ei;
-                slot.blocks += c - cb;
-                cb = c;
+        if base + 4 <= eb.len() {
+            // Up to the ring's end without wrapping.
+            for chunk in eb[base..].chunks_exact_mut(4) {
+                if t >= t_lim {
+                    break;
+                }
+                let (adds, t4, c4, e3) = four(SpecState::word(key, wi), t, cb);
+                for (slot, &a) in chunk.iter_mut().zip(&adds) {
+                    *slot += a;
+                }
+                (t, cb, last) = (t4, c4, e3);
+                wi += 1;
+                m += 4;
             }
         } else {
-            for (i, &ei) in es.iter().enumerate() {
-                t += ei;
-                let c = ceil(t);
-                let slot = &mut ring[((d0 + m + i as u64) & mask) as usize];
-                slot.emit += ei;
-                slot.blocks += c - cb;
-                cb = c;
+            let (adds, t4, c4, e3) = four(SpecState::word(key, wi), t, cb);
+            for (i, &a) in adds.iter().enumerate() {
+                eb[((d0 + m + i as u64) & mask) as usize] += a;
             }
+            (t, cb, last) = (t4, c4, e3);
+            wi += 1;
+            m += 4;
         }
-        let sum = es[0] + es[1] + es[2] + es[3];
-        left -= sum;
-        last = es[3];
-        n += 4;
-        m += 4;
     }
     *w = WordWalk {
         t,
-        left,
-        n,
+        left: left0 - (t - t0),
+        n: w.n + (m - m0) as u32,
         m,
         cb,
         last,
@@ -1457,7 +1589,7 @@ impl Engine {
     /// one drafts `k` at context `c` (`k(c + 1) + k(k+1)/2`), less what the ones near their end do not draft.
     #[inline]
     fn lazy_drafts(&self, s: &SpecState, at: u64, ctx: u64) -> (u64, f64) {
-        let slot = self.lz.ring[(at & (self.lz.ring.len() as u64 - 1)) as usize];
+        let slot = self.lz.ring.get((at & self.lz.ring.mask()) as usize);
         let (n, k) = (self.lz.n, u64::from(s.k));
         let drafted = n * k - u64::from(slot.short);
         let attended = k * (ctx + n) + n * k * (k + 1) / 2 - slot.acorr;
@@ -1887,7 +2019,7 @@ impl Engine {
                 self.lz.sum_off.wrapping_add(self.lz.n.wrapping_mul(d)),
             ),
             Some(s) => {
-                let slot = self.lz.ring[(d & (self.lz.ring.len() as u64 - 1)) as usize];
+                let slot = self.lz.ring.get((d & self.lz.ring.mask()) as usize);
                 let verify = u64::from(n) * u64::from(s.k + 1) - u64::from(slot.short);
                 (u32::try_from(verify).ok()?, u64::from(slot.blocks), self.lz.ctx)
             }
@@ -2008,7 +2140,7 @@ impl Engine {
                 // The fast walk put into the ring exactly what the step-by-step walk takes back out.
                 let ring_after = self.lz.ring.clone();
                 let _ = self.spec_walk(idx, 0, false, 0);
-                let same = self.lz.ring.iter().zip(&ring_before).all(|(a, b)| a == b);
+                let same = self.lz.ring == ring_before;
                 debug_assert!(same, "the ring sums of request {idx}'s path");
                 self.lz.ring = ring_after;
             }
@@ -2045,17 +2177,18 @@ impl Engine {
             return;
         }
         let new_cap = steps.next_power_of_two().max(2 * cap).max(64);
-        let mut ring = vec![SpecSlot::default(); new_cap as usize];
+        let mut ring = SpecRing::new(new_cap as usize);
         // The live steps are `d .. d + cap`.
         for j in self.lz.d..self.lz.d + cap {
-            ring[(j & (new_cap - 1)) as usize] = self.lz.ring[(j & (cap - 1)) as usize];
+            ring.set((j & (new_cap - 1)) as usize, self.lz.ring.get((j & (cap - 1)) as usize));
         }
         self.lz.ring = ring;
     }
 
     /// [`Self::spec_walk`] when request `idx` becomes lazy (its whole path added to the ring, its tally over all of
-    /// it), in two phases: while it has more than `k` tokens left every step drafts `k` (no branch on the draw, the
-    /// tally summed at the end), then its last steps one by one. The hot loop of speculative decoding.
+    /// it), in two phases: while it has more than `k` tokens left every step drafts `k` (its tokens read from the
+    /// kind's [`SpecState::emit_table`], the tally summed at the end; [`walk_words`] four steps at a time), then its
+    /// last steps one by one. The hot loop of speculative decoding.
     fn spec_join_walk(&mut self, idx: u32) -> (u64, SpecTally) {
         let Some(s) = &self.spec else {
             return (0, SpecTally::default());
@@ -2079,19 +2212,12 @@ impl Engine {
         let mut t = t0;
         let mut m = 0u64;
         let mut last = 0;
-        // Up to four draft positions (the usual MTP and EAGLE depths) as a fixed array, padded with thresholds no
-        // draw is below: the compares unroll and nothing branches on the draw.
-        let mut th4 = [0u32; 4];
-        let small = thr.len() <= 4;
-        if small {
-            th4[..thr.len()].copy_from_slice(thr);
-        }
         let mut cb = ceil(t);
         // Whole words of four draws while even four steps of `k + 1` tokens leave more than `k` (every one of them
         // drafts `k`): from the first word boundary on, four at a time.
         while left > k {
             if n & 3 == 0 {
-                if small && left > 4 * k + 3 {
+                if left > 4 * k + 3 {
                     let mut w = WordWalk {
                         t,
                         left,
@@ -2100,10 +2226,13 @@ impl Engine {
                         cb,
                         last,
                     };
-                    if shift != u32::MAX {
-                        walk_words(ring, d0, &th4, key, k, |x| (x + bs1) >> shift, &mut w);
-                    } else {
-                        walk_words(ring, d0, &th4, key, k, |x| x.div_ceil(bs), &mut w);
+                    let (eb, e8) = (&mut ring.eb[..], s.emit_table(kind));
+                    // The usual block size with its constants in the code; other powers of two by a shift; others
+                    // by a division.
+                    match (bs, shift) {
+                        (16, _) => walk_words(eb, d0, e8, thr, key, |x| (x + 15) >> 4, &mut w),
+                        (_, u32::MAX) => walk_words(eb, d0, e8, thr, key, |x| x.div_ceil(bs), &mut w),
+                        _ => walk_words(eb, d0, e8, thr, key, |x| (x + bs1) >> shift, &mut w),
                     }
                     WordWalk {
                         t,
@@ -2121,19 +2250,10 @@ impl Engine {
             }
             let x = SpecState::bits(word, n);
             n += 1;
-            let mut e = 1;
-            if small {
-                e += u32::from(x < th4[0]) + u32::from(x < th4[1]) + u32::from(x < th4[2]) + u32::from(x < th4[3]);
-            } else {
-                for &th in thr {
-                    e += u32::from(x < th);
-                }
-            }
+            let e = s.full_emit(kind, x);
             t += e;
             let cb1 = ceil(t);
-            let slot = &mut ring[((d0 + m) & mask) as usize];
-            slot.emit += e;
-            slot.blocks += cb1 - cb;
+            ring.eb[((d0 + m) & mask) as usize] += emit_blocks(e, cb1 - cb);
             cb = cb1;
             left -= e;
             m += 1;
@@ -2158,18 +2278,17 @@ impl Engine {
                 }
                 let x = SpecState::bits(word, n);
                 n += 1;
-                a = s.accepted(kind, x, v);
+                a = (s.full_emit(kind, x) - 1).min(v);
                 tally.steps += 1;
                 tally.drafted += v;
                 tally.accepted += a;
             }
             let e = 1 + a;
-            let slot = &mut ring[((d0 + m) & mask) as usize];
-            slot.emit += e;
-            slot.blocks += ceil(t + e) - ceil(t);
-            slot.short += k - v;
+            let i = ((d0 + m) & mask) as usize;
+            ring.eb[i] += emit_blocks(e, ceil(t + e) - ceil(t));
+            ring.short[i] += k - v;
             let missing = u64::from(k) * u64::from(k + 1) - u64::from(v) * u64::from(v + 1);
-            slot.acorr += u64::from(k - v) * (u64::from(t) + 1) + missing / 2;
+            ring.acorr[i] += u64::from(k - v) * (u64::from(t) + 1) + missing / 2;
             tally.tokens += e;
             tally.frames += 1;
             tally.last = e;
@@ -2201,7 +2320,7 @@ impl Engine {
     /// [`Self::spec_walk`]'s steps and tally without touching the ring (debug builds check the fast walk by it).
     fn spec_walk_dry(&mut self, idx: u32) -> (u64, SpecTally) {
         let ring = std::mem::take(&mut self.lz.ring);
-        self.lz.ring = vec![SpecSlot::default(); 1];
+        self.lz.ring = SpecRing::new(1);
         let out = self.spec_walk(idx, u64::MAX, true, u64::MAX);
         self.lz.ring = ring;
         out
@@ -2252,7 +2371,7 @@ impl Engine {
             };
             let e = 1 + a;
             if m >= from {
-                let slot = &mut ring[((d0 + m) & mask) as usize];
+                let i = ((d0 + m) & mask) as usize;
                 let blocks = (ceil(u64::from(t + e)) - ceil(u64::from(t))) as u32;
                 let (short, acorr) = if v < k {
                     let full = u64::from(k) * u64::from(k + 1) - u64::from(v) * u64::from(v + 1);
@@ -2260,16 +2379,15 @@ impl Engine {
                 } else {
                     (0, 0)
                 };
+                // Every part of the slot holds at least this path's share of it: no borrow crosses the word.
                 if add {
-                    slot.emit += e;
-                    slot.blocks += blocks;
-                    slot.short += short;
-                    slot.acorr += acorr;
+                    ring.eb[i] += emit_blocks(e, blocks);
+                    ring.short[i] += short;
+                    ring.acorr[i] += acorr;
                 } else {
-                    slot.emit -= e;
-                    slot.blocks -= blocks;
-                    slot.short -= short;
-                    slot.acorr -= acorr;
+                    ring.eb[i] -= emit_blocks(e, blocks);
+                    ring.short[i] -= short;
+                    ring.acorr[i] -= acorr;
                 }
             }
             if m < upto {
@@ -2514,11 +2632,9 @@ impl Engine {
         }
         if self.lz.n > 0 {
             if !self.lz.ring.is_empty() && !spec_stretch {
-                let mask = self.lz.ring.len() as u64 - 1;
+                let mask = self.lz.ring.mask();
                 for j in self.lz.d..self.lz.d + k {
-                    let slot = &mut self.lz.ring[(j & mask) as usize];
-                    self.lz.ctx += u64::from(slot.emit);
-                    *slot = SpecSlot::default();
+                    self.lz.ctx += u64::from(self.lz.ring.take_emit((j & mask) as usize));
                 }
             }
             self.lz.d += k;
@@ -2678,7 +2794,7 @@ impl Engine {
         let nf = n as f64;
         let d = self.lz.d;
         let kmax = max_steps.min(self.lazy_next_finish() - d).max(1);
-        let mask = self.lz.ring.len() as u64 - 1;
+        let mask = self.lz.ring.mask();
         let full = n * u64::from(s.k + 1);
         let budget = u64::from(self.p.max_num_batched_tokens);
         // Without tiers nothing but the count of blocks matters inside the stretch (see above).
@@ -2726,9 +2842,7 @@ impl Engine {
         batch_time += batch * dj;
         decode_time += dj;
         ctx_time += (ctx / nf + 0.0) * dj;
-        let slot = &mut self.lz.ring[(d & mask) as usize];
-        lazy_ctx += u64::from(slot.emit);
-        *slot = SpecSlot::default();
+        lazy_ctx += u64::from(self.lz.ring.take_emit((d & mask) as usize));
         let mut k = 1u64;
         if linear && at_end {
             let mut st = StepSums {
@@ -2762,7 +2876,7 @@ impl Engine {
             // It stopped where the steps below would: they add nothing.
         }
         while k < kmax && end < until_ms {
-            let slot = self.lz.ring[((d + k) & mask) as usize];
+            let slot = self.lz.ring.get(((d + k) & mask) as usize);
             let need = u64::from(slot.blocks);
             let avail = if at_end { avail_left } else { self.kv.available() };
             if full - u64::from(slot.short) > budget || need > avail {
@@ -2798,9 +2912,7 @@ impl Engine {
             batch_time += batch * dj;
             decode_time += dj;
             ctx_time += (cf / nf + 0.0) * dj;
-            let slot = &mut self.lz.ring[((d + k) & mask) as usize];
-            lazy_ctx += u64::from(slot.emit);
-            *slot = SpecSlot::default();
+            lazy_ctx += u64::from(self.lz.ring.take_emit(((d + k) & mask) as usize));
             k += 1;
         }
         if at_end && taken > 0 {

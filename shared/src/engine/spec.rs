@@ -254,6 +254,11 @@ pub(crate) struct SpecState {
     pub k: u32,
     /// Per content kind ([`KIND_ANY`], [`KIND_CODE`], [`KIND_PROSE`]): `u_i·2¹⁶` rounded, positions 1..=k.
     thr: [Vec<u32>; 3],
+    /// Per content kind: the tokens a step drafting all `k` positions emits (`1 + accepted`) for every draw whose
+    /// high byte is the index, or 0 where draws with that high byte emit different counts (a threshold falls
+    /// inside): a step's emission from one table read, the thresholds only for those few bytes.
+    /// (Boxed: the engine moves its `SpecState` in and out of place around every stretch.)
+    e8: Box<[[u8; 256]; 3]>,
     pub draft_cost_ms: f64,
     seed: u64,
 }
@@ -276,9 +281,22 @@ impl SpecState {
             Some(b) => (of(b.code.as_ref()), of(b.prose.as_ref())),
             None => (any.clone(), any.clone()),
         };
+        let k = s.draft_tokens.max(1);
+        let thr = [any, code, prose];
+        let mut e8 = Box::new([[0u8; 256]; 3]);
+        for (table, th) in e8.iter_mut().zip(&thr) {
+            // Accepted counts fall as the draw rises (the thresholds do not rise): a byte's draws all emit the
+            // same when its first and last do.
+            let emit = |x: u32| 1 + th.iter().take(k as usize).filter(|&&t| x < t).count();
+            for (b, e) in table.iter_mut().enumerate() {
+                let (lo, hi) = (emit(b as u32 * 256), emit(b as u32 * 256 + 255));
+                *e = if lo == hi { u8::try_from(lo).unwrap_or(0) } else { 0 };
+            }
+        }
         SpecState {
-            k: s.draft_tokens.max(1),
-            thr: [any, code, prose],
+            k,
+            thr,
+            e8,
             draft_cost_ms: s.draft_cost_ms,
             seed: SEED_MIX,
         }
@@ -312,6 +330,26 @@ impl SpecState {
     #[inline]
     pub fn thresholds(&self, kind: u8) -> &[u32] {
         &self.thr[usize::from(kind).min(2)]
+    }
+
+    /// Kind `kind`'s table of emissions by a draw's high byte for steps that draft all `k` positions (0: look at
+    /// the thresholds).
+    #[inline]
+    pub fn emit_table(&self, kind: u8) -> &[u8; 256] {
+        &self.e8[usize::from(kind).min(2)]
+    }
+
+    /// Tokens a step that drafts all `k` positions emits for a draw `x` of kind `kind`: `1 + accepted(kind, x, k)`,
+    /// from the table where it answers. (A step drafting `v < k` accepts the least of that less one and `v`: the
+    /// positions accepted are a prefix.)
+    #[inline]
+    pub fn full_emit(&self, kind: u8, x: u32) -> u32 {
+        let e = self.emit_table(kind)[((x >> 8) & 0xff) as usize];
+        if e != 0 {
+            u32::from(e)
+        } else {
+            1 + self.accepted(kind, x, self.k)
+        }
     }
 
     /// Accepted tokens of `drafted` (≤ k) for a draw `x` of kind `kind`.
@@ -395,6 +433,50 @@ mod tests {
         }
         assert!(((one + two) as f64 / n as f64 - 0.9).abs() < 0.005);
         assert!((two as f64 / n as f64 - 0.3).abs() < 0.005);
+    }
+
+    /// The table of a full step's tokens by the draw's high byte agrees with the thresholds on every draw it
+    /// answers, and leaves unanswered only the bytes a threshold falls inside (at most one per position).
+    #[test]
+    fn emit_table_agrees_with_the_thresholds() {
+        let mut by_kind = spec(6, Acceptance::Rate(0.8));
+        by_kind.acceptance_by_kind = Some(AcceptanceByKind {
+            code: Some(Acceptance::Rate(1.0)),
+            prose: Some(Acceptance::PerPosition(vec![0.9, 0.9, 0.5, 0.25, 0.001, 0.0])),
+        });
+        for s in [spec(3, Acceptance::Rate(0.7)), spec(1, Acceptance::Rate(0.0)), by_kind] {
+            let st = SpecState::new(&s);
+            for kind in [KIND_ANY, KIND_CODE, KIND_PROSE] {
+                let table = st.emit_table(kind);
+                let mut open = 0;
+                for x in 0..DRAW_ONE {
+                    let e = table[(x >> 8) as usize];
+                    if e == 0 {
+                        continue;
+                    }
+                    assert_eq!(u32::from(e), 1 + st.accepted(kind, x, st.k), "kind {kind} draw {x}");
+                }
+                for x in 0..DRAW_ONE {
+                    let full = st.full_emit(kind, x);
+                    assert_eq!(full, 1 + st.accepted(kind, x, st.k), "kind {kind} draw {x}");
+                    for v in 0..=st.k {
+                        assert_eq!(
+                            (full - 1).min(v),
+                            st.accepted(kind, x, v),
+                            "kind {kind} draw {x}, {v} drafted"
+                        );
+                    }
+                }
+                for (b, &e) in table.iter().enumerate() {
+                    if e == 0 {
+                        open += 1;
+                        let (lo, hi) = (b as u32 * 256, b as u32 * 256 + 255);
+                        assert_ne!(st.accepted(kind, lo, st.k), st.accepted(kind, hi, st.k), "byte {b}");
+                    }
+                }
+                assert!(open <= st.k as usize, "{open} bytes left to the thresholds");
+            }
+        }
     }
 
     /// Rates 0 and 1 are exact, and fewer drafted positions than `k` cap the draw.
