@@ -100,7 +100,8 @@ fn use_live_acceptance(
     spec.acceptance = Acceptance::Rate(rate);
     let by_kind = spec.acceptance_by_kind.take().is_some();
     let note = format!(
-        "acceptance: the live runs' {share:.4} of {drafted} drafted tokens (one rate {rate:.4} per position for          {} drafted a step) in place of the profile's {before:.4}{}",
+        "acceptance: the live runs' {share:.4} of {drafted} drafted tokens (one rate {rate:.4} per position for \
+         {} drafted a step) in place of the profile's {before:.4}{}",
         spec.draft_tokens,
         if by_kind {
             ", and its acceptance_by_kind dropped"
