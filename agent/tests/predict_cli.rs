@@ -622,7 +622,8 @@ fn live_acceptance_takes_the_runs_share_in_place_of_the_profiles() {
     assert!(err(&at_live).abs() < 0.05, "at the live share: {}", at_live["errors"]);
     let notes = at_live["notes"].to_string();
     assert!(
-        notes.contains("the live runs'") && notes.contains("in place of the profile's"),
+        notes.contains("the live runs'")
+            && notes.contains("per position for 3 drafted a step) in place of the profile's 0.8"),
         "{notes}"
     );
 
