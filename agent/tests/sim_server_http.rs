@@ -756,3 +756,42 @@ async fn responses_stream_events_and_usage() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert!(text.expect("body").contains("input is required"));
 }
+
+/// A client that goes away mid-stream: the engine cancels its request and `/metrics` says the engine is idle again
+/// (benchmarks wait for an idle server before a measured run; before, the gauges kept the cancelled request as
+/// running until some other request's step).
+#[tokio::test]
+async fn a_request_whose_client_left_leaves_the_gauges_idle() {
+    use http_body_util::BodyExt as _;
+    use loadshape::replay::prom::Snapshot;
+    let app = router(Config::default());
+    let req = Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            stream_req("a prompt the client will not wait for", 2000).to_string(),
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let resp = app.clone().oneshot(req).await.unwrap_or_else(|e| match e {});
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap_or_else(|| panic!("no first frame"));
+    assert!(first.is_ok(), "{first:?}");
+    let (_, text) = get(&app, "/metrics").await;
+    assert_eq!(Snapshot::from_text(0.0, &text).running, Some(1.0), "{text}");
+    drop(body);
+    let t0 = Instant::now();
+    loop {
+        let (_, text) = get(&app, "/metrics").await;
+        let s = Snapshot::from_text(0.0, &text);
+        if (s.running, s.waiting) == (Some(0.0), Some(0.0)) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "still running {:?}, waiting {:?} 5 s after the client left",
+            s.running,
+            s.waiting
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
