@@ -4,6 +4,9 @@
 # llama-server).
 #   B ARGS...                         loadshape at NICE (0 unless set; LOADSHAPE_BIN, else the release build, built here)
 #   sim_server_start PROFILE_FILE     `sim-server --profile-file` on $port ($url), ended by its PID when the script exits
+#   wait_idle                         until the server at $url reports nothing running or waiting (its /metrics, vLLM's
+#                                     or llama.cpp's names), at most 60 s: a request `calibrate` cut at its end is
+#                                     still in the engine's step, and a measured run must not start beside it
 #   session_scenario NAME SESSIONS BASE STEPS [GEN_TOKENS (64)] [PROFILE_FILE ($OUT/cal/profile.json)]
 #                                     $OUT/NAME.json: SESSIONS sessions of BASE tokens and STEPS steps each
 
@@ -29,6 +32,19 @@ sim_server_start() { # PROFILE_FILE
   done
   echo "sim-server did not answer (see $OUT/sim-server.log)" >&2
   exit 1
+}
+
+wait_idle() {
+  local origin=${url%/v1} busy
+  for _ in $(seq 1 600); do
+    busy=$(curl -sf "$origin/metrics" | awk '
+      $1 ~ /^vllm:num_requests_(running|waiting)[{ ]/ || $1 ~ /^vllm:num_requests_(running|waiting)$/ { n += $2 }
+      $1 ~ /^llamacpp:requests_(processing|deferred)$/ { n += $2 }
+      END { print n + 0 }') || busy=0
+    [ "$busy" = 0 ] && return 0
+    sleep 0.1
+  done
+  echo "the server at $url is still busy after 60 s ($busy requests): going on" >&2
 }
 
 # Sessions of fixed shapes (`ladder`, BASE:STEPS per session): the `sessions` workload's own draw clamps every base

@@ -39,6 +39,7 @@ names="sessions more-sessions longer-context"
 for i in $(seq 1 "$REPEAT"); do
   for name in $names; do
     echo "== live: $name run $i"
+    wait_idle
     B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
   done
 done

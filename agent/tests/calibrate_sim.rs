@@ -955,3 +955,47 @@ async fn a_cap_above_the_probe_is_a_lower_bound_and_the_flag_overrides() {
     assert_eq!(fit.profile.max_num_seqs, 24);
     assert!(!files.iter().any(|f| f.contains("-cap.jsonl")), "{files:?}");
 }
+
+/// `calibrate` leaves the server idle: a request cut while the server prefills it (here a 6,000-token prompt, about
+/// 0.6 s of engine time at this suite's speed) stays in the engine until its step ends; `wait_idle`, which the probe
+/// calls at its end, returns only once `/metrics` says nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_waits_for_the_server_to_drop_its_cut_requests() {
+    let _one = LIVE.lock().await;
+    let (url, _stop) = start(truth()).await;
+    let origin = url.trim_end_matches("/v1").to_string();
+    let gauges = || async {
+        let text = reqwest::get(format!("{origin}/metrics"))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = loadshape::replay::prom::Snapshot::from_text(0.0, &text);
+        s.running.unwrap_or(0.0) + s.waiting.unwrap_or(0.0)
+    };
+    let prompt: Vec<String> = (0..6000).map(|i| format!("w{i}")).collect();
+    let body = serde_json::json!({"model": "sim", "prompt": prompt.join(" "), "max_tokens": 8, "stream": true});
+    // Sent, then dropped before its first token (the prefill takes far longer than this wait).
+    let sent = tokio::spawn(async move {
+        let _ = reqwest::Client::new()
+            .post(format!("{url}/completions"))
+            .json(&body)
+            .send()
+            .await;
+    });
+    let t0 = std::time::Instant::now();
+    while gauges().await == 0.0 {
+        assert!(t0.elapsed().as_secs_f64() < 5.0, "the request never reached the engine");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    sent.abort();
+    let _ = sent.await;
+    assert!(
+        gauges().await > 0.0,
+        "cut mid-prefill, the request is still in its step"
+    );
+    let left = calibrate::wait_idle(&format!("{origin}/v1"), None, calibrate::IDLE_WAIT).await;
+    assert_eq!(left, Some(0.0));
+    assert_eq!(gauges().await, 0.0, "idle once wait_idle returns");
+}

@@ -664,6 +664,50 @@ async fn scrape_spec(url: &str, api_key: Option<&str>, t_s: f64) -> Option<SpecS
     spec_scrape_of(t_s, &resp.text().await.ok()?)
 }
 
+/// How long [`wait_idle`] waits at most.
+pub const IDLE_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until the server's `/metrics` gauges (vLLM's running and waiting requests, llama.cpp's processing and
+/// deferred ones) say nothing is left, at most `at_most`: the probe cuts its phases' last requests, and a server
+/// drops a cut request only when the step it is in ends (a long prefill: seconds), so a run started right after
+/// `calibrate` would share the server with it. Returns what it saw: `None` where the server has no such gauges,
+/// else the requests still there when it stopped waiting (0: idle).
+pub async fn wait_idle(url: &str, api_key: Option<&str>, at_most: Duration) -> Option<f64> {
+    let origin = replay::client::origin_of(url).ok()?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .ok()?;
+    let began = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        let mut req = client.get(format!("{origin}/metrics"));
+        if let Some(k) = api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req.send().await.ok().filter(|r| r.status().is_success())?;
+        let snap = replay::prom::Snapshot::from_text(0.0, &resp.text().await.ok()?);
+        let busy = match (snap.running, snap.waiting) {
+            (None, None) => return None,
+            (r, w) => r.unwrap_or(0.0) + w.unwrap_or(0.0),
+        };
+        if busy <= 0.0 || began.elapsed() >= at_most {
+            if busy > 0.0 {
+                eprintln!(
+                    "calibrate: the server still holds {busy} request(s) after {:.0} s (other clients?): going on",
+                    at_most.as_secs_f64()
+                );
+            }
+            return Some(busy);
+        }
+        if !said {
+            eprintln!("calibrate: waiting for the server to drop the probe's cut requests ({busy} left)");
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// What the probe measured: the records the fit takes (every phase's but the `cap` phase's), the server's
 /// speculative counters over it (where it has them and drafted), and the `cap` phase's reading (where it ran).
 pub struct Probed {
@@ -916,6 +960,8 @@ async fn probe(a: &Args, url: &str, d: &Discovered, limits_p: &EngineProfile) ->
         }
         spec = sglang_spec_over(&sglang_snaps);
     }
+    // Leave the server as the probe found it: idle.
+    wait_idle(url, key, IDLE_WAIT).await;
     if let Some(p) = &a.progress {
         (p.0)(&status("fit", phases.len()));
     }
