@@ -667,10 +667,10 @@ async fn scrape_spec(url: &str, api_key: Option<&str>, t_s: f64) -> Option<SpecS
 /// How long [`wait_idle`] waits at most.
 pub const IDLE_WAIT: Duration = Duration::from_secs(30);
 
-/// Waits until the server's `/metrics` gauges (vLLM's and SGLang's running and waiting requests, llama.cpp's processing and
-/// deferred ones) say nothing is left, at most `at_most`: the probe cuts its phases' last requests, and a server
-/// drops a cut request only when the step it is in ends (a long prefill: seconds), so a run started right after
-/// `calibrate` would share the server with it. Returns what it saw: `None` where the server has no such gauges,
+/// Waits until the server's `/metrics` gauges (vLLM's and SGLang's running and waiting requests, llama.cpp's
+/// processing and deferred ones) say nothing is left, at most `at_most`: the probe cuts its phases' last requests,
+/// and a server drops a cut request only when the step it is in ends (a long prefill: seconds), so a run started
+/// right after `calibrate` would share the server with it. Returns what it saw: `None` where the server has no such gauges,
 /// else the requests still there when it stopped waiting (0: idle).
 pub async fn wait_idle(url: &str, api_key: Option<&str>, at_most: Duration) -> Option<f64> {
     let origin = replay::client::origin_of(url).ok()?;
