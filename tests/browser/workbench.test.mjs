@@ -138,6 +138,12 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
       .some((o) => o.value === 'sim'), null, { timeout: 20000 });
     await page.locator('select[data-control="target"]').selectOption('sim');
+    // On a phone (one column), before any run, Launch comes before the empty live results, not under them.
+    if (w < 900) {
+      const above = await page.evaluate(() => document.querySelector('[data-action="launch"]').getBoundingClientRect().top
+        < document.querySelector('[data-summary="live"]').getBoundingClientRect().top);
+      assert.ok(above, `Launch above the empty live results at ${w}px`);
+    }
     const plan = await page.locator('[data-launch-plan]').innerText();
     assert.match(plan, /^Launch sends 8 sessions × ~4 steps, ≈ \d+ requests, ≈ \d+ (s|min) on sim/);
     await page.locator('[data-action="launch"]').click();

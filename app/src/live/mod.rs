@@ -955,7 +955,7 @@ pub fn launch_plan_text(sc: &Scenario, requests: f64, duration_s: f64, target: &
 fn SourceLine(live: Live) -> impl IntoView {
     view! {
         {move || match live.source.get() {
-            None => view! { <div class="card empty">"No run yet: launch one, reopen one from the history, or import a record file."</div> }.into_any(),
+            None => view! { <div class="card empty" data-no-run="">"No run yet: launch one, reopen one from the history, or import a record file."</div> }.into_any(),
             Some(Source::Run(r)) => {
                 let state = format!("{:?}", r.state).to_lowercase();
                 view! {
