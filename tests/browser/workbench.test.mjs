@@ -97,12 +97,20 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     // Every action in sight: the bar's five buttons inside the window, on a phone too ("Launch live…" not scrolled
     // out of the bar).
     await page.locator('[data-action-bar] [data-action="go-live"]').waitFor({ timeout: 20000 });
-    const bar = await page.locator('[data-action-bar] [data-action]').evaluateAll((els) => els.map((e) => {
-      const r = e.getBoundingClientRect();
-      return { action: e.dataset.action, left: r.left, right: r.right };
-    }));
-    assert.equal(bar.length, 5);
-    for (const b of bar) assert.ok(b.left >= 0 && b.right <= w, `${b.action} in the window at ${w}px: ${JSON.stringify(b)}`);
+    const barFits = async (when) => {
+      const bar = await page.locator('[data-action-bar] [data-action]').evaluateAll((els) => els.map((e) => {
+        const r = e.getBoundingClientRect();
+        return { action: e.dataset.action, left: r.left, right: r.right };
+      }));
+      assert.equal(bar.length, 5);
+      for (const b of bar) assert.ok(b.left >= 0 && b.right <= w, `${when}: ${b.action} in the window at ${w}px: ${JSON.stringify(b)}`);
+    };
+    await barFits('first load');
+    // Editing the controls (below the results on a phone), the actions are still in sight.
+    await page.locator('input[type=number][data-pointer="/slo/ttft_ms"]').scrollIntoViewIfNeeded();
+    const live = await page.locator('[data-action-bar] [data-action="go-live"]').boundingBox();
+    assert.ok(live && live.y >= 0 && live.y + live.height <= h, `"Launch live…" in sight beside the SLOs at ${w}px: ${JSON.stringify(live)}`);
+    await page.evaluate(() => window.scrollTo(0, 0));
 
     // Compare: A pinned, B with twice the sessions; headline metrics first, in the explorer's labels.
     await page.locator('[data-action="pin"]').click();
@@ -132,6 +140,7 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await card.scrollIntoViewIfNeeded();
     await page.evaluate(() => window.scrollBy(0, -80));  // below the action bar that stays in view
     await shot(page, `page-capacity-${size}`);
+    await barFits('with A pinned ("Pin again as A")');
 
     // Live: what Launch will send, then a short run on `sim`.
     await page.locator('[data-view="live"]').click();
