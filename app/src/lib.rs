@@ -73,6 +73,22 @@ pub fn App() -> impl IntoView {
     let settled = ex.settled().shared();
     let conn = AgentConn::start(model::url::token(), settled.clone());
     provide_context(conn);
+    // A link pasted into this tab's address bar changes only the fragment, which the browser does not reload for
+    // (the page itself edits it with `replaceState`, which fires no event): open it as a fresh page would, with this
+    // page's agent token kept (a share link never carries one).
+    let token = model::url::token();
+    let on_hash = window_event_listener(leptos::ev::hashchange, move |_| {
+        let (hash, search) = model::url::location_parts();
+        if let Some(t) = &token
+            && model::url::param(&hash, &search, "token").is_none()
+        {
+            model::url::replace_hash(&model::url::with_param(&hash, "token", Some(t)));
+        }
+        if let Some(w) = web_sys::window() {
+            let _ = w.location().reload();
+        }
+    });
+    on_cleanup(move || on_hash.remove());
     // The view shown is kept in the URL (`view=live`), so a reload comes back to it.
     let view = RwSignal::new(
         model::url::page_param("view")

@@ -130,6 +130,14 @@ test('a run whose requests the target refuses shows the failed count, the reques
     assert.match(first, /maximum context length is 432000 tokens/);
     assert.equal(await page.locator(`${LIVE} [data-metric="failed_requests"]`).getAttribute('data-value'), '2');
     assert.equal(await page.locator(`${LIVE} [data-metric="never_sent"]`).getAttribute('data-value'), '4');
+    // No request completed: the latency and throughput cards say "—" and why, not "0 ms" (the summary's number
+    // stays in data-value).
+    assert.match(await page.locator(`${LIVE} [data-no-completed]`).innerText(), /No request has completed/);
+    for (const m of ['ttft_p50_ms', 'request_throughput_rps', 'slo_attainment_ratio']) {
+      const card = page.locator(`${LIVE} .stat-grid [data-metric="${m}"]`);
+      assert.equal(await card.innerText(), '—', m);
+      assert.equal(await card.getAttribute('data-value'), '0', m);
+    }
     // The same counts and error as `loadshape report --json` of the agent's file.
     const rep = JSON.parse(cli(['report', '--json', scratchFile('refused.jsonl', records.map((r) => JSON.stringify(r)).join('\n') + '\n')]));
     assert.equal(rep.failures.failed, 2);

@@ -116,6 +116,25 @@ test('engine model: a CLI link opens with exactly the CLI numbers (wasm vs nativ
   await page.close();
 });
 
+test('a share link pasted into an open tab (only the fragment changes) opens its scenario, the agent token kept', async () => {
+  const scenario = { ...SEED, workload: { kind: 'bursty', num_requests: 200, seed: 7654321, mean_rps: 4.5 } };
+  const link = shareLink(scenario, 'pasted');
+  const page = await newPage();
+  await page.goto(URL_WITH_TOKEN);
+  await page.locator('[data-status="connected"]').first().waitFor({ timeout: 30000 });
+  await waitMetric(page, 'ttft_p50_ms');
+  // The same page, another fragment: the browser does not reload for it; the page must.
+  const navigated = page.waitForEvent('load', { timeout: 30000 });
+  await page.goto(link);
+  await navigated;
+  await waitMetric(page, 'slo_goodput_rps');
+  assertSameNumbers(await readMetrics(page.locator(EXPLORER)), numericFields(simulate(scenario, 'pasted')), 'pasted link');
+  await page.locator('[data-status="connected"]').first().waitFor({ timeout: 30000 });
+  assert.match(page.url(), new RegExp(`token=${TOKEN}`), 'the token stays in the address');
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
+
 test('a malformed, truncated or future-version link shows a message and the default scenario', async () => {
   const good = shareLink(SEED, 'seed');
   const payload = good.split('#s=')[1];

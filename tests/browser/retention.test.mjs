@@ -76,6 +76,18 @@ test('the explorer draws the retention curve of a simulated result, one point pe
   // The 60 s band is there and short of 95 % without a host tier.
   const b60 = want.find((b) => b.think_s_min === 60);
   assert.ok(b60 && b60.cached_share < 0.95, `the 60–120 s band: ${JSON.stringify(b60)}`);
+  // Alone on its row, the chart is no wider than the charts that sit two to a row (its text their size), and its
+  // marks' labels stay inside the plot.
+  const sizes = await page.evaluate(() => {
+    const width = (id) => document.querySelector(`figure[data-chart="${id}"]`)?.getBoundingClientRect().width;
+    const svg = document.querySelector('[data-retention-card=""] figure[data-chart="retention"] svg').getBoundingClientRect();
+    const out = [...document.querySelectorAll('[data-retention-card=""] figure[data-chart="retention"] .threshold-label')]
+      .map((t) => t.getBoundingClientRect())
+      .filter((r) => r.left < svg.left - 1 || r.right > svg.right + 1 || r.top < svg.top - 1 || r.bottom > svg.bottom + 1);
+    return { retention: width('retention'), ttft: width('ttft-cdf'), labelsOutside: out.length };
+  });
+  assert.ok(sizes.ttft > 0 && sizes.retention <= 1.5 * sizes.ttft, `retention ${sizes.retention}px against TTFT ${sizes.ttft}px`);
+  assert.equal(sizes.labelsOutside, 0, 'threshold labels outside the chart');
   await card.evaluate((e) => { e.scrollIntoView({ block: 'start' }); window.scrollBy(0, -120); });
   await screenshot(page, 'page-retention-curve-1440x900');
   assert.deepEqual(errors, []);

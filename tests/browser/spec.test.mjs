@@ -150,6 +150,15 @@ test('a fleet offers prefill/decode disaggregation; set in the page it computes 
   assert.deepEqual(scenario.fleet.disaggregation, {
     prefill_instances: 1, decode_instances: 1, link_bytes_per_s: 5e10, link_latency_ms: 0.5, kv_bytes_per_token: 131072,
   });
+  // Its controls read prefill, decode, then the link; every box shows its whole value (50 GB/s is 50000000000 B/s,
+  // not a cut-off "5000000").
+  const fields = await page.locator('[data-group="disaggregation"] [data-field]').evaluateAll((els) => els.map((e) => e.dataset.field));
+  assert.deepEqual(fields, ['/fleet/disaggregation/prefill_instances', '/fleet/disaggregation/decode_instances',
+    '/fleet/disaggregation/link_bytes_per_s', '/fleet/disaggregation/link_latency_ms',
+    '/fleet/disaggregation/kv_bytes_per_token']);
+  const cut = await page.locator('[data-group="disaggregation"] input[type=number]').evaluateAll((els) => els
+    .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => `${e.dataset.pointer}: ${e.value}`));
+  assert.deepEqual(cut, [], 'number boxes too narrow for their value');
   // A slower link, typed in: the page's summary is the CLI's for the copied link.
   await setNumber(page, '/fleet/disaggregation/link_latency_ms', 20);
   scenario = await copiedScenario(page);

@@ -94,6 +94,23 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await page.locator('[data-status="connected"]').first().waitFor({ timeout: 20000 });
     await page.evaluate(() => window.scrollTo(0, 0));
     await shot(page, `page-explorer-${size}`);
+    // Every action in sight: the bar's five buttons inside the window, on a phone too ("Launch live…" not scrolled
+    // out of the bar).
+    await page.locator('[data-action-bar] [data-action="go-live"]').waitFor({ timeout: 20000 });
+    const barFits = async (when) => {
+      const bar = await page.locator('[data-action-bar] [data-action]').evaluateAll((els) => els.map((e) => {
+        const r = e.getBoundingClientRect();
+        return { action: e.dataset.action, left: r.left, right: r.right };
+      }));
+      assert.equal(bar.length, 5);
+      for (const b of bar) assert.ok(b.left >= 0 && b.right <= w, `${when}: ${b.action} in the window at ${w}px: ${JSON.stringify(b)}`);
+    };
+    await barFits('first load');
+    // Editing the controls (below the results on a phone), the actions are still in sight.
+    await page.locator('input[type=number][data-pointer="/slo/ttft_ms"]').scrollIntoViewIfNeeded();
+    const live = await page.locator('[data-action-bar] [data-action="go-live"]').boundingBox();
+    assert.ok(live && live.y >= 0 && live.y + live.height <= h, `"Launch live…" in sight beside the SLOs at ${w}px: ${JSON.stringify(live)}`);
+    await page.evaluate(() => window.scrollTo(0, 0));
 
     // Compare: A pinned, B with twice the sessions; headline metrics first, in the explorer's labels.
     await page.locator('[data-action="pin"]').click();
@@ -107,6 +124,12 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     assert.deepEqual(rows.slice(0, 2), ['ttft_p50_ms', 'ttft_p99_ms'], 'TTFT first');
     assert.equal(await page.locator('[data-compare="ttft_p50_ms"] td').first().innerText(), 'TTFT p50 ms');
     await page.waitForTimeout(300);
+    // The change column is in view without scrolling the table sideways.
+    const cut = await page.locator('[data-compare="ttft_p50_ms"] td[data-delta]').evaluate((td) => {
+      const box = td.closest('.table-scroll').getBoundingClientRect();
+      return td.getBoundingClientRect().right - Math.min(box.right, window.innerWidth);
+    });
+    assert.ok(cut <= 1, `the change column is cut by ${cut}px at ${w}px`);
     await shot(page, `page-compare-${size}`);
 
     // Capacity: the explorer's card, its levels said to exclude the warm-up.
@@ -117,12 +140,19 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await card.scrollIntoViewIfNeeded();
     await page.evaluate(() => window.scrollBy(0, -80));  // below the action bar that stays in view
     await shot(page, `page-capacity-${size}`);
+    await barFits('with A pinned ("Pin again as A")');
 
     // Live: what Launch will send, then a short run on `sim`.
     await page.locator('[data-view="live"]').click();
     await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
       .some((o) => o.value === 'sim'), null, { timeout: 20000 });
     await page.locator('select[data-control="target"]').selectOption('sim');
+    // On a phone (one column), before any run, Launch comes before the empty live results, not under them.
+    if (w < 900) {
+      const above = await page.evaluate(() => document.querySelector('[data-action="launch"]').getBoundingClientRect().top
+        < document.querySelector('[data-summary="live"]').getBoundingClientRect().top);
+      assert.ok(above, `Launch above the empty live results at ${w}px`);
+    }
     const plan = await page.locator('[data-launch-plan]').innerText();
     assert.match(plan, /^Launch sends 8 sessions × ~4 steps, ≈ \d+ requests, ≈ \d+ (s|min) on sim/);
     await page.locator('[data-action="launch"]').click();
@@ -135,6 +165,51 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await page.close();
   });
 }
+
+test('a bad value typed into a box: the box is marked, the banner names it; Launch says why, under its button', async () => {
+  const page = await newPage({ width: 1280, height: 800 });
+  await page.goto(URL_WITH_TOKEN);
+  await settled(page);
+  const box = page.locator('input[type=number][data-pointer="/workload/sessions"]');
+  await box.fill('-5');
+  await box.dispatchEvent('change');
+  const banner = page.locator('[data-scenario-error]');
+  await banner.waitFor({ timeout: 10000 });
+  assert.equal(await banner.getAttribute('data-error-at'), '/workload/sessions');
+  assert.match(await banner.innerText(), /\/workload\/sessions/, 'the banner names the field');
+  assert.equal(await box.getAttribute('aria-invalid'), 'true', 'the box is marked');
+  assert.equal(await page.locator('input[aria-invalid="true"]').count(), 1, 'only that box');
+
+  // The live view says so before Launch, and a press of Launch answers under its buttons, not under the
+  // calibration card below them.
+  await page.locator('[data-view="live"]').click();
+  await page.locator('[data-status="connected"]').first().waitFor({ timeout: 20000 });
+  await page.waitForFunction(() => [...document.querySelectorAll('select[data-control="target"] option')]
+    .some((o) => o.value === 'sim'), null, { timeout: 20000 });
+  await page.locator('select[data-control="target"]').selectOption('sim');
+  assert.match(await page.locator('[data-scenario-invalid]').innerText(), /invalid/);
+  assert.equal(await page.locator('[data-launch-plan]').count(), 0, 'no plan for an invalid scenario');
+  await page.locator('[data-action="launch"]').click();
+  const said = page.locator('[data-launch-error]');
+  await said.waitFor({ timeout: 10000 });
+  assert.match(await said.innerText(), /^Nothing sent: fix the scenario in the explorer first \(.*-5/);
+  const order = await page.evaluate(() => {
+    const [launch, error, calibrate] = ['[data-action="launch"]', '[data-launch-error]', '[data-calibrate]']
+      .map((s) => document.querySelector(s));
+    const follows = (a, b) => Boolean(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING);
+    return { afterLaunch: follows(launch, error), beforeCalibrate: follows(error, calibrate) };
+  });
+  assert.deepEqual(order, { afterLaunch: true, beforeCalibrate: true });
+
+  // Fixed in the explorer: the marks go.
+  await page.locator('[data-view="explorer"]').click();
+  await box.fill('4');
+  await box.dispatchEvent('change');
+  await page.locator('[data-scenario-error]').waitFor({ state: 'detached', timeout: 10000 });
+  assert.equal(await page.locator('input[aria-invalid="true"]').count(), 0);
+  assert.deepEqual(page.errors, []);
+  await page.close();
+});
 
 test('a reload re-attaches to the running run, on the live view, with its target; history says when and how long', async () => {
   const page = await newPage({ width: 1280, height: 800 });

@@ -169,16 +169,45 @@ pub fn shape(json: &Value) -> Vec<Group> {
     for g in &mut groups {
         // In "General" (the solver's targets, a scenario's seed) numbers lead; elsewhere names and menus do.
         let text_first = g.key != "general";
-        shared::order::sort_by_u64_key(&mut g.leaves, |l| match l.kind {
-            Kind::Text if text_first => 0,
-            Kind::Text => 1,
-            Kind::Bool => 2,
-            _ if text_first => 1,
-            _ => 0,
+        // Within a kind, a group with a reading order keeps it (JSON objects come sorted by name: "decode" before
+        // "prefill" otherwise); the rest stay in document order.
+        let reading = FIELD_ORDER
+            .iter()
+            .find(|(k, _)| *k == g.key)
+            .map_or(&[][..], |(_, o)| *o);
+        let at = |name: &str| reading.iter().position(|n| *n == name).unwrap_or(reading.len()) as u64;
+        shared::order::sort_by_u64_key(&mut g.leaves, |l| {
+            let kind = match l.kind {
+                Kind::Text if text_first => 0,
+                Kind::Text => 1,
+                Kind::Bool => 2,
+                _ if text_first => 1,
+                _ => 0,
+            };
+            kind * 100 + at(&l.name)
         });
     }
     groups
 }
+
+/// The order a group's fields read in, where it is not the alphabetical one: prefill before decode, then the link
+/// between them; the draft's size before its acceptance and cost (docs/page.md's order).
+const FIELD_ORDER: [(&str, &[&str]); 2] = [
+    (
+        "disaggregation",
+        &[
+            "prefill_instances",
+            "decode_instances",
+            "link_bytes_per_s",
+            "link_latency_ms",
+            "kv_bytes_per_token",
+        ],
+    ),
+    (
+        "speculative",
+        &["method", "draft_tokens", "acceptance", "draft_cost_ms"],
+    ),
+];
 
 /// Optional objects shown as groups of their own: (parent group, key).
 const NESTED_GROUPS: [(&str, &str); 2] = [("profile", "speculative"), ("fleet", "disaggregation")];
@@ -458,8 +487,19 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
         .unwrap_or_else(|| fields::humanize(&leaf.name));
     let help = known.map(|s| s.help).unwrap_or("");
     let id = format!("f{}", pointer.replace('/', "-"));
+    let ex = use_context::<crate::model::state::Explorer>();
     match leaf.kind.clone() {
         Kind::Integer | Kind::Float => {
+            // This box's value made the scenario invalid: marked, as the banner over the results says.
+            let p3 = pointer.clone();
+            let invalid = move || ex.is_some_and(|ex| ex.error_at.with(|at| at.as_deref() == Some(p3.as_str())));
+            let p4 = pointer.clone();
+            let note_edit = move || {
+                if let Some(ex) = ex {
+                    ex.last_edit.set(Some(p4.clone()));
+                }
+            };
+            let note_edit2 = note_edit.clone();
             let integer = leaf.kind == Kind::Integer;
             let start = current.get_untracked().as_f64().unwrap_or(0.0);
             let spec: FieldSpec = known.unwrap_or_else(|| fields::fallback(&leaf.name, start, integer));
@@ -503,6 +543,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             step=slider_step
                             prop:value=slider_value
                             on:input=move |ev| {
+                                note_edit();
                                 if let Ok(v) = event_target_value(&ev).parse::<f64>() {
                                     let v = if log { fields::log_value(v, min(), max(), step, integer) } else { v };
                                     if let Some(j) = number_value(&kind, v) {
@@ -518,8 +559,11 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             aria-label=format!("{label} ({})", if spec.unit.is_empty() { "value" } else { spec.unit })
                             data-pointer=pointer.clone()
                             step="any"
+                            class:invalid=invalid.clone()
+                            aria-invalid=move || invalid().then_some("true")
                             prop:value=move || current.get().to_string()
                             on:change=move |ev| {
+                                note_edit2();
                                 let text = event_target_value(&ev);
                                 let text = text.trim();
                                 // Integers (seeds up to 2^64) parse exactly; everything else as a float.
@@ -844,6 +888,26 @@ mod tests {
                     .any(|g| g.key == "disaggregation" && g.leaves.contains(&leaf))
             );
             let d = default_disaggregation(&j);
+            j["fleet"]["disaggregation"] = d.clone();
+            // Its controls read prefill, decode, then the link.
+            let names: Vec<String> = shape(&j)
+                .into_iter()
+                .find(|g| g.key == "disaggregation")
+                .expect("group")
+                .leaves
+                .into_iter()
+                .map(|l| l.name)
+                .collect();
+            assert_eq!(
+                names,
+                [
+                    "prefill_instances",
+                    "decode_instances",
+                    "link_bytes_per_s",
+                    "link_latency_ms",
+                    "kv_bytes_per_token"
+                ]
+            );
             assert_eq!(d["prefill_instances"], replicas / 2);
             assert_eq!(d["decode_instances"], replicas - replicas / 2);
             // A profile without a roofline is given the KV size the link needs; the result is a valid scenario.

@@ -309,9 +309,15 @@ fn StatusLine(ex: Explorer) -> impl IntoView {
                 })
         }}
         {move || {
-            ex.error
-                .get()
-                .map(|e| view! { <div class="banner bad" data-scenario-error="">{e}</div> })
+            ex.error.get().map(|e| {
+                // Name the box the value was typed in: serde's message may name only the enclosing object.
+                let at = ex.error_at.get();
+                let text = match &at {
+                    Some(p) => format!("{e} (the value just set at {p})"),
+                    None => e,
+                };
+                view! { <div class="banner bad" data-scenario-error="" data-error-at=at.unwrap_or_default()>{text}</div> }
+            })
         }}
         {move || {
             ex.compute_error

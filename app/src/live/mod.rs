@@ -62,7 +62,10 @@ pub struct Live {
     pub records: RwSignal<Vec<RequestRecord>>,
     /// The scenario of what is shown (for the SLO and the simulated overlay).
     pub scenario: RwSignal<Option<Value>>,
+    /// Why Launch, Find capacity live or Stop did nothing, or the agent's refusal: shown under those buttons.
     pub message: RwSignal<Option<String>>,
+    /// Why an import read nothing: shown under the import.
+    pub import_message: RwSignal<Option<String>>,
     /// Resumes after reconnects, for tests and the curious.
     pub resumes: RwSignal<u32>,
     /// The capacity search shown (a run of kind `capacity`): its simulated and live levels.
@@ -91,6 +94,7 @@ impl Live {
             records: RwSignal::new(Vec::new()),
             scenario: RwSignal::new(None),
             message: RwSignal::new(None),
+            import_message: RwSignal::new(None),
             resumes: RwSignal::new(0),
             capacity: RwSignal::new(None),
             run_name: RwSignal::new(String::new()),
@@ -355,7 +359,7 @@ impl Live {
                     }
                 }
                 Err(e) => {
-                    self.message.set(Some(e));
+                    self.import_message.set(Some(e));
                     return;
                 }
             }
@@ -371,6 +375,7 @@ impl Live {
             ),
         };
         self.message.set(None);
+        self.import_message.set(None);
         self.paging.set_value(None);
         self.last_seq.set_value(None);
         self.records.set(records);
@@ -523,8 +528,14 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
     // the chosen target, and the message that says what is missing or that the message did not go out.
     let send_with = move |msg: fn(u64, Value, String, Option<String>) -> ClientMsg| {
         let Some(sc) = ex.scenario() else {
-            live.message
-                .set(Some("fix the scenario in the explorer first".to_string()));
+            // Say what is wrong, not only where: the explorer's own error.
+            let why = ex
+                .error
+                .get_untracked()
+                .unwrap_or_else(|| "invalid scenario".to_string());
+            live.message.set(Some(format!(
+                "Nothing sent: fix the scenario in the explorer first ({why})."
+            )));
             return;
         };
         let target = live.target.get_untracked();
@@ -748,6 +759,12 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
         Some(launch_plan_text(&sc, requests, duration, &live.target.get()))
     });
 
+    let launch_error = move || {
+        live.message
+            .get()
+            .map(|m| view! { <p class="callout bad" data-live-error="" data-launch-error="">{m}</p> })
+    };
+
     view! {
         <div class="live-layout">
             <aside class="card controls live-controls">
@@ -791,6 +808,9 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         />
                     </label>
                     {move || launch_plan.get().map(|t| view! { <p class="launch-plan" data-launch-plan="">{t}</p> })}
+                    {move || ex.error.get().map(|e| view! {
+                        <p class="callout warn small" data-scenario-invalid="">{format!("The explorer's scenario is invalid, so there is nothing to launch: {e}")}</p>
+                    })}
                     {move || plan_warning.get().map(|w| view! { <p class="callout warn small" data-plan-warning="">{w}</p> })}
                     {move || target_limit.get().map(|(name, len, profile_len, sources)| view! {
                         <div class="callout warn small" data-target-limit=len.to_string()>
@@ -813,13 +833,14 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                         <button class="btn primary" data-action="launch" on:click=launch disabled=running>"Launch"</button>
                         <button class="btn danger" data-action="stop" on:click=stop disabled=move || !running()>"Stop"</button>
                     </div>
+                    // Right under the buttons that caused it (not below the calibration card, where it read as its own).
+                    {launch_error}
                     <div class="actions">
                         <button class="btn" data-action="find-capacity" on:click=find_capacity disabled=running>"Find capacity live"</button>
                     </div>
                     <p class="faint small">"Searches the most load (the workload's knob: sessions, users, rate) the target serves within the scenario's SLOs for 95 % of requests: the simulator's capacity first, then live levels around it. Stop ends it."</p>
                     <crate::live::calibrate::CalibrateCard target=live.target conn=conn ex=ex/>
                 </Show>
-                {move || live.message.get().map(|m| view! { <p class="callout bad" data-live-error="">{m}</p> })}
                 <h3 class="section">"Import records"</h3>
                 <input
                     type="file"
@@ -845,7 +866,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                                 match wasm_bindgen_futures::JsFuture::from(file.array_buffer()).await {
                                     Ok(buf) => read.push((file.name(), js_sys::Uint8Array::new(&buf).to_vec())),
                                     Err(_) => {
-                                        live.message.set(Some(format!("cannot read {}", file.name())));
+                                        live.import_message.set(Some(format!("cannot read {}", file.name())));
                                         return;
                                     }
                                 }
@@ -855,6 +876,7 @@ pub fn LivePanel(ex: Explorer, conn: AgentConn) -> impl IntoView {
                     }
                 />
                 <p class="faint small">"A run's records.jsonl, or the results of vllm bench serve (--save-detailed), GuideLLM (benchmarks.json), AIPerf (profile_export.jsonl) or inference-perf, scored against the explorer's SLOs; several files (the shards of one run) are scored as one run."</p>
+                {move || live.import_message.get().map(|m| view! { <p class="callout bad" data-live-error="" data-import-error="">{m}</p> })}
                 <RunHistory live=live conn=conn/>
             </aside>
             <div class="results" data-summary="live">
@@ -933,7 +955,7 @@ pub fn launch_plan_text(sc: &Scenario, requests: f64, duration_s: f64, target: &
 fn SourceLine(live: Live) -> impl IntoView {
     view! {
         {move || match live.source.get() {
-            None => view! { <div class="card empty">"No run yet: launch one, reopen one from the history, or import a record file."</div> }.into_any(),
+            None => view! { <div class="card empty" data-no-run="">"No run yet: launch one, reopen one from the history, or import a record file."</div> }.into_any(),
             Some(Source::Run(r)) => {
                 let state = format!("{:?}", r.state).to_lowercase();
                 view! {
@@ -1017,18 +1039,25 @@ fn LiveSummary(summary: Memo<Option<Summary>>, failures: Memo<shared::metrics::F
             let s = summary.get()?;
             let v = serde_json::to_value(&s).ok()?;
             let (metrics, _) = crate::model::compute::flatten(&v);
+            // No request completed (yet, or a run stopped or refused before any did): the summary's zeros are no
+            // measurement, so the cards say "—" and why (`data-value` keeps the summary's number).
+            let none_completed = s.completed == 0;
             Some(view! {
+                {none_completed.then(|| view! {
+                    <p class="callout warn small" data-no-completed="">"No request has completed in this run yet: latency, throughput and SLO figures need at least one."</p>
+                })}
                 <div class="stat-grid">
                     {LIVE_HEADLINE
                         .iter()
                         .filter_map(|&(name, label)| {
                             let value = metrics.iter().find(|(k, _)| k == name)?.1;
-                            let unit = if name.ends_with("_ratio") || name.contains("share") { "" } else { crate::ui::metric::unit_of(name) };
+                            let unit = if name.ends_with("_ratio") || name.contains("share") || none_completed { "" } else { crate::ui::metric::unit_of(name) };
+                            let text = if none_completed { "—".to_string() } else { crate::ui::metric::display(name, value, false) };
                             Some(view! {
                                 <div class="stat">
                                     <div class="label">{label}</div>
                                     <div class="value">
-                                        <span class="metric-value" data-metric=name data-value=value.to_string()>{crate::ui::metric::display(name, value, false)}</span>
+                                        <span class="metric-value" data-metric=name data-value=value.to_string()>{text}</span>
                                         <span class="unit">{unit}</span>
                                     </div>
                                 </div>

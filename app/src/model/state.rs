@@ -52,6 +52,11 @@ pub struct Explorer {
     pub json: RwSignal<Value>,
     /// Why `json` is not a valid scenario (names the field).
     pub error: RwSignal<Option<String>>,
+    /// The control (its JSON pointer) edited since the scenario was last validated.
+    pub last_edit: RwSignal<Option<String>>,
+    /// The control whose edit made `error` (its box is marked, and the banner names it); `None` when the error
+    /// came another way (a link, the JSON box, a preset).
+    pub error_at: RwSignal<Option<String>>,
     /// A problem with the link the page was opened with (shown once, dismissible).
     pub link_message: RwSignal<Option<String>>,
     pub outcome: RwSignal<Option<Arc<Outcome>>>,
@@ -124,6 +129,8 @@ impl Explorer {
         let ex = Explorer {
             json: RwSignal::new(json),
             error: RwSignal::new(None),
+            last_edit: RwSignal::new(None),
+            error_at: RwSignal::new(None),
             link_message: RwSignal::new(message),
             outcome: RwSignal::new(None),
             computing: RwSignal::new(false),
@@ -189,15 +196,23 @@ impl Explorer {
         self.generation.set_value(generation);
         // Whatever the old edits asked for is outdated now (their results are never shown).
         offload::supersede(Lane::Explorer, generation);
+        let edited = self.last_edit.get_untracked();
+        self.last_edit.set(None);
         let sc = match Scenario::from_value(json) {
             Ok(sc) => sc,
             Err(e) => {
-                self.error.set(Some(e.to_string()));
+                let e = e.to_string();
+                // A new error is the last edit's; the same one still is the edit's that made it.
+                if self.error.get_untracked().as_deref() != Some(e.as_str()) {
+                    self.error_at.set(edited);
+                }
+                self.error.set(Some(e));
                 self.computing.set(false);
                 return;
             }
         };
         self.error.set(None);
+        self.error_at.set(None);
         let hash = crate::model::url::location_parts().0;
         crate::model::url::replace_hash(&crate::model::url::with_param(
             &hash,

@@ -122,8 +122,45 @@ pub fn tick_label(v: f64) -> String {
     }
 }
 
+/// The labels of a row of ticks: [`tick_label`]'s, with as many more decimals as it takes (up to 6) for
+/// neighbouring ticks to read differently (a run's first 6.3 s ticks at 6.3, 6.305, 6.31, not "6.3" thrice).
+pub fn tick_labels(ts: &[f64]) -> Vec<String> {
+    let distinct = |labels: &[String]| labels.windows(2).all(|w| w[0] != w[1]);
+    let mut labels: Vec<String> = ts.iter().map(|&t| tick_label(t)).collect();
+    for decimals in 3..=6 {
+        if distinct(&labels) {
+            break;
+        }
+        labels = ts
+            .iter()
+            .map(|&t| {
+                if t.abs() >= 1e4 {
+                    tick_label(t)
+                } else {
+                    trim_to(t, decimals)
+                }
+            })
+            .collect();
+    }
+    labels
+}
+
+/// Where a vertical mark at `x` puts its label: beside it on the right in the plot's left half, on its left
+/// (anchored at its end) in the right half, so that the label stays inside the plot.
+fn vertical_label_at(x: f64) -> (f64, &'static str) {
+    if x > (ML + W - MR) / 2.0 {
+        (x - 4.0, "end")
+    } else {
+        (x + 4.0, "start")
+    }
+}
+
 fn trim(v: f64) -> String {
-    let s = format!("{v:.2}");
+    trim_to(v, 2)
+}
+
+fn trim_to(v: f64, decimals: usize) -> String {
+    let s = format!("{v:.decimals$}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" { "0".to_string() } else { s.to_string() }
 }
@@ -199,19 +236,21 @@ pub fn LineChart(
         let yt = ticks(y0, y1, 4);
         let grid = yt
             .iter()
-            .map(|&t| {
+            .zip(tick_labels(&yt))
+            .map(|(&t, label)| {
                 view! {
                     <line x1=ML x2=W - MR y1=sy(t) y2=sy(t) class="grid"/>
-                    <text x=ML - 6.0 y=sy(t) + 3.5 text-anchor="end" class="tick">{tick_label(t)}</text>
+                    <text x=ML - 6.0 y=sy(t) + 3.5 text-anchor="end" class="tick">{label}</text>
                 }
             })
             .collect_view();
         let xgrid = xt
             .iter()
-            .map(|&t| {
+            .zip(tick_labels(&xt))
+            .map(|(&t, label)| {
                 view! {
                     <line x1=sx(t) x2=sx(t) y1=H - MB y2=H - MB + 4.0 class="axis"/>
-                    <text x=sx(t) y=H - MB + 16.0 text-anchor="middle" class="tick">{tick_label(t)}</text>
+                    <text x=sx(t) y=H - MB + 16.0 text-anchor="middle" class="tick">{label}</text>
                 }
             })
             .collect_view();
@@ -256,9 +295,12 @@ pub fn LineChart(
             .map(|t| {
                 if t.vertical {
                     let x = sx(t.value);
+                    // A mark in the plot's right half is labelled on its left, so the label stays in the plot; at the
+                    // foot of the line, clear of a horizontal mark's label (top right) and of a CDF's plateau.
+                    let (lx, anchor) = vertical_label_at(x);
                     view! {
                         <line x1=x x2=x y1=MT y2=H - MB class="threshold"/>
-                        <text x=x + 4.0 y=MT + 10.0 class="threshold-label">{t.label.clone()}</text>
+                        <text x=lx y=H - MB - 6.0 text-anchor=anchor class="threshold-label">{t.label.clone()}</text>
                     }
                     .into_any()
                 } else {
@@ -325,6 +367,22 @@ mod tests {
         let t = ticks(0.0, 10235.0, 6);
         assert_eq!(t.first(), Some(&0.0));
         assert!(t.len() >= 4 && t.len() <= 8, "{t:?}");
+    }
+
+    #[test]
+    fn neighbouring_tick_labels_differ() {
+        let t = ticks(6.3, 6.32, 6);
+        let labels = tick_labels(&t);
+        assert!(labels.windows(2).all(|w| w[0] != w[1]), "{labels:?}");
+        assert_eq!(labels.first().map(String::as_str), Some("6.3"));
+        // Ticks that already read differently keep the short labels.
+        assert_eq!(tick_labels(&[0.0, 500.0, 1000.0, 12000.0]), ["0", "500", "1000", "12k"]);
+    }
+
+    #[test]
+    fn a_vertical_mark_near_the_right_edge_is_labelled_on_its_left() {
+        assert_eq!(vertical_label_at(W - MR), (W - MR - 4.0, "end"));
+        assert_eq!(vertical_label_at(ML + 10.0), (ML + 14.0, "start"));
     }
 
     #[test]
