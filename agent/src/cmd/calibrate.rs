@@ -1086,20 +1086,13 @@ pub fn read_sidecar(run: &Path, notes: &mut Vec<String>) -> anyhow::Result<Optio
 
 /// Most intervals `[first token, end]` open at one instant.
 fn peak_decoding(records: &[RequestRecord]) -> usize {
-    let mut ev: Vec<(f64, i32)> = records
-        .iter()
-        .filter(|r| r.ok)
-        .filter_map(|r| r.ttft_s.map(|t| (r.t_submit + t, r.t_submit + r.wall_s)))
-        .flat_map(|(a, b)| [(a, 1), (b, -1)])
-        .collect();
-    // Ends before starts at the same instant: back-to-back requests do not overlap.
-    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-    let (mut now, mut peak) = (0i32, 0i32);
-    for (_, d) in ev {
-        now += d;
-        peak = peak.max(now);
-    }
-    peak.max(0) as usize
+    // Back-to-back requests do not overlap.
+    calibrate::cap::peak_overlap(
+        records
+            .iter()
+            .filter(|r| r.ok)
+            .filter_map(|r| r.ttft_s.map(|t| (r.t_submit + t, r.t_submit + r.wall_s))),
+    )
 }
 
 /// Reads the `--from` runs and their scrape sidecars.

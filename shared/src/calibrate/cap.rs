@@ -69,21 +69,10 @@ pub fn read_cap(records: &[RequestRecord], sent: u32) -> CapReading {
         .collect();
     let mut durations: Vec<f64> = spans.iter().map(|&(_, a, b)| b - a).collect();
     let tol = CORE_SHARE * median(&mut durations);
-    let mut ev: Vec<(f64, i32)> = spans
-        .iter()
-        .filter_map(|&(_, a, b)| {
-            let m = CORE_SHARE * (b - a);
-            (b - m > a + m).then_some([(a + m, 1), (b - m, -1)])
-        })
-        .flatten()
-        .collect();
-    // Ends before starts at the same instant.
-    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-    let (mut now, mut peak) = (0i32, 0i32);
-    for (_, d) in ev {
-        now += d;
-        peak = peak.max(now);
-    }
+    let peak = peak_overlap(spans.iter().filter_map(|&(_, a, b)| {
+        let m = CORE_SHARE * (b - a);
+        (b - m > a + m).then_some((a + m, b - m))
+    }));
     // The first end among them: a request waiting past it (less the tolerance) waited for a place.
     let first_end = spans.iter().map(|s| s.2).fold(f64::INFINITY, f64::min);
     let mut queued = spans
@@ -103,10 +92,23 @@ pub fn read_cap(records: &[RequestRecord], sent: u32) -> CapReading {
     CapReading {
         sent,
         started: n(spans.len()),
-        decoding_together: n(peak.max(0) as usize),
+        decoding_together: n(peak),
         queued: n(queued),
         failed: n(failed),
     }
+}
+
+/// Most intervals `[start, end]` open at one instant; an interval that ends where another starts does not overlap it.
+pub fn peak_overlap(intervals: impl Iterator<Item = (f64, f64)>) -> usize {
+    let mut ev: Vec<(f64, i32)> = intervals.flat_map(|(a, b)| [(a, 1), (b, -1)]).collect();
+    // Ends before starts at the same instant.
+    ev.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, d) in ev {
+        now += d;
+        peak = peak.max(now);
+    }
+    peak.max(0) as usize
 }
 
 /// `max_num_seqs` written when nothing says it: vLLM's default.
