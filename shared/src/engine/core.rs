@@ -475,6 +475,7 @@ struct StepSums {
 /// loop changes in locals. Dispatches to [`linear_spec_loop`] compiled for whether the step log is kept and
 /// whether the profile has `batch_kv_ms_per_ktok` (no branch on either inside the loop).
 #[inline(never)]
+#[cfg(not(target_arch = "wasm32"))]
 fn linear_spec_steps(ring: &mut SpecRing, log: &mut Vec<LogEntry>, c: &LinearSteps, st: &mut StepSums) {
     match (c.keep_log, c.bkv_n.is_some()) {
         (false, false) => linear_spec_loop::<false, false>(ring, log, c, st),
@@ -482,6 +483,14 @@ fn linear_spec_steps(ring: &mut SpecRing, log: &mut Vec<LogEntry>, c: &LinearSte
         (true, false) => linear_spec_loop::<true, false>(ring, log, c, st),
         (true, true) => linear_spec_loop::<true, true>(ring, log, c, st),
     }
+}
+
+/// In the page one copy of the loop, which tests both at each step (the page's first module has a size budget;
+/// the results are the same: with `bkv_n` absent its term adds exactly 0, and the log is kept only when asked).
+#[inline(never)]
+#[cfg(target_arch = "wasm32")]
+fn linear_spec_steps(ring: &mut SpecRing, log: &mut Vec<LogEntry>, c: &LinearSteps, st: &mut StepSums) {
+    linear_spec_loop::<true, true>(ring, log, c, st)
 }
 
 /// [`linear_spec_steps`]'s loop: `LOG` whether the step log is kept, `BKV` whether `c.bkv_n` is set. Each step's
@@ -532,7 +541,7 @@ fn linear_spec_loop<const LOG: bool, const BKV: bool>(
             drafted / c.prefill_tokens_per_ms + c.draft_cost_ms * drafted
         };
         end += dj;
-        if LOG {
+        if LOG && c.keep_log {
             log.push((dj, dj, 1));
         }
         busy += dj;
@@ -2228,11 +2237,18 @@ impl Engine {
                     };
                     let (eb, e8) = (&mut ring.eb[..], s.emit_table(kind));
                     // The usual block size with its constants in the code; other powers of two by a shift; others
-                    // by a division.
+                    // by a division. The page keeps one copy, the division (the same integers; its first module
+                    // has a size budget).
+                    #[cfg(not(target_arch = "wasm32"))]
                     match (bs, shift) {
                         (16, _) => walk_words(eb, d0, e8, thr, key, |x| (x + 15) >> 4, &mut w),
                         (_, u32::MAX) => walk_words(eb, d0, e8, thr, key, |x| x.div_ceil(bs), &mut w),
                         _ => walk_words(eb, d0, e8, thr, key, |x| (x + bs1) >> shift, &mut w),
+                    }
+                    #[cfg(target_arch = "wasm32")]
+                    {
+                        let _ = (shift, bs1);
+                        walk_words(eb, d0, e8, thr, key, |x| x.div_ceil(bs), &mut w);
                     }
                     WordWalk {
                         t,
