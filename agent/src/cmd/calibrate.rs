@@ -647,21 +647,23 @@ pub fn sglang_spec_over(snaps: &[replay::prom::Snapshot]) -> Option<calibrate::s
     })
 }
 
+/// The server's `/metrics` exposition (`origin` without `/v1`), or `None` where it has none or does not answer.
+async fn metrics_text(client: &reqwest::Client, origin: &str, api_key: Option<&str>) -> Option<String> {
+    let mut req = client.get(format!("{origin}/metrics"));
+    if let Some(k) = api_key {
+        req = req.bearer_auth(k);
+    }
+    let resp = req.send().await.ok().filter(|r| r.status().is_success())?;
+    resp.text().await.ok()
+}
+
 async fn scrape_spec(url: &str, api_key: Option<&str>, t_s: f64) -> Option<SpecScrape> {
     let origin = replay::client::origin_of(url).ok()?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .ok()?;
-    let mut req = client.get(format!("{origin}/metrics"));
-    if let Some(k) = api_key {
-        req = req.bearer_auth(k);
-    }
-    let resp = req.send().await.ok()?;
-    if !resp.status().is_success() {
-        return None;
-    }
-    spec_scrape_of(t_s, &resp.text().await.ok()?)
+    spec_scrape_of(t_s, &metrics_text(&client, &origin, api_key).await?)
 }
 
 /// How long [`wait_idle`] waits at most.
@@ -681,12 +683,7 @@ pub async fn wait_idle(url: &str, api_key: Option<&str>, at_most: Duration) -> O
     let began = std::time::Instant::now();
     let mut said = false;
     loop {
-        let mut req = client.get(format!("{origin}/metrics"));
-        if let Some(k) = api_key {
-            req = req.bearer_auth(k);
-        }
-        let resp = req.send().await.ok().filter(|r| r.status().is_success())?;
-        let snap = replay::prom::Snapshot::from_text(0.0, &resp.text().await.ok()?);
+        let snap = replay::prom::Snapshot::from_text(0.0, &metrics_text(&client, &origin, api_key).await?);
         let busy = match (snap.running, snap.waiting) {
             (None, None) => return None,
             (r, w) => r.unwrap_or(0.0) + w.unwrap_or(0.0),
