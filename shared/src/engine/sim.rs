@@ -10,7 +10,8 @@
 //! `min(30, 2·streak)` s between them, as the seed does.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::core::{Engine, EngineStats};
 use super::diagnostics::{CacheMisses, KvThrash, Overbatched};
@@ -420,7 +421,7 @@ struct Fleet {
     /// Scratch: outstanding requests (running + waiting) per replica.
     outstanding: Vec<u64>,
     /// Record index → prompt tokens cached on another replica when it was routed (nonzero only).
-    routed_away: HashMap<usize, u64>,
+    routed_away: FxHashMap<usize, u64>,
     requests: Vec<u64>,
     prompt_tokens: Vec<u64>,
     cached_tokens: Vec<u64>,
@@ -457,12 +458,12 @@ struct SimLoop<'s> {
     /// Prompts' KV crossing the link, earliest first.
     transfers: BinaryHeap<Transfer>,
     /// Disaggregated: the content kind of each request whose prompt is still on a prefill instance.
-    kinds: HashMap<usize, u8>,
+    kinds: FxHashMap<usize, u8>,
     /// Session steps whose misses have a cause of their own, by record index (empty without compaction or
     /// stripped reasoning).
-    cold_cause: HashMap<usize, ColdCause>,
+    cold_cause: FxHashMap<usize, ColdCause>,
     /// Sub-agent steps in flight: record index → the sub-agent's index.
-    kid_of: HashMap<usize, u32>,
+    kid_of: FxHashMap<usize, u32>,
 }
 
 /// Why a session step's prompt misses the cache where it was not designed to (issue #44): the cache-miss split
@@ -915,7 +916,7 @@ fn run_with(
         sent: 0,
         cached: Vec::with_capacity(replicas),
         outstanding: Vec::with_capacity(replicas),
-        routed_away: HashMap::new(),
+        routed_away: FxHashMap::default(),
         requests: vec![0; replicas],
         prompt_tokens: vec![0; replicas],
         cached_tokens: vec![0; replicas],
@@ -928,8 +929,8 @@ fn run_with(
         bs,
         stalled: vec![false; replicas],
         finish_lb: vec![f64::INFINITY; replicas],
-        cold_cause: HashMap::new(),
-        kid_of: HashMap::new(),
+        cold_cause: FxHashMap::default(),
+        kid_of: FxHashMap::default(),
         itl_quantiles,
         records: Records::new(opts.keep_records, sc.slo, expected_requests(&sc.workload), sink),
         misses: CacheMisses::default(),
@@ -947,7 +948,7 @@ fn run_with(
             .filter(|_| replicas > 1)
             .and_then(|dg| dg.kv_bytes_per_token(profile).map(|k| (dg, k))),
         transfers: BinaryHeap::new(),
-        kinds: HashMap::new(),
+        kinds: FxHashMap::default(),
     };
     let mut src = match (&sc.workload, mode) {
         (Workload::Sessions(w), _) => {
