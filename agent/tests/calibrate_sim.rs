@@ -15,6 +15,8 @@ use shared::engine::EngineProfile;
 
 #[path = "common/scratch.rs"]
 mod scratch;
+#[path = "common/sim_server.rs"]
+mod sim_server_helper;
 use scratch::Scratch;
 
 #[path = "common/fit_check.rs"]
@@ -965,12 +967,7 @@ async fn the_probe_waits_for_the_server_to_drop_its_cut_requests() {
     let (url, _stop) = start(truth()).await;
     let origin = url.trim_end_matches("/v1").to_string();
     let gauges = || async {
-        let text = reqwest::get(format!("{origin}/metrics"))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-            .text()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let text = sim_server_helper::metrics_text(&origin).await;
         let s = loadshape::replay::prom::Snapshot::from_text(0.0, &text);
         s.running.unwrap_or(0.0) + s.waiting.unwrap_or(0.0)
     };

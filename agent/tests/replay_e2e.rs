@@ -60,12 +60,7 @@ async fn sim(config: Config) -> Sim {
 
 /// A metric's value from the sim-server's /metrics.
 async fn metric(origin: &str, name: &str) -> f64 {
-    let text = reqwest::get(format!("{origin}/metrics"))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .text()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let text = sim_server_helper::metrics_text(origin).await;
     text.lines()
         .find(|l| l.starts_with(name))
         .and_then(|l| l.rsplit(' ').next())

@@ -37,3 +37,13 @@ pub async fn start(config: Config) -> Sim {
         stop: Some(tx),
     }
 }
+
+/// The server's `/metrics` text (`origin` is `http://ADDR`).
+pub async fn metrics_text(origin: &str) -> String {
+    reqwest::get(format!("{origin}/metrics"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .text()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}

@@ -9,8 +9,8 @@
 //! the engine) ends; a slot that fails three instances in a row without progress aborts the run, and backs off
 //! `min(30, 2·streak)` s between them, as the seed does.
 
-use std::cmp::Ordering;
 use rustc_hash::FxHashMap;
+use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::core::{Engine, EngineStats};
