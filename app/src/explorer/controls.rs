@@ -527,6 +527,8 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             let start = current.get_untracked().as_f64().unwrap_or(0.0);
             let spec: FieldSpec = known.unwrap_or_else(|| fields::fallback(&leaf.name, start, integer));
             let step = if integer { spec.step.max(1.0).round() } else { spec.step };
+            // The box shows the value in its unit (GB/s for bytes per second); the slider moves the stored value.
+            let power = fields::unit_power(spec.unit);
             let value = move || current.get().as_f64().unwrap_or(0.0);
             let max = move || spec.max.max(value());
             let min = move || spec.min.min(value());
@@ -584,16 +586,22 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             step="any"
                             class:invalid=invalid.clone()
                             aria-invalid=move || invalid().then_some("true")
-                            prop:value=move || current.get().to_string()
+                            prop:value=move || if power == 0 { current.get().to_string() } else { fields::shift_decimal(value(), -power) }
                             on:change=move |ev| {
                                 note_edit2();
                                 let text = event_target_value(&ev);
                                 let text = text.trim();
-                                // Integers (seeds up to 2^64) parse exactly; everything else as a float.
-                                let exact = (kind2 == Kind::Integer)
+                                // Integers (seeds up to 2^64) parse exactly; everything else as a float; a value shown
+                                // in a larger unit (GB/s) from its exact decimal.
+                                let exact = (kind2 == Kind::Integer && power == 0)
                                     .then(|| text.parse::<u64>().ok().map(Value::from))
                                     .flatten();
-                                if let Some(j) = exact.or_else(|| text.parse::<f64>().ok().and_then(|v| number_value(&kind2, v))) {
+                                let typed = if power == 0 {
+                                    text.parse::<f64>().ok().and_then(|v| number_value(&kind2, v))
+                                } else {
+                                    fields::parse_shifted(text, power).and_then(Number::from_f64).map(Value::Number)
+                                };
+                                if let Some(j) = exact.or(typed) {
                                     set_at(json, &p2, j);
                                 }
                             }
