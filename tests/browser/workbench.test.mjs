@@ -123,6 +123,10 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     const rows = await page.locator('[data-compare]').evaluateAll((els) => els.map((e) => e.dataset.compare));
     assert.deepEqual(rows.slice(0, 2), ['ttft_p50_ms', 'ttft_p99_ms'], 'TTFT first');
     assert.equal(await page.locator('[data-compare="ttft_p50_ms"] td').first().innerText(), 'TTFT p50 ms');
+    // The header says what A and B are: each side's value of what differs, in the explorer's label and unit.
+    assert.equal(await page.locator('[data-compare-head="a"]').innerText(), 'Sessions 4 slots');
+    assert.equal(await page.locator('[data-compare-head="b"]').innerText(), 'Sessions 8 slots');
+    assert.deepEqual(await page.locator('.compare-sides dt').allInnerTexts(), ['A (pinned)', 'B (the explorer)']);
     await page.waitForTimeout(300);
     // The change column is in view without scrolling the table sideways.
     const cut = await page.locator('[data-compare="ttft_p50_ms"] td[data-delta]').evaluate((td) => {
