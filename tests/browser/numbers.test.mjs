@@ -105,6 +105,21 @@ test('the numbers table under the live cards equals `loadshape predict --json` o
   }
 });
 
+/** No live request completed: the numbers table's live and error cells read "—" while the live column's data-value
+ * keeps the summary's number (at least one of them a number: the zeros the cells would otherwise show). */
+async function assertNoLiveNumbers(page) {
+  await page.locator(`${LIVE} table[data-numbers] tr[data-row] [data-col="simulated"]`).first().waitFor({ timeout: 60000 });
+  const rows = await page.locator(`${LIVE} table[data-numbers] tr[data-row]`).evaluateAll((trs) => trs.map((tr) => ({
+    row: tr.dataset.row,
+    live: tr.querySelector('[data-col="live"]').innerText.trim(),
+    liveValue: tr.querySelector('[data-col="live"]').getAttribute('data-value'),
+    error: tr.querySelector('[data-col="error"]').innerText.trim(),
+  })));
+  assert.ok(rows.length >= 10, `the table's rows: ${rows.length}`);
+  for (const r of rows) assert.deepEqual([r.live, r.error], ['—', '—'], `${r.row}: ${JSON.stringify(r)}`);
+  assert.ok(rows.some((r) => r.liveValue !== ''), 'the live summary\'s numbers stay in data-value');
+}
+
 test('a run whose requests the target refuses shows the failed count, the requests never sent and the first error', async () => {
   const page = await newPage();
   try {
@@ -138,6 +153,9 @@ test('a run whose requests the target refuses shows the failed count, the reques
       assert.equal(await card.innerText(), '—', m);
       assert.equal(await card.getAttribute('data-value'), '0', m);
     }
+    // "Simulated beside live" says the same: its live column and the errors read "—", not the summary's zeros
+    // (which stay in data-value).
+    await assertNoLiveNumbers(page);
     // The same counts and error as `loadshape report --json` of the agent's file.
     const rep = JSON.parse(cli(['report', '--json', scratchFile('refused.jsonl', records.map((r) => JSON.stringify(r)).join('\n') + '\n')]));
     assert.equal(rep.failures.failed, 2);

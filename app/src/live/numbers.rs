@@ -113,6 +113,9 @@ pub fn NumbersTable(
             {move || note.get().map(|n| view! { <p class="muted small" data-numbers-note="">{n}</p> })}
             {move || predicted.get().map(|p| {
                 let rows = live.with(|l| rows(&p, l.as_ref()));
+                // No live request has completed (yet, or none ever did): the summary's zeros are no measurement, so
+                // the live and error cells say "—", as the live cards do (`data-value` keeps the summary's number).
+                let none_completed = live.with(|l| l.as_ref().is_some_and(|s| s.completed == 0));
                 view! {
                     <table class="data numbers-table" data-numbers="">
                         <thead>
@@ -143,9 +146,9 @@ pub fn NumbersTable(
                                         <th scope="row">{label(name)} <span class="unit">{unit(name)}</span></th>
                                         <td class="num" data-col="simulated" data-value=num_attr(r.simulated)>{cell(name, r.simulated)}</td>
                                         <td class="num faint" data-col="range" data-min=num_attr(min) data-max=num_attr(max)>{range}</td>
-                                        <td class="num" data-col="live" data-value=num_attr(r.live)>{cell(name, r.live)}</td>
+                                        <td class="num" data-col="live" data-value=num_attr(r.live)>{cell(name, r.live.filter(|_| !none_completed))}</td>
                                         <td class=err_class data-col="error" data-value=num_attr(r.error)>
-                                            {r.error.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}
+                                            {r.error.filter(|_| !none_completed).map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}
                                         </td>
                                     </tr>
                                 }
@@ -193,6 +196,12 @@ pub fn transfer_rows(
     rows.into_iter()
         .map(|(k, l, f)| (k, l, sim.map(f), live.map(f)))
         .collect()
+}
+
+/// A replica with a completed request: one none of whose requests completed has no cached share or TTFT, so those
+/// cells say "—" (their `data-value` keeps the figure's zero, as the live cards do).
+fn done(r: Option<&ReplicaSplit>) -> Option<&ReplicaSplit> {
+    r.filter(|r| r.completed > 0)
 }
 
 fn opt_cell(v: Option<f64>, f: fn(f64) -> String) -> String {
@@ -253,10 +262,10 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                         <th scope="row">{format!("#{i}")}</th>
                                         <td class="num" data-col="sim-requests" data-value=v(req(s))>{opt_cell(req(s), crate::ui::fmt::count)}</td>
                                         <td class="num" data-col="live-requests" data-value=v(req(l))>{opt_cell(req(l), crate::ui::fmt::count)}</td>
-                                        <td class="num" data-col="sim-cached" data-value=v(cached(s))>{opt_cell(cached(s), crate::ui::fmt::pct)}</td>
-                                        <td class="num" data-col="live-cached" data-value=v(cached(l))>{opt_cell(cached(l), crate::ui::fmt::pct)}</td>
-                                        <td class="num" data-col="sim-ttft-p50" data-value=v(ttft(s))>{opt_cell(ttft(s), crate::ui::fmt::num)}</td>
-                                        <td class="num" data-col="live-ttft-p50" data-value=v(ttft(l))>{opt_cell(ttft(l), crate::ui::fmt::num)}</td>
+                                        <td class="num" data-col="sim-cached" data-value=v(cached(s))>{opt_cell(cached(done(s)), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="live-cached" data-value=v(cached(l))>{opt_cell(cached(done(l)), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="sim-ttft-p50" data-value=v(ttft(s))>{opt_cell(ttft(done(s)), crate::ui::fmt::num)}</td>
+                                        <td class="num" data-col="live-ttft-p50" data-value=v(ttft(l))>{opt_cell(ttft(done(l)), crate::ui::fmt::num)}</td>
                                     </tr>
                                 }
                             }).collect_view()}
@@ -347,6 +356,16 @@ mod tests {
             ttft_p50_ms: 10.0,
             mean_in_flight: 1.0,
         }
+    }
+
+    /// A replica sent requests none of which completed has no cached share or TTFT to show (the card says "—").
+    #[test]
+    fn a_replica_without_a_completed_request_shows_no_cached_share_or_ttft() {
+        let mut none = split(0, 3);
+        none.completed = 0;
+        assert!(done(Some(&none)).is_none());
+        assert_eq!(done(Some(&split(1, 3))).map(|r| r.replica), Some(1));
+        assert!(done(None).is_none());
     }
 
     #[test]
