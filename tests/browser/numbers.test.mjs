@@ -282,6 +282,19 @@ test('a prefill/decode fleet run live on sim shows its per-replica and transfer 
     mkdirSync(SHOTS, { recursive: true });
     await page.locator(`${LIVE} [data-fleet-card]`).screenshot({ path: path.join(SHOTS, 'page-live-fleet-card.png') });
     await page.screenshot({ path: path.join(SHOTS, 'page-live-fleet-1280x800.png'), fullPage: true });
+    // On a phone the numbers and fleet tables stack their rows (each value under its column's name): none runs past
+    // its card, and the page does not scroll sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    const wide = await page.locator(`${LIVE} [data-numbers-card] table, ${LIVE} [data-fleet-card] table`).evaluateAll((ts) => ts
+      .map((t) => ({ t: Object.keys(t.dataset).join(), over: t.getBoundingClientRect().right - t.closest('.card').getBoundingClientRect().right }))
+      .filter((x) => x.over > 1));
+    assert.deepEqual(wide, [], 'tables wider than their card at 390 px');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the page scrolls sideways');
+    assert.equal(await page.locator(`${LIVE} table[data-fleet-replicas] tr[data-replica] [data-col="live-cached"]`).first()
+      .evaluate((td) => getComputedStyle(td, '::before').content), '"cached, live"');
+    await page.locator(`${LIVE} [data-fleet-card]`).scrollIntoViewIfNeeded();
+    await page.locator(`${LIVE} [data-fleet-card]`).screenshot({ path: path.join(SHOTS, 'page-live-fleet-card-390.png') });
     assert.deepEqual(page.errors, []);
   } finally {
     await page.close();

@@ -117,7 +117,7 @@ pub fn NumbersTable(
                 // the live and error cells say "—", as the live cards do (`data-value` keeps the summary's number).
                 let none_completed = live.with(|l| l.as_ref().is_some_and(|s| s.completed == 0));
                 view! {
-                    <table class="data numbers-table" data-numbers="">
+                    <table class="data numbers-table stack" data-numbers="">
                         <thead>
                             <tr>
                                 <th></th>
@@ -144,10 +144,10 @@ pub fn NumbersTable(
                                 view! {
                                     <tr data-row=f.clone()>
                                         <th scope="row">{label(name)} <span class="unit">{unit(name)}</span></th>
-                                        <td class="num" data-col="simulated" data-value=num_attr(r.simulated)>{cell(name, r.simulated)}</td>
-                                        <td class="num faint" data-col="range" data-min=num_attr(min) data-max=num_attr(max)>{range}</td>
-                                        <td class="num" data-col="live" data-value=num_attr(r.live)>{cell(name, r.live.filter(|_| !none_completed))}</td>
-                                        <td class=err_class data-col="error" data-value=num_attr(r.error)>
+                                        <td class="num" data-col="simulated" data-label="simulated" data-value=num_attr(r.simulated)>{cell(name, r.simulated)}</td>
+                                        <td class="num faint" data-col="range" data-label="seed range" data-min=num_attr(min) data-max=num_attr(max)>{range}</td>
+                                        <td class="num" data-col="live" data-label="live" data-value=num_attr(r.live)>{cell(name, r.live.filter(|_| !none_completed))}</td>
+                                        <td class=err_class data-col="error" data-label="error" data-value=num_attr(r.error)>
                                             {r.error.filter(|_| !none_completed).map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}
                                         </td>
                                     </tr>
@@ -238,7 +238,7 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                     <span class="faint small">{if sim.is_some() { "simulated: the scenario's own seed, over the table's window" } else { "simulating…" }}</span>
                 </div>
                 {(!rows.is_empty()).then(|| view! {
-                    <table class="data numbers-table" data-fleet-replicas="">
+                    <table class="data numbers-table stack" data-fleet-replicas="">
                         <thead>
                             <tr>
                                 <th rowspan="2">{if disaggregated { "prefill instance" } else { "replica" }}</th>
@@ -259,13 +259,13 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                 let ttft = |r: Option<&ReplicaSplit>| r.map(|r| r.ttft_p50_ms);
                                 view! {
                                     <tr data-replica=i>
-                                        <th scope="row">{format!("#{i}")}</th>
-                                        <td class="num" data-col="sim-requests" data-value=v(req(s))>{opt_cell(req(s), crate::ui::fmt::count)}</td>
-                                        <td class="num" data-col="live-requests" data-value=v(req(l))>{opt_cell(req(l), crate::ui::fmt::count)}</td>
-                                        <td class="num" data-col="sim-cached" data-value=v(cached(s))>{opt_cell(cached(done(s)), crate::ui::fmt::pct)}</td>
-                                        <td class="num" data-col="live-cached" data-value=v(cached(l))>{opt_cell(cached(done(l)), crate::ui::fmt::pct)}</td>
-                                        <td class="num" data-col="sim-ttft-p50" data-value=v(ttft(s))>{opt_cell(ttft(done(s)), crate::ui::fmt::num)}</td>
-                                        <td class="num" data-col="live-ttft-p50" data-value=v(ttft(l))>{opt_cell(ttft(done(l)), crate::ui::fmt::num)}</td>
+                                        <th scope="row" data-label=if disaggregated { "prefill instance" } else { "replica" }>{format!("#{i}")}</th>
+                                        <td class="num" data-col="sim-requests" data-label="requests, simulated" data-value=v(req(s))>{opt_cell(req(s), crate::ui::fmt::count)}</td>
+                                        <td class="num" data-col="live-requests" data-label="requests, live" data-value=v(req(l))>{opt_cell(req(l), crate::ui::fmt::count)}</td>
+                                        <td class="num" data-col="sim-cached" data-label="cached, simulated" data-value=v(cached(s))>{opt_cell(cached(done(s)), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="live-cached" data-label="cached, live" data-value=v(cached(l))>{opt_cell(cached(done(l)), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="sim-ttft-p50" data-label="TTFT p50 ms, simulated" data-value=v(ttft(s))>{opt_cell(ttft(done(s)), crate::ui::fmt::num)}</td>
+                                        <td class="num" data-col="live-ttft-p50" data-label="TTFT p50 ms, live" data-value=v(ttft(l))>{opt_cell(ttft(done(l)), crate::ui::fmt::num)}</td>
                                     </tr>
                                 }
                             }).collect_view()}
@@ -278,7 +278,7 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                     )}</p>
                 })}
                 {disaggregated.then(|| view! {
-                    <table class="data numbers-table" data-fleet-transfer="">
+                    <table class="data numbers-table stack" data-fleet-transfer="">
                         <thead>
                             <tr>
                                 <th></th>
@@ -302,9 +302,9 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                 view! {
                                     <tr data-row=k>
                                         <th scope="row">{label} {(k != "transfers").then(|| view! { <span class="unit">"ms"</span> })}</th>
-                                        <td class="num" data-col="simulated" data-value=v(s)>{opt_cell(s, fmt)}</td>
-                                        <td class="num" data-col="live" data-value=v(l)>{opt_cell(l, fmt)}</td>
-                                        <td class=err_class data-col="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
+                                        <td class="num" data-col="simulated" data-label="simulated" data-value=v(s)>{opt_cell(s, fmt)}</td>
+                                        <td class="num" data-col="live" data-label="live" data-value=v(l)>{opt_cell(l, fmt)}</td>
+                                        <td class=err_class data-col="error" data-label="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
                                     </tr>
                                 }
                             }).collect_view()}
