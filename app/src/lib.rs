@@ -309,6 +309,24 @@ pub(crate) async fn engine_source(
     view! { <explorer::deployment::EngineSource json=json memory=memory/> }.into_any()
 }
 
+/// What "set" puts at an absent optional field of the explorer's scenario (a fleet, speculation, disaggregation, an
+/// agent shape, a number; [`explorer::controls::set_default`]): one module, loaded by the first "set".
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn unset_value(
+    json: serde_json::Value,
+    pointer: String,
+    name: String,
+) -> Option<(String, serde_json::Value)> {
+    explorer::controls::set_default(&json, &pointer, &name)
+}
+
+/// A scenario's share-link payload ([`shared::link::encode`]: compact JSON, deflate, base64), for the page's address
+/// after an edit: one module, loaded by the first edit.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn link_payload(sc: shared::scenario::Scenario) -> String {
+    shared::link::encode(&sc)
+}
+
 /// The connection pill in the header: `data-status` and the agent's version.
 #[component]
 fn AgentBadge(conn: AgentConn) -> impl IntoView {

@@ -105,6 +105,21 @@ test('the numbers table under the live cards equals `loadshape predict --json` o
   }
 });
 
+/** No live request completed: the numbers table's live and error cells read "—" while the live column's data-value
+ * keeps the summary's number (at least one of them a number: the zeros the cells would otherwise show). */
+async function assertNoLiveNumbers(page) {
+  await page.locator(`${LIVE} table[data-numbers] tr[data-row] [data-col="simulated"]`).first().waitFor({ timeout: 60000 });
+  const rows = await page.locator(`${LIVE} table[data-numbers] tr[data-row]`).evaluateAll((trs) => trs.map((tr) => ({
+    row: tr.dataset.row,
+    live: tr.querySelector('[data-col="live"]').innerText.trim(),
+    liveValue: tr.querySelector('[data-col="live"]').getAttribute('data-value'),
+    error: tr.querySelector('[data-col="error"]').innerText.trim(),
+  })));
+  assert.ok(rows.length >= 10, `the table's rows: ${rows.length}`);
+  for (const r of rows) assert.deepEqual([r.live, r.error], ['—', '—'], `${r.row}: ${JSON.stringify(r)}`);
+  assert.ok(rows.some((r) => r.liveValue !== ''), 'the live summary\'s numbers stay in data-value');
+}
+
 test('a run whose requests the target refuses shows the failed count, the requests never sent and the first error', async () => {
   const page = await newPage();
   try {
@@ -138,6 +153,9 @@ test('a run whose requests the target refuses shows the failed count, the reques
       assert.equal(await card.innerText(), '—', m);
       assert.equal(await card.getAttribute('data-value'), '0', m);
     }
+    // "Simulated beside live" says the same: its live column and the errors read "—", not the summary's zeros
+    // (which stay in data-value).
+    await assertNoLiveNumbers(page);
     // The same counts and error as `loadshape report --json` of the agent's file.
     const rep = JSON.parse(cli(['report', '--json', scratchFile('refused.jsonl', records.map((r) => JSON.stringify(r)).join('\n') + '\n')]));
     assert.equal(rep.failures.failed, 2);
@@ -264,6 +282,19 @@ test('a prefill/decode fleet run live on sim shows its per-replica and transfer 
     mkdirSync(SHOTS, { recursive: true });
     await page.locator(`${LIVE} [data-fleet-card]`).screenshot({ path: path.join(SHOTS, 'page-live-fleet-card.png') });
     await page.screenshot({ path: path.join(SHOTS, 'page-live-fleet-1280x800.png'), fullPage: true });
+    // On a phone the numbers and fleet tables stack their rows (each value under its column's name): none runs past
+    // its card, and the page does not scroll sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    const wide = await page.locator(`${LIVE} [data-numbers-card] table, ${LIVE} [data-fleet-card] table`).evaluateAll((ts) => ts
+      .map((t) => ({ t: Object.keys(t.dataset).join(), over: t.getBoundingClientRect().right - t.closest('.card').getBoundingClientRect().right }))
+      .filter((x) => x.over > 1));
+    assert.deepEqual(wide, [], 'tables wider than their card at 390 px');
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the page scrolls sideways');
+    assert.equal(await page.locator(`${LIVE} table[data-fleet-replicas] tr[data-replica] [data-col="live-cached"]`).first()
+      .evaluate((td) => getComputedStyle(td, '::before').content), '"cached, live"');
+    await page.locator(`${LIVE} [data-fleet-card]`).scrollIntoViewIfNeeded();
+    await page.locator(`${LIVE} [data-fleet-card]`).screenshot({ path: path.join(SHOTS, 'page-live-fleet-card-390.png') });
     assert.deepEqual(page.errors, []);
   } finally {
     await page.close();

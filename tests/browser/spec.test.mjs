@@ -150,8 +150,7 @@ test('a fleet offers prefill/decode disaggregation; set in the page it computes 
   assert.deepEqual(scenario.fleet.disaggregation, {
     prefill_instances: 1, decode_instances: 1, link_bytes_per_s: 5e10, link_latency_ms: 0.5, kv_bytes_per_token: 131072,
   });
-  // Its controls read prefill, decode, then the link; every box shows its whole value (50 GB/s is 50000000000 B/s,
-  // not a cut-off "5000000").
+  // Its controls read prefill, decode, then the link; every box shows its whole value (not a cut-off one).
   const fields = await page.locator('[data-group="disaggregation"] [data-field]').evaluateAll((els) => els.map((e) => e.dataset.field));
   assert.deepEqual(fields, ['/fleet/disaggregation/prefill_instances', '/fleet/disaggregation/decode_instances',
     '/fleet/disaggregation/link_bytes_per_s', '/fleet/disaggregation/link_latency_ms',
@@ -159,6 +158,39 @@ test('a fleet offers prefill/decode disaggregation; set in the page it computes 
   const cut = await page.locator('[data-group="disaggregation"] input[type=number]').evaluateAll((els) => els
     .filter((e) => e.scrollWidth > e.clientWidth + 1).map((e) => `${e.dataset.pointer}: ${e.value}`));
   assert.deepEqual(cut, [], 'number boxes too narrow for their value');
+  // The link's bandwidth reads in GB/s (the scenario holds bytes per second): 50, not 50000000000.
+  const link = '/fleet/disaggregation/link_bytes_per_s';
+  const linkField = page.locator(`[data-field="${link}"]`);
+  assert.equal(await linkField.locator('.field-unit').innerText(), 'GB/s');
+  assert.equal(await page.locator(`input[type=number][data-pointer="${link}"]`).inputValue(), '50');
+  assert.match(await page.locator(`input[type=number][data-pointer="${link}"]`).getAttribute('aria-label'), /\(GB\/s\)$/);
+  // What is typed is taken exactly: 1.001 GB/s is 1,001,000,000 B/s (1.001 × 1e9 in floating point would be
+  // 1000999999.9999999), and the copied link opens with the box reading 1.001 again.
+  await setNumber(page, link, '1.001');
+  scenario = await copiedScenario(page);
+  assert.equal(scenario.fleet.disaggregation.link_bytes_per_s, 1001000000);
+  const reopen = async (sc, name) => {
+    const p = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    p.on('pageerror', (e) => errors.push(String(e)));
+    await p.goto(shareLink(sc, name, ORIGIN));
+    await p.locator(`${EXPLORER} [data-metric="ttft_p50_ms"]`).first().waitFor({ timeout: 30000 });
+    await openAdvanced(p);
+    return p;
+  };
+  const reopened = await reopen(scenario, 'pd-link-gbps');
+  assert.equal(await reopened.locator(`input[type=number][data-pointer="${link}"]`).inputValue(), '1.001');
+  await reopened.close();
+  // A value no one would type (from a scenario file) shows its exact digits and, typed back, stays exactly itself.
+  const odd = await reopen({ ...scenario, fleet: { ...scenario.fleet,
+    disaggregation: { ...scenario.fleet.disaggregation, link_bytes_per_s: 4197530.826 } } }, 'pd-link-odd');
+  const box = odd.locator(`input[type=number][data-pointer="${link}"]`);
+  assert.equal(await box.inputValue(), '0.004197530826');
+  await setNumber(odd, link, await box.inputValue());
+  assert.equal((await copiedScenario(odd)).fleet.disaggregation.link_bytes_per_s, 4197530.826);
+  await odd.close();
+  await setNumber(page, link, '50');
+  scenario = await copiedScenario(page);
+  assert.equal(scenario.fleet.disaggregation.link_bytes_per_s, 5e10);
   // A slower link, typed in: the page's summary is the CLI's for the copied link.
   await setNumber(page, '/fleet/disaggregation/link_latency_ms', 20);
   scenario = await copiedScenario(page);

@@ -38,6 +38,34 @@ async function settled(page) {
 
 const shot = (page, name) => page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
 
+/** Nothing on the view shown makes the page scroll sideways, and no table runs past its card or the window; a table
+ * that scrolls inside its own box (`.table-scroll`) keeps its first column in sight when scrolled to its end. */
+async function assertNothingSideways(page, where) {
+  const r = await page.evaluate(() => {
+    const cut = [];
+    const kept = [];
+    for (const t of document.querySelectorAll('table')) {
+      if (!t.checkVisibility()) continue;
+      const own = t.closest('.table-scroll');
+      if (own) {
+        own.scrollLeft = own.scrollWidth;
+        const first = t.querySelector('tbody tr td, tbody tr th')?.getBoundingClientRect();
+        const box = own.getBoundingClientRect();
+        if (first && own.scrollWidth > own.clientWidth + 1 && first.left < box.left - 1) kept.push(`${t.className}: first column at ${first.left} < ${box.left}`);
+        own.scrollLeft = 0;
+        continue;
+      }
+      const right = t.getBoundingClientRect().right;
+      const card = (t.closest('.card') ?? document.body).getBoundingClientRect().right;
+      if (right > Math.min(card, window.innerWidth) + 1) cut.push(`${t.className} ${Object.keys(t.dataset)}: ${Math.round(right - Math.min(card, window.innerWidth))}px`);
+    }
+    return { page: document.documentElement.scrollWidth - window.innerWidth, cut, kept };
+  });
+  assert.ok(r.page <= 0, `${where}: the page scrolls sideways by ${r.page}px`);
+  assert.deepEqual(r.cut, [], `${where}: tables cut at the right`);
+  assert.deepEqual(r.kept, [], `${where}: a scrolled table lost its first column`);
+}
+
 test('the explorer: actions in view, primary knobs first, log sliders, the preset stays shown', async () => {
   const page = await newPage({ width: 1440, height: 900 });
   await page.goto(URL_WITH_TOKEN);
@@ -123,6 +151,10 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     const rows = await page.locator('[data-compare]').evaluateAll((els) => els.map((e) => e.dataset.compare));
     assert.deepEqual(rows.slice(0, 2), ['ttft_p50_ms', 'ttft_p99_ms'], 'TTFT first');
     assert.equal(await page.locator('[data-compare="ttft_p50_ms"] td').first().innerText(), 'TTFT p50 ms');
+    // The header says what A and B are: each side's value of what differs, in the explorer's label and unit.
+    assert.equal(await page.locator('[data-compare-head="a"]').innerText(), 'Sessions 4 slots');
+    assert.equal(await page.locator('[data-compare-head="b"]').innerText(), 'Sessions 8 slots');
+    assert.deepEqual(await page.locator('.compare-sides dt').allInnerTexts(), ['A (pinned)', 'B (the explorer)']);
     await page.waitForTimeout(300);
     // The change column is in view without scrolling the table sideways.
     const cut = await page.locator('[data-compare="ttft_p50_ms"] td[data-delta]').evaluate((td) => {
@@ -131,6 +163,7 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     });
     assert.ok(cut <= 1, `the change column is cut by ${cut}px at ${w}px`);
     await shot(page, `page-compare-${size}`);
+    await assertNothingSideways(page, `compare at ${size}`);
 
     // Capacity: the explorer's card, its levels said to exclude the warm-up.
     await page.locator('[data-view="explorer"]').click();
@@ -140,6 +173,8 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await card.scrollIntoViewIfNeeded();
     await page.evaluate(() => window.scrollBy(0, -80));  // below the action bar that stays in view
     await shot(page, `page-capacity-${size}`);
+    await page.locator('details.all-metrics > summary').click();
+    await assertNothingSideways(page, `explorer with the capacity card and every summary field at ${size}`);
     await barFits('with A pinned ("Pin again as A")');
 
     // Live: what Launch will send, then a short run on `sim`.
@@ -161,6 +196,18 @@ for (const [w, h] of [[1440, 900], [390, 844]]) {
     await page.waitForTimeout(500);
     await page.evaluate(() => window.scrollTo(0, 0));
     await shot(page, `page-live-${size}`);
+    // The numbers table under the live cards (simulated, seed range, live, error) reads without scrolling sideways.
+    await page.locator(`${LIVE} table[data-numbers] [data-col="simulated"][data-value]`).first().waitFor({ timeout: 60000 });
+    await assertNothingSideways(page, `live at ${size}`);
+    if (w < 900) {
+      await page.locator(`${LIVE} [data-numbers-card]`).scrollIntoViewIfNeeded();
+      await shot(page, `page-live-numbers-${size}`);
+    }
+    // The ladder's solved rungs (one long line of text) wrap rather than widen the page.
+    await page.locator('[data-view="ladder"]').click();
+    await page.locator('[data-action="solve"]').click();
+    await page.locator('[data-ladder] [data-metric="ladder"]').waitFor({ timeout: 60000 });
+    await assertNothingSideways(page, `ladder at ${size}`);
     assert.deepEqual(page.errors, []);
     await page.close();
   });

@@ -197,7 +197,7 @@ fn table(rows: Vec<LevelRow>, live: bool) -> impl IntoView {
         .collect_view();
     view! {
         <div class="table-scroll">
-            <table class="data">
+            <table class="data levels">
                 <thead><tr><th>"#"</th><th>"load"</th><th>"pass"</th><th>"attain"</th><th>"goodput/s"</th><th>"TTFT p50"</th><th>"TTFT p99"</th><th>"TPOT p99"</th><th>"KV peak"</th><th>"preempt"</th><th>"cached"</th><th>"class"</th></tr></thead>
                 <tbody>{body}</tbody>
             </table>

@@ -143,7 +143,7 @@ pub fn CapacityCard(ex: Explorer) -> impl IntoView {
                     </p>
                     // Thirteen columns: scrolls sideways on a phone instead of widening the page.
                     <div class="table-scroll">
-                    <table class="data">
+                    <table class="data levels">
                         <thead><tr><th>"#"</th><th>"load"</th><th>"pass"</th><th>"attain"</th><th>"goodput/s"</th><th>"TTFT p50"</th><th>"TTFT p99"</th><th>"TPOT p50"</th><th>"TPOT p99"</th><th>"KV peak"</th><th>"preempt"</th><th>"cached"</th><th>"class"</th></tr></thead>
                         <tbody>{rows}</tbody>
                     </table>

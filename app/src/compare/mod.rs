@@ -64,6 +64,45 @@ fn diff(a: &Value, b: &Value, path: &str, out: &mut Vec<(String, String, String)
     }
 }
 
+/// What a side's changed fields are, for the header: `Sessions 4 sessions · Batch slots 16 seqs`, each field in the
+/// explorer's label and unit (a bandwidth in GB/s), an object "set" or "not set"; at most three, then how many more.
+/// `side` picks A's value (0) or B's (1) of each [`changed_fields`] entry.
+pub fn side_summary(changes: &[(String, String, String)], side: usize) -> String {
+    use crate::explorer::fields;
+    let mut parts: Vec<String> = changes
+        .iter()
+        .take(3)
+        .map(|(path, a, b)| {
+            let name = path.rsplit('.').next().unwrap_or(path);
+            let spec = fields::spec(name);
+            let label = spec
+                .map(|s| s.label.to_string())
+                .filter(|l| !l.is_empty())
+                .unwrap_or_else(|| fields::humanize(name));
+            let v = if side == 0 { a } else { b };
+            // No unit that repeats the label ("Users 4 users").
+            let unit = spec.map_or("", |s| s.unit);
+            let unit = if unit == label.to_lowercase() { "" } else { unit };
+            let power = fields::unit_power(unit);
+            match v.as_str() {
+                "—" => format!("{label} not set"),
+                v if v.starts_with('{') || v.starts_with('[') => format!("{label} set"),
+                v => {
+                    let v = match v.parse::<f64>() {
+                        Ok(x) if power != 0 => fields::shift_decimal(x, -power),
+                        _ => v.trim_matches('"').to_string(),
+                    };
+                    format!("{label} {v} {unit}").trim_end().to_string()
+                }
+            }
+        })
+        .collect();
+    if changes.len() > 3 {
+        parts.push(format!("{} more", changes.len() - 3));
+    }
+    parts.join(" · ")
+}
+
 /// The compare view.
 #[component]
 pub fn CompareView(ex: Explorer) -> impl IntoView {
@@ -100,6 +139,21 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
             })
             .collect_view();
         let changes = changed_fields(&a.json, &ex.json.get());
+        // What A and B are: each side's values of the fields that differ (the same scenario: said so), then what
+        // each computed.
+        let (head_a, head_b) = if changes.is_empty() {
+            (
+                "the same scenario as B".to_string(),
+                "the same scenario as A: move a slider in the explorer".to_string(),
+            )
+        } else {
+            (side_summary(&changes, 0), side_summary(&changes, 1))
+        };
+        let runs = if a.outcome.describe == b.describe {
+            format!("both: {}", b.describe)
+        } else {
+            format!("A: {} · B: {}", a.outcome.describe, b.describe)
+        };
         let change_list = if changes.is_empty() {
             view! { <p class="muted">"B equals A: move a slider in the explorer to vary B."</p> }.into_any()
         } else {
@@ -117,7 +171,6 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
             <div class="card">
                 <div class="card-head">
                     <h2>"A vs B"</h2>
-                    <span class="muted">{format!("A: {} · B: {}", a.outcome.describe, b.describe)}</span>
                     <span class="spacer"></span>
                     <button class="btn small" data-action="unpin" on:click=move |_| ex.pinned.set(None)>"Unpin A"</button>
                     <button
@@ -132,6 +185,13 @@ pub fn CompareView(ex: Explorer) -> impl IntoView {
                         "Restore A into the explorer"
                     </button>
                 </div>
+                <dl class="kv compare-sides">
+                    <dt>"A (pinned)"</dt>
+                    <dd data-compare-head="a">{head_a}</dd>
+                    <dt>"B (the explorer)"</dt>
+                    <dd data-compare-head="b">{head_b}</dd>
+                </dl>
+                <p class="faint small" data-compare-runs="">{runs}</p>
                 <h3>"What changed"</h3>
                 {change_list}
                 {band.is_some().then(|| view! {
@@ -203,6 +263,27 @@ mod tests {
             ]
         );
         assert!(lower_is_better("ttft_p99_ms") && !lower_is_better("goodput_rps"));
+    }
+
+    /// The header says what each side is: its values of the fields that differ, in the explorer's labels and units.
+    #[test]
+    fn each_side_is_named_by_its_values_of_what_changed() {
+        let a = serde_json::json!({"workload": {"sessions": 4, "users": 2}, "fleet": {"disaggregation": {"link_bytes_per_s": 5e10}}});
+        let b = serde_json::json!({"workload": {"sessions": 8, "users": 3}, "fleet": {"disaggregation": {"link_bytes_per_s": 1.25e10}}});
+        let d = changed_fields(&a, &b);
+        assert_eq!(
+            side_summary(&d, 0),
+            "Link bandwidth 50 GB/s · Sessions 4 slots · Users 2"
+        );
+        assert_eq!(
+            side_summary(&d, 1),
+            "Link bandwidth 12.5 GB/s · Sessions 8 slots · Users 3"
+        );
+        let spec = serde_json::json!({"profile": {"speculative": {"draft_tokens": 1}}, "x": 1, "y": "a", "z": 1});
+        let none = serde_json::json!({"profile": {}, "x": 2, "y": "b", "z": 2});
+        let d = changed_fields(&spec, &none);
+        assert_eq!(side_summary(&d, 0), "Speculative decoding set · X 1 · Y a · 1 more");
+        assert_eq!(side_summary(&d, 1), "Speculative decoding not set · X 2 · Y b · 1 more");
     }
 
     #[test]

@@ -398,6 +398,29 @@ pub fn default_disaggregation(j: &Value) -> Value {
     d
 }
 
+/// What "set" puts at the absent optional field `pointer` (named `name`) of the scenario `j`: `(where, value)`, the
+/// field itself, or for disaggregation the whole fleet (P + D is the fleet's replicas: one replica grows to the two
+/// the split needs). `None` when there is nothing to put.
+pub fn set_default(j: &Value, pointer: &str, name: &str) -> Option<(String, Value)> {
+    let v = match pointer {
+        "/fleet" => default_fleet(),
+        "/profile/speculative" => default_speculative(),
+        "/fleet/disaggregation" => {
+            let d = default_disaggregation(j);
+            let n = d["prefill_instances"].as_u64().unwrap_or(1) + d["decode_instances"].as_u64().unwrap_or(1);
+            let mut fleet = j.get("fleet").cloned().unwrap_or_else(default_fleet);
+            fleet["replicas"] = Value::from(n);
+            fleet["disaggregation"] = d;
+            return Some(("/fleet".into(), fleet));
+        }
+        _ => match pointer.strip_prefix("/workload/").and_then(default_agent_shape) {
+            Some(shape) => shape,
+            None => Value::Number(Number::from_f64(fields::unset_default(name))?),
+        },
+    };
+    Some((pointer.to_string(), v))
+}
+
 /// All the controls of a JSON document (a scenario, solver options), grouped: for a scenario the workload's primary
 /// knobs and the SLOs, then the rest under "Advanced" ([`layout`]).
 #[component]
@@ -504,6 +527,8 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
             let start = current.get_untracked().as_f64().unwrap_or(0.0);
             let spec: FieldSpec = known.unwrap_or_else(|| fields::fallback(&leaf.name, start, integer));
             let step = if integer { spec.step.max(1.0).round() } else { spec.step };
+            // The box shows the value in its unit (GB/s for bytes per second); the slider moves the stored value.
+            let power = fields::unit_power(spec.unit);
             let value = move || current.get().as_f64().unwrap_or(0.0);
             let max = move || spec.max.max(value());
             let min = move || spec.min.min(value());
@@ -561,16 +586,22 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                             step="any"
                             class:invalid=invalid.clone()
                             aria-invalid=move || invalid().then_some("true")
-                            prop:value=move || current.get().to_string()
+                            prop:value=move || if power == 0 { current.get().to_string() } else { fields::shift_decimal(value(), -power) }
                             on:change=move |ev| {
                                 note_edit2();
                                 let text = event_target_value(&ev);
                                 let text = text.trim();
-                                // Integers (seeds up to 2^64) parse exactly; everything else as a float.
-                                let exact = (kind2 == Kind::Integer)
+                                // Integers (seeds up to 2^64) parse exactly; everything else as a float; a value shown
+                                // in a larger unit (GB/s) from its exact decimal.
+                                let exact = (kind2 == Kind::Integer && power == 0)
                                     .then(|| text.parse::<u64>().ok().map(Value::from))
                                     .flatten();
-                                if let Some(j) = exact.or_else(|| text.parse::<f64>().ok().and_then(|v| number_value(&kind2, v))) {
+                                let typed = if power == 0 {
+                                    text.parse::<f64>().ok().and_then(|v| number_value(&kind2, v))
+                                } else {
+                                    fields::parse_shifted(text, power).and_then(Number::from_f64).map(Value::Number)
+                                };
+                                if let Some(j) = exact.or(typed) {
                                     set_at(json, &p2, j);
                                 }
                             }
@@ -665,7 +696,7 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
         }
         Kind::Unset => {
             let p = pointer.clone();
-            let default = fields::unset_default(&leaf.name);
+            let name = leaf.name.clone();
             view! {
                 <div class="field field-unset" data-field=pointer.clone() title=help>
                     <span class="field-label">{label.clone()}</span>
@@ -674,24 +705,15 @@ fn Control(json: RwSignal<Value>, leaf: Leaf) -> impl IntoView {
                         class="btn small"
                         aria-label=format!("Set {label}")
                         on:click=move |_| {
-                            if p == "/fleet" {
-                                set_at(json, &p, default_fleet());
-                            } else if p == "/profile/speculative" {
-                                set_at(json, &p, default_speculative());
-                            } else if p == "/fleet/disaggregation" {
-                                // P + D is the fleet's replicas: one replica grows to the two the split needs.
-                                json.update(|j| {
-                                    let d = default_disaggregation(j);
-                                    let n = d["prefill_instances"].as_u64().unwrap_or(1)
-                                        + d["decode_instances"].as_u64().unwrap_or(1);
-                                    j["fleet"]["replicas"] = Value::from(n);
-                                    j["fleet"]["disaggregation"] = d;
-                                });
-                            } else if let Some(shape) = p.strip_prefix("/workload/").and_then(default_agent_shape) {
-                                set_at(json, &p, shape);
-                            } else if let Some(v) = Number::from_f64(default) {
-                                set_at(json, &p, Value::Number(v));
-                            }
+                            // What "set" puts there is code loaded on demand (`crate::unset_value`).
+                            let (p, name) = (p.clone(), name.clone());
+                            leptos::task::spawn_local(async move {
+                                if let Some((at, v)) = crate::unset_value(json.get_untracked(), p, name).await
+                                    && !json.is_disposed()
+                                {
+                                    set_at(json, &at, v);
+                                }
+                            });
                         }
                     >
                         "set"
@@ -737,6 +759,39 @@ mod tests {
         shared::scenario::Scenario::from_value(j).expect("a fleet scenario is valid");
         let seed = serde_json::json!({"model": "seed", "workload": {"kind": "bursty"}});
         assert!(shape(&seed).iter().all(|g| g.key != "fleet"));
+    }
+
+    /// What "set" puts at each absent optional field: the defaults, and for disaggregation the fleet grown to P + D.
+    #[test]
+    fn set_puts_the_defaults_and_grows_a_fleet_for_disaggregation() {
+        let mut j: Value = serde_json::json!({
+            "model": "engine",
+            "workload": {"kind": "sessions", "sessions": 2},
+            "profile": {"name": "p", "num_kv_blocks": 100},
+            "fleet": {"replicas": 1, "router": "round_robin", "load_cap": 1.5}
+        });
+        assert_eq!(
+            set_default(&j, "/fleet", "fleet"),
+            Some(("/fleet".into(), default_fleet()))
+        );
+        assert_eq!(
+            set_default(&j, "/profile/speculative", "speculative"),
+            Some(("/profile/speculative".into(), default_speculative()))
+        );
+        assert_eq!(
+            set_default(&j, "/workload/think", "think"),
+            Some(("/workload/think".into(), default_agent_shape("think").expect("a shape")))
+        );
+        assert_eq!(
+            set_default(&j, "/slo/e2e_ms", "e2e_ms"),
+            Some(("/slo/e2e_ms".into(), Value::from(30_000.0)))
+        );
+        let (at, fleet) = set_default(&j, "/fleet/disaggregation", "disaggregation").expect("a fleet");
+        assert_eq!(at, "/fleet");
+        assert_eq!(fleet["replicas"], Value::from(2u64));
+        assert_eq!(fleet["router"], "round_robin");
+        j["fleet"]["replicas"] = Value::from(2u64);
+        assert_eq!(fleet["disaggregation"], default_disaggregation(&j));
     }
 
     /// "Turn off" is offered by the speculation and disaggregation groups when their field is set, and by no other.

@@ -463,9 +463,10 @@ pub fn spec(name: &str) -> Option<FieldSpec> {
             1.0,
             "replicas that only decode; prefill + decode instances = replicas",
         ),
+        // Stored in bytes per second; the box reads and takes GB/s ([`unit_power`]).
         "link_bytes_per_s" => f(
             "Link bandwidth",
-            "B/s",
+            "GB/s",
             1e9,
             4e11,
             1e9,
@@ -547,6 +548,44 @@ pub fn choices(name: &str) -> Option<Vec<String>> {
     Some(fixed.iter().map(|s| s.to_string()).collect())
 }
 
+/// The power of ten a unit stands for where the box shows a field in a larger unit than the scenario stores
+/// (`GB/s` for a field in bytes per second): the box holds the value ÷ 10^power. 0 for every other unit.
+pub fn unit_power(unit: &str) -> i32 {
+    if unit == "GB/s" { 9 } else { 0 }
+}
+
+/// `v` × 10^`by` written out in plain decimal from the shortest digits that read back as `v` (the decimal point
+/// moved, no arithmetic), so [`parse_shifted`] of it with `−by` is exactly `v` again: a bandwidth shown in GB/s
+/// reads back as the same bytes per second.
+pub fn shift_decimal(v: f64, by: i32) -> String {
+    if v == 0.0 {
+        return "0".into();
+    }
+    let s = format!("{v:e}");
+    let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+    let (sign, m) = m.strip_prefix('-').map_or(("", m), |m| ("-", m));
+    let digits = m.replace('.', "");
+    let n = digits.len() as i32;
+    // How many of the digits stand before the point.
+    let point = e.parse::<i32>().unwrap_or(0) + by + 1;
+    let body = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(-point as usize))
+    } else if point >= n {
+        format!("{digits}{}", "0".repeat((point - n) as usize))
+    } else {
+        let (int, frac) = digits.split_at(point as usize);
+        format!("{int}.{frac}")
+    };
+    format!("{sign}{body}")
+}
+
+/// The number typed as `text` × 10^`by`, rounded once from the exact decimal (`12.5` GB/s is 12,500,000,000 B/s;
+/// `1.001` is 1,001,000,000, where `1.001 * 1e9` gives 1,000,999,999.9999999); `None` when it is no number.
+pub fn parse_shifted(text: &str, by: i32) -> Option<f64> {
+    let (m, e) = text.split_once(['e', 'E']).unwrap_or((text, "0"));
+    format!("{m}e{}", e.parse::<i32>().ok()? + by).parse().ok()
+}
+
 /// Group titles for top-level scenario keys.
 pub fn group_title(key: &str) -> String {
     match key {
@@ -606,6 +645,37 @@ mod tests {
             assert!(shared::deploy::catalog::model_named(m).is_some(), "{m}");
         }
         assert!(choices("router").is_some_and(|r| r.len() == 4) && choices("nope").is_none());
+    }
+
+    /// A bandwidth shown in GB/s: the box's text is the stored bytes per second with the point moved, and reads back
+    /// as exactly the same number, for whole, fractional and odd values alike.
+    #[test]
+    fn a_field_shown_in_a_larger_unit_reads_back_exactly() {
+        assert_eq!(spec("link_bytes_per_s").map(|s| s.unit), Some("GB/s"));
+        assert_eq!((unit_power("GB/s"), unit_power("B")), (9, 0));
+        for (v, shown) in [
+            (5e10, "50"),
+            (12.5e9, "12.5"),
+            (1.001e9, "1.001"),
+            (5e8, "0.5"),
+            (4_197_530.826, "0.004197530826"),
+            (1_234_567_890.123_456_7, "1.2345678901234567"),
+            (4e11, "400"),
+            (0.0, "0"),
+            (-2.5e9, "-2.5"),
+        ] {
+            assert_eq!(shift_decimal(v, -9), shown, "{v}");
+            assert_eq!(parse_shifted(shown, 9), Some(v), "{shown}");
+        }
+        assert_eq!(parse_shifted("1.001", 9), Some(1_001_000_000.0));
+        assert_eq!(parse_shifted("5e-1", 9), Some(5e8));
+        assert_eq!(parse_shifted("", 9), None);
+        assert_eq!(parse_shifted("fast", 9), None);
+        // Every step of a fine grid comes back as itself.
+        for i in 1..20_000u32 {
+            let v = f64::from(i) * 123_456.789;
+            assert_eq!(parse_shifted(&shift_decimal(v, -9), 9), Some(v), "{v}");
+        }
     }
 
     #[test]

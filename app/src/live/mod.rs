@@ -993,6 +993,7 @@ fn SourceLine(live: Live) -> impl IntoView {
                 {(!summary.is_empty()).then(|| view! {
                     <div class="card" data-import-summary="">
                         <strong>"The file holds a summary only (no per-request data): its own figures"</strong>
+                        <div class="table-scroll">
                         <table class="table small">
                             <thead><tr><th>"metric"</th><th>"mean"</th><th>"p50"</th><th>"p90"</th><th>"p99"</th></tr></thead>
                             <tbody>
@@ -1004,6 +1005,7 @@ fn SourceLine(live: Live) -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        </div>
                     </div>
                 })}
                 {(!skipped.is_empty()).then(|| view! {

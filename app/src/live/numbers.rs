@@ -113,8 +113,11 @@ pub fn NumbersTable(
             {move || note.get().map(|n| view! { <p class="muted small" data-numbers-note="">{n}</p> })}
             {move || predicted.get().map(|p| {
                 let rows = live.with(|l| rows(&p, l.as_ref()));
+                // No live request has completed (yet, or none ever did): the summary's zeros are no measurement, so
+                // the live and error cells say "—", as the live cards do (`data-value` keeps the summary's number).
+                let none_completed = live.with(|l| l.as_ref().is_some_and(|s| s.completed == 0));
                 view! {
-                    <table class="data numbers-table" data-numbers="">
+                    <table class="data numbers-table stack" data-numbers="">
                         <thead>
                             <tr>
                                 <th></th>
@@ -141,11 +144,11 @@ pub fn NumbersTable(
                                 view! {
                                     <tr data-row=f.clone()>
                                         <th scope="row">{label(name)} <span class="unit">{unit(name)}</span></th>
-                                        <td class="num" data-col="simulated" data-value=num_attr(r.simulated)>{cell(name, r.simulated)}</td>
-                                        <td class="num faint" data-col="range" data-min=num_attr(min) data-max=num_attr(max)>{range}</td>
-                                        <td class="num" data-col="live" data-value=num_attr(r.live)>{cell(name, r.live)}</td>
-                                        <td class=err_class data-col="error" data-value=num_attr(r.error)>
-                                            {r.error.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}
+                                        <td class="num" data-col="simulated" data-label="simulated" data-value=num_attr(r.simulated)>{cell(name, r.simulated)}</td>
+                                        <td class="num faint" data-col="range" data-label="seed range" data-min=num_attr(min) data-max=num_attr(max)>{range}</td>
+                                        <td class="num" data-col="live" data-label="live" data-value=num_attr(r.live)>{cell(name, r.live.filter(|_| !none_completed))}</td>
+                                        <td class=err_class data-col="error" data-label="error" data-value=num_attr(r.error)>
+                                            {r.error.filter(|_| !none_completed).map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}
                                         </td>
                                     </tr>
                                 }
@@ -195,6 +198,12 @@ pub fn transfer_rows(
         .collect()
 }
 
+/// A replica with a completed request: one none of whose requests completed has no cached share or TTFT, so those
+/// cells say "—" (their `data-value` keeps the figure's zero, as the live cards do).
+fn done(r: Option<&ReplicaSplit>) -> Option<&ReplicaSplit> {
+    r.filter(|r| r.completed > 0)
+}
+
 fn opt_cell(v: Option<f64>, f: fn(f64) -> String) -> String {
     v.map_or_else(|| "—".to_string(), f)
 }
@@ -229,7 +238,7 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                     <span class="faint small">{if sim.is_some() { "simulated: the scenario's own seed, over the table's window" } else { "simulating…" }}</span>
                 </div>
                 {(!rows.is_empty()).then(|| view! {
-                    <table class="data numbers-table" data-fleet-replicas="">
+                    <table class="data numbers-table stack" data-fleet-replicas="">
                         <thead>
                             <tr>
                                 <th rowspan="2">{if disaggregated { "prefill instance" } else { "replica" }}</th>
@@ -250,13 +259,13 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                 let ttft = |r: Option<&ReplicaSplit>| r.map(|r| r.ttft_p50_ms);
                                 view! {
                                     <tr data-replica=i>
-                                        <th scope="row">{format!("#{i}")}</th>
-                                        <td class="num" data-col="sim-requests" data-value=v(req(s))>{opt_cell(req(s), crate::ui::fmt::count)}</td>
-                                        <td class="num" data-col="live-requests" data-value=v(req(l))>{opt_cell(req(l), crate::ui::fmt::count)}</td>
-                                        <td class="num" data-col="sim-cached" data-value=v(cached(s))>{opt_cell(cached(s), crate::ui::fmt::pct)}</td>
-                                        <td class="num" data-col="live-cached" data-value=v(cached(l))>{opt_cell(cached(l), crate::ui::fmt::pct)}</td>
-                                        <td class="num" data-col="sim-ttft-p50" data-value=v(ttft(s))>{opt_cell(ttft(s), crate::ui::fmt::num)}</td>
-                                        <td class="num" data-col="live-ttft-p50" data-value=v(ttft(l))>{opt_cell(ttft(l), crate::ui::fmt::num)}</td>
+                                        <th scope="row" data-label=if disaggregated { "prefill instance" } else { "replica" }>{format!("#{i}")}</th>
+                                        <td class="num" data-col="sim-requests" data-label="requests, simulated" data-value=v(req(s))>{opt_cell(req(s), crate::ui::fmt::count)}</td>
+                                        <td class="num" data-col="live-requests" data-label="requests, live" data-value=v(req(l))>{opt_cell(req(l), crate::ui::fmt::count)}</td>
+                                        <td class="num" data-col="sim-cached" data-label="cached, simulated" data-value=v(cached(s))>{opt_cell(cached(done(s)), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="live-cached" data-label="cached, live" data-value=v(cached(l))>{opt_cell(cached(done(l)), crate::ui::fmt::pct)}</td>
+                                        <td class="num" data-col="sim-ttft-p50" data-label="TTFT p50 ms, simulated" data-value=v(ttft(s))>{opt_cell(ttft(done(s)), crate::ui::fmt::num)}</td>
+                                        <td class="num" data-col="live-ttft-p50" data-label="TTFT p50 ms, live" data-value=v(ttft(l))>{opt_cell(ttft(done(l)), crate::ui::fmt::num)}</td>
                                     </tr>
                                 }
                             }).collect_view()}
@@ -269,7 +278,7 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                     )}</p>
                 })}
                 {disaggregated.then(|| view! {
-                    <table class="data numbers-table" data-fleet-transfer="">
+                    <table class="data numbers-table stack" data-fleet-transfer="">
                         <thead>
                             <tr>
                                 <th></th>
@@ -293,9 +302,9 @@ pub fn FleetTable(predicted: Signal<Option<Predicted>>, live: Memo<Option<FleetF
                                 view! {
                                     <tr data-row=k>
                                         <th scope="row">{label} {(k != "transfers").then(|| view! { <span class="unit">"ms"</span> })}</th>
-                                        <td class="num" data-col="simulated" data-value=v(s)>{opt_cell(s, fmt)}</td>
-                                        <td class="num" data-col="live" data-value=v(l)>{opt_cell(l, fmt)}</td>
-                                        <td class=err_class data-col="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
+                                        <td class="num" data-col="simulated" data-label="simulated" data-value=v(s)>{opt_cell(s, fmt)}</td>
+                                        <td class="num" data-col="live" data-label="live" data-value=v(l)>{opt_cell(l, fmt)}</td>
+                                        <td class=err_class data-col="error" data-label="error" data-value=v(err)>{err.map_or("—".to_string(), |e| format!("{:+.1} %", e * 100.0))}</td>
                                     </tr>
                                 }
                             }).collect_view()}
@@ -347,6 +356,16 @@ mod tests {
             ttft_p50_ms: 10.0,
             mean_in_flight: 1.0,
         }
+    }
+
+    /// A replica sent requests none of which completed has no cached share or TTFT to show (the card says "—").
+    #[test]
+    fn a_replica_without_a_completed_request_shows_no_cached_share_or_ttft() {
+        let mut none = split(0, 3);
+        none.completed = 0;
+        assert!(done(Some(&none)).is_none());
+        assert_eq!(done(Some(&split(1, 3))).map(|r| r.replica), Some(1));
+        assert!(done(None).is_none());
     }
 
     #[test]

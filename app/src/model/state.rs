@@ -84,6 +84,11 @@ pub struct Explorer {
     pub first_result_ms: RwSignal<Option<f64>>,
     generation: StoredValue<u64>,
     debounce: StoredValue<Option<TimeoutHandle>>,
+    /// Whether the scenario has changed since the page opened: until then the address already says it (the link
+    /// it was opened with, or none for the default), so the first computation writes no link.
+    edited: StoredValue<bool>,
+    /// The last link write asked for ([`Explorer::write_link`]): an older one that finishes later is dropped.
+    link_seq: StoredValue<u64>,
 }
 
 impl Explorer {
@@ -147,9 +152,14 @@ impl Explorer {
             first_result_ms: RwSignal::new(None),
             generation: StoredValue::new(0),
             debounce: StoredValue::new(None),
+            edited: StoredValue::new(false),
+            link_seq: StoredValue::new(0),
         };
         Effect::new(move |prev: Option<()>| {
             let json = ex.json.get();
+            if prev.is_some() {
+                ex.edited.set_value(true);
+            }
             // The first computation runs at once; later edits are debounced.
             ex.schedule(json, if prev.is_none() { 0 } else { DEBOUNCE_MS }, false);
         });
@@ -213,12 +223,9 @@ impl Explorer {
         };
         self.error.set(None);
         self.error_at.set(None);
-        let hash = crate::model::url::location_parts().0;
-        crate::model::url::replace_hash(&crate::model::url::with_param(
-            &hash,
-            shared::link::FRAGMENT_KEY,
-            Some(&shared::link::encode(&sc)),
-        ));
+        if self.edited.get_value() {
+            self.write_link(sc.clone());
+        }
         let size = compute::size_of(&sc);
         let records = compute::records_of(&sc);
         if records > MAX_RECORDS {
@@ -264,6 +271,25 @@ impl Explorer {
                 }
             },
         );
+    }
+
+    /// Puts the scenario's link (`s=`) into the page's address, so a reload or a copied address opens it. The
+    /// encoding (compact JSON, deflate, base64) is code loaded on demand ([`crate::link_payload`]): it is not
+    /// needed for the first result.
+    fn write_link(self, sc: Scenario) {
+        let seq = self.link_seq.get_value() + 1;
+        self.link_seq.set_value(seq);
+        leptos::task::spawn_local(async move {
+            let payload = crate::link_payload(sc).await;
+            if self.link_seq.try_get_value() == Some(seq) {
+                let hash = crate::model::url::location_parts().0;
+                crate::model::url::replace_hash(&crate::model::url::with_param(
+                    &hash,
+                    shared::link::FRAGMENT_KEY,
+                    Some(&payload),
+                ));
+            }
+        });
     }
 
     fn start_sweep(self, sc: Scenario, generation: u64) {
