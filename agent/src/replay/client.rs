@@ -550,7 +550,8 @@ impl Client {
 
     /// Open `n` connections before the first request, so the first wave's TTFT does not include hundreds of
     /// simultaneous TCP connects: hyper opens them directly; reqwest's pool is filled by `n` concurrent
-    /// `GET /models`. Failures are ignored (the requests will report them).
+    /// `GET /models`. Either way they start [`super::h1::WARM_GAP`] apart (a burst can leave some unserved by the
+    /// server's HTTP threads, see there). Failures are ignored (the requests will report them).
     pub async fn warm(&self, n: usize) {
         match &self.transport {
             Transport::Hyper(Ok(pool)) => {
@@ -565,17 +566,19 @@ impl Client {
             Transport::Reqwest { http, .. } => {
                 let url = format!("{}/models", self.cfg.base_url.trim_end_matches('/'));
                 let key = self.cfg.api_key.as_deref();
-                let one = |_| {
+                let one = |i: u32| {
                     let mut req = http.get(&url).timeout(Duration::from_secs(5));
                     if let Some(k) = key {
                         req = req.bearer_auth(k);
                     }
                     async move {
+                        tokio::time::sleep(super::h1::WARM_GAP * i).await;
                         if let Ok(resp) = req.send().await {
                             let _ = resp.bytes().await;
                         }
                     }
                 };
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
                 futures_util::future::join_all((0..n).map(one)).await;
             }
         }

@@ -103,6 +103,15 @@ pub const PROMPT_CLOSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// start of a run against a server that keeps its connections).
 pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// The warm-up's connections start this far apart ([`H1Pool::warm`]). A server whose HTTP layer hands connections to a
+/// thread pool can leave a burst of them unserved: llama.cpp's `llama-server` (cpp-httplib, `--parallel` + 4 fixed
+/// threads, more spawned only when none is idle at the moment a connection is queued) left 4 of 12 connections
+/// opened back to back without a thread for 5.1 s, until idle keep-alive connections timed out, while 12 opened 1 ms
+/// apart were all answered within 1 ms (2026-12-07, `--parallel 4`). A run whose first request went on such a
+/// connection waited that long for its first token: the first step of an 8-session run on 4 slots took 2.3–2.6 s
+/// instead of 0.3 s. 2,048 streams take 2 s to warm at this pace, before the run's origin.
+pub const WARM_GAP: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
 const START_GAP_NS: u64 = 50_000;
 
@@ -434,8 +443,8 @@ impl H1Pool {
         self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(conn);
     }
 
-    /// Open `n` connections at once and leave them idle, so that the first wave of a run does not pay for
-    /// hundreds of simultaneous TCP connects inside its TTFT. Failures are ignored (requests will say).
+    /// Open `n` connections, [`WARM_GAP`] apart, and leave them idle, so that the first wave of a run does not pay
+    /// for hundreds of simultaneous TCP connects inside its TTFT. Failures are ignored (requests will say).
     ///
     /// Each is also driven once until it is ready for a request: the connection's first poll sets up its buffers
     /// and registers its socket with the runtime, work that would otherwise fall on the first wave of requests (at
@@ -453,11 +462,14 @@ impl H1Pool {
             *self.stamps.lock().unwrap_or_else(|p| p.into_inner()) = Some(keep);
             stamped = ok;
         }
-        let one = || async {
+        // Started WARM_GAP apart, not all at once (each start does not wait for the previous connect).
+        let one = |i: u32| async move {
+            tokio::time::sleep(WARM_GAP * i).await;
             let mut c = self.connect().await.ok()?;
             c.ready().await.then_some(c)
         };
-        let conns = futures_util::future::join_all((0..n).map(|_| one())).await;
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let conns = futures_util::future::join_all((0..n).map(one)).await;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.extend(conns.into_iter().flatten());
         stamped
@@ -581,6 +593,46 @@ mod tests {
         assert!(ftp.contains("must be http or https"), "{ftp}");
         assert!(H1Pool::new("not a url", headers(None), RxClock::Kernel, &[]).is_err());
         assert!(H1Pool::new("/v1/completions", headers(None), RxClock::Kernel, &[]).is_err());
+    }
+
+    /// The warm-up does not open its connections in one burst: the server accepts the k-th no sooner than k
+    /// `WARM_GAP`s after the warm-up began (a burst left some of llama-server's unserved for 5 s, see `WARM_GAP`).
+    /// Lower bounds, which a slow machine can only meet more easily.
+    #[tokio::test]
+    async fn the_warm_up_paces_its_connects() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let port = listener.local_addr().unwrap_or_else(|e| panic!("{e}")).port();
+        let accepts = tokio::spawn(async move {
+            let mut held = Vec::new();
+            let mut at = Vec::new();
+            while at.len() < 8 {
+                let (sock, _) = listener.accept().await.unwrap_or_else(|e| panic!("{e}"));
+                at.push(std::time::Instant::now());
+                held.push(sock);
+            }
+            (at, held)
+        });
+        let pool = H1Pool::new(
+            &format!("http://127.0.0.1:{port}/v1/completions"),
+            headers(None),
+            RxClock::User,
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let t0 = std::time::Instant::now();
+        assert!(pool.warm(8).await);
+        assert_eq!(pool.idle(), 8, "every warmed connection is idle in the pool");
+        let (at, _held) = accepts.await.unwrap_or_else(|e| panic!("{e}"));
+        // The k-th accept needs k + 1 connects started, the last of them k gaps after the start.
+        for (k, t) in (0u32..).zip(&at) {
+            assert!(
+                t.duration_since(t0) >= WARM_GAP * k,
+                "accept {k} after {:?}",
+                t.duration_since(t0)
+            );
+        }
     }
 
     /// On tokio's paused clock, so that the 1 ms bound on a wait cannot fire while the test thread is merely
