@@ -69,7 +69,9 @@ async fn cache_control(uri: axum::http::Uri, mut response: Response) -> Response
     response
 }
 
-/// Whether `path`'s file name carries Trunk's content hash: `stem-<16 lower-case hex digits>.ext`.
+/// Whether `path`'s file name carries Trunk's content hash: `stem-<hex>.ext`, the hash a 64-bit value written in
+/// lower-case hex without leading zeros (Trunk's `format!("{hash:x}")`): 16 digits, 15 one build in 16, fewer
+/// rarely. 8 to 16 are taken (shorter has odds of 2^-32 per build; a word like `-abc` is not a hash).
 pub fn is_content_hashed(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     let Some((stem, _ext)) = name.rsplit_once('.') else {
@@ -80,7 +82,7 @@ pub fn is_content_hashed(path: &str) -> bool {
     };
     // wasm-bindgen's module is `name-<hash>_bg.wasm`.
     let hash = hash.strip_suffix("_bg").unwrap_or(hash);
-    hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    (8..=16).contains(&hash.len()) && hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Whether `Accept-Encoding` lists gzip (or `*`) with a non-zero weight.
@@ -208,6 +210,10 @@ mod tests {
         assert!(is_content_hashed("/loadshape-app-4ce19fd2419af1a1.js"));
         assert!(is_content_hashed("/main-fba0dce2277fc822.css"));
         assert!(is_content_hashed("/chunk_4-ccd6d10cab6678d9.wasm"));
+        // A hash whose top digit is 0, as Trunk writes it (a build of 2026-12-07 named its module so).
+        assert!(is_content_hashed("/loadshape-app-15e5abac5e510c3_bg.wasm"));
+        assert!(!is_content_hashed("/loadshape-app-abc_bg.wasm"));
+        assert!(!is_content_hashed("/main-fba0dce2277fc8220.css"));
         assert!(!is_content_hashed("/index.html"));
         assert!(!is_content_hashed("/"));
         assert!(!is_content_hashed("/app-XYZ0dce2277fc822.css"));
