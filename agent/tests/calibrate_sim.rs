@@ -238,10 +238,7 @@ async fn calibrate_recovers_a_known_profile() {
         !files.iter().any(|f| f.to_string_lossy().contains("-cap.jsonl")),
         "{files:?}"
     );
-    let cap = fit
-        .max_num_seqs
-        .clone()
-        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let cap = cap_of(&fit);
     assert_eq!((cap.value, cap.found_by.as_str(), cap.probe), (8, "flag", None));
     assert_eq!(report["max_num_seqs"]["found_by"], "flag");
     assert_eq!(fit.profile.prefill_batch_kv_ms_per_ktok, 0.0, "{:?}", fit.notes);
@@ -783,6 +780,13 @@ async fn calibrate_finds_no_tier_where_there_is_none() {
     );
 }
 
+/// How fit.json says `max_num_seqs` was found (calibrate always writes it).
+fn cap_of(fit: &shared::calibrate::Fit) -> shared::calibrate::cap::CapFit {
+    fit.max_num_seqs
+        .clone()
+        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"))
+}
+
 /// `calibrate --url` with no `--max-num-seqs` against a server that does not report its cap (sim-server, like
 /// vLLM): the `cap` phase's reading, and the profile and `fit.json` it gives.
 async fn calibrate_cap(
@@ -848,10 +852,7 @@ async fn calibrate_measures_a_cap_the_server_does_not_report() {
         ..truth()
     };
     let (fit, files, out) = calibrate_cap(&p, "cap-12", &[]).await;
-    let cap = fit
-        .max_num_seqs
-        .clone()
-        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let cap = cap_of(&fit);
     let r = cap.probe.unwrap_or_else(|| panic!("no reading: {cap:?}"));
     assert_eq!(
         (cap.value, cap.found_by.as_str(), cap.lower_bound),
@@ -924,10 +925,7 @@ async fn a_cap_above_the_probe_is_a_lower_bound_and_the_flag_overrides() {
         ..truth()
     };
     let (fit, files, _) = calibrate_cap(&p, "cap-200", &[]).await;
-    let cap = fit
-        .max_num_seqs
-        .clone()
-        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let cap = cap_of(&fit);
     let r = cap.probe.unwrap_or_else(|| panic!("no reading: {cap:?}"));
     assert_eq!(
         (cap.value, cap.found_by.as_str(), cap.lower_bound),
@@ -945,10 +943,7 @@ async fn a_cap_above_the_probe_is_a_lower_bound_and_the_flag_overrides() {
     assert!(!files.iter().any(|f| f.contains("decode-b16-")), "{files:?}");
     // The flag wins over what the probe would find (here 200): no cap phase, written as given.
     let (fit, files, _) = calibrate_cap(&p, "cap-flag", &["--max-num-seqs", "24"]).await;
-    let cap = fit
-        .max_num_seqs
-        .clone()
-        .unwrap_or_else(|| panic!("no max_num_seqs in fit.json"));
+    let cap = cap_of(&fit);
     assert_eq!(
         (cap.value, cap.found_by.as_str(), cap.probe),
         (24, "flag", None),

@@ -566,20 +566,18 @@ impl Client {
             Transport::Reqwest { http, .. } => {
                 let url = format!("{}/models", self.cfg.base_url.trim_end_matches('/'));
                 let key = self.cfg.api_key.as_deref();
-                let one = |i: u32| {
+                super::h1::paced(n, || {
                     let mut req = http.get(&url).timeout(Duration::from_secs(5));
                     if let Some(k) = key {
                         req = req.bearer_auth(k);
                     }
                     async move {
-                        tokio::time::sleep(super::h1::WARM_GAP * i).await;
                         if let Ok(resp) = req.send().await {
                             let _ = resp.bytes().await;
                         }
                     }
-                };
-                let n = u32::try_from(n).unwrap_or(u32::MAX);
-                futures_util::future::join_all((0..n).map(one)).await;
+                })
+                .await;
             }
         }
     }

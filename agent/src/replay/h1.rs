@@ -112,6 +112,18 @@ pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_millis(
 /// instead of 0.3 s. 2,048 streams take 2 s to warm at this pace, before the run's origin.
 pub const WARM_GAP: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// Runs `start()` `n` times, [`WARM_GAP`] apart (a start does not wait for the one before to finish), and collects
+/// what they return: the warm-up's pace, for hyper's connections ([`H1Pool::warm`]) and reqwest's pool alike.
+pub async fn paced<T, F: std::future::Future<Output = T>>(n: usize, start: impl Fn() -> F) -> Vec<T> {
+    let start = &start;
+    let n = u32::try_from(n).unwrap_or(u32::MAX);
+    futures_util::future::join_all((0..n).map(|i| async move {
+        tokio::time::sleep(WARM_GAP * i).await;
+        start().await
+    }))
+    .await
+}
+
 /// Requests that would start closer together than this yield to the runtime first ([`H1Pool::pace_start`]).
 const START_GAP_NS: u64 = 50_000;
 
@@ -462,14 +474,11 @@ impl H1Pool {
             *self.stamps.lock().unwrap_or_else(|p| p.into_inner()) = Some(keep);
             stamped = ok;
         }
-        // Started WARM_GAP apart, not all at once (each start does not wait for the previous connect).
-        let one = |i: u32| async move {
-            tokio::time::sleep(WARM_GAP * i).await;
+        let conns = paced(n, || async {
             let mut c = self.connect().await.ok()?;
             c.ready().await.then_some(c)
-        };
-        let n = u32::try_from(n).unwrap_or(u32::MAX);
-        let conns = futures_util::future::join_all((0..n).map(one)).await;
+        })
+        .await;
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.extend(conns.into_iter().flatten());
         stamped
