@@ -38,7 +38,7 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 start_server() { llama_start "$LLAMA_MODEL" ${SERVER_ARGS:-}; }
 start_server
 
-echo "== calibrate (budget ${BUDGET}s)"
+echo "== calibrate (budget ${BUDGET}s; load $(load_now))"
 # Prompts up to calibrate's default (85 % of the slot's 8,192 tokens): the held-out scenarios reach 6,000+ tokens
 # of context, measured by the probe rather than extrapolated (prefills longer than n_batch are fitted as chunks).
 max_prompt=()
@@ -91,7 +91,7 @@ for name in fit more-sessions longer-context; do
     if [ -n "${LIVE_FROM:-}" ]; then
       for f in "$LIVE_FROM/$name-$i.jsonl"*; do cp "$f" "$OUT/"; done
     else
-      echo "== live: $name run $i"
+      echo "== live: $name run $i (load $(load_now))"
       start_server
       B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
     fi

@@ -34,6 +34,10 @@ sim_server_start() { # PROFILE_FILE
   exit 1
 }
 
+# The machine's 1-minute load average, printed beside each phase: a build sharing the cores with the probe or the
+# live runs (and not the other) moves the results more than the goals allow, so the record says when it happened.
+load_now() { cut -d' ' -f1 /proc/loadavg; }
+
 wait_idle() {
   local origin=${url%/v1} busy
   for _ in $(seq 1 600); do

@@ -27,7 +27,7 @@ cat >"$OUT/truth.json" <<'JSON'
 JSON
 sim_server_start "$OUT/truth.json"
 
-echo "== calibrate (budget ${BUDGET}s)"
+echo "== calibrate (budget ${BUDGET}s; load $(load_now))"
 B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" >"$OUT/calibrate.log" 2>&1 \
   || { tail -20 "$OUT/calibrate.log"; exit 1; }
 
@@ -38,7 +38,7 @@ session_scenario longer-context 8 5000 4 64 "$OUT/truth.json"
 names="sessions more-sessions longer-context"
 for i in $(seq 1 "$REPEAT"); do
   for name in $names; do
-    echo "== live: $name run $i"
+    echo "== live: $name run $i (load $(load_now))"
     wait_idle
     B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
   done

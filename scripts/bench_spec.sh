@@ -41,7 +41,7 @@ counters() { # drafted accepted steps, from the server's /metrics
 }
 start_server
 
-echo "== calibrate (budget ${BUDGET}s, k = $K, --temp 0)"
+echo "== calibrate (budget ${BUDGET}s, k = $K, --temp 0; load $(load_now))"
 before=$(counters)
 B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" --max-prompt-tokens "$MAX_PROMPT" --temp 0 $CAL_ARGS \
   >"$OUT/cal.log"
@@ -55,7 +55,7 @@ session_scenario more-sessions $((SLOTS * 2)) 1000 3 96
 names="one-session fit more-sessions"
 for i in $(seq 1 "$REPEAT"); do
   for name in $names; do
-    echo "== live: $name run $i"
+    echo "== live: $name run $i (load $(load_now))"
     start_server
     B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --temp 0 --quiet >/dev/null
   done

@@ -65,7 +65,7 @@ for name, c in [("tiny", config(4, 256, 4, 2, 768)), ("small", config(8, 512, 8,
     json.dump({"model": c, "gpu": gpu, "kv_dtype": "fp16"}, open(f"{out}/{name}.json", "w"), indent=2)
 PY
 
-echo "== calibrate the tiny model (budget ${BUDGET}s), told its deployment"
+echo "== calibrate the tiny model (budget ${BUDGET}s), told its deployment (load $(load_now))"
 llama_start "$LLAMA_MODEL"
 B calibrate --url "$url" --out "$OUT/cal" --budget "$BUDGET" --deployment "$OUT/tiny.json" >"$OUT/calibrate.log" 2>&1 \
   || { tail -20 "$OUT/calibrate.log"; exit 1; }
@@ -90,7 +90,7 @@ session_scenario sessions "$SLOTS" 1500 5
 session_scenario more-sessions $((SLOTS * 2)) 1500 5
 for name in sessions more-sessions; do
   for i in $(seq 1 "$REPEAT"); do
-    echo "== live on the small model: $name run $i"
+    echo "== live on the small model: $name run $i (load $(load_now))"
     llama_start "$small"
     B replay --url "$url" --scenario "$OUT/$name.json" --out "$OUT/$name-$i.jsonl" --quiet >/dev/null
   done
