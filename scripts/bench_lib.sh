@@ -23,7 +23,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 url="http://127.0.0.1:$port/v1"
 
 sim_server_start() { # PROFILE_FILE
-  B sim-server --port "$port" --profile-file "$1" >"$OUT/sim-server.log" 2>&1 &
+  # Not through B: a function sent to the background is a subshell, and its PID is not the server's to end.
+  nice -n "$NICE" "$LOADSHAPE_BIN" sim-server --port "$port" --profile-file "$1" >"$OUT/sim-server.log" 2>&1 &
   sim_server=$!
   trap 'kill $sim_server 2>/dev/null || true' EXIT
   for _ in $(seq 1 100); do
