@@ -393,16 +393,11 @@ fn fill_step_blocks(sb: &mut StepBlocks, bs: u32, lz: &Lazy, sched: &[Sched]) {
         // A lazy request at position `pos` of its last block is counted in class (pos − d) mod bs, and takes a
         // block at the steps with residue (bs − pos) mod bs: residue r reads class (−r − d) mod bs, so the
         // residues read the classes backwards from class (−d) mod bs.
-        // As two reversed copies: residues 0..=c read classes c down to 0, the rest classes bs − 1 down to c + 1
-        // (0.7 % fewer instructions for the two-tier 1M example than one loop wrapping its index).
         let cnt = &lz.cnt[..bs];
-        let c = (bs - (lz.d % bs as u64) as usize) % bs;
-        let (head, tail) = inc.split_at_mut(c + 1);
-        for (x, &n) in head.iter_mut().zip(cnt[..=c].iter().rev()) {
-            *x = n;
-        }
-        for (x, &n) in tail.iter_mut().zip(cnt[c + 1..].iter().rev()) {
-            *x = n;
+        let mut c = (bs - (lz.d % bs as u64) as usize) % bs;
+        for x in inc.iter_mut() {
+            *x = cnt[c];
+            c = if c == 0 { bs - 1 } else { c - 1 };
         }
     } else {
         inc.fill(0);
