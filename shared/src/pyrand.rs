@@ -219,9 +219,9 @@ impl Mt19937 {
     /// Each lane keeps its own state array and its chain in scalar registers, on purpose not as one vector of
     /// lanes: the chain's speed is the latency of one step, and a scalar 32-bit multiply has about a third of a
     /// vector one's (x86-64's baseline has no 32-bit lane multiply: two `pmuludq` and shuffles; wasm's
-    /// `i32x4.mul` is `pmulld` in V8). Four scalar chains seed 1.6–2× as fast as the four lanes as one vector
-    /// did, natively and as wasm in node alike, for twice the instructions (docs/measurements.md, "engine model
-    /// with KV tiers, 1M sessions: the whole command").
+    /// `i32x4.mul` is a vector multiply too). Four scalar chains seed 1.6–2× as fast as the four lanes as one
+    /// vector did, natively and as wasm in node alike, for twice the instructions (docs/measurements.md, "engine
+    /// model with KV tiers, 1M sessions: the whole command").
     fn from_keys<const L: usize>(keys: [&[u32]; L]) -> [Self; L] {
         let len = keys[0].len();
         debug_assert!((1..=4).contains(&len) && keys.iter().all(|k| k.len() == len));

@@ -302,8 +302,9 @@ enum Records<'s> {
     Score {
         /// Index of `open[0]`.
         base: usize,
-        /// Records from `base` on, and whether each is final (apart: a record pushed alone is moved into place
-        /// once, not built into a pair first, which cost a second 424-byte copy per request).
+        /// Records from `base` on, and (`closed`) whether each is final. Two queues, not one of pairs: a record
+        /// pushed alone is moved into place once, where a pair cost a second 424-byte copy per request (0.6 % of
+        /// the two-tier 1M example's instructions).
         open: VecDeque<RequestRecord>,
         closed: VecDeque<bool>,
         sum: Box<Summarizer>,
