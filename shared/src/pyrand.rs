@@ -211,61 +211,62 @@ impl Mt19937 {
     }
 
     /// `init_by_array` for `L` keys of the same length (1 to 4 words) at once. Seeding is one long chain of
-    /// dependent multiplies per generator; running `L` chains side by side lets the CPU overlap them, so
-    /// seeding four costs little more than seeding one. Written as straight passes over the state: the
+    /// dependent multiplies per generator (1,246 steps); running `L` chains interleaved lets the CPU overlap them,
+    /// so seeding four costs little more than seeding one. Written as straight passes over the state: the
     /// reference's index `i` runs 1..N, wraps to 1 (word 0 taking the last word), and does one more step, in
     /// each of its two loops.
-    // Indexing by `i` is the reference's loop, kept visible.
-    #[allow(clippy::needless_range_loop)]
-    // In wasm, this one function is built with 128-bit SIMD (every browser the page supports runs it), so the
-    // lanes run as vector instructions as they do natively; the whole crate built so was slower.
-    #[cfg_attr(target_arch = "wasm32", target_feature(enable = "simd128"))]
+    ///
+    /// Each lane keeps its own state array and its chain in scalar registers, on purpose not as one vector of
+    /// lanes: the chain's speed is the latency of one step, and a scalar 32-bit multiply has about a third of a
+    /// vector one's (x86-64's baseline has no 32-bit lane multiply: two `pmuludq` and shuffles; wasm's
+    /// `i32x4.mul` is a vector multiply too). Four scalar chains seed 1.6–2× as fast as the four lanes as one
+    /// vector did, natively and as wasm in node alike, for twice the instructions (docs/measurements.md, "engine
+    /// model with KV tiers, 1M sessions: the whole command").
     fn from_keys<const L: usize>(keys: [&[u32]; L]) -> [Self; L] {
         let len = keys[0].len();
         debug_assert!((1..=4).contains(&len) && keys.iter().all(|k| k.len() == len));
-        // Each lane's words side by side (`mts[i][l]` is word i of lane l), so one pass over i updates all lanes
-        // with the same operations on adjacent words, which the compiler turns into vector instructions.
-        let mix1 = |w: [u32; L], prev: [u32; L], add: [u32; L]| -> [u32; L] {
-            std::array::from_fn(|l| (w[l] ^ (prev[l] ^ (prev[l] >> 30)).wrapping_mul(1_664_525)).wrapping_add(add[l]))
+        // The reference's step `mt[i] = (mt[i] ^ ((mt[i-1] ^ (mt[i-1] >> 30)) · C)) + a`, for every lane: `a` is
+        // `key[j] + j` in the first loop and `−i` in the second.
+        let step = |mts: &mut [[u32; N]; L], i: usize, prev: &mut [u32; L], mul: u32, add: [u32; L]| {
+            for l in 0..L {
+                prev[l] = (mts[l][i] ^ (prev[l] ^ (prev[l] >> 30)).wrapping_mul(mul)).wrapping_add(add[l]);
+                mts[l][i] = prev[l];
+            }
         };
-        let mix2 = |w: [u32; L], prev: [u32; L], i: u32| -> [u32; L] {
-            std::array::from_fn(|l| (w[l] ^ (prev[l] ^ (prev[l] >> 30)).wrapping_mul(1_566_083_941)).wrapping_sub(i))
-        };
+        const MUL1: u32 = 1_664_525;
+        const MUL2: u32 = 1_566_083_941;
         // `key[j] + j`, per lane, for j in 0..len.
         let add: [[u32; L]; 4] =
             std::array::from_fn(|j| std::array::from_fn(|l| keys[l].get(j).map_or(0, |&k| k.wrapping_add(j as u32))));
         let init = &*INIT_19650218;
-        let mut mts: [[u32; L]; N] = std::array::from_fn(|i| [init[i]; L]);
-        let mut prev = mts[0];
+        let mut mts: [[u32; N]; L] = [*init; L];
+        let mut prev = [init[0]; L];
         // The key word used at step i is `(i − 1) mod len`; a one-word key (every seed below 2^32) needs no cycling.
         if len == 1 {
             for i in 1..N {
-                prev = mix1(mts[i], prev, add[0]);
-                mts[i] = prev;
+                step(&mut mts, i, &mut prev, MUL1, add[0]);
             }
         } else {
             let mut j = 0usize;
             for i in 1..N {
-                prev = mix1(mts[i], prev, add[j]);
-                mts[i] = prev;
+                step(&mut mts, i, &mut prev, MUL1, add[j]);
                 j = if j + 1 == len { 0 } else { j + 1 };
             }
         }
-        let j = (N - 1) % len;
-        mts[0] = prev;
-        prev = mix1(mts[1], mts[0], add[j]);
-        mts[1] = prev;
+        // At each wrap word 0 takes the last word, which is `prev` already (word 0 is only read as the step's
+        // previous word, and ends as 0x80000000).
+        step(&mut mts, 1, &mut prev, MUL1, add[(N - 1) % len]);
         for i in 2..N {
-            prev = mix2(mts[i], prev, i as u32);
-            mts[i] = prev;
+            step(&mut mts, i, &mut prev, MUL2, [(i as u32).wrapping_neg(); L]);
         }
-        mts[0] = mts[N - 1];
-        mts[1] = mix2(mts[1], mts[0], 1);
-        mts[0] = [0x8000_0000; L];
-        std::array::from_fn(|l| Mt19937 {
-            state: std::array::from_fn(|i| mts[i][l]),
-            idx: N,
-            mode: Twist::Seeded,
+        step(&mut mts, 1, &mut prev, MUL2, [1u32.wrapping_neg(); L]);
+        mts.map(|mut state| {
+            state[0] = 0x8000_0000;
+            Mt19937 {
+                state,
+                idx: N,
+                mode: Twist::Seeded,
+            }
         })
     }
 

@@ -158,6 +158,16 @@ impl Tier {
     /// Chain `c` was written or hit at `stamp`: it moves to the most recently used end (a TTL tier keeps its list
     /// in stamp order, so a write stamped earlier than the tail, a cascade from an expiry, goes before it).
     fn touch(&mut self, c: u32, stamp: f64) {
+        // Already the most recent (a chain written again, as an evicting stretch does piece by piece), and not
+        // stamped before the chain ahead of it: where the moves below would put it back, only restamped (3.3 % of
+        // the two-tier 1M example's instructions).
+        if c == self.tail && c != NONE {
+            let prev = self.slots[c as usize].prev;
+            if !self.ttl_ms.is_finite() || prev == NONE || self.slots[prev as usize].stamp <= stamp {
+                self.slots[c as usize].stamp = stamp;
+                return;
+            }
+        }
         if self.slot(c).listed {
             self.unlink(c);
         }

@@ -302,8 +302,11 @@ enum Records<'s> {
     Score {
         /// Index of `open[0]`.
         base: usize,
-        /// Records from `base` on, and whether each is final.
-        open: VecDeque<(RequestRecord, bool)>,
+        /// Records from `base` on, and (`closed`) whether each is final. Two queues, not one of pairs: a record
+        /// pushed alone is moved into place once, where a pair cost a second 424-byte copy per request (0.6 % of
+        /// the two-tier 1M example's instructions).
+        open: VecDeque<RequestRecord>,
+        closed: VecDeque<bool>,
         sum: Box<Summarizer>,
         sink: Option<Sink<'s>>,
     },
@@ -321,6 +324,7 @@ impl<'s> Records<'s> {
             Records::Score {
                 base: 0,
                 open: VecDeque::new(),
+                closed: VecDeque::new(),
                 sum: Box::new(Summarizer::new(slo, expected)),
                 sink,
             }
@@ -335,8 +339,9 @@ impl<'s> Records<'s> {
                 v.push(r);
                 v.len() - 1
             }
-            Records::Score { base, open, .. } => {
-                open.push_back((r, false));
+            Records::Score { base, open, closed, .. } => {
+                open.push_back(r);
+                closed.push_back(false);
                 *base + open.len() - 1
             }
         }
@@ -347,26 +352,35 @@ impl<'s> Records<'s> {
     fn get_mut(&mut self, i: usize) -> &mut RequestRecord {
         match self {
             Records::Keep(v, _) => &mut v[i],
-            Records::Score { base, open, .. } => &mut open[i - *base].0,
+            Records::Score { base, open, .. } => &mut open[i - *base],
         }
     }
 
     /// Record `i` will not change any more (it is scored once every earlier one is, at the next [`Records::flush`]).
     fn close(&mut self, i: usize) {
-        if let Records::Score { base, open, .. } = self {
-            open[i - *base].1 = true;
+        if let Records::Score { base, closed, .. } = self {
+            closed[i - *base] = true;
         }
     }
 
     /// Score the final records at the front.
     fn flush(&mut self) {
-        if let Records::Score { base, open, sum, sink } = self {
-            while let Some((r, true)) = open.front() {
+        if let Records::Score {
+            base,
+            open,
+            closed,
+            sum,
+            sink,
+        } = self
+        {
+            while closed.front() == Some(&true) {
+                let r = &open[0];
                 if let Some(f) = sink {
                     f(r);
                 }
                 sum.push(r);
                 open.pop_front();
+                closed.pop_front();
                 *base += 1;
             }
         }
@@ -389,7 +403,7 @@ impl<'s> Records<'s> {
                 ..
             } => {
                 // Records still open at the end (requests cut by the end of the run) are scored as they stand.
-                for (r, _) in &open {
+                for r in &open {
                     if let Some(f) = sink.as_deref_mut() {
                         f(r);
                     }
