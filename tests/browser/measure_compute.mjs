@@ -32,8 +32,7 @@ try {
     const cell = page.locator('[data-compute-ms]:not([data-compute-ms=""])').first();
     await Promise.race([cell.waitFor({ timeout: 120000 }), run.waitFor({ timeout: 120000 }).then(() => run.click())]);
     await cell.waitFor({ timeout: 120000 });
-    let last = await cell.getAttribute('data-compute-ms');
-    const first = Number(last);
+    const first = Number(await cell.getAttribute('data-compute-ms'));
     const slider = page.locator('input[type=range][data-pointer="/slo/ttft_ms"]');
     for (let i = 0; i < runs; i += 1) {
       if (settle) {
@@ -61,8 +60,7 @@ try {
         el.dispatchEvent(new Event('input', { bubbles: true }));
       }, 400 + 10 * (i % 2 ? i : -i));
       await page.waitForFunction(() => window.__computed === true, null, { timeout: 120000 });
-      last = await cell.getAttribute('data-compute-ms');
-      times.push(Number(last));
+      times.push(Number(await cell.getAttribute('data-compute-ms')));
     }
     const where = await page.locator('[data-computed-in]').first().getAttribute('data-computed-in').catch(() => '?');
     await page.close();
