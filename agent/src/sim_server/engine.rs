@@ -314,6 +314,9 @@ fn drive(
         m.steps_total.fetch_add(1, Ordering::Relaxed);
         let wake = origin + Duration::from_secs_f64((now_ms / speed / 1000.0).max(0.0));
         std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+        // The gauges say what the step left before any client hears of it: a client that scrapes `/metrics` on its
+        // first token sees its request running, not still waiting.
+        m.observe(&*engine);
         for ev in events {
             match ev {
                 ServerEvent::Admitted { id, cached_tokens } => {
@@ -351,7 +354,6 @@ fn drive(
                 }
             }
         }
-        m.observe(&*engine);
     }
 }
 
