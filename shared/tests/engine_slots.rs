@@ -184,14 +184,39 @@ fn report(sc: &EngineScenario) -> String {
     format!("{:?}\n{:?}", r.records, r.summary)
 }
 
-/// With one slot there is nothing to order: the llama.cpp schedule gives exactly vLLM's records.
+/// With one slot there is nothing to order: the llama.cpp schedule gives exactly vLLM's records, where llama-server
+/// keeps its host prompt cache (`--cache-ram`, on by default: a tier below the slots) so that a conversation finds
+/// its last state again after another took the slot. Without it, that conversation recomputes its prompt.
 #[test]
 fn one_slot_is_the_vllm_schedule() {
+    let with_tier = |mut sc: EngineScenario| {
+        sc.profile.kv_tiers = vec![shared::engine::profile::KvTier::on_evict("host", 1_000_000, 1000.0)];
+        sc
+    };
     for n in [1, 3] {
-        let a = report(&sessions(Scheduler::LlamaCpp, 1, n, 7));
-        let b = report(&sessions(Scheduler::Vllm, 1, n, 7));
+        let a = report(&with_tier(sessions(Scheduler::LlamaCpp, 1, n, 7)));
+        let b = report(&with_tier(sessions(Scheduler::Vllm, 1, n, 7)));
         assert_eq!(a, b, "{n} sessions on one slot");
     }
+    let lone = simulate(&sessions(Scheduler::LlamaCpp, 1, 1, 7)).expect("valid");
+    let vllm = simulate(&sessions(Scheduler::Vllm, 1, 1, 7)).expect("valid");
+    assert_eq!(
+        format!("{:?}", lone.records),
+        format!("{:?}", vllm.records),
+        "one conversation keeps its slot"
+    );
+    let shared_slot = simulate(&sessions(Scheduler::LlamaCpp, 1, 3, 7)).expect("valid");
+    let cached: u64 = shared_slot.records.iter().filter_map(|r| r.cached_tokens).sum();
+    let vllm_cached: u64 = simulate(&sessions(Scheduler::Vllm, 1, 3, 7))
+        .expect("valid")
+        .records
+        .iter()
+        .filter_map(|r| r.cached_tokens)
+        .sum();
+    assert!(
+        vllm_cached > 0 && cached < vllm_cached / 2,
+        "no prompt cache: {cached} vs {vllm_cached} cached"
+    );
 }
 
 /// The option round-trips through JSON as `"scheduler": "llama_cpp"` and is absent when it is the default, so

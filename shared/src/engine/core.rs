@@ -713,6 +713,8 @@ pub struct Engine {
     slots: Vec<SlotMem>,
     /// Releases so far (the slots' least-recently-used clock).
     slot_clock: i64,
+    /// [`Scheduler::LlamaCpp`] with a tier below the slots: llama-server's host prompt cache (`--cache-ram`).
+    prompt_cache: Option<PromptCache>,
     /// Speculative decoding (`EngineProfile::speculative`); `None`: off.
     pub(crate) spec: Option<SpecState>,
     /// Requests submitted so far (a request's `spec_id`).
@@ -733,13 +735,85 @@ struct SlotMem {
     /// Chain and tokens of its last request ([`NONE`]: never used).
     chain: u32,
     tokens: u32,
+    /// The chain's `life` when it was recorded (the content is gone once the index holds another chain).
+    life: u32,
+    /// The root of the chain's lineage: content with another root shares nothing with it.
+    root: u32,
+    /// An entry of the prompt cache holds all of this content (saving it again changes nothing).
+    saved: bool,
     /// −1 until first released, as llama-server's `t_last_used`.
     last_used: i64,
 }
 
+/// llama-server's host prompt cache (`server_prompt_cache`, on with `--cache-ram`, its default): whole slot states,
+/// oldest first. A slot's content is saved when the slot is given to a prompt it does not continue (chosen as the
+/// least recently used, or by similarity keeping under half of its content) and, as `--cache-idle-slots` (on by
+/// default) does, every idle slot whenever a task starts; an entry another entry contains is not saved twice, one
+/// a new save contains is dropped, the oldest go first past the size limit. A prompt given such a slot loads the
+/// first entry, oldest first, that keeps a larger share of itself (`f_keep`, at least 1/4) **and** of the prompt
+/// (`f_sim`) than the slot's content and any entry before it; the entry leaves the cache. So an older, shorter state
+/// of a conversation can win over its newest one (its `f_keep` is higher when the newer state holds a longer
+/// reply that the resent text does not reuse), and the request recomputes what the newer one held.
+#[derive(Debug, Clone)]
+struct PromptCache {
+    /// The entries by the root of their lineage, oldest first (the server scans them all, but an entry of another
+    /// lineage shares nothing with a prompt: it keeps none of itself, below the 1/4 the rule asks).
+    by_root: std::collections::HashMap<u32, Vec<(u64, SlotMem)>, BuildIdHasher>,
+    /// `(order, root)` of every entry saved, oldest first, for the oldest to leave past the limit; an entry that
+    /// left otherwise is skipped there.
+    fifo: VecDeque<(u64, u32)>,
+    next: u64,
+    /// Entries in `by_root`.
+    live: usize,
+    /// Σ tokens of the entries.
+    tokens: u64,
+    /// The tier's capacity in tokens (llama-server sizes it in MiB).
+    limit_tokens: u64,
+}
+
+impl PromptCache {
+    /// Entry `i` of lineage `root` leaves (`None` if there is no such entry).
+    fn remove(&mut self, root: u32, i: usize) -> Option<SlotMem> {
+        let list = self.by_root.get_mut(&root)?;
+        if i >= list.len() {
+            return None;
+        }
+        let (_, e) = list.remove(i);
+        if list.is_empty() {
+            self.by_root.remove(&root);
+        }
+        self.tokens -= u64::from(e.tokens);
+        self.live -= 1;
+        Some(e)
+    }
+
+    /// The oldest entry still in the cache leaves; `None` when none is left.
+    fn evict_oldest(&mut self) -> Option<SlotMem> {
+        while let Some((order, root)) = self.fifo.pop_front() {
+            let at = self
+                .by_root
+                .get(&root)
+                .and_then(|l| l.iter().position(|(o, _)| *o == order));
+            if let Some(i) = at {
+                return self.remove(root, i);
+            }
+        }
+        None
+    }
+
+    /// Drop the `fifo` pairs of entries that left otherwise once they outnumber the entries.
+    fn compact(&mut self) {
+        if self.fifo.len() > 2 * self.live + 64 {
+            let by_root = &self.by_root;
+            self.fifo
+                .retain(|(o, r)| by_root.get(r).is_some_and(|l| l.iter().any(|(x, _)| x == o)));
+        }
+    }
+}
+
 /// llama-server's `--slot-prompt-similarity` default: a free slot whose last prompt shares more than this share of
 /// a new prompt is preferred to the least recently used one.
-const SLOT_PROMPT_SIMILARITY: f64 = 0.1;
+const SLOT_PROMPT_SIMILARITY: f32 = 0.1;
 
 /// Counters over the engine's life.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -834,6 +908,7 @@ impl Engine {
             llama: false,
             slots: Vec::new(),
             slot_clock: 0,
+            prompt_cache: None,
             spec: None,
             next_spec_id: 0,
             inner_peak: 0,
@@ -852,10 +927,23 @@ impl Engine {
                     busy: false,
                     chain: NONE,
                     tokens: 0,
+                    life: 0,
+                    root: NONE,
+                    saved: false,
                     last_used: -1,
                 };
                 self.p.max_num_seqs.max(1) as usize
             ];
+            if let Some(t) = self.kv.tiers.first() {
+                self.prompt_cache = Some(PromptCache {
+                    by_root: Default::default(),
+                    fifo: VecDeque::new(),
+                    next: 0,
+                    live: 0,
+                    tokens: 0,
+                    limit_tokens: t.capacity.saturating_mul(u64::from(self.bs)),
+                });
+            }
         }
         self
     }
@@ -932,9 +1020,7 @@ impl Engine {
     /// `chain` (whole blocks) and goes on with content of its own; `chain` is released (its tail stays cached,
     /// evictable, as a server keeps what it computed). See `EngineProfile::reply_cached_share`.
     pub(crate) fn fork_conversation(&mut self, chain: u32, tokens: u64) -> u32 {
-        let blocks = u32::try_from(tokens / u64::from(self.bs)).unwrap_or(u32::MAX);
-        let local = blocks.saturating_sub(self.kv.chains[chain as usize].offset);
-        let fork = self.kv.new_chain(chain, local, u32::MAX);
+        let fork = self.share_conversation(chain, tokens);
         self.kv.release(chain);
         fork
     }
@@ -943,8 +1029,13 @@ impl Engine {
     /// chain's own) and goes on with content of its own; `chain` stays as it is (issue #44).
     pub(crate) fn share_conversation(&mut self, chain: u32, tokens: u64) -> u32 {
         let blocks = u32::try_from(tokens / u64::from(self.bs)).unwrap_or(u32::MAX);
-        let local = blocks.saturating_sub(self.kv.chains[chain as usize].offset);
-        self.kv.new_chain(chain, local, u32::MAX)
+        let offset = self.kv.chains[chain as usize].offset;
+        let local = blocks.saturating_sub(offset);
+        let c = self.kv.new_chain(chain, local, u32::MAX);
+        if blocks >= offset {
+            self.kv.chains[c as usize].extra = (tokens % u64::from(self.bs)) as u32;
+        }
+        c
     }
 
     /// Does a request of this size fit the engine at all?
@@ -1202,11 +1293,17 @@ impl Engine {
             let r = &self.reqs[idx as usize];
             let clock = self.slot_clock;
             self.slot_clock += 1;
-            if let Some(m) = self.slots.get_mut(r.slot as usize) {
+            let (tokens, slot) = (r.t, r.slot as usize);
+            let life = self.kv.chains[chain as usize].life;
+            let root = self.root_of(chain);
+            if let Some(m) = self.slots.get_mut(slot) {
                 *m = SlotMem {
                     busy: false,
                     chain,
-                    tokens: r.t,
+                    tokens,
+                    life,
+                    root,
+                    saved: false,
                     last_used: clock,
                 };
             }
@@ -1217,14 +1314,13 @@ impl Engine {
     /// largest part of the prompt, above [`SLOT_PROMPT_SIMILARITY`] (the first such on a tie), else the least
     /// recently released (on a tie the last, as its `<=` does: a fresh server fills its slots from the highest id).
     fn choose_slot(&self, chain: u32, prompt: u32) -> u32 {
-        let bs = self.bs;
-        let mut best: Option<(usize, f64)> = None;
+        let mut best: Option<(usize, f32)> = None;
+        let root = self.root_of(chain);
         for (s, m) in self.slots.iter().enumerate() {
-            if m.busy || m.chain == NONE || self.kv.chains.get(m.chain as usize).is_none_or(|c| c.freed) {
+            if m.busy || m.root != root {
                 continue;
             }
-            let lcp = self.kv.common_prefix_blocks(m.chain, m.tokens / bs, chain, prompt / bs);
-            let sim = f64::from(lcp) * f64::from(bs) / f64::from(prompt.max(1));
+            let sim = self.lcp_tokens(m, chain, prompt) as f32 / prompt.max(1) as f32;
             if sim > SLOT_PROMPT_SIMILARITY && best.is_none_or(|(_, b)| sim > b) {
                 best = Some((s, sim));
             }
@@ -1244,6 +1340,142 @@ impl Engine {
             }
         }
         ret.unwrap_or(0) as u32
+    }
+
+    /// Leading tokens that the content `m` (a slot's, or a prompt-cache entry's) and a prompt of `prompt` tokens on
+    /// `chain` have in common, to the token: where their lineages meet, the shorter of the two spans there (a fork
+    /// shares its parent's whole blocks and the `extra` tokens of the next). 0 when `m` is empty or its chain was
+    /// recycled. O(depth²) over the two lineages, which are a conversation's steps deep.
+    fn lcp_tokens(&self, m: &SlotMem, chain: u32, prompt: u32) -> u32 {
+        let valid = |c: u32, life: u32| {
+            self.kv
+                .chains
+                .get(c as usize)
+                .is_some_and(|ch| !ch.freed && ch.life == life)
+        };
+        if m.chain == NONE || m.tokens == 0 || !valid(m.chain, m.life) {
+            return 0;
+        }
+        let walk = |c: u32, tokens: u32| {
+            let mut out: Vec<(u32, u32)> = Vec::new();
+            let (mut x, mut end) = (c, tokens);
+            while x != NONE && (x as usize) < self.kv.chains.len() {
+                let ch = &self.kv.chains[x as usize];
+                out.push((x, end));
+                end = end.min(ch.offset.saturating_mul(self.bs).saturating_add(ch.extra));
+                x = ch.parent;
+            }
+            out
+        };
+        let la = walk(m.chain, m.tokens);
+        for (y, end_b) in walk(chain, prompt) {
+            if let Some(&(_, end_a)) = la.iter().find(|e| e.0 == y) {
+                return end_a.min(end_b);
+            }
+        }
+        0
+    }
+
+    /// The first chain of `c`'s lineage.
+    fn root_of(&self, mut c: u32) -> u32 {
+        while let Some(ch) = self.kv.chains.get(c as usize) {
+            if ch.parent == NONE {
+                break;
+            }
+            c = ch.parent;
+        }
+        c
+    }
+
+    /// What slot `slot`, just given a prompt of `prompt` tokens on `chain`, holds of it once llama-server's
+    /// prompt cache has had its say ([`PromptCache`]): with no cache, the slot's own content; with one, when the
+    /// slot was not chosen as the prompt's continuation (its content is another conversation's, or less than half
+    /// of it is kept), that content is saved and the entry the cache's rule picks, if any, is loaded into it.
+    /// Returns the prompt's tokens the slot then holds: the most of it the request can find cached.
+    fn load_slot(&mut self, slot: u32, chain: u32, prompt: u32) -> u32 {
+        let m = self.slots[slot as usize];
+        let lcp = self.lcp_tokens(&m, chain, prompt);
+        if self.prompt_cache.is_none() {
+            return lcp;
+        }
+        let n = prompt.max(1) as f32;
+        let kept = if m.tokens > 0 {
+            lcp as f32 / m.tokens as f32
+        } else {
+            -1.0
+        };
+        let continues = lcp as f32 / n > SLOT_PROMPT_SIMILARITY && kept >= 0.5;
+        if continues {
+            return lcp;
+        }
+        self.save_slot(slot);
+        let Some(pc) = &self.prompt_cache else { return lcp };
+        let root = self.root_of(chain);
+        let (mut f_keep, mut f_sim) = (kept, lcp as f32 / n);
+        let mut best: Option<(usize, u32)> = None;
+        for (i, (_, e)) in pc.by_root.get(&root).into_iter().flatten().enumerate() {
+            let l = self.lcp_tokens(e, chain, prompt);
+            let keep = l as f32 / e.tokens.max(1) as f32;
+            let sim = l as f32 / n;
+            if keep >= 0.25 && f_keep < keep && f_sim < sim {
+                (f_keep, f_sim) = (keep, sim);
+                best = Some((i, l));
+            }
+        }
+        let Some((i, l)) = best else { return lcp };
+        let Some(pc) = &mut self.prompt_cache else { return lcp };
+        let Some(e) = pc.remove(root, i) else { return lcp };
+        let s = &mut self.slots[slot as usize];
+        (s.chain, s.tokens, s.life, s.root) = (e.chain, e.tokens, e.life, e.root);
+        // An entry left: an idle slot of its lineage that it held may be saved again.
+        for s in &mut self.slots {
+            s.saved &= s.root != e.root;
+        }
+        l
+    }
+
+    /// llama-server's `prompt_save`: slot `slot`'s content into the prompt cache, unless it is empty or an entry
+    /// already holds all of it; entries it holds all of leave; then the oldest leave while the cache is over its
+    /// size.
+    fn save_slot(&mut self, slot: u32) {
+        let m = self.slots[slot as usize];
+        let Some(pc) = &self.prompt_cache else { return };
+        if m.chain == NONE || m.tokens == 0 || m.saved {
+            return;
+        }
+        let same = pc.by_root.get(&m.root).map_or(&[][..], Vec::as_slice);
+        let lcp: Vec<u32> = same
+            .iter()
+            .map(|(_, e)| self.lcp_tokens(e, m.chain, m.tokens))
+            .collect();
+        if lcp.contains(&m.tokens) {
+            self.slots[slot as usize].saved = true;
+            return;
+        }
+        let contained: Vec<bool> = same.iter().zip(&lcp).map(|((_, e), &l)| l == e.tokens).collect();
+        let Some(pc) = &mut self.prompt_cache else { return };
+        for i in (0..contained.len()).rev() {
+            if contained[i] {
+                pc.remove(m.root, i);
+            }
+        }
+        let order = pc.next;
+        pc.next += 1;
+        pc.by_root
+            .entry(m.root)
+            .or_default()
+            .push((order, SlotMem { busy: false, ..m }));
+        pc.fifo.push_back((order, m.root));
+        pc.tokens += u64::from(m.tokens);
+        pc.live += 1;
+        self.slots[slot as usize].saved = true;
+        while pc.tokens > pc.limit_tokens {
+            let Some(e) = pc.evict_oldest() else { break };
+            for s in &mut self.slots {
+                s.saved &= s.root != e.root;
+            }
+        }
+        pc.compact();
     }
 
     fn preempt(&mut self, idx: u32) {
@@ -1281,11 +1513,12 @@ impl Engine {
     }
 
     /// A waiting request's cached prefix, in blocks: `(the GPU's reach, its hit, the hit with the tiers, blocks
-    /// restored per tier)`. At most all but the last prompt token hit; blocks right after the GPU hit that the tiers
-    /// hold are restored instead of recomputed as far as that saves time (see [`Self::restore_plan`]).
-    fn cached_blocks(&self, chain: u32, p_eff: u32) -> (u32, u32, u32, [u32; MAX_KV_TIERS]) {
+    /// restored per tier)`. At most all but the last prompt token hit, and at most `cap` blocks (what a llama.cpp
+    /// slot holds: [`Self::load_slot`]); blocks right after the GPU hit that the tiers hold are restored instead of
+    /// recomputed as far as that saves time (see [`Self::restore_plan`]).
+    fn cached_blocks(&self, chain: u32, p_eff: u32, cap: u32) -> (u32, u32, u32, [u32; MAX_KV_TIERS]) {
         let reach = if self.kv.caching { self.kv.reach(chain) } else { 0 };
-        let max_hit = (p_eff - 1) / self.bs;
+        let max_hit = ((p_eff - 1) / self.bs).min(cap);
         let gpu_hit_blocks = reach.min(max_hit);
         let mut per_tier = [0u32; MAX_KV_TIERS];
         let hit_blocks = if !self.kv.tiers.is_empty() && gpu_hit_blocks < max_hit {
@@ -1515,7 +1748,7 @@ impl Engine {
                     budget -= 1;
                     continue;
                 }
-                let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff);
+                let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff, u32::MAX);
                 let hit = hit_blocks * self.bs;
                 let tokens = (p_eff - hit).min(budget);
                 let need = self.blocks(hit + tokens) - u64::from(gpu_hit_blocks);
@@ -1738,7 +1971,11 @@ impl Engine {
                     let r = &self.reqs[idx as usize];
                     (r.chain, r.p_eff, r.admit_ms.is_nan(), r.prompt)
                 };
-                let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff);
+                // What the slot holds of the prompt bounds the hit: the pool may still hold blocks that the slot
+                // llama-server gives the prompt (or the prompt-cache entry it loads) does not.
+                let slot = self.choose_slot(chain, prompt);
+                let held = self.load_slot(slot, chain, prompt);
+                let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff, held / self.bs);
                 let need = self.blocks(p_eff) - u64::from(gpu_hit_blocks);
                 let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks, per_tier)
                 else {
@@ -1746,9 +1983,16 @@ impl Engine {
                 };
                 add_tiers(&mut restored_tokens, &restored);
                 self.start_request(idx, chain, first, (reach, hit_blocks), need - conv);
-                let slot = self.choose_slot(chain, prompt);
                 self.slots[slot as usize].busy = true;
                 self.reqs[idx as usize].slot = slot;
+                // `--cache-idle-slots`: every idle slot's content is saved as a task starts.
+                if self.prompt_cache.is_some() {
+                    for s in 0..self.slots.len() as u32 {
+                        if !self.slots[s as usize].busy {
+                            self.save_slot(s);
+                        }
+                    }
+                }
             }
         }
         // Then prompt tokens, slot by slot, up to the budget (their blocks were taken at admission).
@@ -3561,6 +3805,94 @@ mod tests {
         assert_eq!(run(&mut e, tokens(80_000, 1600)), 0);
         // Every slot used once: the least recently released (slot 2, released before 3's second use, 1 and 0).
         assert_eq!(run(&mut e, tokens(60_000, 1600)), 2);
+    }
+
+    /// llama-server's host prompt cache ([`PromptCache`]), by hand: two slots, conversations A, B, C, D. A's first
+    /// state is saved while its slot is idle (`--cache-idle-slots`), A comes back to its slot and writes a long
+    /// reply, that state is saved too, and D takes A's slot. When A returns to a slot that is not its own, the
+    /// cache holds both of A's states, oldest first: the first keeps 1,600 of its 1,664 tokens for A's prompt
+    /// (`f_keep` 0.96), the newer 1,864 of 2,264 (0.82), so the older one is loaded and A recomputes what the newer
+    /// held, as llama-server does. The pool still holds those blocks: without the rule the request would find 1,856
+    /// tokens cached. With no tier below the slots (no prompt cache, `--cache-ram 0`) it finds what the slot holds.
+    #[test]
+    fn llama_cpp_prompt_cache_loads_the_first_entry_that_keeps_more_of_both() {
+        let engine = |tier: bool| {
+            Engine::new(EngineProfile {
+                name: "p".into(),
+                basis: "test".into(),
+                block_size: 16,
+                num_kv_blocks: 10_000,
+                max_num_seqs: 2,
+                max_num_batched_tokens: 4096,
+                max_model_len: None,
+                step_fixed_ms: 5.0,
+                per_seq_ms: 0.1,
+                per_ctx_token_ms: 0.0,
+                prefill_tokens_per_ms: 20.0,
+                prefill_fixed_ms: 1.0,
+                enable_prefix_caching: true,
+                prefill_ctx_ms_per_ktok: 0.0,
+                batch_kv_ms_per_ktok: 0.0,
+                prefill_batch_kv_ms_per_ktok: 0.0,
+                host_cache: None,
+                kv_tiers: if tier {
+                    vec![super::super::profile::KvTier::on_evict("host", 1_000_000, 1000.0)]
+                } else {
+                    Vec::new()
+                },
+                reply_cached_share: 0.0,
+                scheduler: Scheduler::LlamaCpp,
+                roofline: None,
+                speculative: None,
+            })
+        };
+        // Runs requests to idle; returns the cached tokens of each.
+        fn run(e: &mut Engine, reqs: &[(u32, u32, u32)]) -> Vec<u32> {
+            let t0 = e.now_ms() + 1.0;
+            let ids: Vec<ReqId> = reqs
+                .iter()
+                .map(|&(chain, prompt, output)| e.submit_chain(t0, chain, prompt, output, 0, false))
+                .collect();
+            let mut t = t0;
+            let mut cached = vec![0; ids.len()];
+            while let Some(s) = e.step(t) {
+                t = s.start_ms + s.duration_ms;
+                for (i, id) in ids.iter().enumerate() {
+                    if let Some(r) = e.lookup(*id) {
+                        cached[i] = e.reqs[r as usize].cached_tokens;
+                    }
+                }
+            }
+            cached
+        }
+        let a_returns = |tier: bool| {
+            let mut e = engine(tier);
+            let chains: Vec<u32> = (0..4).map(|_| e.new_chain(NONE, 0)).collect();
+            let (a, b, c, d) = (chains[0], chains[1], chains[2], chains[3]);
+            assert_eq!(run(&mut e, &[(a, 1600, 64)]), [0], "A's first prompt, cold, on slot 1");
+            run(&mut e, &[(b, 1600, 64)]); // slot 0; A's idle slot is saved as B starts
+            let a1 = e.fork_conversation(a, 1600);
+            let got = run(&mut e, &[(a1, 1864, 400)]);
+            assert_eq!(got, [1600], "A continues in its own slot: nothing loaded");
+            // C takes slot 0 (A's idle slot is saved again, its second state); D, arriving with C still running,
+            // takes A's slot.
+            let t = e.now_ms() + 1.0;
+            e.submit_chain(t, c, 1600, 64, 0, false);
+            e.submit_chain(t, d, 1600, 64, 0, false);
+            run(&mut e, &[]);
+            let a2 = e.fork_conversation(a1, 1864);
+            run(&mut e, &[(a2, 2100, 16)])[0]
+        };
+        assert_eq!(
+            a_returns(true),
+            1600,
+            "the older state of A, not the newer 1,856 tokens"
+        );
+        assert_eq!(
+            a_returns(false),
+            0,
+            "no prompt cache: the slot holds another conversation"
+        );
     }
 
     #[test]

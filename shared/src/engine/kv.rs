@@ -74,6 +74,12 @@ pub(crate) struct Chain {
     pub lazy: bool,
     /// Kept by the engine: waiting requests whose lineage holds this chain.
     pub waiting: u32,
+    /// Tokens of the parent's block at `offset` that this chain's content shares too (a conversation forked
+    /// mid-block: 0 to block size − 1). Only a llama.cpp slot's token-level prefix reads it.
+    pub extra: u32,
+    /// How many chains this index has held before (it grows when a recycled index is reused): a reference
+    /// kept across steps (a llama.cpp prompt-cache entry) is valid while it matches.
+    pub life: u32,
 }
 
 /// A chain's blocks in one tier: local blocks `[lo, hi)` (empty when equal) and its place in the tier's list.
@@ -318,9 +324,12 @@ impl Kv {
             freed: false,
             lazy: false,
             waiting: 0,
+            extra: 0,
+            life: 0,
         };
         if let Some(id) = self.free_chains.pop() {
-            self.chains[id as usize] = c;
+            let life = self.chains[id as usize].life.wrapping_add(1);
+            self.chains[id as usize] = Chain { life, ..c };
             for t in &mut self.tiers {
                 if let Some(s) = t.slots.get_mut(id as usize) {
                     *s = EMPTY_SLOT;
@@ -365,30 +374,6 @@ impl Kv {
     /// Leading global blocks of `c`'s lineage that are resident.
     pub fn reach(&self, c: u32) -> u32 {
         self.lineage_max(c, |_, ch| ch.r)
-    }
-
-    /// Leading blocks that content `a` (its first `a_blocks` global blocks) and content `b` (its first `b_blocks`)
-    /// have in common: where their lineages meet, the shorter of the two spans of the meeting chain. O(depth²) over
-    /// the two lineages (a llama.cpp slot's prompt similarity; lineages are a conversation's steps deep).
-    pub fn common_prefix_blocks(&self, a: u32, a_blocks: u32, b: u32, b_blocks: u32) -> u32 {
-        let walk = |c: u32, blocks: u32| {
-            let mut out: Vec<(u32, u32)> = Vec::new();
-            let (mut x, mut end) = (c, blocks);
-            while x != NONE && (x as usize) < self.chains.len() {
-                let ch = &self.chains[x as usize];
-                out.push((x, end));
-                end = end.min(ch.offset);
-                x = ch.parent;
-            }
-            out
-        };
-        let la = walk(a, a_blocks);
-        for (y, end_b) in walk(b, b_blocks) {
-            if let Some(&(_, end_a)) = la.iter().find(|e| e.0 == y) {
-                return end_a.min(end_b);
-            }
-        }
-        0
     }
 
     /// Walk the lineage from the root: the furthest global block reached by `f(chain)` local blocks per chain,
