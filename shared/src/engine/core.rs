@@ -1313,9 +1313,9 @@ impl Engine {
     /// The free slot llama-server gives a new prompt (`get_available_slot`): the one whose last content shares the
     /// largest part of the prompt, above [`SLOT_PROMPT_SIMILARITY`] (the first such on a tie), else the least
     /// recently released (on a tie the last, as its `<=` does: a fresh server fills its slots from the highest id).
-    fn choose_slot(&self, chain: u32, prompt: u32) -> u32 {
+    /// `root` is [`Self::root_of`] `chain`, walked once per admission for this and [`Self::load_slot`].
+    fn choose_slot(&self, chain: u32, root: u32, prompt: u32) -> u32 {
         let mut best: Option<(usize, f32)> = None;
-        let root = self.root_of(chain);
         for (s, m) in self.slots.iter().enumerate() {
             if m.busy || m.root != root {
                 continue;
@@ -1392,7 +1392,7 @@ impl Engine {
     /// slot was not chosen as the prompt's continuation (its content is another conversation's, or less than half
     /// of it is kept), that content is saved and the entry the cache's rule picks, if any, is loaded into it.
     /// Returns the prompt's tokens the slot then holds: the most of it the request can find cached.
-    fn load_slot(&mut self, slot: u32, chain: u32, prompt: u32) -> u32 {
+    fn load_slot(&mut self, slot: u32, chain: u32, root: u32, prompt: u32) -> u32 {
         let m = self.slots[slot as usize];
         let lcp = self.lcp_tokens(&m, chain, prompt);
         if self.prompt_cache.is_none() {
@@ -1410,7 +1410,6 @@ impl Engine {
         }
         self.save_slot(slot);
         let Some(pc) = &self.prompt_cache else { return lcp };
-        let root = self.root_of(chain);
         let (mut f_keep, mut f_sim) = (kept, lcp as f32 / n);
         let mut best: Option<(usize, u32)> = None;
         for (i, (_, e)) in pc.by_root.get(&root).into_iter().flatten().enumerate() {
@@ -1973,8 +1972,9 @@ impl Engine {
                 };
                 // What the slot holds of the prompt bounds the hit: the pool may still hold blocks that the slot
                 // llama-server gives the prompt (or the prompt-cache entry it loads) does not.
-                let slot = self.choose_slot(chain, prompt);
-                let held = self.load_slot(slot, chain, prompt);
+                let root = self.root_of(chain);
+                let slot = self.choose_slot(chain, root, prompt);
+                let held = self.load_slot(slot, chain, root, prompt);
                 let (reach, gpu_hit_blocks, hit_blocks, per_tier) = self.cached_blocks(chain, p_eff, held / self.bs);
                 let need = self.blocks(p_eff) - u64::from(gpu_hit_blocks);
                 let Some((conv, restored)) = self.admit_blocks(chain, need, gpu_hit_blocks, hit_blocks, per_tier)
