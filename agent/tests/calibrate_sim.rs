@@ -985,7 +985,10 @@ async fn the_probe_waits_for_the_server_to_drop_its_cut_requests() {
     while gauges().await == 0.0 {
         // Generous: the wait is for the request's arrival, not a timing (a CI machine's background builds can stall
         // a debug test binary for seconds).
-        assert!(t0.elapsed().as_secs_f64() < 30.0, "the request never reached the engine");
+        assert!(
+            t0.elapsed().as_secs_f64() < 30.0,
+            "the request never reached the engine"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     sent.abort();
