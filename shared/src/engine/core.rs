@@ -745,6 +745,14 @@ struct SlotMem {
     last_used: i64,
 }
 
+/// An entry of lineage `root` left the prompt cache (loaded or pushed out): an idle slot of that lineage, marked
+/// saved, may be saved again.
+fn entry_left(slots: &mut [SlotMem], root: u32) {
+    for s in slots {
+        s.saved &= s.root != root;
+    }
+}
+
 /// llama-server's host prompt cache (`server_prompt_cache`, on with `--cache-ram`, its default): whole slot states,
 /// oldest first. A slot's content is saved when the slot is given to a prompt it does not continue (chosen as the
 /// least recently used, or by similarity keeping under half of its content) and, as `--cache-idle-slots` (on by
@@ -1426,10 +1434,7 @@ impl Engine {
         let Some(e) = pc.remove(root, i) else { return lcp };
         let s = &mut self.slots[slot as usize];
         (s.chain, s.tokens, s.life, s.root) = (e.chain, e.tokens, e.life, e.root);
-        // An entry left: an idle slot of its lineage that it held may be saved again.
-        for s in &mut self.slots {
-            s.saved &= s.root != e.root;
-        }
+        entry_left(&mut self.slots, e.root);
         l
     }
 
@@ -1470,9 +1475,7 @@ impl Engine {
         self.slots[slot as usize].saved = true;
         while pc.tokens > pc.limit_tokens {
             let Some(e) = pc.evict_oldest() else { break };
-            for s in &mut self.slots {
-                s.saved &= s.root != e.root;
-            }
+            entry_left(&mut self.slots, e.root);
         }
         pc.compact();
     }
