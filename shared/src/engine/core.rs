@@ -3506,6 +3506,35 @@ fn steps_to_cover(a: f64, b: f64, span: f64) -> u64 {
 mod tests {
     use super::*;
 
+    /// The profile these tests start from (each says what it changes): blocks of 16, 10,000 of them, a step of
+    /// 5 ms + 0.1 ms a sequence + 0.001 ms a context token, prefill at 20 tokens/ms after 1 ms, 2,048 tokens a step.
+    fn test_profile() -> EngineProfile {
+        EngineProfile {
+            name: "p".into(),
+            basis: "test".into(),
+            block_size: 16,
+            num_kv_blocks: 10_000,
+            max_num_seqs: 8,
+            max_num_batched_tokens: 2048,
+            max_model_len: None,
+            step_fixed_ms: 5.0,
+            per_seq_ms: 0.1,
+            per_ctx_token_ms: 0.001,
+            prefill_tokens_per_ms: 20.0,
+            prefill_fixed_ms: 1.0,
+            enable_prefix_caching: true,
+            prefill_ctx_ms_per_ktok: 0.0,
+            batch_kv_ms_per_ktok: 0.0,
+            prefill_batch_kv_ms_per_ktok: 0.0,
+            host_cache: None,
+            kv_tiers: Vec::new(),
+            reply_cached_share: 1.0,
+            scheduler: Default::default(),
+            roofline: None,
+            speculative: None,
+        }
+    }
+
     /// A xorshift64 generator for test inputs.
     fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
         move || {
@@ -3576,28 +3605,10 @@ mod tests {
         for (shape, tiers) in shapes.into_iter().enumerate() {
             for seed in 1..3u64 {
                 let profile = EngineProfile {
-                    name: "p".into(),
-                    basis: "test".into(),
-                    block_size: 16,
                     num_kv_blocks: 700,
                     max_num_seqs: 8,
-                    max_num_batched_tokens: 2048,
-                    max_model_len: None,
-                    step_fixed_ms: 5.0,
-                    per_seq_ms: 0.1,
-                    per_ctx_token_ms: 0.001,
-                    prefill_tokens_per_ms: 20.0,
-                    prefill_fixed_ms: 1.0,
-                    enable_prefix_caching: true,
-                    prefill_ctx_ms_per_ktok: 0.0,
-                    batch_kv_ms_per_ktok: 0.0,
-                    prefill_batch_kv_ms_per_ktok: 0.0,
-                    host_cache: None,
                     kv_tiers: tiers.clone(),
-                    reply_cached_share: 1.0,
-                    scheduler: Default::default(),
-                    roofline: None,
-                    speculative: None,
+                    ..test_profile()
                 };
                 let mut engs = [Engine::new(profile.clone()), Engine::new(profile)];
                 let mut rng = xorshift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -3690,29 +3701,9 @@ mod tests {
     fn a_fork_of_a_lazy_request_sees_its_blocks() {
         fn drive(lazy: bool) -> Vec<(u32, f64, f64, u32)> {
             let mut e = Engine::new(EngineProfile {
-                name: "p".into(),
-                basis: "test".into(),
-                block_size: 16,
-                num_kv_blocks: 10_000,
                 // Two slots: the fork waits until `other` finishes, while `a` decodes on.
                 max_num_seqs: 2,
-                max_num_batched_tokens: 2048,
-                max_model_len: None,
-                step_fixed_ms: 5.0,
-                per_seq_ms: 0.1,
-                per_ctx_token_ms: 0.001,
-                prefill_tokens_per_ms: 20.0,
-                prefill_fixed_ms: 1.0,
-                enable_prefix_caching: true,
-                prefill_ctx_ms_per_ktok: 0.0,
-                batch_kv_ms_per_ktok: 0.0,
-                prefill_batch_kv_ms_per_ktok: 0.0,
-                host_cache: None,
-                kv_tiers: Vec::new(),
-                reply_cached_share: 1.0,
-                scheduler: Default::default(),
-                roofline: None,
-                speculative: None,
+                ..test_profile()
             });
             e.lazy_ok = lazy;
             let a = e.new_chain(NONE, 0);
@@ -3757,28 +3748,9 @@ mod tests {
     #[test]
     fn llama_cpp_slots_follow_similarity_then_lru() {
         let mut e = Engine::new(EngineProfile {
-            name: "p".into(),
-            basis: "test".into(),
-            block_size: 16,
-            num_kv_blocks: 10_000,
             max_num_seqs: 4,
-            max_num_batched_tokens: 2048,
-            max_model_len: None,
-            step_fixed_ms: 5.0,
-            per_seq_ms: 0.1,
-            per_ctx_token_ms: 0.001,
-            prefill_tokens_per_ms: 20.0,
-            prefill_fixed_ms: 1.0,
-            enable_prefix_caching: true,
-            prefill_ctx_ms_per_ktok: 0.0,
-            batch_kv_ms_per_ktok: 0.0,
-            prefill_batch_kv_ms_per_ktok: 0.0,
-            host_cache: None,
-            kv_tiers: Vec::new(),
-            reply_cached_share: 1.0,
             scheduler: Scheduler::LlamaCpp,
-            roofline: None,
-            speculative: None,
+            ..test_profile()
         });
         let tokens = |lo: u32, n: u32| -> Vec<u32> { (lo..lo + n).collect() };
         let blocks = |t: &[u32]| super::super::types::PromptBlocks::from_tokens(t, 16);
@@ -3821,23 +3793,9 @@ mod tests {
     fn llama_cpp_prompt_cache_loads_the_first_entry_that_keeps_more_of_both() {
         let engine = |tier: bool| {
             Engine::new(EngineProfile {
-                name: "p".into(),
-                basis: "test".into(),
-                block_size: 16,
-                num_kv_blocks: 10_000,
                 max_num_seqs: 2,
                 max_num_batched_tokens: 4096,
-                max_model_len: None,
-                step_fixed_ms: 5.0,
-                per_seq_ms: 0.1,
                 per_ctx_token_ms: 0.0,
-                prefill_tokens_per_ms: 20.0,
-                prefill_fixed_ms: 1.0,
-                enable_prefix_caching: true,
-                prefill_ctx_ms_per_ktok: 0.0,
-                batch_kv_ms_per_ktok: 0.0,
-                prefill_batch_kv_ms_per_ktok: 0.0,
-                host_cache: None,
                 kv_tiers: if tier {
                     vec![super::super::profile::KvTier::on_evict("host", 1_000_000, 1000.0)]
                 } else {
@@ -3845,8 +3803,7 @@ mod tests {
                 },
                 reply_cached_share: 0.0,
                 scheduler: Scheduler::LlamaCpp,
-                roofline: None,
-                speculative: None,
+                ..test_profile()
             })
         };
         // Runs requests to idle; returns the cached tokens of each.
