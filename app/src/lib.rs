@@ -256,6 +256,14 @@ pub(crate) async fn on_demand_job(
     }
 }
 
+/// The seed model's jobs ([`worker::wire::Job::is_seed`]: its result, sweep points and a live window's figures), in
+/// the worker (or on the main thread when there is none): one module, fetched by the first seed job. The page opens
+/// on the engine model, so a visit that never shows the seed model never fetches it.
+#[cfg_attr(feature = "split", lazy)]
+pub(crate) async fn seed_job(job: worker::wire::Job) -> worker::wire::Done {
+    model::seed::run(&job)
+}
+
 /// The explorer's diagnostics and the table of every summary field (below the charts): one module, loaded once
 /// the explorer has settled.
 #[cfg_attr(feature = "split", lazy)]

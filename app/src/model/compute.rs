@@ -11,8 +11,7 @@ use serde_json::Value;
 use shared::engine::{self, EngineReport, EngineScenario};
 use shared::metrics::{tpot_cdf, ttft_cdf};
 use shared::scenario::Scenario;
-use shared::seed_diagnostics::{self, SeedDiagnostics};
-use shared::seed_model::{self, SeedScenario, SeedWorkload};
+use shared::seed_model::SeedWorkload;
 use shared::window::InFlight;
 use shared::workload::Workload;
 
@@ -270,10 +269,14 @@ const SUMMARY_ONLY: engine::SimOptions = engine::SimOptions {
     keep_records: true,
 };
 
-/// Compute everything the explorer shows.
+/// What [`compute`], [`compute_window`] and [`sweep_point`] answer for the seed model, whose code loads on demand
+/// ([`crate::model::seed`], run by [`crate::worker::wire::Job::run_async`]).
+pub const SEED_ON_DEMAND: &str = "the seed model's code loads on demand: run its jobs through Job::run_async";
+
+/// Compute everything the explorer shows for an engine scenario (the seed model's: [`crate::model::seed::compute`]).
 pub fn compute(sc: &Scenario) -> Result<Outcome, String> {
     match sc {
-        Scenario::Seed(s) => compute_seed(s),
+        Scenario::Seed(_) => Err(SEED_ON_DEMAND.to_string()),
         Scenario::Engine(e) => compute_engine(e, None),
     }
 }
@@ -286,10 +289,7 @@ pub fn compute_window(sc: &Scenario, end_s: f64, in_flight: InFlight) -> Result<
         return Err(format!("the live run's window must end at a time >= 0 s (got {end_s})"));
     }
     match sc {
-        Scenario::Seed(s) => compute_seed(s).map(|mut o| {
-            o.describe = format!("{} · whole run (the seed model has no per-request times)", o.describe);
-            o
-        }),
+        Scenario::Seed(_) => Err(SEED_ON_DEMAND.to_string()),
         Scenario::Engine(e) => compute_engine(e, Some((end_s, in_flight))),
     }
 }
@@ -553,108 +553,6 @@ fn engine_callouts(e: &EngineScenario, r: &EngineReport) -> Vec<Callout> {
     out
 }
 
-fn compute_seed(s: &SeedScenario) -> Result<Outcome, String> {
-    let summary = seed_model::evaluate(s).map_err(|e| e.to_string())?;
-    let value = serde_json::to_value(&summary).map_err(|e| e.to_string())?;
-    let (metrics, labels) = flatten(&value);
-    let SeedWorkload::Bursty(w) = &s.workload;
-    let diagnostics = seed_callouts(s, &summary, &seed_diagnostics::diagnose(s, &summary));
-    Ok(Outcome {
-        metrics,
-        labels,
-        exact: true,
-        ttft_cdf: Vec::new(),
-        tpot_cdf: Vec::new(),
-        timeline: Vec::new(),
-        session_view: Vec::new(),
-        retention: Vec::new(),
-        diagnostics,
-        slo_ttft_ms: s.slo.ttft_ms,
-        slo_tpot_ms: s.slo.tpot_ms,
-        sweep_label: "x: mean arrival rate (req/s) of the bursty trace".to_string(),
-        sweep_current: Some(w.mean_rps),
-        describe: format!(
-            "{} requests · seed model{}",
-            w.num_requests,
-            if s.closed_loop { " · closed loop" } else { "" }
-        ),
-    })
-}
-
-/// The seed model's diagnostics as call-outs with their numbers (the seed's own values, printed exactly).
-fn seed_callouts(s: &SeedScenario, summary: &seed_model::SeedSummary, d: &SeedDiagnostics) -> Vec<Callout> {
-    let mut out = Vec::new();
-    if let Some(c) = &d.closed_loop_illusion {
-        let (open, closed) = (&c.open, &c.closed);
-        out.push(Callout {
-            id: "closed_loop_illusion".to_string(),
-            severity: if c.attainment_gap > 0.2 {
-                Severity::Warn
-            } else {
-                Severity::Info
-            },
-            title: "Closed-loop illusion".to_string(),
-            body: format!(
-                "Open loop (requests arrive on their own schedule): TTFT p50 {} ms, attainment {}. \
-                 Closed loop on the same trace (one request at a time): TTFT p50 {} ms, attainment {}, \
-                 but only {} req/s. A closed-loop benchmark hides the queueing that agent traffic meets.",
-                open.ttft_p50_ms,
-                crate::ui::fmt::pct(open.slo_attainment_ratio),
-                closed.ttft_p50_ms,
-                crate::ui::fmt::pct(closed.slo_attainment_ratio),
-                closed.request_throughput_rps
-            ),
-        });
-    }
-    if let Some(o) = &d.overbatched {
-        out.push(Callout {
-            id: "overbatched".to_string(),
-            severity: if o.overbatched { Severity::Bad } else { Severity::Good },
-            title: if o.overbatched {
-                "Over-batched".to_string()
-            } else {
-                "Batch size within the TPOT SLO".to_string()
-            },
-            body: format!(
-                "TPOT = {} + {} × batch ms: it crosses the {} ms SLO at a batch of {:.1}; with all {} slots busy \
-                 it is {:.2} ms.{}",
-                o.base_tpot_ms,
-                o.batch_tpot_slope_ms,
-                o.tpot_slo_ms,
-                o.slo_batch_limit,
-                o.max_batch_slots,
-                o.tpot_at_max_batch_ms,
-                if o.overbatched {
-                    " Fewer slots would trade queueing (TTFT) for per-token speed."
-                } else {
-                    ""
-                }
-            ),
-        });
-    }
-    if d.prefill_queueing {
-        let SeedWorkload::Bursty(w) = &s.workload;
-        let p = &s.profile;
-        out.push(Callout {
-            id: "queueing".to_string(),
-            severity: Severity::Bad,
-            title: "Requests queue for the prefill lane".to_string(),
-            body: format!(
-                "Half the requests wait more than {} ms for their first token (SLO {} ms): the arrival rate \
-                 ({} req/s mean, bursty) exceeds what one prefill lane at {} tok/ms with {} of the shared prefix \
-                 cached can serve ({} req/s achieved).",
-                summary.ttft_p50_ms,
-                s.slo.ttft_ms,
-                w.mean_rps,
-                p.prefill_tokens_per_ms,
-                crate::ui::fmt::pct(p.prefix_cache_hit_efficiency),
-                summary.request_throughput_rps
-            ),
-        });
-    }
-    out
-}
-
 /// The explorer's scenario with its session workload using `ladder` (and the solver's shape: reply, tool output
 /// and task tokens per step). A scenario without a session workload is switched to the engine model's default
 /// session scenario first.
@@ -756,14 +654,7 @@ pub fn sweep_plan(sc: &Scenario) -> Vec<Scenario> {
 pub fn sweep_point(sc: &Scenario) -> Option<SweepPoint> {
     let x = load_of(sc);
     match sc {
-        Scenario::Seed(s) => {
-            let r = seed_model::evaluate(s).ok()?;
-            Some(SweepPoint {
-                x,
-                goodput_rps: r.slo_goodput_rps,
-                throughput_rps: r.request_throughput_rps,
-            })
-        }
+        Scenario::Seed(_) => None,
         Scenario::Engine(e) => {
             // The sweep reads only each run's summary: no records are kept.
             let r = engine::simulate_with(e, engine::SimOptions::SUMMARY).ok()?;
@@ -776,34 +667,12 @@ pub fn sweep_point(sc: &Scenario) -> Option<SweepPoint> {
     }
 }
 
-/// The seed's three profile comparisons, exactly as the seed reports them: (profile name, summary JSON).
-pub fn seed_comparisons() -> Vec<(String, Result<Value, String>)> {
-    seed_model::SEED_PROFILES
-        .iter()
-        .map(|p| {
-            let result = seed_model::evaluate(&shared::presets::seed_scenario(p.clone()))
-                .map_err(|e| e.to_string())
-                .and_then(|r| serde_json::to_value(r).map_err(|e| e.to_string()));
-            (p.name.to_string(), result)
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
-
-    #[test]
-    fn seed_comparisons_equal_the_seed_report() {
-        let report = seed_model::seed_report();
-        for (name, result) in seed_comparisons() {
-            let got = result.expect("seed profile evaluates");
-            assert_eq!(got, report["scenario_comparisons"][&name], "{name}");
-        }
-    }
 
     /// The over-batching what-if is an alarm only when the run's own batch went past the SLO's batch limit.
     #[test]
@@ -882,7 +751,15 @@ mod tests {
         let o = compute(&sc).expect("computes");
         assert!(o.get("ttft_p50_ms").is_some_and(|v| v > 0.0));
         // The seed model's scenario, one click away.
-        let o = compute(&shared::presets::default_scenario()).expect("computes");
+        let Scenario::Seed(seed) = shared::presets::default_scenario() else {
+            panic!("the seed model's default")
+        };
+        assert_eq!(
+            compute(&Scenario::Seed(seed.clone())),
+            Err(SEED_ON_DEMAND.to_string()),
+            "its code loads on demand"
+        );
+        let o = crate::model::seed::compute(&seed).expect("computes");
         assert_eq!(o.get("ttft_p50_ms"), Some(3915.16));
         assert!(o.diagnostics.iter().any(|d| d.id == "closed_loop_illusion"));
     }
@@ -987,7 +864,13 @@ mod tests {
         let sc = shared::presets::default_scenario();
         let plan = sweep_plan(&sc);
         assert_eq!(plan.len(), SWEEP.len());
-        let pts: Vec<SweepPoint> = plan.iter().filter_map(sweep_point).collect();
+        let pts: Vec<SweepPoint> = plan
+            .iter()
+            .filter_map(|sc| match sc {
+                Scenario::Seed(s) => crate::model::seed::sweep_point(s),
+                Scenario::Engine(_) => sweep_point(sc),
+            })
+            .collect();
         assert_eq!(pts.len(), plan.len());
         assert_eq!(pts[3].x, 8.5);
         assert_eq!(pts[0].x, 8.5 * 0.25);

@@ -3,5 +3,6 @@
 
 pub mod compute;
 pub mod retention;
+pub mod seed;
 pub mod state;
 pub mod url;

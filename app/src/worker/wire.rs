@@ -134,11 +134,23 @@ impl Job {
     pub async fn run_async(self) -> Done {
         match self {
             Job::OnDemand(kind, v, numbers) => Done::Bytes(crate::on_demand_job(kind, v, numbers).await),
+            job if job.is_seed() => crate::seed_job(job).await,
             job => job.run(),
         }
     }
 
-    /// Run a job that needs no module loaded on demand ([`Job::run_async`] runs every job).
+    /// Whether the job is the seed model's, whose code loads on demand (`crate::seed_job`, [`crate::model::seed`]).
+    pub fn is_seed(&self) -> bool {
+        match self {
+            Job::Compute(v) | Job::SweepPoint(v) | Job::ComputeWindow(v, ..) => {
+                v.get("model").and_then(Value::as_str) == Some("seed")
+            }
+            Job::SeedBand(_) | Job::OnDemand(..) => false,
+        }
+    }
+
+    /// Run a job that needs no module loaded on demand ([`Job::run_async`] runs every job; a seed model job here
+    /// answers [`crate::model::compute::SEED_ON_DEMAND`]).
     pub fn run(&self) -> Done {
         use shared::scenario::Scenario;
         match self {
@@ -305,12 +317,57 @@ mod tests {
     }
 
     #[test]
+    fn a_seed_model_job_runs_in_its_own_module() {
+        let seed = shared::presets::default_scenario().to_value();
+        let engine = compute::default_scenario();
+        for job in [
+            Job::Compute(seed.clone()),
+            Job::SweepPoint(seed.clone()),
+            Job::ComputeWindow(seed.clone(), 10.0, true),
+        ] {
+            assert!(job.is_seed(), "{job:?}");
+        }
+        assert!(!Job::Compute(engine.clone()).is_seed());
+        assert!(
+            !Job::SeedBand(seed.clone()).is_seed(),
+            "the seed band is an engine scenario's"
+        );
+        // The first module's `run` has no seed model code: it says where the job runs.
+        let Done::Outcome(Err(why)) = Job::Compute(seed.clone()).run() else {
+            panic!("no seed outcome from the first module")
+        };
+        assert_eq!(why, compute::SEED_ON_DEMAND);
+        // Its module computes it, and runs any other job as `run` does.
+        let Done::Outcome(Ok(o)) = crate::model::seed::run(&Job::Compute(seed.clone())) else {
+            panic!("the seed module computes it")
+        };
+        assert_eq!(o.get("ttft_p50_ms"), Some(3915.16));
+        let Done::Outcome(Ok(w)) = crate::model::seed::run(&Job::ComputeWindow(seed.clone(), 10.0, true)) else {
+            panic!("a live window's figures")
+        };
+        assert!(
+            w.describe
+                .ends_with("whole run (the seed model has no per-request times)"),
+            "{}",
+            w.describe
+        );
+        let Done::Point(Some(p)) = crate::model::seed::run(&Job::SweepPoint(seed)) else {
+            panic!("a sweep point")
+        };
+        assert_eq!(p.x, 8.5);
+        assert_eq!(
+            crate::model::seed::run(&Job::Compute(engine.clone())),
+            Job::Compute(engine).run()
+        );
+    }
+
+    #[test]
     fn an_outcome_round_trips_bit_for_bit() {
         for sc in [
             shared::presets::default_scenario(),
             compute::default_sessions_scenario().unwrap(),
         ] {
-            let done = Job::Compute(sc.to_value()).run();
+            let done = crate::model::seed::run(&Job::Compute(sc.to_value()));
             let Done::Outcome(Ok(o)) = &done else {
                 panic!("computes")
             };
