@@ -73,7 +73,7 @@ for name in $names; do
 done
 
 python3 - "$OUT" "$names" <<'PY'
-import json, sys
+import json, math, sys
 out, names = sys.argv[1], sys.argv[2].split()
 d0, a0, s0, d1, a1, s1 = map(float, open(f"{out}/cal-counters.txt").read().split())
 fit = json.load(open(f"{out}/cal/fit.json"))
@@ -82,11 +82,30 @@ spec = json.load(open(f"{out}/cal/profile.json"))["speculative"]
 acc = spec["acceptance"]
 k = spec["draft_tokens"]
 u = [acc ** i for i in range(1, k + 1)] if isinstance(acc, (int, float)) else acc
+tau = spec.get("acceptance_spread", 0.0)
+
+
+def shifted(u, dz):  # every conditional rate moved by dz in log-odds (docs/simulator.md)
+  out, prev, acc_ = [], 1.0, 1.0
+  for ui in u:
+    c = min(max(ui / prev, 0.0), 1.0) if prev > 0 else 0.0
+    prev = ui
+    if 0.0 < c < 1.0:
+      c = 1.0 / (1.0 + math.exp(-(math.log(c / (1.0 - c)) + dz)))
+    acc_ *= c
+    out.append(acc_)
+  return out
+
+
+# The share a server pools over requests spread by acceptance_spread (Speculative::pooled_acceptance_rate).
+Z = [-1.534120544, -0.887146559, -0.488776411, -0.157310685, 0.157310685, 0.488776411, 0.887146559, 1.534120544]
+per_class = [sum(shifted(u, tau * z)) for z in Z] if tau > 0 else [sum(u)]
+profile = sum(a / (1 + a) for a in per_class) / sum(k / (1 + a) for a in per_class)
 server = (a1 - a0) / (d1 - d0)
 print(f"== acceptance: calibrate {sf['accepted_share']:.4f} (records' timings, {sf['requests']} requests), profile "
-      f"{sum(u) / k:.4f} (acceptance {acc}, k {k}), server /metrics over the probe {server:.4f} "
+      f"{profile:.4f} (acceptance {acc}, spread {tau:.3f}, k {k}), server /metrics over the probe {server:.4f} "
       f"({a1 - a0:.0f} of {d1 - d0:.0f} drafted, {s1 - s0:.0f} steps): "
-      f"{(sum(u) / k - server) * 100:+.1f} points; draft_cost_ms {spec['draft_cost_ms']}")
+      f"{(profile - server) * 100:+.1f} points; draft_cost_ms {spec['draft_cost_ms']}")
 fields = ["tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "e2el_p50_ms"]
 for suffix, what in [("", "the calibrated profile"), ("-live", "its acceptance set to the live runs' share")]:
   print(f"== {what}")

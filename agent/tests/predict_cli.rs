@@ -566,6 +566,56 @@ fn with_spec(acceptance: f64) -> Value {
     p
 }
 
+/// `--live-acceptance` takes the runs' spread of acceptance over their requests too: records of a profile whose
+/// requests spread by τ = 1.5 around a rate of 0.5 give back about that τ (`acceptance.spread`), and a profile with
+/// no spread then predicts their TPOT p99 (a request that accepted little) as the spread profile itself does.
+#[test]
+fn live_acceptance_takes_the_runs_spread_too() {
+    let d = dir("live-spread");
+    let (sc, pf, truth) = (d.join("sc.json"), d.join("profile.json"), d.join("truth.json"));
+    let mut spread = with_spec(0.5);
+    spread["speculative"]["acceptance_spread"] = json!(1.5);
+    let mut sc_v = scenario(11, spread.clone());
+    sc_v["workload"]["num_requests"] = json!(120);
+    sc_v["workload"]["output"] = json!({"dist": "fixed", "tokens": 96});
+    write(&sc, &sc_v);
+    write(&pf, &with_spec(0.9));
+    write(&truth, &spread);
+    let rec = d.join("run.jsonl");
+    let o = loadshape(&["simulate", s(&sc), "--records", s(&rec)], None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let predict = |profile: &PathBuf| -> Value {
+        let o = loadshape(
+            &[
+                "predict",
+                s(&sc),
+                "--profile",
+                s(profile),
+                "--against",
+                s(&rec),
+                "--seeds",
+                "3",
+                "--live-acceptance",
+                "--json",
+            ],
+            None,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (p, t) = (predict(&pf), predict(&truth));
+    let acc = &p["acceptance"];
+    let tau = acc["spread"].as_f64().unwrap_or(-1.0);
+    assert!((tau - 1.5).abs() < 0.45, "{acc}");
+    assert!(acc["spread_requests"].as_u64().unwrap_or(0) >= 100, "{acc}");
+    assert_eq!(acc["profile_spread"].as_f64(), Some(0.0), "{acc}");
+    assert!(p["notes"].to_string().contains("acceptance_spread"), "{}", p["notes"]);
+    let p99 = |v: &Value| v["simulated"]["tpot_p99_ms"].as_f64().unwrap_or(f64::NAN);
+    assert!((p99(&p) / p99(&t) - 1.0).abs() < 0.1, "{} vs {}", p99(&p), p99(&t));
+    let err = p["errors"]["tpot_p99_ms"].as_f64().unwrap_or(f64::NAN);
+    assert!(err.abs() < 0.15, "{}", p["errors"]);
+}
+
 /// `--live-acceptance`: a profile that accepts 0.9 a position predicts a run that accepted 0.3 a position (the
 /// simulator's records of the same scenario) far too fast; at the live runs' share the prediction is that run's.
 #[test]

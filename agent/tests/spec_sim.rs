@@ -58,6 +58,7 @@ fn truth() -> EngineProfile {
             acceptance: Acceptance::Rate(RATE),
             draft_cost_ms: DRAFT_COST_MS,
             acceptance_by_kind: None,
+            acceptance_spread: 0.0,
         })),
         ..base()
     }

@@ -613,6 +613,7 @@ fn a_speculating_server_calibrated_without_a_base_predicts_its_own_tpot() {
         acceptance: Acceptance::Rate(0.7),
         draft_cost_ms: 2.0,
         acceptance_by_kind: None,
+        acceptance_spread: 0.0,
     }));
     let recs = records_of(&t, &[1, 2, 4, 8], true);
     let mut f = fit(&recs, &FitOptions::default()).unwrap_or_else(|e| panic!("{e}"));

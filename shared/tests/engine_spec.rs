@@ -43,6 +43,7 @@ fn spec(k: u32, acceptance: Acceptance, draft_cost_ms: f64) -> Option<Box<Specul
         acceptance,
         draft_cost_ms,
         acceptance_by_kind: None,
+        acceptance_spread: 0.0,
     }))
 }
 
@@ -403,4 +404,52 @@ fn acceptance_by_kind_follows_the_sessions_content() {
         let accepted_all = c.accepted_tokens == c.draft_tokens;
         assert_eq!(accepted_all, rec.session % 2 == 0, "{rec:?}");
     }
+}
+
+/// `acceptance_spread`: each request accepts at a rate of its own, so the requests' shares spread (rate 0.6, k = 1:
+/// at τ = 0 a request of 200 tokens accepts 0.6 ± ≈ 0.04; at τ = 1.5 its class moves it to 0.17 … 0.93), the pooled
+/// share is `pooled_acceptance_rate` (0.525: a request that accepts less drafts more), and TPOT spreads with it: the
+/// p99 request is one that accepts little.
+#[test]
+fn a_spread_gives_requests_acceptance_and_tpot_of_their_own() {
+    let run = |tau: f64| {
+        let mut s = spec(1, Acceptance::Rate(0.6), 0.0);
+        if let Some(s) = s.as_mut() {
+            s.acceptance_spread = tau;
+        }
+        simulate(&scenario(s, 5)).expect("valid")
+    };
+    let shares = |r: &shared::engine::EngineReport| -> Vec<f64> {
+        r.records
+            .iter()
+            .filter_map(|x| x.spec)
+            .filter(|c| c.draft_tokens > 50)
+            .map(|c| c.accepted_tokens as f64 / c.draft_tokens as f64)
+            .collect()
+    };
+    let sd = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+    };
+    let (flat, wide) = (run(0.0), run(1.5));
+    let (a, b) = (shares(&flat), shares(&wide));
+    assert!(a.len() > 300 && b.len() > 300, "{} {}", a.len(), b.len());
+    assert!(sd(&a) < 0.06 && sd(&b) > 0.2, "{} {}", sd(&a), sd(&b));
+    let mut tau = spec(1, Acceptance::Rate(0.6), 0.0).expect("spec");
+    tau.acceptance_spread = 1.5;
+    let pooled = wide.summary.spec_acceptance.expect("on");
+    assert!(
+        (pooled - tau.pooled_acceptance_rate()).abs() < 0.02,
+        "{pooled} vs {}",
+        tau.pooled_acceptance_rate()
+    );
+    assert!(
+        wide.summary.tpot_p99_ms > 1.1 * flat.summary.tpot_p99_ms,
+        "{} vs {}",
+        wide.summary.tpot_p99_ms,
+        flat.summary.tpot_p99_ms
+    );
+    // 0 is the field left out: the same run, bit for bit.
+    let none = simulate(&scenario(spec(1, Acceptance::Rate(0.6), 0.0), 5)).expect("valid");
+    assert_eq!(format!("{:?}", none.records), format!("{:?}", flat.records));
 }

@@ -1573,9 +1573,19 @@ pub async fn run(a: Args) -> anyhow::Result<ExitCode> {
                 sf.accepted_tokens, sf.drafted_tokens, sf.accepted_share, sf.requests
             ),
         };
+        let spread = if p.acceptance_spread > 0.0 {
+            format!(
+                " at the middle request, acceptance_spread {:.3} over {} requests (pooled {:.4})",
+                p.acceptance_spread,
+                sf.spread_requests,
+                p.pooled_acceptance_rate()
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "speculative decoding: acceptance {rate} for draft_tokens {} ({counted}), draft_cost_ms {:.4} (from {} \
-             lone requests)",
+            "speculative decoding: acceptance {rate}{spread} for draft_tokens {} ({counted}), draft_cost_ms {:.4} \
+             (from {} lone requests)",
             p.draft_tokens, p.draft_cost_ms, sf.draft_cost_requests
         );
     }

@@ -95,21 +95,54 @@ fn use_live_acceptance(
                 .join(", ")
         );
     };
-    let before = spec.acceptance_rate();
-    let rate = shared::engine::spec::rate_for_share(share, spec.draft_tokens);
-    spec.acceptance = Acceptance::Rate(rate);
+    let before = spec.pooled_acceptance_rate();
+    let profile_spread = spec.acceptance_spread;
+    // The runs' own spread of acceptance over their requests, where they show one (else the profile's).
+    let counted: Vec<&RequestRecord> = runs
+        .iter()
+        .flatten()
+        .filter(|r| r.ok && r.spec.is_some() && r.check().is_ok())
+        .collect();
+    let spread = shared::calibrate::spec::fit_spread(&counted, spec.draft_tokens).ok();
+    if let Some(f) = spread {
+        spec.acceptance_spread = f.tau;
+    }
+    spec.acceptance = Acceptance::Rate(shared::engine::spec::rate_for_share(share, spec.draft_tokens));
+    // With `acceptance_spread`, the middle request's rate for which requests spread so pool to the runs' share.
+    spec.acceptance = spec.centered_on(share);
+    let rate = match spec.acceptance {
+        Acceptance::Rate(a) => a,
+        Acceptance::PerPosition(_) => spec.acceptance_rate(),
+    };
     let by_kind = spec.acceptance_by_kind.take().is_some();
     let note = format!(
         "acceptance: the live runs' {share:.4} of {drafted} drafted tokens (one rate {rate:.4} per position for \
-         {} drafted a step) in place of the profile's {before:.4}{}",
+         {} drafted a step{}) in place of the profile's {before:.4}{}",
         spec.draft_tokens,
+        if spec.acceptance_spread > 0.0 {
+            format!(
+                ", the middle request's under acceptance_spread {:.3}",
+                spec.acceptance_spread
+            )
+        } else {
+            String::new()
+        },
         if by_kind {
             ", and its acceptance_by_kind dropped"
         } else {
             ""
         }
     );
-    let json = json!({"from": "live", "share": share, "drafted": drafted, "rate": rate, "profile_share": before});
+    let note = match spread {
+        Some(f) => format!(
+            "{note}; acceptance_spread {:.3} from {} of their requests' own shares ({:.2} to {:.2}; the profile's {:.3})",
+            f.tau, f.requests, f.lowest, f.highest, profile_spread
+        ),
+        None => note,
+    };
+    let json = json!({"from": "live", "share": share, "drafted": drafted, "rate": rate, "profile_share": before,
+        "spread": spread.map(|f| f.tau), "spread_requests": spread.map_or(0, |f| f.requests),
+        "profile_spread": profile_spread});
     Ok((json, note))
 }
 

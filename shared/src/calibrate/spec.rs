@@ -13,17 +13,25 @@
 //!   The fitted value is the median over the lone requests, with its spread.
 //! - `k` when not given: the largest `⌈drafted / steps⌉` over the records (a request drafts `k` per step except
 //!   near its end).
+//! - Spread ([`fit_spread`]): each request's own share, as the one rate that gives it, in log-odds; their robust
+//!   spread less what counting a request's few drafted tokens adds is `acceptance_spread`, and the acceptance is
+//!   then centered so that the spread requests pool to the share counted
+//!   ([`crate::engine::spec::Speculative::centered_on`]).
 
 use serde::{Deserialize, Serialize};
 
 use crate::deploy::roofline::StepShape;
 use crate::engine::EngineProfile;
-use crate::engine::spec::{Acceptance, SpecMethod, Speculative, rate_for_share};
+use crate::engine::spec::{Acceptance, MAX_SPREAD, SpecMethod, Speculative, rate_for_share};
 use crate::metrics::{mad, median};
 use crate::record::RequestRecord;
 
 /// Least lone requests for a draft cost.
 pub const MIN_DRAFT_COST_REQUESTS: usize = 4;
+/// Least requests, each with at least [`MIN_SPREAD_DRAFTED`] drafted tokens, for `acceptance_spread`.
+pub const MIN_SPREAD_REQUESTS: usize = 8;
+/// Least drafted tokens of a request whose share counts toward `acceptance_spread`.
+pub const MIN_SPREAD_DRAFTED: u64 = 16;
 
 /// What [`fit_speculative`] found (`fit.json`'s `speculative`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +51,9 @@ pub struct SpecFit {
     /// Robust spread of the per-request draft costs (`1.4826·MAD`), ms; absent when not fitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_cost_spread_ms: Option<f64>,
+    /// Requests whose own shares gave `acceptance_spread` (0: not measured, the spread left at 0).
+    #[serde(default)]
+    pub spread_requests: usize,
     /// The server's own counters over the same time, where it has them ([`SpecFit::use_server_counts`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<ServerSpecCounts>,
@@ -92,6 +103,7 @@ impl SpecFit {
         } else {
             Acceptance::Rate(rate_for_share(share, k))
         };
+        self.speculative.acceptance = self.speculative.centered_on(share);
         self.notes.push(format!(
             "acceptance from the server's counters ({:.0} of {:.0} drafted tokens accepted, {share:.4}{}) rather \
              than the records' ({} of {}, {:.4}: requests cut at a phase's end carry no counts)",
@@ -252,14 +264,41 @@ pub fn fit_speculative(
         (0.0, None)
     };
     let n_cost = if spread.is_some() { costs.len() } else { 0 };
+    let mut speculative = Speculative {
+        method,
+        draft_tokens: k,
+        acceptance: Acceptance::Rate(rate),
+        draft_cost_ms,
+        acceptance_by_kind: None,
+        acceptance_spread: 0.0,
+    };
+    let spread_requests = match fit_spread(&counted, k) {
+        Ok(f) if f.tau == 0.0 => {
+            notes.push(format!(
+                "acceptance_spread 0: {} requests' own shares ({:.2} to {:.2} accepted) spread {:.3} in log-odds \
+                 (1.4826·MAD), within two standard errors of what counting their drafted tokens makes ({:.3})",
+                f.requests, f.lowest, f.highest, f.raw, f.noise
+            ));
+            f.requests
+        }
+        Ok(f) => {
+            notes.push(format!(
+                "acceptance_spread {:.3}: {} requests' own shares ({:.2} to {:.2} accepted) spread {:.3} in log-odds \
+                 (1.4826·MAD), of which counting their drafted tokens makes {:.3}; the acceptance is centered so that \
+                 requests spread so pool to the {share:.4} counted",
+                f.tau, f.requests, f.lowest, f.highest, f.raw, f.noise
+            ));
+            speculative.acceptance_spread = f.tau;
+            speculative.acceptance = speculative.centered_on(share);
+            f.requests
+        }
+        Err(why) => {
+            notes.push(format!("acceptance_spread not measured: {why}; left at 0"));
+            0
+        }
+    };
     Some(SpecFit {
-        speculative: Speculative {
-            method,
-            draft_tokens: k,
-            acceptance: Acceptance::Rate(rate),
-            draft_cost_ms,
-            acceptance_by_kind: None,
-        },
+        speculative,
         requests: counted.len(),
         drafted_tokens: drafted,
         accepted_tokens: accepted,
@@ -267,8 +306,80 @@ pub fn fit_speculative(
         drafted_per_step,
         draft_cost_requests: n_cost,
         draft_cost_spread_ms: spread,
+        spread_requests,
         server: None,
         notes,
+    })
+}
+
+/// What [`fit_spread`] found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpreadFit {
+    /// `acceptance_spread` (log-odds).
+    pub tau: f64,
+    pub requests: usize,
+    /// The requests' spread in log-odds (1.4826·MAD), and the part of its square counting noise makes, as an sd.
+    pub raw: f64,
+    pub noise: f64,
+    /// The lowest and highest share among them.
+    pub lowest: f64,
+    pub highest: f64,
+}
+
+/// `acceptance_spread` from the requests' own counts (`k` draft tokens): each request with at least
+/// [`MIN_SPREAD_DRAFTED`] drafted tokens gives its share `s = (accepted + ½) / (drafted + 1)`, as the one rate `a`
+/// for it ([`rate_for_share`]) in log-odds `x`; `τ² = (1.4826·MAD(x))² − median(noise)`, the noise of one request's
+/// `x` from its few steps (the accepted count of a step at rate `a` varies by `Σ(2i − 1)aⁱ − (Σaⁱ)²`, over `k²`
+/// per step for its share, through `dx/ds`). A spread within two standard errors of that noise (the MAD's
+/// variance over `n` requests, ≈ 5.4 σ⁴ / n) is taken as none. An error says why it was not measured.
+pub fn fit_spread(records: &[&RequestRecord], k: u32) -> Result<SpreadFit, String> {
+    let logit = |a: f64| {
+        let a = a.clamp(1e-6, 1.0 - 1e-6);
+        (a / (1.0 - a)).ln()
+    };
+    let x_of = |s: f64| logit(rate_for_share(s, k));
+    let (mut xs, mut noise, mut shares) = (Vec::new(), Vec::new(), Vec::new());
+    for r in records {
+        let Some(c) = r.spec else { continue };
+        if c.draft_tokens < MIN_SPREAD_DRAFTED {
+            continue;
+        }
+        let d = c.draft_tokens as f64;
+        let s = (c.accepted_tokens as f64 + 0.5) / (d + 1.0);
+        let h = 1e-4f64.min(s / 2.0).min((1.0 - s) / 2.0);
+        let slope = (x_of(s + h) - x_of(s - h)) / (2.0 * h);
+        let a = rate_for_share(s, k);
+        let u: Vec<f64> = (1..=k).map(|i| a.powi(i as i32)).collect();
+        let mean: f64 = u.iter().sum();
+        let var_step: f64 = u.iter().enumerate().map(|(i, ui)| (2 * i + 1) as f64 * ui).sum::<f64>() - mean * mean;
+        let steps = (decode_steps(r) as f64).max(d / f64::from(k.max(1)));
+        let var_s = var_step.max(0.0) / (f64::from(k) * f64::from(k) * steps);
+        xs.push(x_of(s));
+        noise.push(var_s * slope * slope);
+        shares.push(c.accepted_tokens as f64 / d);
+    }
+    if xs.len() < MIN_SPREAD_REQUESTS {
+        return Err(format!(
+            "{} requests drafted at least {MIN_SPREAD_DRAFTED} tokens (need {MIN_SPREAD_REQUESTS})",
+            xs.len()
+        ));
+    }
+    let raw = 1.4826 * mad(&xs);
+    let noise_var = median(&mut noise);
+    let excess = raw * raw - noise_var;
+    let se = raw * raw * (5.4 / xs.len() as f64).sqrt();
+    let tau = if excess > 2.0 * se {
+        excess.sqrt().min(MAX_SPREAD)
+    } else {
+        0.0
+    };
+    Ok(SpreadFit {
+        tau,
+        requests: xs.len(),
+        raw,
+        noise: noise_var.sqrt(),
+        lowest: shares.iter().copied().fold(f64::INFINITY, f64::min),
+        highest: shares.iter().copied().fold(f64::NEG_INFINITY, f64::max),
     })
 }
 
@@ -300,6 +411,7 @@ mod tests {
             acceptance: Acceptance::Rate(0.65),
             draft_cost_ms: 1.7,
             acceptance_by_kind: None,
+            acceptance_spread: 0.0,
         }));
         let sc = EngineScenario {
             workload: Workload::ClosedLoop(ClosedLoopWorkload {
@@ -373,5 +485,67 @@ mod tests {
         // No counts: nothing.
         let off = simulate_with(&EngineScenario { profile: base(), ..sc }, opts).expect("valid");
         assert!(fit_speculative(&off.records, SpecMethod::Eagle, None, Some(&base())).is_none());
+    }
+
+    /// Records of a profile whose requests spread (τ = 1.2 in log-odds around a rate of 0.6, k = 3): the fit finds
+    /// the spread within 20 % and centers the acceptance so that requests spread so pool to the share counted;
+    /// without a spread it finds none.
+    #[test]
+    fn recovers_the_spread_of_requests_acceptance() {
+        let run = |tau: f64| {
+            let mut p = base();
+            p.speculative = Some(Box::new(Speculative {
+                method: SpecMethod::Draft,
+                draft_tokens: 3,
+                acceptance: Acceptance::Rate(0.6),
+                draft_cost_ms: 0.0,
+                acceptance_by_kind: None,
+                acceptance_spread: tau,
+            }));
+            let sc = EngineScenario {
+                workload: Workload::ClosedLoop(ClosedLoopWorkload {
+                    users: 4,
+                    num_requests: 240,
+                    think_s: 0.0,
+                    prompt: LengthDist::Fixed { tokens: 200 },
+                    output: LengthDist::Fixed { tokens: 160 },
+                    shared_prefix_tokens: 0,
+                }),
+                profile: p,
+                slo: Slo::default(),
+                seed: 4,
+                counterfactuals: false,
+                fleet: None,
+                deployment: None,
+                disaggregation: None,
+            };
+            let opts = SimOptions {
+                keep_records: true,
+                ..SimOptions::default()
+            };
+            let r = simulate_with(&sc, opts).expect("valid");
+            fit_speculative(&r.records, SpecMethod::Draft, Some(3), None).expect("counts")
+        };
+        let f = run(1.2);
+        let tau = f.speculative.acceptance_spread;
+        assert!((tau / 1.2 - 1.0).abs() < 0.2, "{tau}: {:?}", f.notes);
+        assert!(f.spread_requests >= 200, "{}", f.spread_requests);
+        assert!(
+            (f.speculative.pooled_acceptance_rate() - f.accepted_share).abs() < 1e-6,
+            "{} vs {}",
+            f.speculative.pooled_acceptance_rate(),
+            f.accepted_share
+        );
+        let Acceptance::Rate(a) = f.speculative.acceptance else {
+            panic!("a rate")
+        };
+        assert!((a - 0.6).abs() < 0.05, "the middle request's rate {a}");
+        let flat = run(0.0);
+        assert_eq!(flat.speculative.acceptance_spread, 0.0, "{:?}", flat.notes);
+        assert!(
+            flat.notes.iter().any(|n| n.starts_with("acceptance_spread 0:")),
+            "{:?}",
+            flat.notes
+        );
     }
 }

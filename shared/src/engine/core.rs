@@ -110,8 +110,8 @@ pub(crate) struct Req {
     pub spec_accepted: u32,
     /// Its prompt's KV came from another instance (prefill/decode disaggregation): admitted, it decodes at once.
     pub imported: bool,
-    /// Speculative decoding: the request's number (its stream of acceptance draws) and its content kind
-    /// (`spec::KIND_*`).
+    /// Speculative decoding: the request's number (its stream of acceptance draws) and its table index: its
+    /// content kind (`spec::KIND_*`) and, under `acceptance_spread`, its spread class (`SpecState::class_kind`).
     pub spec_id: u64,
     pub kind: u8,
     /// Lazy only: the lazy step at which it finishes, and under speculative decoding its tally from `lz_d0` to then.
@@ -965,6 +965,10 @@ impl Engine {
     pub fn seed_speculation(&mut self, seed: u64) {
         if let Some(s) = &mut self.spec {
             s.seed(seed);
+            // A request's spread class comes from its stream: drawn again under the new seed.
+            for r in &mut self.reqs {
+                r.kind = s.class_kind(s.base_kind(r.kind), r.spec_id);
+            }
         }
     }
 
@@ -1101,7 +1105,10 @@ impl Engine {
             spec_accepted: 0,
             imported: false,
             spec_id: self.next_spec_id,
-            kind: KIND_ANY,
+            kind: self
+                .spec
+                .as_ref()
+                .map_or(KIND_ANY, |s| s.class_kind(KIND_ANY, self.next_spec_id)),
             lz_fin: 0,
             lz_tally: SpecTally::default(),
         };
@@ -1131,7 +1138,8 @@ impl Engine {
     /// Set a queued request's content kind (`spec::KIND_*`: which of `acceptance_by_kind` it draws from).
     pub(crate) fn set_kind(&mut self, id: ReqId, kind: u8) {
         if let Some(idx) = self.lookup(id) {
-            self.reqs[idx as usize].kind = kind;
+            let r = &mut self.reqs[idx as usize];
+            r.kind = self.spec.as_ref().map_or(kind, |s| s.class_kind(kind, r.spec_id));
         }
     }
 

@@ -2042,6 +2042,7 @@ mod tests {
                     acceptance: crate::engine::Acceptance::Rate((a * 8.0).round() / 8.0),
                     draft_cost_ms,
                     acceptance_by_kind: None,
+                    acceptance_spread: 0.0,
                 })
             });
             prop_assume!(sc.validate().is_ok());

@@ -9,7 +9,10 @@
 //! - of its drafted tokens it accepts a prefix: `max{i ≤ v − 1 : x < u_i}` for a 16-bit draw `x` of its own stream
 //!   (`SpecState`), `u_i` the share of steps that accept position `i`, so position `i` is accepted with
 //!   probability `u_i / u_{i−1}` given that the positions before it were (`u_0 = 1`); `acceptance` gives `u_i` as a
-//!   list, or as one rate `a` meaning `u_i = a^i`, and `acceptance_by_kind` per content kind;
+//!   list, or as one rate `a` meaning `u_i = a^i`, and `acceptance_by_kind` per content kind; with
+//!   `acceptance_spread` τ every request accepts at rates of its own, the conditional rates `u_i / u_{i−1}` moved
+//!   in log-odds by `τ·z`, `z` one of [`SPREAD_CLASSES`] equally likely classes of a standard normal, drawn per
+//!   request from its stream;
 //! - it emits `1 + accepted` tokens at the end of the step (one stream frame), its KV grows by as many;
 //! - the step pays for the verified tokens: linear profiles add the drafted tokens at the prefill rate
 //!   (`Σ drafted / prefill_tokens_per_ms`), a roofline counts them as computed tokens attending to their context;
@@ -104,7 +107,32 @@ pub struct Speculative {
     /// all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance_by_kind: Option<AcceptanceByKind>,
+    /// How far requests' own acceptance spreads around the profile's (τ, log-odds; see the module docs): with
+    /// greedy decoding each request accepts at a rate set by its content. 0 (the default): every request at the
+    /// profile's rates.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub acceptance_spread: f64,
 }
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// Classes of a request's own acceptance under `acceptance_spread`.
+pub const SPREAD_CLASSES: usize = 8;
+/// Most `acceptance_spread` (log-odds): beyond it nearly every request accepts all or nothing.
+pub const MAX_SPREAD: f64 = 8.0;
+/// The standard normal's quantiles at `(c + ½) / 8`: the classes' offsets in units of τ.
+const SPREAD_Z: [f64; SPREAD_CLASSES] = [
+    -1.534_120_544,
+    -0.887_146_559,
+    -0.488_776_411,
+    -0.157_310_685,
+    0.157_310_685,
+    0.488_776_411,
+    0.887_146_559,
+    1.534_120_544,
+];
 
 /// `"acceptance_by_kind": {"code": …, "prose": …}`: the acceptance of requests that generate code and of those
 /// that generate prose, each written as `acceptance` is (one rate, or a list per position). A kind left out, and
@@ -138,6 +166,15 @@ impl Speculative {
                     self.check_acceptance(&format!("acceptance_by_kind.{name}"), a)?;
                 }
             }
+        }
+        if !(self.acceptance_spread.is_finite() && (0.0..=MAX_SPREAD).contains(&self.acceptance_spread)) {
+            return Err(f(
+                "acceptance_spread",
+                format!(
+                    "must be a finite number in 0..={MAX_SPREAD} (log-odds; got {})",
+                    self.acceptance_spread
+                ),
+            ));
         }
         if !(self.draft_cost_ms.is_finite() && (0.0..=1e6).contains(&self.draft_cost_ms)) {
             return Err(f(
@@ -216,6 +253,79 @@ impl Speculative {
     pub fn acceptance_rate(&self) -> f64 {
         self.expected_accepted() / f64::from(self.draft_tokens.max(1))
     }
+
+    /// The shares `u_i` of the requests of spread class `class` (0..[`SPREAD_CLASSES`]) under `acceptance_spread`:
+    /// each conditional rate `u_i / u_{i−1}` moved in log-odds by `τ·z_class` (rates of 0 and 1 stay).
+    pub fn shares_in_class(&self, u: &[f64], class: usize) -> Vec<f64> {
+        shift_log_odds(u, self.acceptance_spread * SPREAD_Z[class.min(SPREAD_CLASSES - 1)])
+    }
+
+    /// The acceptance moved in log-odds (every conditional rate by one offset) so that the requests, spread by
+    /// `acceptance_spread`, pool to `share` of their drafted tokens accepted ([`Self::pooled_acceptance_rate`]); a
+    /// rate stays a rate. Without a spread, or where the rates are all 0 or 1, the acceptance unchanged.
+    pub fn centered_on(&self, share: f64) -> Acceptance {
+        let u = self.per_position();
+        if self.acceptance_spread == 0.0 || u.iter().all(|&x| x <= 0.0 || x >= 1.0) {
+            return self.acceptance.clone();
+        }
+        let pooled_at = |d: f64| {
+            let mut s = self.clone();
+            s.acceptance = Acceptance::PerPosition(shift_log_odds(&u, d));
+            s.pooled_acceptance_rate()
+        };
+        let (mut lo, mut hi) = (-40.0f64, 40.0f64);
+        for _ in 0..80 {
+            let mid = 0.5 * (lo + hi);
+            if pooled_at(mid) < share {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let moved = shift_log_odds(&u, 0.5 * (lo + hi));
+        match self.acceptance {
+            Acceptance::Rate(_) => Acceptance::Rate(moved.first().copied().unwrap_or(0.0)),
+            Acceptance::PerPosition(_) => Acceptance::PerPosition(moved),
+        }
+    }
+
+    /// The share of drafted tokens accepted over all requests, as a server's counters pool it (Σ accepted / Σ
+    /// drafted), for requests of equal length spread over the classes alike: a class accepting `a_c = Σ u_i` per
+    /// step takes `1 / (1 + a_c)` steps per token, so `Σ_c a_c / (1 + a_c) / Σ_c k / (1 + a_c)` (a request that
+    /// accepts less drafts more, and weighs more). With `acceptance_spread` 0, [`Self::acceptance_rate`].
+    pub fn pooled_acceptance_rate(&self) -> f64 {
+        if self.acceptance_spread == 0.0 {
+            return self.acceptance_rate();
+        }
+        let u = self.per_position();
+        let k = f64::from(self.draft_tokens.max(1));
+        let (mut acc, mut drafted) = (0.0, 0.0);
+        for c in 0..SPREAD_CLASSES {
+            let a: f64 = self.shares_in_class(&u, c).iter().sum();
+            acc += a / (1.0 + a);
+            drafted += k / (1.0 + a);
+        }
+        acc / drafted
+    }
+}
+
+/// The shares `u_i` with every conditional rate `u_i / u_{i−1}` moved by `dz` in log-odds (rates of 0 and 1 stay).
+fn shift_log_odds(u: &[f64], dz: f64) -> Vec<f64> {
+    let mut prev = 1.0f64;
+    let mut out = 1.0f64;
+    u.iter()
+        .map(|&ui| {
+            let c = if prev > 0.0 { (ui / prev).clamp(0.0, 1.0) } else { 0.0 };
+            prev = ui;
+            let moved = if c <= 0.0 || c >= 1.0 {
+                c
+            } else {
+                1.0 / (1.0 + (-((c / (1.0 - c)).ln() + dz)).exp())
+            };
+            out *= moved;
+            out
+        })
+        .collect()
 }
 
 /// The one rate `a` whose `(a + a² + … + a^k) / k` is `share` (the drafted tokens accepted): what a server's
@@ -252,13 +362,16 @@ const DRAW_ONE: u32 = 1 << 16;
 #[derive(Debug, Clone)]
 pub(crate) struct SpecState {
     pub k: u32,
-    /// Per content kind ([`KIND_ANY`], [`KIND_CODE`], [`KIND_PROSE`]): `u_i·2¹⁶` rounded, positions 1..=k.
-    thr: [Vec<u32>; 3],
+    /// Per content kind ([`KIND_ANY`], [`KIND_CODE`], [`KIND_PROSE`]) and, under `acceptance_spread`, per spread
+    /// class (index `kind·classes + class`): `u_i·2¹⁶` rounded, positions 1..=k.
+    thr: Vec<Vec<u32>>,
     /// Per content kind: the tokens a step drafting all `k` positions emits (`1 + accepted`) for every draw whose
     /// high byte is the index, or 0 where draws with that high byte emit different counts (a threshold falls
     /// inside): a step's emission from one table read, the thresholds only for those few bytes.
     /// (Boxed: the engine moves its `SpecState` in and out of place around every stretch.)
-    e8: Box<[[u8; 256]; 3]>,
+    e8: Box<[[u8; 256]]>,
+    /// Spread classes per kind: 1 without `acceptance_spread`, else [`SPREAD_CLASSES`].
+    classes: u8,
     pub draft_cost_ms: f64,
     seed: u64,
 }
@@ -275,15 +388,28 @@ impl SpecState {
                 .map(|&x| (x.clamp(0.0, 1.0) * f64::from(DRAW_ONE)).round() as u32)
                 .collect()
         };
-        let any = table(s.per_position());
-        let of = |kind: Option<&Acceptance>| kind.map_or_else(|| any.clone(), |a| table(s.shares(a)));
+        let any = s.per_position();
+        let of = |kind: Option<&Acceptance>| kind.map_or_else(|| any.clone(), |a| s.shares(a));
         let (code, prose) = match &s.acceptance_by_kind {
             Some(b) => (of(b.code.as_ref()), of(b.prose.as_ref())),
             None => (any.clone(), any.clone()),
         };
         let k = s.draft_tokens.max(1);
-        let thr = [any, code, prose];
-        let mut e8 = Box::new([[0u8; 256]; 3]);
+        let classes = if s.acceptance_spread > 0.0 { SPREAD_CLASSES } else { 1 };
+        let thr: Vec<Vec<u32>> = [any, code, prose]
+            .iter()
+            .flat_map(|u| {
+                (0..classes).map(move |c| {
+                    if classes == 1 {
+                        u.clone()
+                    } else {
+                        s.shares_in_class(u, c)
+                    }
+                })
+            })
+            .map(table)
+            .collect();
+        let mut e8 = vec![[0u8; 256]; thr.len()].into_boxed_slice();
         for (table, th) in e8.iter_mut().zip(&thr) {
             // Accepted counts fall as the draw rises (the thresholds do not rise): a byte's draws all emit the
             // same when its first and last do.
@@ -297,6 +423,7 @@ impl SpecState {
             k,
             thr,
             e8,
+            classes: classes as u8,
             draft_cost_ms: s.draft_cost_ms,
             seed: SEED_MIX,
         }
@@ -305,6 +432,23 @@ impl SpecState {
     /// Restart the draws from `seed`.
     pub fn seed(&mut self, seed: u64) {
         self.seed = seed ^ SEED_MIX;
+    }
+
+    /// The table index of a request of content kind `kind` ([`KIND_ANY`] …) and submission number `id`: the kind,
+    /// and under `acceptance_spread` the request's spread class, drawn from its stream (apart from its draws).
+    #[inline]
+    pub fn class_kind(&self, kind: u8, id: u64) -> u8 {
+        if self.classes <= 1 {
+            return kind;
+        }
+        let class = (mix(self.stream(id) ^ CLASS_SALT) >> 61) as u8;
+        kind.min(2) * self.classes + class
+    }
+
+    /// The content kind of table index `index` ([`Self::class_kind`]'s inverse, without the class).
+    #[inline]
+    pub fn base_kind(&self, index: u8) -> u8 {
+        index / self.classes.max(1)
     }
 
     /// The key of request number `id`'s stream.
@@ -329,14 +473,14 @@ impl SpecState {
     /// thresholds above it.
     #[inline]
     pub fn thresholds(&self, kind: u8) -> &[u32] {
-        &self.thr[usize::from(kind).min(2)]
+        &self.thr[usize::from(kind).min(self.thr.len() - 1)]
     }
 
     /// Kind `kind`'s table of emissions by a draw's high byte for steps that draft all `k` positions (0: look at
     /// the thresholds).
     #[inline]
     pub fn emit_table(&self, kind: u8) -> &[u8; 256] {
-        &self.e8[usize::from(kind).min(2)]
+        &self.e8[usize::from(kind).min(self.e8.len() - 1)]
     }
 
     /// Tokens a step that drafts all `k` positions emits for a draw `x` of kind `kind`: `1 + accepted(kind, x, k)`,
@@ -355,7 +499,7 @@ impl SpecState {
     /// Accepted tokens of `drafted` (≤ k) for a draw `x` of kind `kind`.
     #[inline]
     pub fn accepted(&self, kind: u8, x: u32, drafted: u32) -> u32 {
-        let thr = &self.thr[usize::from(kind).min(2)];
+        let thr = self.thresholds(kind);
         let mut a = 0;
         while a < drafted && x < thr[a as usize] {
             a += 1;
@@ -384,6 +528,8 @@ fn mix(mut z: u64) -> u64 {
 
 /// Mixed into the seed so that speculation's draws differ from the workload's even at the same seed.
 const SEED_MIX: u64 = 0x5bec_0ded_0ecd_0de5;
+/// Salt of a request's spread class, so that it is drawn apart from the stream's acceptance draws.
+const CLASS_SALT: u64 = 0xc1a5_5e5d_a7e5_9a1d;
 
 #[cfg(test)]
 mod tests {
@@ -396,6 +542,7 @@ mod tests {
             acceptance: a,
             draft_cost_ms: 0.0,
             acceptance_by_kind: None,
+            acceptance_spread: 0.0,
         }
     }
 
@@ -536,6 +683,65 @@ mod tests {
         assert!((share(KIND_CODE) - 0.855).abs() < 0.005, "{}", share(KIND_CODE));
         assert!((share(KIND_PROSE) - 0.375).abs() < 0.005, "{}", share(KIND_PROSE));
         assert!((share(KIND_ANY) - 0.375).abs() < 0.005, "{}", share(KIND_ANY));
+    }
+
+    /// `acceptance_spread` τ: requests fall into 8 classes about equally, each accepting at its own share (a class
+    /// by hand: rate 0.5 moved by τ·z in log-odds), the shares spreading more with τ and averaging
+    /// `mean_acceptance_rate`; τ = 0 keeps one table per kind, as before.
+    #[test]
+    fn a_spread_gives_each_request_a_class_of_its_own_acceptance() {
+        let share_of = |st: &SpecState, kind: u8| {
+            let key = st.stream(3);
+            let acc: u32 = (0..20_000).map(|i| st.draw(key, i, kind, 1)).sum();
+            f64::from(acc) / 20_000.0
+        };
+        let flat = spec(1, Acceptance::Rate(0.5));
+        let st0 = SpecState::new(&flat);
+        assert_eq!((st0.thr.len(), st0.class_kind(KIND_CODE, 12)), (3, KIND_CODE));
+        let mut s = spec(1, Acceptance::Rate(0.5));
+        s.acceptance_spread = 1.0;
+        let st = SpecState::new(&s);
+        assert_eq!(st.thr.len(), 3 * SPREAD_CLASSES);
+        // Class 7 (z = +1.534): 1 / (1 + e^−1.534) = 0.8226.
+        let top = s.shares_in_class(&[0.5], 7)[0];
+        assert!((top - 0.822_6).abs() < 1e-4, "{top}");
+        assert!((share_of(&st, 7) - top).abs() < 0.01, "{}", share_of(&st, 7));
+        let mut counts = [0u32; SPREAD_CLASSES];
+        let shares: Vec<f64> = (0..4000u64)
+            .map(|id| {
+                let k = st.class_kind(KIND_ANY, id);
+                assert_eq!(st.base_kind(k), KIND_ANY);
+                counts[usize::from(k)] += 1;
+                s.shares_in_class(&[0.5], usize::from(k))[0]
+            })
+            .collect();
+        assert!(counts.iter().all(|&c| (400..600).contains(&c)), "{counts:?}");
+        // Symmetric classes around 0.5: the requests' mean share stays 0.5, the pooled share falls below it (a
+        // request that accepts less drafts more); a code request keeps its kind's tables.
+        let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+        assert!((mean - 0.5).abs() < 0.01, "{mean}");
+        let pooled = s.pooled_acceptance_rate();
+        assert!(
+            pooled < 0.49 && (flat.pooled_acceptance_rate() - 0.5).abs() < 1e-12,
+            "{pooled}"
+        );
+        let code = st.class_kind(KIND_CODE, 9);
+        assert_eq!(st.base_kind(code), KIND_CODE);
+        let sd = |tau: f64| {
+            let mut s = spec(1, Acceptance::Rate(0.5));
+            s.acceptance_spread = tau;
+            let v: Vec<f64> = (0..SPREAD_CLASSES).map(|c| s.shares_in_class(&[0.5], c)[0]).collect();
+            (v.iter().map(|x| (x - 0.5).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+        };
+        assert!(
+            sd(0.5) < sd(1.0) && sd(1.0) < sd(2.0),
+            "{} {} {}",
+            sd(0.5),
+            sd(1.0),
+            sd(2.0)
+        );
+        s.acceptance_spread = MAX_SPREAD + 1.0;
+        assert!(s.validate().unwrap_err().to_string().contains("acceptance_spread"));
     }
 
     #[test]
