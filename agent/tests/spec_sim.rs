@@ -168,6 +168,13 @@ async fn calibrate_recovers_acceptance_and_draft_cost_from_sim_server() {
         sf.draft_cost_requests, sf.draft_cost_spread_ms
     );
     assert!((a / RATE - 1.0).abs() <= 0.05, "acceptance {a} vs {RATE}: {sf:?}");
+    // Every request of this server accepts at the one rate: no spread beyond what counting their drafts makes.
+    assert_eq!(p.acceptance_spread, 0.0, "{:?}", sf.notes);
+    assert!(
+        sf.notes.iter().any(|n| n.starts_with("acceptance_spread 0:")),
+        "{:?}",
+        sf.notes
+    );
     assert!(
         (cost / DRAFT_COST_MS - 1.0).abs() <= 0.05,
         "draft cost {cost} vs {DRAFT_COST_MS}: {sf:?}"
