@@ -400,6 +400,41 @@ mod tests {
         crate::engine::presets::laptop_demo()
     }
 
+    /// `users` users sending `n` requests back to back (prompts from `prompt`, `output` tokens each) to `profile`.
+    fn closed_loop(
+        profile: EngineProfile,
+        users: u32,
+        n: u64,
+        prompt: LengthDist,
+        output: u32,
+        seed: u64,
+    ) -> EngineScenario {
+        EngineScenario {
+            workload: Workload::ClosedLoop(ClosedLoopWorkload {
+                users,
+                num_requests: n,
+                think_s: 0.0,
+                prompt,
+                output: LengthDist::Fixed { tokens: output },
+                shared_prefix_tokens: 0,
+            }),
+            profile,
+            slo: Slo::default(),
+            seed,
+            counterfactuals: false,
+            fleet: None,
+            deployment: None,
+            disaggregation: None,
+        }
+    }
+
+    fn keep_records() -> SimOptions {
+        SimOptions {
+            keep_records: true,
+            ..SimOptions::default()
+        }
+    }
+
     /// From simulated records of a known profile (one user, so every request runs alone), the fit recovers the
     /// acceptance rate and the draft cost.
     #[test]
@@ -413,28 +448,8 @@ mod tests {
             acceptance_by_kind: None,
             acceptance_spread: 0.0,
         }));
-        let sc = EngineScenario {
-            workload: Workload::ClosedLoop(ClosedLoopWorkload {
-                users: 1,
-                num_requests: 60,
-                think_s: 0.0,
-                prompt: LengthDist::Uniform { min: 100, max: 1500 },
-                output: LengthDist::Fixed { tokens: 200 },
-                shared_prefix_tokens: 0,
-            }),
-            profile: p,
-            slo: Slo::default(),
-            seed: 9,
-            counterfactuals: false,
-            fleet: None,
-            deployment: None,
-            disaggregation: None,
-        };
-        let opts = SimOptions {
-            keep_records: true,
-            ..SimOptions::default()
-        };
-        let r = simulate_with(&sc, opts).expect("valid");
+        let sc = closed_loop(p, 1, 60, LengthDist::Uniform { min: 100, max: 1500 }, 200, 9);
+        let r = simulate_with(&sc, keep_records()).expect("valid");
         let f = fit_speculative(&r.records, SpecMethod::Eagle, None, Some(&base())).expect("counts");
         assert_eq!(f.speculative.draft_tokens, 3);
         let Acceptance::Rate(a) = f.speculative.acceptance else {
@@ -483,7 +498,7 @@ mod tests {
         });
         assert_eq!(g, f);
         // No counts: nothing.
-        let off = simulate_with(&EngineScenario { profile: base(), ..sc }, opts).expect("valid");
+        let off = simulate_with(&EngineScenario { profile: base(), ..sc }, keep_records()).expect("valid");
         assert!(fit_speculative(&off.records, SpecMethod::Eagle, None, Some(&base())).is_none());
     }
 
@@ -502,28 +517,8 @@ mod tests {
                 acceptance_by_kind: None,
                 acceptance_spread: tau,
             }));
-            let sc = EngineScenario {
-                workload: Workload::ClosedLoop(ClosedLoopWorkload {
-                    users: 4,
-                    num_requests: 240,
-                    think_s: 0.0,
-                    prompt: LengthDist::Fixed { tokens: 200 },
-                    output: LengthDist::Fixed { tokens: 160 },
-                    shared_prefix_tokens: 0,
-                }),
-                profile: p,
-                slo: Slo::default(),
-                seed: 4,
-                counterfactuals: false,
-                fleet: None,
-                deployment: None,
-                disaggregation: None,
-            };
-            let opts = SimOptions {
-                keep_records: true,
-                ..SimOptions::default()
-            };
-            let r = simulate_with(&sc, opts).expect("valid");
+            let sc = closed_loop(p, 4, 240, LengthDist::Fixed { tokens: 200 }, 160, 4);
+            let r = simulate_with(&sc, keep_records()).expect("valid");
             fit_speculative(&r.records, SpecMethod::Draft, Some(3), None).expect("counts")
         };
         let f = run(1.2);
