@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use crate::model::compute;
+use crate::model::seed;
 
 /// Fields shown in each card, with labels and units (the rest of the summary is present, smaller).
 const ROWS: [(&str, &str, &str); 10] = [
@@ -24,7 +24,7 @@ const ROWS: [(&str, &str, &str); 10] = [
 /// The three seed profiles on the seed's trace, one card each.
 #[component]
 pub fn SeedPanel() -> impl IntoView {
-    let results = crate::model::seed::seed_comparisons();
+    let results = seed::seed_comparisons();
     let best = results
         .iter()
         .filter_map(|(name, r)| Some((name.clone(), r.as_ref().ok()?.get("slo_goodput_rps")?.as_f64()?)))
