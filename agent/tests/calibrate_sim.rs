@@ -42,6 +42,8 @@ fn truth() -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.08,
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
+        prefill_tile_rows: 0,
+        ubatch_tokens: 0,
         host_cache: None,
         kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
@@ -439,6 +441,8 @@ async fn calibrate_recovers_a_unified_prefill_kv_profile() {
     let _one = LIVE.lock().await;
     let p = EngineProfile {
         prefill_batch_kv_ms_per_ktok: 0.1,
+        prefill_tile_rows: 0,
+        ubatch_tokens: 0,
         ..truth()
     };
     let (url, _stop) = start(p.clone()).await;

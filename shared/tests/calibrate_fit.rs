@@ -25,6 +25,8 @@ fn truth() -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.08,
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
+        prefill_tile_rows: 0,
+        ubatch_tokens: 0,
         host_cache: None,
         kv_tiers: Vec::new(),
         reply_cached_share: 1.0,
@@ -442,6 +444,8 @@ fn fit_recovers_the_prefill_kv_of_a_unified_cache() {
     ] {
         let p = EngineProfile {
             prefill_batch_kv_ms_per_ktok: 0.05,
+            prefill_tile_rows: 0,
+            ubatch_tokens: 0,
             scheduler,
             ..truth()
         };
@@ -478,6 +482,8 @@ fn fit_recovers_the_prefill_kv_of_a_unified_cache() {
         // The same probe on an engine without the term: fixed at 0, and the notes say why.
         let q = EngineProfile {
             prefill_batch_kv_ms_per_ktok: 0.0,
+            prefill_tile_rows: 0,
+            ubatch_tokens: 0,
             ..p.clone()
         };
         let mut recs = records_of(&q, &[1, 2, 4, 8], true);

@@ -116,6 +116,8 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
+        prefill_tile_rows: 0,
+        ubatch_tokens: 0,
         host_cache: None,
         kv_tiers: Vec::new(),
         reply_cached_share: 1.0,

@@ -24,6 +24,8 @@ fn profile() -> EngineProfile {
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
+        prefill_tile_rows: 0,
+        ubatch_tokens: 0,
         host_cache: None,
         kv_tiers: Vec::new(),
         reply_cached_share: 1.0,

@@ -514,6 +514,8 @@ fn limits(a: &Args, d: &Discovered, probed: Option<u32>) -> anyhow::Result<Engin
         prefill_ctx_ms_per_ktok: 0.0,
         batch_kv_ms_per_ktok: 0.0,
         prefill_batch_kv_ms_per_ktok: 0.0,
+        prefill_tile_rows: 0,
+        ubatch_tokens: 0,
         host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms.unwrap_or(100.0),

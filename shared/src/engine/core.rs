@@ -1823,6 +1823,9 @@ impl Engine {
             if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
                 d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
             }
+            if self.p.prefill_tile_rows > 0 {
+                d += self.row_by_row_ms();
+            }
         }
         self.with_restores(d, restored_tokens)
     }
@@ -1891,6 +1894,9 @@ impl Engine {
             }
             if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
                 d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
+            }
+            if self.p.prefill_tile_rows > 0 {
+                d += self.row_by_row_ms();
             }
         }
         d += drafted as f64 / self.p.prefill_tokens_per_ms + draft_ms;
@@ -2039,6 +2045,54 @@ impl Engine {
         }
         let d = self.step_ms(sums.ctx, sums.prefill_tokens, restored_tokens);
         (d, sums.ctx as f64, sums.prefill_tokens, sums.decoders)
+    }
+
+    /// What the step's prompt rows that attend one row at a time cost beyond the prefill's context term
+    /// (`prefill_tile_rows`). The step's tokens are cut into ubatches as llama.cpp's `split_equal` cuts a batch
+    /// with one KV stream per slot: the batch holds each decoding sequence's token, then each prompt's, slot by
+    /// slot; a ubatch takes, from the first sequence with tokens left, the run of sequences with tokens left whose
+    /// slots follow one another in that order, and the same number of tokens of each (the least left among them,
+    /// at most `ubatch_tokens` in all). A prompt's rows in a ubatch fewer than `prefill_tile_rows` are priced at
+    /// `per_ctx_token_ms` per token attended, as a decoding token's, instead of at `prefill_ctx_ms_per_ktok`
+    /// (a decoding token is priced as before). Out of line: most steps carry no prompt.
+    #[inline(never)]
+    fn row_by_row_ms(&self) -> f64 {
+        let tile = self.p.prefill_tile_rows;
+        let ubatch = match self.p.ubatch_tokens {
+            0 => self.p.max_num_batched_tokens,
+            u => u,
+        };
+        // (slot, tokens left, tokens computed, prompt) in batch order.
+        let mut seqs: Vec<(u32, u32, u32, bool)> = self
+            .sched
+            .iter()
+            .map(|s| (self.reqs[s.idx as usize].slot, s.tokens, s.t, s.prefill))
+            .collect();
+        seqs.sort_unstable_by_key(|&(slot, _, _, prompt)| (prompt, slot));
+        let mut attended = 0.0;
+        let mut run: Vec<usize> = Vec::with_capacity(seqs.len());
+        while let Some(first) = seqs.iter().position(|x| x.1 > 0) {
+            run.clear();
+            run.push(first);
+            for (i, x) in seqs.iter().enumerate().skip(first + 1) {
+                if x.1 > 0 && x.0 == seqs[run[run.len() - 1]].0 + 1 {
+                    run.push(i);
+                }
+            }
+            let k = run.len() as u32;
+            let least = run.iter().map(|&i| seqs[i].1).min().unwrap_or(1);
+            let each = least.min(ubatch / k).max(1);
+            for &i in &run {
+                let (_, rows, t, prompt) = &mut seqs[i];
+                if *prompt && each < tile {
+                    let (n, c) = (f64::from(each), f64::from(*t));
+                    attended += n * c + n * (n - 1.0) / 2.0;
+                }
+                *rows -= each;
+                *t += each;
+            }
+        }
+        (self.p.per_ctx_token_ms - self.p.prefill_ctx_ms_per_ktok / 1000.0).max(0.0) * attended
     }
 
     /// Σ over the step's prefill tokens of the context each attends to: a chunk of `n` after `t` computed tokens
@@ -3545,6 +3599,8 @@ mod tests {
             prefill_ctx_ms_per_ktok: 0.0,
             batch_kv_ms_per_ktok: 0.0,
             prefill_batch_kv_ms_per_ktok: 0.0,
+            prefill_tile_rows: 0,
+            ubatch_tokens: 0,
             host_cache: None,
             kv_tiers: Vec::new(),
             reply_cached_share: 1.0,
@@ -3799,6 +3855,72 @@ mod tests {
         assert_eq!(run(&mut e, tokens(80_000, 1600)), 0);
         // Every slot used once: the least recently released (slot 2, released before 3's second use, 1 and 0).
         assert_eq!(run(&mut e, tokens(60_000, 1600)), 2);
+    }
+
+    /// `prefill_tile_rows`, by hand: two conversations of 1,600 tokens come back at once with 300 new tokens each.
+    /// llama.cpp cuts the two prompts into a ubatch of 256 + 256 and one of 44 + 44; those 44 rows of each attend
+    /// row by row, at `per_ctx_token_ms` per token attended: 2 · (44 · (1,600 + 256) + 44 · 43 / 2) · 0.001 ms
+    /// more than without the tile. One coming back alone with 20 new tokens: 20 · 1,600 + 20 · 19 / 2 tokens
+    /// attended, 32.19 ms more; one with 64 (a whole tile), nothing more.
+    #[test]
+    fn prompt_rows_under_the_tile_attend_row_by_row() {
+        let tokens = |lo: u32, n: u32| -> Vec<u32> { (lo..lo + n).collect() };
+        let blocks = |t: &[u32]| super::super::types::PromptBlocks::from_tokens(t, 16);
+        // `conversations` run alone first (slots 3, 2, 1, … in turn), then `back` (conversation, new tokens) come
+        // back at once: the duration of their first step and the tokens each found cached.
+        let first_step_of = |tile: u32, conversations: u32, back: &[(u32, u32)]| -> (f64, Vec<u32>) {
+            let mut e = Engine::new(EngineProfile {
+                max_num_seqs: 4,
+                scheduler: Scheduler::LlamaCpp,
+                prefill_tile_rows: tile,
+                ubatch_tokens: 512,
+                ..test_profile()
+            });
+            let mut t = 0.0;
+            for c in 0..conversations {
+                e.submit(t, blocks(&tokens(c * 100_000, 1600)), 2);
+                while let Some(s) = e.step(t) {
+                    t = s.start_ms + s.duration_ms;
+                }
+            }
+            let ids: Vec<_> = back
+                .iter()
+                .map(|&(c, n)| {
+                    let mut p = tokens(c * 100_000, 1600);
+                    p.extend(tokens(c * 100_000 + 50_000, n));
+                    e.submit(t, blocks(&p), 2)
+                })
+                .collect();
+            let s = e.step(t).expect("both admitted");
+            (
+                s.duration_ms,
+                ids.iter().map(|id| e.reqs[id.idx() as usize].cached_tokens).collect(),
+            )
+        };
+        let first_step = |tile: u32, new: &[u32]| {
+            first_step_of(
+                tile,
+                new.len() as u32,
+                &new.iter()
+                    .copied()
+                    .enumerate()
+                    .map(|(c, n)| (c as u32, n))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let (plain, hit) = first_step(0, &[300, 300]);
+        assert_eq!(hit, [1600, 1600]);
+        let (tiled, _) = first_step(64, &[300, 300]);
+        let rows = 2.0 * (44.0 * (1600.0 + 256.0) + 44.0 * 43.0 / 2.0);
+        assert!((tiled - plain - rows * 0.001).abs() < 1e-9, "{tiled} - {plain}");
+        let (plain, _) = first_step(0, &[20]);
+        let (tiled, _) = first_step(64, &[20]);
+        assert!((tiled - plain - 32.19).abs() < 1e-9, "{tiled} - {plain}");
+        assert_eq!(first_step(64, &[64]).0, first_step(0, &[64]).0);
+        // Slots 3 and 1 are not adjacent: each prompt is a ubatch of its own, 300 rows, none row by row.
+        let apart = [(0, 300), (2, 300)];
+        assert_eq!(first_step_of(64, 3, &apart).0, first_step_of(0, 3, &apart).0);
+        assert_eq!(first_step_of(64, 3, &apart).1, [1600, 1600]);
     }
 
     /// llama-server's host prompt cache ([`PromptCache`]), by hand: two slots, conversations A, B, C, D. A's first

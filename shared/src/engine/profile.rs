@@ -5,7 +5,7 @@
 //! prefill_tokens_per_ms if the step carries prefill]`, where `seqs` counts every sequence scheduled in the step and
 //! `Σcontext` sums their KV context (tokens already computed) at the start of the step.
 //!
-//! Four optional terms, off by default (so profiles written before them give the same results to the bit):
+//! Optional terms, off by default (so profiles written before them give the same results to the bit):
 //! - `prefill_ctx_ms_per_ktok`: attention makes a prefilled token cost more the more context it attends to. A
 //!   chunk of `n` new tokens after `c` tokens of context adds `prefill_ctx_ms_per_ktok · Σ_{i<n} (c + i) / 1000`
 //!   ms = `prefill_ctx_ms_per_ktok · (n·c + n(n−1)/2) / 1000` (a cold prefill of `n` grows as `n²/2000`).
@@ -23,6 +23,16 @@
 //!   sequences (its own is `prefill_ctx_ms_per_ktok`'s). A prefill alone on the server pays nothing here. With
 //!   one KV stream per slot (an explicit `--parallel N`, `kv_unified = false`) a prompt attends only to its own
 //!   slot's cells: leave it 0 (docs/calibration.md, "Prefill beside other slots' KV").
+//! - `prefill_tile_rows` (with `ubatch_tokens`): prompt rows that attend to their context one row at a time.
+//!   llama.cpp cuts a step's prompts into ubatches of at most `ubatch_tokens` (its `--ubatch-size`, 512), each
+//!   with the same number of tokens of each of a run of adjacent slots (`split_equal`, one KV stream per slot);
+//!   its CPU backend's flash attention computes a sequence's query rows in tiles of 64 (`GGML_FA_TILE_Q`), and a
+//!   ubatch holding fewer rows of a sequence runs them one at a time over the whole context, as decoding tokens:
+//!   a warm prompt of 20 new tokens after 5,000 cached took 157 ms, one of 64 took 43 ms, two of 300 at once 1.2 s
+//!   (256 + 256, then 44 + 44 row by row) where two of 330 took 0.62 s (docs/measurements.md). Rows in a ubatch
+//!   fewer than `prefill_tile_rows` are priced at `per_ctx_token_ms` per token attended instead of
+//!   `prefill_ctx_ms_per_ktok / 1000`. 0: off; `loadshape calibrate` leaves it 0 (docs/calibration.md, "Prompts
+//!   of a few tokens").
 //! - `reply_cached_share`: how much of a session's previous reply the server finds in its prefix cache when the
 //!   conversation comes back (default 1: all of it, the KV the decode wrote). A server that caches token ids and
 //!   re-tokenizes the reply it receives as text finds only the tokens that round-trip: llama-server with a
@@ -64,6 +74,8 @@ pub const MAX_KV_BLOCKS: u64 = 100_000_000;
 pub const MAX_BLOCK_SIZE: u32 = 4096;
 /// Largest accepted `max_num_seqs`.
 pub const MAX_NUM_SEQS: u32 = 65_536;
+/// Largest `prefill_tile_rows` accepted.
+pub const MAX_TILE_ROWS: u32 = 4096;
 /// Largest accepted `max_num_batched_tokens` and `max_model_len`, tokens.
 pub const MAX_TOKENS: u64 = 100_000_000;
 
@@ -81,6 +93,10 @@ fn is_one(v: &f64) -> bool {
 
 fn is_zero(v: &f64) -> bool {
     *v == 0.0
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
 }
 
 /// Largest accepted host-tier capacity, tokens.
@@ -377,6 +393,18 @@ pub struct EngineProfile {
     /// milliseconds (see the module docs). Default 0: a prompt attends only to its own context.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prefill_batch_kv_ms_per_ktok: f64,
+    /// A sequence's prompt rows in one ubatch fewer than this attend to their context one row at a time, each
+    /// priced as a decoding token's (`per_ctx_token_ms` per token attended) instead of at the prefill's context
+    /// term: llama.cpp's CPU backend, whose flash attention takes its tiled kernel only for at least 64 query rows
+    /// of a sequence (`GGML_FA_TILE_Q`). The step is cut into ubatches as llama.cpp's `split_equal` does (the
+    /// same number of tokens of each of a run of adjacent slots, at most `ubatch_tokens` in all). Default 0: off
+    /// (see the module docs).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub prefill_tile_rows: u32,
+    /// Tokens per ubatch (llama.cpp `--ubatch-size`, default 512) for `prefill_tile_rows`. Default 0: the step's
+    /// whole token budget, `max_num_batched_tokens`.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub ubatch_tokens: u32,
     /// Share of a session's previous reply found cached when the conversation comes back, 0..=1 (see the module
     /// docs). Default 1: all of it.
     #[serde(default = "one", skip_serializing_if = "is_one")]
@@ -435,6 +463,8 @@ impl EngineProfile {
         self.prefill_ctx_ms_per_ktok = from.prefill_ctx_ms_per_ktok;
         self.batch_kv_ms_per_ktok = from.batch_kv_ms_per_ktok;
         self.prefill_batch_kv_ms_per_ktok = from.prefill_batch_kv_ms_per_ktok;
+        self.prefill_tile_rows = from.prefill_tile_rows;
+        self.ubatch_tokens = from.ubatch_tokens;
         self.roofline = from.roofline.clone();
     }
 
@@ -518,6 +548,21 @@ impl EngineProfile {
                     format!("must be a finite number in 0..=1e6 milliseconds (got {v})"),
                 ));
             }
+        }
+        if self.prefill_tile_rows > MAX_TILE_ROWS {
+            return Err(f(
+                "prefill_tile_rows",
+                format!("must be in 0..={MAX_TILE_ROWS} (got {})", self.prefill_tile_rows),
+            ));
+        }
+        if self.ubatch_tokens > self.max_num_batched_tokens {
+            return Err(f(
+                "ubatch_tokens",
+                format!(
+                    "must be at most max_num_batched_tokens ({}), as llama.cpp's ubatch is at most its batch (got {})",
+                    self.max_num_batched_tokens, self.ubatch_tokens
+                ),
+            ));
         }
         if !(0.0..=1.0).contains(&self.reply_cached_share) {
             return Err(f(
