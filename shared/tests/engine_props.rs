@@ -299,6 +299,14 @@ fn bad_input_names_the_field() {
             Box::new(|s| s.profile.num_kv_blocks = u64::MAX),
             "profile.num_kv_blocks",
         ),
+        (
+            Box::new(|s| s.profile.prefill_tile_rows = 5000),
+            "profile.prefill_tile_rows",
+        ),
+        (
+            Box::new(|s| s.profile.ubatch_tokens = s.profile.max_num_batched_tokens + 1),
+            "profile.ubatch_tokens",
+        ),
         (Box::new(|s| s.slo.ttft_ms = f64::NAN), "slo.ttft_ms"),
         (
             Box::new(|s| {
