@@ -2068,7 +2068,9 @@ impl Engine {
             .iter()
             .map(|s| (self.reqs[s.idx as usize].slot, s.tokens, s.t, s.prefill))
             .collect();
-        seqs.sort_unstable_by_key(|&(slot, _, _, prompt)| (prompt, slot));
+        crate::order::sort_by_u64_key(&mut seqs, |&(slot, _, _, prompt)| {
+            u64::from(prompt) << 32 | u64::from(slot)
+        });
         let mut attended = 0.0;
         let mut run: Vec<usize> = Vec::with_capacity(seqs.len());
         while let Some(first) = seqs.iter().position(|x| x.1 > 0) {
