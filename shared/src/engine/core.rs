@@ -2890,6 +2890,14 @@ impl Engine {
         // A speculative stretch consumes the ring's slots of its steps itself.
         let spec_stretch = pure && max_steps > 1 && self.spec.is_some() && self.sched.is_empty() && self.lz.n > 0;
         let (k, end) = if spec_stretch {
+            // A tier's expiry can make a waiting request admissible (its prefix is recomputed, not restored, and
+            // needs fewer blocks at once), and a step by step run tries to admit it at the first step after the
+            // expiry: the stretch ends there too.
+            let until_ms = if self.kv.any_ttl && !self.waiting.is_empty() {
+                until_ms.min(self.kv.next_expiry())
+            } else {
+                until_ms
+            };
             self.spec_stretch(d1, ctx, decoders, max_steps, until_ms)
         } else {
             self.stretch(d1, ctx, decoders, pure, max_steps, until_ms)
