@@ -3,7 +3,6 @@
 
 use shared::calibrate::{FitOptions, fit};
 use shared::engine::{EngineProfile, EngineScenario, SimOptions, simulate_with};
-use shared::metrics::Slo;
 use shared::record::RequestRecord;
 use shared::workload::{ClosedLoopWorkload, LengthDist, Workload};
 
@@ -38,16 +37,7 @@ fn truth() -> EngineProfile {
 
 /// Records of `workload` on `profile` (each with its own ITL quantiles), shifted to start at `offset` seconds.
 fn simulated(profile: &EngineProfile, workload: Workload, seed: u64, offset: f64) -> Vec<RequestRecord> {
-    let sc = EngineScenario {
-        workload,
-        profile: profile.clone(),
-        slo: Slo::default(),
-        seed,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    };
+    let sc = EngineScenario::new(workload, profile.clone(), seed);
     let opts = SimOptions {
         record_itl_quantiles: true,
         keep_records: true,
@@ -637,16 +627,7 @@ fn a_speculating_server_calibrated_without_a_base_predicts_its_own_tpot() {
             output: LengthDist::Fixed { tokens: 200 },
             shared_prefix_tokens: 0,
         });
-        let sc = EngineScenario {
-            workload: w,
-            profile: p.clone(),
-            slo: Slo::default(),
-            seed: 77,
-            counterfactuals: false,
-            fleet: None,
-            deployment: None,
-            disaggregation: None,
-        };
+        let sc = EngineScenario::new(w, p.clone(), 77);
         simulate_with(&sc, SimOptions::default()).expect("valid").summary
     };
     let (want, got) = (held_out(&t), held_out(&f.profile));

@@ -5,7 +5,6 @@
 use proptest::prelude::*;
 use shared::deploy::roofline::RooflineCost;
 use shared::engine::{Engine, EngineProfile, EngineScenario, PromptBlocks, SimOptions, StepEvent, simulate_with};
-use shared::metrics::Slo;
 use shared::scenario::Scenario;
 use shared::workload::{TraceRequest, TraceWorkload, Workload};
 
@@ -145,8 +144,8 @@ fn finish_times(p: &EngineProfile, reqs: &[(u32, u32)]) -> (Vec<f64>, Vec<f64>, 
             }
         }
     }
-    let sc = EngineScenario {
-        workload: Workload::Trace(Box::new(TraceWorkload::inline(
+    let sc = EngineScenario::new(
+        Workload::Trace(Box::new(TraceWorkload::inline(
             reqs.iter()
                 .map(|&(prompt, out)| TraceRequest {
                     arrival_ms: 0.0,
@@ -161,14 +160,9 @@ fn finish_times(p: &EngineProfile, reqs: &[(u32, u32)]) -> (Vec<f64>, Vec<f64>, 
                 })
                 .collect(),
         ))),
-        profile: p.clone(),
-        slo: Slo::default(),
-        seed: 1,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    };
+        p.clone(),
+        1,
+    );
     let opts = SimOptions {
         record_itl_quantiles: false,
         keep_records: true,

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 use shared::engine::profile::Scheduler;
 use shared::engine::{Engine, EngineProfile, EngineScenario, PromptBlocks, ReqId, StepEvent, simulate};
-use shared::metrics::Slo;
 use shared::workload::{SessionWorkload, Workload};
 
 fn profile(scheduler: Scheduler, slots: u32, budget: u32) -> EngineProfile {
@@ -158,8 +157,8 @@ fn decodes_are_never_starved_and_the_budget_holds() {
 }
 
 fn sessions(scheduler: Scheduler, slots: u32, n: u32, seed: u64) -> EngineScenario {
-    EngineScenario {
-        workload: Workload::Sessions(SessionWorkload {
+    EngineScenario::new(
+        Workload::Sessions(SessionWorkload {
             sessions: n,
             steps: 4,
             base_tokens: 3000,
@@ -171,14 +170,9 @@ fn sessions(scheduler: Scheduler, slots: u32, n: u32, seed: u64) -> EngineScenar
             stagger_s: 0.5,
             ..Default::default()
         }),
-        profile: profile(scheduler, slots, 2048),
-        slo: Slo::default(),
+        profile(scheduler, slots, 2048),
         seed,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    }
+    )
 }
 
 fn report(sc: &EngineScenario) -> String {

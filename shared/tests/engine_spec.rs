@@ -6,7 +6,6 @@ use shared::deploy::roofline::{RooflineCost, StepShape};
 use shared::engine::{
     Acceptance, Engine, EngineProfile, EngineScenario, PromptBlocks, SpecMethod, Speculative, StepEvent, simulate,
 };
-use shared::metrics::Slo;
 use shared::workload::{LengthDist, PoissonWorkload, Workload};
 
 fn profile() -> EngineProfile {
@@ -167,22 +166,17 @@ fn the_roofline_pays_for_verified_tokens() {
 fn scenario(speculative: Option<Box<Speculative>>, seed: u64) -> EngineScenario {
     let mut p = profile();
     p.speculative = speculative;
-    EngineScenario {
-        workload: Workload::Poisson(PoissonWorkload {
+    EngineScenario::new(
+        Workload::Poisson(PoissonWorkload {
             rate_rps: 4.0,
             num_requests: 400,
             prompt: LengthDist::Fixed { tokens: 400 },
             output: LengthDist::Fixed { tokens: 200 },
             shared_prefix_tokens: 0,
         }),
-        profile: p,
-        slo: Slo::default(),
+        p,
         seed,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    }
+    )
 }
 
 /// Over many steps the accepted share and the accepted tokens per step are the profile's (rate 0.7, k = 2:
@@ -296,8 +290,8 @@ fn preemption_under_speculation_keeps_the_counts() {
     // Two 4,016-token prompts fit (8,032 of 8,160 tokens); their replies do not.
     p.num_kv_blocks = 510;
     p.speculative = spec(4, Acceptance::Rate(0.75), 0.1);
-    let sc = EngineScenario {
-        workload: Workload::Sessions(shared::workload::SessionWorkload {
+    let sc = EngineScenario::new(
+        Workload::Sessions(shared::workload::SessionWorkload {
             sessions: 4,
             steps: 2,
             base_tokens: 4000,
@@ -310,14 +304,9 @@ fn preemption_under_speculation_keeps_the_counts() {
             stagger_s: 0.1,
             ..Default::default()
         }),
-        profile: p,
-        slo: Slo::default(),
-        seed: 5,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    };
+        p,
+        5,
+    );
     let r = simulate(&sc).expect("valid");
     assert!(r.diagnostics.kv_thrash.preemptions > 0, "{:?}", r.diagnostics.kv_thrash);
     for rec in r.records.iter().filter(|x| x.ok) {
@@ -342,8 +331,8 @@ fn acceptance_by_kind_follows_the_sessions_content() {
         prose: Some(Acceptance::Rate(0.0)),
     });
     p.speculative = Some(s);
-    let sc = EngineScenario {
-        workload: Workload::Sessions(shared::workload::SessionWorkload {
+    let sc = EngineScenario::new(
+        Workload::Sessions(shared::workload::SessionWorkload {
             sessions: 4,
             steps: 3,
             base_tokens: 1000,
@@ -355,14 +344,9 @@ fn acceptance_by_kind_follows_the_sessions_content() {
             stagger_s: 0.3,
             ..Default::default()
         }),
-        profile: p,
-        slo: Slo::default(),
-        seed: 8,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    };
+        p,
+        8,
+    );
     let r = simulate(&sc).expect("valid");
     let mut kinds = [0, 0];
     for rec in r.records.iter().filter(|x| x.ok) {

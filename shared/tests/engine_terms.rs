@@ -5,7 +5,6 @@
 use proptest::prelude::*;
 use shared::engine::profile::HostCache;
 use shared::engine::{Engine, EngineProfile, EngineScenario, PromptBlocks, StepEvent, simulate};
-use shared::metrics::Slo;
 use shared::workload::{SessionWorkload, Workload};
 
 fn profile(kv: u64) -> EngineProfile {
@@ -43,8 +42,8 @@ fn sessions(kv: u64, sessions: u32, host: Option<u64>, seed: u64) -> EngineScena
         capacity_tokens,
         restore_tokens_per_ms: 200.0,
     });
-    EngineScenario {
-        workload: Workload::Sessions(SessionWorkload {
+    EngineScenario::new(
+        Workload::Sessions(SessionWorkload {
             sessions,
             steps: 6,
             base_tokens: 3000,
@@ -56,14 +55,9 @@ fn sessions(kv: u64, sessions: u32, host: Option<u64>, seed: u64) -> EngineScena
             stagger_s: 0.5,
             ..Default::default()
         }),
-        profile: p,
-        slo: Slo::default(),
+        p,
         seed,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    }
+    )
 }
 
 fn report(sc: &EngineScenario) -> String {
@@ -298,8 +292,8 @@ fn batch_kv_stretches_agree_with_single_steps() {
             }
         }
     }
-    let sc = EngineScenario {
-        workload: Workload::Trace(Box::new(TraceWorkload::inline(
+    let sc = EngineScenario::new(
+        Workload::Trace(Box::new(TraceWorkload::inline(
             outputs
                 .iter()
                 .map(|&o| TraceRequest {
@@ -315,14 +309,9 @@ fn batch_kv_stretches_agree_with_single_steps() {
                 })
                 .collect(),
         ))),
-        profile: p,
-        slo: Slo::default(),
-        seed: 1,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    };
+        p,
+        1,
+    );
     let opts = SimOptions {
         record_itl_quantiles: false,
         keep_records: true,

@@ -10,7 +10,6 @@
 
 use shared::engine::profile::{HostCache, KvTier, TierEvict, TierWrite};
 use shared::engine::{Engine, EngineProfile, EngineScenario, PromptBlocks, StepEvent, simulate};
-use shared::metrics::Slo;
 use shared::workload::{SessionWorkload, Workload};
 
 fn profile(kv: u64) -> EngineProfile {
@@ -191,8 +190,8 @@ fn bandwidth_in_bytes_per_second() {
 }
 
 fn sessions(p: EngineProfile, seed: u64) -> EngineScenario {
-    EngineScenario {
-        workload: Workload::Sessions(SessionWorkload {
+    EngineScenario::new(
+        Workload::Sessions(SessionWorkload {
             sessions: 8,
             steps: 6,
             base_tokens: 3000,
@@ -204,14 +203,9 @@ fn sessions(p: EngineProfile, seed: u64) -> EngineScenario {
             stagger_s: 0.5,
             ..Default::default()
         }),
-        profile: p,
-        slo: Slo::default(),
+        p,
         seed,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    }
+    )
 }
 
 fn report(sc: &EngineScenario) -> String {

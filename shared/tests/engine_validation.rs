@@ -37,22 +37,17 @@ fn single_server() -> EngineProfile {
 
 /// Poisson arrivals of fixed 100-token prompts into [`single_server`].
 fn single_server_poisson(num_requests: u64, rate_rps: f64, output: LengthDist, seed: u64) -> EngineScenario {
-    EngineScenario {
-        workload: Workload::Poisson(PoissonWorkload {
+    EngineScenario::new(
+        Workload::Poisson(PoissonWorkload {
             num_requests,
             rate_rps,
             prompt: LengthDist::Fixed { tokens: 100 },
             output,
             shared_prefix_tokens: 0,
         }),
-        profile: single_server(),
-        slo: Slo::default(),
+        single_server(),
         seed,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    }
+    )
 }
 
 fn mean_queue_ms(sc: &EngineScenario) -> (f64, usize) {

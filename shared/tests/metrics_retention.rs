@@ -129,8 +129,8 @@ fn a_ttl_tier_shows_in_retention() {
             evict,
             ..KvTier::on_evict("host", 2_000_000, 200.0)
         }];
-        let sc = EngineScenario {
-            workload: Workload::Sessions(SessionWorkload {
+        let sc = EngineScenario::new(
+            Workload::Sessions(SessionWorkload {
                 sessions: 24,
                 steps: 8,
                 base_tokens: 4000,
@@ -142,14 +142,9 @@ fn a_ttl_tier_shows_in_retention() {
                 stagger_s: 2.0,
                 ..Default::default()
             }),
-            profile: p,
-            slo: Slo::default(),
-            seed: 5,
-            counterfactuals: false,
-            fleet: None,
-            deployment: None,
-            disaggregation: None,
-        };
+            p,
+            5,
+        );
         simulate(&sc).expect("valid").summary.retention
     };
     let share_past = |r: &[Retention], s: f64| {

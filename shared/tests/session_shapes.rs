@@ -2,7 +2,6 @@
 //! distribution, checked against the records' own timing.
 
 use shared::engine::{EngineProfile, EngineScenario, simulate};
-use shared::metrics::Slo;
 use shared::record::RequestRecord;
 use shared::workload::{Compaction, Reasoning, SessionWorkload, Subagents, ThinkDist, Workload};
 
@@ -36,16 +35,7 @@ fn profile() -> EngineProfile {
 }
 
 fn scenario(w: SessionWorkload) -> EngineScenario {
-    EngineScenario {
-        workload: Workload::Sessions(w),
-        profile: profile(),
-        slo: Slo::default(),
-        seed: 11,
-        counterfactuals: false,
-        fleet: None,
-        deployment: None,
-        disaggregation: None,
-    }
+    EngineScenario::new(Workload::Sessions(w), profile(), 11)
 }
 
 fn sessions() -> SessionWorkload {

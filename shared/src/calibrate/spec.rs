@@ -393,7 +393,6 @@ pub fn decode_steps(r: &RequestRecord) -> u64 {
 mod tests {
     use super::*;
     use crate::engine::{EngineScenario, SimOptions, simulate_with};
-    use crate::metrics::Slo;
     use crate::workload::{ClosedLoopWorkload, LengthDist, Workload};
 
     fn base() -> EngineProfile {
@@ -409,8 +408,8 @@ mod tests {
         output: u32,
         seed: u64,
     ) -> EngineScenario {
-        EngineScenario {
-            workload: Workload::ClosedLoop(ClosedLoopWorkload {
+        EngineScenario::new(
+            Workload::ClosedLoop(ClosedLoopWorkload {
                 users,
                 num_requests: n,
                 think_s: 0.0,
@@ -419,13 +418,8 @@ mod tests {
                 shared_prefix_tokens: 0,
             }),
             profile,
-            slo: Slo::default(),
             seed,
-            counterfactuals: false,
-            fleet: None,
-            deployment: None,
-            disaggregation: None,
-        }
+        )
     }
 
     fn keep_records() -> SimOptions {

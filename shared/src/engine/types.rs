@@ -152,6 +152,22 @@ impl From<EngineScenario> for EngineScenarioJson {
 }
 
 impl EngineScenario {
+    /// `workload` on one engine of `profile`, drawn from `seed`: the default SLO and no fleet, deployment or
+    /// disaggregation, as a scenario file that leaves them out; no counterfactual runs (a file's default is to
+    /// run them).
+    pub fn new(workload: Workload, profile: EngineProfile, seed: u64) -> Self {
+        EngineScenario {
+            workload,
+            profile,
+            slo: Slo::default(),
+            seed,
+            counterfactuals: false,
+            fleet: None,
+            deployment: None,
+            disaggregation: None,
+        }
+    }
+
     /// Checks every field; paths are relative to the scenario (`workload.rate_rps`, `profile.block_size`).
     pub fn validate(&self) -> Result<(), ScenarioError> {
         self.workload.validate().map_err(|e| e.within("workload"))?;
