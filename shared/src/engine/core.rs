@@ -757,6 +757,20 @@ fn entry_left(saved: &mut HashMap<u32, Vec<u32>, BuildIdHasher>, slots: &mut [Sl
     }
 }
 
+/// Slot `slot` is marked saved: an entry holds all of its content, of lineage `root` (listed for [`entry_left`]).
+fn mark_saved(saved: &mut HashMap<u32, Vec<u32>, BuildIdHasher>, slots: &mut [SlotMem], slot: u32) {
+    let m = &mut slots[slot as usize];
+    m.saved = true;
+    saved.entry(m.root).or_default().push(slot);
+}
+
+/// Σ over a chunk of `n` prompt tokens after `t` computed ones of the context each attends to: `n·t + n(n−1)/2`.
+#[inline]
+fn attended_by(n: u32, t: u32) -> f64 {
+    let (n, t) = (f64::from(n), f64::from(t));
+    n * t + n * (n - 1.0) / 2.0
+}
+
 /// llama-server's host prompt cache (`server_prompt_cache`, on with `--cache-ram`, its default): whole slot states,
 /// oldest first. A slot's content is saved when the slot is given to a prompt it does not continue (chosen as the
 /// least recently used, or by similarity keeping under half of its content) and, as `--cache-idle-slots` (on by
@@ -1468,9 +1482,8 @@ impl Engine {
             .map(|(_, e)| self.lcp_tokens(e, m.chain, m.tokens))
             .collect();
         if lcp.contains(&m.tokens) {
-            self.slots[slot as usize].saved = true;
             if let Some(pc) = &mut self.prompt_cache {
-                pc.saved.entry(m.root).or_default().push(slot);
+                mark_saved(&mut pc.saved, &mut self.slots, slot);
             }
             return;
         }
@@ -1490,8 +1503,7 @@ impl Engine {
         pc.fifo.push_back((order, m.root));
         pc.tokens += u64::from(m.tokens);
         pc.live += 1;
-        self.slots[slot as usize].saved = true;
-        pc.saved.entry(m.root).or_default().push(slot);
+        mark_saved(&mut pc.saved, &mut self.slots, slot);
         while pc.tokens > pc.limit_tokens {
             let Some(e) = pc.evict_oldest() else { break };
             entry_left(&mut pc.saved, &mut self.slots, e.root);
@@ -1816,16 +1828,7 @@ impl Engine {
             d += self.p.batch_kv_ms_per_ktok * n * ctx as f64 / 1000.0;
         }
         if prefill_tokens > 0 {
-            d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
-            if self.p.prefill_ctx_ms_per_ktok > 0.0 {
-                d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
-            }
-            if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
-                d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
-            }
-            if self.p.prefill_tile_rows > 0 {
-                d += self.row_by_row_ms();
-            }
+            d = self.with_prefill(d, prefill_tokens, ctx);
         }
         self.with_restores(d, restored_tokens)
     }
@@ -1888,16 +1891,7 @@ impl Engine {
             d += self.p.batch_kv_ms_per_ktok * n * ctx as f64 / 1000.0;
         }
         if prefill_tokens > 0 {
-            d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
-            if self.p.prefill_ctx_ms_per_ktok > 0.0 {
-                d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
-            }
-            if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
-                d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
-            }
-            if self.p.prefill_tile_rows > 0 {
-                d += self.row_by_row_ms();
-            }
+            d = self.with_prefill(d, prefill_tokens, ctx);
         }
         d += drafted as f64 / self.p.prefill_tokens_per_ms + draft_ms;
         self.with_restores(d, restored)
@@ -2047,6 +2041,22 @@ impl Engine {
         (d, sums.ctx as f64, sums.prefill_tokens, sums.decoders)
     }
 
+    /// Step time `d` plus what its prefill of `prefill_tokens` costs under a linear profile (the fixed part and the
+    /// rate, then each optional term in turn, added in that order), the step's KV context `ctx`.
+    fn with_prefill(&self, mut d: f64, prefill_tokens: u32, ctx: u64) -> f64 {
+        d += self.p.prefill_fixed_ms + f64::from(prefill_tokens) / self.p.prefill_tokens_per_ms;
+        if self.p.prefill_ctx_ms_per_ktok > 0.0 {
+            d += self.p.prefill_ctx_ms_per_ktok * self.prefill_attended() / 1000.0;
+        }
+        if self.p.prefill_batch_kv_ms_per_ktok > 0.0 {
+            d += self.p.prefill_batch_kv_ms_per_ktok * self.prefill_others_kv(ctx) / 1000.0;
+        }
+        if self.p.prefill_tile_rows > 0 {
+            d += self.row_by_row_ms();
+        }
+        d
+    }
+
     /// What the step's prompt rows that attend one row at a time cost beyond the prefill's context term
     /// (`prefill_tile_rows`). The step's tokens are cut into ubatches as llama.cpp's `split_equal` cuts a batch
     /// with one KV stream per slot: the batch holds each decoding sequence's token, then each prompt's, slot by
@@ -2087,8 +2097,7 @@ impl Engine {
             for &i in &run {
                 let (_, rows, t, prompt) = &mut seqs[i];
                 if *prompt && each < tile {
-                    let (n, c) = (f64::from(each), f64::from(*t));
-                    attended += n * c + n * (n - 1.0) / 2.0;
+                    attended += attended_by(each, *t);
                 }
                 *rows -= each;
                 *t += each;
@@ -2103,10 +2112,7 @@ impl Engine {
         self.sched
             .iter()
             .filter(|s| s.prefill)
-            .map(|s| {
-                let (n, t) = (f64::from(s.tokens), f64::from(s.t));
-                n * t + n * (n - 1.0) / 2.0
-            })
+            .map(|s| attended_by(s.tokens, s.t))
             .sum()
     }
 
