@@ -3152,7 +3152,12 @@ impl Engine {
         // Without tiers nothing but the count of blocks matters inside the stretch (see above).
         let at_end = self.kv.tiers.is_empty();
         let used0 = self.kv.used_by_running();
-        let mut avail_left = self.kv.available();
+        // While requests wait, the stretch takes free blocks only: an eviction can let one in (a prefix it held
+        // on the GPU, or one a tier drops on the way down, is then recomputed chunk by chunk and needs fewer
+        // blocks at once), and a step by step run tries to admit it at that step.
+        let evict_ok = self.waiting.is_empty();
+        let blocks_left = |kv: &Kv| if evict_ok { kv.available() } else { kv.free() };
+        let mut avail_left = blocks_left(&self.kv);
         let mut taken = 0u64;
         // The linear profile's step cost (`spec_cost`), its constant parts computed once.
         let linear = self.p.roofline.is_none();
@@ -3196,76 +3201,90 @@ impl Engine {
         ctx_time += (ctx / nf + 0.0) * dj;
         lazy_ctx += u64::from(self.lz.ring.take_emit((d & mask) as usize));
         let mut k = 1u64;
-        if linear && at_end {
-            let mut st = StepSums {
-                k,
-                end,
-                busy,
-                batch_time,
-                decode_time,
-                ctx_time,
-                lazy_ctx,
-                avail_left,
-                taken,
-                peak: None,
-            };
-            linear_spec_steps(&mut self.lz.ring, &mut self.log, &c, &mut st);
-            if let Some(p) = st.peak {
-                self.inner_peak = used0 + p;
-            }
-            StepSums {
-                k,
-                end,
-                busy,
-                batch_time,
-                decode_time,
-                ctx_time,
-                lazy_ctx,
-                avail_left,
-                taken,
-                ..
-            } = st;
-            // It stopped where the steps below would: they add nothing.
-        }
-        while k < kmax && end < until_ms {
-            let slot = self.lz.ring.get(((d + k) & mask) as usize);
-            let need = u64::from(slot.blocks);
-            let avail = if at_end { avail_left } else { self.kv.available() };
-            if full - u64::from(slot.short) > budget || need > avail {
-                break;
-            }
-            // Blocks only grow inside the stretch: the last step before this one ended holding the most.
-            self.inner_peak = used0 + taken;
-            if need > 0 {
-                if at_end {
-                    avail_left -= need;
-                } else {
-                    if self.kv.any_ttl {
-                        self.kv.now_ms = end;
-                        self.kv.expire_tiers();
-                    }
-                    // Cannot fail: checked just above.
-                    let _ = self.kv.alloc(need);
+        // While requests wait and there are no tiers, the stretch takes evictable blocks up to the first chain a
+        // waiting request reads (the stretch's evictions are made at its end, least recently used first).
+        let mut walk = self.kv.lru_walk();
+        let free0 = self.kv.free();
+        'stretch: loop {
+            if linear && at_end {
+                let mut st = StepSums {
+                    k,
+                    end,
+                    busy,
+                    batch_time,
+                    decode_time,
+                    ctx_time,
+                    lazy_ctx,
+                    avail_left,
+                    taken,
+                    peak: None,
+                };
+                linear_spec_steps(&mut self.lz.ring, &mut self.log, &c, &mut st);
+                if let Some(p) = st.peak {
+                    self.inner_peak = used0 + p;
                 }
-                taken += need;
+                StepSums {
+                    k,
+                    end,
+                    busy,
+                    batch_time,
+                    decode_time,
+                    ctx_time,
+                    lazy_ctx,
+                    avail_left,
+                    taken,
+                    ..
+                } = st;
+                // It stopped where the steps below would: they add nothing.
             }
-            let dj = if linear {
-                c.step_ms(lazy_ctx, slot.short)
-            } else {
-                let (drafted, attended) = self.lazy_drafts(&s, d + k, lazy_ctx);
-                self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS])
-            };
-            let cf = lazy_ctx as f64;
-            end += dj;
-            if self.keep_log {
-                self.log.push((dj, dj, 1));
+            while k < kmax && end < until_ms {
+                let slot = self.lz.ring.get(((d + k) & mask) as usize);
+                let need = u64::from(slot.blocks);
+                let avail = if at_end { avail_left } else { blocks_left(&self.kv) };
+                if full - u64::from(slot.short) > budget {
+                    break 'stretch;
+                }
+                if need > avail {
+                    if at_end && !evict_ok && self.kv.walk_clear(&mut walk, taken + need - free0) {
+                        avail_left = (free0 + walk.clear).min(self.kv.available()) - taken;
+                        continue 'stretch;
+                    }
+                    break 'stretch;
+                }
+                // Blocks only grow inside the stretch: the last step before this one ended holding the most.
+                self.inner_peak = used0 + taken;
+                if need > 0 {
+                    if at_end {
+                        avail_left -= need;
+                    } else {
+                        if self.kv.any_ttl {
+                            self.kv.now_ms = end;
+                            self.kv.expire_tiers();
+                        }
+                        // Cannot fail: checked just above.
+                        let _ = self.kv.alloc(need);
+                    }
+                    taken += need;
+                }
+                let dj = if linear {
+                    c.step_ms(lazy_ctx, slot.short)
+                } else {
+                    let (drafted, attended) = self.lazy_drafts(&s, d + k, lazy_ctx);
+                    self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS])
+                };
+                let cf = lazy_ctx as f64;
+                end += dj;
+                if self.keep_log {
+                    self.log.push((dj, dj, 1));
+                }
+                busy += dj;
+                batch_time += batch * dj;
+                decode_time += dj;
+                ctx_time += (cf / nf + 0.0) * dj;
+                lazy_ctx += u64::from(self.lz.ring.take_emit(((d + k) & mask) as usize));
+                k += 1;
             }
-            busy += dj;
-            batch_time += batch * dj;
-            decode_time += dj;
-            ctx_time += (cf / nf + 0.0) * dj;
-            lazy_ctx += u64::from(self.lz.ring.take_emit(((d + k) & mask) as usize));
-            k += 1;
+            break;
         }
         if at_end && taken > 0 {
             // Cannot fail: each step's blocks were checked against what the ones before left.

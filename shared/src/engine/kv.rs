@@ -40,6 +40,14 @@ thread_local! {
 /// In [`Kv::tier_runs`]: blocks the GPU holds.
 pub(crate) const NO_TIER: usize = usize::MAX;
 
+/// [`Kv::walk_clear`]'s place along the eviction order: the next chain and the evictable blocks before it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LruWalk {
+    next: u32,
+    /// Evictable blocks, from the least recently used on, that no waiting request reads.
+    pub clear: u64,
+}
+
 /// One chain of content blocks.
 #[derive(Debug, Clone)]
 pub(crate) struct Chain {
@@ -724,6 +732,32 @@ impl Kv {
             self.chains[tail as usize].lru_next = c;
         }
         self.lru_tail = c;
+    }
+
+    /// A walk along the eviction order (least recently used chain first), covering nothing yet.
+    pub fn lru_walk(&self) -> LruWalk {
+        LruWalk {
+            next: self.lru_head,
+            clear: 0,
+        }
+    }
+
+    /// Extends `w` until the blocks it covers reach `blocks`: `false` when a chain that a waiting request's lineage
+    /// holds (or the list's end) comes first. What `w.clear` counts, [`Self::evict`] can take without changing what
+    /// any waiting request finds cached.
+    pub fn walk_clear(&self, w: &mut LruWalk, blocks: u64) -> bool {
+        while w.clear < blocks {
+            if w.next == NONE {
+                return false;
+            }
+            let ch = &self.chains[w.next as usize];
+            if ch.waiting > 0 {
+                return false;
+            }
+            w.clear += u64::from(ch.ev);
+            w.next = ch.lru_next;
+        }
+        true
     }
 
     /// Evict `n` unpinned blocks, least recently used chain first, each chain from its tail. Returns the number
