@@ -97,6 +97,25 @@ export function cli(args) {
   return execFileSync(BIN, args, { encoding: 'utf8', maxBuffer: 256 << 20 });
 }
 
+/**
+ * The scenario in the page's own address, once `accept(scenario)` holds. The page writes its link (`s=`) after the
+ * result, with code it loads on demand, so the address may still hold no link or the previous one for a moment.
+ */
+export async function linkedScenario(page, accept, timeoutMs = 30000) {
+  const deadline = Date.now() + timeoutMs;
+  let last = 'no `s=` in the address';
+  for (;;) {
+    const url = page.url();
+    if (/[#&]s=1\./.test(url)) {
+      const scenario = JSON.parse(cli(['link', '--decode', url]));
+      if (accept(scenario)) return scenario;
+      last = `the link holds ${JSON.stringify(scenario.workload)}`;
+    }
+    if (Date.now() > deadline) throw new Error(`the page's address never held the expected scenario: ${last}`);
+    await page.waitForTimeout(100);
+  }
+}
+
 /** Writes `text` to a scratch file named NAME and returns its path. */
 export function scratchFile(name, text) {
   const file = path.join(scratch, name);

@@ -3,7 +3,7 @@
 // Run through run.mjs (it starts `loadshape serve` and passes LOADSHAPE_URL with #token=).
 import { test, after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { assertSameNumbers, cli, launchBrowser, numericFields, readMetrics, screenshot, simulate } from './harness.mjs';
+import { assertSameNumbers, launchBrowser, linkedScenario, numericFields, readMetrics, screenshot, simulate } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const EXPLORER = '[data-summary="explorer"]';
@@ -35,7 +35,7 @@ test('"use in scenario" puts the solved ladder into the explorer, which recomput
   }, [p50, before], { timeout: 120000 });
 
   // The page's scenario, read back from its own URL by the CLI.
-  const scenario = JSON.parse(cli(['link', '--decode', page.url()]));
+  const scenario = await linkedScenario(page, (s) => String(s.workload?.ladder) === ladder);
   assert.equal(scenario.model, 'engine');
   assert.equal(scenario.workload.kind, 'sessions');
   assert.equal(String(scenario.workload.ladder), ladder, 'the workload uses the solved ladder');

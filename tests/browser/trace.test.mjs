@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { ROOT, assertSameNumbers, cli, launchBrowser, numericFields, readMetrics, scratchFile, simulate } from './harness.mjs';
+import { ROOT, assertSameNumbers, launchBrowser, linkedScenario, numericFields, readMetrics, scratchFile, simulate } from './harness.mjs';
 
 const URL_WITH_TOKEN = process.env.LOADSHAPE_URL;
 const EXPLORER = '[data-summary="explorer"]';
@@ -72,7 +72,7 @@ test('a trace file is parsed in the page, simulated as the CLI does, and linked 
   }, [p50, before], { timeout: 120000 });
 
   // The page's link: the trace by its hash, no requests.
-  const scenario = JSON.parse(cli(['link', '--decode', page.url()]));
+  const scenario = await linkedScenario(page, (s) => s.workload?.kind === 'trace');
   assert.equal(scenario.workload.kind, 'trace');
   assert.equal(scenario.workload.sha256, createHash('sha256').update(text).digest('hex'));
   assert.equal((scenario.workload.requests ?? []).length, 0, 'the link carries no requests');
