@@ -423,7 +423,10 @@ struct LinearSteps {
     kmax: u64,
     until_ms: f64,
     full: u64,
-    budget: u64,
+    /// The tokens a step may take: at most the budget, and while requests wait for a slot exactly what the
+    /// stretch's first step took (see [`Engine::spec_stretch`]).
+    tokens_min: u64,
+    tokens_max: u64,
     base: f64,
     per_ctx: f64,
     bkv_n: Option<f64>,
@@ -521,7 +524,8 @@ fn linear_spec_loop<const LOG: bool, const BKV: bool>(
         let i = ((c.d + k) & mask) as usize;
         let (word, sh) = (eb[i], short[i]);
         let need = word >> 32;
-        if c.full - u64::from(sh) > c.budget || need > avail_left {
+        let tokens = c.full - u64::from(sh);
+        if tokens > c.tokens_max || tokens < c.tokens_min || need > avail_left {
             break;
         }
         peak = Some(taken);
@@ -3149,6 +3153,16 @@ impl Engine {
         let mask = self.lz.ring.mask();
         let full = n * u64::from(s.k + 1);
         let budget = u64::from(self.p.max_num_batched_tokens);
+        // A step whose decoders leave another share of the budget than the first step's (one near its end drafts
+        // fewer) may let a waiting request in with a chunk of it, where the first step's share could not: while
+        // requests wait and a slot is free, the stretch keeps the first step's share.
+        let first_tokens = full - u64::from(self.lz.ring.get((d & mask) as usize).short);
+        let admits = !self.waiting.is_empty() && self.running.len() < self.p.max_num_seqs as usize;
+        let (tokens_min, tokens_max) = if admits {
+            (first_tokens, first_tokens)
+        } else {
+            (0, budget)
+        };
         // Without tiers nothing but the count of blocks matters inside the stretch (see above).
         let at_end = self.kv.tiers.is_empty();
         let used0 = self.kv.used_by_running();
@@ -3169,7 +3183,8 @@ impl Engine {
             kmax,
             until_ms,
             full,
-            budget,
+            tokens_min,
+            tokens_max,
             base: self.p.step_fixed_ms + self.p.per_seq_ms * nf,
             per_ctx: self.p.per_ctx_token_ms,
             bkv_n: (bkv > 0.0).then_some(bkv * nf),
@@ -3241,7 +3256,8 @@ impl Engine {
                 let slot = self.lz.ring.get(((d + k) & mask) as usize);
                 let need = u64::from(slot.blocks);
                 let avail = if at_end { avail_left } else { blocks_left(&self.kv) };
-                if full - u64::from(slot.short) > budget {
+                let tokens = full - u64::from(slot.short);
+                if tokens > tokens_max || tokens < tokens_min {
                     break 'stretch;
                 }
                 if need > avail {
