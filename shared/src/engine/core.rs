@@ -3513,6 +3513,17 @@ impl Engine {
         }
     }
 
+    /// A lower bound of when a request of `output` tokens submitted now can finish, as [`Self::earliest_finish_ms`]
+    /// bounds a waiting one: at least one step per token (under speculative decoding per `1 + draft_tokens`).
+    pub(crate) fn earliest_finish_of_new(&self, output: u32) -> f64 {
+        let left = u64::from(output.max(1));
+        let steps = match &self.spec {
+            Some(s) => left.div_ceil(u64::from(s.k) + 1),
+            None => left,
+        };
+        self.now_ms + steps as f64 * self.p.step_fixed_ms
+    }
+
     /// [`Self::idle_until`] when nothing is running or waiting.
     pub(crate) fn idle_until_if_idle(&mut self, t_ms: f64) {
         if self.running.is_empty() && self.waiting.is_empty() {
