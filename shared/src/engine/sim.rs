@@ -1983,7 +1983,10 @@ mod tests {
             // with speculative decoding and no roofline: `kind = 1, n = 156, rate = 1.0, out = 398, shared = 607, bs
             // = 64, kv_tokens = 106624, seqs = 9, budget = 1673, caching = true, seed = 13974362303068993903,
             // host_tokens = Some(118528), spec = Some((4, 0.68731467318164, 0.0))` admits a request with 7 blocks
-            // fewer cached lazily, and its E2E parts ways by 45 µs.)
+            // fewer cached lazily, and its E2E parts ways by 45 µs. Its cause: step by step, one step's
+            // evictions from a chain came in two pieces (one allocation's block, then the next's), the deepest block
+            // first, a range with a gap above what the host tier held of that chain, which replaces it; the
+            // lazy schedule takes the lazy decoders' blocks in one piece, which merges.)
             sc.profile.host_cache = host_tokens.filter(|_| roof.is_none()).map(|capacity_tokens| HostCache {
                 capacity_tokens,
                 restore_tokens_per_ms: 50.0,
