@@ -428,6 +428,55 @@ pub struct EngineProfile {
 }
 
 impl EngineProfile {
+    /// A profile whose step time is the linear cost alone. `coeffs` are `[step_fixed_ms, per_seq_ms,
+    /// per_ctx_token_ms, prefill_tokens_per_ms, prefill_fixed_ms]`, in that order. The rest is what a profile file
+    /// giving only these fields and `"block_size": 16` reads as (`block_size` has no default): blocks of 16 tokens,
+    /// prefix caching on, an empty `basis`, and every optional term off: no `max_model_len` (the whole KV cache),
+    /// `prefill_ctx_ms_per_ktok`, `batch_kv_ms_per_ktok` and `prefill_batch_kv_ms_per_ktok` 0, no tile rows or
+    /// ubatch size, the whole reply cached (`reply_cached_share` 1), no host cache or KV tiers, the vLLM scheduler,
+    /// no roofline and no speculation. The result is not validated (see [`EngineProfile::validate`]).
+    pub fn linear(
+        name: &str,
+        num_kv_blocks: u64,
+        max_num_seqs: u32,
+        max_num_batched_tokens: u32,
+        coeffs: [f64; 5],
+    ) -> EngineProfile {
+        let [
+            step_fixed_ms,
+            per_seq_ms,
+            per_ctx_token_ms,
+            prefill_tokens_per_ms,
+            prefill_fixed_ms,
+        ] = coeffs;
+        EngineProfile {
+            name: name.to_string(),
+            basis: String::new(),
+            block_size: 16,
+            num_kv_blocks,
+            max_num_seqs,
+            max_num_batched_tokens,
+            max_model_len: None,
+            step_fixed_ms,
+            per_seq_ms,
+            per_ctx_token_ms,
+            prefill_tokens_per_ms,
+            prefill_fixed_ms,
+            enable_prefix_caching: true,
+            prefill_ctx_ms_per_ktok: 0.0,
+            batch_kv_ms_per_ktok: 0.0,
+            prefill_batch_kv_ms_per_ktok: 0.0,
+            prefill_tile_rows: 0,
+            ubatch_tokens: 0,
+            reply_cached_share: 1.0,
+            host_cache: None,
+            kv_tiers: Vec::new(),
+            scheduler: Scheduler::Vllm,
+            roofline: None,
+            speculative: None,
+        }
+    }
+
     /// Read and validate a profile from JSON text (what `sim-server --profile-file`, `predict --profile` and
     /// `calibrate` write and read). Errors name the field: `host_cache.capacity_tokens: invalid type: …` for a
     /// bad type or unknown field, `per_seq_ms must be …` for a bad value.
@@ -671,5 +720,29 @@ impl EngineProfile {
             Some(h) if self.enable_prefix_caching => h.capacity_tokens / u64::from(self.block_size.max(1)),
             _ => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EngineProfile;
+
+    /// `linear` is the profile a file naming only its fields reads as, each coefficient in its place.
+    #[test]
+    fn linear_is_a_file_of_only_its_fields() {
+        let p = EngineProfile::linear("p", 1000, 8, 2048, [5.0, 0.1, 0.001, 20.0, 1.5]);
+        let text = r#"{"name": "p", "block_size": 16, "num_kv_blocks": 1000, "max_num_seqs": 8,
+            "max_num_batched_tokens": 2048, "step_fixed_ms": 5.0, "per_seq_ms": 0.1, "per_ctx_token_ms": 0.001,
+            "prefill_tokens_per_ms": 20.0, "prefill_fixed_ms": 1.5}"#;
+        assert_eq!(EngineProfile::from_json(text), Ok(p));
+        // Without `block_size` a file is refused: it has no default.
+        let e = EngineProfile::from_json(&text.replace(r#""block_size": 16, "#, ""));
+        assert!(e.is_err_and(|e| e.to_string().contains("block_size")));
+        // `prefill_fixed_ms` 0 may be left out.
+        let p0 = EngineProfile::linear("p", 1000, 8, 2048, [5.0, 0.1, 0.001, 20.0, 0.0]);
+        assert_eq!(
+            EngineProfile::from_json(&text.replace(r#", "prefill_fixed_ms": 1.5"#, "")),
+            Ok(p0)
+        );
     }
 }
