@@ -25,30 +25,9 @@ const DRAFT_COST_MS: f64 = 1.2;
 
 fn base() -> EngineProfile {
     EngineProfile {
-        name: "base".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 20_000,
-        max_num_seqs: 8,
-        max_num_batched_tokens: 8192,
         max_model_len: Some(16_384),
-        step_fixed_ms: 6.0,
-        per_seq_ms: 0.5,
-        per_ctx_token_ms: 0.0005,
-        prefill_tokens_per_ms: 20.0,
-        prefill_fixed_ms: 2.0,
-        enable_prefix_caching: true,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("base", 20_000, 8, 8192, [6.0, 0.5, 0.0005, 20.0, 2.0])
     }
 }
 

@@ -1442,32 +1442,10 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     put("prefill_ctx_ms_per_ktok", pb[2], pse[2], pb[2] > 0.0);
     put(PREFILL_KV_TERM, pkv, pkv_se, pkv_id);
 
-    let mut profile = opts.limits.clone().unwrap_or_else(|| EngineProfile {
-        name: "calibrated".into(),
-        basis: String::new(),
-        block_size: 16,
-        num_kv_blocks: 1_000_000,
-        max_num_seqs: 256,
-        max_num_batched_tokens: 8192,
-        max_model_len: None,
-        step_fixed_ms: 0.0,
-        per_seq_ms: 0.0,
-        per_ctx_token_ms: 0.0,
-        prefill_tokens_per_ms: 1.0,
-        prefill_fixed_ms: 0.0,
-        enable_prefix_caching: true,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
-    });
+    let mut profile = opts
+        .limits
+        .clone()
+        .unwrap_or_else(|| EngineProfile::linear("calibrated", 1_000_000, 256, 8192, [0.0, 0.0, 0.0, 1.0, 0.0]));
     profile.step_fixed_ms = s_fixed;
     profile.per_seq_ms = q;
     profile.per_ctx_token_ms = k;

@@ -8,30 +8,9 @@ use shared::workload::{ClosedLoopWorkload, LengthDist, Workload};
 
 fn truth() -> EngineProfile {
     EngineProfile {
-        name: "truth".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 50_000,
-        max_num_seqs: 8,
-        max_num_batched_tokens: 8192,
-        max_model_len: None,
-        step_fixed_ms: 16.0,
-        per_seq_ms: 1.5,
-        per_ctx_token_ms: 0.0015,
-        prefill_tokens_per_ms: 6.0,
-        prefill_fixed_ms: 8.0,
-        enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.08,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("truth", 50_000, 8, 8192, [16.0, 1.5, 0.0015, 6.0, 8.0])
     }
 }
 

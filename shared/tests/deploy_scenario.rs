@@ -98,31 +98,11 @@ fn switching_profile(flops_per_token: f64, attn: f64, kv_bytes: f64, seqs: u32) 
         overlap: 1.0,
         decode_attn_flops_per_ms: None,
     };
+    let linear = EngineProfile::linear("roofline", 20_000, seqs, 4096, [r.min_step_ms(), 0.0, 0.0, 100.0, 0.0]);
     EngineProfile {
-        name: "roofline".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 20_000,
-        max_num_seqs: seqs,
-        max_num_batched_tokens: 4096,
-        max_model_len: None,
-        step_fixed_ms: r.min_step_ms(),
-        per_seq_ms: 0.0,
-        per_ctx_token_ms: 0.0,
-        prefill_tokens_per_ms: 100.0,
-        prefill_fixed_ms: 0.0,
-        enable_prefix_caching: true,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
         roofline: Some(Box::new(r)),
-        speculative: None,
+        ..linear
     }
 }
 

@@ -8,30 +8,8 @@ use shared::workload::{ClosedLoopWorkload, LengthDist, SessionWorkload, Workload
 
 fn profile() -> EngineProfile {
     EngineProfile {
-        name: "p".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 10_000,
-        max_num_seqs: 8,
-        max_num_batched_tokens: 8192,
-        max_model_len: None,
-        step_fixed_ms: 10.0,
-        per_seq_ms: 1.0,
-        per_ctx_token_ms: 0.0,
-        prefill_tokens_per_ms: 16.0,
-        prefill_fixed_ms: 0.0,
-        enable_prefix_caching: true,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("p", 10_000, 8, 8192, [10.0, 1.0, 0.0, 16.0, 0.0])
     }
 }
 

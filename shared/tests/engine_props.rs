@@ -8,30 +8,9 @@ use shared::workload::{ClosedLoopWorkload, LengthDist, PoissonWorkload, SessionW
 
 fn profile(kv: u64, seqs: u32, budget: u32, caching: bool) -> EngineProfile {
     EngineProfile {
-        name: "p".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: kv,
-        max_num_seqs: seqs,
-        max_num_batched_tokens: budget.max(seqs),
-        max_model_len: None,
-        step_fixed_ms: 5.0,
-        per_seq_ms: 0.1,
-        per_ctx_token_ms: 0.0001,
-        prefill_tokens_per_ms: 20.0,
-        prefill_fixed_ms: 1.0,
         enable_prefix_caching: caching,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("p", kv, seqs, budget.max(seqs), [5.0, 0.1, 0.0001, 20.0, 1.0])
     }
 }
 

@@ -11,30 +11,10 @@ use shared::workload::{SessionWorkload, Workload};
 
 fn profile(scheduler: Scheduler, slots: u32, budget: u32) -> EngineProfile {
     EngineProfile {
-        name: "p".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 100_000,
-        max_num_seqs: slots,
-        max_num_batched_tokens: budget,
-        max_model_len: None,
-        step_fixed_ms: 5.0,
-        per_seq_ms: 0.1,
-        per_ctx_token_ms: 0.0001,
-        prefill_tokens_per_ms: 20.0,
-        prefill_fixed_ms: 1.0,
-        enable_prefix_caching: true,
         prefill_ctx_ms_per_ktok: 0.1,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
         scheduler,
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("p", 100_000, slots, budget, [5.0, 0.1, 0.0001, 20.0, 1.0])
     }
 }
 

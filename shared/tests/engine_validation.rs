@@ -8,30 +8,9 @@ use shared::workload::{LengthDist, PoissonWorkload, SessionWorkload, Workload};
 /// no context term, no cache. Prefill step = 10 + 100 / 10 = 20 ms; each decode step 10 ms.
 fn single_server() -> EngineProfile {
     EngineProfile {
-        name: "md1".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 1000,
-        max_num_seqs: 1,
-        max_num_batched_tokens: 8192,
-        max_model_len: None,
-        step_fixed_ms: 10.0,
-        per_seq_ms: 0.0,
-        per_ctx_token_ms: 0.0,
-        prefill_tokens_per_ms: 10.0,
-        prefill_fixed_ms: 0.0,
         enable_prefix_caching: false,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("md1", 1000, 1, 8192, [10.0, 0.0, 0.0, 10.0, 0.0])
     }
 }
 
@@ -107,30 +86,9 @@ fn session_scenario(num_kv_blocks: u64, sessions: u32, think_s: f64) -> EngineSc
             ..Default::default()
         }),
         profile: EngineProfile {
-            name: "t".into(),
             basis: "test".into(),
-            block_size: 16,
-            num_kv_blocks,
-            max_num_seqs: 64,
-            max_num_batched_tokens: 4096,
             max_model_len: Some(40_000),
-            step_fixed_ms: 8.0,
-            per_seq_ms: 0.05,
-            per_ctx_token_ms: 0.00004,
-            prefill_tokens_per_ms: 20.0,
-            prefill_fixed_ms: 2.0,
-            enable_prefix_caching: true,
-            prefill_ctx_ms_per_ktok: 0.0,
-            batch_kv_ms_per_ktok: 0.0,
-            prefill_batch_kv_ms_per_ktok: 0.0,
-            prefill_tile_rows: 0,
-            ubatch_tokens: 0,
-            host_cache: None,
-            kv_tiers: Vec::new(),
-            reply_cached_share: 1.0,
-            scheduler: Default::default(),
-            roofline: None,
-            speculative: None,
+            ..EngineProfile::linear("t", num_kv_blocks, 64, 4096, [8.0, 0.05, 0.00004, 20.0, 2.0])
         },
         slo: Slo::default(),
         seed: 3,

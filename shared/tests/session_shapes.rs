@@ -7,30 +7,9 @@ use shared::workload::{Compaction, Reasoning, SessionWorkload, Subagents, ThinkD
 
 fn profile() -> EngineProfile {
     EngineProfile {
-        name: "p".into(),
         basis: "test".into(),
-        block_size: 16,
-        num_kv_blocks: 100_000,
-        max_num_seqs: 64,
-        max_num_batched_tokens: 8192,
-        step_fixed_ms: 5.0,
-        per_seq_ms: 0.1,
-        per_ctx_token_ms: 0.0001,
-        prefill_tokens_per_ms: 20.0,
-        prefill_fixed_ms: 1.0,
-        enable_prefix_caching: true,
-        max_model_len: None,
         prefill_ctx_ms_per_ktok: 0.1,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
-        host_cache: None,
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
-        scheduler: Default::default(),
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear("p", 100_000, 64, 8192, [5.0, 0.1, 0.0001, 20.0, 1.0])
     }
 }
 

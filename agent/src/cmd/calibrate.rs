@@ -493,42 +493,31 @@ fn limits(a: &Args, d: &Discovered, probed: Option<u32>) -> anyhow::Result<Engin
     if srcs.is_empty() {
         srcs.push("defaults (the server said nothing; pass --max-num-seqs etc.)".into());
     }
+    let max_num_batched_tokens = a
+        .max_num_batched_tokens
+        .or(d.max_num_batched_tokens)
+        .unwrap_or(8192)
+        .max(max_num_seqs);
     let p = EngineProfile {
-        name: a.name.clone(),
         basis: srcs.join(", "),
         block_size,
-        num_kv_blocks,
-        max_num_seqs,
-        max_num_batched_tokens: a
-            .max_num_batched_tokens
-            .or(d.max_num_batched_tokens)
-            .unwrap_or(8192)
-            .max(max_num_seqs),
         max_model_len: max_model_len.map(|l| l.min(num_kv_blocks * u64::from(block_size))),
-        step_fixed_ms: 1.0,
-        per_seq_ms: 0.0,
-        per_ctx_token_ms: 0.0,
-        prefill_tokens_per_ms: 1.0,
-        prefill_fixed_ms: 0.0,
-        enable_prefix_caching: true,
-        prefill_ctx_ms_per_ktok: 0.0,
-        batch_kv_ms_per_ktok: 0.0,
-        prefill_batch_kv_ms_per_ktok: 0.0,
-        prefill_tile_rows: 0,
-        ubatch_tokens: 0,
         host_cache: a.host_cache_tokens.map(|capacity_tokens| HostCache {
             capacity_tokens,
             restore_tokens_per_ms: a.host_restore_tok_per_ms.unwrap_or(100.0),
         }),
-        kv_tiers: Vec::new(),
-        reply_cached_share: 1.0,
         scheduler: match a.scheduler {
             SchedulerChoice::Auto => d.scheduler.unwrap_or_default(),
             SchedulerChoice::Vllm => Scheduler::Vllm,
             SchedulerChoice::LlamaCpp => Scheduler::LlamaCpp,
         },
-        roofline: None,
-        speculative: None,
+        ..EngineProfile::linear(
+            &a.name,
+            num_kv_blocks,
+            max_num_seqs,
+            max_num_batched_tokens,
+            [1.0, 0.0, 0.0, 1.0, 0.0],
+        )
     };
     p.validate()
         .map_err(|e| anyhow::anyhow!("the server's limits: profile {e}"))?;

@@ -3645,30 +3645,8 @@ mod tests {
     /// 5 ms + 0.1 ms a sequence + 0.001 ms a context token, prefill at 20 tokens/ms after 1 ms, 2,048 tokens a step.
     fn test_profile() -> EngineProfile {
         EngineProfile {
-            name: "p".into(),
             basis: "test".into(),
-            block_size: 16,
-            num_kv_blocks: 10_000,
-            max_num_seqs: 8,
-            max_num_batched_tokens: 2048,
-            max_model_len: None,
-            step_fixed_ms: 5.0,
-            per_seq_ms: 0.1,
-            per_ctx_token_ms: 0.001,
-            prefill_tokens_per_ms: 20.0,
-            prefill_fixed_ms: 1.0,
-            enable_prefix_caching: true,
-            prefill_ctx_ms_per_ktok: 0.0,
-            batch_kv_ms_per_ktok: 0.0,
-            prefill_batch_kv_ms_per_ktok: 0.0,
-            prefill_tile_rows: 0,
-            ubatch_tokens: 0,
-            host_cache: None,
-            kv_tiers: Vec::new(),
-            reply_cached_share: 1.0,
-            scheduler: Default::default(),
-            roofline: None,
-            speculative: None,
+            ..EngineProfile::linear("p", 10_000, 8, 2048, [5.0, 0.1, 0.001, 20.0, 1.0])
         }
     }
 
