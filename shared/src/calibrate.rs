@@ -26,6 +26,7 @@
 //!    batch). Kept only where significant, like `batch_kv_ms_per_ktok`.
 
 pub mod cap;
+mod observe;
 pub mod spec;
 pub mod tiers;
 
@@ -964,248 +965,230 @@ fn fit_decode(
     fit_nonneg("decode", names, x, y, notes)
 }
 
-/// Fit an engine profile from records (see the module docs and `docs/calibration.md`).
+/// Fit an engine profile from records (see the module docs and `docs/calibration.md`): the stages' observations,
+/// stage 1 (decode), stage 2 (lone prefills), the tiers below the GPU's, stage 3 (prefills beside other
+/// sequences' KV), then the profile and the report.
 #[inline]
 pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, CalibrateError> {
     let mut notes = Vec::new();
-    let mut unused_decode: Vec<Option<String>> = vec![None; records.len()];
-    let mut unused_prefill: Vec<Option<String>> = vec![None; records.len()];
-    // Decode intervals [first token, end] and prefill intervals [submit, first token] of every request, seconds.
-    struct Span {
-        submit: f64,
-        first: f64,
-        end: f64,
-        prompt: f64,
-        generated: f64,
-    }
-    let any_cached = records.iter().any(|r| r.cached_tokens.is_some());
-    if !any_cached {
+    if !records.iter().any(|r| r.cached_tokens.is_some()) {
         notes.push("no record reports cached_tokens: every prompt taken as uncached".into());
     }
-    let spans: Vec<Option<Span>> = records
-        .iter()
-        .map(|r| {
-            let ttft = r.ttft_s?;
-            // A record with impossible values (a negative TTFT) has no span: it is skipped below.
-            r.check().ok()?;
-            Some(Span {
-                submit: r.t_submit,
-                first: r.t_submit + ttft,
-                end: r.t_submit + r.wall_s,
-                prompt: r.prompt_tokens? as f64,
-                generated: r.gen_tokens as f64,
-            })
-        })
-        .collect();
-    // Spans by submission time, and the longest: the spans overlapping `[lo, hi)` are among those submitted in
-    // `[lo − longest, hi)`, found by binary search (O(overlap) per request, not O(records)).
-    let mut order: Vec<usize> = (0..spans.len()).filter(|&j| spans[j].is_some()).collect();
-    crate::order::sort_by_f64_key(&mut order, |&j| spans[j].as_ref().map_or(0.0, |s| s.submit));
-    let submits: Vec<f64> = order
-        .iter()
-        .filter_map(|&j| spans[j].as_ref().map(|s| s.submit))
-        .collect();
-    let longest = spans.iter().flatten().map(|s| s.end - s.submit).fold(0.0, f64::max);
-    let spans_ref = &spans;
-    let (order_ref, submits_ref) = (&order, &submits);
-    let overlapping = move |lo: f64, hi: f64| {
-        let (spans, order, submits) = (spans_ref, order_ref, submits_ref);
-        let a = submits.partition_point(|&t| t < lo - longest);
-        let b = submits.partition_point(|&t| t < hi).max(a);
-        order[a..b]
-            .iter()
-            .filter(move |&&j| spans[j].as_ref().is_some_and(|o| o.end > lo && o.submit < hi))
-            .copied()
-    };
-    let mut dec = Vec::new();
-    let mut pre = Vec::new();
-    let mut beside: Vec<BesideObs> = Vec::new();
-    for (i, r) in records.iter().enumerate() {
-        let why = if let Err(e) = r.check() {
-            Some(e)
-        } else if !r.ok {
-            Some("failed".to_string())
-        } else if r.prompt_tokens.is_none() {
-            Some("no usage.prompt_tokens (the server did not report usage)".into())
-        } else if r.ttft_s.is_none() {
-            Some("no first token".into())
-        } else {
-            None
-        };
-        if let Some(w) = why {
-            unused_decode[i] = Some(w.clone());
-            unused_prefill[i] = Some(w);
-            continue;
-        }
-        let Some(s) = &spans[i] else { continue };
-        // Prefill: alone on the server from submit to first token.
-        let alone = overlapping(s.submit, s.first).all(|j| j == i);
-        let cached = r.cached_tokens.unwrap_or(0).min(r.prompt_tokens.unwrap_or(0)) as f64;
-        if alone {
-            pre.push(PrefillObs {
-                index: i,
-                ttft: s.first * 1000.0 - s.submit * 1000.0,
-                new: s.prompt - cached,
-                cached,
-            });
-        } else {
-            // Beside others: every other request overlapping the prefill decodes (none prefills or waits) at each
-            // of 8 points of it.
-            let mut others_prefill = false;
-            let (mut sb, mut sc, mut min_b) = (0.0, 0.0, f64::INFINITY);
-            let near: Vec<usize> = overlapping(s.submit, s.first).filter(|&j| j != i).collect();
-            for q in 0..8 {
-                let t = s.submit + (s.first - s.submit) * (q as f64 + 0.5) / 8.0;
-                let (mut b, mut c) = (0.0, 0.0);
-                for o in near.iter().filter_map(|&j| spans[j].as_ref()) {
-                    if o.first <= t && t < o.end {
-                        b += 1.0;
-                        let frac = if o.end > o.first {
-                            (t - o.first) / (o.end - o.first)
-                        } else {
-                            0.0
-                        };
-                        c += o.prompt + o.generated * frac;
-                    } else if o.submit <= t && t < o.first {
-                        others_prefill = true;
-                    }
-                }
-                sb += b;
-                sc += c;
-                min_b = min_b.min(b);
-            }
-            if !others_prefill && min_b >= 1.0 {
-                // The last step boundary the records show before it was sent: another request's end (its last
-                // token closed a step) within the last second.
-                let last_end = overlapping(s.submit - 1.0, s.submit)
-                    .filter(|&j| j != i)
-                    .filter_map(|j| spans[j].as_ref().map(|o| o.end))
-                    .filter(|&e| e <= s.submit)
-                    .fold(f64::NEG_INFINITY, f64::max);
-                beside.push(BesideObs {
-                    index: i,
-                    ttft: s.first * 1000.0 - s.submit * 1000.0,
-                    new: s.prompt - cached,
-                    cached,
-                    b: sb / 8.0,
-                    c: sc / 8.0,
-                    since_boundary_ms: last_end.is_finite().then_some((s.submit - last_end) * 1000.0),
-                });
-            }
-            unused_prefill[i] = Some("not alone on the server during its prefill".into());
-        }
-        // Decode: the median inter-token gap per token; with speculative decoding, the mean decode step (a step
-        // emits one token plus the drafts it accepted, and llama.cpp streams each token as its own frame, the
-        // accepted ones right after the step's first: the median gap says nothing of the step) without the
-        // longest gap: llama.cpp's draft model prefills the prompt itself in the request's first decode step (a
-        // cost the engine does not price, docs/calibration.md), and a step that carried another request's
-        // prefill is left out as the median leaves it out.
-        let per_frame = r.gen_tokens as f64 / r.sse_frames.max(1) as f64;
-        let spec_steps = spec::decode_steps(r);
-        let y = match (&r.itl, r.gen_tokens, r.ttft_s) {
-            (_, g, Some(ttft)) if g >= 8 && r.spec.is_some() && spec_steps > 0 && r.wall_s > ttft => {
-                let decode_ms = (r.wall_s - ttft) * 1000.0;
-                match &r.itl {
-                    Some(itl) if spec_steps >= 2 && itl.max_ms.is_finite() && itl.max_ms < decode_ms => {
-                        (decode_ms - itl.max_ms) / (spec_steps - 1) as f64
-                    }
-                    _ => decode_ms / spec_steps as f64,
-                }
-            }
-            (Some(itl), g, _) if g >= 8 && r.spec.is_none() && itl.p50_ms.is_finite() => {
-                itl.p50_ms / per_frame.max(1.0)
-            }
-            _ => {
-                unused_decode[i] = Some("fewer than 8 output tokens or no inter-token gaps".into());
-                continue;
-            }
-        };
-        // Batch and Σcontext over the request's decode interval, where nobody is prefilling (the steps its
-        // median gap stands for); all of the interval if there is no such moment.
-        let samples = 32;
-        let near: Vec<usize> = overlapping(s.first, s.end.max(s.first + 1e-9)).collect();
-        let (mut nb, mut nc, mut nbc, mut k) = (0.0, 0.0, 0.0, 0.0);
-        let (mut ab, mut ac, mut abc) = (0.0, 0.0, 0.0);
-        for q in 0..samples {
-            let t = s.first + (s.end - s.first) * (q as f64 + 0.5) / samples as f64;
-            let (mut b, mut c, mut prefilling) = (0.0, 0.0, false);
-            for o in near.iter().filter_map(|&j| spans[j].as_ref()) {
-                if o.first <= t && t < o.end {
-                    b += 1.0;
-                    let frac = if o.end > o.first {
-                        (t - o.first) / (o.end - o.first)
-                    } else {
-                        0.0
-                    };
-                    c += o.prompt + o.generated * frac;
-                } else if o.submit <= t && t < o.first {
-                    prefilling = true;
-                }
-            }
-            ab += b;
-            ac += c;
-            abc += b * c;
-            if !prefilling {
-                nb += b;
-                nc += c;
-                nbc += b * c;
-                k += 1.0;
-            }
-        }
-        let (batch, ctx, batch_ctx) = if k > 0.0 {
-            (nb / k, nc / k, nbc / k)
-        } else {
-            let m = samples as f64;
-            (ab / m, ac / m, abc / m)
-        };
-        if batch < 1.0 {
-            unused_decode[i] = Some("its decode interval is empty".into());
-            continue;
-        }
-        dec.push(DecodeObs {
-            index: i,
-            y,
-            batch,
-            ctx,
-            batch_ctx,
-        });
-    }
-
+    let observe::Observations {
+        dec,
+        pre,
+        beside,
+        unused_decode,
+        mut unused_prefill,
+    } = observe::observe(records);
     // Sessions that came back after their KV left the GPU: their TTFT holds a restore (or a recompute) that the
     // prefill stage does not model; the restored ones are kept aside for the tier fit.
-    let gpu = {
-        let (blocks, bs, seqs, sched) = opts
-            .limits
-            .as_ref()
-            .map_or((1_000_000, 16, 256, Default::default()), |l| {
-                (l.num_kv_blocks, l.block_size, l.max_num_seqs, l.scheduler)
-            });
-        tiers::Gpu {
-            kv_tokens: blocks * u64::from(bs),
-            slots: (sched == crate::engine::profile::Scheduler::LlamaCpp).then_some(u64::from(seqs)),
-        }
-    };
+    let gpu = gpu_of(opts);
     let returns = tiers::find_returns(records, gpu);
-    let mut aside: Vec<PrefillObs> = Vec::new();
-    {
-        let set: std::collections::BTreeSet<usize> = returns
+    let (pre, aside) = set_aside_returns(pre, &returns, &mut unused_prefill);
+
+    let d = decode_stage(&dec, opts, &mut notes)?;
+    let budget = opts
+        .limits
+        .as_ref()
+        .map(|l| f64::from(l.max_num_batched_tokens.max(1)))
+        .unwrap_or(f64::INFINITY);
+    // A lone prefill step's decode part: one sequence holding `cached` tokens of KV (per chunk: the context so far).
+    let kc = d.k.0 + d.bkv.0 / 1000.0;
+    let p = prefill_stage(&pre, budget, kc, &mut notes)?;
+    let prefill_fixed = prefill_fixed(&d, &p, &mut notes);
+    // The tiers below the GPU's: a return's warm TTFT is what stage 2 predicts for it.
+    let warm = |index: usize| {
+        aside
             .iter()
-            .filter(|r| r.outcome != "recomputed")
-            .map(|r| r.index)
-            .collect();
-        let mut kept = Vec::with_capacity(pre.len());
-        for p in pre.drain(..) {
-            if set.contains(&p.index) {
-                unused_prefill[p.index] = Some("a session's return after eviction (the tier fit uses it)".into());
-                aside.push(p);
-            } else {
-                kept.push(p);
-            }
-        }
-        pre = kept;
+            .find(|o| o.index == index)
+            .map(|o| dot(&prefill_row(o, budget), &p.b) + kc * chunks(o, budget).1)
+    };
+    let bs = opts.limits.as_ref().map_or(16, |l| l.block_size);
+    let mut tier_fit = tiers::fit_tier(returns, records, gpu, bs, warm);
+    // Stage 3: prefills beside other sequences' KV.
+    let speculative = records.iter().any(|r| r.spec.is_some());
+    let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) = fit_beside(
+        &beside,
+        opts.prefill_kv,
+        speculative,
+        budget,
+        &p.b,
+        kc,
+        (d.step_fixed.0, d.per_seq.0, d.k.0, d.bkv.0),
+        &mut notes,
+    );
+    for (o, _) in beside.iter().zip(&beside_pred) {
+        unused_prefill[o.index] = None;
     }
 
-    // Stage 1: decode.
+    let coefficients = coefficient_table(&d, &p, prefill_fixed, (pkv, pkv_se, pkv_id));
+    let mut profile = opts
+        .limits
+        .clone()
+        .unwrap_or_else(|| EngineProfile::linear("calibrated", 1_000_000, 256, 8192, [0.0, 0.0, 0.0, 1.0, 0.0]));
+    set_coefficients(&mut profile, &coefficients);
+    write_tiers(&mut profile, &mut tier_fit, opts);
+    if opts.reply_share_off {
+        notes.push("reply_cached_share: not measured, as asked".into());
+    } else if let Some(share) = reply_share(
+        records,
+        profile.block_size,
+        &tier_fit.returns.iter().map(|r| r.index).collect(),
+        &mut notes,
+    ) {
+        profile.reply_cached_share = share;
+    }
+    let method = format!(
+        "loadshape calibrate: Huber (k = {HUBER_K}) IRLS fits of {} decode observations (median inter-token gap \
+         = step_fixed + per_seq·batch + per_ctx·Σcontext + batch_kv·batch·Σcontext/1000, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
+         prefill_ctx·attended/1000, R² {:.3}); see docs/calibration.md",
+        d.fit.n, d.fit.r2, p.fit.n, p.fit.r2
+    );
+    profile.basis = if profile.basis.is_empty() {
+        format!("measured: {method}")
+    } else {
+        format!("measured: {method}; limits: {}", profile.basis)
+    };
+    profile.validate().map_err(|e| CalibrateError::Unfit {
+        stage: "profile",
+        reason: e.to_string(),
+    })?;
+
+    let residuals = residuals(
+        pre.iter().map(|o| (o.index, o.ttft)).zip(p.pred.iter().copied()),
+        beside
+            .iter()
+            .map(|o| (o.index, o.ttft))
+            .zip(beside_pred.iter().copied()),
+        dec.iter().map(|o| (o.index, o.y)).zip(d.pred.iter().copied()),
+    );
+    Ok(Fit {
+        profile,
+        coefficients,
+        decode: d.fit,
+        prefill: p.fit,
+        prefill_kv,
+        residuals,
+        unused: unused(&unused_decode, &unused_prefill),
+        notes,
+        method,
+        deployment_fit: None,
+        tiers: Some(tier_fit),
+        speculative: None,
+        max_num_seqs: None,
+    })
+}
+
+/// `prefill_fixed_ms` and its standard error: the lone prefill step's fixed part less a decode step's of one
+/// sequence (0, with a note, where it comes out below).
+fn prefill_fixed(d: &DecodeStage, p: &PrefillStage, notes: &mut Vec<String>) -> (f64, f64) {
+    let (s_fixed, s_fixed_se) = d.step_fixed;
+    let (q, q_se, _) = d.per_seq;
+    let mut prefill_fixed = p.b[0] - s_fixed - q;
+    let prefill_fixed_se = (p.se[0] * p.se[0] + s_fixed_se * s_fixed_se + q_se * q_se).sqrt();
+    if prefill_fixed < 0.0 {
+        notes.push(format!(
+            "prefill_fixed_ms: the prefill step's fixed part ({:.3} ms) is below a decode step's ({:.3} ms): set 0",
+            p.b[0],
+            s_fixed + q
+        ));
+        prefill_fixed = 0.0;
+    }
+    (prefill_fixed, prefill_fixed_se)
+}
+
+/// The fitted coefficients by profile field name (`fit.json`'s `coefficients`).
+fn coefficient_table(
+    d: &DecodeStage,
+    p: &PrefillStage,
+    prefill_fixed: (f64, f64),
+    prefill_kv: (f64, f64, bool),
+) -> std::collections::BTreeMap<String, Coefficient> {
+    let rate = 1.0 / p.b[1];
+    let rate_se = p.se[1] / (p.b[1] * p.b[1]);
+    [
+        ("step_fixed_ms", (d.step_fixed.0, d.step_fixed.1, true)),
+        ("per_seq_ms", d.per_seq),
+        ("per_ctx_token_ms", d.k),
+        ("batch_kv_ms_per_ktok", d.bkv),
+        ("prefill_tokens_per_ms", (rate, rate_se, true)),
+        ("prefill_fixed_ms", (prefill_fixed.0, prefill_fixed.1, true)),
+        ("prefill_ctx_ms_per_ktok", (p.b[2], p.se[2], p.b[2] > 0.0)),
+        (PREFILL_KV_TERM, prefill_kv),
+    ]
+    .into_iter()
+    .map(|(name, (value, std_error, identified))| {
+        let c = Coefficient {
+            value,
+            std_error,
+            identified,
+        };
+        (name.to_string(), c)
+    })
+    .collect()
+}
+
+/// Each fitted coefficient into the profile field of its name.
+fn set_coefficients(profile: &mut EngineProfile, c: &std::collections::BTreeMap<String, Coefficient>) {
+    let v = |name: &str| c[name].value;
+    profile.step_fixed_ms = v("step_fixed_ms");
+    profile.per_seq_ms = v("per_seq_ms");
+    profile.per_ctx_token_ms = v("per_ctx_token_ms");
+    profile.batch_kv_ms_per_ktok = v("batch_kv_ms_per_ktok");
+    profile.prefill_tokens_per_ms = v("prefill_tokens_per_ms");
+    profile.prefill_fixed_ms = v("prefill_fixed_ms");
+    profile.prefill_ctx_ms_per_ktok = v("prefill_ctx_ms_per_ktok");
+    profile.prefill_batch_kv_ms_per_ktok = v(PREFILL_KV_TERM);
+}
+
+/// The GPU's KV capacity and (llama.cpp) slots the limits give, for finding returns after eviction.
+fn gpu_of(opts: &FitOptions) -> tiers::Gpu {
+    let (blocks, bs, seqs, sched) = opts
+        .limits
+        .as_ref()
+        .map_or((1_000_000, 16, 256, Default::default()), |l| {
+            (l.num_kv_blocks, l.block_size, l.max_num_seqs, l.scheduler)
+        });
+    tiers::Gpu {
+        kv_tokens: blocks * u64::from(bs),
+        slots: (sched == crate::engine::profile::Scheduler::LlamaCpp).then_some(u64::from(seqs)),
+    }
+}
+
+/// The lone prefills without the returns whose prefix was restored (not recomputed), and those, set aside for the
+/// tier fit.
+fn set_aside_returns(
+    pre: Vec<PrefillObs>,
+    returns: &[tiers::TierReturn],
+    unused_prefill: &mut [Option<String>],
+) -> (Vec<PrefillObs>, Vec<PrefillObs>) {
+    let set: std::collections::BTreeSet<usize> = returns
+        .iter()
+        .filter(|r| r.outcome != "recomputed")
+        .map(|r| r.index)
+        .collect();
+    let (aside, kept): (Vec<PrefillObs>, Vec<PrefillObs>) = pre.into_iter().partition(|p| set.contains(&p.index));
+    for p in &aside {
+        unused_prefill[p.index] = Some("a session's return after eviction (the tier fit uses it)".into());
+    }
+    (kept, aside)
+}
+
+/// Stage 1's coefficients, each `(value, standard error, identified)` (`step_fixed_ms` always identified), its
+/// predictions of the observations and its quality.
+struct DecodeStage {
+    step_fixed: (f64, f64),
+    per_seq: (f64, f64, bool),
+    k: (f64, f64, bool),
+    bkv: (f64, f64, bool),
+    pred: Vec<f64>,
+    fit: StageFit,
+}
+
+/// Stage 1 (see the module docs): the terms the batch sizes seen identify, the across-the-batch KV term kept only
+/// where the data show it.
+fn decode_stage(dec: &[DecodeObs], opts: &FitOptions, notes: &mut Vec<String>) -> Result<DecodeStage, CalibrateError> {
     if dec.len() < MIN_DECODE_REQUESTS {
         return Err(CalibrateError::Unfit {
             stage: "decode",
@@ -1217,11 +1200,10 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
     }
     let batches: Vec<f64> = dec.iter().map(|d| d.batch).collect();
     let n_batches = distinct(&batches, 0.3);
-    let two_batches = n_batches >= 2;
     if opts.batch_kv == Some(false) {
         notes.push(format!("{OPTIONAL_TERM}: fixed at 0 as asked"));
     }
-    let (x, names): (Vec<Vec<f64>>, Vec<&str>) = if n_batches >= 3 && opts.batch_kv != Some(false) {
+    let (mut x, mut names): (Vec<Vec<f64>>, Vec<&str>) = if n_batches >= 3 && opts.batch_kv != Some(false) {
         (
             dec.iter()
                 .map(|d| vec![1.0, d.batch, d.ctx, d.batch_ctx / 1000.0])
@@ -1233,7 +1215,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
                 "batch_kv_ms_per_ktok",
             ],
         )
-    } else if two_batches {
+    } else if n_batches >= 2 {
         if opts.batch_kv != Some(false) {
             notes
                 .push("two batch sizes only: batch_kv_ms_per_ktok not identified, fixed at 0 (probe 3 or more)".into());
@@ -1250,66 +1232,125 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
         )
     };
     let y: Vec<f64> = dec.iter().map(|d| d.y).collect();
-    let (mut x, mut names) = (x, names);
-    let (mut b, mut se, mut active) = fit_decode(&mut names, &mut x, &y, opts.batch_kv.is_none(), &mut notes)?;
-    // The across-the-batch KV term is kept only where the data show it (> 2 s.e., and at least 2 % of the largest
-    // step observed): an engine without it (vLLM's paged attention) should not pay its noise in the other three.
-    if let Some(j) = names.iter().position(|n| *n == OPTIONAL_TERM)
-        && active[j]
-        && opts.batch_kv.is_none()
-    {
-        let top = x.iter().map(|r| r[j]).fold(0.0, f64::max);
-        let share = b[j] * top / y.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
-        let mut x3 = x.clone();
-        for r in x3.iter_mut() {
-            r.remove(j);
-        }
-        let mut names3 = names.clone();
-        names3.remove(j);
-        let mut notes3 = Vec::new();
-        let without = fit_nonneg("decode", &names3, &x3, &y, &mut notes3);
-        // The residuals' robust spread with and without the term: a term that the bulk does not need (it only
-        // moves cost between itself and per_ctx_token_ms, as real-time noise at large batches can) is dropped.
-        let spread = |xs: &[Vec<f64>], bs: &[f64]| {
-            let r: Vec<f64> = xs.iter().zip(&y).map(|(row, yy)| yy - dot(row, bs)).collect();
-            mad(&r)
-        };
-        let gain = match &without {
-            Ok((b3, _, _)) => 1.0 - spread(&x, &b) / spread(&x3, b3).max(1e-300),
-            Err(_) => 1.0,
-        };
-        if b[j] <= 2.0 * se[j] || share < MIN_OPTIONAL_SHARE || gain < MIN_OPTIONAL_GAIN {
-            notes.push(format!(
-                "{OPTIONAL_TERM}: fitted {:.4} ± {:.4} ({:.1} % of the largest step; it narrows the residuals by \
-                 {:.0} %), not needed (> 2 s.e., >= {:.0} % and >= {:.0} % are): fixed at 0",
-                b[j],
-                se[j],
-                share * 100.0,
-                gain * 100.0,
-                MIN_OPTIONAL_SHARE * 100.0,
-                MIN_OPTIONAL_GAIN * 100.0
-            ));
-            (x, names) = (x3, names3);
-            notes.extend(notes3);
-            (b, se, active) = without?;
-        }
+    let mut fitted = fit_decode(&mut names, &mut x, &y, opts.batch_kv.is_none(), notes)?;
+    if opts.batch_kv.is_none() {
+        drop_unneeded_optional(&mut names, &mut x, &y, &mut fitted, notes)?;
     }
+    let (b, se, active) = fitted;
     let get = |name: &str| names.iter().position(|n| *n == name).map(|j| (b[j], se[j], active[j]));
     let (s_fixed, s_fixed_se, _) = get("step_fixed_ms").unwrap_or((0.0, 0.0, false));
-    let (q, q_se, q_id) = get("per_seq_ms").unwrap_or((0.0, 0.0, false));
-    let (k, k_se, k_id) = get("per_ctx_token_ms").unwrap_or((0.0, 0.0, false));
-    let (bkv, bkv_se, bkv_id) = get("batch_kv_ms_per_ktok").unwrap_or((0.0, 0.0, false));
-    if s_fixed + q <= 0.0 {
+    let per_seq = get("per_seq_ms").unwrap_or((0.0, 0.0, false));
+    if s_fixed + per_seq.0 <= 0.0 {
         return Err(CalibrateError::Unfit {
             stage: "decode",
             reason: "step_fixed_ms + per_seq_ms came out 0: a step would take no time".into(),
         });
     }
-    let dec_pred: Vec<f64> = x.iter().map(|r| dot(r, &b)).collect();
-    let decode = stage_fit(&y, &dec_pred);
-    check_stage("decode", &decode)?;
+    let pred: Vec<f64> = x.iter().map(|r| dot(r, &b)).collect();
+    let fit = stage_fit(&y, &pred);
+    check_stage("decode", &fit)?;
+    Ok(DecodeStage {
+        step_fixed: (s_fixed, s_fixed_se),
+        per_seq,
+        k: get("per_ctx_token_ms").unwrap_or((0.0, 0.0, false)),
+        bkv: get("batch_kv_ms_per_ktok").unwrap_or((0.0, 0.0, false)),
+        pred,
+        fit,
+    })
+}
 
-    // Stage 2: prefill.
+/// The across-the-batch KV term is kept only where the data show it (> 2 s.e., and at least 2 % of the largest
+/// step observed): an engine without it (vLLM's paged attention) should not pay its noise in the other three.
+/// Otherwise the term leaves `names` and `x` and `fitted` becomes the fit without it.
+fn drop_unneeded_optional(
+    names: &mut Vec<&'static str>,
+    x: &mut Vec<Vec<f64>>,
+    y: &[f64],
+    fitted: &mut NonnegFit,
+    notes: &mut Vec<String>,
+) -> Result<(), CalibrateError> {
+    let Some(j) = names.iter().position(|n| *n == OPTIONAL_TERM) else {
+        return Ok(());
+    };
+    let (b, se, active) = &*fitted;
+    if !active[j] {
+        return Ok(());
+    }
+    let top = x.iter().map(|r| r[j]).fold(0.0, f64::max);
+    let share = b[j] * top / y.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
+    let mut x3 = x.clone();
+    for r in x3.iter_mut() {
+        r.remove(j);
+    }
+    let mut names3 = names.clone();
+    names3.remove(j);
+    let mut notes3 = Vec::new();
+    let without = fit_nonneg("decode", &names3, &x3, y, &mut notes3);
+    // The residuals' robust spread with and without the term: a term that the bulk does not need (it only moves
+    // cost between itself and per_ctx_token_ms, as real-time noise at large batches can) is dropped.
+    let spread = |xs: &[Vec<f64>], bs: &[f64]| {
+        let r: Vec<f64> = xs.iter().zip(y).map(|(row, yy)| yy - dot(row, bs)).collect();
+        mad(&r)
+    };
+    let gain = match &without {
+        Ok((b3, _, _)) => 1.0 - spread(x, b) / spread(&x3, b3).max(1e-300),
+        Err(_) => 1.0,
+    };
+    if b[j] <= 2.0 * se[j] || share < MIN_OPTIONAL_SHARE || gain < MIN_OPTIONAL_GAIN {
+        notes.push(format!(
+            "{OPTIONAL_TERM}: fitted {:.4} ± {:.4} ({:.1} % of the largest step; it narrows the residuals by \
+             {:.0} %), not needed (> 2 s.e., >= {:.0} % and >= {:.0} % are): fixed at 0",
+            b[j],
+            se[j],
+            share * 100.0,
+            gain * 100.0,
+            MIN_OPTIONAL_SHARE * 100.0,
+            MIN_OPTIONAL_GAIN * 100.0
+        ));
+        (*x, *names) = (x3, names3);
+        notes.extend(notes3);
+        *fitted = without?;
+    }
+    Ok(())
+}
+
+/// Stage 2's coefficients `(F, ms per new token, context term)` and their standard errors, its predictions of the
+/// lone prefills' TTFTs and its quality.
+struct PrefillStage {
+    b: Vec<f64>,
+    se: Vec<f64>,
+    pred: Vec<f64>,
+    fit: StageFit,
+}
+
+/// A prefill longer than the step's token budget runs as several steps (chunks of `budget` tokens), each paying
+/// the fixed part and the decode part of one sequence holding the context computed so far: `(chunks, Σ context at
+/// each chunk's start)` (`cached` for one chunk).
+fn chunks(p: &PrefillObs, budget: f64) -> (f64, f64) {
+    if p.new <= budget {
+        (1.0, p.cached)
+    } else {
+        let c = (p.new / budget).ceil();
+        (c, c * p.cached + budget * c * (c - 1.0) / 2.0)
+    }
+}
+
+/// Stage 2's regressors for a prefill: chunks (each paying `F`), new tokens, and the attended context / 1000.
+fn prefill_row(p: &PrefillObs, budget: f64) -> [f64; 3] {
+    [
+        chunks(p, budget).0,
+        p.new,
+        (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0,
+    ]
+}
+
+/// Stage 2 (see the module docs), `kc` the per-context-token cost of a lone prefill step stage 1 gives.
+fn prefill_stage(
+    pre: &[PrefillObs],
+    budget: f64,
+    kc: f64,
+    notes: &mut Vec<String>,
+) -> Result<PrefillStage, CalibrateError> {
     if pre.len() < MIN_PREFILL_REQUESTS {
         return Err(CalibrateError::Unfit {
             stage: "prefill",
@@ -1327,23 +1368,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             reason: format!("{nd} distinct prompt lengths (need {MIN_DISTINCT_PROMPTS})"),
         });
     }
-    // A prefill longer than the step's token budget runs as several steps (chunks of `budget` tokens), each paying
-    // the fixed part and the decode part of one sequence holding the context computed so far: `chunks` and
-    // `Σ context at each chunk's start` (`cached` for one chunk, as before).
-    let budget = opts
-        .limits
-        .as_ref()
-        .map(|l| f64::from(l.max_num_batched_tokens.max(1)))
-        .unwrap_or(f64::INFINITY);
-    let chunked = |p: &PrefillObs| -> (f64, f64) {
-        if p.new <= budget {
-            (1.0, p.cached)
-        } else {
-            let c = (p.new / budget).ceil();
-            (c, c * p.cached + budget * c * (c - 1.0) / 2.0)
-        }
-    };
-    let n_chunked = pre.iter().filter(|p| chunked(p).0 > 1.0).count();
+    let n_chunked = pre.iter().filter(|p| chunks(p, budget).0 > 1.0).count();
     if n_chunked > 0 {
         notes.push(format!(
             "prefill: {n_chunked} of {} lone prefills are longer than the step budget ({budget} tokens): each fitted \
@@ -1351,110 +1376,30 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             pre.len()
         ));
     }
-    let px: Vec<Vec<f64>> = pre
-        .iter()
-        .map(|p| {
-            vec![
-                chunked(p).0,
-                p.new,
-                (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0,
-            ]
-        })
-        .collect();
-    // A lone prefill step's decode part: one sequence holding `cached` tokens of KV (per chunk: the context so far).
-    let kc = k + bkv / 1000.0;
-    let py: Vec<f64> = pre.iter().map(|p| p.ttft - kc * chunked(p).1).collect();
+    let px: Vec<Vec<f64>> = pre.iter().map(|p| prefill_row(p, budget).to_vec()).collect();
+    let py: Vec<f64> = pre.iter().map(|p| p.ttft - kc * chunks(p, budget).1).collect();
     let pnames = ["prefill_step_ms", "ms_per_new_token", "prefill_ctx_ms_per_ktok"];
-    let (pb, pse, _) = fit_nonneg("prefill", &pnames, &px, &py, &mut notes)?;
-    if pb[1] <= 0.0 {
+    let (b, se, _) = fit_nonneg("prefill", &pnames, &px, &py, notes)?;
+    if b[1] <= 0.0 {
         return Err(CalibrateError::Unfit {
             stage: "prefill",
             reason: "the cost per new prompt token came out 0: prefill_tokens_per_ms would be infinite".into(),
         });
     }
-    let pre_pred: Vec<f64> = px
+    let pred: Vec<f64> = px
         .iter()
-        .zip(&pre)
-        .map(|(r, p)| dot(r, &pb) + kc * chunked(p).1)
+        .zip(pre)
+        .map(|(r, p)| dot(r, &b) + kc * chunks(p, budget).1)
         .collect();
     let ttfts: Vec<f64> = pre.iter().map(|p| p.ttft).collect();
-    let prefill = stage_fit(&ttfts, &pre_pred);
-    check_stage("prefill", &prefill)?;
+    let fit = stage_fit(&ttfts, &pred);
+    check_stage("prefill", &fit)?;
+    Ok(PrefillStage { b, se, pred, fit })
+}
 
-    let rate = 1.0 / pb[1];
-    let rate_se = pse[1] / (pb[1] * pb[1]);
-    let mut prefill_fixed = pb[0] - s_fixed - q;
-    let prefill_fixed_se = (pse[0] * pse[0] + s_fixed_se * s_fixed_se + q_se * q_se).sqrt();
-    if prefill_fixed < 0.0 {
-        notes.push(format!(
-            "prefill_fixed_ms: the prefill step's fixed part ({:.3} ms) is below a decode step's ({:.3} ms): set 0",
-            pb[0],
-            s_fixed + q
-        ));
-        prefill_fixed = 0.0;
-    }
-    // The tiers below the GPU's.
-    let tier_fit = {
-        let warm = |index: usize| {
-            aside.iter().find(|p| p.index == index).map(|p| {
-                let (chunks, ctx) = chunked(p);
-                dot(
-                    &[chunks, p.new, (p.new * p.cached + p.new * (p.new - 1.0) / 2.0) / 1000.0],
-                    &pb,
-                ) + kc * ctx
-            })
-        };
-        let bs = opts.limits.as_ref().map_or(16, |l| l.block_size);
-        tiers::fit_tier(returns, records, gpu, bs, warm)
-    };
-    // Stage 3: prefills beside other sequences' KV.
-    let speculative = records.iter().any(|r| r.spec.is_some());
-    let (pkv, pkv_se, pkv_id, prefill_kv, beside_pred) = fit_beside(
-        &beside,
-        opts.prefill_kv,
-        speculative,
-        budget,
-        &pb,
-        kc,
-        (s_fixed, q, k, bkv),
-        &mut notes,
-    );
-    for (o, _) in beside.iter().zip(&beside_pred) {
-        unused_prefill[o.index] = None;
-    }
-    let mut coefficients = std::collections::BTreeMap::new();
-    let mut put = |name: &str, value: f64, std_error: f64, identified: bool| {
-        coefficients.insert(
-            name.to_string(),
-            Coefficient {
-                value,
-                std_error,
-                identified,
-            },
-        );
-    };
-    put("step_fixed_ms", s_fixed, s_fixed_se, true);
-    put("per_seq_ms", q, q_se, q_id);
-    put("per_ctx_token_ms", k, k_se, k_id);
-    put("batch_kv_ms_per_ktok", bkv, bkv_se, bkv_id);
-    put("prefill_tokens_per_ms", rate, rate_se, true);
-    put("prefill_fixed_ms", prefill_fixed, prefill_fixed_se, true);
-    put("prefill_ctx_ms_per_ktok", pb[2], pse[2], pb[2] > 0.0);
-    put(PREFILL_KV_TERM, pkv, pkv_se, pkv_id);
-
-    let mut profile = opts
-        .limits
-        .clone()
-        .unwrap_or_else(|| EngineProfile::linear("calibrated", 1_000_000, 256, 8192, [0.0, 0.0, 0.0, 1.0, 0.0]));
-    profile.step_fixed_ms = s_fixed;
-    profile.per_seq_ms = q;
-    profile.per_ctx_token_ms = k;
-    profile.batch_kv_ms_per_ktok = bkv;
-    profile.prefill_tokens_per_ms = rate;
-    profile.prefill_fixed_ms = prefill_fixed;
-    profile.prefill_ctx_ms_per_ktok = pb[2];
-    profile.prefill_batch_kv_ms_per_ktok = pkv;
-    let mut tier_fit = tier_fit;
+/// The tiers the profile gets: the ones it was given (flags) as given, none when asked, else the one the returns
+/// measured (with the flag's restore speed where the returns did not measure one).
+fn write_tiers(profile: &mut EngineProfile, tier_fit: &mut tiers::TierFit, opts: &FitOptions) {
     if profile.host_cache.is_some() || !profile.kv_tiers.is_empty() {
         tier_fit.source = "flags".into();
         tier_fit.capacity_found_by = Some("flag".into());
@@ -1483,54 +1428,41 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             restore_tokens_per_ms: rate,
         });
     }
-    if opts.reply_share_off {
-        notes.push("reply_cached_share: not measured, as asked".into());
-    } else if let Some(share) = reply_share(
-        records,
-        profile.block_size,
-        &tier_fit.returns.iter().map(|r| r.index).collect(),
-        &mut notes,
-    ) {
-        profile.reply_cached_share = share;
-    }
-    let method = format!(
-        "loadshape calibrate: Huber (k = {HUBER_K}) IRLS fits of {} decode observations (median inter-token gap \
-         = step_fixed + per_seq·batch + per_ctx·Σcontext + batch_kv·batch·Σcontext/1000, R² {:.3}) and {} lone prefills (TTFT = F + new/rate + \
-         prefill_ctx·attended/1000, R² {:.3}); see docs/calibration.md",
-        decode.n, decode.r2, prefill.n, prefill.r2
-    );
-    profile.basis = if profile.basis.is_empty() {
-        format!("measured: {method}")
-    } else {
-        format!("measured: {method}; limits: {}", profile.basis)
-    };
-    profile.validate().map_err(|e| CalibrateError::Unfit {
-        stage: "profile",
-        reason: e.to_string(),
-    })?;
+}
 
-    let mut residuals: Vec<Residual> = Vec::new();
-    let mut by_index = std::collections::BTreeMap::new();
-    for (o, p) in pre.iter().zip(&pre_pred) {
-        by_index.entry(o.index).or_insert((None, None)).0 = Some((o.ttft, *p));
+/// Each record's observed and predicted TTFT (a lone prefill's or one beside decoders) and decode step, by index.
+fn residuals(
+    pre: impl Iterator<Item = ((usize, f64), f64)>,
+    beside: impl Iterator<Item = ((usize, f64), f64)>,
+    dec: impl Iterator<Item = ((usize, f64), f64)>,
+) -> Vec<Residual> {
+    type Pair = Option<(f64, f64)>;
+    let mut by_index: std::collections::BTreeMap<usize, (Pair, Pair)> = std::collections::BTreeMap::new();
+    for ((index, ttft), p) in pre.chain(beside) {
+        by_index.entry(index).or_insert((None, None)).0 = Some((ttft, p));
     }
-    for (o, p) in beside.iter().zip(&beside_pred) {
-        by_index.entry(o.index).or_insert((None, None)).0 = Some((o.ttft, *p));
+    for ((index, y), p) in dec {
+        by_index.entry(index).or_insert((None, None)).1 = Some((y, p));
     }
-    for (o, p) in dec.iter().zip(&dec_pred) {
-        by_index.entry(o.index).or_insert((None, None)).1 = Some((o.y, *p));
-    }
-    for (index, (t, d)) in by_index {
-        residuals.push(Residual {
+    by_index
+        .into_iter()
+        .map(|(index, (t, d))| Residual {
             index,
             ttft_ms: t.map(|v| v.0),
             ttft_predicted_ms: t.map(|v| v.1),
             tpot_ms: d.map(|v| v.0),
             tpot_predicted_ms: d.map(|v| v.1),
-        });
-    }
-    let unused = (0..records.len())
-        .filter_map(|i| match (&unused_decode[i], &unused_prefill[i]) {
+        })
+        .collect()
+}
+
+/// The records neither stage used, with why (one reason when both stages give the same).
+fn unused(unused_decode: &[Option<String>], unused_prefill: &[Option<String>]) -> Vec<Unused> {
+    unused_decode
+        .iter()
+        .zip(unused_prefill)
+        .enumerate()
+        .filter_map(|(i, pair)| match pair {
             (Some(a), Some(b)) if a == b => Some(Unused {
                 index: i,
                 reason: a.clone(),
@@ -1541,22 +1473,7 @@ pub fn fit(records: &[RequestRecord], opts: &FitOptions) -> Result<Fit, Calibrat
             }),
             _ => None,
         })
-        .collect();
-    Ok(Fit {
-        profile,
-        coefficients,
-        decode,
-        prefill,
-        prefill_kv,
-        residuals,
-        unused,
-        notes,
-        method,
-        deployment_fit: None,
-        tiers: Some(tier_fit),
-        speculative: None,
-        max_num_seqs: None,
-    })
+        .collect()
 }
 
 /// Least consecutive session steps for `reply_cached_share`.
