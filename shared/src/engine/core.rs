@@ -3509,7 +3509,7 @@ impl Engine {
         if k == u64::MAX {
             f64::INFINITY
         } else {
-            self.now_ms + k as f64 * self.p.step_fixed_ms
+            self.now_ms + k as f64 * self.min_step_ms()
         }
     }
 
@@ -3521,7 +3521,16 @@ impl Engine {
             Some(s) => left.div_ceil(u64::from(s.k) + 1),
             None => left,
         };
-        self.now_ms + steps as f64 * self.p.step_fixed_ms
+        self.now_ms + steps as f64 * self.min_step_ms()
+    }
+
+    /// A lower bound of any step's duration: `step_fixed_ms` (every other term adds), or with a roofline what a
+    /// step reads at least (a hand-made profile may pair a roofline with another `step_fixed_ms`).
+    fn min_step_ms(&self) -> f64 {
+        self.p
+            .roofline
+            .as_ref()
+            .map_or(self.p.step_fixed_ms, |r| r.min_step_ms())
     }
 
     /// [`Self::idle_until`] when nothing is running or waiting.

@@ -2074,11 +2074,7 @@ mod tests {
             // Without ties: sessions with think time and stagger, or Poisson arrivals. (Where requests are sent at
             // the same instant, a rounding difference of one ulp in a stretch's end reorders them and the runs
             // part ways, as any change of summation order would.)
-            // Not with a roofline yet: `kind = 1, n = 209, rate = 30.048842984889156, out = 315, shared = 87, bs =
-            // 1, kv_tokens = 17581, seqs = 2, budget = 1120, caching = false, seed = 16615580567408389716, replicas
-            // = 4, router = 1, roof = Some((506661173.7368646, 2630.1470548492007, 4967.311488974055))` parts ways
-            // (a request queued 10 ms stepping to the bounds and none stepping to the clocks): open.
-            let untied = (kind == 0 || (kind == 1 && rate >= 20.0)) && roof.is_none();
+            let untied = kind == 0 || (kind == 1 && rate >= 20.0);
             if replicas > 1 && untied {
                 // Stepping each replica up to the others' finish bounds gives what stepping it no further than
                 // their clocks gives: the same requests, tokens and cache hits, the same times to rounding (a
