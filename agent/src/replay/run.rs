@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use shared::filler::TokenScale;
 use shared::metrics;
 use shared::record::RequestRecord;
 use tokio::sync::{mpsc, watch};
@@ -21,14 +22,14 @@ use tokio::sync::{mpsc, watch};
 use super::client::{self, Client, ClientConfig, HttpClient, LiveCounters};
 use super::dialect::Dialect;
 use super::fleet::{LiveRouter, ROUTE_BLOCK_TOKENS};
-use super::limits;
+use super::limits::{self, ServerLimits};
 use super::progress::Progress;
 use super::prom::{Scraper, ServerReport};
-use super::records::{RecordObserver, RecordSink};
+use super::records::{Finished, RecordObserver, RecordSink};
 use super::runner::{self, Ctx, PlannedRequest, PromptMaker, SessionRun, Stops};
 use super::settings::{ReplaySettings, Traffic, unix_now_s};
 use super::summary::{self, Checks, RunSummary, ServerScrape};
-use super::tokenizer;
+use super::tokenizer::{self, TokenizerReport};
 
 pub use super::progress::LogFn;
 
@@ -163,211 +164,34 @@ async fn next_interrupt(rx: &mut Option<mpsc::UnboundedReceiver<Interrupt>>) -> 
     std::future::pending().await
 }
 
+/// [`run`] on the runtime it is called on, in its stages: the target and its clients, the tokenizer, the warm-up,
+/// the first scrape, the origin, the traffic until something ends it, the last scrape, the records and the summary.
 async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutcome> {
     let note: LogFn = hooks
         .log
         .clone()
         .unwrap_or_else(|| Arc::new(|m: &str| eprintln!("{m}")));
     let http = client::http_client(&s.target.ca_certs)?;
-
-    // Model and dialect: ask the server when not told.
-    let model = match &s.target.model {
-        Some(m) => m.clone(),
-        None => first_model(&http, &s.target.url, s.target.api_key.as_deref())
-            .await
-            .context("--model not given and /v1/models did not name one")?,
-    };
-    let (dialect, why) = match s.target.dialect {
-        Dialect::Auto => client::detect_dialect(&http, &s.target.url, s.target.api_key.as_deref()).await?,
-        d => (d, "--dialect".to_string()),
-    };
-
-    let http_client = s.http_client.resolve();
-    note(&format!(
-        "loadshape replay: {}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {}, content nonce {}, http client {http_client}{}",
-        s.shape,
-        s.target.url,
-        s.endpoint.route(),
-        s.temperature,
-        s.seed,
-        s.nonce,
-        if s.http_client == HttpClient::Auto {
-            " (auto)"
-        } else {
-            ""
-        },
-    ));
-    if !dialect.forces_length() {
-        note("note: dialect openai cannot force the output length; gen_tokens may fall short of asked_tokens");
-    }
-
-    let config = ClientConfig {
-        base_url: s.target.url.clone(),
-        model: model.clone(),
-        api_key: s.target.api_key.clone(),
-        endpoint: s.endpoint,
-        dialect,
-        temperature: s.temperature,
-        timeout: s.timeout,
-        stall_timeout: s.stall_timeout,
-        max_retries: s.max_retries,
-        http_client: s.http_client,
-        rx_clock: s.rx_clock,
-        ca_certs: s.target.ca_certs.clone(),
-    };
-    // Sessions with hidden reasoning ask the server for it (its own controls: docs/replay.md).
-    let reasoning = match &s.traffic {
-        Traffic::Sessions(w) => w.reasoning,
-        _ => None,
-    };
-    let client = Client::new(http.clone(), config.clone()).with_reasoning(reasoning);
-    // A fleet: one client per URL (replica 0 is `target.url`'s), every one with the same model, dialect and
-    // options (the replicas serve one model).
-    let fleet_clients: Vec<Client> = match &s.fleet {
-        Some(f) => {
-            note(&format!(
-                "fleet: {} replicas, router {}{}: {}",
-                f.urls.len(),
-                f.router().name(),
-                if f.router() == shared::engine::Router::PrefixAware {
-                    format!(
-                        " (load cap {}, client-side prefix view of {} tokens per replica)",
-                        f.spec.load_cap, f.cache_tokens
-                    )
-                } else {
-                    String::new()
-                },
-                f.urls.join(", ")
-            ));
-            f.urls
-                .iter()
-                .enumerate()
-                .map(|(i, u)| {
-                    if i == 0 {
-                        client.clone()
-                    } else {
-                        Client::new(
-                            http.clone(),
-                            ClientConfig {
-                                base_url: u.clone(),
-                                ..config.clone()
-                            },
-                        )
-                        .with_reasoning(reasoning)
-                    }
-                })
-                .collect()
-        }
-        None => Vec::new(),
-    };
-    // The target's tokenizer, before anything is sent: the filler is sized for it.
-    let probe_url = format!("{}{}", s.target.url.trim_end_matches('/'), s.endpoint.route());
-    let (tokenizer, tok_note) = tokenizer::measure(
-        s.match_tokenizer,
-        &http,
-        &client::origin_of(&s.target.url)?,
-        &model,
-        s.target.api_key.as_deref(),
-        &client,
-        &probe_url,
-        s.nonce,
-    )
-    .await?;
-    if let Some(n) = tok_note {
-        note(&n);
-    }
-    if tokenizer.source != "off" {
-        note(&format!(
-            "tokenizer ({}): {:.4} server tokens per designed token of prose, {:.4} of code; filler sized to match",
-            tokenizer.source, tokenizer.prose_ratio, tokenizer.code_ratio
-        ));
-    }
+    let target = Target::resolve(&s, &http, &note).await?;
+    let clients = Clients::new(&s, &http, &target, &note);
+    let tokenizer = measure_tokenizer(&s, &http, &target.model, &clients.client, &note).await?;
     let scale = tokenizer.scale();
     let match_prompts = matches!(tokenizer.source, "tokenize" | "usage");
-    // Open the connections the run will hold before its first request, so the first wave's TTFT is not inflated
-    // by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
-    // A shard holds about its share of the plan's streams.
-    let streams = s
-        .traffic
-        .expected_streams()
-        .div_ceil(s.shard.count.max(1) as usize)
-        .min(2048);
-    if fleet_clients.is_empty() {
-        client.warm(streams).await;
-    } else {
-        // Each replica gets about its share of the streams.
-        let each = streams.div_ceil(fleet_clients.len());
-        futures_util::future::join_all(fleet_clients.iter().map(|c| c.warm(each))).await;
-    }
-    let mut external_stop = hooks.stop;
-    let mut interrupts = hooks.interrupts;
+    clients.warm(&s).await;
+    let mut outside = Outside {
+        stop: hooks.stop,
+        interrupts: hooks.interrupts,
+    };
     let live = Arc::new(LiveCounters::default());
-    let plan = super::progress::Plan {
-        planned: s.traffic.planned_requests(s.seed, s.shard),
-        run_length_s: s.max_duration.map(|d| d.as_secs_f64()),
-    };
-    let progress = Progress::start(live.clone(), s.progress, note.clone(), plan);
-    // Server side: scrape before, every few seconds during, and after. A fleet scrapes every replica (its own
-    // `/metrics`, replica i at `scrapers[i]`); one URL, or a fleet scraped nowhere, as always.
-    let scrape_urls: Vec<String> = match (&s.fleet, &s.metrics_url) {
-        (Some(f), Some(_)) if !f.metrics_urls.is_empty() => f.metrics_urls.clone(),
-        (_, u) => u.iter().cloned().collect(),
-    };
-    let fleet_scraped = s.fleet.is_some() && scrape_urls.len() > 1;
-    let mut scrapers: Vec<Scraper> = scrape_urls
-        .into_iter()
-        .map(|u| Scraper::new(http.clone(), u, Instant::now()))
-        .collect();
-    let firsts = futures_util::future::join_all(scrapers.iter().map(Scraper::scrape)).await;
-    for (sc, first) in scrapers.iter().zip(&firsts) {
-        if let Some(e) = &first.error {
-            note(&format!(
-                "note: server metrics unavailable at {} ({e}); client-side numbers only",
-                sc.url()
-            ));
-        }
-    }
-    let mut server_limits = None;
-    if let Some(sc) = scrapers.first() {
-        // What the server says of its limits, kept beside the scrapes for `calibrate --from`.
-        let l = limits::fetch(
-            &http,
-            &client::origin_of(&s.target.url)?,
-            sc.url(),
-            s.target.api_key.as_deref(),
-        )
-        .await;
-        server_limits = (!l.is_empty()).then_some(l);
-    }
-    // The run's origin (t_submit 0, the simulator's t = 0): after the preparation above (dialect, tokenizer
-    // probes, connection warm-up, the first scrape), so that a plan's first arrivals and session starts are sent
-    // at their times instead of late in a burst, and a live run lays over its simulation from the same instant:
-    // now, or the common `--start-at` instant every shard waits for (a signal or a stop while waiting ends the run
-    // before it sends anything).
-    let (run_origin, origin_unix_s) = match s.start_at_unix_s {
-        Some(t) => tokio::select! {
-            r = wait_for_start(t, &note) => r?,
-            i = next_interrupt(&mut interrupts) => anyhow::bail!("{} while waiting for --start-at {t}: nothing was sent", i.name),
-            () = stop_requested(&mut external_stop) => anyhow::bail!("stop requested while waiting for --start-at {t}: nothing was sent"),
-        },
-        None => (Instant::now(), unix_now_s()),
-    };
+    let progress = start_progress(&s, live.clone(), &note);
+    let mut server = ServerWatch::before(&s, &http, &note).await?;
+    let (run_origin, origin_unix_s) = outside.origin(s.start_at_unix_s, &note).await?;
     // Records are written by a thread of their own (and kept there for the summary): the thread that reads the
     // streams only hands each one over. Made after the wait, so a shard refused at its --start-at leaves no file.
     let sink = Arc::new(RecordSink::create(&s.out, s.append, true, hooks.on_record.clone())?);
-    let mut periodic = Vec::with_capacity(scrapers.len());
-    for sc in &mut scrapers {
-        sc.set_origin(run_origin);
-        periodic.push(sc.spawn_periodic(s.scrape_interval));
-    }
+    server.during(run_origin, s.scrape_interval);
     let stops = Stops::default();
-    let router = s.fleet.as_ref().map(|f| {
-        LiveRouter::new(
-            fleet_clients,
-            f,
-            scale.words(ROUTE_BLOCK_TOKENS, shared::filler::FillerKind::Prose),
-        )
-    });
+    let (client, router) = clients.into_router(&s, scale);
     let ctx = Arc::new(Ctx {
         router,
         client,
@@ -384,17 +208,450 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             shared::filler::FillerKind::Prose,
         ),
     });
+    let task = spawn_traffic(&s, ctx.clone(), run_origin, scale, match_prompts);
+    let interrupted = outside.watch(task, &s, &stops, progress.printer()).await;
+    progress.finish();
+    let wall_s = run_origin.elapsed().as_secs_f64();
+    let scraped = server.after(&s, &note).await;
+    let finished = sink.finish()?;
+    if let Some(e) = &finished.error {
+        note(&format!("loadshape replay: {e}"));
+    }
+    let ended = Ended {
+        origin_unix_s,
+        wall_s,
+        interrupted,
+    };
+    let run_summary = run_summary(&s, target, tokenizer, &ctx, &finished, &scraped, &ended);
+    if s.write_summary {
+        write_summaries(&s, &run_summary, &finished.records, &note);
+    }
+    Ok(ReplayOutcome {
+        summary: run_summary,
+        server: scraped.server,
+        records: finished.records,
+        interrupted,
+        out: s.out,
+    })
+}
 
-    // The traffic, the deadline, the drain grace, the stop hook and the interrupts.
-    let (drain, grace) = s.drain_and_grace();
+/// The model and dialect the run sends with.
+struct Target {
+    model: String,
+    dialect: Dialect,
+}
+
+impl Target {
+    /// The settings' model and dialect, asking the server for what they leave open, and the note that opens the
+    /// run's log.
+    async fn resolve(s: &ReplaySettings, http: &reqwest::Client, note: &LogFn) -> anyhow::Result<Target> {
+        let model = match &s.target.model {
+            Some(m) => m.clone(),
+            None => first_model(http, &s.target.url, s.target.api_key.as_deref())
+                .await
+                .context("--model not given and /v1/models did not name one")?,
+        };
+        let (dialect, why) = match s.target.dialect {
+            Dialect::Auto => client::detect_dialect(http, &s.target.url, s.target.api_key.as_deref()).await?,
+            d => (d, "--dialect".to_string()),
+        };
+
+        let http_client = s.http_client.resolve();
+        note(&format!(
+            "loadshape replay: {}; {} {} model {model}, dialect {dialect} ({why}), temp {}, seed {}, content nonce {}, http client {http_client}{}",
+            s.shape,
+            s.target.url,
+            s.endpoint.route(),
+            s.temperature,
+            s.seed,
+            s.nonce,
+            if s.http_client == HttpClient::Auto {
+                " (auto)"
+            } else {
+                ""
+            },
+        ));
+        if !dialect.forces_length() {
+            note("note: dialect openai cannot force the output length; gen_tokens may fall short of asked_tokens");
+        }
+        Ok(Target { model, dialect })
+    }
+}
+
+/// The clients the run sends with: `client` for `target.url`, and with a fleet one per URL (replica 0's is
+/// `client`), every one with the same model, dialect and options (the replicas serve one model).
+struct Clients {
+    client: Client,
+    /// Empty without a fleet.
+    fleet: Vec<Client>,
+}
+
+impl Clients {
+    fn new(s: &ReplaySettings, http: &reqwest::Client, target: &Target, note: &LogFn) -> Clients {
+        let config = ClientConfig {
+            base_url: s.target.url.clone(),
+            model: target.model.clone(),
+            api_key: s.target.api_key.clone(),
+            endpoint: s.endpoint,
+            dialect: target.dialect,
+            temperature: s.temperature,
+            timeout: s.timeout,
+            stall_timeout: s.stall_timeout,
+            max_retries: s.max_retries,
+            http_client: s.http_client,
+            rx_clock: s.rx_clock,
+            ca_certs: s.target.ca_certs.clone(),
+        };
+        // Sessions with hidden reasoning ask the server for it (its own controls: docs/replay.md).
+        let reasoning = match &s.traffic {
+            Traffic::Sessions(w) => w.reasoning,
+            _ => None,
+        };
+        let client = Client::new(http.clone(), config.clone()).with_reasoning(reasoning);
+        let fleet: Vec<Client> = match &s.fleet {
+            Some(f) => {
+                note(&format!(
+                    "fleet: {} replicas, router {}{}: {}",
+                    f.urls.len(),
+                    f.router().name(),
+                    if f.router() == shared::engine::Router::PrefixAware {
+                        format!(
+                            " (load cap {}, client-side prefix view of {} tokens per replica)",
+                            f.spec.load_cap, f.cache_tokens
+                        )
+                    } else {
+                        String::new()
+                    },
+                    f.urls.join(", ")
+                ));
+                f.urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| {
+                        if i == 0 {
+                            client.clone()
+                        } else {
+                            Client::new(
+                                http.clone(),
+                                ClientConfig {
+                                    base_url: u.clone(),
+                                    ..config.clone()
+                                },
+                            )
+                            .with_reasoning(reasoning)
+                        }
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        Clients { client, fleet }
+    }
+
+    /// Opens the connections the run will hold before its first request, so the first wave's TTFT is not inflated
+    /// by hundreds of simultaneous TCP connects (a client-side artefact, not server latency).
+    async fn warm(&self, s: &ReplaySettings) {
+        // A shard holds about its share of the plan's streams.
+        let streams = s
+            .traffic
+            .expected_streams()
+            .div_ceil(s.shard.count.max(1) as usize)
+            .min(2048);
+        if self.fleet.is_empty() {
+            self.client.warm(streams).await;
+        } else {
+            // Each replica gets about its share of the streams.
+            let each = streams.div_ceil(self.fleet.len());
+            futures_util::future::join_all(self.fleet.iter().map(|c| c.warm(each))).await;
+        }
+    }
+
+    /// The client, and with a fleet the router over every replica's client.
+    fn into_router(self, s: &ReplaySettings, scale: TokenScale) -> (Client, Option<LiveRouter>) {
+        let Clients { client, fleet } = self;
+        let router = s.fleet.as_ref().map(|f| {
+            LiveRouter::new(
+                fleet,
+                f,
+                scale.words(ROUTE_BLOCK_TOKENS, shared::filler::FillerKind::Prose),
+            )
+        });
+        (client, router)
+    }
+}
+
+/// The progress display (shown when the settings ask and standard error is a terminal), told the plan's size and
+/// length.
+fn start_progress(s: &ReplaySettings, live: Arc<LiveCounters>, note: &LogFn) -> Progress {
+    let plan = super::progress::Plan {
+        planned: s.traffic.planned_requests(s.seed, s.shard),
+        run_length_s: s.max_duration.map(|d| d.as_secs_f64()),
+    };
+    Progress::start(live, s.progress, note.clone(), plan)
+}
+
+/// The target's tokenizer, before anything is sent: the filler is sized for it.
+async fn measure_tokenizer(
+    s: &ReplaySettings,
+    http: &reqwest::Client,
+    model: &str,
+    client: &Client,
+    note: &LogFn,
+) -> anyhow::Result<TokenizerReport> {
+    let probe_url = format!("{}{}", s.target.url.trim_end_matches('/'), s.endpoint.route());
+    let (tokenizer, tok_note) = tokenizer::measure(
+        s.match_tokenizer,
+        http,
+        &client::origin_of(&s.target.url)?,
+        model,
+        s.target.api_key.as_deref(),
+        client,
+        &probe_url,
+        s.nonce,
+    )
+    .await?;
+    if let Some(n) = tok_note {
+        note(&n);
+    }
+    if tokenizer.source != "off" {
+        note(&format!(
+            "tokenizer ({}): {:.4} server tokens per designed token of prose, {:.4} of code; filler sized to match",
+            tokenizer.source, tokenizer.prose_ratio, tokenizer.code_ratio
+        ));
+    }
+    Ok(tokenizer)
+}
+
+/// Server side: scrape before, every few seconds during, and after. A fleet scrapes every replica (its own
+/// `/metrics`, replica i at `scrapers[i]`); one URL, or a fleet scraped nowhere, as always.
+struct ServerWatch {
+    scrapers: Vec<Scraper>,
+    /// Each replica's scrapes are reported on their own (a fleet with its own `/metrics` per replica).
+    fleet_scraped: bool,
+    /// The limits the server states (`None`: none, or nothing scraped).
+    limits: Option<ServerLimits>,
+    /// The scrapes during the run.
+    periodic: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What the scrapes came to, once the run is over.
+struct Scraped {
+    /// What `<out>.server.json` holds (already written); `None` when `/metrics` was not scraped.
+    server: Option<ServerScrape>,
+    /// Each replica's report when a fleet scraped every replica; otherwise empty.
+    replicas: Vec<Option<ServerReport>>,
+}
+
+impl ServerWatch {
+    /// The first scrape (noting each URL that does not answer) and the server's limits.
+    async fn before(s: &ReplaySettings, http: &reqwest::Client, note: &LogFn) -> anyhow::Result<ServerWatch> {
+        let scrape_urls: Vec<String> = match (&s.fleet, &s.metrics_url) {
+            (Some(f), Some(_)) if !f.metrics_urls.is_empty() => f.metrics_urls.clone(),
+            (_, u) => u.iter().cloned().collect(),
+        };
+        let fleet_scraped = s.fleet.is_some() && scrape_urls.len() > 1;
+        let scrapers: Vec<Scraper> = scrape_urls
+            .into_iter()
+            .map(|u| Scraper::new(http.clone(), u, Instant::now()))
+            .collect();
+        let firsts = futures_util::future::join_all(scrapers.iter().map(Scraper::scrape)).await;
+        for (sc, first) in scrapers.iter().zip(&firsts) {
+            if let Some(e) = &first.error {
+                note(&format!(
+                    "note: server metrics unavailable at {} ({e}); client-side numbers only",
+                    sc.url()
+                ));
+            }
+        }
+        let mut server_limits = None;
+        if let Some(sc) = scrapers.first() {
+            // What the server says of its limits, kept beside the scrapes for `calibrate --from`.
+            let l = limits::fetch(
+                http,
+                &client::origin_of(&s.target.url)?,
+                sc.url(),
+                s.target.api_key.as_deref(),
+            )
+            .await;
+            server_limits = (!l.is_empty()).then_some(l);
+        }
+        Ok(ServerWatch {
+            scrapers,
+            fleet_scraped,
+            limits: server_limits,
+            periodic: Vec::new(),
+        })
+    }
+
+    /// Starts the scrapes during the run, every `every`, timed from the run's origin.
+    fn during(&mut self, run_origin: Instant, every: Duration) {
+        self.periodic = Vec::with_capacity(self.scrapers.len());
+        for sc in &mut self.scrapers {
+            sc.set_origin(run_origin);
+            self.periodic.push(sc.spawn_periodic(every));
+        }
+    }
+
+    /// Stops the scrapes during the run, scrapes once more and writes `<out>.server.json`.
+    async fn after(self, s: &ReplaySettings, note: &LogFn) -> Scraped {
+        for p in self.periodic {
+            p.abort();
+        }
+        futures_util::future::join_all(self.scrapers.iter().map(Scraper::scrape)).await;
+        // Each replica's scrapes and report (one URL: the one).
+        let scraped: Vec<(String, ServerReport, Vec<super::prom::Snapshot>)> = self
+            .scrapers
+            .iter()
+            .map(|sc| {
+                let snapshots = sc.snapshots();
+                (
+                    sc.url().to_string(),
+                    ServerReport::from_snapshots(&snapshots),
+                    snapshots,
+                )
+            })
+            .collect();
+        let fleet_scraped = self.fleet_scraped;
+        let server = scraped.first().map(|(url, report, snapshots)| {
+            let scrape = ServerScrape {
+                metrics_url: url.clone(),
+                interval_s: s.scrape_interval.as_secs_f64(),
+                report: report.clone(),
+                snapshots: snapshots.clone(),
+                limits: self.limits,
+                replicas: fleet_scraped.then(|| {
+                    scraped
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (url, report, snapshots))| summary::ReplicaScrape {
+                            replica: i as u32,
+                            metrics_url: url.clone(),
+                            report: report.clone(),
+                            snapshots: snapshots.clone(),
+                        })
+                        .collect()
+                }),
+            };
+            write_sidecar(&summary::sidecar(&s.out, "server.json"), &scrape, note);
+            scrape
+        });
+        let replicas: Vec<Option<ServerReport>> = if fleet_scraped {
+            scraped.iter().map(|(_, r, _)| Some(r.clone())).collect()
+        } else {
+            Vec::new()
+        };
+        Scraped { server, replicas }
+    }
+}
+
+/// What can end the run from outside it: the stop hook and the interrupts.
+struct Outside {
+    stop: Option<watch::Receiver<bool>>,
+    interrupts: Option<mpsc::UnboundedReceiver<Interrupt>>,
+}
+
+impl Outside {
+    /// The run's origin (t_submit 0, the simulator's t = 0), as an `Instant` and in Unix seconds.
+    async fn origin(&mut self, start_at: Option<f64>, note: &LogFn) -> anyhow::Result<(Instant, f64)> {
+        // Taken after the preparation (dialect, tokenizer probes, connection warm-up, the first scrape), so that
+        // a plan's first arrivals and session starts are sent at their times instead of late in a burst, and a
+        // live run lays over its simulation from the same instant: now, or the common `--start-at` instant every
+        // shard waits for (a signal or a stop while waiting ends the run before it sends anything).
+        Ok(match start_at {
+            Some(t) => tokio::select! {
+                r = wait_for_start(t, note) => r?,
+                i = next_interrupt(&mut self.interrupts) => anyhow::bail!("{} while waiting for --start-at {t}: nothing was sent", i.name),
+                () = stop_requested(&mut self.stop) => anyhow::bail!("stop requested while waiting for --start-at {t}: nothing was sent"),
+            },
+            None => (Instant::now(), unix_now_s()),
+        })
+    }
+
+    /// Waits for the traffic `task` to end, meanwhile ending it early at the deadline (then drain or stop, bounded
+    /// by the grace), at a stop (cut) or at an interrupt (first: drain or cut; second: cut). Returns what
+    /// interrupted the run, if anything did.
+    async fn watch(
+        &mut self,
+        mut task: tokio::task::JoinHandle<()>,
+        s: &ReplaySettings,
+        stops: &Stops,
+        log: Box<dyn Fn(&str) + Send + Sync>,
+    ) -> Option<Interrupt> {
+        let (drain, grace) = s.drain_and_grace();
+        let deadline = tokio::time::sleep(s.max_duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+        tokio::pin!(deadline);
+        let mut deadline_hit = false;
+        let mut grace_at: Option<tokio::time::Instant> = None;
+        let mut interrupted: Option<Interrupt> = None;
+        loop {
+            let grace_sleep = tokio::time::sleep_until(
+                grace_at.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)),
+            );
+            tokio::select! {
+                r = &mut task => {
+                    if let Err(e) = r {
+                        log(&format!("traffic task failed: {e}"));
+                    }
+                    break;
+                }
+                () = &mut deadline, if !deadline_hit => {
+                    deadline_hit = true;
+                    if drain {
+                        log(&format!("max-seconds reached, draining in-flight sessions (grace {:.0}s)", grace.as_secs_f64()));
+                        stops.stop_sessions();
+                    } else {
+                        log(&format!("max-seconds reached, stopping sessions (in-flight requests get {:.0}s)", grace.as_secs_f64()));
+                        stops.stop_steps();
+                    }
+                    grace_at.get_or_insert(tokio::time::Instant::now() + grace);
+                }
+                () = stop_requested(&mut self.stop), if interrupted.is_none() => {
+                    interrupted = Some(Interrupt::STOP);
+                    log("stop requested: in-flight requests are cut and recorded");
+                    stops.cut();
+                }
+                sig = next_interrupt(&mut self.interrupts) => {
+                    if interrupted.is_some() {
+                        log(&format!("second {}: cutting in-flight requests", sig.name));
+                        stops.cut();
+                    } else {
+                        interrupted = Some(sig);
+                        if drain {
+                            log(&format!("{}: no new sessions; draining (grace {:.0}s; again to cut)", sig.name, grace.as_secs_f64()));
+                            stops.stop_sessions();
+                            grace_at.get_or_insert(tokio::time::Instant::now() + grace);
+                        } else {
+                            log(&format!("{}: stopping; in-flight requests are cut and recorded", sig.name));
+                            stops.cut();
+                        }
+                    }
+                }
+                () = grace_sleep, if grace_at.is_some() => {
+                    log("drain grace expired, cutting what is left");
+                    stops.cut();
+                    grace_at = None;
+                }
+            }
+        }
+        interrupted
+    }
+}
+
+/// Starts sending the settings' traffic (sessions, open loop, trace or closed loop) through `ctx`.
+fn spawn_traffic(
+    s: &ReplaySettings,
+    ctx: Arc<Ctx>,
+    run_origin: Instant,
+    scale: TokenScale,
+    match_prompts: bool,
+) -> tokio::task::JoinHandle<()> {
     let fail_limit = u64::from(s.max_fail_streak.max(1)) * 10;
     let (seed, nonce, max_concurrency, shard) = (s.seed, s.nonce, s.max_concurrency, s.shard);
-    let c2 = ctx.clone();
     let traffic = s.traffic.clone();
     let session_deadline = run_origin + s.max_duration.unwrap_or(Duration::from_secs(86_400 * 365 * 100));
     let max_fail_streak = s.max_fail_streak;
     let tool_results = s.tool_results;
-    let mut task = tokio::spawn(async move {
+    tokio::spawn(async move {
         match traffic {
             Traffic::Sessions(workload) => {
                 let run = SessionRun {
@@ -408,11 +665,11 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                     tool_results,
                     shard,
                 };
-                runner::run_sessions(c2, Arc::new(run)).await;
+                runner::run_sessions(ctx, Arc::new(run)).await;
             }
             Traffic::Open(reqs) => {
                 let maker = Arc::new(prompt_maker(&reqs, seed, nonce, scale));
-                runner::run_open_loop(c2, reqs, maker, fail_limit, max_concurrency, shard).await;
+                runner::run_open_loop(ctx, reqs, maker, fail_limit, max_concurrency, shard).await;
             }
             Traffic::Trace(trace) => {
                 let prompts = Arc::new(super::trace_run::TracePrompts::new(
@@ -421,7 +678,7 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                     trace.hash_block_size(),
                     scale,
                 ));
-                super::trace_run::run_trace(c2, trace, prompts, fail_limit, max_concurrency).await;
+                super::trace_run::run_trace(ctx, trace, prompts, fail_limit, max_concurrency).await;
             }
             Traffic::Closed {
                 requests,
@@ -429,127 +686,42 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
                 think_s,
             } => {
                 let maker = Arc::new(prompt_maker(&requests, seed, nonce, scale));
-                runner::run_closed_loop(c2, requests, maker, users, think_s, fail_limit, shard).await;
+                runner::run_closed_loop(ctx, requests, maker, users, think_s, fail_limit, shard).await;
             }
         }
-    });
-    let deadline = tokio::time::sleep(s.max_duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
-    tokio::pin!(deadline);
-    let mut deadline_hit = false;
-    let mut grace_at: Option<tokio::time::Instant> = None;
-    let mut interrupted: Option<Interrupt> = None;
-    let log = progress.printer();
-    loop {
-        let grace_sleep = tokio::time::sleep_until(
-            grace_at.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)),
-        );
-        tokio::select! {
-            r = &mut task => {
-                if let Err(e) = r {
-                    log(&format!("traffic task failed: {e}"));
-                }
-                break;
-            }
-            () = &mut deadline, if !deadline_hit => {
-                deadline_hit = true;
-                if drain {
-                    log(&format!("max-seconds reached, draining in-flight sessions (grace {:.0}s)", grace.as_secs_f64()));
-                    stops.stop_sessions();
-                } else {
-                    log(&format!("max-seconds reached, stopping sessions (in-flight requests get {:.0}s)", grace.as_secs_f64()));
-                    stops.stop_steps();
-                }
-                grace_at.get_or_insert(tokio::time::Instant::now() + grace);
-            }
-            () = stop_requested(&mut external_stop), if interrupted.is_none() => {
-                interrupted = Some(Interrupt::STOP);
-                log("stop requested: in-flight requests are cut and recorded");
-                stops.cut();
-            }
-            sig = next_interrupt(&mut interrupts) => {
-                if interrupted.is_some() {
-                    log(&format!("second {}: cutting in-flight requests", sig.name));
-                    stops.cut();
-                } else {
-                    interrupted = Some(sig);
-                    if drain {
-                        log(&format!("{}: no new sessions; draining (grace {:.0}s; again to cut)", sig.name, grace.as_secs_f64()));
-                        stops.stop_sessions();
-                        grace_at.get_or_insert(tokio::time::Instant::now() + grace);
-                    } else {
-                        log(&format!("{}: stopping; in-flight requests are cut and recorded", sig.name));
-                        stops.cut();
-                    }
-                }
-            }
-            () = grace_sleep, if grace_at.is_some() => {
-                log("drain grace expired, cutting what is left");
-                stops.cut();
-                grace_at = None;
-            }
-        }
-    }
-    progress.finish();
-    let wall = run_origin.elapsed().as_secs_f64();
-    for p in periodic {
-        p.abort();
-    }
-    futures_util::future::join_all(scrapers.iter().map(Scraper::scrape)).await;
-    // Each replica's scrapes and report (one URL: the one).
-    let scraped: Vec<(String, ServerReport, Vec<super::prom::Snapshot>)> = scrapers
-        .iter()
-        .map(|sc| {
-            let snapshots = sc.snapshots();
-            (
-                sc.url().to_string(),
-                ServerReport::from_snapshots(&snapshots),
-                snapshots,
-            )
-        })
-        .collect();
-    let server = scraped.first().map(|(url, report, snapshots)| {
-        let scrape = ServerScrape {
-            metrics_url: url.clone(),
-            interval_s: s.scrape_interval.as_secs_f64(),
-            report: report.clone(),
-            snapshots: snapshots.clone(),
-            limits: server_limits,
-            replicas: fleet_scraped.then(|| {
-                scraped
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (url, report, snapshots))| summary::ReplicaScrape {
-                        replica: i as u32,
-                        metrics_url: url.clone(),
-                        report: report.clone(),
-                        snapshots: snapshots.clone(),
-                    })
-                    .collect()
-            }),
-        };
-        write_sidecar(&summary::sidecar(&s.out, "server.json"), &scrape, &note);
-        scrape
-    });
-    let replica_servers: Vec<Option<ServerReport>> = if fleet_scraped {
-        scraped.iter().map(|(_, r, _)| Some(r.clone())).collect()
-    } else {
-        Vec::new()
-    };
-    let finished = sink.finish()?;
-    if let Some(e) = &finished.error {
-        note(&format!("loadshape replay: {e}"));
-    }
-    let records = finished.records;
-    let checks = Checks::of(&records);
-    let scored = metrics::summarize(&records, &s.slo);
-    let run_summary = RunSummary {
+    })
+}
+
+/// When the run started and how it ended, for its summary.
+struct Ended {
+    /// The run's origin, Unix seconds.
+    origin_unix_s: f64,
+    /// From the origin to the end of the traffic, seconds.
+    wall_s: f64,
+    interrupted: Option<Interrupt>,
+}
+
+/// What `<out>.summary.json` holds.
+fn run_summary(
+    s: &ReplaySettings,
+    target: Target,
+    tokenizer: TokenizerReport,
+    ctx: &Ctx,
+    finished: &Finished,
+    scraped: &Scraped,
+    ended: &Ended,
+) -> RunSummary {
+    let records = &finished.records;
+    let checks = Checks::of(records);
+    let scored = metrics::summarize(records, &s.slo);
+    RunSummary {
         url: s.target.url.clone(),
-        model,
-        dialect,
+        model: target.model,
+        dialect: target.dialect,
         endpoint: s.endpoint,
         tool_results: s.tool_results,
-        seed,
-        nonce,
+        seed: s.seed,
+        nonce: s.nonce,
         http_client: ctx.client.http_client(),
         connections_opened: match &ctx.router {
             Some(r) => r.clients().iter().map(Client::connections_opened).sum(),
@@ -562,56 +734,51 @@ async fn run_here(s: ReplaySettings, hooks: Hooks) -> anyhow::Result<ReplayOutco
             None => ctx.client.send_delays_us(),
         }),
         shape: s.shape.clone(),
-        wall_s: wall,
+        wall_s: ended.wall_s,
         requests_started: ctx.started.load(Ordering::Relaxed),
         records_written: finished.written,
         records_digest: format!("{:016x}", finished.digest),
-        interrupted: interrupted.map(|i| i.name.to_string()),
+        interrupted: ended.interrupted.map(|i| i.name.to_string()),
         aborted: ctx.aborted.load(Ordering::Relaxed),
         slo: s.slo,
         prefix_reuse: summary::prefix_reuse(&scored),
         summary: scored,
-        server: server.as_ref().map(|sc| sc.report.clone()),
+        server: scraped.server.as_ref().map(|sc| sc.report.clone()),
         tokenizer,
-        origin_unix_s,
+        origin_unix_s: ended.origin_unix_s,
         start_at_unix_s: s.start_at_unix_s,
         shard: (!s.shard.is_whole()).then_some(s.shard),
         fleet: s
             .fleet
             .as_ref()
-            .map(|f| summary::FleetRun::of(f, &records, &replica_servers)),
+            .map(|f| summary::FleetRun::of(f, records, &scraped.replicas)),
         replicas: if s.fleet.is_none() {
-            shared::metrics::replicas::replica_split(&records)
+            shared::metrics::replicas::replica_split(records)
         } else {
             Vec::new()
         },
         sessions_on_several_replicas: (s.fleet.is_none() && records.iter().any(|r| r.replica.is_some()))
-            .then(|| shared::metrics::replicas::sessions_on_several_replicas(&records)),
-        kv_transfer: shared::metrics::replicas::kv_transfer_summary(&records),
+            .then(|| shared::metrics::replicas::sessions_on_several_replicas(records)),
+        kv_transfer: shared::metrics::replicas::kv_transfer_summary(records),
         loadshape_version: shared::version::LOADSHAPE_VERSION,
-    };
-    if s.write_summary {
-        write_sidecar(&summary::sidecar(&s.out, "summary.json"), &run_summary, &note);
-        // The mergeable statistics (`loadshape merge`): exact counters and an HDR histogram per metric.
-        let stats = shared::metrics::hist::Mergeable::of(&records, &s.slo);
-        write_sidecar(&summary::sidecar(&s.out, "counters.json"), &stats.counters, &note);
-        for (metric, h) in stats.histograms() {
-            let path = summary::sidecar(&s.out, &format!("{}.hdr", metric.name()));
-            if let Err(e) = shared::metrics::hist::encode(h)
-                .map_err(std::io::Error::other)
-                .and_then(|b| std::fs::write(&path, b))
-            {
-                note(&format!("could not write {}: {e}", path.display()));
-            }
+    }
+}
+
+/// Writes `<out>.summary.json` and beside it the mergeable statistics (`loadshape merge`): exact counters and an
+/// HDR histogram per metric.
+fn write_summaries(s: &ReplaySettings, run_summary: &RunSummary, records: &[RequestRecord], note: &LogFn) {
+    write_sidecar(&summary::sidecar(&s.out, "summary.json"), run_summary, note);
+    let stats = shared::metrics::hist::Mergeable::of(records, &s.slo);
+    write_sidecar(&summary::sidecar(&s.out, "counters.json"), &stats.counters, note);
+    for (metric, h) in stats.histograms() {
+        let path = summary::sidecar(&s.out, &format!("{}.hdr", metric.name()));
+        if let Err(e) = shared::metrics::hist::encode(h)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&path, b))
+        {
+            note(&format!("could not write {}: {e}", path.display()));
         }
     }
-    Ok(ReplayOutcome {
-        summary: run_summary,
-        server,
-        records,
-        interrupted,
-        out: s.out,
-    })
 }
 
 /// The latest a shard may reach its `--start-at` and still run the plan's timing, seconds.
