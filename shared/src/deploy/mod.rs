@@ -565,8 +565,17 @@ impl Deployment {
                 .max_position_embeddings
                 .filter(|&m| m >= 2 && m < cap_tokens.min(MAX_TOKENS)),
         };
+        // The linear terms nearest the roofline (which prices every step): a step reads at least the weights, each
+        // token of context its KV, and a prompt token costs its FLOPs.
+        let linear = [
+            r.min_step_ms(),
+            0.0,
+            r.kv_bytes_per_token / r.bytes_per_ms,
+            r.flops_per_ms / r.flops_per_token.max(1.0),
+            0.0,
+        ];
+        let name = format!("{}-{}x{}", parts.model_name, tp, parts.gpu.name);
         let profile = EngineProfile {
-            name: format!("{}-{}x{}", parts.model_name, tp, parts.gpu.name),
             basis: format!(
                 "roofline of a deployment: {} ({}) in {} on {} x {} ({}); efficiencies and formulas: \
                  docs/simulator.md, Deployments",
@@ -582,27 +591,9 @@ impl Deployment {
                 },
             ),
             block_size: l.block_size,
-            num_kv_blocks: kv_blocks,
-            max_num_seqs: l.max_num_seqs,
-            max_num_batched_tokens: l.max_num_batched_tokens,
             max_model_len,
-            step_fixed_ms: r.min_step_ms(),
-            per_seq_ms: 0.0,
-            per_ctx_token_ms: r.kv_bytes_per_token / r.bytes_per_ms,
-            prefill_tokens_per_ms: r.flops_per_ms / r.flops_per_token.max(1.0),
-            prefill_fixed_ms: 0.0,
-            enable_prefix_caching: true,
-            prefill_ctx_ms_per_ktok: 0.0,
-            batch_kv_ms_per_ktok: 0.0,
-            prefill_batch_kv_ms_per_ktok: 0.0,
-            prefill_tile_rows: 0,
-            ubatch_tokens: 0,
-            reply_cached_share: 1.0,
-            host_cache: None,
-            kv_tiers: Vec::new(),
-            scheduler: Default::default(),
             roofline: Some(Box::new(r.clone())),
-            speculative: None,
+            ..EngineProfile::linear(&name, kv_blocks, l.max_num_seqs, l.max_num_batched_tokens, linear)
         };
         profile.validate()?;
         Ok(profile)

@@ -473,6 +473,20 @@ struct StepSums {
     peak: Option<u64>,
 }
 
+impl StepSums {
+    /// One more step of `dj` ms, its decoders holding `ctx_per_seq` tokens each on average: the clock and the
+    /// counters (each summed in step order, as one step at a time sums it).
+    #[inline]
+    fn add_step(&mut self, dj: f64, batch: f64, ctx_per_seq: f64) {
+        self.end += dj;
+        self.busy += dj;
+        self.batch_time += batch * dj;
+        self.decode_time += dj;
+        self.ctx_time += ctx_per_seq * dj;
+        self.k += 1;
+    }
+}
+
 /// [`Engine::spec_stretch`]'s steps after its first under a linear profile without KV tiers (blocks counted, not
 /// taken, until the stretch ends): the same stopping rules, costs and sums in the same order, with everything the
 /// loop changes in locals. Dispatches to [`linear_spec_loop`] compiled for whether the step log is kept and
@@ -3171,8 +3185,6 @@ impl Engine {
         // blocks at once), and a step by step run tries to admit it at that step.
         let evict_ok = self.waiting.is_empty();
         let blocks_left = |kv: &Kv| if evict_ok { kv.available() } else { kv.free() };
-        let mut avail_left = blocks_left(&self.kv);
-        let mut taken = 0u64;
         // The linear profile's step cost (`spec_cost`), its constant parts computed once.
         let linear = self.p.roofline.is_none();
         let bkv = self.p.batch_kv_ms_per_ktok;
@@ -3196,124 +3208,94 @@ impl Engine {
             nf,
             keep_log: self.keep_log,
         };
-        let mut lazy_ctx = self.lz.ctx;
-        let mut end = self.now_ms;
-        let dj = d1;
-        let (mut busy, mut batch_time, mut decode_time, mut ctx_time) = (
-            self.stats.busy_ms,
-            self.stats.batch_time_ms,
-            self.stats.decode_time_ms,
-            self.stats.ctx_time,
-        );
+        let mut st = StepSums {
+            k: 0,
+            end: self.now_ms,
+            busy: self.stats.busy_ms,
+            batch_time: self.stats.batch_time_ms,
+            decode_time: self.stats.decode_time_ms,
+            ctx_time: self.stats.ctx_time,
+            lazy_ctx: self.lz.ctx,
+            avail_left: blocks_left(&self.kv),
+            taken: 0,
+            peak: None,
+        };
         // Its first step, scheduled already.
-        end += dj;
+        st.add_step(d1, batch, ctx / nf + 0.0);
         if self.keep_log {
-            self.log.push((dj, dj, 1));
+            self.log.push((d1, d1, 1));
         }
-        busy += dj;
-        batch_time += batch * dj;
-        decode_time += dj;
-        ctx_time += (ctx / nf + 0.0) * dj;
-        lazy_ctx += u64::from(self.lz.ring.take_emit((d & mask) as usize));
-        let mut k = 1u64;
+        st.lazy_ctx += u64::from(self.lz.ring.take_emit((d & mask) as usize));
         // While requests wait and there are no tiers, the stretch takes evictable blocks up to the first chain a
         // waiting request reads (the stretch's evictions are made at its end, least recently used first).
         let mut walk = self.kv.lru_walk();
         let free0 = self.kv.free();
         'stretch: loop {
             if linear && at_end {
-                let mut st = StepSums {
-                    k,
-                    end,
-                    busy,
-                    batch_time,
-                    decode_time,
-                    ctx_time,
-                    lazy_ctx,
-                    avail_left,
-                    taken,
-                    peak: None,
-                };
+                st.peak = None;
                 linear_spec_steps(&mut self.lz.ring, &mut self.log, &c, &mut st);
                 if let Some(p) = st.peak {
                     self.inner_peak = used0 + p;
                 }
-                StepSums {
-                    k,
-                    end,
-                    busy,
-                    batch_time,
-                    decode_time,
-                    ctx_time,
-                    lazy_ctx,
-                    avail_left,
-                    taken,
-                    ..
-                } = st;
                 // It stopped where the steps below would: they add nothing.
             }
-            while k < kmax && end < until_ms {
-                let slot = self.lz.ring.get(((d + k) & mask) as usize);
+            while st.k < kmax && st.end < until_ms {
+                let slot = self.lz.ring.get(((d + st.k) & mask) as usize);
                 let need = u64::from(slot.blocks);
-                let avail = if at_end { avail_left } else { blocks_left(&self.kv) };
+                let avail = if at_end { st.avail_left } else { blocks_left(&self.kv) };
                 let tokens = full - u64::from(slot.short);
                 if tokens > tokens_max || tokens < tokens_min {
                     break 'stretch;
                 }
                 if need > avail {
-                    if at_end && !evict_ok && self.kv.walk_clear(&mut walk, taken + need - free0) {
-                        avail_left = (free0 + walk.clear).min(self.kv.available()) - taken;
+                    if at_end && !evict_ok && self.kv.walk_clear(&mut walk, st.taken + need - free0) {
+                        st.avail_left = (free0 + walk.clear).min(self.kv.available()) - st.taken;
                         continue 'stretch;
                     }
                     break 'stretch;
                 }
                 // Blocks only grow inside the stretch: the last step before this one ended holding the most.
-                self.inner_peak = used0 + taken;
+                self.inner_peak = used0 + st.taken;
                 if need > 0 {
                     if at_end {
-                        avail_left -= need;
+                        st.avail_left -= need;
                     } else {
                         if self.kv.any_ttl {
-                            self.kv.now_ms = end;
+                            self.kv.now_ms = st.end;
                             self.kv.expire_tiers();
                         }
                         // Cannot fail: checked just above.
                         let _ = self.kv.alloc(need);
                     }
-                    taken += need;
+                    st.taken += need;
                 }
+                let at = d + st.k;
                 let dj = if linear {
-                    c.step_ms(lazy_ctx, slot.short)
+                    c.step_ms(st.lazy_ctx, slot.short)
                 } else {
-                    let (drafted, attended) = self.lazy_drafts(&s, d + k, lazy_ctx);
-                    self.spec_cost(&s, nf, lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS])
+                    let (drafted, attended) = self.lazy_drafts(&s, at, st.lazy_ctx);
+                    self.spec_cost(&s, nf, st.lazy_ctx, 0, drafted, attended, [0; MAX_KV_TIERS])
                 };
-                let cf = lazy_ctx as f64;
-                end += dj;
+                st.add_step(dj, batch, st.lazy_ctx as f64 / nf + 0.0);
                 if self.keep_log {
                     self.log.push((dj, dj, 1));
                 }
-                busy += dj;
-                batch_time += batch * dj;
-                decode_time += dj;
-                ctx_time += (cf / nf + 0.0) * dj;
-                lazy_ctx += u64::from(self.lz.ring.take_emit(((d + k) & mask) as usize));
-                k += 1;
+                st.lazy_ctx += u64::from(self.lz.ring.take_emit((at & mask) as usize));
             }
             break;
         }
-        if at_end && taken > 0 {
+        if at_end && st.taken > 0 {
             // Cannot fail: each step's blocks were checked against what the ones before left.
-            let _ = self.kv.alloc(taken);
+            let _ = self.kv.alloc(st.taken);
         }
-        self.stats.steps += k;
-        self.stats.busy_ms = busy;
-        self.stats.batch_time_ms = batch_time;
-        self.stats.decode_time_ms = decode_time;
-        self.stats.ctx_time = ctx_time;
-        self.lz.ctx = lazy_ctx;
+        self.stats.steps += st.k;
+        self.stats.busy_ms = st.busy;
+        self.stats.batch_time_ms = st.batch_time;
+        self.stats.decode_time_ms = st.decode_time;
+        self.stats.ctx_time = st.ctx_time;
+        self.lz.ctx = st.lazy_ctx;
         self.spec = Some(s);
-        (k, end)
+        (st.k, st.end)
     }
 
     /// Drop step-log entries no running request still needs. Runs when the log has doubled since the last trim
