@@ -3467,22 +3467,16 @@ impl Engine {
     pub(crate) fn earliest_finish_ms(&mut self) -> f64 {
         let left = |r: &Req| u64::from(r.output.saturating_sub(r.generated)).max(1);
         let mut k = u64::MAX;
-        if let Some(s) = &self.spec {
-            // Up to 1 + k tokens per step; a decoder's path, served in full, finishes in the fewest steps its draws
+        for &q in self.eager.iter().chain(self.waiting.iter()) {
+            let r = &self.reqs[q as usize];
+            // Under speculative decoding a decoder's path, served in full, finishes in the fewest steps its draws
             // allow (the same bound whether it is lazy or not).
-            for &q in self.eager.iter().chain(self.waiting.iter()) {
-                let r = &self.reqs[q as usize];
-                let steps = if r.state == State::Running && r.t >= r.p_eff && r.generated > 0 {
-                    self.spec_path_steps(q).max(1)
-                } else {
-                    left(r).div_ceil(u64::from(s.k) + 1)
-                };
-                k = k.min(steps);
-            }
-        } else {
-            for &q in self.eager.iter().chain(self.waiting.iter()) {
-                k = k.min(left(&self.reqs[q as usize]));
-            }
+            let steps = if self.spec.is_some() && r.state == State::Running && r.t >= r.p_eff && r.generated > 0 {
+                self.spec_path_steps(q).max(1)
+            } else {
+                self.fewest_steps(left(r))
+            };
+            k = k.min(steps);
         }
         if self.lz.n > 0 {
             // A lazy decoder's finish is its path's (later if a step cannot serve it in full).
@@ -3498,12 +3492,13 @@ impl Engine {
     /// A lower bound of when a request of `output` tokens submitted now can finish, as [`Self::earliest_finish_ms`]
     /// bounds a waiting one: at least one step per token (under speculative decoding per `1 + draft_tokens`).
     pub(crate) fn earliest_finish_of_new(&self, output: u32) -> f64 {
-        let left = u64::from(output.max(1));
-        let steps = match &self.spec {
-            Some(s) => left.div_ceil(u64::from(s.k) + 1),
-            None => left,
-        };
-        self.now_ms + steps as f64 * self.min_step_ms()
+        self.now_ms + self.fewest_steps(u64::from(output.max(1))) as f64 * self.min_step_ms()
+    }
+
+    /// The fewest steps that can emit `left` tokens to one request: one token a step, under speculative decoding up
+    /// to `1 + draft_tokens`.
+    fn fewest_steps(&self, left: u64) -> u64 {
+        self.spec.as_ref().map_or(left, |s| left.div_ceil(u64::from(s.k) + 1))
     }
 
     /// A lower bound of any step's duration: `step_fixed_ms` (every other term adds), or with a roofline what a
